@@ -1,0 +1,1 @@
+//! The account service (placeholder until its issue lands).

@@ -1,0 +1,319 @@
+//! Identity: buyer JWTs (subject = member id) and service credentials, verified with
+//! Ed25519 public keys, exposed to handlers as extractors.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::{FromRef, FromRequestParts},
+    http::{header::AUTHORIZATION, request::Parts},
+};
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
+use ed25519_dalek::{pkcs8::EncodePrivateKey, SigningKey, VerifyingKey};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::{
+    error::{codes, ApiError},
+    keys::{self, DevKey},
+};
+
+pub const ISSUER: &str = "paysaga";
+pub const BUYER_AUDIENCE: &str = "paysaga:buyer";
+pub const SERVICE_AUDIENCE: &str = "paysaga:service";
+
+/// A member (buyer) id: the subject of a buyer token. 1 to 64 characters of
+/// `[A-Za-z0-9_.:-]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "String", into = "String")]
+#[schema(value_type = String, example = "member-42")]
+pub struct MemberId(String);
+
+impl MemberId {
+    pub fn parse(s: impl Into<String>) -> Result<Self, &'static str> {
+        let s = s.into();
+        let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
+        if s.is_empty() || s.len() > 64 || !s.chars().all(ok_char) {
+            return Err("member id must be 1-64 characters of [A-Za-z0-9_.:-]");
+        }
+        Ok(Self(s))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for MemberId {
+    type Error = &'static str;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(s)
+    }
+}
+
+impl From<MemberId> for String {
+    fn from(m: MemberId) -> String {
+        m.0
+    }
+}
+
+impl std::fmt::Display for MemberId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Claims {
+    pub sub: String,
+    pub aud: String,
+    pub iss: String,
+    pub iat: i64,
+    pub exp: i64,
+}
+
+/// Verifies both kinds of token. Buyer and service tokens use different keys and
+/// audiences, so one can never stand in for the other.
+#[derive(Clone)]
+pub struct Verifier {
+    buyer_key: DecodingKey,
+    service_key: DecodingKey,
+    buyer_validation: Validation,
+    service_validation: Validation,
+}
+
+fn decoding_key(k: &VerifyingKey) -> DecodingKey {
+    DecodingKey::from_ed_components(&URL_SAFE_NO_PAD.encode(k.as_bytes()))
+        .expect("a 32-byte Ed25519 key always encodes")
+}
+
+fn validation(aud: &str) -> Validation {
+    let mut v = Validation::new(Algorithm::EdDSA);
+    v.set_audience(&[aud]);
+    v.set_issuer(&[ISSUER]);
+    v.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
+    v.leeway = 5;
+    v
+}
+
+impl Verifier {
+    pub fn new(buyer: &VerifyingKey, service: &VerifyingKey) -> Self {
+        Self {
+            buyer_key: decoding_key(buyer),
+            service_key: decoding_key(service),
+            buyer_validation: validation(BUYER_AUDIENCE),
+            service_validation: validation(SERVICE_AUDIENCE),
+        }
+    }
+
+    /// Keys from `JWT_PUBLIC_KEY` and `SERVICE_JWT_PUBLIC_KEY`, development keys if unset.
+    pub fn from_env() -> Result<Self, crate::config::ConfigError> {
+        let buyer = keys::verifying_key_from_env("JWT_PUBLIC_KEY", DevKey::BuyerTokens)?;
+        let service = keys::verifying_key_from_env("SERVICE_JWT_PUBLIC_KEY", DevKey::ServiceTokens)?;
+        Ok(Self::new(&buyer, &service))
+    }
+
+    pub fn development() -> Self {
+        Self::new(&DevKey::BuyerTokens.verifying_key(), &DevKey::ServiceTokens.verifying_key())
+    }
+
+    pub fn verify_buyer(&self, token: &str) -> Option<MemberId> {
+        let data = jsonwebtoken::decode::<Claims>(token, &self.buyer_key, &self.buyer_validation).ok()?;
+        MemberId::parse(data.claims.sub).ok()
+    }
+
+    pub fn verify_service(&self, token: &str) -> Option<String> {
+        jsonwebtoken::decode::<Claims>(token, &self.service_key, &self.service_validation)
+            .ok()
+            .map(|d| d.claims.sub)
+    }
+}
+
+/// Mints tokens. Production tokens come from the identity provider; this is for
+/// development, tests, and a service's own credential.
+pub struct Minter {
+    key: EncodingKey,
+    audience: &'static str,
+}
+
+impl Minter {
+    pub fn new(key: &SigningKey, audience: &'static str) -> Self {
+        let der = key.to_pkcs8_der().expect("an Ed25519 key always encodes as PKCS#8");
+        Self { key: EncodingKey::from_ed_der(der.as_bytes()), audience }
+    }
+    pub fn dev_buyer() -> Self {
+        Self::new(&DevKey::BuyerTokens.signing_key(), BUYER_AUDIENCE)
+    }
+    pub fn dev_service() -> Self {
+        Self::new(&DevKey::ServiceTokens.signing_key(), SERVICE_AUDIENCE)
+    }
+    pub fn mint(&self, subject: &str, ttl: std::time::Duration) -> String {
+        let now = chrono::Utc::now().timestamp();
+        let claims = Claims {
+            sub: subject.to_owned(),
+            aud: self.audience.to_owned(),
+            iss: ISSUER.to_owned(),
+            iat: now,
+            exp: now + ttl.as_secs() as i64,
+        };
+        jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.key)
+            .expect("signing with an in-memory Ed25519 key cannot fail")
+    }
+}
+
+/// The credential this service presents when it calls another: `SERVICE_TOKEN`, or
+/// (DEVELOPMENT ONLY) one minted with the development service key.
+pub fn service_token_from_env(service_name: &str) -> String {
+    match std::env::var("SERVICE_TOKEN") {
+        Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
+        _ => Minter::dev_service().mint(service_name, std::time::Duration::from_secs(10 * 365 * 86400)),
+    }
+}
+
+fn bearer(parts: &Parts) -> Result<&str, ApiError> {
+    let value = parts
+        .headers
+        .get(AUTHORIZATION)
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
+    let value = value
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("Authorization header is not valid text"))?;
+    value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ApiError::unauthorized("expected Authorization: Bearer <token>"))
+}
+
+/// An authenticated buyer. Service credentials are refused: buyer endpoints act on
+/// behalf of a member and must know which one.
+#[derive(Debug, Clone)]
+pub struct Buyer(pub MemberId);
+
+impl<S> FromRequestParts<S> for Buyer
+where
+    S: Send + Sync,
+    Arc<Verifier>: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let verifier = Arc::<Verifier>::from_ref(state);
+        let token = bearer(parts)?;
+        if let Some(member) = verifier.verify_buyer(token) {
+            return Ok(Buyer(member));
+        }
+        if verifier.verify_service(token).is_some() {
+            return Err(ApiError::forbidden("this endpoint is for buyers; a service credential cannot act as a member"));
+        }
+        Err(ApiError::unauthorized("invalid or expired token"))
+    }
+}
+
+/// An authenticated internal caller (another service or an operator tool). Buyer
+/// tokens are refused with 403, whatever they claim.
+#[derive(Debug, Clone)]
+pub struct Service(pub String);
+
+impl<S> FromRequestParts<S> for Service
+where
+    S: Send + Sync,
+    Arc<Verifier>: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let verifier = Arc::<Verifier>::from_ref(state);
+        let token = bearer(parts)?;
+        if let Some(name) = verifier.verify_service(token) {
+            return Ok(Service(name));
+        }
+        if verifier.verify_buyer(token).is_some() {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                codes::FORBIDDEN,
+                "this endpoint requires a service credential",
+            ));
+        }
+        Err(ApiError::unauthorized("invalid or expired token"))
+    }
+}
+
+/// Either kind of caller, for endpoints both may use (a buyer sees only their own data).
+#[derive(Debug, Clone)]
+pub enum Caller {
+    Buyer(MemberId),
+    Service(String),
+}
+
+impl Caller {
+    /// Whether this caller may see data owned by `owner`.
+    pub fn may_access(&self, owner: &str) -> bool {
+        match self {
+            Caller::Service(_) => true,
+            Caller::Buyer(m) => m.as_str() == owner,
+        }
+    }
+}
+
+impl<S> FromRequestParts<S> for Caller
+where
+    S: Send + Sync,
+    Arc<Verifier>: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let verifier = Arc::<Verifier>::from_ref(state);
+        let token = bearer(parts)?;
+        if let Some(name) = verifier.verify_service(token) {
+            return Ok(Caller::Service(name));
+        }
+        if let Some(member) = verifier.verify_buyer(token) {
+            return Ok(Caller::Buyer(member));
+        }
+        Err(ApiError::unauthorized("invalid or expired token"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn buyer_and_service_tokens_do_not_cross() {
+        let v = Verifier::development();
+        let buyer = Minter::dev_buyer().mint("member-1", Duration::from_secs(60));
+        let svc = Minter::dev_service().mint("orchestrator", Duration::from_secs(60));
+        assert_eq!(v.verify_buyer(&buyer).map(|m| m.0), Some("member-1".into()));
+        assert_eq!(v.verify_service(&svc).as_deref(), Some("orchestrator"));
+        assert!(v.verify_service(&buyer).is_none());
+        assert!(v.verify_buyer(&svc).is_none());
+    }
+
+    #[test]
+    fn buyer_key_signing_a_service_audience_is_refused() {
+        let v = Verifier::development();
+        let forged = Minter::new(&DevKey::BuyerTokens.signing_key(), SERVICE_AUDIENCE).mint("orchestrator", Duration::from_secs(60));
+        assert!(v.verify_service(&forged).is_none());
+    }
+
+    #[test]
+    fn expired_and_tampered_tokens_are_refused() {
+        let v = Verifier::development();
+        let m = Minter::dev_buyer();
+        let now = chrono::Utc::now().timestamp();
+        let expired = jsonwebtoken::encode(
+            &Header::new(Algorithm::EdDSA),
+            &Claims { sub: "m".into(), aud: BUYER_AUDIENCE.into(), iss: ISSUER.into(), iat: now - 100, exp: now - 60 },
+            &m.key,
+        )
+        .unwrap();
+        assert!(v.verify_buyer(&expired).is_none());
+        let good = m.mint("member-1", Duration::from_secs(60));
+        let mut tampered = good.clone();
+        tampered.insert(good.find('.').unwrap() + 3, 'x');
+        assert!(v.verify_buyer(&tampered).is_none());
+    }
+}

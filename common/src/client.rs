@@ -1,0 +1,130 @@
+//! Calling another paysaga service: timeouts, the service credential, and the one
+//! distinction a saga needs: a definite answer versus an unknown outcome.
+
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::error::ErrorBody;
+
+/// What came of a call that did not succeed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The service answered with a 4xx: a definite, final answer (declined, rejected,
+    /// not found). Retrying the same request gives the same answer.
+    #[error("{status}: {} ({})", body.code, body.message)]
+    Rejected { status: u16, body: ErrorBody },
+    /// Timeout, connection failure, 5xx or an unreadable answer: the operation may or
+    /// may not have happened. Never treat this as failure; ask for the truth.
+    #[error("unknown outcome: {reason}")]
+    Unknown { status: Option<u16>, reason: String },
+}
+
+impl CallError {
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            CallError::Rejected { status, .. } => Some(*status),
+            CallError::Unknown { status, .. } => *status,
+        }
+    }
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            CallError::Rejected { body, .. } => Some(&body.code),
+            CallError::Unknown { .. } => None,
+        }
+    }
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, CallError::Rejected { status: 404, .. })
+    }
+}
+
+/// A successful answer and how long it took.
+#[derive(Debug, Clone)]
+pub struct Answer<T> {
+    pub status: u16,
+    pub body: T,
+    pub latency: Duration,
+}
+
+/// A typed client's transport: base URL, service credential, per-request timeout.
+#[derive(Clone, Debug)]
+pub struct ServiceClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+/// A connection-pooling HTTP client with the given per-request timeout.
+pub fn http_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(2)))
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(256)
+        .tcp_nodelay(true)
+        .build()
+        .expect("a plain HTTP client always builds")
+}
+
+impl ServiceClient {
+    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
+        Self::with_http(http_client(timeout), base, token)
+    }
+
+    pub fn with_http(http: reqwest::Client, base: impl Into<String>, token: impl Into<String>) -> Self {
+        Self { http, base: base.into().trim_end_matches('/').to_owned(), token: token.into() }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends `body` (if any) as JSON and decodes a 2xx answer as `T`.
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + Sync)>,
+    ) -> Result<Answer<T>, CallError> {
+        let start = Instant::now();
+        let mut req = self.http.request(method, format!("{}{}", self.base, path)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let response = req.send().await.map_err(|e| CallError::Unknown {
+            status: None,
+            reason: if e.is_timeout() { "timed out".into() } else { format!("request failed: {e}") },
+        })?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| CallError::Unknown {
+            status: Some(status.as_u16()),
+            reason: format!("reading the answer failed: {e}"),
+        })?;
+        let latency = start.elapsed();
+        if status.is_success() {
+            let body = serde_json::from_slice(&bytes).map_err(|e| CallError::Unknown {
+                status: Some(status.as_u16()),
+                reason: format!("unreadable success body: {e}"),
+            })?;
+            return Ok(Answer { status: status.as_u16(), body, latency });
+        }
+        if status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT && status != StatusCode::TOO_MANY_REQUESTS {
+            if let Ok(body) = serde_json::from_slice::<ErrorBody>(&bytes) {
+                return Err(CallError::Rejected { status: status.as_u16(), body });
+            }
+        }
+        Err(CallError::Unknown {
+            status: Some(status.as_u16()),
+            reason: format!("answered {status}"),
+        })
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Answer<T>, CallError> {
+        self.call::<T>(Method::GET, path, None::<&()>).await
+    }
+
+    pub async fn post<T: DeserializeOwned>(&self, path: &str, body: &(impl Serialize + Sync)) -> Result<Answer<T>, CallError> {
+        self.call::<T>(Method::POST, path, Some(body)).await
+    }
+}

@@ -1,0 +1,124 @@
+//! The one JSON error body every service answers with, and the generic 500.
+
+use axum::{
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `{"code": "SOLD_OUT", "message": "..."}`: `code` is stable and machine-readable,
+/// `message` is for people and may change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    #[schema(example = "SOLD_OUT")]
+    pub code: String,
+    #[schema(example = "no units left for this product")]
+    pub message: String,
+}
+
+/// A client-facing error: status, stable code, safe message.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, message)
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(ErrorBody { code: self.code.to_owned(), message: self.message }))
+            .into_response()
+    }
+}
+
+/// Codes shared by every service. Each service documents its own beside these.
+pub mod codes {
+    pub const MALFORMED_JSON: &str = "MALFORMED_JSON";
+    pub const INVALID_BODY: &str = "INVALID_BODY";
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "UNSUPPORTED_MEDIA_TYPE";
+    pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
+    pub const INVALID_PATH: &str = "INVALID_PATH";
+    pub const INVALID_QUERY: &str = "INVALID_QUERY";
+    pub const INVALID_HEADER: &str = "INVALID_HEADER";
+    pub const NOT_FOUND: &str = "NOT_FOUND";
+    pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
+    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    pub const FORBIDDEN: &str = "FORBIDDEN";
+    pub const INTERNAL: &str = "INTERNAL";
+    pub const UNAVAILABLE: &str = "UNAVAILABLE";
+    pub const TIMEOUT: &str = "TIMEOUT";
+}
+
+/// Carried in the response extensions of a 500 so the logging middleware can report
+/// the cause chain once, while the client sees only a generic message.
+#[derive(Debug, Clone)]
+pub struct InternalErrorReport(pub String);
+
+/// The response for an internal error: a generic body for the client, the full cause
+/// chain attached for the middleware to log.
+pub fn internal_error_response(err: &(dyn std::error::Error + 'static)) -> Response {
+    let mut chain = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        chain.push_str(": ");
+        chain.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    let mut response = ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        codes::INTERNAL,
+        "internal error; it has been logged",
+    )
+    .into_response();
+    response.extensions_mut().insert(InternalErrorReport(chain));
+    response
+}
+
+/// Same as [`internal_error_response`] for an `anyhow::Error`.
+pub fn internal_anyhow_response(err: &anyhow::Error) -> Response {
+    let chain = format!("{err:#}");
+    let mut response = ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        codes::INTERNAL,
+        "internal error; it has been logged",
+    )
+    .into_response();
+    response.extensions_mut().insert(InternalErrorReport(chain));
+    response
+}
+
+/// Fallback for unknown routes.
+pub async fn not_found() -> ApiError {
+    ApiError::not_found(codes::NOT_FOUND, "no such route")
+}
+
+/// Fallback for a known route called with the wrong method.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, "method not allowed on this route")
+}

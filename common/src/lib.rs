@@ -1,0 +1,17 @@
+//! Shared plumbing for every paysaga service; business rules stay in their service.
+
+pub mod auth;
+pub mod client;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod extract;
+pub mod keys;
+pub mod money;
+pub mod pass;
+pub mod server;
+pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use error::{ApiError, ErrorBody};

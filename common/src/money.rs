@@ -1,0 +1,76 @@
+//! Money as integer minor units: never floats, never negative where an amount is meant.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A strictly positive amount in minor units (cents). Parsed at the edge, so the
+/// inside never re-validates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "i64", into = "i64")]
+#[schema(value_type = i64, example = 12900)]
+pub struct Amount(i64);
+
+/// The largest amount one operation may move; far above any real price, far below overflow.
+pub const MAX_AMOUNT: i64 = 1_000_000_000_000;
+
+impl Amount {
+    pub fn new(minor: i64) -> Result<Self, AmountError> {
+        if minor <= 0 {
+            Err(AmountError::NotPositive)
+        } else if minor > MAX_AMOUNT {
+            Err(AmountError::TooLarge)
+        } else {
+            Ok(Self(minor))
+        }
+    }
+    pub fn minor(self) -> i64 {
+        self.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AmountError {
+    #[error("amount must be a positive number of minor units")]
+    NotPositive,
+    #[error("amount exceeds the maximum of {MAX_AMOUNT} minor units")]
+    TooLarge,
+}
+
+impl TryFrom<i64> for Amount {
+    type Error = AmountError;
+    fn try_from(v: i64) -> Result<Self, Self::Error> {
+        Self::new(v)
+    }
+}
+
+impl From<Amount> for i64 {
+    fn from(a: Amount) -> i64 {
+        a.0
+    }
+}
+
+impl std::fmt::Display for Amount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_zero_negative_and_huge() {
+        assert_eq!(Amount::new(0), Err(AmountError::NotPositive));
+        assert_eq!(Amount::new(-5), Err(AmountError::NotPositive));
+        assert_eq!(Amount::new(MAX_AMOUNT + 1), Err(AmountError::TooLarge));
+        assert_eq!(Amount::new(1).map(Amount::minor), Ok(1));
+    }
+
+    #[test]
+    fn deserialises_through_validation() {
+        assert!(serde_json::from_str::<Amount>("-1").is_err());
+        assert!(serde_json::from_str::<Amount>("1.5").is_err());
+        assert_eq!(serde_json::from_str::<Amount>("250").map(Amount::minor).ok(), Some(250));
+    }
+}

@@ -1,0 +1,1 @@
+//! The gate service (placeholder until its issue lands).

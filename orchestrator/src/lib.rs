@@ -1,0 +1,1 @@
+//! The orchestrator service (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! The order service (placeholder until its issue lands).

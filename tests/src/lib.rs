@@ -1,0 +1,1 @@
+//! Harness for end-to-end tests (placeholder until its issue lands).

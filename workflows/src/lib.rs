@@ -1,0 +1,1 @@
+//! The checkout saga as pure code (placeholder until its issue lands).
