@@ -108,16 +108,21 @@ impl Verifier {
     /// Keys from `JWT_PUBLIC_KEY` and `SERVICE_JWT_PUBLIC_KEY`, development keys if unset.
     pub fn from_env() -> Result<Self, crate::config::ConfigError> {
         let buyer = keys::verifying_key_from_env("JWT_PUBLIC_KEY", DevKey::BuyerTokens)?;
-        let service = keys::verifying_key_from_env("SERVICE_JWT_PUBLIC_KEY", DevKey::ServiceTokens)?;
+        let service =
+            keys::verifying_key_from_env("SERVICE_JWT_PUBLIC_KEY", DevKey::ServiceTokens)?;
         Ok(Self::new(&buyer, &service))
     }
 
     pub fn development() -> Self {
-        Self::new(&DevKey::BuyerTokens.verifying_key(), &DevKey::ServiceTokens.verifying_key())
+        Self::new(
+            &DevKey::BuyerTokens.verifying_key(),
+            &DevKey::ServiceTokens.verifying_key(),
+        )
     }
 
     pub fn verify_buyer(&self, token: &str) -> Option<MemberId> {
-        let data = jsonwebtoken::decode::<Claims>(token, &self.buyer_key, &self.buyer_validation).ok()?;
+        let data =
+            jsonwebtoken::decode::<Claims>(token, &self.buyer_key, &self.buyer_validation).ok()?;
         MemberId::parse(data.claims.sub).ok()
     }
 
@@ -137,8 +142,13 @@ pub struct Minter {
 
 impl Minter {
     pub fn new(key: &SigningKey, audience: &'static str) -> Self {
-        let der = key.to_pkcs8_der().expect("an Ed25519 key always encodes as PKCS#8");
-        Self { key: EncodingKey::from_ed_der(der.as_bytes()), audience }
+        let der = key
+            .to_pkcs8_der()
+            .expect("an Ed25519 key always encodes as PKCS#8");
+        Self {
+            key: EncodingKey::from_ed_der(der.as_bytes()),
+            audience,
+        }
     }
     pub fn dev_buyer() -> Self {
         Self::new(&DevKey::BuyerTokens.signing_key(), BUYER_AUDIENCE)
@@ -165,7 +175,10 @@ impl Minter {
 pub fn service_token_from_env(service_name: &str) -> String {
     match std::env::var("SERVICE_TOKEN") {
         Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
-        _ => Minter::dev_service().mint(service_name, std::time::Duration::from_secs(10 * 365 * 86400)),
+        _ => Minter::dev_service().mint(
+            service_name,
+            std::time::Duration::from_secs(10 * 365 * 86400),
+        ),
     }
 }
 
@@ -204,7 +217,9 @@ where
             return Ok(Buyer(member));
         }
         if verifier.verify_service(token).is_some() {
-            return Err(ApiError::forbidden("this endpoint is for buyers; a service credential cannot act as a member"));
+            return Err(ApiError::forbidden(
+                "this endpoint is for buyers; a service credential cannot act as a member",
+            ));
         }
         Err(ApiError::unauthorized("invalid or expired token"))
     }
@@ -295,7 +310,8 @@ mod tests {
     #[test]
     fn buyer_key_signing_a_service_audience_is_refused() {
         let v = Verifier::development();
-        let forged = Minter::new(&DevKey::BuyerTokens.signing_key(), SERVICE_AUDIENCE).mint("orchestrator", Duration::from_secs(60));
+        let forged = Minter::new(&DevKey::BuyerTokens.signing_key(), SERVICE_AUDIENCE)
+            .mint("orchestrator", Duration::from_secs(60));
         assert!(v.verify_service(&forged).is_none());
     }
 
@@ -306,7 +322,13 @@ mod tests {
         let now = chrono::Utc::now().timestamp();
         let expired = jsonwebtoken::encode(
             &Header::new(Algorithm::EdDSA),
-            &Claims { sub: "m".into(), aud: BUYER_AUDIENCE.into(), iss: ISSUER.into(), iat: now - 100, exp: now - 60 },
+            &Claims {
+                sub: "m".into(),
+                aud: BUYER_AUDIENCE.into(),
+                iss: ISSUER.into(),
+                iat: now - 100,
+                exp: now - 60,
+            },
             &m.key,
         )
         .unwrap();

@@ -72,8 +72,16 @@ impl ServiceClient {
         Self::with_http(http_client(timeout), base, token)
     }
 
-    pub fn with_http(http: reqwest::Client, base: impl Into<String>, token: impl Into<String>) -> Self {
-        Self { http, base: base.into().trim_end_matches('/').to_owned(), token: token.into() }
+    pub fn with_http(
+        http: reqwest::Client,
+        base: impl Into<String>,
+        token: impl Into<String>,
+    ) -> Self {
+        Self {
+            http,
+            base: base.into().trim_end_matches('/').to_owned(),
+            token: token.into(),
+        }
     }
 
     pub fn base_url(&self) -> &str {
@@ -88,13 +96,20 @@ impl ServiceClient {
         body: Option<&(impl Serialize + Sync)>,
     ) -> Result<Answer<T>, CallError> {
         let start = Instant::now();
-        let mut req = self.http.request(method, format!("{}{}", self.base, path)).bearer_auth(&self.token);
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(&self.token);
         if let Some(b) = body {
             req = req.json(b);
         }
         let response = req.send().await.map_err(|e| CallError::Unknown {
             status: None,
-            reason: if e.is_timeout() { "timed out".into() } else { format!("request failed: {e}") },
+            reason: if e.is_timeout() {
+                "timed out".into()
+            } else {
+                format!("request failed: {e}")
+            },
         })?;
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| CallError::Unknown {
@@ -107,11 +122,21 @@ impl ServiceClient {
                 status: Some(status.as_u16()),
                 reason: format!("unreadable success body: {e}"),
             })?;
-            return Ok(Answer { status: status.as_u16(), body, latency });
+            return Ok(Answer {
+                status: status.as_u16(),
+                body,
+                latency,
+            });
         }
-        if status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT && status != StatusCode::TOO_MANY_REQUESTS {
+        if status.is_client_error()
+            && status != StatusCode::REQUEST_TIMEOUT
+            && status != StatusCode::TOO_MANY_REQUESTS
+        {
             if let Ok(body) = serde_json::from_slice::<ErrorBody>(&bytes) {
-                return Err(CallError::Rejected { status: status.as_u16(), body });
+                return Err(CallError::Rejected {
+                    status: status.as_u16(),
+                    body,
+                });
             }
         }
         Err(CallError::Unknown {
@@ -124,7 +149,11 @@ impl ServiceClient {
         self.call::<T>(Method::GET, path, None::<&()>).await
     }
 
-    pub async fn post<T: DeserializeOwned>(&self, path: &str, body: &(impl Serialize + Sync)) -> Result<Answer<T>, CallError> {
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &(impl Serialize + Sync),
+    ) -> Result<Answer<T>, CallError> {
         self.call::<T>(Method::POST, path, Some(body)).await
     }
 }

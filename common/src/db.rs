@@ -22,7 +22,7 @@ pub const DEV_ROLE_PASSWORD: &str = "paysaga-dev";
 const ROLES_SQL: &str = include_str!("../../migrations/bootstrap/01_roles.sql");
 const SCHEMAS_SQL: &str = include_str!("../../migrations/bootstrap/02_schemas.sql");
 /// Arbitrary, fixed: serialises bootstraps across processes.
-const BOOTSTRAP_LOCK: i64 = 0x7061_7973_6167_61;
+const BOOTSTRAP_LOCK: i64 = 0x0070_6179_7361_6761;
 
 /// A pool whose connections see only `schema` (via `search_path`), so unqualified
 /// names in a service's SQL and its migration table land in its own schema.
@@ -42,7 +42,10 @@ pub async fn connect(url: &str, schema: &str, max_connections: u32) -> Result<Pg
 
 /// Runs a service's migrations. sqlx holds an advisory lock while it migrates, so two
 /// processes starting at once do not collide, and applied migrations are skipped.
-pub async fn migrate(pool: &PgPool, migrator: &Migrator) -> Result<(), sqlx::migrate::MigrateError> {
+pub async fn migrate(
+    pool: &PgPool,
+    migrator: &Migrator,
+) -> Result<(), sqlx::migrate::MigrateError> {
     migrator.run(pool).await
 }
 
@@ -53,15 +56,20 @@ pub async fn bootstrap(admin_url: &str) -> Result<(), sqlx::Error> {
     // Roles are cluster-wide while advisory locks are per database, so all role creation
     // is serialised through the `postgres` maintenance database.
     let mut maintenance = PgConnection::connect_with(&options.clone().database("postgres")).await?;
-    maintenance.execute(sqlx::query("SELECT pg_advisory_lock($1)").bind(BOOTSTRAP_LOCK)).await?;
+    maintenance
+        .execute(sqlx::query("SELECT pg_advisory_lock($1)").bind(BOOTSTRAP_LOCK))
+        .await?;
     let created = maintenance.execute(ROLES_SQL).await;
-    maintenance.execute(sqlx::query("SELECT pg_advisory_unlock($1)").bind(BOOTSTRAP_LOCK)).await?;
+    maintenance
+        .execute(sqlx::query("SELECT pg_advisory_unlock($1)").bind(BOOTSTRAP_LOCK))
+        .await?;
     created?;
     maintenance.close().await?;
 
     let mut conn = PgConnection::connect_with(&options).await?;
     let mut tx = conn.begin().await?;
-    tx.execute(sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(BOOTSTRAP_LOCK)).await?;
+    tx.execute(sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(BOOTSTRAP_LOCK))
+        .await?;
     tx.execute(SCHEMAS_SQL).await?;
     tx.commit().await?;
     conn.close().await

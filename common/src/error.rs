@@ -28,7 +28,11 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
     }
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
@@ -52,7 +56,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { code: self.code.to_owned(), message: self.message }))
+        (
+            self.status,
+            Json(ErrorBody {
+                code: self.code.to_owned(),
+                message: self.message,
+            }),
+        )
             .into_response()
     }
 }
@@ -120,5 +130,9 @@ pub async fn not_found() -> ApiError {
 
 /// Fallback for a known route called with the wrong method.
 pub async fn method_not_allowed() -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, "method not allowed on this route")
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        codes::METHOD_NOT_ALLOWED,
+        "method not allowed on this route",
+    )
 }

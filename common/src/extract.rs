@@ -1,7 +1,10 @@
 //! Extractors whose rejections speak the common error body instead of plain text.
 
 use axum::{
-    extract::{rejection::{JsonRejection, PathRejection, QueryRejection}, FromRequest, FromRequestParts},
+    extract::{
+        rejection::{JsonRejection, PathRejection, QueryRejection},
+        FromRequest, FromRequestParts,
+    },
     http::StatusCode,
 };
 

@@ -1,7 +1,10 @@
 //! Ed25519 key material from the environment, and the clearly marked development keys
 //! used when none is configured.
 
-use base64::{engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD}, Engine};
+use base64::{
+    engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD},
+    Engine,
+};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
@@ -70,25 +73,35 @@ pub fn encode_signing_key(k: &SigningKey) -> String {
 }
 
 /// A verifying key from `var`, or the development key when the variable is unset.
-pub fn verifying_key_from_env(var: &str, dev: DevKey) -> Result<VerifyingKey, crate::config::ConfigError> {
+pub fn verifying_key_from_env(
+    var: &str,
+    dev: DevKey,
+) -> Result<VerifyingKey, crate::config::ConfigError> {
     match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => parse_verifying_key(&v).map_err(|e| crate::config::ConfigError {
-            name: var.to_owned(),
-            value: "<redacted>".to_owned(),
-            reason: e.to_string(),
-        }),
+        Ok(v) if !v.trim().is_empty() => {
+            parse_verifying_key(&v).map_err(|e| crate::config::ConfigError {
+                name: var.to_owned(),
+                value: "<redacted>".to_owned(),
+                reason: e.to_string(),
+            })
+        }
         _ => Ok(dev.verifying_key()),
     }
 }
 
 /// A signing key from `var`, or the development key when the variable is unset.
-pub fn signing_key_from_env(var: &str, dev: DevKey) -> Result<SigningKey, crate::config::ConfigError> {
+pub fn signing_key_from_env(
+    var: &str,
+    dev: DevKey,
+) -> Result<SigningKey, crate::config::ConfigError> {
     match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => parse_signing_key(&v).map_err(|e| crate::config::ConfigError {
-            name: var.to_owned(),
-            value: "<redacted>".to_owned(),
-            reason: e.to_string(),
-        }),
+        Ok(v) if !v.trim().is_empty() => {
+            parse_signing_key(&v).map_err(|e| crate::config::ConfigError {
+                name: var.to_owned(),
+                value: "<redacted>".to_owned(),
+                reason: e.to_string(),
+            })
+        }
         _ => Ok(dev.signing_key()),
     }
 }

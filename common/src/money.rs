@@ -5,7 +5,9 @@ use utoipa::ToSchema;
 
 /// A strictly positive amount in minor units (cents). Parsed at the edge, so the
 /// inside never re-validates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
 #[serde(try_from = "i64", into = "i64")]
 #[schema(value_type = i64, example = 12900)]
 pub struct Amount(i64);
@@ -71,6 +73,11 @@ mod tests {
     fn deserialises_through_validation() {
         assert!(serde_json::from_str::<Amount>("-1").is_err());
         assert!(serde_json::from_str::<Amount>("1.5").is_err());
-        assert_eq!(serde_json::from_str::<Amount>("250").map(Amount::minor).ok(), Some(250));
+        assert_eq!(
+            serde_json::from_str::<Amount>("250")
+                .map(Amount::minor)
+                .ok(),
+            Some(250)
+        );
     }
 }

@@ -91,7 +91,9 @@ impl PassVerifier {
         self.key
             .verify_strict(signed.as_bytes(), &Signature::from_bytes(&sig_bytes))
             .map_err(|_| PassError::BadSignature)?;
-        let json = URL_SAFE_NO_PAD.decode(claims_b64).map_err(|_| PassError::Malformed)?;
+        let json = URL_SAFE_NO_PAD
+            .decode(claims_b64)
+            .map_err(|_| PassError::Malformed)?;
         let claims: PassClaims = serde_json::from_slice(&json).map_err(|_| PassError::Malformed)?;
         if claims.exp <= now {
             return Err(PassError::Expired);
@@ -106,7 +108,12 @@ mod tests {
     use crate::keys::DevKey;
 
     fn claims(exp: i64) -> PassClaims {
-        PassClaims { pid: Uuid::new_v4(), prd: 7, mem: "member-1".into(), exp }
+        PassClaims {
+            pid: Uuid::new_v4(),
+            prd: 7,
+            mem: "member-1".into(),
+            exp,
+        }
     }
 
     #[test]
@@ -125,13 +132,22 @@ mod tests {
         assert_eq!(verifier.verify(&token, 2_000), Err(PassError::Expired));
 
         let forger = PassSigner::new(DevKey::BuyerTokens.signing_key());
-        assert_eq!(verifier.verify(&forger.sign(&claims(2_000)), 1_000), Err(PassError::BadSignature));
+        assert_eq!(
+            verifier.verify(&forger.sign(&claims(2_000)), 1_000),
+            Err(PassError::BadSignature)
+        );
 
         // Swap in other claims under the original signature.
         let (_, sig) = token.rsplit_once('.').unwrap();
-        let other = signer.sign(&PassClaims { prd: 8, ..claims(2_000) });
+        let other = signer.sign(&PassClaims {
+            prd: 8,
+            ..claims(2_000)
+        });
         let (other_body, _) = other.rsplit_once('.').unwrap();
-        assert_eq!(verifier.verify(&format!("{other_body}.{sig}"), 1_000), Err(PassError::BadSignature));
+        assert_eq!(
+            verifier.verify(&format!("{other_body}.{sig}"), 1_000),
+            Err(PassError::BadSignature)
+        );
 
         assert_eq!(verifier.verify("garbage", 1_000), Err(PassError::Malformed));
         assert_eq!(verifier.verify("v1.abc", 1_000), Err(PassError::Malformed));

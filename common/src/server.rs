@@ -28,26 +28,34 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 pub fn finish(api: Router, openapi: OpenApi) -> Router {
     let metrics = telemetry::metrics_handle();
     let spec = serde_json::to_string(&openapi).expect("OpenAPI document serialises");
-    api.route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
-        .route(
-            "/metrics",
-            get(move || {
-                let metrics = metrics.clone();
-                async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics.render()) }
-            }),
-        )
-        .route(
-            "/openapi.json",
-            get(move || {
-                let spec = spec.clone();
-                async move { ([(header::CONTENT_TYPE, "application/json")], spec) }
-            }),
-        )
-        .merge(Scalar::with_url("/docs", openapi))
-        .fallback(error::not_found)
-        .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(middleware::from_fn(telemetry::http_middleware))
+    api.route(
+        "/healthz",
+        get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+    )
+    .route(
+        "/metrics",
+        get(move || {
+            let metrics = metrics.clone();
+            async move {
+                (
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    metrics.render(),
+                )
+            }
+        }),
+    )
+    .route(
+        "/openapi.json",
+        get(move || {
+            let spec = spec.clone();
+            async move { ([(header::CONTENT_TYPE, "application/json")], spec) }
+        }),
+    )
+    .merge(Scalar::with_url("/docs", openapi))
+    .fallback(error::not_found)
+    .method_not_allowed_fallback(error::method_not_allowed)
+    .layer(DefaultBodyLimit::max(BODY_LIMIT))
+    .layer(middleware::from_fn(telemetry::http_middleware))
 }
 
 #[derive(Debug, Serialize)]
@@ -69,19 +77,38 @@ struct Check {
 pub fn readiness(checks: Vec<(&'static str, Result<(), String>)>, degraded: bool) -> Response {
     let all_ok = checks.iter().all(|(_, r)| r.is_ok());
     let body = Readiness {
-        status: if !all_ok { "unavailable" } else if degraded { "degraded" } else { "ready" },
+        status: if !all_ok {
+            "unavailable"
+        } else if degraded {
+            "degraded"
+        } else {
+            "ready"
+        },
         checks: checks
             .into_iter()
-            .map(|(name, r)| Check { name, ok: r.is_ok(), detail: r.err() })
+            .map(|(name, r)| Check {
+                name,
+                ok: r.is_ok(),
+                detail: r.err(),
+            })
             .collect(),
     };
-    let status = if all_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if all_ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (status, Json(body)).into_response()
 }
 
 /// A PostgreSQL readiness check with a short timeout.
 pub async fn check_db(pool: &sqlx::PgPool) -> Result<(), String> {
-    match tokio::time::timeout(Duration::from_secs(2), sqlx::query("SELECT 1").execute(pool)).await {
+    match tokio::time::timeout(
+        Duration::from_secs(2),
+        sqlx::query("SELECT 1").execute(pool),
+    )
+    .await
+    {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(format!("database error: {e}")),
         Err(_) => Err("database did not answer within 2s".into()),
@@ -97,7 +124,9 @@ pub async fn serve(
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

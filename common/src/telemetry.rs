@@ -19,14 +19,23 @@ pub fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let registry = tracing_subscriber::registry().with(filter);
     let _ = match format {
-        LogFormat::Json => registry.with(tracing_subscriber::fmt::layer().json().with_current_span(false)).try_init(),
-        LogFormat::Pretty => registry.with(tracing_subscriber::fmt::layer().compact()).try_init(),
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_current_span(false),
+            )
+            .try_init(),
+        LogFormat::Pretty => registry
+            .with(tracing_subscriber::fmt::layer().compact())
+            .try_init(),
     };
 }
 
 /// Latency buckets in seconds, from 100µs to 10s.
 const LATENCY_BUCKETS: &[f64] = &[
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
 ];
 
 /// The process's Prometheus recorder. The `metrics` facade is process-global by design,

@@ -3,14 +3,19 @@
 
 use std::time::Duration;
 
-use sqlx::{postgres::PgConnectOptions, ConnectOptions, Connection, Executor, PgConnection, PgPool};
+use sqlx::{
+    postgres::PgConnectOptions, ConnectOptions, Connection, Executor, PgConnection, PgPool,
+};
 use std::str::FromStr;
 
 use crate::{auth::Minter, db};
 
 /// Administrator URL for tests: `TEST_ADMIN_DATABASE_URL`, or the local default.
 pub fn admin_url() -> String {
-    crate::config::string("TEST_ADMIN_DATABASE_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres")
+    crate::config::string(
+        "TEST_ADMIN_DATABASE_URL",
+        "postgres://postgres:postgres@127.0.0.1:5432/postgres",
+    )
 }
 
 /// Redis for tests: `TEST_REDIS_URL`, or the local default.
@@ -29,17 +34,23 @@ impl TestDb {
     pub async fn new() -> Self {
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
         let admin = admin_url();
-        db::create_database(&admin, &name).await.expect("create test database");
+        db::create_database(&admin, &name)
+            .await
+            .expect("create test database");
         let this = Self { name, admin };
-        db::bootstrap(&this.admin_url()).await.expect("bootstrap test database");
+        db::bootstrap(&this.admin_url())
+            .await
+            .expect("bootstrap test database");
         this
     }
 
     /// Administrator URL for this test's database, for assertions across schemas.
     pub fn admin_url(&self) -> String {
-        let opts = PgConnectOptions::from_str(&self.admin).expect("valid admin url");
-        let base = self.admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&self.admin);
-        let _ = opts;
+        let base = self
+            .admin
+            .rsplit_once('/')
+            .map(|(b, _)| b)
+            .unwrap_or(&self.admin);
         format!("{base}/{}", self.name)
     }
 
@@ -64,9 +75,15 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop runs inside the test's runtime; do the async cleanup on a thread of its own.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             rt.block_on(async move {
-                let opts = PgConnectOptions::from_str(&admin).ok()?.database("postgres").disable_statement_logging();
+                let opts = PgConnectOptions::from_str(&admin)
+                    .ok()?
+                    .database("postgres")
+                    .disable_statement_logging();
                 let mut conn = PgConnection::connect_with(&opts).await.ok()?;
                 let sql = format!(r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#);
                 conn.execute(sql.as_str()).await.ok()?;
@@ -85,7 +102,10 @@ pub struct TestRedis {
 
 impl TestRedis {
     pub fn new() -> Self {
-        Self { url: redis_url(), prefix: format!("t{}:", &uuid::Uuid::new_v4().simple().to_string()[..12]) }
+        Self {
+            url: redis_url(),
+            prefix: format!("t{}:", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        }
     }
 }
 
@@ -101,12 +121,23 @@ impl Drop for TestRedis {
         let pattern = format!("{}*", self.prefix);
         let _ = std::thread::spawn(move || -> Option<()> {
             let client = redis::Client::open(url).ok()?;
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             rt.block_on(async move {
                 let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-                let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.ok()?;
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg(&pattern)
+                    .query_async(&mut conn)
+                    .await
+                    .ok()?;
                 for chunk in keys.chunks(500) {
-                    let _: () = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await.ok()?;
+                    let _: () = redis::cmd("DEL")
+                        .arg(chunk)
+                        .query_async(&mut conn)
+                        .await
+                        .ok()?;
                 }
                 Some(())
             })
