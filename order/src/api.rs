@@ -1,0 +1,135 @@
+//! Wire types of the order service, shared by the server and its typed client.
+
+use chrono::{DateTime, Utc};
+use paysaga_common::auth::MemberId;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// `POST /v1/products`: a new product with `units` sellable units at `price` minor units.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CreateProduct {
+    #[schema(example = "Limited sneaker, size 42")]
+    pub name: String,
+    /// Minor units (cents), strictly positive.
+    #[schema(example = 12900)]
+    pub price: i64,
+    /// Initial number of units, 0 to 1,000,000.
+    #[schema(example = 100)]
+    pub units: i64,
+}
+
+/// `POST /v1/products/{id}/units`: add `count` more units.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AddUnits {
+    /// 1 to 1,000,000.
+    #[schema(example = 50)]
+    pub count: i64,
+}
+
+/// A product and the current state of its units.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Product {
+    pub id: i64,
+    pub name: String,
+    /// Minor units (cents).
+    pub price: i64,
+    /// Every unit ever created for the product: `available + reserved + sold`.
+    pub units_total: i64,
+    pub available: i64,
+    pub reserved: i64,
+    pub sold: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `GET /v1/products/{id}/availability`: units that can be reserved right now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Availability {
+    pub product_id: i64,
+    pub available: i64,
+}
+
+/// `POST /v1/reservations`: claim one unit with a gate pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CreateReservation {
+    pub product_id: i64,
+    /// The pass from `POST gate /v1/passes`, as issued.
+    pub pass: String,
+}
+
+/// Where a reservation is in its life. `RESERVED` is the only live state; the other
+/// three are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ReservationState {
+    Reserved,
+    Confirmed,
+    Cancelled,
+    Expired,
+}
+
+impl ReservationState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReservationState::Reserved => "RESERVED",
+            ReservationState::Confirmed => "CONFIRMED",
+            ReservationState::Cancelled => "CANCELLED",
+            ReservationState::Expired => "EXPIRED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "RESERVED" => Some(ReservationState::Reserved),
+            "CONFIRMED" => Some(ReservationState::Confirmed),
+            "CANCELLED" => Some(ReservationState::Cancelled),
+            "EXPIRED" => Some(ReservationState::Expired),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ReservationState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One unit held for one member until `expires_at`, then confirmed (sold), cancelled
+/// or expired (the unit back on sale).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Reservation {
+    pub id: Uuid,
+    pub product_id: i64,
+    pub member_id: MemberId,
+    pub unit_id: i64,
+    /// The product's price when the unit was reserved, minor units.
+    pub price: i64,
+    pub state: ReservationState,
+    pub expires_at: DateTime<Utc>,
+    /// Set once confirmed.
+    pub order_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The order service's own error codes (the common ones are in
+/// `paysaga_common::error::codes`).
+pub mod codes {
+    pub const SOLD_OUT: &str = "SOLD_OUT";
+    pub const PASS_MALFORMED: &str = "PASS_MALFORMED";
+    pub const PASS_INVALID_SIGNATURE: &str = "PASS_INVALID_SIGNATURE";
+    pub const PASS_EXPIRED: &str = "PASS_EXPIRED";
+    pub const PASS_WRONG_PRODUCT: &str = "PASS_WRONG_PRODUCT";
+    pub const PASS_WRONG_MEMBER: &str = "PASS_WRONG_MEMBER";
+    pub const PASS_ALREADY_USED: &str = "PASS_ALREADY_USED";
+    pub const PRODUCT_NOT_FOUND: &str = "PRODUCT_NOT_FOUND";
+    pub const RESERVATION_NOT_FOUND: &str = "RESERVATION_NOT_FOUND";
+    pub const RESERVATION_EXPIRED: &str = "RESERVATION_EXPIRED";
+    pub const RESERVATION_CANCELLED: &str = "RESERVATION_CANCELLED";
+    pub const RESERVATION_CONFIRMED: &str = "RESERVATION_CONFIRMED";
+    pub const INVALID_NAME: &str = "INVALID_NAME";
+    pub const INVALID_PRICE: &str = "INVALID_PRICE";
+    pub const INVALID_UNITS: &str = "INVALID_UNITS";
+    pub const INVALID_PRODUCT_ID: &str = "INVALID_PRODUCT_ID";
+}

@@ -1,0 +1,121 @@
+//! The typed client other services (and tests, and the benchmark) use to call the
+//! order service; it shares its wire types with the server.
+
+use std::time::Duration;
+
+use paysaga_common::client::{Answer, CallError, ServiceClient};
+use uuid::Uuid;
+
+use crate::api::{AddUnits, Availability, CreateProduct, CreateReservation, Product, Reservation};
+
+/// Calls the order service with one bearer token: a service credential for the
+/// internal endpoints, or a buyer token for `reserve`, `reservation` and `cancel`.
+#[derive(Clone, Debug)]
+pub struct OrderClient {
+    inner: ServiceClient,
+}
+
+/// Confirm and cancel take no fields; an empty JSON object keeps the request well formed.
+#[derive(serde::Serialize)]
+struct Empty {}
+
+impl OrderClient {
+    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
+        Self {
+            inner: ServiceClient::new(base, token, timeout),
+        }
+    }
+
+    /// Shares an existing HTTP connection pool (e.g. many buyer clients in a benchmark).
+    pub fn with_http(
+        http: reqwest::Client,
+        base: impl Into<String>,
+        token: impl Into<String>,
+    ) -> Self {
+        Self {
+            inner: ServiceClient::with_http(http, base, token),
+        }
+    }
+
+    pub fn from_service_client(inner: ServiceClient) -> Self {
+        Self { inner }
+    }
+
+    pub fn base_url(&self) -> &str {
+        self.inner.base_url()
+    }
+
+    /// `POST /v1/products` (service).
+    pub async fn create_product(&self, req: &CreateProduct) -> Result<Answer<Product>, CallError> {
+        self.inner.post("/v1/products", req).await
+    }
+
+    /// `POST /v1/products/{id}/units` (service).
+    pub async fn add_units(
+        &self,
+        product_id: i64,
+        count: i64,
+    ) -> Result<Answer<Product>, CallError> {
+        self.inner
+            .post(
+                &format!("/v1/products/{product_id}/units"),
+                &AddUnits { count },
+            )
+            .await
+    }
+
+    /// `GET /v1/products` (service).
+    pub async fn list_products(&self) -> Result<Answer<Vec<Product>>, CallError> {
+        self.inner.get("/v1/products").await
+    }
+
+    /// `GET /v1/products/{id}` (buyer or service).
+    pub async fn product(&self, product_id: i64) -> Result<Answer<Product>, CallError> {
+        self.inner.get(&format!("/v1/products/{product_id}")).await
+    }
+
+    /// `GET /v1/products/{id}/availability` (service): units AVAILABLE now.
+    pub async fn availability(&self, product_id: i64) -> Result<Answer<Availability>, CallError> {
+        self.inner
+            .get(&format!("/v1/products/{product_id}/availability"))
+            .await
+    }
+
+    /// `POST /v1/reservations` (buyer token): 201 new, 200 when the same member replays
+    /// the pass. Rejections: 409 `SOLD_OUT` / `PASS_ALREADY_USED`, 422 `PASS_*`,
+    /// 404 `PRODUCT_NOT_FOUND`.
+    pub async fn reserve(
+        &self,
+        product_id: i64,
+        pass: &str,
+    ) -> Result<Answer<Reservation>, CallError> {
+        let body = CreateReservation {
+            product_id,
+            pass: pass.to_owned(),
+        };
+        self.inner.post("/v1/reservations", &body).await
+    }
+
+    /// `GET /v1/reservations/{id}` (buyer: own only; service: any). 404
+    /// `RESERVATION_NOT_FOUND`.
+    pub async fn reservation(&self, id: Uuid) -> Result<Answer<Reservation>, CallError> {
+        self.inner.get(&format!("/v1/reservations/{id}")).await
+    }
+
+    /// `POST /v1/reservations/{id}/confirm` (service). CONFIRMED (same on repeat), or
+    /// the definite rejections 409 `RESERVATION_EXPIRED` / `RESERVATION_CANCELLED`,
+    /// 404 `RESERVATION_NOT_FOUND`.
+    pub async fn confirm(&self, id: Uuid) -> Result<Answer<Reservation>, CallError> {
+        self.inner
+            .post(&format!("/v1/reservations/{id}/confirm"), &Empty {})
+            .await
+    }
+
+    /// `POST /v1/reservations/{id}/cancel` (buyer own while RESERVED; service any).
+    /// CANCELLED, or EXPIRED if expiry won; idempotent.
+    pub async fn cancel(&self, id: Uuid) -> Result<Answer<Reservation>, CallError> {
+        self.inner
+            .post(&format!("/v1/reservations/{id}/cancel"), &Empty {})
+            .await
+    }
+}
