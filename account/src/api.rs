@@ -1,0 +1,198 @@
+//! The account service's wire types, shared by its server and its typed client.
+
+use chrono::{DateTime, Utc};
+use paysaga_common::{auth::MemberId, money::Amount};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// Error codes this service answers with, beside the common ones in
+/// `paysaga_common::error::codes`. Stable: callers match on them.
+pub mod codes {
+    /// The debit would take the balance below zero. Recorded: the key stays declined.
+    pub const INSUFFICIENT_FUNDS: &str = "INSUFFICIENT_FUNDS";
+    /// The operation key was already used for a different request.
+    pub const OPERATION_KEY_REUSED: &str = "OPERATION_KEY_REUSED";
+    /// No such account (or not one the caller may see).
+    pub const ACCOUNT_NOT_FOUND: &str = "ACCOUNT_NOT_FOUND";
+    /// Debits and credits move a member's money; the merchant account is the other side.
+    pub const ACCOUNT_NOT_MEMBER: &str = "ACCOUNT_NOT_MEMBER";
+    /// No transaction was ever recorded under this operation key.
+    pub const TRANSACTION_NOT_FOUND: &str = "TRANSACTION_NOT_FOUND";
+    /// `refund_of` names no debit.
+    pub const DEBIT_NOT_FOUND: &str = "DEBIT_NOT_FOUND";
+    /// `refund_of` names a debit that was declined: no money moved, nothing to refund.
+    pub const DEBIT_DECLINED: &str = "DEBIT_DECLINED";
+    /// The refund would return more than the debit took.
+    pub const REFUND_EXCEEDS_DEBIT: &str = "REFUND_EXCEEDS_DEBIT";
+    /// A refund goes back to the account the debit came from, nowhere else.
+    pub const REFUND_ACCOUNT_MISMATCH: &str = "REFUND_ACCOUNT_MISMATCH";
+    /// An opening balance below zero or above the maximum.
+    pub const INVALID_OPENING_BALANCE: &str = "INVALID_OPENING_BALANCE";
+    /// An operation key outside 1-128 characters of `[A-Za-z0-9_.:-]`.
+    pub const INVALID_OPERATION_KEY: &str = "INVALID_OPERATION_KEY";
+    /// The movement would overflow a balance.
+    pub const AMOUNT_OUT_OF_RANGE: &str = "AMOUNT_OUT_OF_RANGE";
+}
+
+/// A caller-supplied key naming one movement of money: 1 to 128 characters of
+/// `[A-Za-z0-9_.:-]`, e.g. `pay:0190c2a4-...:debit`. A key has one outcome forever.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "String", into = "String")]
+#[schema(value_type = String, example = "pay:0190c2a4-7c1e-7cc0-8a55-3b1f0e6f2d11:debit")]
+pub struct OperationKey(String);
+
+/// The longest operation key accepted.
+pub const MAX_OPERATION_KEY_LEN: usize = 128;
+
+impl OperationKey {
+    pub fn parse(s: impl Into<String>) -> Result<Self, &'static str> {
+        let s = s.into();
+        let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
+        if s.is_empty() || s.len() > MAX_OPERATION_KEY_LEN || !s.chars().all(ok_char) {
+            return Err("operation key must be 1-128 characters of [A-Za-z0-9_.:-]");
+        }
+        Ok(Self(s))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for OperationKey {
+    type Error = &'static str;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(s)
+    }
+}
+
+impl From<OperationKey> for String {
+    fn from(k: OperationKey) -> String {
+        k.0
+    }
+}
+
+impl std::fmt::Display for OperationKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `POST /v1/accounts`: open a member account. The opening balance (minor units,
+/// `>= 0`) is a deposit from outside the system.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAccountRequest {
+    pub member_id: MemberId,
+    #[schema(example = 100000)]
+    pub opening_balance: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AccountKind {
+    Member,
+    Merchant,
+}
+
+/// An account. For the merchant account, `balance` is the sum of its shards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Account {
+    pub id: i64,
+    pub member_id: String,
+    pub balance: i64,
+    pub kind: AccountKind,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `GET /v1/accounts/{id}`: the account with its most recent debits and credits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AccountView {
+    pub account: Account,
+    pub recent_transactions: Vec<Transaction>,
+}
+
+/// `POST /v1/debits`: take `amount` from a member account and give it to the merchant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DebitRequest {
+    pub operation_key: OperationKey,
+    pub account_id: i64,
+    pub amount: Amount,
+}
+
+/// `POST /v1/credits`: refund (part of) the debit whose operation key is `refund_of`,
+/// from the merchant back to the member account that debit came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreditRequest {
+    pub operation_key: OperationKey,
+    pub account_id: i64,
+    pub amount: Amount,
+    pub refund_of: OperationKey,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TransactionKind {
+    Debit,
+    Credit,
+}
+
+/// `APPLIED`: money moved. `DECLINED`: a debit refused for insufficient funds; no money
+/// moved, and the key can never succeed afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TransactionStatus {
+    Applied,
+    Declined,
+}
+
+/// One movement of money between a member account and the merchant account.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Transaction {
+    pub id: Uuid,
+    pub operation_key: String,
+    pub kind: TransactionKind,
+    pub status: TransactionStatus,
+    pub account_id: i64,
+    pub amount: i64,
+    /// For a credit: the operation key of the debit it refunds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refund_of: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_keys_are_bounded_and_plain() {
+        assert!(OperationKey::parse("pay:0190c2a4-7c1e-7cc0-8a55-3b1f0e6f2d11:debit").is_ok());
+        assert!(OperationKey::parse("").is_err());
+        assert!(OperationKey::parse("a/b").is_err());
+        assert!(OperationKey::parse("a b").is_err());
+        assert!(OperationKey::parse("x".repeat(MAX_OPERATION_KEY_LEN + 1)).is_err());
+        assert!(OperationKey::parse("x".repeat(MAX_OPERATION_KEY_LEN)).is_ok());
+    }
+
+    #[test]
+    fn wire_names_are_the_contract() {
+        let json = serde_json::json!({
+            "id": "0190c2a4-7c1e-7cc0-8a55-3b1f0e6f2d11",
+            "operation_key": "k",
+            "kind": "DEBIT",
+            "status": "DECLINED",
+            "account_id": 7,
+            "amount": 100,
+            "created_at": "2026-01-01T00:00:00Z"
+        });
+        let t: Transaction = serde_json::from_value(json).expect("contract shape parses");
+        assert_eq!(t.kind, TransactionKind::Debit);
+        assert_eq!(t.status, TransactionStatus::Declined);
+        assert_eq!(t.refund_of, None);
+        let kind = serde_json::to_value(AccountKind::Merchant).expect("serialises");
+        assert_eq!(kind, serde_json::json!("MERCHANT"));
+    }
+}

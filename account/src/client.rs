@@ -1,0 +1,92 @@
+//! The typed client other services use to call the account service.
+
+use std::time::Duration;
+
+use paysaga_common::client::{Answer, CallError, ServiceClient};
+
+use crate::api::{
+    Account, AccountView, CreditRequest, DebitRequest, OpenAccountRequest, Transaction,
+};
+
+/// Calls the account service with a service credential. Every method returns the
+/// definite answer, `CallError::Rejected` (a 4xx with its code, see `api::codes`), or
+/// `CallError::Unknown` (timeout, connection error, 5xx): then ask
+/// [`AccountClient::transaction_by_key`] what really happened.
+#[derive(Clone, Debug)]
+pub struct AccountClient {
+    inner: ServiceClient,
+}
+
+impl AccountClient {
+    /// `base` is e.g. `http://127.0.0.1:8082`; `token` a service credential.
+    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
+        Self {
+            inner: ServiceClient::new(base, token, timeout),
+        }
+    }
+
+    pub fn from_service_client(inner: ServiceClient) -> Self {
+        Self { inner }
+    }
+
+    pub fn base_url(&self) -> &str {
+        self.inner.base_url()
+    }
+
+    /// `POST /v1/accounts` -> 201 `Account`.
+    pub async fn open_account(
+        &self,
+        req: &OpenAccountRequest,
+    ) -> Result<Answer<Account>, CallError> {
+        self.inner.post("/v1/accounts", req).await
+    }
+
+    /// `GET /v1/accounts/{id}` -> `AccountView`.
+    pub async fn get_account(&self, id: i64) -> Result<Answer<AccountView>, CallError> {
+        self.inner.get(&format!("/v1/accounts/{id}")).await
+    }
+
+    /// `POST /v1/debits` -> 201 `Transaction` (200 on replay). 422 `INSUFFICIENT_FUNDS`
+    /// is a definite decline; 409 `OPERATION_KEY_REUSED` a different request on the key.
+    pub async fn debit(&self, req: &DebitRequest) -> Result<Answer<Transaction>, CallError> {
+        self.inner.post("/v1/debits", req).await
+    }
+
+    /// `POST /v1/credits` -> 201 `Transaction` (200 on replay): a refund of `refund_of`.
+    pub async fn credit(&self, req: &CreditRequest) -> Result<Answer<Transaction>, CallError> {
+        self.inner.post("/v1/credits", req).await
+    }
+
+    /// `GET /v1/transactions/{key}` -> `Transaction` (a DECLINED debit included), or
+    /// 404 `TRANSACTION_NOT_FOUND` when nothing was ever recorded under the key.
+    pub async fn transaction_by_key(&self, key: &str) -> Result<Answer<Transaction>, CallError> {
+        self.inner
+            .get(&format!("/v1/transactions/{}", encode_segment(key)))
+            .await
+    }
+}
+
+/// Percent-encodes a path segment, so a malformed key reaches the server (and is
+/// refused there with a code) instead of changing the path.
+fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode_segment;
+
+    #[test]
+    fn keys_stay_one_segment() {
+        assert_eq!(encode_segment("pay:1:debit"), "pay:1:debit");
+        assert_eq!(encode_segment("a/b c"), "a%2Fb%20c");
+    }
+}
