@@ -1,1 +1,20 @@
-//! Harness for end-to-end tests (placeholder until its issue lands).
+//! End-to-end harness: starts the real paysaga service binaries as child processes
+//! (each against its own database role, a fresh test database and Redis prefix), puts
+//! fault-injecting proxies on any link, drives buyers through the public HTTP API and
+//! checks the invariants in PostgreSQL itself. Shared by the end-to-end tests, the
+//! fault suite, the benchmark and the `paysaga` run command.
+
+pub mod binaries;
+pub mod process;
+pub mod proxy;
+pub mod service;
+pub mod services;
+pub mod stack;
+pub mod wiring;
+
+pub use process::{ServiceProcess, ServiceSpec, Stop};
+pub use proxy::{FaultProxy, Faults, ProxyCounts};
+pub use service::ServiceKind;
+pub use services::Services;
+pub use stack::{Link, Stack, StackOptions};
+pub use wiring::Wiring;

@@ -1,0 +1,58 @@
+//! The four paysaga services as the harness knows them: name, binary, default port.
+
+use std::fmt;
+
+/// One of the four service processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServiceKind {
+    Account,
+    Order,
+    Gate,
+    Orchestrator,
+}
+
+impl ServiceKind {
+    /// Every service, in the order they are started and stopped.
+    pub const ALL: [ServiceKind; 4] = [
+        ServiceKind::Account,
+        ServiceKind::Order,
+        ServiceKind::Gate,
+        ServiceKind::Orchestrator,
+    ];
+
+    /// The binary and package name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServiceKind::Account => "account",
+            ServiceKind::Order => "order",
+            ServiceKind::Gate => "gate",
+            ServiceKind::Orchestrator => "orchestrator",
+        }
+    }
+
+    /// The production port from DESIGN.md.
+    pub fn default_port(self) -> u16 {
+        match self {
+            ServiceKind::Account => 8082,
+            ServiceKind::Order => 8084,
+            ServiceKind::Gate => 8085,
+            ServiceKind::Orchestrator => 8083,
+        }
+    }
+
+    /// The PostgreSQL role the service connects as, if it uses PostgreSQL.
+    pub fn db_role(self) -> Option<&'static str> {
+        match self {
+            ServiceKind::Account => Some("account_app"),
+            ServiceKind::Order => Some("order_app"),
+            ServiceKind::Orchestrator => Some("payment_app"),
+            ServiceKind::Gate => None,
+        }
+    }
+}
+
+impl fmt::Display for ServiceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

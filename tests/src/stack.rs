@@ -1,0 +1,264 @@
+//! A whole paysaga system for one test: a fresh database, a Redis prefix, the four real
+//! service binaries on free ports, and optionally a fault proxy on any link.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Context;
+use paysaga_common::testkit::{TestDb, TestRedis};
+use sqlx::PgPool;
+
+use crate::{
+    binaries,
+    process::{free_port, Stop},
+    proxy::FaultProxy,
+    service::ServiceKind,
+    services::Services,
+    wiring::Wiring,
+};
+
+/// A connection the harness can route through a [`FaultProxy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Link {
+    /// The gate's calls to the order service (availability for the quota job).
+    GateToOrder,
+    /// The orchestrator's calls to the account service (debit, credit, lookups).
+    OrchestratorToAccount,
+    /// The orchestrator's calls to the order service (confirm, cancel, lookups).
+    OrchestratorToOrder,
+    /// One service's PostgreSQL connections.
+    Database(ServiceKind),
+    /// The gate's Redis connections.
+    Redis,
+}
+
+impl Link {
+    /// The three service-to-service links.
+    pub const BETWEEN_SERVICES: [Link; 3] = [
+        Link::GateToOrder,
+        Link::OrchestratorToAccount,
+        Link::OrchestratorToOrder,
+    ];
+}
+
+/// How to start a [`Stack`].
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    pub label: String,
+    pub proxied: BTreeSet<Link>,
+    pub common_env: Vec<(String, String)>,
+    pub service_env: Vec<(ServiceKind, String, String)>,
+    pub rust_log: String,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self::new("stack")
+    }
+}
+
+impl StackOptions {
+    /// `label` names the log directory (`target/e2e-logs/<label>-...`).
+    pub fn new(label: &str) -> Self {
+        Self {
+            label: label.to_owned(),
+            proxied: BTreeSet::new(),
+            common_env: Vec::new(),
+            service_env: Vec::new(),
+            rust_log: "info".into(),
+        }
+    }
+
+    /// Sets a variable for one service (wins over everything the harness sets).
+    pub fn env(mut self, kind: ServiceKind, name: &str, value: impl ToString) -> Self {
+        self.service_env
+            .push((kind, name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// Sets a variable for every service.
+    pub fn env_all(mut self, name: &str, value: impl ToString) -> Self {
+        self.common_env.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// Routes `link` through a fault proxy (healthy until a test injects a fault).
+    pub fn proxy(mut self, link: Link) -> Self {
+        self.proxied.insert(link);
+        self
+    }
+
+    /// Routes the three service-to-service links through fault proxies.
+    pub fn proxy_between_services(mut self) -> Self {
+        self.proxied.extend(Link::BETWEEN_SERVICES);
+        self
+    }
+
+    /// Routes every link, PostgreSQL and Redis included, through fault proxies.
+    pub fn proxy_everything(mut self) -> Self {
+        self.proxied.extend(Link::BETWEEN_SERVICES);
+        self.proxied.extend(
+            [
+                ServiceKind::Account,
+                ServiceKind::Order,
+                ServiceKind::Orchestrator,
+            ]
+            .map(Link::Database),
+        );
+        self.proxied.insert(Link::Redis);
+        self
+    }
+
+    pub fn rust_log(mut self, filter: &str) -> Self {
+        self.rust_log = filter.to_owned();
+        self
+    }
+}
+
+/// The running system. Dropping it kills every process, stops the proxies and drops
+/// the database and the Redis keys, in that order (field order is drop order).
+pub struct Stack {
+    pub services: Services,
+    proxies: BTreeMap<Link, FaultProxy>,
+    wiring: Wiring,
+    pub redis: TestRedis,
+    pub db: TestDb,
+}
+
+fn host_port(url: &str) -> anyhow::Result<String> {
+    let u = reqwest::Url::parse(url).with_context(|| format!("not a URL: {url}"))?;
+    let host = u.host_str().context("URL without host")?;
+    let port = u.port_or_known_default().or(match u.scheme() {
+        "postgres" | "postgresql" => Some(5432),
+        "redis" => Some(6379),
+        _ => None,
+    });
+    Ok(format!("{host}:{}", port.context("URL without port")?))
+}
+
+fn resolve(host_port: &str) -> anyhow::Result<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    host_port
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {host_port}"))?
+        .find(std::net::SocketAddr::is_ipv4)
+        .with_context(|| format!("{host_port} has no IPv4 address"))
+}
+
+/// `url` with its host and port replaced by the proxy's.
+fn via(url: &str, proxy: &FaultProxy) -> anyhow::Result<String> {
+    let mut u = reqwest::Url::parse(url).with_context(|| format!("not a URL: {url}"))?;
+    u.set_host(Some("127.0.0.1")).context("cannot set host")?;
+    u.set_port(Some(proxy.port()))
+        .map_err(|()| anyhow::anyhow!("cannot set port on {url}"))?;
+    Ok(u.to_string())
+}
+
+impl Stack {
+    /// Creates the database and Redis prefix, starts the proxies and the four services,
+    /// and returns once every service answers `/readyz`.
+    pub async fn start(options: StackOptions) -> anyhow::Result<Self> {
+        let db = TestDb::new().await;
+        let redis = TestRedis::new();
+        let mut ports = BTreeMap::new();
+        for kind in ServiceKind::ALL {
+            ports.insert(kind, free_port()?);
+        }
+        let mut proxies = BTreeMap::new();
+        for &link in &options.proxied {
+            let upstream = match link {
+                Link::GateToOrder | Link::OrchestratorToOrder => {
+                    format!("127.0.0.1:{}", ports[&ServiceKind::Order])
+                }
+                Link::OrchestratorToAccount => {
+                    format!("127.0.0.1:{}", ports[&ServiceKind::Account])
+                }
+                Link::Database(_) => host_port(&db.admin_url())?,
+                Link::Redis => host_port(&redis.url)?,
+            };
+            // Upstream services are not listening yet; the proxy dials per connection.
+            let upstream = resolve(&upstream)?;
+            proxies.insert(link, FaultProxy::start(upstream).await?);
+        }
+
+        let mut database_urls = BTreeMap::new();
+        for kind in ServiceKind::ALL {
+            if let Some(role) = kind.db_role() {
+                let url = db.role_url(role);
+                let url = match proxies.get(&Link::Database(kind)) {
+                    Some(p) => via(&url, p)?,
+                    None => url,
+                };
+                database_urls.insert(kind, url);
+            }
+        }
+        let redis_url = match proxies.get(&Link::Redis) {
+            Some(p) => via(&redis.url, p)?,
+            None => redis.url.clone(),
+        };
+        let mut wiring = Wiring::direct(database_urls, redis_url, redis.prefix.clone(), ports);
+        if let Some(p) = proxies.get(&Link::GateToOrder) {
+            wiring.gate_order_url = p.http_url();
+        }
+        if let Some(p) = proxies.get(&Link::OrchestratorToOrder) {
+            wiring.orchestrator_order_url = p.http_url();
+        }
+        if let Some(p) = proxies.get(&Link::OrchestratorToAccount) {
+            wiring.orchestrator_account_url = p.http_url();
+        }
+        wiring.rust_log = options.rust_log.clone();
+        wiring.common_env = options.common_env.clone();
+        wiring.service_env = options.service_env.clone();
+
+        let log_dir = binaries::log_dir(&options.label)?;
+        eprintln!(
+            "paysaga harness: database {} , redis prefix {} , logs in {}",
+            db.name,
+            redis.prefix,
+            log_dir.display()
+        );
+        let services = Services::launch(wiring.specs(&log_dir)?, log_dir).await?;
+        Ok(Self {
+            services,
+            proxies,
+            wiring,
+            redis,
+            db,
+        })
+    }
+
+    /// The URL buyers and operators use for `kind` (never through a proxy).
+    pub fn url(&self, kind: ServiceKind) -> String {
+        self.wiring.url(kind)
+    }
+
+    pub fn wiring(&self) -> &Wiring {
+        &self.wiring
+    }
+
+    /// The proxy on `link`, if the stack was started with one there.
+    pub fn proxy(&self, link: Link) -> Option<&FaultProxy> {
+        self.proxies.get(&link)
+    }
+
+    /// A superuser pool on this test's database, for invariant checks across schemas.
+    pub async fn admin_pool(&self) -> PgPool {
+        self.db.admin_pool().await
+    }
+
+    pub async fn stop(&mut self, kind: ServiceKind, how: Stop) -> anyhow::Result<()> {
+        self.services.stop(kind, how).await
+    }
+
+    pub async fn start_service(&mut self, kind: ServiceKind) -> anyhow::Result<()> {
+        self.services.start(kind).await
+    }
+
+    pub async fn restart(&mut self, kind: ServiceKind, how: Stop) -> anyhow::Result<()> {
+        self.services.restart(kind, how).await
+    }
+
+    /// Log file locations, for a failure message.
+    pub fn log_paths(&self) -> String {
+        self.services.log_paths()
+    }
+}

@@ -1,0 +1,133 @@
+//! How the four services are wired together: each one's environment (database role,
+//! Redis, listen port, the URLs of the services it calls), built in one place so the
+//! tests, the benchmark and the run command start the system the same way.
+
+use std::{collections::BTreeMap, path::Path};
+
+use crate::{binaries, process::ServiceSpec, service::ServiceKind};
+
+/// The addresses and settings the services are started with. Inter-service URLs are
+/// separate fields so a test can point one link at a fault-injecting proxy.
+#[derive(Debug, Clone)]
+pub struct Wiring {
+    /// Each PostgreSQL-backed service's own role URL.
+    pub database_urls: BTreeMap<ServiceKind, String>,
+    pub redis_url: String,
+    /// Key prefix for everything the gate stores in Redis.
+    pub redis_prefix: String,
+    pub ports: BTreeMap<ServiceKind, u16>,
+    /// `ORDER_URL` as the gate sees it.
+    pub gate_order_url: String,
+    /// `ORDER_URL` as the orchestrator sees it.
+    pub orchestrator_order_url: String,
+    /// `ACCOUNT_URL` as the orchestrator sees it.
+    pub orchestrator_account_url: String,
+    /// `RUST_LOG` for every service.
+    pub rust_log: String,
+    /// `LOG_FORMAT` for every service.
+    pub log_format: String,
+    /// Extra variables for every service (applied before the per-service ones).
+    pub common_env: Vec<(String, String)>,
+    /// Extra variables for one service; these win over everything else.
+    pub service_env: Vec<(ServiceKind, String, String)>,
+}
+
+impl Wiring {
+    /// Services on the given ports, calling each other directly.
+    pub fn direct(
+        database_urls: BTreeMap<ServiceKind, String>,
+        redis_url: impl Into<String>,
+        redis_prefix: impl Into<String>,
+        ports: BTreeMap<ServiceKind, u16>,
+    ) -> Self {
+        let url = |k: ServiceKind| {
+            format!(
+                "http://127.0.0.1:{}",
+                ports.get(&k).copied().unwrap_or(k.default_port())
+            )
+        };
+        Self {
+            gate_order_url: url(ServiceKind::Order),
+            orchestrator_order_url: url(ServiceKind::Order),
+            orchestrator_account_url: url(ServiceKind::Account),
+            database_urls,
+            redis_url: redis_url.into(),
+            redis_prefix: redis_prefix.into(),
+            ports,
+            rust_log: "info".into(),
+            log_format: "json".into(),
+            common_env: Vec::new(),
+            service_env: Vec::new(),
+        }
+    }
+
+    pub fn port(&self, kind: ServiceKind) -> u16 {
+        self.ports
+            .get(&kind)
+            .copied()
+            .unwrap_or(kind.default_port())
+    }
+
+    pub fn url(&self, kind: ServiceKind) -> String {
+        format!("http://127.0.0.1:{}", self.port(kind))
+    }
+
+    /// The complete environment of one service.
+    pub fn env(&self, kind: ServiceKind) -> Vec<(String, String)> {
+        let mut env: BTreeMap<String, String> = BTreeMap::new();
+        let mut set = |k: &str, v: String| {
+            env.insert(k.to_owned(), v);
+        };
+        if let Ok(path) = std::env::var("PATH") {
+            set("PATH", path);
+        }
+        set("RUST_BACKTRACE", "1".into());
+        set("RUST_LOG", self.rust_log.clone());
+        set("LOG_FORMAT", self.log_format.clone());
+        set("LISTEN_ADDR", format!("127.0.0.1:{}", self.port(kind)));
+        for k in ServiceKind::ALL {
+            set(
+                &format!("{}_URL", k.name().to_ascii_uppercase()),
+                self.url(k),
+            );
+        }
+        if let Some(db) = self.database_urls.get(&kind) {
+            set("DATABASE_URL", db.clone());
+        }
+        set("REDIS_URL", self.redis_url.clone());
+        set("REDIS_PREFIX", self.redis_prefix.clone());
+        match kind {
+            ServiceKind::Gate => set("ORDER_URL", self.gate_order_url.clone()),
+            ServiceKind::Orchestrator => {
+                set("ORDER_URL", self.orchestrator_order_url.clone());
+                set("ACCOUNT_URL", self.orchestrator_account_url.clone());
+            }
+            ServiceKind::Account | ServiceKind::Order => {}
+        }
+        for (k, v) in &self.common_env {
+            set(k, v.clone());
+        }
+        for (s, k, v) in &self.service_env {
+            if *s == kind {
+                set(k, v.clone());
+            }
+        }
+        env.into_iter().collect()
+    }
+
+    /// Start specifications for all four services, logging into `log_dir`.
+    pub fn specs(&self, log_dir: &Path) -> anyhow::Result<Vec<ServiceSpec>> {
+        ServiceKind::ALL
+            .iter()
+            .map(|&kind| {
+                Ok(ServiceSpec {
+                    kind,
+                    binary: binaries::binary(kind.name())?,
+                    port: self.port(kind),
+                    env: self.env(kind),
+                    log_path: log_dir.join(format!("{}.log", kind.name())),
+                })
+            })
+            .collect()
+    }
+}
