@@ -1,0 +1,239 @@
+//! The command line and the typed settings a run uses, checked before any traffic flows.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "paysaga-bench",
+    about = "The flash-sale benchmark: paysaga against its alternatives and the machine's limits, in one run."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Internal: the HTTP ceiling server, started by the benchmark as a process of its own.
+    #[command(hide = true)]
+    CeilingServer,
+}
+
+/// The parts of a run that can be selected with `--only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// 5: the machine's limits (HTTP, Redis, PostgreSQL commits).
+    Ceilings,
+    /// 1: a drop through the gate, with memory sampled, three times back to back.
+    DropGate,
+    /// 2: the same drop with buyers going straight to the order service.
+    DropDirect,
+    /// 3: claim strategies on one database (the order service's claim bench).
+    Claims,
+    /// 4: checkout saga throughput with ample stock and funds.
+    Saga,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Ceilings,
+        Scenario::DropGate,
+        Scenario::DropDirect,
+        Scenario::Claims,
+        Scenario::Saga,
+    ];
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// A short run (fewer buyers, shorter phases) to check that everything works.
+    #[arg(long)]
+    pub quick: bool,
+    /// Concurrent virtual clients (and HTTP connections) in every phase.
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Units in a drop (scenarios 1 and 2).
+    #[arg(long)]
+    pub units: Option<u64>,
+    /// Buyers in a drop (scenarios 1 and 2).
+    #[arg(long)]
+    pub buyers: Option<u64>,
+    /// Seconds each throughput phase runs (ceilings, gate throughput, saga).
+    #[arg(long)]
+    pub phase_secs: Option<u64>,
+    /// PostgreSQL connections of the commit-ceiling loop.
+    #[arg(long)]
+    pub pg_connections: Option<u32>,
+    /// Run only these parts (repeatable); all of them by default.
+    #[arg(long, value_enum)]
+    pub only: Vec<Scenario>,
+    /// Where the JSON and markdown results are written.
+    #[arg(long, default_value = "bench-results")]
+    pub out_dir: PathBuf,
+    /// Administrator URL of PostgreSQL; the benchmark creates and drops its own database.
+    #[arg(
+        long,
+        env = "TEST_ADMIN_DATABASE_URL",
+        default_value = "postgres://postgres:postgres@127.0.0.1:5432/postgres"
+    )]
+    pub admin_database_url: String,
+    /// Redis; every key the benchmark writes carries a prefix of its own, deleted at the end.
+    #[arg(
+        long,
+        env = "TEST_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/"
+    )]
+    pub redis_url: String,
+    /// No progress bars (they are hidden anyway when stderr is not a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// Settings of one run after defaults, `--quick` and validation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    pub quick: bool,
+    pub concurrency: usize,
+    pub units: u64,
+    pub buyers: u64,
+    pub phase: Duration,
+    pub pg_connections: u32,
+    pub scenarios: Vec<Scenario>,
+    pub out_dir: PathBuf,
+    #[serde(skip)]
+    pub admin_database_url: String,
+    #[serde(skip)]
+    pub redis_url: String,
+    pub progress: bool,
+}
+
+impl Settings {
+    pub fn from_args(a: &RunArgs) -> Result<Self> {
+        let (concurrency, units, buyers, phase_secs) = if a.quick {
+            (64, 20, 1_000, 2)
+        } else {
+            (256, 100, 10_000, 5)
+        };
+        let concurrency = a.concurrency.unwrap_or(concurrency);
+        let units = a.units.unwrap_or(units);
+        let buyers = a.buyers.unwrap_or(buyers);
+        let phase_secs = a.phase_secs.unwrap_or(phase_secs);
+        if concurrency == 0 || concurrency > 4_096 {
+            return Err(Error::Config(format!(
+                "--concurrency must be 1..=4096, got {concurrency}"
+            )));
+        }
+        if units == 0 || buyers == 0 {
+            return Err(Error::Config(
+                "--units and --buyers must be positive".into(),
+            ));
+        }
+        if phase_secs == 0 || phase_secs > 600 {
+            return Err(Error::Config(format!(
+                "--phase-secs must be 1..=600, got {phase_secs}"
+            )));
+        }
+        // PostgreSQL allows 100 connections here and the services need theirs.
+        let pg_connections = a.pg_connections.unwrap_or(32).clamp(1, 64);
+        require_loopback(&a.admin_database_url)?;
+        require_loopback(&a.redis_url)?;
+        let scenarios = if a.only.is_empty() {
+            Scenario::ALL.to_vec()
+        } else {
+            Scenario::ALL
+                .into_iter()
+                .filter(|s| a.only.contains(s))
+                .collect()
+        };
+        Ok(Self {
+            quick: a.quick,
+            concurrency,
+            units,
+            buyers,
+            phase: Duration::from_secs(phase_secs),
+            pg_connections,
+            scenarios,
+            out_dir: a.out_dir.clone(),
+            admin_database_url: a.admin_database_url.clone(),
+            redis_url: a.redis_url.clone(),
+            progress: !a.no_progress,
+        })
+    }
+
+    pub fn runs(&self, s: Scenario) -> bool {
+        self.scenarios.contains(&s)
+    }
+}
+
+/// Refuses any URL whose host is not this machine: the benchmark must never load
+/// anything but loopback.
+pub fn require_loopback(url: &str) -> Result<()> {
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| Error::Config(format!("invalid URL: {e}")))?;
+    match parsed.host_str() {
+        Some("127.0.0.1" | "localhost" | "[::1]" | "::1") => Ok(()),
+        Some(other) => Err(Error::NotLoopback(other.to_owned())),
+        None => Err(Error::NotLoopback("(no host)".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["paysaga-bench"];
+        argv.extend_from_slice(extra);
+        Cli::parse_from(argv).run
+    }
+
+    #[test]
+    fn loopback_only() {
+        assert!(require_loopback("postgres://postgres@127.0.0.1:5432/postgres").is_ok());
+        assert!(require_loopback("redis://localhost:6379/").is_ok());
+        assert!(require_loopback("http://[::1]:8080/").is_ok());
+        assert!(matches!(
+            require_loopback("postgres://u@db.example.com/x"),
+            Err(Error::NotLoopback(_))
+        ));
+        assert!(matches!(
+            require_loopback("http://10.0.0.7:8085"),
+            Err(Error::NotLoopback(_))
+        ));
+    }
+
+    #[test]
+    fn quick_changes_the_defaults_and_flags_override_them() {
+        let s = Settings::from_args(&args(&["--quick", "--concurrency", "32"])).unwrap();
+        assert_eq!((s.concurrency, s.buyers, s.units), (32, 1_000, 20));
+        let full = Settings::from_args(&args(&[])).unwrap();
+        assert_eq!(
+            (full.concurrency, full.buyers, full.units),
+            (256, 10_000, 100)
+        );
+        assert_eq!(full.scenarios.len(), Scenario::ALL.len());
+    }
+
+    #[test]
+    fn only_keeps_the_canonical_order() {
+        let s = Settings::from_args(&args(&["--only", "saga", "--only", "ceilings"])).unwrap();
+        assert_eq!(s.scenarios, vec![Scenario::Ceilings, Scenario::Saga]);
+    }
+
+    #[test]
+    fn remote_database_is_refused() {
+        let e = Settings::from_args(&args(&[
+            "--admin-database-url",
+            "postgres://p@10.1.2.3/postgres",
+        ]));
+        assert!(matches!(e, Err(Error::NotLoopback(_))));
+    }
+}
