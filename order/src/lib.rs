@@ -2,4 +2,146 @@
 //! `FOR UPDATE SKIP LOCKED`, expiry, and idempotent confirm and cancel.
 
 pub mod api;
+pub mod claim_bench;
 pub mod client;
+pub mod config;
+pub mod error;
+pub mod reservations;
+pub mod routes;
+pub mod stock;
+pub mod sweep;
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use axum::{
+    extract::{FromRef, State},
+    response::Response,
+    routing::{get, post},
+    Router,
+};
+use paysaga_common::{auth::Verifier, db, pass::PassVerifier, server};
+use sqlx::{migrate::Migrator, PgPool};
+use tokio::net::TcpListener;
+use utoipa::OpenApi;
+
+pub use config::Config;
+pub use error::{Error, Result};
+
+/// The schema this service owns.
+pub const SCHEMA: &str = "order_service";
+
+pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations/order_service");
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub verifier: Arc<Verifier>,
+    pub passes: Arc<PassVerifier>,
+    pub ttl: Duration,
+}
+
+impl FromRef<AppState> for Arc<Verifier> {
+    fn from_ref(s: &AppState) -> Self {
+        s.verifier.clone()
+    }
+}
+
+impl AppState {
+    pub fn new(pool: PgPool, config: &Config) -> Self {
+        Self {
+            pool,
+            verifier: Arc::new(Verifier::new(
+                &config.jwt_public_key,
+                &config.service_jwt_public_key,
+            )),
+            passes: Arc::new(PassVerifier::new(config.pass_public_key)),
+            ttl: config.reservation_ttl,
+        }
+    }
+
+    /// Connects as the service role and brings the schema up to date.
+    pub async fn connect(config: &Config) -> anyhow::Result<Self> {
+        let pool = db::connect(&config.database_url, SCHEMA, config.db_max_connections).await?;
+        db::migrate(&pool, &MIGRATOR).await?;
+        Ok(Self::new(pool, config))
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "paysaga order service",
+        description = "Products, one row per unit, reservations and orders."
+    ),
+    paths(
+        routes::products::create,
+        routes::products::add_units,
+        routes::products::list,
+        routes::products::get,
+        routes::products::availability,
+        routes::reservations::create,
+        routes::reservations::get,
+        routes::reservations::confirm,
+        routes::reservations::cancel,
+    ),
+    components(schemas(
+        api::CreateProduct,
+        api::AddUnits,
+        api::Product,
+        api::Availability,
+        api::CreateReservation,
+        api::Reservation,
+        api::ReservationState,
+        paysaga_common::ErrorBody,
+    ))
+)]
+pub struct ApiDoc;
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    server::readiness(
+        vec![("postgres", server::check_db(&state.pool).await)],
+        false,
+    )
+}
+
+pub fn app(state: AppState) -> Router {
+    use routes::{products, reservations};
+    let api = Router::new()
+        .route("/v1/products", post(products::create).get(products::list))
+        .route("/v1/products/{id}", get(products::get))
+        .route("/v1/products/{id}/units", post(products::add_units))
+        .route(
+            "/v1/products/{id}/availability",
+            get(products::availability),
+        )
+        .route("/v1/reservations", post(reservations::create))
+        .route("/v1/reservations/{id}", get(reservations::get))
+        .route("/v1/reservations/{id}/confirm", post(reservations::confirm))
+        .route("/v1/reservations/{id}/cancel", post(reservations::cancel))
+        .route("/readyz", get(readyz))
+        .with_state(state);
+    server::finish(api, ApiDoc::openapi())
+}
+
+/// Connects, migrates, starts the expiry sweep, serves until `shutdown`, then stops the sweep.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state = AppState::connect(&config).await?;
+    let mut scheduler = sweep::start(
+        state.pool.clone(),
+        config.sweep_interval,
+        config.sweep_batch,
+        config.sweep_max_batches,
+    )
+    .await?;
+    tracing::info!(addr = %listener.local_addr()?, "order service listening");
+    let served = server::serve(listener, app(state), shutdown).await;
+    if let Err(e) = scheduler.shutdown().await {
+        tracing::warn!(error = %e, "expiry sweep did not stop cleanly");
+    }
+    served?;
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! Claim strategies compared (placeholder).

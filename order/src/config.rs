@@ -1,0 +1,120 @@
+//! The order service's settings, read from the environment with local defaults.
+
+use std::time::Duration;
+
+use ed25519_dalek::VerifyingKey;
+use paysaga_common::{
+    config::{self, ConfigError, LogFormat},
+    keys::{self, DevKey},
+};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `DATABASE_URL`: the `order_app` role.
+    pub database_url: String,
+    /// `LISTEN_ADDR`.
+    pub listen_addr: String,
+    /// `PASS_PUBLIC_KEY`: the gate's Ed25519 public key (base64); the development key if unset.
+    pub pass_public_key: VerifyingKey,
+    /// `JWT_PUBLIC_KEY`: verifies buyer tokens; the development key if unset.
+    pub jwt_public_key: VerifyingKey,
+    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials; the development key if unset.
+    pub service_jwt_public_key: VerifyingKey,
+    /// `RESERVATION_TTL_SECS`: how long a reservation holds its unit (default 600).
+    pub reservation_ttl: Duration,
+    /// `SWEEP_INTERVAL_MS`: how often the expiry sweep runs (default 1000).
+    pub sweep_interval: Duration,
+    /// `SWEEP_BATCH`: reservations expired per transaction (default 500).
+    pub sweep_batch: i64,
+    /// `SWEEP_MAX_BATCHES`: batches per sweep run, so one run is bounded (default 20).
+    pub sweep_max_batches: u32,
+    /// `DB_MAX_CONNECTIONS` (default 16).
+    pub db_max_connections: u32,
+    /// `LOG_FORMAT`: `json` or `pretty` (default pretty).
+    pub log_format: LogFormat,
+}
+
+pub const DEFAULT_DATABASE_URL: &str = "postgres://order_app:paysaga-dev@127.0.0.1:5432/paysaga";
+pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8084";
+
+fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
+    ConfigError {
+        name: name.to_owned(),
+        value: value.to_string(),
+        reason: reason.to_owned(),
+    }
+}
+
+impl Config {
+    pub fn from_env() -> Result<Config, ConfigError> {
+        let ttl_secs: u64 = config::parse("RESERVATION_TTL_SECS", 600)?;
+        if ttl_secs == 0 || ttl_secs > 86_400 {
+            return Err(invalid(
+                "RESERVATION_TTL_SECS",
+                ttl_secs,
+                "must be 1 to 86400 seconds",
+            ));
+        }
+        let sweep_interval = config::millis("SWEEP_INTERVAL_MS", Duration::from_millis(1000))?;
+        if sweep_interval < Duration::from_millis(10) {
+            return Err(invalid(
+                "SWEEP_INTERVAL_MS",
+                sweep_interval.as_millis(),
+                "must be at least 10",
+            ));
+        }
+        let sweep_batch: i64 = config::parse("SWEEP_BATCH", 500)?;
+        if !(1..=10_000).contains(&sweep_batch) {
+            return Err(invalid("SWEEP_BATCH", sweep_batch, "must be 1 to 10000"));
+        }
+        let sweep_max_batches: u32 = config::parse("SWEEP_MAX_BATCHES", 20)?;
+        if sweep_max_batches == 0 {
+            return Err(invalid(
+                "SWEEP_MAX_BATCHES",
+                sweep_max_batches,
+                "must be at least 1",
+            ));
+        }
+        let db_max_connections: u32 = config::parse("DB_MAX_CONNECTIONS", 16)?;
+        if db_max_connections == 0 {
+            return Err(invalid(
+                "DB_MAX_CONNECTIONS",
+                db_max_connections,
+                "must be at least 1",
+            ));
+        }
+        Ok(Config {
+            database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
+            listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
+            pass_public_key: keys::verifying_key_from_env("PASS_PUBLIC_KEY", DevKey::Passes)?,
+            jwt_public_key: keys::verifying_key_from_env("JWT_PUBLIC_KEY", DevKey::BuyerTokens)?,
+            service_jwt_public_key: keys::verifying_key_from_env(
+                "SERVICE_JWT_PUBLIC_KEY",
+                DevKey::ServiceTokens,
+            )?,
+            reservation_ttl: Duration::from_secs(ttl_secs),
+            sweep_interval,
+            sweep_batch,
+            sweep_max_batches,
+            db_max_connections,
+            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+        })
+    }
+
+    /// Defaults for a given database, for tests and tools (development pass key).
+    pub fn for_database(database_url: impl Into<String>) -> Config {
+        Config {
+            database_url: database_url.into(),
+            listen_addr: "127.0.0.1:0".to_owned(),
+            pass_public_key: DevKey::Passes.verifying_key(),
+            jwt_public_key: DevKey::BuyerTokens.verifying_key(),
+            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            reservation_ttl: Duration::from_secs(600),
+            sweep_interval: Duration::from_millis(1000),
+            sweep_batch: 500,
+            sweep_max_batches: 20,
+            db_max_connections: 16,
+            log_format: LogFormat::Pretty,
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The order service's errors: each client-facing case with its stable code, and the
+//! internal ones that become a generic 500.
+
+use axum::{
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use paysaga_common::{error::internal_error_response, pass::PassError, ApiError};
+
+use crate::api::codes;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A rejection from a common extractor or an input check, already shaped.
+    #[error("{}: {}", .0.code, .0.message)]
+    Api(ApiError),
+    #[error("no units left")]
+    SoldOut,
+    #[error("product {0} not found")]
+    ProductNotFound(i64),
+    #[error("pass rejected: {0}")]
+    Pass(PassError),
+    #[error("pass is for product {pass}, not {asked}")]
+    PassWrongProduct { pass: i64, asked: i64 },
+    #[error("pass belongs to another member")]
+    PassWrongMember,
+    #[error("pass already used by another member")]
+    PassAlreadyUsed,
+    #[error("reservation not found")]
+    ReservationNotFound,
+    #[error("reservation has expired")]
+    ReservationExpired,
+    #[error("reservation was cancelled")]
+    ReservationCancelled,
+    #[error("reservation is confirmed")]
+    ReservationConfirmed,
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    /// Something that must never happen did (e.g. a unit not in the state its
+    /// reservation implies). The transaction is rolled back; nothing is written.
+    #[error("invariant violated: {0}")]
+    Invariant(String),
+}
+
+impl From<ApiError> for Error {
+    fn from(e: ApiError) -> Self {
+        Error::Api(e)
+    }
+}
+
+impl Error {
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        Error::Api(ApiError::unprocessable(code, message))
+    }
+
+    fn api(&self) -> Option<ApiError> {
+        let e = match self {
+            Error::Api(e) => e.clone(),
+            Error::SoldOut => ApiError::conflict(codes::SOLD_OUT, "no units left for this product"),
+            Error::ProductNotFound(id) => {
+                ApiError::not_found(codes::PRODUCT_NOT_FOUND, format!("product {id} not found"))
+            }
+            Error::Pass(e) => ApiError::unprocessable(e.code(), e.to_string()),
+            Error::PassWrongProduct { pass, asked } => ApiError::unprocessable(
+                codes::PASS_WRONG_PRODUCT,
+                format!("the pass is for product {pass}, not product {asked}"),
+            ),
+            Error::PassWrongMember => ApiError::unprocessable(
+                codes::PASS_WRONG_MEMBER,
+                "the pass was issued to another member",
+            ),
+            Error::PassAlreadyUsed => ApiError::conflict(
+                codes::PASS_ALREADY_USED,
+                "the pass has already been used by another member",
+            ),
+            Error::ReservationNotFound => {
+                ApiError::not_found(codes::RESERVATION_NOT_FOUND, "reservation not found")
+            }
+            Error::ReservationExpired => ApiError::conflict(
+                codes::RESERVATION_EXPIRED,
+                "the reservation expired; its unit is back on sale",
+            ),
+            Error::ReservationCancelled => ApiError::conflict(
+                codes::RESERVATION_CANCELLED,
+                "the reservation was cancelled",
+            ),
+            Error::ReservationConfirmed => ApiError::conflict(
+                codes::RESERVATION_CONFIRMED,
+                "the reservation is confirmed (paid); only an operator can cancel it",
+            ),
+            Error::Database(_) | Error::Invariant(_) => return None,
+        };
+        Some(e)
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        match self.api() {
+            Some(e) => e.into_response(),
+            None => {
+                // Pool exhaustion is load, not a bug: say so, so callers retry.
+                if let Error::Database(sqlx::Error::PoolTimedOut) = self {
+                    tracing::warn!("database pool exhausted; answering 503");
+                    return ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        paysaga_common::error::codes::UNAVAILABLE,
+                        "the service is overloaded; retry shortly",
+                    )
+                    .into_response();
+                }
+                internal_error_response(&self)
+            }
+        }
+    }
+}

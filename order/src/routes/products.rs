@@ -1,0 +1,124 @@
+//! Product endpoints: create, add units, list, read, availability.
+
+use axum::{extract::State, http::StatusCode};
+use paysaga_common::{
+    auth::{Caller, Service},
+    extract::{Json, Path},
+    money::Amount,
+    ErrorBody,
+};
+
+use crate::{
+    api::{codes, AddUnits, Availability, CreateProduct, Product},
+    error::{Error, Result},
+    stock::{self, MAX_UNITS_PER_CALL},
+    AppState,
+};
+
+fn product_name(name: &str) -> Result<String> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            codes::INVALID_NAME,
+            "name must be 1 to 200 printable characters",
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+fn unit_count(n: i64, min: i64) -> Result<i64> {
+    if n < min || n > MAX_UNITS_PER_CALL {
+        return Err(Error::invalid(
+            codes::INVALID_UNITS,
+            format!("units must be {min} to {MAX_UNITS_PER_CALL}"),
+        ));
+    }
+    Ok(n)
+}
+
+/// Ids are positive; anything else cannot name a product.
+fn known_id(id: i64) -> Result<i64> {
+    if id <= 0 {
+        return Err(Error::ProductNotFound(id));
+    }
+    Ok(id)
+}
+
+/// Create a product with its units (service).
+#[utoipa::path(post, path = "/v1/products", request_body = CreateProduct,
+    responses((status = 201, body = Product), (status = 422, body = ErrorBody, description = "INVALID_NAME, INVALID_PRICE, INVALID_UNITS")))]
+#[tracing::instrument(skip_all, fields(caller = %caller.0, units = req.units))]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Service,
+    Json(req): Json<CreateProduct>,
+) -> Result<(StatusCode, Json<Product>)> {
+    let name = product_name(&req.name)?;
+    let price =
+        Amount::new(req.price).map_err(|e| Error::invalid(codes::INVALID_PRICE, e.to_string()))?;
+    let units = unit_count(req.units, 0)?;
+    let product = stock::create_product(&state.pool, &name, price.minor(), units).await?;
+    tracing::info!(product_id = product.id, units, "product created");
+    Ok((StatusCode::CREATED, Json(product)))
+}
+
+/// Add units to a product (service).
+#[utoipa::path(post, path = "/v1/products/{id}/units", request_body = AddUnits,
+    params(("id" = i64, Path, description = "product id")),
+    responses((status = 200, body = Product), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[tracing::instrument(skip_all, fields(caller = %caller.0, product_id = id, count = req.count))]
+pub async fn add_units(
+    State(state): State<AppState>,
+    caller: Service,
+    Path(id): Path<i64>,
+    Json(req): Json<AddUnits>,
+) -> Result<Json<Product>> {
+    let id = known_id(id)?;
+    let count = unit_count(req.count, 1)?;
+    let product = stock::add_units(&state.pool, id, count)
+        .await?
+        .ok_or(Error::ProductNotFound(id))?;
+    Ok(Json(product))
+}
+
+/// Every product with its unit counts (service).
+#[utoipa::path(get, path = "/v1/products", responses((status = 200, body = [Product])))]
+#[tracing::instrument(skip_all, fields(caller = %_caller.0))]
+pub async fn list(State(state): State<AppState>, _caller: Service) -> Result<Json<Vec<Product>>> {
+    Ok(Json(stock::list_products(&state.pool).await?))
+}
+
+/// One product with its unit counts (buyer or service).
+#[utoipa::path(get, path = "/v1/products/{id}", params(("id" = i64, Path, description = "product id")),
+    responses((status = 200, body = Product), (status = 404, body = ErrorBody)))]
+#[tracing::instrument(skip_all, fields(product_id = id))]
+pub async fn get(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Path(id): Path<i64>,
+) -> Result<Json<Product>> {
+    let id = known_id(id)?;
+    let product = stock::product(&state.pool, id)
+        .await?
+        .ok_or(Error::ProductNotFound(id))?;
+    Ok(Json(product))
+}
+
+/// Units AVAILABLE now, for the gate's quota job (service).
+#[utoipa::path(get, path = "/v1/products/{id}/availability", params(("id" = i64, Path, description = "product id")),
+    responses((status = 200, body = Availability), (status = 404, body = ErrorBody)))]
+#[tracing::instrument(skip_all, fields(product_id = id))]
+pub async fn availability(
+    State(state): State<AppState>,
+    _caller: Service,
+    Path(id): Path<i64>,
+) -> Result<Json<Availability>> {
+    let id = known_id(id)?;
+    let available = stock::availability(&state.pool, id)
+        .await?
+        .ok_or(Error::ProductNotFound(id))?;
+    Ok(Json(Availability {
+        product_id: id,
+        available,
+    }))
+}

@@ -1,0 +1,170 @@
+//! Reservation endpoints: reserve with a pass, read, confirm, cancel.
+
+use axum::{extract::State, http::StatusCode};
+use paysaga_common::{
+    auth::{Buyer, Caller, MemberId, Service},
+    extract::{Json, Path},
+    pass::PassError,
+    ErrorBody,
+};
+use uuid::Uuid;
+
+use crate::{
+    api::{CreateReservation, Reservation},
+    error::{Error, Result},
+    reservations::{self, CancelOutcome, Canceller, Claim, ClaimRequest, ConfirmOutcome},
+    stock, AppState,
+};
+
+/// Longer than any pass the gate issues; refused before any decoding work.
+const MAX_PASS_LEN: usize = 1024;
+
+/// How many times a claim that found every remaining unit locked looks again before
+/// answering SOLD_OUT: those locks may belong to claims that roll back.
+const CLAIM_ATTEMPTS: u32 = 3;
+
+/// A pass already used: its own member gets the reservation back, anyone else a refusal.
+fn replay(existing: Reservation, member: &MemberId) -> Result<(StatusCode, Json<Reservation>)> {
+    if &existing.member_id == member {
+        metrics::counter!("order_reservations_total", "outcome" => "replayed").increment(1);
+        Ok((StatusCode::OK, Json(existing)))
+    } else {
+        Err(Error::PassAlreadyUsed)
+    }
+}
+
+/// Reserve one unit with a gate pass (buyer).
+#[utoipa::path(post, path = "/v1/reservations", request_body = CreateReservation,
+    responses(
+        (status = 201, body = Reservation, description = "a unit is held for you until expires_at"),
+        (status = 200, body = Reservation, description = "this pass was already used by you: the same reservation"),
+        (status = 409, body = ErrorBody, description = "SOLD_OUT, PASS_ALREADY_USED"),
+        (status = 422, body = ErrorBody, description = "PASS_MALFORMED, PASS_INVALID_SIGNATURE, PASS_EXPIRED, PASS_WRONG_PRODUCT, PASS_WRONG_MEMBER"),
+        (status = 404, body = ErrorBody, description = "PRODUCT_NOT_FOUND")))]
+#[tracing::instrument(skip_all, fields(member = %member, product_id = req.product_id))]
+pub async fn create(
+    State(state): State<AppState>,
+    Buyer(member): Buyer,
+    Json(req): Json<CreateReservation>,
+) -> Result<(StatusCode, Json<Reservation>)> {
+    if req.pass.len() > MAX_PASS_LEN {
+        return Err(Error::Pass(PassError::Malformed));
+    }
+    // Signature first, expiry by hand: an expired pass that already made a reservation
+    // is a replay (a client retrying after a timeout), and it gets its reservation back.
+    let claims = state
+        .passes
+        .verify(&req.pass, i64::MIN)
+        .map_err(Error::Pass)?;
+    if claims.prd != req.product_id {
+        return Err(Error::PassWrongProduct {
+            pass: claims.prd,
+            asked: req.product_id,
+        });
+    }
+    let expired = claims.exp <= chrono::Utc::now().timestamp();
+    if expired || claims.mem != member.as_str() {
+        if let Some(existing) = reservations::by_pass(&state.pool, claims.pid).await? {
+            return replay(existing, &member);
+        }
+        return Err(if expired {
+            Error::Pass(PassError::Expired)
+        } else {
+            Error::PassWrongMember
+        });
+    }
+
+    let claim = ClaimRequest {
+        product_id: req.product_id,
+        member: &member,
+        pass_id: claims.pid,
+        ttl: state.ttl,
+    };
+    for _ in 0..CLAIM_ATTEMPTS {
+        match reservations::claim(&state.pool, &claim).await? {
+            Claim::Created(r) => {
+                metrics::counter!("order_reservations_total", "outcome" => "created").increment(1);
+                return Ok((StatusCode::CREATED, Json(r)));
+            }
+            Claim::PassUsed => {
+                let existing = reservations::by_pass(&state.pool, claims.pid)
+                    .await?
+                    .ok_or_else(|| {
+                        Error::Invariant("pass id conflicted but no reservation holds it".into())
+                    })?;
+                return replay(existing, &member);
+            }
+            Claim::NothingClaimable => {
+                if let Some(existing) = reservations::by_pass(&state.pool, claims.pid).await? {
+                    return replay(existing, &member);
+                }
+                match stock::probe(&state.pool, req.product_id).await? {
+                    None => return Err(Error::ProductNotFound(req.product_id)),
+                    Some(false) => break,
+                    Some(true) => continue,
+                }
+            }
+        }
+    }
+    metrics::counter!("order_reservations_total", "outcome" => "sold_out").increment(1);
+    Err(Error::SoldOut)
+}
+
+/// One reservation (buyer: own only; service: any).
+#[utoipa::path(get, path = "/v1/reservations/{id}", params(("id" = Uuid, Path, description = "reservation id")),
+    responses((status = 200, body = Reservation), (status = 404, body = ErrorBody, description = "RESERVATION_NOT_FOUND")))]
+#[tracing::instrument(skip_all, fields(reservation_id = %id))]
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Reservation>> {
+    match reservations::get(&state.pool, id).await? {
+        Some(r) if caller.may_access(r.member_id.as_str()) => Ok(Json(r)),
+        _ => Err(Error::ReservationNotFound),
+    }
+}
+
+/// Confirm a paid reservation: the unit is sold and an order written (service).
+#[utoipa::path(post, path = "/v1/reservations/{id}/confirm", params(("id" = Uuid, Path, description = "reservation id")),
+    responses(
+        (status = 200, body = Reservation, description = "CONFIRMED (the same answer on every repeat)"),
+        (status = 409, body = ErrorBody, description = "RESERVATION_EXPIRED, RESERVATION_CANCELLED: definite, refund"),
+        (status = 404, body = ErrorBody, description = "RESERVATION_NOT_FOUND")))]
+#[tracing::instrument(skip_all, fields(caller = %caller.0, reservation_id = %id))]
+pub async fn confirm(
+    State(state): State<AppState>,
+    caller: Service,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Reservation>> {
+    match reservations::confirm(&state.pool, id).await? {
+        ConfirmOutcome::Confirmed(r) => Ok(Json(r)),
+        ConfirmOutcome::Expired => Err(Error::ReservationExpired),
+        ConfirmOutcome::Cancelled => Err(Error::ReservationCancelled),
+        ConfirmOutcome::NotFound => Err(Error::ReservationNotFound),
+    }
+}
+
+/// Cancel a reservation; its unit goes back on sale (buyer: own, while unpaid; service:
+/// any, also a confirmed one for an operator refund). Idempotent.
+#[utoipa::path(post, path = "/v1/reservations/{id}/cancel", params(("id" = Uuid, Path, description = "reservation id")),
+    responses(
+        (status = 200, body = Reservation, description = "CANCELLED, or EXPIRED if expiry came first"),
+        (status = 409, body = ErrorBody, description = "RESERVATION_CONFIRMED (buyer only)"),
+        (status = 404, body = ErrorBody, description = "RESERVATION_NOT_FOUND")))]
+#[tracing::instrument(skip_all, fields(reservation_id = %id))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Reservation>> {
+    let who = match &caller {
+        Caller::Buyer(m) => Canceller::Buyer(m),
+        Caller::Service(_) => Canceller::Service,
+    };
+    match reservations::cancel(&state.pool, id, who).await? {
+        CancelOutcome::Done(r) => Ok(Json(r)),
+        CancelOutcome::Confirmed => Err(Error::ReservationConfirmed),
+        CancelOutcome::NotFound => Err(Error::ReservationNotFound),
+    }
+}

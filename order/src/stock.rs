@@ -1,0 +1,168 @@
+//! Products and their units: creation, adding units, and the counts per state.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Transaction};
+
+use crate::{api::Product, error::Result};
+
+/// Most units one request may create; bigger stock is added in several calls.
+pub const MAX_UNITS_PER_CALL: i64 = 1_000_000;
+
+#[derive(sqlx::FromRow)]
+struct ProductRow {
+    id: i64,
+    name: String,
+    price: i64,
+    created_at: DateTime<Utc>,
+    units_total: i64,
+    available: i64,
+    reserved: i64,
+    sold: i64,
+}
+
+impl From<ProductRow> for Product {
+    fn from(r: ProductRow) -> Self {
+        Product {
+            id: r.id,
+            name: r.name,
+            price: r.price,
+            units_total: r.units_total,
+            available: r.available,
+            reserved: r.reserved,
+            sold: r.sold,
+            created_at: r.created_at,
+        }
+    }
+}
+
+async fn insert_units(
+    tx: &mut Transaction<'_, Postgres>,
+    product_id: i64,
+    count: i64,
+) -> Result<()> {
+    sqlx::query(
+        r#"
+        INSERT INTO product_stock (product_id)
+        SELECT $1 FROM generate_series(1, $2)
+        "#,
+    )
+    .bind(product_id)
+    .bind(count)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Creates a product and its units in one transaction: it exists with all its stock or not at all.
+#[tracing::instrument(skip_all, fields(units))]
+pub async fn create_product(pool: &PgPool, name: &str, price: i64, units: i64) -> Result<Product> {
+    let mut tx = pool.begin().await?;
+    let id: i64 = sqlx::query_scalar(
+        r#"
+        INSERT INTO products (name, price)
+        VALUES ($1, $2)
+        RETURNING id
+        "#,
+    )
+    .bind(name)
+    .bind(price)
+    .fetch_one(&mut *tx)
+    .await?;
+    insert_units(&mut tx, id, units).await?;
+    tx.commit().await?;
+    product(pool, id)
+        .await?
+        .ok_or_else(|| crate::error::Error::Invariant("created product vanished".into()))
+}
+
+/// Adds `count` AVAILABLE units; `None` when the product does not exist.
+#[tracing::instrument(skip_all, fields(product_id, count))]
+pub async fn add_units(pool: &PgPool, product_id: i64, count: i64) -> Result<Option<Product>> {
+    let mut tx = pool.begin().await?;
+    let exists: Option<i64> = sqlx::query_scalar(
+        r#"
+        SELECT id FROM products WHERE id = $1
+        "#,
+    )
+    .bind(product_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    insert_units(&mut tx, product_id, count).await?;
+    tx.commit().await?;
+    product(pool, product_id).await
+}
+
+/// One product with its counts.
+pub async fn product(pool: &PgPool, product_id: i64) -> Result<Option<Product>> {
+    let row = sqlx::query_as::<_, ProductRow>(
+        r#"
+        SELECT p.id, p.name, p.price, p.created_at,
+               COUNT(s.id) AS units_total,
+               COUNT(s.id) FILTER (WHERE s.state = 'AVAILABLE') AS available,
+               COUNT(s.id) FILTER (WHERE s.state = 'RESERVED') AS reserved,
+               COUNT(s.id) FILTER (WHERE s.state = 'SOLD') AS sold
+        FROM products p
+        LEFT JOIN product_stock s ON s.product_id = p.id
+        WHERE p.id = $1
+        GROUP BY p.id
+        "#,
+    )
+    .bind(product_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(Product::from))
+}
+
+/// Every product with its counts, oldest first.
+pub async fn list_products(pool: &PgPool) -> Result<Vec<Product>> {
+    let rows = sqlx::query_as::<_, ProductRow>(
+        r#"
+        SELECT p.id, p.name, p.price, p.created_at,
+               COUNT(s.id) AS units_total,
+               COUNT(s.id) FILTER (WHERE s.state = 'AVAILABLE') AS available,
+               COUNT(s.id) FILTER (WHERE s.state = 'RESERVED') AS reserved,
+               COUNT(s.id) FILTER (WHERE s.state = 'SOLD') AS sold
+        FROM products p
+        LEFT JOIN product_stock s ON s.product_id = p.id
+        GROUP BY p.id
+        ORDER BY p.id
+        "#,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(Product::from).collect())
+}
+
+/// Units AVAILABLE now (read from the partial index alone); `None` for an unknown product.
+pub async fn availability(pool: &PgPool, product_id: i64) -> Result<Option<i64>> {
+    let available: Option<i64> = sqlx::query_scalar(
+        r#"
+        SELECT (SELECT COUNT(*) FROM product_stock s WHERE s.product_id = p.id AND s.state = 'AVAILABLE')
+        FROM products p
+        WHERE p.id = $1
+        "#,
+    )
+    .bind(product_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(available)
+}
+
+/// What a claim that found nothing needs to know: does the product exist, and is any
+/// unit AVAILABLE (locked by an in-flight transaction that may yet give it back)?
+pub async fn probe(pool: &PgPool, product_id: i64) -> Result<Option<bool>> {
+    let any: Option<bool> = sqlx::query_scalar(
+        r#"
+        SELECT EXISTS (SELECT 1 FROM product_stock s WHERE s.product_id = p.id AND s.state = 'AVAILABLE')
+        FROM products p
+        WHERE p.id = $1
+        "#,
+    )
+    .bind(product_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(any)
+}

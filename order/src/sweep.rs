@@ -1,0 +1,109 @@
+//! The expiry sweep: returns the units of reservations past their deadline to
+//! AVAILABLE, in bounded batches that several instances can run at once.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use sqlx::PgPool;
+use tokio_cron_scheduler::{Job, JobScheduler};
+
+use crate::error::{Error, Result};
+
+/// Expires up to `batch` due reservations in one transaction and returns how many units
+/// went back on sale. Rows are claimed with `SKIP LOCKED`: a reservation being
+/// confirmed or cancelled right now, or swept by another instance, is left to them.
+#[tracing::instrument(skip_all, fields(batch))]
+pub async fn sweep_batch(pool: &PgPool, batch: i64) -> Result<u64> {
+    let mut tx = pool.begin().await?;
+    let (expired, released): (i64, i64) = sqlx::query_as(
+        r#"
+        WITH due AS (
+            SELECT id
+            FROM reservations
+            WHERE state = 'RESERVED' AND expires_at <= now()
+            ORDER BY expires_at
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), expired AS (
+            UPDATE reservations r
+            SET state = 'EXPIRED', updated_at = now()
+            FROM due
+            WHERE r.id = due.id
+            RETURNING r.unit_id
+        ), released AS (
+            UPDATE product_stock s
+            SET state = 'AVAILABLE', updated_at = now()
+            FROM expired
+            WHERE s.id = expired.unit_id AND s.state = 'RESERVED'
+            RETURNING s.id
+        )
+        SELECT (SELECT COUNT(*) FROM expired), (SELECT COUNT(*) FROM released)
+        "#,
+    )
+    .bind(batch)
+    .fetch_one(&mut *tx)
+    .await?;
+    if expired != released {
+        // Dropping the transaction rolls the batch back: nothing half-done is kept.
+        return Err(Error::Invariant(format!(
+            "sweep expired {expired} reservations but released {released} units"
+        )));
+    }
+    tx.commit().await?;
+    let released = u64::try_from(released).unwrap_or(0);
+    metrics::counter!("order_units_returned_total", "reason" => "expired").increment(released);
+    Ok(released)
+}
+
+/// One sweep run: batches until one comes back short, at most `max_batches` of them, so
+/// a backlog is worked off over several runs instead of one unbounded one.
+pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
+    let start = Instant::now();
+    let mut total = 0;
+    for _ in 0..max_batches {
+        let n = sweep_batch(pool, batch).await?;
+        total += n;
+        if n < u64::try_from(batch).unwrap_or(u64::MAX) {
+            break;
+        }
+    }
+    metrics::histogram!("order_sweep_seconds").record(start.elapsed().as_secs_f64());
+    if total > 0 {
+        tracing::info!(units_returned = total, "expired reservations swept");
+    }
+    Ok(total)
+}
+
+/// Schedules the sweep every `interval`. A run still going when the next is due is not
+/// doubled: the later tick is skipped.
+pub async fn start(
+    pool: PgPool,
+    interval: Duration,
+    batch: i64,
+    max_batches: u32,
+) -> anyhow::Result<JobScheduler> {
+    let scheduler = JobScheduler::new().await?;
+    let running = Arc::new(AtomicBool::new(false));
+    let job = Job::new_repeated_async(interval, move |_id, _lock| {
+        let pool = pool.clone();
+        let running = running.clone();
+        Box::pin(async move {
+            if running.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            if let Err(e) = sweep(&pool, batch, max_batches).await {
+                metrics::counter!("order_sweep_errors_total").increment(1);
+                tracing::warn!(error = %e, "expiry sweep failed; the next run retries");
+            }
+            running.store(false, Ordering::Release);
+        })
+    })?;
+    scheduler.add(job).await?;
+    scheduler.start().await?;
+    Ok(scheduler)
+}
