@@ -1,1 +1,181 @@
-//! The gate service (placeholder until its issue lands).
+//! The gate: admits at most as many buyers per product as there are units, with signed
+//! passes drawn from a shared quota in Redis, and keeps answering without Redis.
+
+pub mod admission;
+pub mod api;
+pub mod auth;
+pub mod bench;
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod health;
+pub mod keys;
+pub mod local;
+pub mod recompute;
+pub mod routes;
+pub mod scripts;
+pub mod store;
+
+use std::{future::Future, sync::Arc};
+
+use axum::{
+    extract::FromRef,
+    routing::{get, post},
+    Router,
+};
+use order::client::OrderClient;
+use paysaga_common::{auth::Verifier, pass::PassSigner, server};
+use tokio::net::TcpListener;
+use tokio_cron_scheduler::{Job, JobScheduler};
+use utoipa::{
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+    Modify, OpenApi,
+};
+
+pub use crate::config::Config;
+use crate::{
+    admission::{Gate, Policy},
+    auth::BuyerAuth,
+    recompute::Recompute,
+    store::QuotaStore,
+};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub gate: Arc<Gate>,
+    pub auth: Arc<BuyerAuth>,
+    pub verifier: Arc<Verifier>,
+    pub recompute: Arc<Recompute>,
+}
+
+impl FromRef<AppState> for Arc<Verifier> {
+    fn from_ref(s: &AppState) -> Self {
+        s.verifier.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<BuyerAuth> {
+    fn from_ref(s: &AppState) -> Self {
+        s.auth.clone()
+    }
+}
+
+impl AppState {
+    /// Builds the state. Redis is connected lazily, so a gate starts (degraded) even
+    /// while Redis is down.
+    pub async fn connect(config: &Config) -> anyhow::Result<Self> {
+        let verifier = Arc::new(Verifier::from_env()?);
+        Ok(Self::with_verifier(config, verifier)?)
+    }
+
+    pub fn with_verifier(config: &Config, verifier: Arc<Verifier>) -> error::Result<Self> {
+        let store = QuotaStore::new(
+            &config.redis_url,
+            &config.redis_prefix,
+            config.redis_timeout,
+        )?;
+        let policy = Policy {
+            pass_ttl: config.pass_ttl,
+            sold_out_cache: config.sold_out_cache,
+            fallback_instances: config.fallback_instances,
+        };
+        let gate = Arc::new(Gate::new(
+            store,
+            PassSigner::new(config.pass_signing_key.clone()),
+            policy,
+        ));
+        let order = OrderClient::new(
+            config.order_url.clone(),
+            paysaga_common::auth::service_token_from_env("gate"),
+            config.order_timeout,
+        );
+        let recompute = Arc::new(Recompute::new(
+            gate.clone(),
+            order,
+            config.clock_skew.as_secs() as i64,
+        ));
+        let auth = Arc::new(BuyerAuth::new(verifier.clone(), config.auth_cache_capacity));
+        Ok(Self {
+            gate,
+            auth,
+            verifier,
+            recompute,
+        })
+    }
+}
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer = || {
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            )
+        };
+        components.add_security_scheme("buyer", bearer());
+        components.add_security_scheme("service", bearer());
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "paysaga gate", description = "Admission passes for limited drops; see docs/gate.md."),
+    paths(routes::issue_pass, routes::quota),
+    components(schemas(api::IssuePass, api::PassIssued, api::QuotaView, paysaga_common::ErrorBody)),
+    modifiers(&Security)
+)]
+pub struct ApiDoc;
+
+pub fn app(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/v1/passes", post(routes::issue_pass))
+        .route("/v1/quota/{product_id}", get(routes::quota))
+        .route("/readyz", get(routes::readyz))
+        .with_state(state);
+    server::finish(api, ApiDoc::openapi())
+}
+
+/// Computes the quota once, starts the recompute job, serves until `shutdown`, then
+/// stops the job.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state = AppState::connect(&config).await?;
+    serve_state(state, config, listener, shutdown).await
+}
+
+/// [`run`] with a state built by the caller (tests share a verifier or inspect it).
+pub async fn serve_state(
+    state: AppState,
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let first = state.recompute.run_once().await;
+    tracing::info!(?first, addr = ?listener.local_addr().ok(), "gate starting");
+    let mut scheduler = JobScheduler::new().await?;
+    let job = state.recompute.clone();
+    scheduler
+        .add(Job::new_repeated_async(
+            config.recompute_interval,
+            move |_id, _lock| {
+                let job = job.clone();
+                Box::pin(async move {
+                    job.run_once().await;
+                })
+            },
+        )?)
+        .await?;
+    scheduler.start().await?;
+    let served = server::serve(listener, app(state), shutdown).await;
+    scheduler.shutdown().await?;
+    served?;
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! Benchmark core (filled in below).

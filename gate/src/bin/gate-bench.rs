@@ -1,0 +1,3 @@
+//! `cargo run --release -p gate --bin gate-bench`: the gate benchmark (see gate::bench).
+
+fn main() {}

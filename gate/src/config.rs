@@ -1,0 +1,138 @@
+//! The gate's typed configuration, read from the environment.
+
+use std::time::Duration;
+
+use ed25519_dalek::SigningKey;
+use paysaga_common::{
+    config::{self, ConfigError, LogFormat},
+    keys::{signing_key_from_env, DevKey},
+};
+
+/// Everything the gate reads from the environment. Names and defaults are listed in
+/// `docs/gate.md`.
+#[derive(Clone)]
+pub struct Config {
+    pub redis_url: String,
+    /// Namespace of every Redis key (`paysaga:` by default).
+    pub redis_prefix: String,
+    pub order_url: String,
+    pub listen_addr: String,
+    pub log_format: LogFormat,
+    pub pass_signing_key: SigningKey,
+    /// How long a pass stays valid (and counts against the quota) after issue.
+    pub pass_ttl: Duration,
+    /// How often the quota recompute job runs.
+    pub recompute_interval: Duration,
+    /// How long a local "sold out" mark answers without asking Redis.
+    pub sold_out_cache: Duration,
+    /// Upper bound on any single Redis command, so a dead Redis never stalls a buyer.
+    pub redis_timeout: Duration,
+    /// Timeout of a call to the order service (the recompute job only).
+    pub order_timeout: Duration,
+    /// Allowed clock difference between gate and order: passes stay "in flight" this
+    /// long after their expiry before their unit returns to the quota.
+    pub clock_skew: Duration,
+    /// Without Redis, each instance admits at most `last known quota / this` per product.
+    pub fallback_instances: i64,
+    /// Verified buyer tokens kept in memory (0 disables the cache).
+    pub auth_cache_capacity: usize,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("redis_url", &self.redis_url)
+            .field("redis_prefix", &self.redis_prefix)
+            .field("order_url", &self.order_url)
+            .field("listen_addr", &self.listen_addr)
+            .field("pass_signing_key", &"<redacted>")
+            .field("pass_ttl", &self.pass_ttl)
+            .field("recompute_interval", &self.recompute_interval)
+            .field("sold_out_cache", &self.sold_out_cache)
+            .field("fallback_instances", &self.fallback_instances)
+            .finish_non_exhaustive()
+    }
+}
+
+fn positive<T: PartialOrd + Default + std::fmt::Display>(
+    name: &str,
+    v: T,
+) -> Result<T, ConfigError> {
+    if v > T::default() {
+        Ok(v)
+    } else {
+        Err(ConfigError {
+            name: name.into(),
+            value: v.to_string(),
+            reason: "must be greater than zero".into(),
+        })
+    }
+}
+
+fn nonzero(name: &str, d: Duration) -> Result<Duration, ConfigError> {
+    if d.is_zero() {
+        Err(ConfigError {
+            name: name.into(),
+            value: "0".into(),
+            reason: "must be greater than zero".into(),
+        })
+    } else {
+        Ok(d)
+    }
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Self {
+            redis_url: config::string("REDIS_URL", "redis://127.0.0.1:6379/"),
+            redis_prefix: config::string("REDIS_PREFIX", "paysaga:"),
+            order_url: config::string("ORDER_URL", "http://127.0.0.1:8084"),
+            listen_addr: config::string("LISTEN_ADDR", "127.0.0.1:8085"),
+            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+            pass_signing_key: signing_key_from_env("PASS_SIGNING_KEY", DevKey::Passes)?,
+            pass_ttl: Duration::from_secs(positive(
+                "PASS_TTL_SECS",
+                config::parse("PASS_TTL_SECS", 60u64)?,
+            )?),
+            recompute_interval: nonzero(
+                "RECOMPUTE_INTERVAL_MS",
+                config::millis("RECOMPUTE_INTERVAL_MS", Duration::from_secs(2))?,
+            )?,
+            sold_out_cache: config::millis("SOLD_OUT_CACHE_MS", Duration::from_millis(1000))?,
+            redis_timeout: nonzero(
+                "REDIS_TIMEOUT_MS",
+                config::millis("REDIS_TIMEOUT_MS", Duration::from_millis(250))?,
+            )?,
+            order_timeout: nonzero(
+                "ORDER_TIMEOUT_MS",
+                config::millis("ORDER_TIMEOUT_MS", Duration::from_secs(2))?,
+            )?,
+            clock_skew: Duration::from_secs(config::parse("CLOCK_SKEW_SECS", 2u64)?),
+            fallback_instances: positive(
+                "FALLBACK_INSTANCES",
+                config::parse("FALLBACK_INSTANCES", 1i64)?,
+            )?,
+            auth_cache_capacity: config::parse("AUTH_CACHE_CAPACITY", 100_000usize)?,
+        })
+    }
+
+    /// Defaults with the given Redis and order service, for tests and benchmarks.
+    pub fn local(redis_url: &str, redis_prefix: &str, order_url: &str) -> Self {
+        Self {
+            redis_url: redis_url.to_owned(),
+            redis_prefix: redis_prefix.to_owned(),
+            order_url: order_url.to_owned(),
+            listen_addr: "127.0.0.1:0".into(),
+            log_format: LogFormat::Pretty,
+            pass_signing_key: DevKey::Passes.signing_key(),
+            pass_ttl: Duration::from_secs(60),
+            recompute_interval: Duration::from_secs(2),
+            sold_out_cache: Duration::from_millis(1000),
+            redis_timeout: Duration::from_millis(250),
+            order_timeout: Duration::from_secs(2),
+            clock_skew: Duration::from_secs(2),
+            fallback_instances: 1,
+            auth_cache_capacity: 100_000,
+        }
+    }
+}

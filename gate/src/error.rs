@@ -1,0 +1,79 @@
+//! The gate's error type and how each variant answers over HTTP.
+
+use axum::{
+    http::{header::RETRY_AFTER, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+};
+use paysaga_common::{error::internal_error_response, ApiError};
+
+use crate::api::codes;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: {}", .0.code, .0.message)]
+    Api(ApiError),
+    #[error("product {0} is sold out")]
+    SoldOut(i64),
+    #[error("product id must be a positive integer")]
+    InvalidProductId,
+    #[error("product {0} not found")]
+    ProductNotFound(i64),
+    #[error("{0}")]
+    QuotaUnavailable(&'static str),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis did not answer within {0:?}")]
+    RedisTimeout(std::time::Duration),
+    #[error("unexpected answer from a redis script: {0}")]
+    ScriptReply(String),
+}
+
+impl From<ApiError> for Error {
+    fn from(e: ApiError) -> Self {
+        Error::Api(e)
+    }
+}
+
+impl Error {
+    /// Whether this error means Redis could not be used (as opposed to a real answer).
+    pub fn is_redis_outage(&self) -> bool {
+        matches!(
+            self,
+            Error::Redis(_) | Error::RedisTimeout(_) | Error::ScriptReply(_)
+        )
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        match self {
+            Error::Api(e) => e.into_response(),
+            Error::SoldOut(_) => {
+                ApiError::conflict(codes::SOLD_OUT, "no units left for this product")
+                    .into_response()
+            }
+            Error::InvalidProductId => ApiError::unprocessable(
+                codes::INVALID_PRODUCT_ID,
+                "product_id must be a positive integer",
+            )
+            .into_response(),
+            Error::ProductNotFound(_) => {
+                ApiError::not_found(codes::PRODUCT_NOT_FOUND, "no such product").into_response()
+            }
+            Error::QuotaUnavailable(why) => {
+                let mut r = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    codes::QUOTA_UNAVAILABLE,
+                    why,
+                )
+                .into_response();
+                r.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                r
+            }
+            other => internal_error_response(&other),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The scheduled quota recompute: for every product the order service lists, quota =
+//! available units - passes in flight, set atomically in Redis. It also returns units
+//! of expired passes, restores the shared quota after an outage, and reports drift.
+
+use std::{sync::Arc, time::Instant};
+
+use futures::future::join_all;
+use order::client::OrderClient;
+use tokio::sync::Mutex;
+
+use crate::{
+    admission::{unix_now, Gate},
+    error::Result,
+    local::ProductLocal,
+    store::Recomputed,
+};
+
+/// What one run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunReport {
+    /// Products whose quota was set.
+    pub recomputed: usize,
+    /// Products whose quota could not be set (Redis failed).
+    pub failed: usize,
+    /// The product list could not be fetched; nothing was recomputed.
+    pub catalogue_failed: bool,
+    /// Another run was still going; this one did nothing.
+    pub skipped: bool,
+    /// This run brought the gate back from the fallback limiter.
+    pub recovered: bool,
+}
+
+pub struct Recompute {
+    gate: Arc<Gate>,
+    order: OrderClient,
+    skew_secs: i64,
+    running: Mutex<()>,
+}
+
+impl Recompute {
+    pub fn new(gate: Arc<Gate>, order: OrderClient, skew_secs: i64) -> Self {
+        Self {
+            gate,
+            order,
+            skew_secs,
+            running: Mutex::new(()),
+        }
+    }
+
+    #[tracing::instrument(skip_all)]
+    pub async fn run_once(&self) -> RunReport {
+        let Ok(_guard) = self.running.try_lock() else {
+            return RunReport {
+                skipped: true,
+                ..RunReport::default()
+            };
+        };
+        let started = Instant::now();
+        // Read the clock before asking for availability: any pass that expired before
+        // this moment (less the skew) could only have been used before it, so its unit
+        // is already counted in the availability we are about to read.
+        let cutoff = unix_now() - self.skew_secs;
+        let products = match self.order.list_products().await {
+            Ok(answer) => answer.body,
+            Err(e) => {
+                tracing::warn!(error = %e, "quota recompute: product list unavailable; quotas left as they are");
+                metrics::counter!("gate_recompute_runs_total", "result" => "catalogue_failed")
+                    .increment(1);
+                if let Err(e) = self.gate.store.ping().await {
+                    self.gate.health.degrade(&e);
+                }
+                return RunReport {
+                    catalogue_failed: true,
+                    ..RunReport::default()
+                };
+            }
+        };
+        let listed: Vec<(i64, i64)> = products.iter().map(|p| (p.id, p.available)).collect();
+        self.gate
+            .products
+            .set_catalogue(&listed, self.gate.policy().fallback_instances);
+
+        let results = join_all(
+            listed
+                .iter()
+                .map(|&(id, available)| self.one(id, available, cutoff)),
+        )
+        .await;
+        let mut report = RunReport::default();
+        for r in results {
+            match r {
+                Ok(()) => report.recomputed += 1,
+                Err(e) => {
+                    report.failed += 1;
+                    if e.is_redis_outage() {
+                        self.gate.health.degrade(&e);
+                    } else {
+                        tracing::warn!(error = %e, "quota recompute failed for a product");
+                    }
+                }
+            }
+        }
+        if report.failed == 0 && self.gate.health.recover() {
+            for (_, p) in self.gate.products.all() {
+                p.reset_fallback();
+            }
+            report.recovered = true;
+        }
+        let result = if report.failed == 0 {
+            "ok"
+        } else {
+            "redis_failed"
+        };
+        metrics::counter!("gate_recompute_runs_total", "result" => result).increment(1);
+        metrics::histogram!("gate_recompute_seconds").record(started.elapsed().as_secs_f64());
+        report
+    }
+
+    #[tracing::instrument(skip_all, fields(product_id, available))]
+    async fn one(&self, product_id: i64, available: i64, cutoff: i64) -> Result<()> {
+        let local = self.gate.products.get_or_insert(product_id);
+        let resync = local.unsynced(cutoff);
+        let mut r = self
+            .gate
+            .store
+            .recompute(product_id, available, cutoff, unix_now(), &resync)
+            .await?;
+        let mut written = resync;
+        if r.old.is_none() {
+            // Redis lost (or never had) this product: put back every live pass this
+            // instance issued, so they count as in flight again.
+            let live = local.live(cutoff);
+            if !live.is_empty() {
+                r = self
+                    .gate
+                    .store
+                    .recompute(product_id, available, cutoff, unix_now(), &live)
+                    .await?;
+                written = live;
+            }
+        }
+        local.synced(&written, cutoff);
+        self.apply(product_id, available, &local, r);
+        Ok(())
+    }
+
+    fn apply(&self, product_id: i64, available: i64, local: &ProductLocal, r: Recomputed) {
+        let id = product_id.to_string();
+        local.set_last_quota(r.new);
+        if r.new == 0 {
+            let until = Instant::now() + self.gate.policy().sold_out_cache;
+            if !self.gate.policy().sold_out_cache.is_zero() {
+                local.set_sold_out(until, r.holders);
+            }
+        } else {
+            local.clear_sold_out();
+        }
+        metrics::gauge!("gate_quota", "product_id" => id.clone()).set(r.new as f64);
+        metrics::gauge!("gate_in_flight", "product_id" => id.clone()).set(r.in_flight as f64);
+        match r.old {
+            Some(old) => {
+                let drift = r.new - old;
+                metrics::gauge!("gate_quota_drift", "product_id" => id).set(drift as f64);
+                metrics::counter!("gate_quota_drift_units_total").increment(drift.unsigned_abs());
+                if drift != 0 {
+                    tracing::info!(
+                        product_id,
+                        old,
+                        new = r.new,
+                        in_flight = r.in_flight,
+                        available,
+                        drift,
+                        "quota drift corrected"
+                    );
+                }
+            }
+            None => {
+                tracing::info!(
+                    product_id,
+                    new = r.new,
+                    in_flight = r.in_flight,
+                    available,
+                    "quota initialised"
+                );
+            }
+        }
+    }
+}

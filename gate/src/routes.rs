@@ -1,0 +1,112 @@
+//! The HTTP handlers: pass issue (buyers), quota view (services), readiness.
+
+use axum::{extract::State, http::StatusCode, response::Response};
+use paysaga_common::{
+    auth::Service,
+    error::ErrorBody,
+    extract::{Json, Path},
+    server::readiness,
+};
+
+use crate::{
+    admission::{unix_now, Grant},
+    api::{IssuePass, PassIssued, QuotaView},
+    auth::CachedBuyer,
+    error::{Error, Result},
+    AppState,
+};
+
+/// Grant a pass for one unit of a product (one live pass per member and product).
+#[utoipa::path(
+    post,
+    path = "/v1/passes",
+    request_body = IssuePass,
+    responses(
+        (status = 201, description = "A pass: new, or the member's live one again", body = PassIssued),
+        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: a service credential", body = ErrorBody),
+        (status = 404, description = "PRODUCT_NOT_FOUND", body = ErrorBody),
+        (status = 409, description = "SOLD_OUT", body = ErrorBody),
+        (status = 422, description = "INVALID_PRODUCT_ID / INVALID_BODY", body = ErrorBody),
+        (status = 503, description = "QUOTA_UNAVAILABLE: retry (never means sold out)", body = ErrorBody),
+    ),
+    security(("buyer" = []))
+)]
+#[tracing::instrument(skip_all, fields(product_id = tracing::field::Empty, member = tracing::field::Empty))]
+pub async fn issue_pass(
+    State(state): State<AppState>,
+    CachedBuyer(member): CachedBuyer,
+    Json(req): Json<IssuePass>,
+) -> Result<(StatusCode, Json<PassIssued>)> {
+    let span = tracing::Span::current();
+    span.record("product_id", req.product_id);
+    span.record("member", member.as_str());
+    if req.product_id <= 0 {
+        return Err(Error::InvalidProductId);
+    }
+    let grant: Grant = state.gate.admit(req.product_id, &member).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(state.gate.sign(req.product_id, &member, grant.exp())),
+    ))
+}
+
+/// The shared quota of a product and its passes in flight.
+#[utoipa::path(
+    get,
+    path = "/v1/quota/{product_id}",
+    params(("product_id" = i64, Path)),
+    responses(
+        (status = 200, body = QuotaView),
+        (status = 400, description = "INVALID_PATH", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: a buyer token", body = ErrorBody),
+        (status = 404, description = "PRODUCT_NOT_FOUND", body = ErrorBody),
+        (status = 503, description = "QUOTA_UNAVAILABLE: Redis unreachable", body = ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(product_id = tracing::field::Empty))]
+pub async fn quota(
+    State(state): State<AppState>,
+    Service(_caller): Service,
+    Path(product_id): Path<i64>,
+) -> Result<Json<QuotaView>> {
+    tracing::Span::current().record("product_id", product_id);
+    if product_id <= 0 {
+        return Err(Error::InvalidProductId);
+    }
+    match state.gate.store.read(product_id, unix_now()).await {
+        Ok(Some((quota, in_flight))) => Ok(Json(QuotaView {
+            product_id,
+            quota,
+            in_flight,
+        })),
+        Ok(None) => {
+            let listed = state
+                .gate
+                .products
+                .get(product_id)
+                .is_some_and(|p| p.in_catalogue());
+            if listed || !state.gate.products.catalogue_loaded() {
+                Err(Error::QuotaUnavailable(
+                    "the shared quota for this product is not computed yet",
+                ))
+            } else {
+                Err(Error::ProductNotFound(product_id))
+            }
+        }
+        Err(e) if e.is_redis_outage() => {
+            state.gate.health.degrade(&e);
+            Err(Error::QuotaUnavailable("the shared quota is unreachable"))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Ready while the gate can answer; `degraded` while it runs on the fallback limiter.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    readiness(
+        vec![("shared_quota", Ok(()))],
+        state.gate.health.is_degraded(),
+    )
+}

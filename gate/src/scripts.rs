@@ -1,0 +1,86 @@
+//! The Lua scripts that own every change to the shared quota. Each runs atomically in
+//! Redis, so a pass issue and a recompute never interleave.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// KEYS: quota, holders. ARGV: member, now, expiry (unix seconds).
+/// Returns `{1, exp, -1}` the member's live pass, `{2, exp, remaining}` a new pass,
+/// `{0, 0, quota}` no quota, `{3, 0, 0}` no quota key (not a sold-out answer).
+pub static ISSUE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local held = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if held and tonumber(held) > tonumber(ARGV[2]) then
+  return {1, tonumber(held), -1}
+end
+local q = redis.call('GET', KEYS[1])
+if not q then
+  return {3, 0, 0}
+end
+q = tonumber(q)
+if q <= 0 then
+  return {0, 0, q}
+end
+q = redis.call('DECR', KEYS[1])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return {2, tonumber(ARGV[3]), q}
+"#,
+    )
+});
+
+/// KEYS: quota, holders. ARGV: available (from the order service, read before this
+/// runs), cutoff (passes expiring before it can no longer be used and are dropped),
+/// now, then pairs of member, expiry for passes this instance issued that Redis may
+/// not know (issued without Redis, or lost with it).
+/// Sets quota = max(0, available - in flight) and returns
+/// `{old quota or -1 when absent, new quota, in flight, live holders if new is 0}`.
+pub static RECOMPUTE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[2])
+for i = 4, #ARGV, 2 do
+  if tonumber(ARGV[i + 1]) >= tonumber(ARGV[2]) then
+    redis.call('ZADD', KEYS[2], 'GT', ARGV[i + 1], ARGV[i])
+  end
+end
+local inflight = redis.call('ZCARD', KEYS[2])
+local old = redis.call('GET', KEYS[1])
+local new = tonumber(ARGV[1]) - inflight
+if new < 0 then new = 0 end
+redis.call('SET', KEYS[1], new)
+local live = {}
+if new == 0 then
+  live = redis.call('ZRANGE', KEYS[2], '(' .. ARGV[3], '+inf', 'BYSCORE', 'WITHSCORES')
+end
+if old then old = tonumber(old) else old = -1 end
+return {old, new, inflight, live}
+"#,
+    )
+});
+
+/// KEYS: quota, holders. ARGV: now. Returns `{quota or -1, live holders if quota is 0}`,
+/// read together so a sold-out mark never misses a pass issued before it.
+pub static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local q = redis.call('GET', KEYS[1])
+if not q then return {-1, {}} end
+q = tonumber(q)
+if q > 0 then return {q, {}} end
+return {q, redis.call('ZRANGE', KEYS[2], '(' .. ARGV[1], '+inf', 'BYSCORE', 'WITHSCORES')}
+"#,
+    )
+});
+
+/// KEYS: quota, holders. ARGV: now. Returns `{quota or -1, live passes}`.
+pub static READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local q = redis.call('GET', KEYS[1])
+if not q then return {-1, 0} end
+return {tonumber(q), redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], '+inf')}
+"#,
+    )
+});

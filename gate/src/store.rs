@@ -1,0 +1,232 @@
+//! The shared quota in Redis: a connection that reconnects on its own, a hard timeout
+//! on every call, and typed answers from the scripts.
+
+use std::{future::Future, time::Duration};
+
+use redis::{
+    aio::{ConnectionManager, ConnectionManagerConfig},
+    Value,
+};
+
+use crate::{
+    error::{Error, Result},
+    keys::ProductKeys,
+    scripts,
+};
+
+/// What the issue script decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IssueOutcome {
+    /// The member already holds a live pass expiring at `exp`.
+    Existing { exp: i64 },
+    /// A new pass expiring at `exp`; `remaining` passes are left.
+    Issued { exp: i64, remaining: i64 },
+    /// The quota is used up.
+    NoQuota,
+    /// Redis has no quota for this product (never computed, or Redis lost its data).
+    Unknown,
+}
+
+/// What the recompute script did for one product.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recomputed {
+    /// The quota before, `None` when the key was absent.
+    pub old: Option<i64>,
+    pub new: i64,
+    pub in_flight: i64,
+    /// Live holders (member, expiry), returned only when the new quota is 0.
+    pub holders: Vec<(String, i64)>,
+}
+
+/// Quota and live holders read together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub quota: Option<i64>,
+    pub holders: Vec<(String, i64)>,
+}
+
+#[derive(Clone)]
+pub struct QuotaStore {
+    conn: ConnectionManager,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl QuotaStore {
+    /// Does not connect: the first command does, so the gate starts (degraded) even
+    /// when Redis is down.
+    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Self {
+            conn,
+            prefix: prefix.to_owned(),
+            timeout,
+        })
+    }
+
+    pub fn keys(&self, product_id: i64) -> ProductKeys {
+        ProductKeys::new(&self.prefix, product_id)
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    async fn bounded<T>(&self, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(r) => r.map_err(Error::from),
+            Err(_) => Err(Error::RedisTimeout(self.timeout)),
+        }
+    }
+
+    pub async fn issue(
+        &self,
+        product_id: i64,
+        member: &str,
+        now: i64,
+        exp: i64,
+    ) -> Result<IssueOutcome> {
+        let k = self.keys(product_id);
+        let mut conn = self.conn.clone();
+        let mut inv = scripts::ISSUE.key(&k.quota);
+        inv.key(&k.holders).arg(member).arg(now).arg(exp);
+        let v: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        match v.as_slice() {
+            [1, exp, _] => Ok(IssueOutcome::Existing { exp: *exp }),
+            [2, exp, remaining] => Ok(IssueOutcome::Issued {
+                exp: *exp,
+                remaining: *remaining,
+            }),
+            [0, _, _] => Ok(IssueOutcome::NoQuota),
+            [3, _, _] => Ok(IssueOutcome::Unknown),
+            other => Err(Error::ScriptReply(format!("issue returned {other:?}"))),
+        }
+    }
+
+    /// Sets the quota from `available` (read from the order service at `cutoff +
+    /// skew`), re-adding `resync` passes Redis may not know.
+    pub async fn recompute(
+        &self,
+        product_id: i64,
+        available: i64,
+        cutoff: i64,
+        now: i64,
+        resync: &[(String, i64)],
+    ) -> Result<Recomputed> {
+        let k = self.keys(product_id);
+        let mut conn = self.conn.clone();
+        let mut inv = scripts::RECOMPUTE.key(&k.quota);
+        inv.key(&k.holders).arg(available).arg(cutoff).arg(now);
+        for (member, exp) in resync {
+            inv.arg(member).arg(*exp);
+        }
+        let v: Value = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let parts = array(&v)?;
+        let [old, new, in_flight, live] = parts else {
+            return Err(Error::ScriptReply(format!("recompute returned {v:?}")));
+        };
+        let old = int(old)?;
+        Ok(Recomputed {
+            old: (old >= 0).then_some(old),
+            new: int(new)?,
+            in_flight: int(in_flight)?,
+            holders: pairs(live)?,
+        })
+    }
+
+    pub async fn snapshot(&self, product_id: i64, now: i64) -> Result<Snapshot> {
+        let k = self.keys(product_id);
+        let mut conn = self.conn.clone();
+        let mut inv = scripts::SNAPSHOT.key(&k.quota);
+        inv.key(&k.holders).arg(now);
+        let v: Value = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let [q, live] = array(&v)? else {
+            return Err(Error::ScriptReply(format!("snapshot returned {v:?}")));
+        };
+        let q = int(q)?;
+        Ok(Snapshot {
+            quota: (q >= 0).then_some(q),
+            holders: pairs(live)?,
+        })
+    }
+
+    /// `(quota, live passes)`, or `None` when Redis holds no quota for the product.
+    pub async fn read(&self, product_id: i64, now: i64) -> Result<Option<(i64, i64)>> {
+        let k = self.keys(product_id);
+        let mut conn = self.conn.clone();
+        let mut inv = scripts::READ.key(&k.quota);
+        inv.key(&k.holders).arg(now);
+        let v: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        match v.as_slice() {
+            [-1, _] => Ok(None),
+            [q, n] => Ok(Some((*q, *n))),
+            other => Err(Error::ScriptReply(format!("read returned {other:?}"))),
+        }
+    }
+
+    /// Sets a product's quota directly. For seeding benchmarks and operator repair; the
+    /// recompute job overwrites it from the order service's availability.
+    pub async fn set_quota(&self, product_id: i64, quota: i64) -> Result<()> {
+        let k = self.keys(product_id);
+        let mut conn = self.conn.clone();
+        self.bounded(
+            redis::cmd("SET")
+                .arg(&k.quota)
+                .arg(quota)
+                .query_async::<()>(&mut conn),
+        )
+        .await
+    }
+
+    /// `PING`, bounded by the timeout.
+    pub async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        self.bounded(redis::cmd("PING").query_async::<()>(&mut conn))
+            .await
+    }
+}
+
+fn array(v: &Value) -> Result<&[Value]> {
+    match v {
+        Value::Array(items) => Ok(items),
+        other => Err(Error::ScriptReply(format!(
+            "expected an array, got {other:?}"
+        ))),
+    }
+}
+
+fn int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .ok_or_else(|| Error::ScriptReply(format!("expected an integer, got {v:?}"))),
+        other => Err(Error::ScriptReply(format!(
+            "expected an integer, got {other:?}"
+        ))),
+    }
+}
+
+/// A flat `[member, score, member, score, ...]` reply.
+fn pairs(v: &Value) -> Result<Vec<(String, i64)>> {
+    let items = array(v)?;
+    items
+        .chunks(2)
+        .map(|pair| match pair {
+            [Value::BulkString(m), score] => {
+                Ok((String::from_utf8_lossy(m).into_owned(), int(score)?))
+            }
+            other => Err(Error::ScriptReply(format!(
+                "expected member and score, got {other:?}"
+            ))),
+        })
+        .collect()
+}
