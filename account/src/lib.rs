@@ -1,7 +1,113 @@
 //! The account service: member accounts, the merchant account, and an idempotent
 //! double-entry ledger of debits and refunds.
 
+pub mod accounts;
 pub mod api;
 pub mod client;
+pub mod config;
+pub mod error;
+pub mod handlers;
+pub mod ledger;
+pub mod rows;
+pub mod shard;
+
+use std::{future::Future, sync::Arc};
+
+use anyhow::Context;
+use axum::{
+    extract::FromRef,
+    routing::{get, post},
+    Router,
+};
+use paysaga_common::{auth::Verifier, db, server};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use utoipa::OpenApi;
 
 pub use client::AccountClient;
+pub use config::Config;
+pub use error::{Error, Result};
+
+/// The schema this service owns.
+pub const SCHEMA: &str = "account_service";
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/account_service");
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub verifier: Arc<Verifier>,
+    /// How many merchant shard rows payments spread over (1-16).
+    pub merchant_shards: u16,
+}
+
+impl FromRef<AppState> for Arc<Verifier> {
+    fn from_ref(state: &AppState) -> Self {
+        state.verifier.clone()
+    }
+}
+
+impl AppState {
+    /// Connects as the service's role and runs its migrations.
+    pub async fn connect(config: &Config) -> anyhow::Result<Self> {
+        let pool = db::connect(&config.database_url, SCHEMA, config.db_max_connections)
+            .await
+            .context("connecting to PostgreSQL")?;
+        db::migrate(&pool, &MIGRATOR)
+            .await
+            .context("running account_service migrations")?;
+        let verifier = Verifier::from_env().context("reading token verification keys")?;
+        Ok(Self {
+            pool,
+            verifier: Arc::new(verifier),
+            merchant_shards: config.merchant_shards,
+        })
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "paysaga account service",
+        description = "Accounts and an idempotent double-entry ledger. Errors: {code, message}; codes in docs/account.md."
+    ),
+    paths(
+        handlers::open_account,
+        handlers::get_account,
+        handlers::debit,
+        handlers::credit,
+        handlers::transaction_by_key
+    ),
+    components(schemas(paysaga_common::ErrorBody))
+)]
+pub struct ApiDoc;
+
+/// The service's routes with the shared ones (health, metrics, OpenAPI, docs).
+pub fn app(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/v1/accounts", post(handlers::open_account))
+        .route("/v1/accounts/{id}", get(handlers::get_account))
+        .route("/v1/debits", post(handlers::debit))
+        .route("/v1/credits", post(handlers::credit))
+        .route(
+            "/v1/transactions/{operation_key}",
+            get(handlers::transaction_by_key),
+        )
+        .route("/readyz", get(handlers::readyz))
+        .with_state(state);
+    server::finish(api, ApiDoc::openapi())
+}
+
+/// Connects, migrates and serves until `shutdown` resolves. The service has no
+/// scheduled jobs.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state = AppState::connect(&config).await?;
+    tracing::info!(addr = %listener.local_addr()?, merchant_shards = state.merchant_shards, "account service listening");
+    server::serve(listener, app(state), shutdown)
+        .await
+        .context("serving HTTP")
+}

@@ -1,0 +1,109 @@
+//! Opening and reading accounts.
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::{
+    api::{Account, AccountView, OpenAccountRequest},
+    error::{Error, Result},
+    rows::{AccountRow, TransactionRow},
+};
+
+/// How many debits and credits an account view lists.
+pub const RECENT_TRANSACTIONS: i64 = 20;
+
+/// The largest opening deposit; keeps every balance far from BIGINT overflow.
+pub const MAX_OPENING_BALANCE: i64 = paysaga_common::money::MAX_AMOUNT;
+
+#[tracing::instrument(skip_all, fields(member = %req.member_id))]
+pub async fn open(pool: &PgPool, req: &OpenAccountRequest) -> Result<Account> {
+    if !(0..=MAX_OPENING_BALANCE).contains(&req.opening_balance) {
+        return Err(Error::InvalidOpeningBalance {
+            max: MAX_OPENING_BALANCE,
+        });
+    }
+    let mut tx = pool.begin().await?;
+    let row: AccountRow = sqlx::query_as(
+        r#"INSERT INTO accounts (member_id, kind, balance)
+           VALUES ($1, 'MEMBER', $2)
+           RETURNING id, member_id, kind, balance, created_at"#,
+    )
+    .bind(req.member_id.as_str())
+    .bind(req.opening_balance)
+    .fetch_one(&mut *tx)
+    .await?;
+    // The deposit is on the ledger too, so every balance is explained by its rows.
+    if req.opening_balance > 0 {
+        sqlx::query(
+            r#"INSERT INTO transactions (id, operation_key, kind, status, account_id, amount)
+               VALUES ($1, NULL, 'OPENING', 'APPLIED', $2, $3)"#,
+        )
+        .bind(Uuid::now_v7())
+        .bind(row.id)
+        .bind(req.opening_balance)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    row.into_api()
+}
+
+/// The account and its recent keyed transactions, or `None` if it does not exist.
+#[tracing::instrument(skip_all, fields(account_id = id))]
+pub async fn view(pool: &PgPool, id: i64) -> Result<Option<AccountView>> {
+    let row: Option<AccountRow> = sqlx::query_as(
+        r#"SELECT a.id, a.member_id, a.kind, b.balance, a.created_at
+           FROM accounts a
+           JOIN balances b ON b.account_id = a.id
+           WHERE a.id = $1"#,
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let account = row.into_api()?;
+    // Every transaction has the merchant on its other side, so the merchant's recent
+    // history is the ledger's; uuid v7 ids are time-ordered, so the primary key serves it.
+    let recent: Vec<TransactionRow> = if account.kind == crate::api::AccountKind::Merchant {
+        sqlx::query_as(
+            r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
+               FROM transactions
+               WHERE operation_key IS NOT NULL AND status = 'APPLIED'
+               ORDER BY id DESC
+               LIMIT $1"#,
+        )
+        .bind(RECENT_TRANSACTIONS)
+        .fetch_all(pool)
+        .await?
+    } else {
+        sqlx::query_as(
+            r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
+               FROM transactions
+               WHERE account_id = $1 AND operation_key IS NOT NULL
+               ORDER BY created_at DESC, id DESC
+               LIMIT $2"#,
+        )
+        .bind(id)
+        .bind(RECENT_TRANSACTIONS)
+        .fetch_all(pool)
+        .await?
+    };
+    let recent_transactions = recent
+        .into_iter()
+        .map(TransactionRow::into_api)
+        .collect::<Result<_>>()?;
+    Ok(Some(AccountView {
+        account,
+        recent_transactions,
+    }))
+}
+
+/// `Some("MEMBER" | "MERCHANT")` if the account exists.
+pub async fn kind_of(pool: &PgPool, id: i64) -> Result<Option<String>> {
+    Ok(
+        sqlx::query_scalar(r#"SELECT kind FROM accounts WHERE id = $1"#)
+            .bind(id)
+            .fetch_optional(pool)
+            .await?,
+    )
+}

@@ -1,0 +1,54 @@
+//! The account service's settings, read from the environment.
+
+use paysaga_common::config::{self, ConfigError, LogFormat};
+
+/// How many merchant shard rows the migration creates; `MERCHANT_SHARDS` uses a prefix.
+pub const MAX_MERCHANT_SHARDS: u16 = 16;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `DATABASE_URL`: connects as `account_app`.
+    pub database_url: String,
+    /// `LISTEN_ADDR`, default `127.0.0.1:8082`.
+    pub listen_addr: String,
+    /// `DB_MAX_CONNECTIONS`, default 16.
+    pub db_max_connections: u32,
+    /// `LOG_FORMAT`: `json` or `pretty` (default).
+    pub log_format: LogFormat,
+    /// `MERCHANT_SHARDS`, 1-16, default 16: how many rows the merchant balance is spread over.
+    pub merchant_shards: u16,
+}
+
+pub const DEFAULT_DATABASE_URL: &str = "postgres://account_app:paysaga-dev@127.0.0.1:5432/paysaga";
+pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8082";
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let merchant_shards = config::parse("MERCHANT_SHARDS", MAX_MERCHANT_SHARDS)?;
+        if merchant_shards == 0 || merchant_shards > MAX_MERCHANT_SHARDS {
+            return Err(ConfigError {
+                name: "MERCHANT_SHARDS".into(),
+                value: merchant_shards.to_string(),
+                reason: format!("must be between 1 and {MAX_MERCHANT_SHARDS}"),
+            });
+        }
+        Ok(Self {
+            database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
+            listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
+            db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
+            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+            merchant_shards,
+        })
+    }
+
+    /// Defaults for everything but the database, as tests and tools want it.
+    pub fn with_database(database_url: impl Into<String>) -> Self {
+        Self {
+            database_url: database_url.into(),
+            listen_addr: DEFAULT_LISTEN_ADDR.into(),
+            db_max_connections: 16,
+            log_format: LogFormat::Pretty,
+            merchant_shards: MAX_MERCHANT_SHARDS,
+        }
+    }
+}

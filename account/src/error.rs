@@ -1,0 +1,102 @@
+//! The account service's errors and the answer each one gets.
+
+use axum::response::{IntoResponse, Response};
+use paysaga_common::{error::internal_error_response, ApiError};
+
+use crate::api::{codes, Transaction};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A rejection from a common extractor (auth, JSON, path).
+    #[error("{}: {}", .0.code, .0.message)]
+    Api(ApiError),
+    /// Recorded under its key: the same key is declined forever.
+    #[error("insufficient funds for debit {}", .0.operation_key)]
+    InsufficientFunds(Box<Transaction>),
+    #[error("operation key {0} was already used for a different request")]
+    OperationKeyReused(String),
+    #[error("account {0} not found")]
+    AccountNotFound(i64),
+    #[error("account {0} is not a member account")]
+    AccountNotMember(i64),
+    #[error("no transaction under operation key {0}")]
+    TransactionNotFound(String),
+    #[error("no debit under operation key {0}")]
+    DebitNotFound(String),
+    #[error("debit {0} was declined; there is nothing to refund")]
+    DebitDeclined(String),
+    #[error("refund of {requested} exceeds what is left of debit {debit} ({left})")]
+    RefundExceedsDebit {
+        debit: String,
+        requested: i64,
+        left: i64,
+    },
+    #[error("debit {debit} was taken from account {debited}, not {requested}")]
+    RefundAccountMismatch {
+        debit: String,
+        debited: i64,
+        requested: i64,
+    },
+    #[error("opening balance must be between 0 and {max} minor units")]
+    InvalidOpeningBalance { max: i64 },
+    #[error("{0}")]
+    InvalidOperationKey(&'static str),
+    #[error("the movement would take a balance out of range")]
+    AmountOutOfRange,
+    #[error("database")]
+    Database(#[source] sqlx::Error),
+    /// A stored row that breaks the schema's own rules; should be impossible.
+    #[error("corrupt ledger row: {0}")]
+    Corrupt(String),
+}
+
+impl From<ApiError> for Error {
+    fn from(e: ApiError) -> Self {
+        Error::Api(e)
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        if let Some(db) = e.as_database_error() {
+            // 22003 numeric_value_out_of_range: a BIGINT balance would overflow.
+            if db.code().as_deref() == Some("22003") {
+                return Error::AmountOutOfRange;
+            }
+        }
+        Error::Database(e)
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let msg = self.to_string();
+        let api = match self {
+            Error::Api(e) => e,
+            Error::InsufficientFunds(_) => ApiError::unprocessable(codes::INSUFFICIENT_FUNDS, msg),
+            Error::OperationKeyReused(_) => ApiError::conflict(codes::OPERATION_KEY_REUSED, msg),
+            Error::AccountNotFound(_) => ApiError::not_found(codes::ACCOUNT_NOT_FOUND, msg),
+            Error::AccountNotMember(_) => ApiError::unprocessable(codes::ACCOUNT_NOT_MEMBER, msg),
+            Error::TransactionNotFound(_) => ApiError::not_found(codes::TRANSACTION_NOT_FOUND, msg),
+            Error::DebitNotFound(_) => ApiError::not_found(codes::DEBIT_NOT_FOUND, msg),
+            Error::DebitDeclined(_) => ApiError::unprocessable(codes::DEBIT_DECLINED, msg),
+            Error::RefundExceedsDebit { .. } => {
+                ApiError::unprocessable(codes::REFUND_EXCEEDS_DEBIT, msg)
+            }
+            Error::RefundAccountMismatch { .. } => {
+                ApiError::unprocessable(codes::REFUND_ACCOUNT_MISMATCH, msg)
+            }
+            Error::InvalidOpeningBalance { .. } => {
+                ApiError::unprocessable(codes::INVALID_OPENING_BALANCE, msg)
+            }
+            Error::InvalidOperationKey(_) => {
+                ApiError::bad_request(codes::INVALID_OPERATION_KEY, msg)
+            }
+            Error::AmountOutOfRange => ApiError::unprocessable(codes::AMOUNT_OUT_OF_RANGE, msg),
+            e @ (Error::Database(_) | Error::Corrupt(_)) => return internal_error_response(&e),
+        };
+        api.into_response()
+    }
+}

@@ -1,0 +1,141 @@
+//! HTTP handlers: identity, parsing at the edge, and the status each outcome gets.
+
+use axum::{extract::State, http::StatusCode, response::IntoResponse};
+use paysaga_common::{
+    auth::{Caller, Service},
+    extract::{Json, Path},
+    ErrorBody,
+};
+
+use crate::{
+    accounts,
+    api::{
+        Account, AccountKind, AccountView, CreditRequest, DebitRequest, OpenAccountRequest,
+        OperationKey, Transaction,
+    },
+    error::{Error, Result},
+    ledger::{self, Recorded},
+    AppState,
+};
+
+fn recorded(r: Recorded) -> impl IntoResponse {
+    let status = if r.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (status, Json(r.transaction))
+}
+
+/// Open a member account with an opening deposit.
+#[utoipa::path(post, path = "/v1/accounts", tag = "accounts", request_body = OpenAccountRequest,
+    responses(
+        (status = 201, body = Account),
+        (status = 422, body = ErrorBody, description = "INVALID_OPENING_BALANCE, INVALID_BODY"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "buyer token"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0))]
+pub async fn open_account(
+    State(state): State<AppState>,
+    service: Service,
+    Json(req): Json<OpenAccountRequest>,
+) -> Result<impl IntoResponse> {
+    let account = accounts::open(&state.pool, &req).await?;
+    Ok((StatusCode::CREATED, Json(account)))
+}
+
+/// An account and its recent debits and credits: a buyer sees only their own.
+#[utoipa::path(get, path = "/v1/accounts/{id}", tag = "accounts",
+    params(("id" = i64, Path, description = "account id")),
+    responses(
+        (status = 200, body = AccountView),
+        (status = 404, body = ErrorBody, description = "ACCOUNT_NOT_FOUND (also someone else's account)"),
+        (status = 400, body = ErrorBody, description = "INVALID_PATH"),
+    ))]
+#[tracing::instrument(skip_all, fields(account_id = id))]
+pub async fn get_account(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+) -> Result<Json<AccountView>> {
+    let view = accounts::view(&state.pool, id)
+        .await?
+        .ok_or(Error::AccountNotFound(id))?;
+    // Others' accounts answer exactly like missing ones, so ids cannot be probed; the
+    // merchant account is for services only.
+    let visible = match caller {
+        Caller::Service(_) => true,
+        Caller::Buyer(_) => {
+            view.account.kind == AccountKind::Member && caller.may_access(&view.account.member_id)
+        }
+    };
+    if !visible {
+        return Err(Error::AccountNotFound(id));
+    }
+    Ok(Json(view))
+}
+
+/// Debit a member account to the merchant, once per operation key.
+#[utoipa::path(post, path = "/v1/debits", tag = "ledger", request_body = DebitRequest,
+    responses(
+        (status = 201, body = Transaction, description = "applied"),
+        (status = 200, body = Transaction, description = "replay of the same request"),
+        (status = 422, body = ErrorBody, description = "INSUFFICIENT_FUNDS (recorded; the key stays declined), ACCOUNT_NOT_MEMBER, INVALID_BODY"),
+        (status = 409, body = ErrorBody, description = "OPERATION_KEY_REUSED"),
+        (status = 404, body = ErrorBody, description = "ACCOUNT_NOT_FOUND"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0))]
+pub async fn debit(
+    State(state): State<AppState>,
+    service: Service,
+    Json(req): Json<DebitRequest>,
+) -> Result<impl IntoResponse> {
+    Ok(recorded(
+        ledger::debit(&state.pool, state.merchant_shards, &req).await?,
+    ))
+}
+
+/// Refund (part of) a debit, merchant back to the member, once per operation key.
+#[utoipa::path(post, path = "/v1/credits", tag = "ledger", request_body = CreditRequest,
+    responses(
+        (status = 201, body = Transaction, description = "applied"),
+        (status = 200, body = Transaction, description = "replay of the same request"),
+        (status = 422, body = ErrorBody, description = "REFUND_EXCEEDS_DEBIT, DEBIT_DECLINED, REFUND_ACCOUNT_MISMATCH, ACCOUNT_NOT_MEMBER"),
+        (status = 409, body = ErrorBody, description = "OPERATION_KEY_REUSED"),
+        (status = 404, body = ErrorBody, description = "DEBIT_NOT_FOUND, ACCOUNT_NOT_FOUND"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0))]
+pub async fn credit(
+    State(state): State<AppState>,
+    service: Service,
+    Json(req): Json<CreditRequest>,
+) -> Result<impl IntoResponse> {
+    Ok(recorded(ledger::credit(&state.pool, &req).await?))
+}
+
+/// What happened under an operation key: how a caller learns the truth after a timeout.
+#[utoipa::path(get, path = "/v1/transactions/{operation_key}", tag = "ledger",
+    params(("operation_key" = String, Path)),
+    responses(
+        (status = 200, body = Transaction, description = "APPLIED or DECLINED"),
+        (status = 404, body = ErrorBody, description = "TRANSACTION_NOT_FOUND: nothing ever happened under this key"),
+        (status = 400, body = ErrorBody, description = "INVALID_OPERATION_KEY"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0, operation_key = %key))]
+pub async fn transaction_by_key(
+    State(state): State<AppState>,
+    service: Service,
+    Path(key): Path<String>,
+) -> Result<Json<Transaction>> {
+    let key = OperationKey::parse(key).map_err(Error::InvalidOperationKey)?;
+    let found = ledger::by_key(&state.pool, key.as_str()).await?;
+    found
+        .map(Json)
+        .ok_or_else(|| Error::TransactionNotFound(key.to_string()))
+}
+
+/// Ready when PostgreSQL answers.
+pub async fn readyz(State(state): State<AppState>) -> axum::response::Response {
+    let db = paysaga_common::server::check_db(&state.pool).await;
+    paysaga_common::server::readiness(vec![("postgres", db)], false)
+}
