@@ -1,0 +1,203 @@
+//! Test harness: the order service on its own database and a free port, clients,
+//! pass minting, and the consistency checks read straight from PostgreSQL.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use order::{api::Product, client::OrderClient, Config};
+use paysaga_common::{
+    keys::DevKey,
+    pass::{PassClaims, PassSigner},
+    testkit::{buyer_token, service_token, TestDb},
+};
+use sqlx::PgPool;
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use uuid::Uuid;
+
+pub struct Harness {
+    pub db: TestDb,
+    pub base: String,
+    pub admin: PgPool,
+    http: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Harness {
+    /// The service with its sweep effectively off (tests drive the sweep themselves).
+    pub async fn start() -> Self {
+        Self::start_with(|c| c.sweep_interval = Duration::from_secs(3600)).await
+    }
+
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
+        let db = TestDb::new().await;
+        let mut config = Config::for_database(db.role_url("order_app"));
+        config.db_max_connections = 12;
+        tweak(&mut config);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(order::run(config, listener, async move {
+            let _ = rx.await;
+        }));
+        let http = paysaga_common::client::http_client(Duration::from_secs(30));
+        // Ready once it answers /readyz (migrations done).
+        for _ in 0..600 {
+            if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+                if r.status().is_success() {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let admin = db.admin_pool().await;
+        Self {
+            db,
+            base,
+            admin,
+            http,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub fn service(&self) -> OrderClient {
+        OrderClient::with_http(self.http.clone(), &self.base, service_token("orchestrator"))
+    }
+
+    pub fn buyer(&self, member: &str) -> OrderClient {
+        OrderClient::with_http(self.http.clone(), &self.base, buyer_token(member))
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    pub async fn product(&self, units: i64) -> Product {
+        self.service()
+            .create_product(&order::api::CreateProduct {
+                name: "drop".into(),
+                price: 12_900,
+                units,
+            })
+            .await
+            .expect("create product")
+            .body
+    }
+
+    /// A pool as the service role, to drive the sweep directly.
+    pub async fn service_pool(&self) -> PgPool {
+        paysaga_common::db::connect(&self.db.role_url("order_app"), order::SCHEMA, 8)
+            .await
+            .expect("connect as order_app")
+    }
+
+    /// Moves a reservation's deadline into the past: the passage of time, without waiting.
+    pub async fn make_due(&self, reservation: Uuid) {
+        sqlx::query(
+            r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE id = $1"#,
+        )
+        .bind(reservation)
+        .execute(&self.admin)
+        .await
+        .expect("backdate");
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+pub fn signer() -> PassSigner {
+    PassSigner::new(DevKey::Passes.signing_key())
+}
+
+pub fn claims(product_id: i64, member: &str) -> PassClaims {
+    PassClaims {
+        pid: Uuid::new_v4(),
+        prd: product_id,
+        mem: member.to_owned(),
+        exp: chrono::Utc::now().timestamp() + 300,
+    }
+}
+
+/// A valid pass, as the gate would issue it.
+pub fn pass(product_id: i64, member: &str) -> String {
+    signer().sign(&claims(product_id, member))
+}
+
+/// Every way the reservation and unit tables could disagree, as human-readable lines;
+/// empty when consistent.
+pub async fn inconsistencies(admin: &PgPool) -> Vec<String> {
+    let mut problems: Vec<String> = sqlx::query_scalar(
+        r#"
+        SELECT format('reservation %s is %s but its unit %s is %s', r.id, r.state, s.id, s.state)
+        FROM order_service.reservations r
+        JOIN order_service.product_stock s ON s.id = r.unit_id
+        WHERE (r.state = 'RESERVED' AND s.state <> 'RESERVED')
+           OR (r.state = 'CONFIRMED' AND s.state <> 'SOLD')
+        "#,
+    )
+    .fetch_all(admin)
+    .await
+    .expect("reservation vs unit");
+    let units: Vec<String> = sqlx::query_scalar(
+        r#"
+        SELECT format('unit %s is %s with %s live reservations', s.id, s.state, COUNT(r.id))
+        FROM order_service.product_stock s
+        LEFT JOIN order_service.reservations r
+               ON r.unit_id = s.id AND r.state IN ('RESERVED', 'CONFIRMED')
+        GROUP BY s.id, s.state
+        HAVING (s.state = 'AVAILABLE' AND COUNT(r.id) <> 0)
+            OR (s.state IN ('RESERVED', 'SOLD') AND COUNT(r.id) <> 1)
+        "#,
+    )
+    .fetch_all(admin)
+    .await
+    .expect("unit vs reservations");
+    problems.extend(units);
+    let orders: Vec<String> = sqlx::query_scalar(
+        r#"
+        SELECT format('reservation %s is %s with %s confirmed orders', r.id, r.state, COUNT(o.id))
+        FROM order_service.reservations r
+        LEFT JOIN order_service.orders o ON o.reservation_id = r.id AND o.state = 'CONFIRMED'
+        GROUP BY r.id, r.state
+        HAVING (r.state = 'CONFIRMED') <> (COUNT(o.id) = 1) OR COUNT(o.id) > 1
+        "#,
+    )
+    .fetch_all(admin)
+    .await
+    .expect("reservation vs orders");
+    problems.extend(orders);
+    problems
+}
+
+/// Units of a product per state, from the table.
+pub async fn unit_states(admin: &PgPool, product_id: i64) -> (i64, i64, i64) {
+    sqlx::query_as(
+        r#"
+        SELECT COUNT(*) FILTER (WHERE state = 'AVAILABLE'),
+               COUNT(*) FILTER (WHERE state = 'RESERVED'),
+               COUNT(*) FILTER (WHERE state = 'SOLD')
+        FROM order_service.product_stock
+        WHERE product_id = $1
+        "#,
+    )
+    .bind(product_id)
+    .fetch_one(admin)
+    .await
+    .expect("unit states")
+}
+
+pub async fn reservation_state(admin: &PgPool, id: Uuid) -> String {
+    sqlx::query_scalar(r#"SELECT state FROM order_service.reservations WHERE id = $1"#)
+        .bind(id)
+        .fetch_one(admin)
+        .await
+        .expect("reservation state")
+}
