@@ -4,7 +4,7 @@
 mod common;
 
 use common::{debit, Svc};
-use paysaga_common::testkit::{buyer_token, service_token};
+use paysaga_common::testkit::buyer_token;
 use sqlx::postgres::PgPoolOptions;
 
 #[tokio::test]
@@ -158,5 +158,62 @@ async fn buyers_cannot_move_money_and_see_only_their_own_account() {
         3,
         "two openings and one debit"
     );
-    let _ = service_token("unused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_migrating_a_fresh_database_at_once_both_serve() {
+    let db = paysaga_common::testkit::TestDb::new().await;
+    let http = reqwest::Client::new();
+    let mut stops = Vec::new();
+    let mut bases = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        bases.push(format!("http://{}", listener.local_addr().expect("addr")));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        stops.push(stop);
+        let config = account::Config::with_database(db.role_url("account_app"));
+        tasks.push(tokio::spawn(account::run(config, listener, async move {
+            let _ = stopped.await;
+        })));
+    }
+    for base in &bases {
+        let r = http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status(), 200);
+    }
+    let admin = db.admin_pool().await;
+    let applied: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM account_service._sqlx_migrations WHERE success")
+            .fetch_one(&admin)
+            .await
+            .expect("count");
+    assert_eq!(
+        applied,
+        account::MIGRATOR.iter().count() as i64,
+        "each migration applied once"
+    );
+    let merchants: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MERCHANT'")
+            .fetch_one(&admin)
+            .await
+            .expect("count");
+    assert_eq!(merchants, 1);
+    let shards: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.merchant_shards")
+        .fetch_one(&admin)
+        .await
+        .expect("count");
+    assert_eq!(shards, 16);
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    for task in tasks {
+        task.await.expect("joined").expect("clean shutdown");
+    }
+    admin.close().await;
 }
