@@ -16,7 +16,7 @@ pub mod routes;
 pub mod scripts;
 pub mod store;
 
-use std::{future::Future, sync::Arc};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use axum::{
     extract::FromRef,
@@ -162,16 +162,19 @@ pub async fn serve_state(
     tracing::info!(?first, addr = ?listener.local_addr().ok(), "gate starting");
     let mut scheduler = JobScheduler::new().await?;
     let job = state.recompute.clone();
+    // tokio-cron-scheduler repeats in whole seconds: round up, at least one.
+    let every = Duration::from_secs(
+        (config.recompute_interval.as_millis() as u64)
+            .div_ceil(1000)
+            .max(1),
+    );
     scheduler
-        .add(Job::new_repeated_async(
-            config.recompute_interval,
-            move |_id, _lock| {
-                let job = job.clone();
-                Box::pin(async move {
-                    job.run_once().await;
-                })
-            },
-        )?)
+        .add(Job::new_repeated_async(every, move |_id, _lock| {
+            let job = job.clone();
+            Box::pin(async move {
+                job.run_once().await;
+            })
+        })?)
         .await?;
     scheduler.start().await?;
     let served = server::serve(listener, app(state), shutdown).await;
