@@ -5,16 +5,22 @@
 //! fault suite, the benchmark and the `paysaga` run command.
 
 pub mod binaries;
+pub mod buyer;
+pub mod invariants;
 pub mod process;
 pub mod proxy;
 pub mod service;
 pub mod services;
+pub mod setup;
 pub mod stack;
 pub mod wiring;
 
+pub use buyer::{Attempt, Buyer, Driver, Endpoints, Outcome, Patience};
+pub use invariants::InvariantReport;
 pub use process::{ServiceProcess, ServiceSpec, Stop};
 pub use proxy::{FaultProxy, Faults, ProxyCounts};
 pub use service::ServiceKind;
 pub use services::Services;
+pub use setup::Admin;
 pub use stack::{Link, Stack, StackOptions};
 pub use wiring::Wiring;

@@ -48,6 +48,8 @@ pub struct StackOptions {
     pub common_env: Vec<(String, String)>,
     pub service_env: Vec<(ServiceKind, String, String)>,
     pub rust_log: String,
+    /// The services to start (all four unless narrowed with [`StackOptions::only`]).
+    pub services: BTreeSet<ServiceKind>,
 }
 
 impl Default for StackOptions {
@@ -65,7 +67,14 @@ impl StackOptions {
             common_env: Vec::new(),
             service_env: Vec::new(),
             rust_log: "info".into(),
+            services: ServiceKind::ALL.into_iter().collect(),
         }
+    }
+
+    /// Starts only these services (a test of one link, or a service under repair).
+    pub fn only(mut self, kinds: &[ServiceKind]) -> Self {
+        self.services = kinds.iter().copied().collect();
+        self
     }
 
     /// Sets a variable for one service (wins over everything the harness sets).
@@ -216,7 +225,12 @@ impl Stack {
             redis.prefix,
             log_dir.display()
         );
-        let services = Services::launch(wiring.specs(&log_dir)?, log_dir).await?;
+        let specs = options
+            .services
+            .iter()
+            .map(|&kind| wiring.spec(kind, &log_dir))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let services = Services::launch(specs, log_dir).await?;
         Ok(Self {
             services,
             proxies,

@@ -115,19 +115,22 @@ impl Wiring {
         env.into_iter().collect()
     }
 
+    /// The start specification of one service, logging into `log_dir`.
+    pub fn spec(&self, kind: ServiceKind, log_dir: &Path) -> anyhow::Result<ServiceSpec> {
+        Ok(ServiceSpec {
+            kind,
+            binary: binaries::binary(kind.name())?,
+            port: self.port(kind),
+            env: self.env(kind),
+            log_path: log_dir.join(format!("{}.log", kind.name())),
+        })
+    }
+
     /// Start specifications for all four services, logging into `log_dir`.
     pub fn specs(&self, log_dir: &Path) -> anyhow::Result<Vec<ServiceSpec>> {
         ServiceKind::ALL
             .iter()
-            .map(|&kind| {
-                Ok(ServiceSpec {
-                    kind,
-                    binary: binaries::binary(kind.name())?,
-                    port: self.port(kind),
-                    env: self.env(kind),
-                    log_path: log_dir.join(format!("{}.log", kind.name())),
-                })
-            })
+            .map(|&kind| self.spec(kind, log_dir))
             .collect()
     }
 }

@@ -1,0 +1,405 @@
+//! The system's invariants (DESIGN.md, "Invariants"), checked in PostgreSQL itself as
+//! an administrator reading all three schemas, and returned as counts so a test, the
+//! fault suite, the benchmark and the run command can assert on them and print them.
+
+use anyhow::Context;
+use sqlx::{PgPool, Row};
+
+/// What the tables say. Every `*_violations`-style count must be 0 for the invariants
+/// to hold; the other fields describe what happened, for reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct InvariantReport {
+    // --- stock (invariant 1)
+    pub products: i64,
+    pub units_total: i64,
+    pub units_available: i64,
+    pub units_reserved: i64,
+    pub units_sold: i64,
+    /// Units sold or held by a live reservation beyond a product's stock, summed over products.
+    pub oversold_units: i64,
+    /// Units held by more than one live (RESERVED or CONFIRMED) reservation.
+    pub units_in_two_live_reservations: i64,
+    /// A unit's state disagreeing with its reservations (RESERVED without a live
+    /// reservation, SOLD without a confirmed one, or a live reservation on a unit in
+    /// another state).
+    pub unit_state_mismatches: i64,
+    /// Reservations by state.
+    pub reservations_live: i64,
+    pub reservations_confirmed: i64,
+    pub reservations_cancelled: i64,
+    pub reservations_expired: i64,
+
+    // --- money (invariants 2 and 3)
+    /// Sum of every balance, merchant shards included.
+    pub balance_total: i64,
+    /// Money that entered from outside (opening deposits).
+    pub deposits_total: i64,
+    /// `balance_total - deposits_total`: money created or destroyed inside. Must be 0.
+    pub balance_drift: i64,
+    /// Member accounts whose balance differs from their ledger (openings − debits + credits).
+    pub ledger_mismatches: i64,
+    /// Operation keys with more than one transaction row.
+    pub operation_keys_applied_twice: i64,
+    /// Money moved from buyers to the merchant by applied debits, net of refunds.
+    pub money_moved: i64,
+
+    // --- payments (invariants 2 and 4)
+    pub payments: i64,
+    pub payments_completed: i64,
+    pub payments_failed: i64,
+    pub payments_refunded: i64,
+    /// Payments not in COMPLETED, FAILED or REFUNDED.
+    pub payments_not_terminal: i64,
+    /// Non-terminal payments flagged for an operator, with a cause.
+    pub payments_needing_attention: i64,
+    /// Payments whose debited − refunded is neither 0 nor their amount.
+    pub payments_bad_net: i64,
+    /// COMPLETED payments without an applied debit of their amount or a confirmed order.
+    pub completed_not_debited_or_confirmed: i64,
+    /// FAILED or REFUNDED payments that kept money.
+    pub closed_payments_keeping_money: i64,
+    /// Reservations paid for (net of refunds) more than once, plus payment debits kept
+    /// without a payment row: money taken with nothing to show for it.
+    pub reservations_charged_twice: i64,
+    /// Confirmed orders without a COMPLETED payment once every payment is terminal.
+    pub orders_without_completed_payment: i64,
+}
+
+impl InvariantReport {
+    /// Human-readable violations; empty when every invariant holds.
+    pub fn violations(&self) -> Vec<String> {
+        let checks = [
+            (self.oversold_units, "oversold units"),
+            (
+                self.units_in_two_live_reservations,
+                "units in two live reservations",
+            ),
+            (
+                self.unit_state_mismatches,
+                "unit states disagreeing with reservations",
+            ),
+            (
+                self.balance_drift,
+                "money created or destroyed (sum of balances − deposits)",
+            ),
+            (
+                self.ledger_mismatches,
+                "accounts whose balance differs from their ledger",
+            ),
+            (
+                self.operation_keys_applied_twice,
+                "operation keys applied twice",
+            ),
+            (
+                self.payments_bad_net,
+                "payments with debited − refunded not in {0, amount}",
+            ),
+            (
+                self.completed_not_debited_or_confirmed,
+                "COMPLETED payments not debited or not confirmed",
+            ),
+            (
+                self.closed_payments_keeping_money,
+                "FAILED/REFUNDED payments keeping money",
+            ),
+            (
+                self.reservations_charged_twice,
+                "reservations charged twice or debits kept without a payment",
+            ),
+            (
+                self.orders_without_completed_payment,
+                "confirmed orders without a COMPLETED payment",
+            ),
+            (self.payments_not_terminal, "payments not terminal"),
+        ];
+        checks
+            .iter()
+            .filter(|(n, _)| *n != 0)
+            .map(|(n, what)| format!("{what}: {n}"))
+            .collect()
+    }
+
+    /// Whether every invariant holds, every payment included.
+    pub fn holds(&self) -> bool {
+        self.violations().is_empty()
+    }
+
+    /// Panics with the whole report if any invariant is violated.
+    #[track_caller]
+    pub fn assert_holds(&self) {
+        let v = self.violations();
+        assert!(
+            v.is_empty(),
+            "invariants violated: {v:#?}\nreport: {self:#?}"
+        );
+    }
+}
+
+async fn scalar(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
+    let v: Option<i64> = sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .with_context(|| format!("invariant query failed: {sql}"))?;
+    Ok(v.unwrap_or(0))
+}
+
+/// Reads every invariant from the tables. `pool` must be an administrator's pool on the
+/// system's database (it reads `order_service`, `account_service` and `payment_service`).
+pub async fn check(pool: &PgPool) -> anyhow::Result<InvariantReport> {
+    let mut r = InvariantReport::default();
+    stock(pool, &mut r).await?;
+    money(pool, &mut r).await?;
+    payments(pool, &mut r).await?;
+    Ok(r)
+}
+
+async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
+    let row = sqlx::query(
+        r#"
+        SELECT
+            (SELECT COUNT(*) FROM order_service.products) AS products,
+            COUNT(*) AS total,
+            COUNT(*) FILTER (WHERE state = 'AVAILABLE') AS available,
+            COUNT(*) FILTER (WHERE state = 'RESERVED') AS reserved,
+            COUNT(*) FILTER (WHERE state = 'SOLD') AS sold
+        FROM order_service.product_stock
+        "#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("reading product_stock")?;
+    r.products = row.try_get("products")?;
+    r.units_total = row.try_get("total")?;
+    r.units_available = row.try_get("available")?;
+    r.units_reserved = row.try_get("reserved")?;
+    r.units_sold = row.try_get("sold")?;
+
+    let row = sqlx::query(
+        r#"
+        SELECT
+            COUNT(*) FILTER (WHERE state = 'RESERVED') AS live,
+            COUNT(*) FILTER (WHERE state = 'CONFIRMED') AS confirmed,
+            COUNT(*) FILTER (WHERE state = 'CANCELLED') AS cancelled,
+            COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
+        FROM order_service.reservations
+        "#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("reading reservations")?;
+    r.reservations_live = row.try_get("live")?;
+    r.reservations_confirmed = row.try_get("confirmed")?;
+    r.reservations_cancelled = row.try_get("cancelled")?;
+    r.reservations_expired = row.try_get("expired")?;
+
+    r.oversold_units = scalar(
+        pool,
+        r#"
+        SELECT SUM(GREATEST(held.n - units.n, 0))::BIGINT
+        FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
+        JOIN (
+            SELECT product_id, COUNT(*) AS n
+            FROM order_service.reservations
+            WHERE state IN ('RESERVED', 'CONFIRMED')
+            GROUP BY product_id
+        ) AS held USING (product_id)
+        "#,
+    )
+    .await?
+        + scalar(
+            pool,
+            r#"
+            SELECT SUM(GREATEST(sold.n - units.n, 0))::BIGINT
+            FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
+            JOIN (
+                SELECT product_id, COUNT(*) AS n FROM order_service.orders WHERE state = 'CONFIRMED' GROUP BY product_id
+            ) AS sold USING (product_id)
+            "#,
+        )
+        .await?;
+
+    r.units_in_two_live_reservations = scalar(
+        pool,
+        r#"
+        SELECT COUNT(*) FROM (
+            SELECT unit_id
+            FROM order_service.reservations
+            WHERE state IN ('RESERVED', 'CONFIRMED')
+            GROUP BY unit_id
+            HAVING COUNT(*) > 1
+        ) AS doubled
+        "#,
+    )
+    .await?;
+
+    r.unit_state_mismatches = scalar(
+        pool,
+        r#"
+        SELECT COUNT(*)
+        FROM order_service.product_stock AS u
+        LEFT JOIN order_service.reservations AS live
+            ON live.unit_id = u.id AND live.state IN ('RESERVED', 'CONFIRMED')
+        WHERE (u.state = 'AVAILABLE' AND live.id IS NOT NULL)
+           OR (u.state = 'RESERVED' AND (live.id IS NULL OR live.state <> 'RESERVED'))
+           OR (u.state = 'SOLD' AND (live.id IS NULL OR live.state <> 'CONFIRMED'))
+        "#,
+    )
+    .await?;
+    Ok(())
+}
+
+async fn money(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
+    r.balance_total = scalar(
+        pool,
+        r#"
+        SELECT ((SELECT COALESCE(SUM(balance), 0) FROM account_service.accounts)
+              + (SELECT COALESCE(SUM(balance), 0) FROM account_service.merchant_shards))::BIGINT
+        "#,
+    )
+    .await?;
+    r.deposits_total = scalar(
+        pool,
+        r#"
+        SELECT COALESCE(SUM(amount), 0)::BIGINT
+        FROM account_service.transactions
+        WHERE kind = 'OPENING' AND status = 'APPLIED'
+        "#,
+    )
+    .await?;
+    r.balance_drift = r.balance_total - r.deposits_total;
+
+    r.ledger_mismatches = scalar(
+        pool,
+        r#"
+        SELECT COUNT(*)
+        FROM account_service.accounts AS a
+        LEFT JOIN (
+            SELECT account_id,
+                   SUM(CASE kind WHEN 'DEBIT' THEN -amount ELSE amount END) AS net
+            FROM account_service.transactions
+            WHERE status = 'APPLIED'
+            GROUP BY account_id
+        ) AS l ON l.account_id = a.id
+        WHERE a.kind = 'MEMBER' AND a.balance <> COALESCE(l.net, 0)
+        "#,
+    )
+    .await?;
+
+    r.operation_keys_applied_twice = scalar(
+        pool,
+        r#"
+        SELECT COUNT(*) FROM (
+            SELECT operation_key
+            FROM account_service.transactions
+            WHERE operation_key IS NOT NULL
+            GROUP BY operation_key
+            HAVING COUNT(*) > 1
+        ) AS twice
+        "#,
+    )
+    .await?;
+
+    r.money_moved = scalar(
+        pool,
+        r#"
+        SELECT COALESCE(SUM(CASE kind WHEN 'DEBIT' THEN amount ELSE -amount END), 0)::BIGINT
+        FROM account_service.transactions
+        WHERE status = 'APPLIED' AND kind IN ('DEBIT', 'CREDIT')
+        "#,
+    )
+    .await?;
+    Ok(())
+}
+
+async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
+    // Money per payment, from the ledger: its debit (fixed key) and the credits refunding it.
+    let row = sqlx::query(
+        r#"
+        WITH money AS (
+            SELECT p.id, p.state, p.amount, p.reservation_id, p.needs_attention,
+                   COALESCE(d.amount, 0) AS debited,
+                   COALESCE(c.refunded, 0) AS refunded
+            FROM payment_service.payments AS p
+            LEFT JOIN account_service.transactions AS d
+                ON d.operation_key = 'pay:' || p.id::TEXT || ':debit'
+               AND d.kind = 'DEBIT' AND d.status = 'APPLIED'
+            LEFT JOIN (
+                SELECT refund_of, SUM(amount) AS refunded
+                FROM account_service.transactions
+                WHERE kind = 'CREDIT' AND status = 'APPLIED'
+                GROUP BY refund_of
+            ) AS c ON c.refund_of = 'pay:' || p.id::TEXT || ':debit'
+        )
+        SELECT
+            COUNT(*) AS payments,
+            COUNT(*) FILTER (WHERE state = 'COMPLETED') AS completed,
+            COUNT(*) FILTER (WHERE state = 'FAILED') AS failed,
+            COUNT(*) FILTER (WHERE state = 'REFUNDED') AS refunded,
+            COUNT(*) FILTER (WHERE state NOT IN ('COMPLETED', 'FAILED', 'REFUNDED')) AS not_terminal,
+            COUNT(*) FILTER (WHERE state NOT IN ('COMPLETED', 'FAILED', 'REFUNDED') AND needs_attention) AS attention,
+            COUNT(*) FILTER (WHERE debited - refunded NOT IN (0, amount)) AS bad_net,
+            COUNT(*) FILTER (
+                WHERE state = 'COMPLETED'
+                  AND (debited - refunded <> amount
+                       OR NOT EXISTS (
+                           SELECT 1 FROM order_service.reservations AS res
+                           WHERE res.id = money.reservation_id AND res.state = 'CONFIRMED'))
+            ) AS completed_bad,
+            COUNT(*) FILTER (WHERE state IN ('FAILED', 'REFUNDED') AND debited - refunded <> 0) AS closed_keeping
+        FROM money
+        "#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("reading payments against the ledger")?;
+    r.payments = row.try_get("payments")?;
+    r.payments_completed = row.try_get("completed")?;
+    r.payments_failed = row.try_get("failed")?;
+    r.payments_refunded = row.try_get("refunded")?;
+    r.payments_not_terminal = row.try_get("not_terminal")?;
+    r.payments_needing_attention = row.try_get("attention")?;
+    r.payments_bad_net = row.try_get("bad_net")?;
+    r.completed_not_debited_or_confirmed = row.try_get("completed_bad")?;
+    r.closed_payments_keeping_money = row.try_get("closed_keeping")?;
+
+    // Money kept per reservation across every payment-shaped debit, including debits whose
+    // payment row does not exist (which would be money taken with nothing to show for it).
+    r.reservations_charged_twice = scalar(
+        pool,
+        r#"
+        WITH kept AS (
+            SELECT d.operation_key,
+                   d.amount - COALESCE((
+                       SELECT SUM(c.amount) FROM account_service.transactions AS c
+                       WHERE c.kind = 'CREDIT' AND c.status = 'APPLIED' AND c.refund_of = d.operation_key
+                   ), 0) AS net
+            FROM account_service.transactions AS d
+            WHERE d.kind = 'DEBIT' AND d.status = 'APPLIED' AND d.operation_key LIKE 'pay:%:debit'
+        )
+        SELECT COUNT(*) FROM (
+            SELECT COALESCE(p.reservation_id::TEXT, kept.operation_key) AS reservation
+            FROM kept
+            LEFT JOIN payment_service.payments AS p ON kept.operation_key = 'pay:' || p.id::TEXT || ':debit'
+            WHERE kept.net > 0
+            GROUP BY 1
+            HAVING COUNT(*) > 1 OR BOOL_OR(p.id IS NULL)
+        ) AS charged
+        "#,
+    )
+    .await?;
+
+    r.orders_without_completed_payment = scalar(
+        pool,
+        r#"
+        SELECT COUNT(*)
+        FROM order_service.reservations AS res
+        WHERE res.state = 'CONFIRMED'
+          AND NOT EXISTS (
+              SELECT 1 FROM payment_service.payments AS p
+              WHERE p.reservation_id = res.id
+                AND p.state IN ('COMPLETED', 'PROCESSING', 'ACCOUNT_DEBITED', 'ORDER_CONFIRMED', 'REFUND_PROCESSING'))
+        "#,
+    )
+    .await?;
+    Ok(())
+}
