@@ -96,7 +96,12 @@ pub async fn send(req: RequestBuilder) -> Result<Reply, Outcome> {
 }
 
 /// A JSON POST with a bearer token.
-pub fn post_json(client: &Client, url: &str, token: &str, body: &'static str) -> RequestBuilder {
+pub fn post_json(
+    client: &Client,
+    url: &str,
+    token: &str,
+    body: impl Into<reqwest::Body>,
+) -> RequestBuilder {
     client
         .post(url)
         .bearer_auth(token)

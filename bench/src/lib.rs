@@ -6,25 +6,33 @@ pub mod ceiling;
 pub mod cli;
 pub mod client;
 pub mod error;
+pub mod flow;
+pub mod invariants;
 pub mod load;
 pub mod machine;
+pub mod measured;
 pub mod memory;
 pub mod report;
+pub mod scenario;
 pub mod stats;
+pub mod system;
 pub mod targets;
+pub mod wire;
 
 use std::time::Duration;
 
 use crate::{
     benchdb::BenchDb,
-    ceiling::{server::CeilingProcess, Ceilings},
+    ceiling::Ceilings,
     cli::{Scenario, Settings},
     client::Buyers,
     error::Result,
     load::Load,
     machine::Machine,
+    measured::Measured,
     report::Report,
     stats::RunSummary,
+    system::System,
 };
 
 /// Everything a scenario needs from the run: settings, the database, Redis, buyers.
@@ -36,6 +44,7 @@ pub struct Bench {
     pub buyers: Buyers,
     pub report: Report,
     pub ceilings: Ceilings,
+    pub measured: Measured,
 }
 
 impl Bench {
@@ -63,13 +72,27 @@ impl Bench {
             stats::human_us(summary.latency.p99_us),
             summary.errors()
         );
+        let errors = summary.errors();
+        if errors > 0 {
+            let kinds: Vec<String> = summary
+                .outcomes
+                .iter()
+                .filter(|(k, _)| k.starts_with("error"))
+                .map(|(k, o)| format!("{k} ×{}", o.count))
+                .collect();
+            self.report.note(format!(
+                "{}: {errors} unexpected answers ({})",
+                summary.name,
+                kinds.join(", ")
+            ));
+        }
         self.report.runs.push(summary.clone());
         summary
     }
 }
 
 /// A short unreported phase that opens the connections a measured phase will reuse.
-fn warmup(load: &Load) -> Load {
+pub fn warmup(load: &Load) -> Load {
     Load {
         name: format!("{} (warm-up)", load.name),
         max_ops: (load.concurrency as u64) * 8,
@@ -119,6 +142,7 @@ pub async fn run(settings: Settings) -> Result<Report> {
         buyers,
         report,
         ceilings: Ceilings::default(),
+        measured: Measured::default(),
     };
 
     let outcome = run_scenarios(&mut bench).await;
@@ -135,123 +159,33 @@ pub async fn run(settings: Settings) -> Result<Report> {
 async fn run_scenarios(bench: &mut Bench) -> Result<()> {
     if bench.settings.runs(Scenario::Ceilings) {
         eprintln!("scenario 5: the machine's limits");
-        bench.ceilings = measure_ceilings(bench).await?;
+        bench.ceilings = ceiling::measure::measure(bench).await?;
     }
-    targets::evaluate(&mut bench.report, &bench.ceilings);
-    Ok(())
-}
-
-async fn measure_ceilings(bench: &mut Bench) -> Result<Ceilings> {
-    let server = CeilingProcess::start().await?;
-    let client = client::http_client(bench.settings.concurrency)?;
-    let mut c = Ceilings::default();
-    let phases = [
-        ("ceiling: HTTP bare", format!("{}/v1/bare", server.plain)),
-        (
-            "ceiling: HTTP + buyer auth",
-            format!("{}/v1/auth", server.plain),
-        ),
-        (
-            "ceiling: HTTP + auth + middleware",
-            format!("{}/v1/auth", server.stack),
-        ),
-    ];
-    for (name, url) in phases {
-        let load = bench.phase(name);
-        ceiling::http::run(
-            &warmup(&load),
-            client.clone(),
-            url.clone(),
-            bench.buyers.clone(),
-        )
-        .await;
-        let s =
-            bench.keep(ceiling::http::run(&load, client.clone(), url, bench.buyers.clone()).await);
-        let ok = s.outcome("ok").map_or(0.0, |o| o.per_s);
-        match name {
-            "ceiling: HTTP bare" => c.http_bare = ok,
-            "ceiling: HTTP + buyer auth" => c.http_auth = ok,
-            _ => c.http_auth_stack = ok,
+    let needs_system = [Scenario::DropGate, Scenario::DropDirect, Scenario::Saga]
+        .iter()
+        .any(|s| bench.settings.runs(*s));
+    if needs_system {
+        eprintln!("starting the four services (release binaries beside this one)");
+        let sys = System::start("bench", client::http_client(bench.settings.concurrency)?).await?;
+        let accounts = scenario::measure::open_accounts(bench, &sys).await?;
+        if bench.settings.runs(Scenario::DropGate) {
+            eprintln!("scenario 1: drops with the gate, three back to back");
+            scenario::measure::drops_with_gate(bench, &sys, &accounts).await?;
+            scenario::measure::gate_throughput(bench, &sys).await?;
         }
-        check_clean(&mut bench.report, &s);
+        if bench.settings.runs(Scenario::DropDirect) {
+            eprintln!("scenario 2: the drop without the gate");
+            scenario::measure::drop_direct(bench, &sys, &accounts).await?;
+        }
+        if bench.settings.runs(Scenario::Saga) {
+            eprintln!("scenario 4: checkout saga throughput");
+            scenario::measure::saga_throughput(bench, &sys, &accounts).await?;
+        } else {
+            let pool = sys.admin_pool().await;
+            invariants::check_money(&mut bench.report, "all scenarios", &pool).await?;
+            pool.close().await;
+        }
     }
-    drop(server);
-
-    let load = bench.phase("ceiling: Redis EVALSHA");
-    ceiling::redis_eval::run(
-        &warmup(&load),
-        &bench.settings.redis_url,
-        &bench.redis_prefix,
-    )
-    .await?;
-    let s = bench.keep(
-        ceiling::redis_eval::run(&load, &bench.settings.redis_url, &bench.redis_prefix).await?,
-    );
-    c.redis_evalsha = s.outcome("ok").map_or(0.0, |o| o.per_s);
-    check_clean(&mut bench.report, &s);
-
-    let load = bench.phase("ceiling: PostgreSQL commit");
-    let url = bench.db.url();
-    ceiling::pg_commit::run(&warmup(&load), &url, bench.settings.pg_connections).await?;
-    let s = bench.keep(ceiling::pg_commit::run(&load, &url, bench.settings.pg_connections).await?);
-    c.pg_commits = s.outcome("ok").map_or(0.0, |o| o.per_s);
-    check_clean(&mut bench.report, &s);
-
-    let r = &mut bench.report;
-    r.figure("5 limits", "HTTP bare handler", c.http_bare, "req/s");
-    r.figure(
-        "5 limits",
-        "HTTP + buyer authentication (the HTTP ceiling)",
-        c.http_auth,
-        "req/s",
-    );
-    r.figure(
-        "5 limits",
-        "HTTP + authentication + common middleware",
-        c.http_auth_stack,
-        "req/s",
-    );
-    r.figure(
-        "5 limits",
-        "Redis EVALSHA (the Redis ceiling)",
-        c.redis_evalsha,
-        "calls/s",
-    );
-    r.figure(
-        "5 limits",
-        "PostgreSQL single-row UPDATE commits (the commit ceiling)",
-        c.pg_commits,
-        "commits/s",
-    );
-    r.ratio(
-        "HTTP + buyer authentication",
-        c.http_auth,
-        "HTTP bare",
-        c.http_bare,
-    );
-    r.ratio(
-        "HTTP + authentication + common middleware",
-        c.http_auth_stack,
-        "HTTP + buyer authentication",
-        c.http_auth,
-    );
-    Ok(c)
-}
-
-/// A ceiling phase must answer every request correctly, or its number is not a ceiling.
-fn check_clean(report: &mut Report, s: &RunSummary) {
-    let errors = s.errors();
-    if errors > 0 {
-        let kinds: Vec<String> = s
-            .outcomes
-            .iter()
-            .filter(|(k, _)| k.starts_with("error"))
-            .map(|(k, o)| format!("{k}={}", o.count))
-            .collect();
-        report.note(format!(
-            "{}: {errors} failed requests ({})",
-            s.name,
-            kinds.join(", ")
-        ));
-    }
+    targets::evaluate(&mut bench.report, &bench.ceilings, &bench.measured);
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! script call and a PostgreSQL commit cost here, at the run's concurrency.
 
 pub mod http;
+pub mod measure;
 pub mod pg_commit;
 pub mod redis_eval;
 pub mod server;

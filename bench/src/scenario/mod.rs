@@ -1,0 +1,6 @@
+//! The paysaga scenarios of issue 7, each measured against the real services.
+
+pub mod drop;
+pub mod gate;
+pub mod measure;
+pub mod saga;
