@@ -389,11 +389,14 @@ impl Driver {
             concurrency
         };
         let on_done = Arc::new(on_done);
-        futures::stream::iter(buyers.iter())
-            .map(|b| {
+        // Owned buyers and a cloned driver per attempt keep the stream free of borrowed
+        // closure arguments, so a drop can run inside `tokio::spawn`.
+        futures::stream::iter(buyers.to_vec())
+            .map(move |b| {
                 let on_done = on_done.clone();
+                let driver = self.clone();
                 async move {
-                    let a = self.buy(b, product_id).await;
+                    let a = driver.buy(&b, product_id).await;
                     on_done(&a);
                     a
                 }

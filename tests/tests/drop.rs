@@ -89,10 +89,7 @@ async fn fifty_units_five_hundred_buyers_some_underfunded() -> anyhow::Result<()
         reserved,
         "every reservation ends COMPLETED (funded) or FAILED (underfunded)"
     );
-    assert!(
-        (1..=UNITS).contains(&completed),
-        "completed {completed}"
-    );
+    assert!((1..=UNITS).contains(&completed), "completed {completed}");
     assert_eq!(completed + failed + sold_out, BUYERS as i64);
 
     eprintln!("completed {completed}, failed {failed}, sold out {sold_out}, reserved {reserved}");
