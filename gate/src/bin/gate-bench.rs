@@ -1,3 +1,31 @@
-//! `cargo run --release -p gate --bin gate-bench`: the gate benchmark (see gate::bench).
+//! `cargo run --release -p gate --bin gate-bench [-- --connections N --requests N]`:
+//! pass issuance and sold-out answers against the authentication ceiling, and a drop
+//! of 100 units against 10,000 buyers. Prints markdown tables.
 
-fn main() {}
+use gate::bench::{run, BenchConfig};
+
+fn arg(args: &[String], name: &str) -> Option<usize> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let mut cfg = BenchConfig::default();
+    if let Some(c) = arg(&args, "--connections") {
+        cfg.connections = c.clamp(1, 1024);
+    }
+    if let Some(n) = arg(&args, "--requests") {
+        cfg.requests = n.max(1);
+    }
+    if let Some(n) = arg(&args, "--drop-buyers") {
+        cfg.drop_buyers = n.max(1);
+    }
+    eprintln!("gate-bench: {cfg:?}");
+    let report = run(&cfg).await?;
+    println!("{}", report.markdown());
+    Ok(())
+}
