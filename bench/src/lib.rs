@@ -180,11 +180,11 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
         if bench.settings.runs(Scenario::Saga) {
             eprintln!("scenario 4: checkout saga throughput");
             scenario::measure::saga_throughput(bench, &sys, &accounts).await?;
-        } else {
-            let pool = sys.admin_pool().await;
-            invariants::check_money(&mut bench.report, "all scenarios", &pool).await?;
-            pool.close().await;
         }
+    }
+    if bench.settings.runs(Scenario::Claims) {
+        eprintln!("scenario 3: claim strategies (the order service's claim bench)");
+        scenario::claims::measure(bench).await?;
     }
     targets::evaluate(&mut bench.report, &bench.ceilings, &bench.measured);
     Ok(())

@@ -19,8 +19,8 @@ pub struct Measured {
     pub bytes_per_pass: Option<f64>,
     /// Highest sampled RSS of each service during the drops with the gate (MiB).
     pub service_peak_mib: Vec<(String, f64)>,
-    /// Largest relative growth of a service's peak RSS from the first to the third drop.
-    pub rss_growth: Option<(String, f64)>,
+    /// Largest growth of a service's peak RSS from the first to the third drop (MiB).
+    pub rss_growth_mib: Option<(String, f64)>,
     /// SKIP LOCKED p95 and single-counter FOR UPDATE p95 at 100 concurrent claimers (µs).
     pub claim_p95_skip_locked_us: Option<f64>,
     pub claim_p95_counter_us: Option<f64>,

@@ -35,7 +35,7 @@ async fn authenticated(Buyer(_member): Buyer) -> Json<Value> {
 
 /// `/v1/bare` and `/v1/auth` on a plain router; `/v1/auth` again on a router finished by
 /// `paysaga_common::server::finish`, exactly as each service's routes are.
-fn routers() -> Result<(Router, Router)> {
+pub fn routers() -> Result<(Router, Router)> {
     let verifier = Verifier::from_env().map_err(|e| Error::Config(e.to_string()))?;
     let state = State {
         verifier: Arc::new(verifier),

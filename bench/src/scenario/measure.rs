@@ -92,6 +92,9 @@ pub async fn drops_with_gate(
             summary.count("completed"),
         )
         .await?;
+        if round == 3 {
+            invariants::check_system(&mut bench.report, "after 1", &pool).await?;
+        }
         pool.close().await;
         if round == 1 {
             drop::record_figures(&mut bench.report, "1 drop with gate", units, &result);
@@ -123,14 +126,14 @@ pub async fn drops_with_gate(
             peak_of(&peaks[0], name),
             peaks.get(2).and_then(|r| peak_of(r, name)),
         ) {
-            let growth = (third as f64 - first as f64) / first.max(1) as f64;
+            let growth = (third as f64 - first as f64) / 1024.0;
             if bench
                 .measured
-                .rss_growth
+                .rss_growth_mib
                 .as_ref()
                 .is_none_or(|(_, g)| growth > *g)
             {
-                bench.measured.rss_growth = Some((name.clone(), growth));
+                bench.measured.rss_growth_mib = Some((name.clone(), growth));
             }
         }
     }
@@ -164,6 +167,7 @@ pub async fn drop_direct(bench: &mut Bench, sys: &System, accounts: &Arc<Vec<i64
         summary.count("completed"),
     )
     .await?;
+    invariants::check_system(&mut bench.report, "after 2", &pool).await?;
     pool.close().await;
     drop::record_figures(&mut bench.report, name, units, &result);
     bench.measured.units = units;
@@ -331,7 +335,7 @@ pub async fn saga_throughput(
         completed,
     )
     .await?;
-    invariants::check_money(&mut bench.report, "all scenarios", &pool).await?;
+    invariants::check_system(&mut bench.report, "after 4", &pool).await?;
     pool.close().await;
 
     let r = &mut bench.report;

@@ -1,5 +1,6 @@
 //! The paysaga scenarios of issue 7, each measured against the real services.
 
+pub mod claims;
 pub mod drop;
 pub mod gate;
 pub mod measure;
