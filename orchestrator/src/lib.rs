@@ -1,1 +1,231 @@
-//! The orchestrator service (placeholder until its issue lands).
+//! The orchestrator: takes a buyer's payment for a reservation and drives the payment
+//! saga (see `workflows` and docs/orchestrator.md) to COMPLETED, FAILED or REFUNDED,
+//! through retries, timeouts, crashes and slow downstreams.
+
+pub mod api;
+pub mod client;
+pub mod config;
+pub mod downstream;
+pub mod driver;
+pub mod error;
+pub mod idempotency;
+pub mod metrics;
+pub mod recovery;
+pub mod routes;
+pub mod store;
+
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use account::client::AccountClient;
+use axum::{
+    extract::{FromRef, State},
+    response::Response,
+    routing::{get, post},
+    Router,
+};
+use order::client::OrderClient;
+use paysaga_common::{
+    auth::{service_token_from_env, Verifier},
+    db, server,
+};
+use sqlx::{migrate::Migrator, PgPool};
+use tokio::net::TcpListener;
+use utoipa::{
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+    Modify, OpenApi,
+};
+use uuid::Uuid;
+
+pub use config::Config;
+pub use driver::AfterCallHook;
+pub use error::{Error, Result};
+
+/// The schema this service owns.
+pub const SCHEMA: &str = "payment_service";
+
+pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations/payment_service");
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub verifier: Arc<Verifier>,
+    pub engine: Arc<driver::Engine>,
+    pub response_wait: Duration,
+    pub retention_hours: i64,
+}
+
+impl FromRef<AppState> for Arc<Verifier> {
+    fn from_ref(s: &AppState) -> Self {
+        s.verifier.clone()
+    }
+}
+
+/// Test seams; all empty in production.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// See [`AfterCallHook`].
+    pub after_call: Option<AfterCallHook>,
+}
+
+impl AppState {
+    pub fn new(pool: PgPool, config: &Config, hooks: Hooks) -> Self {
+        let token = service_token_from_env("orchestrator");
+        let downstream = downstream::Downstream {
+            account: AccountClient::new(
+                config.account_url.clone(),
+                token.clone(),
+                config.downstream_timeout,
+            ),
+            order: OrderClient::new(config.order_url.clone(), token, config.downstream_timeout),
+        };
+        let engine = driver::Engine {
+            pool: pool.clone(),
+            downstream,
+            instance: Uuid::new_v4(),
+            lease: config.lease,
+            alive: Arc::new(AtomicBool::new(true)),
+            after_call: hooks.after_call,
+        };
+        Self {
+            pool,
+            verifier: Arc::new(Verifier::new(
+                &config.jwt_public_key,
+                &config.service_jwt_public_key,
+            )),
+            engine: Arc::new(engine),
+            response_wait: config.response_wait,
+            retention_hours: config.idempotency_retention_hours,
+        }
+    }
+
+    /// Connects as the service role and brings the schema up to date.
+    pub async fn connect(config: &Config, hooks: Hooks) -> anyhow::Result<Self> {
+        let pool = db::connect(&config.database_url, SCHEMA, config.db_max_connections).await?;
+        db::migrate(&pool, &MIGRATOR).await?;
+        Ok(Self::new(pool, config, hooks))
+    }
+}
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for name in ["buyer", "service"] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .bearer_format("JWT")
+                        .build(),
+                ),
+            );
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "paysaga orchestrator",
+        description = "The payment saga: idempotent checkout payments, recovery, and the operators' inspection API."
+    ),
+    modifiers(&SecuritySchemes),
+    paths(
+        routes::payments::create,
+        routes::payments::get,
+        routes::operator::list,
+        routes::operator::steps,
+        routes::operator::resume,
+        routes::operator::refund,
+    ),
+    components(schemas(
+        api::CreatePayment,
+        api::Payment,
+        api::PaymentAdmin,
+        api::Step,
+        api::PaymentTimeline,
+        api::PaymentPage,
+        paysaga_common::ErrorBody,
+    ))
+)]
+pub struct ApiDoc;
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    server::readiness(
+        vec![("postgres", server::check_db(&state.pool).await)],
+        false,
+    )
+}
+
+pub fn app(state: AppState) -> Router {
+    use routes::{operator, payments};
+    let api = Router::new()
+        .route("/v1/payments", post(payments::create).get(operator::list))
+        .route("/v1/payments/{id}", get(payments::get))
+        .route("/v1/payments/{id}/steps", get(operator::steps))
+        .route("/v1/payments/{id}/resume", post(operator::resume))
+        .route("/v1/payments/{id}/refund", post(operator::refund))
+        .route("/readyz", get(readyz))
+        .with_state(state);
+    server::finish(api, ApiDoc::openapi())
+}
+
+/// Marks the instance dead when `run` ends or is aborted, so its drivers and jobs
+/// write nothing more, as if the process had exited.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Connects, migrates, starts recovery and the idempotency purge, serves until
+/// `shutdown`, then stops the jobs.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_with_hooks(config, listener, shutdown, Hooks::default()).await
+}
+
+/// [`run`] with test seams.
+pub async fn run_with_hooks(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    hooks: Hooks,
+) -> anyhow::Result<()> {
+    config.validate()?;
+    let state = AppState::connect(&config, hooks).await?;
+    let _alive = AliveGuard(state.engine.alive.clone());
+    let policy = recovery::RecoveryPolicy {
+        interval: config.recovery_interval,
+        batch: config.recovery_batch,
+        max_batches: config.recovery_max_batches,
+        concurrency: config.recovery_concurrency,
+    };
+    let mut scheduler = recovery::start(
+        state.engine.clone(),
+        policy,
+        config.idempotency_purge_interval,
+    )
+    .await?;
+    tracing::info!(addr = %listener.local_addr()?, instance = %state.engine.instance, "orchestrator listening");
+    let served = server::serve(listener, app(state), shutdown).await;
+    if let Err(e) = scheduler.shutdown().await {
+        tracing::warn!(error = %e, "scheduled jobs did not stop cleanly");
+    }
+    served?;
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! The orchestrator's wire types, shared by its server and its typed client.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+/// Error codes this service answers with, beside the common ones in
+/// `paysaga_common::error::codes`. Stable: callers match on them.
+pub mod codes {
+    /// `POST /v1/payments` without an `Idempotency-Key` header.
+    pub const IDEMPOTENCY_KEY_MISSING: &str = "IDEMPOTENCY_KEY_MISSING";
+    /// An `Idempotency-Key` outside 1-255 visible ASCII characters.
+    pub const IDEMPOTENCY_KEY_INVALID: &str = "IDEMPOTENCY_KEY_INVALID";
+    /// The key was used before with a different body (422).
+    pub const IDEMPOTENCY_KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED";
+    /// The first request with this key is still running (409, `Retry-After`).
+    pub const IDEMPOTENCY_KEY_IN_PROGRESS: &str = "IDEMPOTENCY_KEY_IN_PROGRESS";
+    /// No such reservation, or not the caller's.
+    pub const RESERVATION_NOT_FOUND: &str = "RESERVATION_NOT_FOUND";
+    /// The reservation is not RESERVED (expired, cancelled or already confirmed).
+    pub const RESERVATION_NOT_PAYABLE: &str = "RESERVATION_NOT_PAYABLE";
+    /// The reservation already has a payment (under another Idempotency-Key).
+    pub const RESERVATION_ALREADY_PAID: &str = "RESERVATION_ALREADY_PAID";
+    /// No such account, or not the caller's member account.
+    pub const ACCOUNT_NOT_FOUND: &str = "ACCOUNT_NOT_FOUND";
+    /// No such payment, or not the caller's.
+    pub const PAYMENT_NOT_FOUND: &str = "PAYMENT_NOT_FOUND";
+    /// Refund asked for a payment that is not a settled COMPLETED one.
+    pub const PAYMENT_NOT_REFUNDABLE: &str = "PAYMENT_NOT_REFUNDABLE";
+    /// Resume asked for a payment with nothing left to do.
+    pub const PAYMENT_NOT_RESUMABLE: &str = "PAYMENT_NOT_RESUMABLE";
+}
+
+/// `POST /v1/payments`: pay for a reservation from an account, both the caller's.
+/// The amount is the reservation's price; the client never sends one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePayment {
+    pub reservation_id: Uuid,
+    pub account_id: i64,
+}
+
+/// A payment as the buyer sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Payment {
+    pub id: Uuid,
+    pub reservation_id: Uuid,
+    pub account_id: i64,
+    pub member_id: String,
+    /// Minor units, from the reservation's price.
+    pub amount: i64,
+    /// PROCESSING, ACCOUNT_DEBITED, ORDER_CONFIRMED, COMPLETED, FAILED, REFUND_PROCESSING, REFUNDED.
+    #[schema(example = "COMPLETED")]
+    pub state: String,
+    /// Whether `state` is final for the buyer (COMPLETED, FAILED, REFUNDED).
+    pub terminal: bool,
+    /// Why a FAILED payment failed, as the downstream said (e.g. `INSUFFICIENT_FUNDS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_code: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A payment as an operator sees it: the buyer's view plus the driving machinery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PaymentAdmin {
+    #[serde(flatten)]
+    pub payment: Payment,
+    /// The action still owed (DEBIT, CONFIRM, COMPLETE, CANCEL_RESERVATION, CANCEL_ORDER, REFUND).
+    pub pending_action: Option<String>,
+    /// Attempts of the pending action that ended unknown.
+    pub attempts: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub needs_attention: bool,
+    pub last_error: Option<String>,
+    pub lease_owner: Option<Uuid>,
+    pub lease_until: Option<DateTime<Utc>>,
+    pub version: i64,
+}
+
+/// One recorded step of a payment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Step {
+    pub seq: i64,
+    pub action: String,
+    pub operation_key: String,
+    /// SUCCEEDED, REJECTED, UNKNOWN, or OPERATOR for an operator's action.
+    pub outcome: String,
+    pub from_state: String,
+    pub to_state: String,
+    pub downstream_status: Option<i32>,
+    pub latency_ms: i32,
+    pub error: Option<String>,
+    /// The orchestrator instance that recorded it.
+    pub driver: Uuid,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `GET /v1/payments/{id}/steps`: a payment with its full step timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PaymentTimeline {
+    pub payment: PaymentAdmin,
+    pub steps: Vec<Step>,
+}
+
+/// `GET /v1/payments` filters. Newest first; pass `next_cursor` back as `cursor`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListPayments {
+    /// Only payments in this state.
+    pub state: Option<String>,
+    pub needs_attention: Option<bool>,
+    /// Only payments created at least this many seconds ago.
+    pub min_age_secs: Option<i64>,
+    /// Only payments created at most this many seconds ago.
+    pub max_age_secs: Option<i64>,
+    /// Only payments whose last error contains this text.
+    pub error_contains: Option<String>,
+    /// 1-500, default 50.
+    pub limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<Uuid>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PaymentPage {
+    pub payments: Vec<PaymentAdmin>,
+    /// Set when there may be more: pass it as `cursor`.
+    pub next_cursor: Option<Uuid>,
+}

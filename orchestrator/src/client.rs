@@ -1,0 +1,128 @@
+//! The typed client for the orchestrator (end-to-end tests, the benchmark, the CLI).
+
+use std::time::Duration;
+
+use paysaga_common::client::{Answer, CallError, ServiceClient};
+use reqwest::header::{HeaderMap, HeaderValue};
+use uuid::Uuid;
+
+use crate::api::{CreatePayment, Payment, PaymentAdmin, PaymentTimeline};
+
+/// An answer to `POST /v1/payments`, with whether it was a replay.
+#[derive(Debug, Clone)]
+pub struct PaymentAnswer {
+    pub status: u16,
+    pub payment: Payment,
+    pub replayed: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct OrchestratorClient {
+    http: reqwest::Client,
+    inner: ServiceClient,
+    base: String,
+    token: String,
+}
+
+impl OrchestratorClient {
+    /// `token`: a buyer token for `pay`/`payment`, a service credential for the rest.
+    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
+        let base = base.into().trim_end_matches('/').to_owned();
+        let token = token.into();
+        let http = paysaga_common::client::http_client(timeout);
+        Self {
+            inner: ServiceClient::with_http(http.clone(), base.clone(), token.clone()),
+            http,
+            base,
+            token,
+        }
+    }
+
+    /// `POST /v1/payments` with `Idempotency-Key`. 201/202 are answers; anything else
+    /// is a `CallError` (4xx rejected with its code, else unknown).
+    pub async fn pay(
+        &self,
+        idempotency_key: &str,
+        req: &CreatePayment,
+    ) -> Result<PaymentAnswer, CallError> {
+        let mut headers = HeaderMap::new();
+        let key = HeaderValue::from_str(idempotency_key).map_err(|e| CallError::Unknown {
+            status: None,
+            reason: format!("bad idempotency key: {e}"),
+        })?;
+        headers.insert("idempotency-key", key);
+        let response = self
+            .http
+            .post(format!("{}/v1/payments", self.base))
+            .bearer_auth(&self.token)
+            .headers(headers)
+            .json(req)
+            .send()
+            .await
+            .map_err(|e| CallError::Unknown {
+                status: None,
+                reason: e.to_string(),
+            })?;
+        let status = response.status().as_u16();
+        let replayed = response
+            .headers()
+            .get("idempotency-replayed")
+            .is_some_and(|v| v == "true");
+        let bytes = response.bytes().await.map_err(|e| CallError::Unknown {
+            status: Some(status),
+            reason: e.to_string(),
+        })?;
+        if status == 201 || status == 202 {
+            let payment = serde_json::from_slice(&bytes).map_err(|e| CallError::Unknown {
+                status: Some(status),
+                reason: format!("unreadable payment: {e}"),
+            })?;
+            return Ok(PaymentAnswer {
+                status,
+                payment,
+                replayed,
+            });
+        }
+        match serde_json::from_slice::<paysaga_common::ErrorBody>(&bytes) {
+            Ok(body) if (400..500).contains(&status) => Err(CallError::Rejected { status, body }),
+            _ => Err(CallError::Unknown {
+                status: Some(status),
+                reason: format!("answered {status}"),
+            }),
+        }
+    }
+
+    pub async fn payment(&self, id: Uuid) -> Result<Answer<Payment>, CallError> {
+        self.inner.get(&format!("/v1/payments/{id}")).await
+    }
+
+    pub async fn timeline(&self, id: Uuid) -> Result<Answer<PaymentTimeline>, CallError> {
+        self.inner.get(&format!("/v1/payments/{id}/steps")).await
+    }
+
+    pub async fn resume(&self, id: Uuid) -> Result<Answer<PaymentAdmin>, CallError> {
+        self.inner
+            .post(&format!("/v1/payments/{id}/resume"), &serde_json::json!({}))
+            .await
+    }
+
+    pub async fn refund(&self, id: Uuid) -> Result<Answer<PaymentAdmin>, CallError> {
+        self.inner
+            .post(&format!("/v1/payments/{id}/refund"), &serde_json::json!({}))
+            .await
+    }
+}
+
+impl OrchestratorClient {
+    /// `GET /v1/payments?needs_attention=true` (first page).
+    pub async fn list_attention(&self) -> Vec<PaymentAdmin> {
+        match self
+            .inner
+            .get::<crate::api::PaymentPage>("/v1/payments?needs_attention=true&limit=500")
+            .await
+        {
+            Ok(a) => a.body.payments,
+            Err(_) => Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The orchestrator's settings, read from the environment with local defaults.
+
+use std::time::Duration;
+
+use ed25519_dalek::VerifyingKey;
+use paysaga_common::{
+    config::{self, ConfigError, LogFormat},
+    keys::{self, DevKey},
+};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `DATABASE_URL`: the `payment_app` role.
+    pub database_url: String,
+    /// `LISTEN_ADDR`.
+    pub listen_addr: String,
+    /// `ACCOUNT_URL`: the account service.
+    pub account_url: String,
+    /// `ORDER_URL`: the order service.
+    pub order_url: String,
+    /// `JWT_PUBLIC_KEY`: verifies buyer tokens; the development key if unset.
+    pub jwt_public_key: VerifyingKey,
+    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials; the development key if unset.
+    pub service_jwt_public_key: VerifyingKey,
+    /// `DOWNSTREAM_TIMEOUT_MS`: per call to account or order (default 2000).
+    pub downstream_timeout: Duration,
+    /// `RESPONSE_WAIT_MS`: how long `POST /v1/payments` waits for a terminal state
+    /// before answering 202 (default 3000).
+    pub response_wait: Duration,
+    /// `RECOVERY_INTERVAL_MS`: how often the recovery job looks for due payments (default 1000).
+    pub recovery_interval: Duration,
+    /// `RECOVERY_BATCH`: payments claimed per claim query (default 50).
+    pub recovery_batch: i64,
+    /// `RECOVERY_MAX_BATCHES`: claim queries per recovery run (default 10).
+    pub recovery_max_batches: u32,
+    /// `RECOVERY_CONCURRENCY`: payments one instance drives at once in recovery (default 16).
+    pub recovery_concurrency: usize,
+    /// `LEASE_MS`: how long a claim on a payment (or on a running idempotent request)
+    /// lasts without renewal; a crashed owner's work is taken over after it (default 15000).
+    pub lease: Duration,
+    /// `IDEMPOTENCY_RETENTION_HOURS`: how long an `Idempotency-Key` is remembered (default 24).
+    pub idempotency_retention_hours: i64,
+    /// `IDEMPOTENCY_PURGE_INTERVAL_MS`: how often expired keys are purged (default 60000).
+    pub idempotency_purge_interval: Duration,
+    /// `DB_MAX_CONNECTIONS` (default 16).
+    pub db_max_connections: u32,
+    /// `LOG_FORMAT`: `json` or `pretty` (default pretty).
+    pub log_format: LogFormat,
+}
+
+pub const DEFAULT_DATABASE_URL: &str = "postgres://payment_app:paysaga-dev@127.0.0.1:5432/paysaga";
+pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8083";
+pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
+pub const DEFAULT_ORDER_URL: &str = "http://127.0.0.1:8084";
+
+fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
+    ConfigError {
+        name: name.to_owned(),
+        value: value.to_string(),
+        reason: reason.to_owned(),
+    }
+}
+
+impl Config {
+    pub fn from_env() -> Result<Config, ConfigError> {
+        let c = Config {
+            database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
+            listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
+            account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
+            order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
+            jwt_public_key: keys::verifying_key_from_env("JWT_PUBLIC_KEY", DevKey::BuyerTokens)?,
+            service_jwt_public_key: keys::verifying_key_from_env(
+                "SERVICE_JWT_PUBLIC_KEY",
+                DevKey::ServiceTokens,
+            )?,
+            downstream_timeout: config::millis(
+                "DOWNSTREAM_TIMEOUT_MS",
+                Duration::from_millis(2000),
+            )?,
+            response_wait: config::millis("RESPONSE_WAIT_MS", Duration::from_millis(3000))?,
+            recovery_interval: config::millis("RECOVERY_INTERVAL_MS", Duration::from_millis(1000))?,
+            recovery_batch: config::parse("RECOVERY_BATCH", 50)?,
+            recovery_max_batches: config::parse("RECOVERY_MAX_BATCHES", 10)?,
+            recovery_concurrency: config::parse("RECOVERY_CONCURRENCY", 16)?,
+            lease: config::millis("LEASE_MS", Duration::from_millis(15_000))?,
+            idempotency_retention_hours: config::parse("IDEMPOTENCY_RETENTION_HOURS", 24)?,
+            idempotency_purge_interval: config::millis(
+                "IDEMPOTENCY_PURGE_INTERVAL_MS",
+                Duration::from_millis(60_000),
+            )?,
+            db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
+            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Defaults for a given database and downstreams (tests, tools); not validated
+    /// against the environment.
+    pub fn for_services(
+        database_url: impl Into<String>,
+        account_url: impl Into<String>,
+        order_url: impl Into<String>,
+    ) -> Config {
+        Config {
+            database_url: database_url.into(),
+            listen_addr: DEFAULT_LISTEN_ADDR.to_owned(),
+            account_url: account_url.into(),
+            order_url: order_url.into(),
+            jwt_public_key: DevKey::BuyerTokens.verifying_key(),
+            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            downstream_timeout: Duration::from_millis(2000),
+            response_wait: Duration::from_millis(3000),
+            recovery_interval: Duration::from_millis(1000),
+            recovery_batch: 50,
+            recovery_max_batches: 10,
+            recovery_concurrency: 16,
+            lease: Duration::from_millis(15_000),
+            idempotency_retention_hours: 24,
+            idempotency_purge_interval: Duration::from_millis(60_000),
+            db_max_connections: 16,
+            log_format: LogFormat::Pretty,
+        }
+    }
+
+    /// Settings that would break the saga's guarantees are refused at start-up.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let ms = |d: Duration| d.as_millis();
+        if self.downstream_timeout < Duration::from_millis(10) {
+            return Err(invalid(
+                "DOWNSTREAM_TIMEOUT_MS",
+                ms(self.downstream_timeout),
+                "must be at least 10",
+            ));
+        }
+        // A step is one call plus one probe; a lease shorter than that would let a
+        // second instance take over a payment whose first driver is still waiting.
+        if self.lease < self.downstream_timeout * 3 {
+            return Err(invalid(
+                "LEASE_MS",
+                ms(self.lease),
+                "must be at least 3 x DOWNSTREAM_TIMEOUT_MS",
+            ));
+        }
+        if self.lease <= self.response_wait {
+            return Err(invalid(
+                "LEASE_MS",
+                ms(self.lease),
+                "must exceed RESPONSE_WAIT_MS",
+            ));
+        }
+        // tokio-cron-scheduler counts repeat intervals in whole seconds (and ticks every
+        // 500 ms); anything finer would silently never run.
+        if self.recovery_interval < Duration::from_secs(1)
+            || self.recovery_interval.subsec_millis() != 0
+        {
+            return Err(invalid(
+                "RECOVERY_INTERVAL_MS",
+                ms(self.recovery_interval),
+                "must be a whole number of seconds, at least 1000",
+            ));
+        }
+        if self.idempotency_purge_interval < Duration::from_secs(1)
+            || self.idempotency_purge_interval.subsec_millis() != 0
+        {
+            return Err(invalid(
+                "IDEMPOTENCY_PURGE_INTERVAL_MS",
+                ms(self.idempotency_purge_interval),
+                "must be a whole number of seconds, at least 1000",
+            ));
+        }
+        if !(1..=10_000).contains(&self.recovery_batch) {
+            return Err(invalid(
+                "RECOVERY_BATCH",
+                self.recovery_batch,
+                "must be 1 to 10000",
+            ));
+        }
+        if self.recovery_max_batches == 0 {
+            return Err(invalid(
+                "RECOVERY_MAX_BATCHES",
+                self.recovery_max_batches,
+                "must be at least 1",
+            ));
+        }
+        if !(1..=1024).contains(&self.recovery_concurrency) {
+            return Err(invalid(
+                "RECOVERY_CONCURRENCY",
+                self.recovery_concurrency,
+                "must be 1 to 1024",
+            ));
+        }
+        if !(1..=24 * 365).contains(&self.idempotency_retention_hours) {
+            return Err(invalid(
+                "IDEMPOTENCY_RETENTION_HOURS",
+                self.idempotency_retention_hours,
+                "must be 1 to 8760",
+            ));
+        }
+        if self.db_max_connections < 2 {
+            return Err(invalid(
+                "DB_MAX_CONNECTIONS",
+                self.db_max_connections,
+                "must be at least 2",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_unsafe_leases_are_refused() {
+        let c = Config::for_services("postgres://x@h/db", "http://a", "http://o");
+        assert!(c.validate().is_ok());
+        let short = Config {
+            lease: Duration::from_millis(1000),
+            ..c.clone()
+        };
+        assert!(short.validate().is_err());
+        let batch = Config {
+            recovery_batch: 0,
+            ..c.clone()
+        };
+        assert!(batch.validate().is_err());
+        let sub_second = Config {
+            recovery_interval: Duration::from_millis(500),
+            ..c
+        };
+        assert!(sub_second.validate().is_err());
+    }
+}

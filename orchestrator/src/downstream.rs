@@ -1,0 +1,265 @@
+//! The saga's calls to account and order, and the probes that ask them for the truth
+//! after an unknown outcome. Each call's answer is classified into a step outcome
+//! here; only answers that are definite by contract count as rejections.
+
+use std::time::{Duration, Instant};
+
+use account::{
+    api::{
+        codes as account_codes, CreditRequest, DebitRequest, OperationKey, TransactionKind,
+        TransactionStatus,
+    },
+    client::AccountClient,
+};
+use order::{
+    api::{codes as order_codes, ReservationState},
+    client::OrderClient,
+};
+use paysaga_common::{client::CallError, money::Amount};
+use workflows::{Action, Outcome};
+
+use crate::store::PaymentRow;
+
+/// What one attempt at an action came to.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub outcome: Outcome,
+    pub status: Option<u16>,
+    pub latency: Duration,
+    pub error: Option<String>,
+    /// The downstream's code for a definite rejection (e.g. `INSUFFICIENT_FUNDS`).
+    pub code: Option<String>,
+}
+
+impl Attempt {
+    fn succeeded(status: u16, latency: Duration) -> Self {
+        Attempt {
+            outcome: Outcome::Succeeded,
+            status: Some(status),
+            latency,
+            error: None,
+            code: None,
+        }
+    }
+
+    fn unknown(status: Option<u16>, latency: Duration, error: impl Into<String>) -> Self {
+        Attempt {
+            outcome: Outcome::Unknown,
+            status,
+            latency,
+            error: Some(error.into()),
+            code: None,
+        }
+    }
+
+    /// Classifies a failed call: a rejection whose code is in `definite` is final,
+    /// anything else (a timeout, a 5xx, an unexpected 4xx such as a refused
+    /// credential) is unknown and is retried, then escalated.
+    fn from_error(e: CallError, latency: Duration, definite: &[&str]) -> Self {
+        match &e {
+            CallError::Rejected { status, body } if definite.contains(&body.code.as_str()) => {
+                Attempt {
+                    outcome: Outcome::Rejected,
+                    status: Some(*status),
+                    latency,
+                    error: Some(e.to_string()),
+                    code: Some(body.code.clone()),
+                }
+            }
+            _ => Attempt::unknown(e.status(), latency, e.to_string()),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Downstream {
+    pub account: AccountClient,
+    pub order: OrderClient,
+}
+
+fn op_key(action: Action, p: &PaymentRow) -> Result<OperationKey, String> {
+    OperationKey::parse(action.operation_key(p.id)).map_err(str::to_owned)
+}
+
+impl Downstream {
+    /// Carries out `action` for `p` once. Never fails: an error is an outcome.
+    pub async fn perform(&self, action: Action, p: &PaymentRow) -> Attempt {
+        let start = Instant::now();
+        let amount = match Amount::new(p.amount) {
+            Ok(a) => a,
+            Err(e) => {
+                return Attempt::unknown(
+                    None,
+                    Duration::ZERO,
+                    format!("stored amount {}: {e}", p.amount),
+                )
+            }
+        };
+        match action {
+            Action::Debit => {
+                let key = match op_key(Action::Debit, p) {
+                    Ok(k) => k,
+                    Err(e) => return Attempt::unknown(None, Duration::ZERO, e),
+                };
+                let req = DebitRequest {
+                    operation_key: key,
+                    account_id: p.account_id,
+                    amount,
+                };
+                match self.account.debit(&req).await {
+                    Ok(a) => match a.body.status {
+                        TransactionStatus::Applied => Attempt::succeeded(a.status, a.latency),
+                        TransactionStatus::Declined => Attempt {
+                            outcome: Outcome::Rejected,
+                            status: Some(a.status),
+                            latency: a.latency,
+                            error: Some("debit declined".into()),
+                            code: Some(account_codes::INSUFFICIENT_FUNDS.into()),
+                        },
+                    },
+                    Err(e) => Attempt::from_error(
+                        e,
+                        start.elapsed(),
+                        &[
+                            account_codes::INSUFFICIENT_FUNDS,
+                            account_codes::ACCOUNT_NOT_FOUND,
+                            account_codes::ACCOUNT_NOT_MEMBER,
+                        ],
+                    ),
+                }
+            }
+            Action::Confirm => match self.order.confirm(p.reservation_id).await {
+                Ok(a) if a.body.state == ReservationState::Confirmed => {
+                    Attempt::succeeded(a.status, a.latency)
+                }
+                Ok(a) => Attempt::unknown(
+                    Some(a.status),
+                    a.latency,
+                    format!("confirm answered {}", a.body.state),
+                ),
+                Err(e) => Attempt::from_error(
+                    e,
+                    start.elapsed(),
+                    &[
+                        order_codes::RESERVATION_EXPIRED,
+                        order_codes::RESERVATION_CANCELLED,
+                        order_codes::RESERVATION_NOT_FOUND,
+                    ],
+                ),
+            },
+            Action::CancelReservation | Action::CancelOrder => {
+                match self.order.cancel(p.reservation_id).await {
+                    Ok(a)
+                        if matches!(
+                            a.body.state,
+                            ReservationState::Cancelled | ReservationState::Expired
+                        ) =>
+                    {
+                        Attempt::succeeded(a.status, a.latency)
+                    }
+                    Ok(a) => Attempt::unknown(
+                        Some(a.status),
+                        a.latency,
+                        format!("cancel answered {}", a.body.state),
+                    ),
+                    Err(e) => Attempt::from_error(
+                        e,
+                        start.elapsed(),
+                        &[
+                            order_codes::RESERVATION_NOT_FOUND,
+                            order_codes::RESERVATION_CONFIRMED,
+                        ],
+                    ),
+                }
+            }
+            Action::Refund => {
+                let (key, refund_of) = match (op_key(Action::Refund, p), op_key(Action::Debit, p)) {
+                    (Ok(k), Ok(d)) => (k, d),
+                    (Err(e), _) | (_, Err(e)) => return Attempt::unknown(None, Duration::ZERO, e),
+                };
+                let req = CreditRequest {
+                    operation_key: key,
+                    account_id: p.account_id,
+                    amount,
+                    refund_of,
+                };
+                match self.account.credit(&req).await {
+                    Ok(a) => Attempt::succeeded(a.status, a.latency),
+                    Err(e) => Attempt::from_error(
+                        e,
+                        start.elapsed(),
+                        &[
+                            account_codes::REFUND_EXCEEDS_DEBIT,
+                            account_codes::DEBIT_NOT_FOUND,
+                            account_codes::DEBIT_DECLINED,
+                            account_codes::REFUND_ACCOUNT_MISMATCH,
+                        ],
+                    ),
+                }
+            }
+            Action::Complete => Attempt::succeeded(0, Duration::ZERO),
+        }
+    }
+
+    /// After an unknown outcome: asks the downstream what really happened under this
+    /// payment's operation key (or to its reservation). `Some` only for a definite fact;
+    /// `None` when the truth is still open (e.g. the call may still be in flight), and
+    /// then the same operation is simply issued again later under the same key.
+    pub async fn probe(&self, action: Action, p: &PaymentRow) -> Option<Attempt> {
+        let start = Instant::now();
+        match action {
+            Action::Debit | Action::Refund => {
+                let key = action.operation_key(p.id);
+                let a = self.account.transaction_by_key(&key).await.ok()?;
+                let t = &a.body;
+                let expected_kind = if action == Action::Debit {
+                    TransactionKind::Debit
+                } else {
+                    TransactionKind::Credit
+                };
+                if t.kind != expected_kind || t.account_id != p.account_id || t.amount != p.amount {
+                    tracing::error!(payment_id = %p.id, %key, "transaction under our operation key does not match the payment");
+                    return None;
+                }
+                Some(match t.status {
+                    TransactionStatus::Applied => Attempt::succeeded(a.status, start.elapsed()),
+                    TransactionStatus::Declined => Attempt {
+                        outcome: Outcome::Rejected,
+                        status: Some(a.status),
+                        latency: start.elapsed(),
+                        error: Some("probe: debit declined".into()),
+                        code: Some(account_codes::INSUFFICIENT_FUNDS.into()),
+                    },
+                })
+            }
+            Action::Confirm => {
+                let a = self.order.reservation(p.reservation_id).await.ok()?;
+                match a.body.state {
+                    ReservationState::Confirmed => {
+                        Some(Attempt::succeeded(a.status, start.elapsed()))
+                    }
+                    // Confirm can no longer succeed: a definite rejection.
+                    s @ (ReservationState::Cancelled | ReservationState::Expired) => {
+                        Some(Attempt {
+                            outcome: Outcome::Rejected,
+                            status: Some(a.status),
+                            latency: start.elapsed(),
+                            error: Some(format!("probe: reservation {s}")),
+                            code: Some(s.as_str().to_owned()),
+                        })
+                    }
+                    ReservationState::Reserved => None,
+                }
+            }
+            Action::CancelReservation | Action::CancelOrder => {
+                let a = self.order.reservation(p.reservation_id).await.ok()?;
+                matches!(
+                    a.body.state,
+                    ReservationState::Cancelled | ReservationState::Expired
+                )
+                .then(|| Attempt::succeeded(a.status, start.elapsed()))
+            }
+            Action::Complete => None,
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Driving a payment: carry out the owed action outside any transaction, learn the
+//! truth when the outcome is unknown, then record the move with one compare-and-set.
+//! A driver holds the payment's lease; losing it (another instance took over after
+//! it expired) stops the driver without a write.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use sqlx::PgPool;
+use uuid::Uuid;
+use workflows::{transition, Action, Next, Outcome, RetryPolicy};
+
+use crate::{
+    downstream::{Attempt, Downstream},
+    error::Result,
+    metrics,
+    store::{self, Move, PaymentRow, StepRecord},
+};
+
+/// Called after a step's downstream call returns and before its result is recorded:
+/// a fault-injection point for tests (a hook that never returns is a process that died
+/// right there). `None` in production.
+pub type AfterCallHook =
+    Arc<dyn Fn(Uuid, Action) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Everything a driver needs; one per process, shared by handlers and recovery.
+pub struct Engine {
+    pub pool: PgPool,
+    pub downstream: Downstream,
+    /// This instance's identity: the lease owner it writes and the `driver` of its steps.
+    pub instance: Uuid,
+    pub lease: Duration,
+    /// Cleared when the instance stops: a driver of a stopped instance writes nothing
+    /// more, exactly as if the process had died.
+    pub alive: Arc<AtomicBool>,
+    pub after_call: Option<AfterCallHook>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    fn alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Drives a payment this instance holds the lease on until it settles, waits for a
+    /// retry, needs an operator, or the lease is lost. Returns the last row it saw.
+    #[tracing::instrument(skip_all, fields(payment_id = %row.id))]
+    pub async fn drive(&self, mut row: PaymentRow) -> Result<PaymentRow> {
+        loop {
+            if row.lease_owner != Some(self.instance) || row.needs_attention {
+                return Ok(row);
+            }
+            let pos = row.position()?;
+            let Some(action) = pos.pending() else {
+                store::release(&self.pool, row.id, self.instance).await?;
+                return Ok(row);
+            };
+            let mut attempt = self.downstream.perform(action, &row).await;
+            if attempt.outcome == Outcome::Unknown {
+                metrics::unknown_outcome(action);
+                if let Some(truth) = self.downstream.probe(action, &row).await {
+                    let call_error = attempt.error.take().unwrap_or_default();
+                    attempt = Attempt {
+                        error: Some(format!(
+                            "call: {call_error}; probe: {}",
+                            truth.error.as_deref().unwrap_or("found it done")
+                        )),
+                        latency: attempt.latency + truth.latency,
+                        ..truth
+                    };
+                }
+            }
+            metrics::step(action, attempt.outcome, attempt.latency);
+            if let Some(hook) = &self.after_call {
+                hook(row.id, action).await;
+            }
+            if !self.alive() {
+                return Ok(row);
+            }
+
+            let step = StepRecord {
+                action,
+                operation_key: action.operation_key(row.id),
+                outcome: Some(attempt.outcome),
+                downstream_status: attempt.status.filter(|_| action.is_remote()),
+                latency: attempt.latency,
+                error: attempt.error.clone(),
+            };
+            let next = transition(pos, attempt.outcome)
+                .map_err(|e| crate::error::Error::Invariant(e.to_string()))?;
+            let mv = match next {
+                Next::Move(to) => Move {
+                    to,
+                    attempts: 0,
+                    next_attempt_in: to.pending().map(|_| Duration::ZERO),
+                    needs_attention: false,
+                    keep_lease: to.pending().is_some(),
+                    failure_code: attempt
+                        .code
+                        .clone()
+                        .filter(|_| to.state() == workflows::State::Failed),
+                },
+                Next::Retry => {
+                    let attempts = row.attempts.saturating_add(1);
+                    let policy = RetryPolicy::for_action(action);
+                    let delay = policy.next_delay(
+                        u32::try_from(attempts).unwrap_or(u32::MAX),
+                        &mut rand::thread_rng(),
+                    );
+                    if delay.is_none() {
+                        metrics::attention("attempts_exhausted");
+                        tracing::warn!(payment_id = %row.id, %action, attempts, "attempts exhausted; payment needs an operator");
+                    }
+                    Move {
+                        to: pos,
+                        attempts,
+                        next_attempt_in: delay,
+                        needs_attention: delay.is_none(),
+                        keep_lease: false,
+                        failure_code: None,
+                    }
+                }
+                Next::Escalate => {
+                    metrics::attention("definite_rejection");
+                    tracing::error!(payment_id = %row.id, %action, error = ?attempt.error, "no safe automatic move; payment needs an operator");
+                    Move {
+                        to: pos,
+                        attempts: row.attempts,
+                        next_attempt_in: None,
+                        needs_attention: true,
+                        keep_lease: false,
+                        failure_code: None,
+                    }
+                }
+            };
+            match store::record_step(&self.pool, &row, self.instance, self.lease, &step, &mv)
+                .await?
+            {
+                Some(moved) => {
+                    if moved.state != row.state {
+                        metrics::transition(&moved.state);
+                    }
+                    row = moved;
+                }
+                None => {
+                    metrics::lease_lost();
+                    tracing::warn!(payment_id = %row.id, "payment moved by another driver; stopping without a write");
+                    return store::load(&self.pool, row.id)
+                        .await
+                        .map(|r| r.unwrap_or(row));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The orchestrator's errors: each client-facing case with its stable code, and the
+//! internal ones that become a generic 500.
+
+use axum::{
+    http::{header, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+};
+use paysaga_common::{
+    client::CallError,
+    error::{codes as common_codes, internal_error_response},
+    ApiError,
+};
+use uuid::Uuid;
+
+use crate::api::codes;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A rejection from a common extractor or an input check, already shaped.
+    #[error("{}: {}", .0.code, .0.message)]
+    Api(ApiError),
+    #[error("Idempotency-Key header is required")]
+    IdempotencyKeyMissing,
+    #[error("Idempotency-Key is invalid: {0}")]
+    IdempotencyKeyInvalid(&'static str),
+    #[error("Idempotency-Key was used with a different request")]
+    IdempotencyKeyReused,
+    #[error("a request with this Idempotency-Key is still running")]
+    IdempotencyInProgress { retry_after_secs: u64 },
+    #[error("reservation not found")]
+    ReservationNotFound,
+    #[error("reservation is {0}, not RESERVED")]
+    ReservationNotPayable(String),
+    #[error("account not found")]
+    AccountNotFound,
+    #[error("reservation {reservation_id} already has payment {payment_id}")]
+    ReservationAlreadyPaid {
+        reservation_id: Uuid,
+        payment_id: Uuid,
+    },
+    #[error("payment not found")]
+    PaymentNotFound,
+    #[error("payment in {0} cannot be refunded")]
+    NotRefundable(String),
+    #[error("payment in {0} has nothing left to resume")]
+    NotResumable(String),
+    /// A service needed to accept the payment did not give a definite answer.
+    #[error("{service} unavailable: {source}")]
+    Downstream {
+        service: &'static str,
+        source: CallError,
+    },
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    /// Something that must never happen did; nothing half-done is kept.
+    #[error("invariant violated: {0}")]
+    Invariant(String),
+}
+
+impl From<ApiError> for Error {
+    fn from(e: ApiError) -> Self {
+        Error::Api(e)
+    }
+}
+
+impl Error {
+    fn api(&self) -> Option<ApiError> {
+        use StatusCode as S;
+        let e = match self {
+            Error::Api(e) => e.clone(),
+            Error::IdempotencyKeyMissing => ApiError::bad_request(
+                codes::IDEMPOTENCY_KEY_MISSING,
+                "the Idempotency-Key header is required: send a unique key per payment attempt and reuse it on retries",
+            ),
+            Error::IdempotencyKeyInvalid(why) => ApiError::bad_request(codes::IDEMPOTENCY_KEY_INVALID, *why),
+            Error::IdempotencyKeyReused => ApiError::unprocessable(
+                codes::IDEMPOTENCY_KEY_REUSED,
+                "this Idempotency-Key was already used with a different request body",
+            ),
+            Error::IdempotencyInProgress { .. } => ApiError::conflict(
+                codes::IDEMPOTENCY_KEY_IN_PROGRESS,
+                "a request with this Idempotency-Key is still running; retry after the indicated delay",
+            ),
+            Error::ReservationNotFound => ApiError::not_found(codes::RESERVATION_NOT_FOUND, "no such reservation"),
+            Error::ReservationNotPayable(state) => ApiError::conflict(
+                codes::RESERVATION_NOT_PAYABLE,
+                format!("the reservation is {state}; only a RESERVED reservation can be paid"),
+            ),
+            Error::AccountNotFound => ApiError::not_found(codes::ACCOUNT_NOT_FOUND, "no such account"),
+            Error::ReservationAlreadyPaid { payment_id, .. } => ApiError::conflict(
+                codes::RESERVATION_ALREADY_PAID,
+                format!("this reservation already has payment {payment_id}"),
+            ),
+            Error::PaymentNotFound => ApiError::not_found(codes::PAYMENT_NOT_FOUND, "no such payment"),
+            Error::NotRefundable(state) => ApiError::conflict(
+                codes::PAYMENT_NOT_REFUNDABLE,
+                format!("a payment in {state} cannot be refunded; only a settled COMPLETED one can"),
+            ),
+            Error::NotResumable(state) => ApiError::conflict(
+                codes::PAYMENT_NOT_RESUMABLE,
+                format!("the payment is {state} with nothing left to do"),
+            ),
+            Error::Downstream { service, .. } => ApiError::new(
+                S::SERVICE_UNAVAILABLE,
+                common_codes::UNAVAILABLE,
+                format!("the {service} service did not answer; nothing was charged, retry with the same Idempotency-Key"),
+            ),
+            Error::Database(_) | Error::Invariant(_) => return None,
+        };
+        Some(e)
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        match self.api() {
+            Some(api) => {
+                let mut response = api.into_response();
+                let retry_after = match &self {
+                    Error::IdempotencyInProgress { retry_after_secs } => Some(*retry_after_secs),
+                    Error::Downstream { .. } => Some(1),
+                    _ => None,
+                };
+                if let Some(secs) = retry_after {
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                }
+                response
+            }
+            None => internal_error_response(&self),
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! The orchestrator's Prometheus metrics, named `orchestrator_*`.
+
+use std::time::Duration;
+
+use workflows::{Action, Outcome};
+
+/// Step latency by step and outcome (`orchestrator_step_seconds`).
+pub fn step(action: Action, outcome: Outcome, latency: Duration) {
+    metrics::histogram!("orchestrator_step_seconds", "step" => action.as_str(), "outcome" => outcome.as_str())
+        .record(latency.as_secs_f64());
+}
+
+/// A call whose outcome was unknown (before any probe).
+pub fn unknown_outcome(action: Action) {
+    metrics::counter!("orchestrator_unknown_outcomes_total", "step" => action.as_str())
+        .increment(1);
+}
+
+/// A recorded move into `state`.
+pub fn transition(state: &str) {
+    metrics::counter!("orchestrator_transitions_total", "to" => state.to_owned()).increment(1);
+}
+
+/// A payment flagged for an operator, by reason.
+pub fn attention(reason: &'static str) {
+    metrics::counter!("orchestrator_attention_total", "reason" => reason).increment(1);
+}
+
+/// A driver found its payment moved by another (its lease had been taken over).
+pub fn lease_lost() {
+    metrics::counter!("orchestrator_lease_lost_total").increment(1);
+}
+
+/// Payments claimed by the recovery job.
+pub fn recovered(n: usize) {
+    metrics::counter!("orchestrator_recoveries_total").increment(n as u64);
+}
+
+/// Payments per state and the attention count, refreshed by the recovery job.
+pub fn census(by_state: &[(String, i64)], attention: i64) {
+    for state in workflows::State::ALL {
+        let n = by_state
+            .iter()
+            .find(|(s, _)| s == state.as_str())
+            .map(|(_, n)| *n)
+            .unwrap_or(0);
+        metrics::gauge!("orchestrator_payments", "state" => state.as_str()).set(n as f64);
+    }
+    metrics::gauge!("orchestrator_payments_needing_attention").set(attention as f64);
+}
+
+/// A recovery run that failed (database trouble); the next run retries.
+pub fn counter_recovery_error() {
+    metrics::counter!("orchestrator_recovery_errors_total").increment(1);
+}

@@ -1,0 +1,115 @@
+//! Scheduled jobs: recovery claims due payments in bounded batches and drives them;
+//! the purge drops idempotency records past their retention.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use futures::StreamExt;
+use tokio_cron_scheduler::{Job, JobScheduler};
+
+use crate::{driver::Engine, error::Result, idempotency, metrics, store};
+
+/// Settings of the recovery job.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoveryPolicy {
+    pub interval: Duration,
+    pub batch: i64,
+    pub max_batches: u32,
+    pub concurrency: usize,
+}
+
+/// One recovery run: claim up to `batch` due payments at a time (at most
+/// `max_batches` times) and drive them, `concurrency` at once. Returns how many
+/// were claimed.
+#[tracing::instrument(skip_all)]
+pub async fn recover(engine: &Arc<Engine>, policy: RecoveryPolicy) -> Result<usize> {
+    let mut total = 0;
+    for _ in 0..policy.max_batches {
+        if !engine.alive.load(Ordering::Acquire) {
+            break;
+        }
+        let claimed =
+            store::claim_due(&engine.pool, engine.instance, engine.lease, policy.batch).await?;
+        let n = claimed.len();
+        total += n;
+        metrics::recovered(n);
+        futures::stream::iter(claimed)
+            .for_each_concurrent(policy.concurrency, |row| {
+                let engine = engine.clone();
+                async move {
+                    let id = row.id;
+                    if let Err(e) = engine.drive(row).await {
+                        tracing::warn!(payment_id = %id, error = %e, "recovery could not drive payment; its lease expires and it is retried");
+                    }
+                }
+            })
+            .await;
+        if i64::try_from(n).unwrap_or(i64::MAX) < policy.batch {
+            break;
+        }
+    }
+    if total > 0 {
+        tracing::info!(claimed = total, "recovery run");
+    }
+    Ok(total)
+}
+
+/// Starts the recovery and purge jobs. A run still going when the next is due is not
+/// doubled: that tick is skipped.
+pub async fn start(
+    engine: Arc<Engine>,
+    policy: RecoveryPolicy,
+    purge_interval: Duration,
+) -> anyhow::Result<JobScheduler> {
+    let scheduler = JobScheduler::new().await?;
+
+    let running = Arc::new(AtomicBool::new(false));
+    let recovery_engine = engine.clone();
+    let recovery = Job::new_repeated_async(policy.interval, move |_id, _lock| {
+        let engine = recovery_engine.clone();
+        let running = running.clone();
+        Box::pin(async move {
+            if !engine.alive.load(Ordering::Acquire) || running.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            if let Err(e) = recover(&engine, policy).await {
+                metrics::counter_recovery_error();
+                tracing::warn!(error = %e, "recovery run failed; the next run retries");
+            }
+            match store::census(&engine.pool).await {
+                Ok((by_state, attention)) => metrics::census(&by_state, attention),
+                Err(e) => tracing::debug!(error = %e, "census failed"),
+            }
+            running.store(false, Ordering::Release);
+        })
+    })?;
+    scheduler.add(recovery).await?;
+
+    let purging = Arc::new(AtomicBool::new(false));
+    let purge = Job::new_repeated_async(purge_interval, move |_id, _lock| {
+        let engine = engine.clone();
+        let purging = purging.clone();
+        Box::pin(async move {
+            if !engine.alive.load(Ordering::Acquire) || purging.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            match idempotency::purge_expired(&engine.pool, 1000).await {
+                Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency keys purged"),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "idempotency purge failed; the next run retries")
+                }
+            }
+            purging.store(false, Ordering::Release);
+        })
+    })?;
+    scheduler.add(purge).await?;
+
+    scheduler.start().await?;
+    Ok(scheduler)
+}

@@ -1,0 +1,81 @@
+//! HTTP handlers: the buyer's payment endpoints and the operators' inspection API.
+
+pub mod operator;
+pub mod payments;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    http::{header, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+};
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use crate::{
+    driver::Engine,
+    error::{Error, Result},
+    store::{self, PaymentRow},
+};
+
+/// A JSON body with the given status, serialised once so it can be stored and replayed.
+pub(crate) fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Starts driving `row` in a task of its own (it outlives the request, which only
+/// waits for it a while) if this instance holds its lease.
+pub(crate) fn spawn_drive(
+    engine: &Arc<Engine>,
+    row: &PaymentRow,
+) -> Option<JoinHandle<Result<PaymentRow>>> {
+    if row.lease_owner != Some(engine.instance) || row.pending_action.is_none() {
+        return None;
+    }
+    let engine = engine.clone();
+    let row = row.clone();
+    Some(tokio::spawn(async move { engine.drive(row).await }))
+}
+
+/// Waits up to `wait` for the payment to reach a terminal state: on the driver this
+/// request started, or by re-reading the row when someone else drives it.
+pub(crate) async fn wait_for_terminal(
+    engine: &Engine,
+    id: Uuid,
+    handle: Option<JoinHandle<Result<PaymentRow>>>,
+    wait: Duration,
+) -> Result<PaymentRow> {
+    let deadline = tokio::time::Instant::now() + wait;
+    if let Some(mut handle) = handle {
+        match tokio::time::timeout_at(deadline, &mut handle).await {
+            Ok(Ok(Ok(row))) if row.is_terminal() => return Ok(row),
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(payment_id = %id, error = %e, "driver stopped; recovery resumes the payment")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(payment_id = %id, error = %e, "driver task failed; recovery resumes the payment")
+            }
+            // Still running: it carries on after the answer.
+            Err(_) => {}
+        }
+    }
+    loop {
+        let row = store::load(&engine.pool, id)
+            .await?
+            .ok_or(Error::PaymentNotFound)?;
+        if row.is_terminal() || tokio::time::Instant::now() >= deadline {
+            return Ok(row);
+        }
+        // Someone else (recovery, another instance, a retry) is driving it.
+        tokio::time::sleep_until(
+            deadline.min(tokio::time::Instant::now() + Duration::from_millis(50)),
+        )
+        .await;
+    }
+}

@@ -1,0 +1,202 @@
+//! The operators' inspection API (service credential): list, timeline, resume, refund.
+
+use axum::{extract::State, Json as AxumJson};
+use paysaga_common::{
+    auth::Service,
+    error::codes as common_codes,
+    extract::{Path, Query},
+    ApiError,
+};
+use uuid::Uuid;
+use workflows::{request_refund, State as SagaState};
+
+use crate::{
+    api::{ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline},
+    error::{Error, Result},
+    routes::{spawn_drive, wait_for_terminal},
+    store, AppState,
+};
+
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 500;
+
+/// List payments, newest first, with filters and keyset paging.
+#[utoipa::path(
+    get, path = "/v1/payments", tag = "operator",
+    params(ListPayments),
+    responses(
+        (status = 200, body = PaymentPage),
+        (status = 400, description = "INVALID_QUERY", body = paysaga_common::ErrorBody),
+        (status = 403, description = "FORBIDDEN: buyer token", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(operator = %operator))]
+pub async fn list(
+    State(state): State<AppState>,
+    Service(operator): Service,
+    Query(filter): Query<ListPayments>,
+) -> Result<AxumJson<PaymentPage>> {
+    let limit = filter.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(
+            common_codes::INVALID_QUERY,
+            format!("limit must be 1 to {MAX_LIMIT}"),
+        )
+        .into());
+    }
+    if let Some(s) = &filter.state {
+        s.parse::<SagaState>().map_err(|_| {
+            ApiError::bad_request(common_codes::INVALID_QUERY, format!("unknown state {s:?}"))
+        })?;
+    }
+    for (name, v) in [
+        ("min_age_secs", filter.min_age_secs),
+        ("max_age_secs", filter.max_age_secs),
+    ] {
+        if v.is_some_and(|v| !(0..=10 * 365 * 86_400).contains(&v)) {
+            return Err(ApiError::bad_request(
+                common_codes::INVALID_QUERY,
+                format!("{name} must be 0 to 315360000"),
+            )
+            .into());
+        }
+    }
+    let rows = store::list(&state.pool, &filter, limit).await?;
+    let next_cursor = (rows.len() as i64 == limit)
+        .then(|| rows.last().map(|r| r.id))
+        .flatten();
+    Ok(AxumJson(PaymentPage {
+        payments: rows.iter().map(store::PaymentRow::to_admin).collect(),
+        next_cursor,
+    }))
+}
+
+/// One payment with its full step timeline.
+#[utoipa::path(
+    get, path = "/v1/payments/{id}/steps", tag = "operator",
+    params(("id" = Uuid, Path, description = "payment id")),
+    responses(
+        (status = 200, body = PaymentTimeline),
+        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(payment_id = %id))]
+pub async fn steps(
+    State(state): State<AppState>,
+    _operator: Service,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<PaymentTimeline>> {
+    let row = store::load(&state.pool, id)
+        .await?
+        .ok_or(Error::PaymentNotFound)?;
+    let steps = store::steps(&state.pool, id).await?;
+    Ok(AxumJson(PaymentTimeline {
+        payment: row.to_admin(),
+        steps,
+    }))
+}
+
+/// Resume a payment: clears the attention flag and its attempt count and drives it now.
+#[utoipa::path(
+    post, path = "/v1/payments/{id}/resume", tag = "operator",
+    params(("id" = Uuid, Path, description = "payment id")),
+    responses(
+        (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
+        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
+        (status = 409, description = "PAYMENT_NOT_RESUMABLE: nothing left to do", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
+pub async fn resume(
+    State(state): State<AppState>,
+    Service(operator): Service,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<PaymentAdmin>> {
+    let row = store::load(&state.pool, id)
+        .await?
+        .ok_or(Error::PaymentNotFound)?;
+    let pos = row.position()?;
+    let Some(action) = pos.pending() else {
+        return Err(Error::NotResumable(row.state.clone()));
+    };
+    let note = format!("resumed by {operator}");
+    let handle = match store::operator_move(
+        &state.pool,
+        &row,
+        state.engine.instance,
+        state.engine.lease,
+        pos,
+        action,
+        &note,
+    )
+    .await?
+    {
+        Some(moved) => spawn_drive(&state.engine, &moved),
+        // Someone holds a live lease: it is being driven already.
+        None => None,
+    };
+    let row = wait_for_terminal(&state.engine, id, handle, state.response_wait).await?;
+    Ok(AxumJson(row.to_admin()))
+}
+
+/// Refund a COMPLETED payment: cancel the order, then credit the buyer, through the
+/// saga (REFUND_PROCESSING -> REFUNDED). Repeating it returns the refund in progress.
+#[utoipa::path(
+    post, path = "/v1/payments/{id}/refund", tag = "operator",
+    params(("id" = Uuid, Path, description = "payment id")),
+    responses(
+        (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
+        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
+        (status = 409, description = "PAYMENT_NOT_REFUNDABLE", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
+pub async fn refund(
+    State(state): State<AppState>,
+    Service(operator): Service,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<PaymentAdmin>> {
+    let row = store::load(&state.pool, id)
+        .await?
+        .ok_or(Error::PaymentNotFound)?;
+    let pos = row.position()?;
+    if matches!(
+        pos.state(),
+        SagaState::RefundProcessing | SagaState::Refunded
+    ) {
+        return Ok(AxumJson(row.to_admin()));
+    }
+    let to = request_refund(pos).map_err(|_| Error::NotRefundable(row.state.clone()))?;
+    let action = to
+        .pending()
+        .ok_or_else(|| Error::Invariant("refund position owes nothing".into()))?;
+    let note = format!("refund requested by {operator}");
+    let Some(moved) = store::operator_move(
+        &state.pool,
+        &row,
+        state.engine.instance,
+        state.engine.lease,
+        to,
+        action,
+        &note,
+    )
+    .await?
+    else {
+        let now = store::load(&state.pool, id)
+            .await?
+            .ok_or(Error::PaymentNotFound)?;
+        if now.state == SagaState::RefundProcessing.as_str()
+            || now.state == SagaState::Refunded.as_str()
+        {
+            return Ok(AxumJson(now.to_admin()));
+        }
+        return Err(Error::NotRefundable(now.state));
+    };
+    let handle = spawn_drive(&state.engine, &moved);
+    let row = wait_for_terminal(&state.engine, id, handle, state.response_wait).await?;
+    Ok(AxumJson(row.to_admin()))
+}

@@ -1,0 +1,259 @@
+//! The buyer's endpoints: pay for a reservation (idempotent), read a payment.
+
+use axum::{
+    extract::State,
+    http::{HeaderMap, HeaderValue, StatusCode},
+    response::Response,
+};
+use chrono::Utc;
+use paysaga_common::{
+    auth::{Buyer, Caller, MemberId},
+    client::CallError,
+    extract::{Json, Path},
+};
+use uuid::Uuid;
+
+use crate::{
+    api::{CreatePayment, Payment},
+    error::{Error, Result},
+    idempotency::{self, Begin, IdempotencyKey, Scope},
+    routes::{json_response, spawn_drive, wait_for_terminal},
+    store::{self, NewPayment, PaymentRow},
+    AppState,
+};
+use account::api::AccountKind;
+use order::api::ReservationState;
+
+/// The idempotency scope's operation name for payment creation.
+pub const CREATE_PAYMENT: &str = "create_payment";
+
+/// Pay for a reservation.
+///
+/// Requires `Idempotency-Key`. Answers 201 with the payment once it is terminal
+/// (COMPLETED, FAILED, REFUNDED), or 202 with its current state after
+/// `RESPONSE_WAIT_MS` (then poll `GET /v1/payments/{id}`). A retry with the same key
+/// and body gets the stored answer with `Idempotency-Replayed: true`.
+#[utoipa::path(
+    post, path = "/v1/payments", tag = "payments",
+    request_body = CreatePayment,
+    params(("Idempotency-Key" = String, Header, description = "1-255 visible ASCII characters, unique per payment attempt; reuse it on retries")),
+    responses(
+        (status = 201, description = "terminal payment", body = Payment),
+        (status = 202, description = "still running; poll GET /v1/payments/{id}", body = Payment),
+        (status = 400, description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, MALFORMED_JSON", body = paysaga_common::ErrorBody),
+        (status = 404, description = "RESERVATION_NOT_FOUND, ACCOUNT_NOT_FOUND", body = paysaga_common::ErrorBody),
+        (status = 409, description = "IDEMPOTENCY_KEY_IN_PROGRESS (with Retry-After), RESERVATION_NOT_PAYABLE, RESERVATION_ALREADY_PAID", body = paysaga_common::ErrorBody),
+        (status = 422, description = "IDEMPOTENCY_KEY_REUSED, INVALID_BODY", body = paysaga_common::ErrorBody),
+        (status = 503, description = "UNAVAILABLE: a service needed to accept it did not answer; nothing charged", body = paysaga_common::ErrorBody),
+    ),
+    security(("buyer" = []))
+)]
+#[tracing::instrument(skip_all, fields(member = %member, reservation_id = %req.reservation_id))]
+pub async fn create(
+    State(state): State<AppState>,
+    Buyer(member): Buyer,
+    headers: HeaderMap,
+    Json(req): Json<CreatePayment>,
+) -> Result<Response> {
+    let key = IdempotencyKey::from_headers(&headers)?;
+    let normalised = serde_json::to_string(&req)
+        .map_err(|e| Error::Invariant(format!("request serialises: {e}")))?;
+    let scope = Scope {
+        member: member.to_string(),
+        operation: CREATE_PAYMENT,
+        key,
+    };
+    let fingerprint = idempotency::fingerprint(scope.operation, &scope.member, &normalised);
+    let begun = idempotency::begin(
+        &state.pool,
+        &scope,
+        &fingerprint,
+        state.engine.lease,
+        state.retention_hours,
+    )
+    .await?;
+    let (token, existing) = match begun {
+        Begin::Replay { status, body } => {
+            let status =
+                StatusCode::from_u16(status).map_err(|e| Error::Invariant(e.to_string()))?;
+            let mut response = json_response(status, body);
+            response.headers_mut().insert(
+                idempotency::REPLAYED_HEADER,
+                HeaderValue::from_static("true"),
+            );
+            return Ok(response);
+        }
+        Begin::Owned { token, payment_id } => (token, payment_id),
+    };
+
+    let row = match existing {
+        Some(id) => store::load(&state.pool, id)
+            .await?
+            .ok_or(Error::Invariant(format!(
+                "idempotency record names missing payment {id}"
+            )))?,
+        None => match accept(&state, &scope, token, &member, &req).await {
+            Ok(row) => row,
+            Err(e) => {
+                // Nothing was created: forget the key so a retry executes afresh.
+                if let Err(release) = idempotency::release(&state.pool, &scope, token).await {
+                    tracing::warn!(error = %release, "could not release idempotency key; it expires with its lease");
+                }
+                return Err(e);
+            }
+        },
+    };
+
+    let handle = match spawn_drive(&state.engine, &row) {
+        Some(h) => Some(h),
+        // A taken-over request: drive it here if nobody else is.
+        None => match store::claim_one(
+            &state.pool,
+            row.id,
+            state.engine.instance,
+            state.engine.lease,
+        )
+        .await?
+        {
+            Some(claimed) => spawn_drive(&state.engine, &claimed),
+            None => None,
+        },
+    };
+    let row = wait_for_terminal(&state.engine, row.id, handle, state.response_wait).await?;
+    if !state
+        .engine
+        .alive
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        // This instance is stopping: its answer is not stored; a retry gets a live one.
+        return Err(Error::Downstream {
+            service: "orchestrator",
+            source: CallError::Unknown {
+                status: None,
+                reason: "instance stopping".into(),
+            },
+        });
+    }
+    let status = if row.is_terminal() {
+        StatusCode::CREATED
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let body = serde_json::to_string(&row.to_api())
+        .map_err(|e| Error::Invariant(format!("payment serialises: {e}")))?;
+    if !idempotency::complete(&state.pool, &scope, token, status.as_u16(), &body).await? {
+        tracing::warn!(payment_id = %row.id, "idempotency key taken over meanwhile; the new owner's answer is the one stored");
+    }
+    Ok(json_response(status, body))
+}
+
+/// Checks the reservation and the account with their owners, then creates the payment
+/// and links it to the idempotency record in one transaction.
+async fn accept(
+    state: &AppState,
+    scope: &Scope,
+    token: Uuid,
+    member: &MemberId,
+    req: &CreatePayment,
+) -> Result<PaymentRow> {
+    let ds = &state.engine.downstream;
+    let reservation = match ds.order.reservation(req.reservation_id).await {
+        Ok(a) => a.body,
+        Err(e) if e.is_not_found() => return Err(Error::ReservationNotFound),
+        Err(source) => {
+            return Err(Error::Downstream {
+                service: "order",
+                source,
+            })
+        }
+    };
+    // Another member's reservation is reported as missing, so ids cannot be probed.
+    if reservation.member_id != *member {
+        return Err(Error::ReservationNotFound);
+    }
+    if reservation.state != ReservationState::Reserved {
+        return Err(Error::ReservationNotPayable(reservation.state.to_string()));
+    }
+    if reservation.expires_at <= Utc::now() {
+        return Err(Error::ReservationNotPayable("EXPIRED".into()));
+    }
+    let account = match ds.account.get_account(req.account_id).await {
+        Ok(a) => a.body.account,
+        Err(CallError::Rejected { status: 404, .. }) => return Err(Error::AccountNotFound),
+        Err(source) => {
+            return Err(Error::Downstream {
+                service: "account",
+                source,
+            })
+        }
+    };
+    if account.member_id != member.as_str() || account.kind != AccountKind::Member {
+        return Err(Error::AccountNotFound);
+    }
+    if reservation.price <= 0 {
+        return Err(Error::Invariant(format!(
+            "reservation {} has price {}",
+            reservation.id, reservation.price
+        )));
+    }
+
+    let new = NewPayment {
+        id: Uuid::now_v7(),
+        member_id: member.to_string(),
+        account_id: account.id,
+        reservation_id: reservation.id,
+        amount: reservation.price,
+    };
+    let mut tx = state.pool.begin().await?;
+    let row = match store::insert_payment(&mut tx, &new, state.engine.instance, state.engine.lease)
+        .await
+    {
+        Ok(row) => row,
+        Err(Error::ReservationAlreadyPaid { reservation_id, .. }) => {
+            drop(tx);
+            let payment_id = store::by_reservation(&state.pool, reservation_id)
+                .await?
+                .map(|p| p.id)
+                .unwrap_or_default();
+            return Err(Error::ReservationAlreadyPaid {
+                reservation_id,
+                payment_id,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    if !idempotency::link_payment(&mut tx, scope, token, row.id).await? {
+        // Our lease on the key expired and another request took it over: it creates the payment.
+        return Err(Error::IdempotencyInProgress {
+            retry_after_secs: 1,
+        });
+    }
+    tx.commit().await?;
+    crate::metrics::transition(&row.state);
+    Ok(row)
+}
+
+/// A payment (buyers: their own only).
+#[utoipa::path(
+    get, path = "/v1/payments/{id}", tag = "payments",
+    params(("id" = Uuid, Path, description = "payment id")),
+    responses(
+        (status = 200, body = Payment),
+        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
+    ),
+    security(("buyer" = []), ("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(payment_id = %id))]
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<Payment>> {
+    let row = store::load(&state.pool, id)
+        .await?
+        .ok_or(Error::PaymentNotFound)?;
+    if !caller.may_access(&row.member_id) {
+        return Err(Error::PaymentNotFound);
+    }
+    Ok(axum::Json(row.to_api()))
+}

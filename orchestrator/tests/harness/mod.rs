@@ -1,0 +1,448 @@
+//! Test harness: the real account and order services and one or more orchestrators on
+//! one test database (each as its own role) on free ports, a response-delaying proxy,
+//! fixtures, and the money invariant read straight from PostgreSQL.
+#![allow(dead_code)]
+
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use account::{api::OpenAccountRequest, client::AccountClient};
+use orchestrator::{api::CreatePayment, client::OrchestratorClient, Config, Hooks};
+use order::{api::CreateProduct, client::OrderClient};
+use paysaga_common::{
+    auth::MemberId,
+    keys::DevKey,
+    pass::{PassClaims, PassSigner},
+    testkit::{buyer_token, service_token, TestDb},
+};
+use sqlx::PgPool;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    task::JoinHandle,
+};
+use uuid::Uuid;
+
+pub const PRICE: i64 = 12_900;
+
+async fn wait_ready(base: &str) {
+    let http = paysaga_common::client::http_client(Duration::from_secs(5));
+    for _ in 0..1200 {
+        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{base} never became ready");
+}
+
+/// Account and order running for real on one test database.
+pub struct Stack {
+    pub db: TestDb,
+    pub admin: PgPool,
+    pub account_url: String,
+    pub order_url: String,
+    tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    /// The total of all balances right after the fixtures were opened.
+    pub opening_total: i64,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A running orchestrator instance.
+pub struct Orchestrator {
+    pub url: String,
+    pub task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Orchestrator {
+    pub fn buyer(&self, member: &str) -> OrchestratorClient {
+        OrchestratorClient::new(&self.url, buyer_token(member), Duration::from_secs(30))
+    }
+    pub fn operator(&self) -> OrchestratorClient {
+        OrchestratorClient::new(&self.url, service_token("ops"), Duration::from_secs(30))
+    }
+    /// Kills the instance: its server, jobs and drivers stop writing at once.
+    pub fn kill(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Orchestrator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Stack {
+    pub async fn start() -> Self {
+        if std::env::var_os("RUST_LOG").is_some() {
+            paysaga_common::telemetry::init_tracing(paysaga_common::config::LogFormat::Pretty);
+        }
+        let db = TestDb::new().await;
+        let admin = db.admin_pool().await;
+
+        let mut account_config = account::Config::with_database(db.role_url("account_app"));
+        account_config.db_max_connections = 8;
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let account_url = format!("http://{}", l.local_addr().expect("addr"));
+        let account_task = tokio::spawn(account::run(account_config, l, std::future::pending()));
+
+        let mut order_config = order::Config::for_database(db.role_url("order_app"));
+        order_config.db_max_connections = 8;
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let order_url = format!("http://{}", l.local_addr().expect("addr"));
+        let order_task = tokio::spawn(order::run(order_config, l, std::future::pending()));
+
+        wait_ready(&account_url).await;
+        wait_ready(&order_url).await;
+        Self {
+            db,
+            admin,
+            account_url,
+            order_url,
+            tasks: vec![account_task, order_task],
+            opening_total: 0,
+        }
+    }
+
+    /// Orchestrator settings for tests: short waits and leases, fast recovery.
+    pub fn config(&self) -> Config {
+        let mut c = Config::for_services(
+            self.db.role_url("payment_app"),
+            &self.account_url,
+            &self.order_url,
+        );
+        c.downstream_timeout = Duration::from_millis(500);
+        c.response_wait = Duration::from_millis(3000);
+        c.lease = Duration::from_millis(4000);
+        c.recovery_interval = Duration::from_millis(1000);
+        c.db_max_connections = 8;
+        c
+    }
+
+    pub async fn orchestrator(&self, config: Config, hooks: Hooks) -> Orchestrator {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", l.local_addr().expect("addr"));
+        let task = tokio::spawn(orchestrator::run_with_hooks(
+            config,
+            l,
+            std::future::pending(),
+            hooks,
+        ));
+        wait_ready(&url).await;
+        Orchestrator { url, task }
+    }
+
+    /// Brings the payment schema up as the orchestrator would, without running one
+    /// (for tests that plant rows a crashed instance would have left).
+    pub async fn migrate_payments(&self) {
+        let pool =
+            paysaga_common::db::connect(&self.db.role_url("payment_app"), orchestrator::SCHEMA, 2)
+                .await
+                .expect("connect as payment_app");
+        paysaga_common::db::migrate(&pool, &orchestrator::MIGRATOR)
+            .await
+            .expect("migrate");
+        pool.close().await;
+    }
+
+    pub fn account_service(&self) -> AccountClient {
+        AccountClient::new(
+            &self.account_url,
+            service_token("test"),
+            Duration::from_secs(30),
+        )
+    }
+
+    pub fn order_service(&self) -> OrderClient {
+        OrderClient::new(
+            &self.order_url,
+            service_token("test"),
+            Duration::from_secs(30),
+        )
+    }
+
+    /// Opens a member account with `balance` and records it in the opening total.
+    pub async fn open_account(&mut self, member: &str, balance: i64) -> i64 {
+        let req = OpenAccountRequest {
+            member_id: MemberId::parse(member).expect("member"),
+            opening_balance: balance,
+        };
+        let a = self
+            .account_service()
+            .open_account(&req)
+            .await
+            .expect("open account");
+        self.opening_total += balance;
+        a.body.id
+    }
+
+    pub async fn product(&self, units: i64) -> i64 {
+        let req = CreateProduct {
+            name: "drop".into(),
+            price: PRICE,
+            units,
+        };
+        self.order_service()
+            .create_product(&req)
+            .await
+            .expect("create product")
+            .body
+            .id
+    }
+
+    /// A reservation for `member`, through a signed pass as the gate would issue it.
+    pub async fn reserve(&self, product: i64, member: &str) -> Uuid {
+        let claims = PassClaims {
+            pid: Uuid::new_v4(),
+            prd: product,
+            mem: member.to_owned(),
+            exp: chrono::Utc::now().timestamp() + 600,
+        };
+        let pass = PassSigner::new(DevKey::Passes.signing_key()).sign(&claims);
+        let buyer = OrderClient::new(
+            &self.order_url,
+            buyer_token(member),
+            Duration::from_secs(30),
+        );
+        buyer
+            .reserve(product, &pass)
+            .await
+            .expect("reserve")
+            .body
+            .id
+    }
+
+    /// Waits until the payment is terminal with nothing left to do (a liveness bound,
+    /// not a timing assertion), and returns its state.
+    pub async fn settled(&self, payment: Uuid) -> String {
+        for _ in 0..2400 {
+            let row: Option<(String, Option<String>, bool)> = sqlx::query_as(
+                r#"SELECT state, pending_action, needs_attention FROM payment_service.payments WHERE id = $1"#,
+            )
+            .bind(payment)
+            .fetch_optional(&self.admin)
+            .await
+            .expect("read payment");
+            if let Some((state, None, _)) = row {
+                return state;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("payment {payment} never settled");
+    }
+
+    pub async fn payment_id_for(&self, reservation: Uuid) -> Uuid {
+        sqlx::query_scalar(r#"SELECT id FROM payment_service.payments WHERE reservation_id = $1"#)
+            .bind(reservation)
+            .fetch_one(&self.admin)
+            .await
+            .expect("payment for reservation")
+    }
+
+    pub async fn unit_state(&self, reservation: Uuid) -> String {
+        sqlx::query_scalar(
+            r#"SELECT s.state FROM order_service.product_stock s
+               JOIN order_service.reservations r ON r.unit_id = s.id WHERE r.id = $1"#,
+        )
+        .bind(reservation)
+        .fetch_one(&self.admin)
+        .await
+        .expect("unit")
+    }
+
+    pub async fn reservation_state(&self, reservation: Uuid) -> String {
+        sqlx::query_scalar(r#"SELECT state FROM order_service.reservations WHERE id = $1"#)
+            .bind(reservation)
+            .fetch_one(&self.admin)
+            .await
+            .expect("reservation")
+    }
+
+    pub async fn balance(&self, account: i64) -> i64 {
+        sqlx::query_scalar(r#"SELECT balance FROM account_service.balances WHERE account_id = $1"#)
+            .bind(account)
+            .fetch_one(&self.admin)
+            .await
+            .expect("balance")
+    }
+
+    pub async fn merchant_balance(&self) -> i64 {
+        sqlx::query_scalar(
+            r#"SELECT balance FROM account_service.balances WHERE kind = 'MERCHANT'"#,
+        )
+        .fetch_one(&self.admin)
+        .await
+        .expect("merchant balance")
+    }
+
+    /// Applied debits under this payment's debit key (0 or 1: the key is unique downstream).
+    pub async fn applied_debits(&self, payment: Uuid) -> i64 {
+        sqlx::query_scalar(
+            r#"SELECT COUNT(*) FROM account_service.transactions
+               WHERE operation_key = $1 AND kind = 'DEBIT' AND status = 'APPLIED'"#,
+        )
+        .bind(format!("pay:{payment}:debit"))
+        .fetch_one(&self.admin)
+        .await
+        .expect("debits")
+    }
+
+    /// The money invariant, from the tables: for every payment debited − refunded is 0
+    /// or its amount and matches its state; the sum of all balances is unchanged.
+    pub async fn check_money(&self) {
+        let rows: Vec<(Uuid, String, i64, i64, i64, Option<String>)> = sqlx::query_as(
+            r#"
+            SELECT p.id, p.state, p.amount,
+                   COALESCE((SELECT SUM(t.amount) FROM account_service.transactions t
+                             WHERE t.operation_key = 'pay:' || p.id || ':debit'
+                               AND t.kind = 'DEBIT' AND t.status = 'APPLIED'), 0)::BIGINT,
+                   COALESCE((SELECT SUM(t.amount) FROM account_service.transactions t
+                             WHERE t.refund_of = 'pay:' || p.id || ':debit'
+                               AND t.kind = 'CREDIT' AND t.status = 'APPLIED'), 0)::BIGINT,
+                   (SELECT r.state FROM order_service.reservations r WHERE r.id = p.reservation_id)
+            FROM payment_service.payments p
+            "#,
+        )
+        .fetch_all(&self.admin)
+        .await
+        .expect("payments with money");
+        for (id, state, amount, debited, refunded, reservation) in rows {
+            let net = debited - refunded;
+            assert!(
+                net == 0 || net == amount,
+                "payment {id} ({state}): debited {debited} refunded {refunded} amount {amount}"
+            );
+            match state.as_str() {
+                "COMPLETED" => {
+                    assert_eq!(net, amount, "COMPLETED payment {id} without its money");
+                    assert_eq!(
+                        reservation.as_deref(),
+                        Some("CONFIRMED"),
+                        "COMPLETED payment {id} without a confirmed order"
+                    );
+                }
+                "FAILED" | "REFUNDED" => {
+                    assert_eq!(net, 0, "{state} payment {id} kept money");
+                    assert_ne!(
+                        reservation.as_deref(),
+                        Some("CONFIRMED"),
+                        "{state} payment {id} with a confirmed order"
+                    );
+                }
+                _ => {}
+            }
+        }
+        let total: i64 =
+            sqlx::query_scalar(r#"SELECT SUM(balance)::BIGINT FROM account_service.balances"#)
+                .fetch_one(&self.admin)
+                .await
+                .expect("sum of balances");
+        assert_eq!(total, self.opening_total, "the sum of all balances changed");
+    }
+}
+
+pub fn pay_request(reservation_id: Uuid, account_id: i64) -> CreatePayment {
+    CreatePayment {
+        reservation_id,
+        account_id,
+    }
+}
+
+/// A hook that does nothing until armed, then fires once for `action`.
+pub fn hook<F, Fut>(f: F) -> orchestrator::AfterCallHook
+where
+    F: Fn(Uuid, workflows::Action) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    Arc::new(move |id, action| Box::pin(f(id, action)))
+}
+
+/// A TCP proxy in front of `upstream` that holds back the response to the first
+/// request whose head starts with `trigger` for `delay`; everything else passes.
+/// The request itself reaches the upstream at once, so the operation commits while
+/// its caller times out.
+pub struct SlowProxy {
+    pub url: String,
+    pub fired: Arc<AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for SlowProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl SlowProxy {
+    pub async fn start(upstream: &str, trigger: &'static str, delay: Duration) -> Self {
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let fired = Arc::new(AtomicBool::new(false));
+        let fired_task = fired.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let fired = fired_task.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let delay_next = Arc::new(AtomicBool::new(false));
+                    let delay_set = delay_next.clone();
+                    let up = tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = match cr.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            if buf[..n].starts_with(trigger.as_bytes())
+                                && !fired.swap(true, Ordering::AcqRel)
+                            {
+                                delay_set.store(true, Ordering::Release);
+                            }
+                            if sw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = sw.shutdown().await;
+                    });
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        let n = match sr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if delay_next.swap(false, Ordering::AcqRel) {
+                            tokio::time::sleep(delay).await;
+                        }
+                        if cw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    up.abort();
+                });
+            }
+        });
+        Self { url, fired, task }
+    }
+}

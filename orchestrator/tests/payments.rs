@@ -1,0 +1,725 @@
+//! The payment saga end to end: the real account and order services, real PostgreSQL,
+//! and every outcome checked in the tables (money invariant included).
+
+mod harness;
+
+use std::{sync::Arc, time::Duration};
+
+use harness::{hook, pay_request, SlowProxy, Stack, PRICE};
+use orchestrator::Hooks;
+use paysaga_common::{client::CallError, testkit::buyer_token};
+use tokio::sync::Notify;
+use uuid::Uuid;
+use workflows::Action;
+
+fn steps_summary(tl: &orchestrator::api::PaymentTimeline) -> Vec<(String, String)> {
+    tl.steps
+        .iter()
+        .map(|s| (s.action.clone(), s.outcome.clone()))
+        .collect()
+}
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn happy_path_completes_with_one_debit() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("buyer-1", 100_000).await;
+    let product = s.product(3).await;
+    let res = s.reserve(product, "buyer-1").await;
+    let o = s.orchestrator(s.config(), Hooks::default()).await;
+
+    let answer = o
+        .buyer("buyer-1")
+        .pay("checkout-1", &pay_request(res, acct))
+        .await
+        .expect("pay");
+    assert!(
+        matches!(answer.status, 201 | 202),
+        "status {}",
+        answer.status
+    );
+    assert_eq!(
+        answer.payment.amount, PRICE,
+        "the amount comes from the reservation"
+    );
+    assert!(!answer.replayed);
+    let id = answer.payment.id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert_eq!(s.unit_state(res).await, "SOLD");
+    assert_eq!(s.reservation_state(res).await, "CONFIRMED");
+    assert_eq!(s.applied_debits(id).await, 1);
+    assert_eq!(s.balance(acct).await, 100_000 - PRICE, "buyer debited once");
+    assert_eq!(s.merchant_balance().await, PRICE, "merchant credited once");
+
+    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    assert_eq!(
+        steps_summary(&tl),
+        pairs(&[
+            ("DEBIT", "SUCCEEDED"),
+            ("CONFIRM", "SUCCEEDED"),
+            ("COMPLETE", "SUCCEEDED")
+        ])
+    );
+    assert_eq!(tl.steps[0].operation_key, format!("pay:{id}:debit"));
+    assert!(tl
+        .steps
+        .iter()
+        .enumerate()
+        .all(|(i, st)| st.seq == i as i64 + 1));
+
+    // The buyer reads it back; another buyer cannot see it.
+    let mine = o
+        .buyer("buyer-1")
+        .payment(id)
+        .await
+        .expect("own payment")
+        .body;
+    assert_eq!(mine.state, "COMPLETED");
+    assert!(o
+        .buyer("buyer-2")
+        .payment(id)
+        .await
+        .is_err_and(|e| e.is_not_found()));
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn insufficient_funds_fails_and_releases_the_unit() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("poor-1", PRICE - 1).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "poor-1").await;
+    let o = s.orchestrator(s.config(), Hooks::default()).await;
+
+    let answer = o
+        .buyer("poor-1")
+        .pay("k1", &pay_request(res, acct))
+        .await
+        .expect("pay");
+    let id = answer.payment.id;
+    assert_eq!(s.settled(id).await, "FAILED");
+    let p = o.buyer("poor-1").payment(id).await.expect("payment").body;
+    assert_eq!(p.failure_code.as_deref(), Some("INSUFFICIENT_FUNDS"));
+    assert_eq!(s.applied_debits(id).await, 0);
+    assert_eq!(s.balance(acct).await, PRICE - 1, "no money moved");
+    assert_eq!(s.merchant_balance().await, 0);
+    assert_eq!(
+        s.unit_state(res).await,
+        "AVAILABLE",
+        "the unit is back on sale"
+    );
+    assert_eq!(s.reservation_state(res).await, "CANCELLED");
+    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    assert_eq!(
+        steps_summary(&tl),
+        pairs(&[("DEBIT", "REJECTED"), ("CANCEL_RESERVATION", "SUCCEEDED")])
+    );
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reservation_expiring_before_confirm_is_refunded() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("late-1", 100_000).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "late-1").await;
+    // Right after the debit commits, the reservation runs out.
+    let admin = s.admin.clone();
+    let after_debit = hook(move |_id, action| {
+        let admin = admin.clone();
+        async move {
+            if action == Action::Debit {
+                sqlx::query(r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE id = $1"#)
+                    .bind(res)
+                    .execute(&admin)
+                    .await
+                    .expect("expire reservation");
+            }
+        }
+    });
+    let o = s
+        .orchestrator(
+            s.config(),
+            Hooks {
+                after_call: Some(after_debit),
+            },
+        )
+        .await;
+
+    let answer = o
+        .buyer("late-1")
+        .pay("k1", &pay_request(res, acct))
+        .await
+        .expect("pay");
+    let id = answer.payment.id;
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.applied_debits(id).await, 1, "debited once");
+    assert_eq!(s.balance(acct).await, 100_000, "net money moved is 0");
+    assert_eq!(s.merchant_balance().await, 0);
+    assert_eq!(s.unit_state(res).await, "AVAILABLE");
+    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    assert_eq!(
+        steps_summary(&tl),
+        pairs(&[
+            ("DEBIT", "SUCCEEDED"),
+            ("CONFIRM", "REJECTED"),
+            ("REFUND", "SUCCEEDED")
+        ])
+    );
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("slow-1", 100_000).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "slow-1").await;
+    let proxy = SlowProxy::start(
+        &s.account_url,
+        "POST /v1/debits",
+        Duration::from_millis(2000),
+    )
+    .await;
+    let mut config = s.config();
+    config.account_url = proxy.url.clone();
+    let o = s.orchestrator(config, Hooks::default()).await;
+
+    let answer = o
+        .buyer("slow-1")
+        .pay("k1", &pay_request(res, acct))
+        .await
+        .expect("pay");
+    let id = answer.payment.id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert!(
+        proxy.fired.load(std::sync::atomic::Ordering::Acquire),
+        "the debit answer was held back"
+    );
+    assert_eq!(s.applied_debits(id).await, 1, "exactly one debit");
+    assert_eq!(s.balance(acct).await, 100_000 - PRICE);
+    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let debits: Vec<_> = tl.steps.iter().filter(|st| st.action == "DEBIT").collect();
+    assert!(
+        debits
+            .iter()
+            .any(|st| st.error.as_deref().is_some_and(|e| e.contains("timed out"))),
+        "the debit call timed out: {debits:?}"
+    );
+    assert_eq!(
+        debits.iter().filter(|st| st.outcome == "SUCCEEDED").count(),
+        1
+    );
+    assert!(
+        debits.iter().all(|st| st.outcome != "REJECTED"),
+        "an unknown outcome is never a failure"
+    );
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("crash-1", 100_000).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "crash-1").await;
+
+    // Instance A dies between the debit's answer and recording it.
+    let reached = Arc::new(Notify::new());
+    let reached_hook = reached.clone();
+    let die_after_debit = hook(move |_id, action| {
+        let reached = reached_hook.clone();
+        async move {
+            if action == Action::Debit {
+                reached.notify_one();
+                std::future::pending::<()>().await;
+            }
+        }
+    });
+    let mut config = s.config();
+    config.lease = Duration::from_millis(1500);
+    config.response_wait = Duration::from_millis(1000);
+    let a = s
+        .orchestrator(
+            config.clone(),
+            Hooks {
+                after_call: Some(die_after_debit),
+            },
+        )
+        .await;
+    let buyer_a = a.buyer("crash-1");
+    let req = pay_request(res, acct);
+    let first = tokio::spawn(async move { buyer_a.pay("k-crash", &req).await });
+    reached.notified().await;
+    a.kill();
+    let id = s.payment_id_for(res).await;
+    assert_eq!(s.applied_debits(id).await, 1, "the debit committed");
+    let before: (String, i64) =
+        sqlx::query_as(r#"SELECT state, version FROM payment_service.payments WHERE id = $1"#)
+            .bind(id)
+            .fetch_one(&s.admin)
+            .await
+            .expect("payment");
+    assert_eq!(
+        before,
+        ("PROCESSING".to_string(), 0),
+        "nothing recorded after the debit"
+    );
+
+    // Instance B starts; its recovery job takes over once A's lease has expired.
+    let b = s.orchestrator(config, Hooks::default()).await;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert_eq!(s.applied_debits(id).await, 1, "exactly one debit");
+    assert_eq!(s.balance(acct).await, 100_000 - PRICE);
+    assert_eq!(s.unit_state(res).await, "SOLD");
+    let tl = b.operator().timeline(id).await.expect("timeline").body;
+    assert_eq!(
+        steps_summary(&tl),
+        pairs(&[
+            ("DEBIT", "SUCCEEDED"),
+            ("CONFIRM", "SUCCEEDED"),
+            ("COMPLETE", "SUCCEEDED")
+        ])
+    );
+
+    // The buyer's retry of the interrupted request (A held its key) is answered by B.
+    let _ = first.await;
+    let retry = b
+        .buyer("crash-1")
+        .pay("k-crash", &pay_request(res, acct))
+        .await
+        .expect("retry");
+    assert_eq!(retry.payment.id, id);
+    assert_eq!(retry.payment.state, "COMPLETED");
+    let again = b
+        .buyer("crash-1")
+        .pay("k-crash", &pay_request(res, acct))
+        .await
+        .expect("replay");
+    assert!(again.replayed);
+    assert_eq!(again.payment, retry.payment);
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hundred_concurrent_posts_with_one_key_make_one_payment() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("eager-1", 100_000).await;
+    let product = s.product(2).await;
+    let res = s.reserve(product, "eager-1").await;
+    let other = s.reserve(product, "eager-1").await;
+    let o = s.orchestrator(s.config(), Hooks::default()).await;
+
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let client = o.buyer("eager-1");
+        tasks.push(tokio::spawn(async move {
+            client.pay("same-key", &pay_request(res, acct)).await
+        }));
+    }
+    let mut answers = Vec::new();
+    let mut in_progress = 0;
+    for t in tasks {
+        match t.await.expect("task") {
+            Ok(a) => answers.push(a),
+            Err(CallError::Rejected { status: 409, body }) => {
+                assert_eq!(body.code, "IDEMPOTENCY_KEY_IN_PROGRESS");
+                in_progress += 1;
+            }
+            Err(e) => panic!("unexpected answer: {e}"),
+        }
+    }
+    assert!(!answers.is_empty());
+    let first = &answers[0];
+    for a in &answers {
+        assert_eq!(
+            (a.status, &a.payment),
+            (first.status, &first.payment),
+            "every answer identical"
+        );
+    }
+    assert_eq!(
+        answers.iter().filter(|a| !a.replayed).count(),
+        1,
+        "one original answer, the rest replays"
+    );
+    println!(
+        "100 concurrent: {} answers ({} replays), {in_progress} in-progress 409s",
+        answers.len(),
+        answers.len() - 1
+    );
+
+    let payments: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.payments"#)
+        .fetch_one(&s.admin)
+        .await
+        .expect("count");
+    assert_eq!(payments, 1, "one payment");
+    let id = first.payment.id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert_eq!(s.applied_debits(id).await, 1, "one debit");
+    let debits: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'DEBIT'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .expect("debits");
+    assert_eq!(debits, 1);
+
+    // The same key with a different body is refused, and creates nothing.
+    let reused = o
+        .buyer("eager-1")
+        .pay("same-key", &pay_request(other, acct))
+        .await;
+    assert!(
+        matches!(&reused, Err(CallError::Rejected { status: 422, body }) if body.code == "IDEMPOTENCY_KEY_REUSED"),
+        "{reused:?}"
+    );
+    let payments: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.payments"#)
+        .fetch_one(&s.admin)
+        .await
+        .expect("count");
+    assert_eq!(payments, 1);
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_requests_get_codes_and_change_nothing() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("m-1", 100_000).await;
+    let other_acct = s.open_account("m-2", 100_000).await;
+    let product = s.product(3).await;
+    let res = s.reserve(product, "m-1").await;
+    let others_res = s.reserve(product, "m-2").await;
+    let o = s.orchestrator(s.config(), Hooks::default()).await;
+    let http = reqwest::Client::new();
+    let post = |key: Option<&str>, body: String| {
+        let mut r = http
+            .post(format!("{}/v1/payments", o.url))
+            .bearer_auth(buyer_token("m-1"))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(k) = key {
+            r = r.header("idempotency-key", k);
+        }
+        r.send()
+    };
+    let code = |r: reqwest::Response| async move {
+        let status = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.expect("json error body");
+        (status, body["code"].as_str().unwrap_or_default().to_owned())
+    };
+    let body = serde_json::to_string(&pay_request(res, acct)).expect("json");
+    assert_eq!(
+        code(post(None, body.clone()).await.expect("send")).await,
+        (400, "IDEMPOTENCY_KEY_MISSING".into())
+    );
+    assert_eq!(
+        code(post(Some("has space"), body.clone()).await.expect("send")).await,
+        (400, "IDEMPOTENCY_KEY_INVALID".into())
+    );
+    assert_eq!(
+        code(post(Some("k"), "{".into()).await.expect("send")).await,
+        (400, "MALFORMED_JSON".into())
+    );
+    let amount_smuggled = format!(r#"{{"reservation_id":"{res}","account_id":{acct},"amount":1}}"#);
+    assert_eq!(
+        code(post(Some("k"), amount_smuggled).await.expect("send"))
+            .await
+            .0,
+        422
+    );
+    let others = serde_json::to_string(&pay_request(others_res, acct)).expect("json");
+    assert_eq!(
+        code(post(Some("k2"), others).await.expect("send")).await,
+        (404, "RESERVATION_NOT_FOUND".into())
+    );
+    let wrong_account = serde_json::to_string(&pay_request(res, other_acct)).expect("json");
+    assert_eq!(
+        code(post(Some("k3"), wrong_account).await.expect("send")).await,
+        (404, "ACCOUNT_NOT_FOUND".into())
+    );
+    let missing = serde_json::to_string(&pay_request(Uuid::new_v4(), acct)).expect("json");
+    assert_eq!(
+        code(post(Some("k4"), missing).await.expect("send")).await,
+        (404, "RESERVATION_NOT_FOUND".into())
+    );
+
+    let (payments, keys): (i64, i64) = sqlx::query_as(
+        r#"SELECT (SELECT COUNT(*) FROM payment_service.payments), (SELECT COUNT(*) FROM payment_service.idempotency_keys)"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .expect("counts");
+    assert_eq!(
+        (payments, keys),
+        (0, 0),
+        "refused requests leave nothing behind"
+    );
+
+    // A validation failure released its key: the same key now pays the right thing.
+    let ok = o
+        .buyer("m-1")
+        .pay("k3", &pay_request(res, acct))
+        .await
+        .expect("pay");
+    assert_eq!(s.settled(ok.payment.id).await, "COMPLETED");
+    // A second payment for the same (now confirmed) reservation is refused.
+    let twice = o.buyer("m-1").pay("k5", &pay_request(res, acct)).await;
+    assert!(
+        matches!(&twice, Err(CallError::Rejected { status: 409, body }) if body.code == "RESERVATION_NOT_PAYABLE"),
+        "{twice:?}"
+    );
+    // Operator endpoints refuse buyer tokens.
+    let listed = http
+        .get(format!("{}/v1/payments", o.url))
+        .bearer_auth(buyer_token("m-1"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(listed.status().as_u16(), 403);
+    let bad_filter = http
+        .get(format!("{}/v1/payments?state=NOPE", o.url))
+        .bearer_auth(paysaga_common::testkit::service_token("ops"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(code(bad_filter).await, (400, "INVALID_QUERY".into()));
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_refund_cancels_the_order_and_credits_the_buyer() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("r-1", 100_000).await;
+    let poor = s.open_account("r-2", 10).await;
+    let product = s.product(2).await;
+    let res = s.reserve(product, "r-1").await;
+    let res2 = s.reserve(product, "r-2").await;
+    let o = s.orchestrator(s.config(), Hooks::default()).await;
+    let id = o
+        .buyer("r-1")
+        .pay("k", &pay_request(res, acct))
+        .await
+        .expect("pay")
+        .payment
+        .id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    let failed = o
+        .buyer("r-2")
+        .pay("k", &pay_request(res2, poor))
+        .await
+        .expect("pay")
+        .payment
+        .id;
+    assert_eq!(s.settled(failed).await, "FAILED");
+
+    let refunded = o.operator().refund(id).await.expect("refund").body;
+    assert!(matches!(
+        refunded.payment.state.as_str(),
+        "REFUND_PROCESSING" | "REFUNDED"
+    ));
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.balance(acct).await, 100_000);
+    assert_eq!(s.unit_state(res).await, "AVAILABLE");
+    assert_eq!(s.reservation_state(res).await, "CANCELLED");
+    let again = o.operator().refund(id).await.expect("refund again").body;
+    assert_eq!(again.payment.state, "REFUNDED");
+    let refused = o.operator().refund(failed).await;
+    assert!(
+        matches!(&refused, Err(CallError::Rejected { status: 409, body }) if body.code == "PAYMENT_NOT_REFUNDABLE")
+    );
+    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    assert_eq!(
+        steps_summary(&tl),
+        pairs(&[
+            ("DEBIT", "SUCCEEDED"),
+            ("CONFIRM", "SUCCEEDED"),
+            ("COMPLETE", "SUCCEEDED"),
+            ("CANCEL_ORDER", "OPERATOR"),
+            ("CANCEL_ORDER", "SUCCEEDED"),
+            ("REFUND", "SUCCEEDED"),
+        ])
+    );
+    let credits: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'CREDIT'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .expect("credits");
+    assert_eq!(credits, 1);
+    s.check_money().await;
+}
+
+/// Inserts a payment as an instance that crashed right after creating it leaves it.
+async fn insert_stuck(
+    s: &Stack,
+    reservation: Uuid,
+    account: i64,
+    member: &str,
+    attempts: i32,
+) -> Uuid {
+    let id = Uuid::now_v7();
+    sqlx::query(
+        r#"
+        INSERT INTO payment_service.payments
+            (id, member_id, account_id, reservation_id, amount, state, pending_action, attempts, next_attempt_at,
+             lease_owner, lease_until)
+        VALUES ($1, $2, $3, $4, $5, 'PROCESSING', 'DEBIT', $6, now(), $7, now() - INTERVAL '1 second')
+        "#,
+    )
+    .bind(id)
+    .bind(member)
+    .bind(account)
+    .bind(reservation)
+    .bind(PRICE)
+    .bind(attempts)
+    .bind(Uuid::new_v4())
+    .execute(&s.admin)
+    .await
+    .expect("insert stuck payment");
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exhausted_attempts_flag_the_payment_and_an_operator_resumes_it() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("flag-1", 100_000).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "flag-1").await;
+    // The account service is unreachable for this instance.
+    let mut config = s.config();
+    config.account_url = "http://127.0.0.1:9".into();
+    let max = workflows::RetryPolicy::for_action(Action::Debit).max_attempts as i32;
+    s.migrate_payments().await;
+    let id = insert_stuck(&s, res, acct, "flag-1", max - 1).await;
+    let cut_off = s.orchestrator(config, Hooks::default()).await;
+    let page = loop {
+        let page = cut_off.operator().list_attention().await;
+        if page.iter().any(|p| p.payment.id == id) {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let flagged = page
+        .into_iter()
+        .find(|p| p.payment.id == id)
+        .expect("listed");
+    assert!(flagged.needs_attention);
+    assert_eq!(flagged.attempts, max);
+    assert_eq!(flagged.payment.state, "PROCESSING");
+    assert!(flagged.last_error.is_some());
+    assert_eq!(
+        flagged.next_attempt_at, None,
+        "not retried on its own any more, never dropped"
+    );
+    cut_off.kill();
+
+    let healthy = s.orchestrator(s.config(), Hooks::default()).await;
+    let resumed = healthy.operator().resume(id).await.expect("resume").body;
+    assert!(!resumed.needs_attention);
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert_eq!(s.applied_debits(id).await, 1);
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_recover_500_stuck_payments_each_exactly_once() {
+    const BUYERS: usize = 100;
+    const PER_BUYER: usize = 5;
+    let mut s = Stack::start().await;
+    let product = s.product((BUYERS * PER_BUYER) as i64).await;
+    s.migrate_payments().await;
+    let mut ids = Vec::new();
+    for b in 0..BUYERS {
+        let member = format!("bulk-{b}");
+        // One buyer in five can afford only four of their five units.
+        let units = if b % 5 == 0 { PER_BUYER } else { PER_BUYER - 1 };
+        let acct = s.open_account(&member, PRICE * units as i64).await;
+        for _ in 0..PER_BUYER {
+            let res = s.reserve(product, &member).await;
+            ids.push(insert_stuck(&s, res, acct, &member, 0).await);
+        }
+    }
+
+    let mut config = s.config();
+    config.recovery_batch = 20;
+    config.recovery_concurrency = 8;
+    let a = s.orchestrator(config.clone(), Hooks::default()).await;
+    let b = s.orchestrator(config, Hooks::default()).await;
+    for id in &ids {
+        s.settled(*id).await;
+    }
+
+    let states: Vec<(String, i64)> = sqlx::query_as(
+        r#"SELECT state, COUNT(*) FROM payment_service.payments GROUP BY state ORDER BY state"#,
+    )
+    .fetch_all(&s.admin)
+    .await
+    .expect("states");
+    let expected_failed = (BUYERS - BUYERS / 5) as i64;
+    assert_eq!(
+        states,
+        vec![
+            (
+                "COMPLETED".to_string(),
+                (BUYERS * PER_BUYER) as i64 - expected_failed
+            ),
+            ("FAILED".to_string(), expected_failed)
+        ]
+    );
+    // Each payment's steps: one chain (seq 1..n), each action decided exactly once.
+    let bad: Vec<(Uuid, String)> = sqlx::query_as(
+        r#"
+        SELECT p.id, string_agg(s.action || ':' || s.outcome, ',' ORDER BY s.seq)
+        FROM payment_service.payments p JOIN payment_service.payment_steps s ON s.payment_id = p.id
+        GROUP BY p.id, p.version
+        HAVING COUNT(*) <> p.version OR MAX(s.seq) <> p.version
+            OR string_agg(s.action || ':' || s.outcome, ',' ORDER BY s.seq) NOT IN (
+                'DEBIT:SUCCEEDED,CONFIRM:SUCCEEDED,COMPLETE:SUCCEEDED',
+                'DEBIT:REJECTED,CANCEL_RESERVATION:SUCCEEDED')
+        "#,
+    )
+    .fetch_all(&s.admin)
+    .await
+    .expect("step chains");
+    assert!(
+        bad.is_empty(),
+        "payments driven other than exactly once: {:?}",
+        &bad[..bad.len().min(5)]
+    );
+    let debits: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'DEBIT'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .expect("debits");
+    assert_eq!(
+        debits,
+        (BUYERS * PER_BUYER) as i64,
+        "one debit decision per payment, applied or declined"
+    );
+    let drivers: Vec<(Uuid, i64)> = sqlx::query_as(
+        r#"SELECT driver, COUNT(DISTINCT payment_id) FROM payment_service.payment_steps GROUP BY driver"#,
+    )
+    .fetch_all(&s.admin)
+    .await
+    .expect("drivers");
+    println!(
+        "payments driven per instance: {:?}",
+        drivers.iter().map(|d| d.1).collect::<Vec<_>>()
+    );
+    let sold: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM order_service.product_stock WHERE state = 'SOLD'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .expect("sold");
+    assert_eq!(sold, (BUYERS * PER_BUYER) as i64 - expected_failed);
+    drop((a, b));
+    s.check_money().await;
+}
