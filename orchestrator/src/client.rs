@@ -6,7 +6,7 @@ use paysaga_common::client::{Answer, CallError, ServiceClient};
 use reqwest::header::{HeaderMap, HeaderValue};
 use uuid::Uuid;
 
-use crate::api::{CreatePayment, Payment, PaymentAdmin, PaymentTimeline};
+use crate::api::{CreatePayment, Payment, PaymentAdmin, PaymentPage, PaymentTimeline};
 
 /// An answer to `POST /v1/payments`, with whether it was a replay.
 #[derive(Debug, Clone)]
@@ -100,6 +100,11 @@ impl OrchestratorClient {
         self.inner.get(&format!("/v1/payments/{id}/steps")).await
     }
 
+    /// `GET /v1/payments?...` with `query` already encoded (e.g. `needs_attention=true&limit=100`).
+    pub async fn list(&self, query: &str) -> Result<Answer<PaymentPage>, CallError> {
+        self.inner.get(&format!("/v1/payments?{query}")).await
+    }
+
     pub async fn resume(&self, id: Uuid) -> Result<Answer<PaymentAdmin>, CallError> {
         self.inner
             .post(&format!("/v1/payments/{id}/resume"), &serde_json::json!({}))
@@ -110,19 +115,5 @@ impl OrchestratorClient {
         self.inner
             .post(&format!("/v1/payments/{id}/refund"), &serde_json::json!({}))
             .await
-    }
-}
-
-impl OrchestratorClient {
-    /// `GET /v1/payments?needs_attention=true` (first page).
-    pub async fn list_attention(&self) -> Vec<PaymentAdmin> {
-        match self
-            .inner
-            .get::<crate::api::PaymentPage>("/v1/payments?needs_attention=true&limit=500")
-            .await
-        {
-            Ok(a) => a.body.payments,
-            Err(_) => Vec::new(),
-        }
     }
 }

@@ -599,7 +599,13 @@ async fn exhausted_attempts_flag_the_payment_and_an_operator_resumes_it() {
     let id = insert_stuck(&s, res, acct, "flag-1", max - 1).await;
     let cut_off = s.orchestrator(config, Hooks::default()).await;
     let page = loop {
-        let page = cut_off.operator().list_attention().await;
+        let page = cut_off
+            .operator()
+            .list("needs_attention=true&limit=500")
+            .await
+            .expect("list")
+            .body
+            .payments;
         if page.iter().any(|p| p.payment.id == id) {
             break page;
         }
@@ -722,4 +728,167 @@ async fn two_instances_recover_500_stuck_payments_each_exactly_once() {
     assert_eq!(sold, (BUYERS * PER_BUYER) as i64 - expected_failed);
     drop((a, b));
     s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_owners_cannot_write_and_expired_keys_are_purged() {
+    use orchestrator::{
+        idempotency::{self, Begin, IdempotencyKey, Scope},
+        store::{self, Move, StepRecord},
+    };
+    use workflows::{Outcome, Position};
+
+    let s = Stack::start().await;
+    s.migrate_payments().await;
+    let pool = paysaga_common::db::connect(&s.db.role_url("payment_app"), orchestrator::SCHEMA, 4)
+        .await
+        .expect("connect");
+    let scope = Scope {
+        member: "m-1".into(),
+        operation: "create_payment",
+        key: IdempotencyKey::parse("k-stale").expect("key"),
+    };
+    let long = Duration::from_secs(60);
+    let Begin::Owned { token: first, .. } = idempotency::begin(&pool, &scope, "fp", long, 24)
+        .await
+        .expect("begin")
+    else {
+        panic!("a new key is owned");
+    };
+    assert!(matches!(
+        idempotency::begin(&pool, &scope, "fp", long, 24).await,
+        Err(orchestrator::Error::IdempotencyInProgress { retry_after_secs }) if retry_after_secs >= 1
+    ));
+    assert!(matches!(
+        idempotency::begin(&pool, &scope, "other", long, 24).await,
+        Err(orchestrator::Error::IdempotencyKeyReused)
+    ));
+    // The first owner "crashes": its lease runs out and a retry takes over.
+    sqlx::query(
+        r#"UPDATE payment_service.idempotency_keys SET lease_until = now() - INTERVAL '1 second'"#,
+    )
+    .execute(&s.admin)
+    .await
+    .expect("expire");
+    let Begin::Owned {
+        token: second,
+        payment_id,
+    } = idempotency::begin(&pool, &scope, "fp", long, 24)
+        .await
+        .expect("take over")
+    else {
+        panic!("an expired lease is taken over");
+    };
+    assert_ne!(first, second);
+    assert_eq!(payment_id, None);
+    assert!(
+        !idempotency::complete(&pool, &scope, first, 201, "{\"stale\":true}")
+            .await
+            .expect("stale"),
+        "stale owner refused"
+    );
+    assert!(
+        idempotency::complete(&pool, &scope, second, 201, "{\"fresh\":true}")
+            .await
+            .expect("owner")
+    );
+    match idempotency::begin(&pool, &scope, "fp", long, 24)
+        .await
+        .expect("replay")
+    {
+        Begin::Replay { status, body } => {
+            assert_eq!((status, body.as_str()), (201, "{\"fresh\":true}"))
+        }
+        other => panic!("expected a replay, got {other:?}"),
+    }
+
+    // The same for a payment's lease: the stale driver's step is refused, nothing written.
+    let driver_a = Uuid::new_v4();
+    let driver_b = Uuid::new_v4();
+    let id = insert_stuck(&s, Uuid::new_v4(), 1, "m-1", 0).await;
+    sqlx::query(r#"UPDATE payment_service.payments SET lease_owner = $2 WHERE id = $1"#)
+        .bind(id)
+        .bind(driver_a)
+        .execute(&s.admin)
+        .await
+        .expect("lease to a");
+    let row_a = store::load(&pool, id).await.expect("load").expect("row");
+    let row_b = store::claim_one(&pool, id, driver_b, long)
+        .await
+        .expect("claim")
+        .expect("expired lease is claimable");
+    let step = StepRecord {
+        action: Action::Debit,
+        operation_key: Action::Debit.operation_key(id),
+        outcome: Some(Outcome::Succeeded),
+        downstream_status: Some(201),
+        latency: Duration::from_millis(3),
+        error: None,
+    };
+    let to =
+        Position::new(workflows::State::AccountDebited, Some(Action::Confirm)).expect("position");
+    let mv = Move {
+        to,
+        attempts: 0,
+        next_attempt_in: Some(Duration::ZERO),
+        needs_attention: false,
+        keep_lease: true,
+        failure_code: None,
+    };
+    assert!(
+        store::record_step(&pool, &row_a, driver_a, long, &step, &mv)
+            .await
+            .expect("cas")
+            .is_none(),
+        "stale driver refused"
+    );
+    let moved = store::record_step(&pool, &row_b, driver_b, long, &step, &mv)
+        .await
+        .expect("cas")
+        .expect("owner moves it");
+    assert_eq!(
+        (moved.state.as_str(), moved.version),
+        ("ACCOUNT_DEBITED", 1)
+    );
+    assert!(
+        store::record_step(&pool, &row_b, driver_b, long, &step, &mv)
+            .await
+            .expect("cas")
+            .is_none(),
+        "same version twice refused"
+    );
+    let steps: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE payment_id = $1"#,
+    )
+    .bind(id)
+    .fetch_one(&s.admin)
+    .await
+    .expect("steps");
+    assert_eq!(steps, 1);
+
+    // Retention: an expired record is purged, a live one kept.
+    let keep = Scope {
+        key: IdempotencyKey::parse("k-live").expect("key"),
+        ..scope.clone()
+    };
+    assert!(matches!(
+        idempotency::begin(&pool, &keep, "fp", long, 24).await,
+        Ok(Begin::Owned { .. })
+    ));
+    sqlx::query(r#"UPDATE payment_service.idempotency_keys SET expires_at = now() - INTERVAL '1 second' WHERE idem_key = 'k-stale'"#)
+        .execute(&s.admin)
+        .await
+        .expect("age");
+    assert_eq!(
+        idempotency::purge_expired(&pool, 1000)
+            .await
+            .expect("purge"),
+        1
+    );
+    let left: Vec<String> =
+        sqlx::query_scalar(r#"SELECT idem_key FROM payment_service.idempotency_keys"#)
+            .fetch_all(&s.admin)
+            .await
+            .expect("keys");
+    assert_eq!(left, vec!["k-live".to_string()]);
 }
