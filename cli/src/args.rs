@@ -1,0 +1,158 @@
+//! The command line: `paysaga up` and the operator's subcommands.
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "paysaga",
+    version,
+    about = "Run paysaga with a demo drop, and operate a running system"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the operator's subcommands find the services.
+#[derive(Debug, Clone, Args)]
+pub struct Endpoints {
+    #[arg(
+        long,
+        global = true,
+        env = "GATE_URL",
+        default_value = "http://127.0.0.1:8085"
+    )]
+    pub gate_url: String,
+    #[arg(
+        long,
+        global = true,
+        env = "ORDER_URL",
+        default_value = "http://127.0.0.1:8084"
+    )]
+    pub order_url: String,
+    #[arg(
+        long,
+        global = true,
+        env = "ACCOUNT_URL",
+        default_value = "http://127.0.0.1:8082"
+    )]
+    pub account_url: String,
+    #[arg(
+        long,
+        global = true,
+        env = "ORCHESTRATOR_URL",
+        default_value = "http://127.0.0.1:8083"
+    )]
+    pub orchestrator_url: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start PostgreSQL/Redis if needed, the four services, play a demo drop, and keep
+    /// everything running until Ctrl-C.
+    Up(UpArgs),
+    /// List, inspect, resume or refund payments (orchestrator inspection API).
+    #[command(subcommand)]
+    Payments(PaymentsCommand),
+    /// List products with their stock.
+    Products,
+    /// A product's stock as the order service counts it (units available, reserved, sold).
+    Stock { product: i64 },
+    /// The gate's quota for a product (passes it may still issue, passes in flight).
+    Quota { product: i64 },
+    /// Mint a DEVELOPMENT token for trying the API with curl.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Check the invariants in PostgreSQL (oversold units, money, payments) and print them.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UpArgs {
+    /// Start the services and keep them running, without the demo drop.
+    #[arg(long)]
+    pub no_demo: bool,
+    /// Play the demo, stop everything, and exit 0 only if the demo's invariants hold (CI).
+    #[arg(long)]
+    pub exit_after_demo: bool,
+    /// Start private PostgreSQL and Redis under .data/ even if local ones are running.
+    #[arg(long)]
+    pub private: bool,
+    /// Listen on free ports instead of 8082-8085 (e.g. beside another running system).
+    #[arg(long)]
+    pub free_ports: bool,
+    /// Do not build the service binaries first (use the ones next to this binary).
+    #[arg(long)]
+    pub no_build: bool,
+    /// Units in the demo drop.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub units: i64,
+    /// Buyers in the demo drop (every eighth of them cannot afford the price).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub buyers: u64,
+    /// Price of a unit, minor units.
+    #[arg(long, default_value_t = 12_900, value_parser = clap::value_parser!(i64).range(1..=1_000_000_000))]
+    pub price: i64,
+    /// Key prefix in Redis.
+    #[arg(long, env = "REDIS_PREFIX", default_value = "paysaga:")]
+    pub redis_prefix: String,
+    /// Where private servers and logs live (default: .data/ in the project).
+    #[arg(long, env = "PAYSAGA_DATA_DIR")]
+    pub data_dir: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PaymentsCommand {
+    /// Newest first, filtered.
+    List {
+        /// PROCESSING, ACCOUNT_DEBITED, ORDER_CONFIRMED, COMPLETED, FAILED, REFUND_PROCESSING, REFUNDED.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only payments flagged for an operator.
+        #[arg(long)]
+        attention: bool,
+        /// Only payments whose last error contains this text.
+        #[arg(long)]
+        error: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+    },
+    /// One payment with its full step timeline.
+    Show { id: uuid::Uuid },
+    /// Drive a flagged payment again.
+    Resume { id: uuid::Uuid },
+    /// Refund a COMPLETED payment (cancels the order, credits the buyer).
+    Refund { id: uuid::Uuid },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// A buyer token (subject = member id).
+    Buyer {
+        member: String,
+        #[arg(long, default_value_t = 86_400)]
+        ttl_secs: u64,
+    },
+    /// A service credential (internal and operator endpoints).
+    Service {
+        name: String,
+        #[arg(long, default_value_t = 86_400)]
+        ttl_secs: u64,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// Administrator URL of the PostgreSQL server (its database part is replaced by --database).
+    #[arg(
+        long,
+        env = "ADMIN_DATABASE_URL",
+        default_value = "postgres://postgres:postgres@127.0.0.1:5432/postgres"
+    )]
+    pub admin_url: String,
+    /// The paysaga database on that server.
+    #[arg(long, default_value = "paysaga")]
+    pub database: String,
+}

@@ -1,0 +1,300 @@
+//! The demo drop: a product with a few units, a crowd of buyers (some of whom cannot
+//! afford it) arriving at once, and a result table whose money and stock figures are
+//! read back from PostgreSQL.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use paysaga_e2e::{invariants, Admin, Attempt, Driver, Endpoints, InvariantReport, Outcome};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::table;
+
+/// What the demo plays.
+#[derive(Debug, Clone)]
+pub struct DemoSettings {
+    pub units: i64,
+    pub buyers: usize,
+    pub price: i64,
+}
+
+/// What came of it.
+#[derive(Debug)]
+pub struct DemoResult {
+    pub product_id: i64,
+    pub product_name: String,
+    pub attempts: Vec<Attempt>,
+    pub underfunded: usize,
+    /// Units of the demo product SOLD, from `order_service.product_stock`.
+    pub units_sold: i64,
+    /// Units of the demo product AVAILABLE again (their payment failed after every
+    /// other buyer had already been told sold out).
+    pub units_available: i64,
+    /// Money moved by the demo's payments, net of refunds, from the ledger.
+    pub money_moved: i64,
+    /// Every invariant over the whole database, after the demo.
+    pub report: InvariantReport,
+    /// Sum of all balances before the drop, to show it did not change.
+    pub balance_before: i64,
+    pub elapsed: Duration,
+}
+
+impl DemoResult {
+    fn count(&self, f: impl Fn(&Outcome) -> bool) -> usize {
+        self.attempts.iter().filter(|a| f(&a.outcome)).count()
+    }
+
+    pub fn completed(&self) -> usize {
+        self.count(|o| *o == Outcome::Completed)
+    }
+
+    /// Buyers without a definite answer (must be 0).
+    pub fn unanswered(&self) -> usize {
+        self.count(|o| !o.is_definite())
+    }
+
+    /// Whether the demo shows what paysaga promises: every buyer answered, nothing
+    /// oversold, every invariant holding in PostgreSQL, the sum of balances unchanged.
+    pub fn ok(&self) -> bool {
+        self.unanswered() == 0
+            && self.units_sold == self.completed() as i64
+            && self.units_sold >= 1
+            && self.report.holds()
+            && self.report.balance_total == self.balance_before
+    }
+
+    /// A COMPLETED payment to inspect, if any.
+    pub fn sample_payment(&self) -> Option<(Uuid, &str)> {
+        self.attempts
+            .iter()
+            .find(|a| a.outcome == Outcome::Completed)
+            .and_then(|a| a.payment_id.map(|id| (id, a.member.as_str())))
+    }
+
+    /// The result table.
+    pub fn render(&self, settings: &DemoSettings) -> String {
+        let n = |f: &dyn Fn(&Attempt) -> bool| {
+            self.attempts.iter().filter(|a| f(a)).count().to_string()
+        };
+        let mut times: Vec<Duration> = self.attempts.iter().map(|a| a.time_to_answer).collect();
+        times.sort();
+        let mut sold_out_times: Vec<Duration> = self
+            .attempts
+            .iter()
+            .filter(|a| a.outcome.is_sold_out())
+            .map(|a| a.time_to_answer)
+            .collect();
+        sold_out_times.sort();
+        let mut paid_times: Vec<Duration> = self
+            .attempts
+            .iter()
+            .filter(|a| a.outcome == Outcome::Completed)
+            .map(|a| a.time_to_answer)
+            .collect();
+        paid_times.sort();
+        let pq = |v: &[Duration]| match (table::quantile(v, 0.5), table::quantile(v, 0.95)) {
+            (Some(a), Some(b)) => format!("{} / {}", table::millis(a), table::millis(b)),
+            _ => "-".into(),
+        };
+        let holds = if self.report.holds() {
+            "hold".to_owned()
+        } else {
+            format!("VIOLATED: {}", self.report.violations().join("; "))
+        };
+        let rows = vec![
+            ("passes issued by the gate", n(&|a| a.pass_id.is_some())),
+            (
+                "sold out at the gate",
+                n(&|a| a.outcome == Outcome::SoldOutAtGate),
+            ),
+            (
+                "sold out at the order service",
+                n(&|a| a.outcome == Outcome::SoldOutAtOrder),
+            ),
+            ("reserved", n(&|a| a.reservation_id.is_some())),
+            ("paid (COMPLETED)", n(&|a| a.outcome == Outcome::Completed)),
+            (
+                "failed (FAILED: insufficient funds)",
+                n(&|a| matches!(a.outcome, Outcome::Failed { .. })),
+            ),
+            (
+                "refunded (REFUNDED)",
+                n(&|a| a.outcome == Outcome::Refunded),
+            ),
+            (
+                "other definite rejections",
+                n(&|a| matches!(a.outcome, Outcome::Rejected { .. })),
+            ),
+            ("no definite answer", self.unanswered().to_string()),
+            (
+                "units sold (PostgreSQL)",
+                format!("{} of {}", self.units_sold, settings.units),
+            ),
+            (
+                "units back on sale (their payment failed)",
+                self.units_available.to_string(),
+            ),
+            (
+                "oversold units (PostgreSQL)",
+                self.report.oversold_units.to_string(),
+            ),
+            ("money moved (ledger)", table::money(self.money_moved)),
+            (
+                "sum of all balances before / after",
+                format!(
+                    "{} / {}",
+                    table::money(self.balance_before),
+                    table::money(self.report.balance_total)
+                ),
+            ),
+            ("time to answer p50 / p95, all buyers", pq(&times)),
+            ("  buyers told sold out", pq(&sold_out_times)),
+            ("  buyers who paid", pq(&paid_times)),
+            ("whole drop", table::millis(self.elapsed)),
+            ("invariants (PostgreSQL, all products)", holds),
+        ];
+        format!(
+            "demo drop: {} units of \"{}\" (product {}) at {}, {} buyers ({} of them cannot afford it)\n\n{}",
+            settings.units,
+            self.product_name,
+            self.product_id,
+            table::money(settings.price),
+            settings.buyers,
+            self.underfunded,
+            table::key_values(&rows)
+        )
+    }
+}
+
+/// Every eighth buyer holds less than the price.
+fn opening_balance(i: usize, price: i64) -> i64 {
+    if i % 8 == 7 {
+        price / 2
+    } else {
+        price * 2
+    }
+}
+
+fn bar(len: u64, template: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
+/// Sets up and plays the demo drop against running services.
+pub async fn play(
+    endpoints: &Endpoints,
+    pool: &PgPool,
+    settings: &DemoSettings,
+) -> anyhow::Result<DemoResult> {
+    let http = paysaga_common::client::http_client(Duration::from_secs(10));
+    let admin = Admin::new(endpoints.clone(), http, "paysaga-demo");
+    let run = chrono::Utc::now().format("%H%M%S").to_string();
+    let name = format!("paysaga demo drop {run}");
+    let product = admin
+        .create_product(&name, settings.price, settings.units)
+        .await
+        .context("creating the demo product")?;
+
+    let balances: Vec<i64> = (0..settings.buyers)
+        .map(|i| opening_balance(i, settings.price))
+        .collect();
+    let underfunded = balances.iter().filter(|b| **b < settings.price).count();
+    let pb = bar(
+        settings.buyers as u64,
+        "  opening buyer accounts [{bar:40}] {pos}/{len}",
+    );
+    let mut buyers = Vec::with_capacity(settings.buyers);
+    for chunk in balances.chunks(32).enumerate() {
+        let (c, chunk) = chunk;
+        let prefix = format!("demo-{run}");
+        let opened = futures::future::try_join_all(chunk.iter().enumerate().map(|(j, &b)| {
+            let admin = admin.clone();
+            let member = format!("{prefix}-{}", c * 32 + j);
+            async move { admin.open_buyer(&member, b).await }
+        }))
+        .await?;
+        pb.inc(opened.len() as u64);
+        buyers.extend(opened);
+    }
+    pb.finish_and_clear();
+    admin
+        .wait_for_quota(product.id, settings.units, Duration::from_secs(60))
+        .await
+        .context("waiting for the gate to learn the demo product")?;
+    let balance_before = invariants::check(pool).await?.balance_total;
+
+    let driver = Driver::new(endpoints.clone(), Duration::from_secs(10));
+    let pb = bar(
+        settings.buyers as u64,
+        "  {spinner} buyers answered [{bar:40}] {pos}/{len} {msg}",
+    );
+    let paid = std::sync::atomic::AtomicUsize::new(0);
+    let start = Instant::now();
+    let attempts = driver
+        .run_drop(&buyers, product.id, 0, |a| {
+            if a.outcome == Outcome::Completed {
+                paid.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            pb.set_message(format!(
+                "paid {}",
+                paid.load(std::sync::atomic::Ordering::Relaxed)
+            ));
+            pb.inc(1);
+        })
+        .await;
+    let elapsed = start.elapsed();
+    pb.finish_and_clear();
+
+    // Payments whose buyer gave up are still finished by the orchestrator's recovery;
+    // the figures below are read once every payment of the demo is terminal.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut report = invariants::check(pool).await?;
+    while report.payments_not_terminal > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        report = invariants::check(pool).await?;
+    }
+    let units_sold: i64 =
+        sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'SOLD'"#)
+            .bind(product.id)
+            .fetch_one(pool)
+            .await?;
+    let units_available: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'AVAILABLE'"#,
+    )
+    .bind(product.id)
+    .fetch_one(pool)
+    .await?;
+    let debit_keys: Vec<String> = attempts
+        .iter()
+        .filter_map(|a| a.payment_id)
+        .map(|id| format!("pay:{id}:debit"))
+        .collect();
+    let money_moved: i64 = sqlx::query_scalar(
+        r#"
+        SELECT COALESCE(SUM(CASE kind WHEN 'DEBIT' THEN amount ELSE -amount END), 0)::BIGINT
+        FROM account_service.transactions
+        WHERE status = 'APPLIED'
+          AND ((kind = 'DEBIT' AND operation_key = ANY($1)) OR (kind = 'CREDIT' AND refund_of = ANY($1)))
+        "#,
+    )
+    .bind(&debit_keys)
+    .fetch_one(pool)
+    .await?;
+    Ok(DemoResult {
+        product_id: product.id,
+        product_name: name,
+        attempts,
+        underfunded,
+        units_sold,
+        units_available,
+        money_moved,
+        report,
+        balance_before,
+        elapsed,
+    })
+}

@@ -1,0 +1,312 @@
+//! The operator's subcommands against a running system: payments (list, show with the
+//! step timeline, resume, refund), products, stock, quota, development tokens, and the
+//! invariant check read from PostgreSQL.
+
+use std::{process::ExitCode, time::Duration};
+
+use anyhow::Context;
+use gate::client::GateClient;
+use orchestrator::{
+    api::{PaymentAdmin, PaymentPage, PaymentTimeline},
+    client::OrchestratorClient,
+};
+use order::client::OrderClient;
+use paysaga_common::{
+    auth::{service_token_from_env, Minter},
+    client::ServiceClient,
+};
+
+use crate::{
+    args::{CheckArgs, Endpoints, PaymentsCommand, TokenCommand},
+    table,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The operator's credential: `SERVICE_TOKEN`, or one minted with the development key.
+fn operator_token() -> String {
+    service_token_from_env("operator")
+}
+
+fn payment_row(p: &PaymentAdmin) -> Vec<String> {
+    vec![
+        p.payment.id.to_string(),
+        p.payment.state.clone(),
+        table::money(p.payment.amount),
+        p.payment.member_id.clone(),
+        if p.needs_attention {
+            "YES".into()
+        } else {
+            String::new()
+        },
+        p.pending_action.clone().unwrap_or_default(),
+        p.payment.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+        p.last_error
+            .clone()
+            .unwrap_or_default()
+            .chars()
+            .take(60)
+            .collect(),
+    ]
+}
+
+const PAYMENT_HEADER: [&str; 8] = [
+    "payment",
+    "state",
+    "amount",
+    "member",
+    "attention",
+    "pending",
+    "created (UTC)",
+    "last error",
+];
+
+pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Result<ExitCode> {
+    let orchestrator =
+        OrchestratorClient::new(&endpoints.orchestrator_url, operator_token(), TIMEOUT);
+    match cmd {
+        PaymentsCommand::List {
+            state,
+            attention,
+            error,
+            limit,
+        } => {
+            let mut url = reqwest::Url::parse("http://x/v1/payments")?;
+            {
+                let mut q = url.query_pairs_mut();
+                if let Some(s) = &state {
+                    q.append_pair("state", &s.to_ascii_uppercase());
+                }
+                if attention {
+                    q.append_pair("needs_attention", "true");
+                }
+                if let Some(e) = &error {
+                    q.append_pair("error_contains", e);
+                }
+                q.append_pair("limit", &limit.to_string());
+            }
+            let path = format!("{}?{}", url.path(), url.query().unwrap_or_default());
+            let client = ServiceClient::new(&endpoints.orchestrator_url, operator_token(), TIMEOUT);
+            let page: PaymentPage = client.get(&path).await.context("listing payments")?.body;
+            let rows: Vec<Vec<String>> = page.payments.iter().map(payment_row).collect();
+            println!("{}", table::render(&PAYMENT_HEADER, &rows));
+            if page.next_cursor.is_some() {
+                println!("(more: raise --limit)");
+            }
+        }
+        PaymentsCommand::Show { id } => {
+            let t: PaymentTimeline = orchestrator
+                .timeline(id)
+                .await
+                .context("reading the payment")?
+                .body;
+            print_timeline(&t);
+        }
+        PaymentsCommand::Resume { id } => {
+            let p = orchestrator
+                .resume(id)
+                .await
+                .context("resuming the payment")?
+                .body;
+            println!("{}", table::render(&PAYMENT_HEADER, &[payment_row(&p)]));
+        }
+        PaymentsCommand::Refund { id } => {
+            let p = orchestrator
+                .refund(id)
+                .await
+                .context("refunding the payment")?
+                .body;
+            println!("{}", table::render(&PAYMENT_HEADER, &[payment_row(&p)]));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_timeline(t: &PaymentTimeline) {
+    let p = &t.payment;
+    let rows = vec![
+        ("payment", p.payment.id.to_string()),
+        (
+            "state",
+            format!(
+                "{}{}",
+                p.payment.state,
+                if p.payment.terminal { " (final)" } else { "" }
+            ),
+        ),
+        ("amount", table::money(p.payment.amount)),
+        (
+            "member / account",
+            format!("{} / {}", p.payment.member_id, p.payment.account_id),
+        ),
+        ("reservation", p.payment.reservation_id.to_string()),
+        (
+            "failure code",
+            p.payment.failure_code.clone().unwrap_or_else(|| "-".into()),
+        ),
+        (
+            "pending action",
+            p.pending_action.clone().unwrap_or_else(|| "-".into()),
+        ),
+        ("needs attention", p.needs_attention.to_string()),
+        (
+            "last error",
+            p.last_error.clone().unwrap_or_else(|| "-".into()),
+        ),
+        (
+            "created / updated",
+            format!("{} / {}", p.payment.created_at, p.payment.updated_at),
+        ),
+    ];
+    println!("{}\n", table::key_values(&rows));
+    let steps: Vec<Vec<String>> = t
+        .steps
+        .iter()
+        .map(|s| {
+            vec![
+                s.seq.to_string(),
+                s.created_at.format("%H:%M:%S%.3f").to_string(),
+                s.action.clone(),
+                s.operation_key.clone(),
+                s.outcome.clone(),
+                format!("{} -> {}", s.from_state, s.to_state),
+                s.downstream_status
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
+                format!("{} ms", s.latency_ms),
+                s.error.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table::render(
+            &[
+                "#",
+                "at (UTC)",
+                "action",
+                "operation key",
+                "outcome",
+                "state",
+                "status",
+                "latency",
+                "error"
+            ],
+            &steps
+        )
+    );
+}
+
+fn product_rows(products: &[order::api::Product]) -> Vec<Vec<String>> {
+    products
+        .iter()
+        .map(|p| {
+            vec![
+                p.id.to_string(),
+                p.name.clone(),
+                table::money(p.price),
+                p.units_total.to_string(),
+                p.available.to_string(),
+                p.reserved.to_string(),
+                p.sold.to_string(),
+            ]
+        })
+        .collect()
+}
+
+const PRODUCT_HEADER: [&str; 7] = [
+    "product",
+    "name",
+    "price",
+    "units",
+    "available",
+    "reserved",
+    "sold",
+];
+
+pub async fn products(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    let order = OrderClient::new(&endpoints.order_url, operator_token(), TIMEOUT);
+    let products = order
+        .list_products()
+        .await
+        .context("listing products")?
+        .body;
+    println!(
+        "{}",
+        table::render(&PRODUCT_HEADER, &product_rows(&products))
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn stock(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCode> {
+    let order = OrderClient::new(&endpoints.order_url, operator_token(), TIMEOUT);
+    let p = order
+        .product(product)
+        .await
+        .context("reading the product")?
+        .body;
+    println!("{}", table::render(&PRODUCT_HEADER, &product_rows(&[p])));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn quota(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCode> {
+    let gate = GateClient::new(&endpoints.gate_url, operator_token(), TIMEOUT);
+    let q = gate
+        .quota(product)
+        .await
+        .context("reading the gate's quota")?
+        .body;
+    let rows = vec![vec![
+        q.product_id.to_string(),
+        q.quota.to_string(),
+        q.in_flight.to_string(),
+    ]];
+    println!(
+        "{}",
+        table::render(
+            &["product", "quota (passes left)", "passes in flight"],
+            &rows
+        )
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn token(cmd: TokenCommand) -> anyhow::Result<ExitCode> {
+    let (minter, subject, ttl) = match cmd {
+        TokenCommand::Buyer { member, ttl_secs } => {
+            paysaga_common::auth::MemberId::parse(member.as_str())
+                .map_err(|e| anyhow::anyhow!("{member}: {e}"))?;
+            (Minter::dev_buyer(), member, ttl_secs)
+        }
+        TokenCommand::Service { name, ttl_secs } => (Minter::dev_service(), name, ttl_secs),
+    };
+    eprintln!("DEVELOPMENT token: signed with the public development key; services configured with their own keys refuse it.");
+    println!("{}", minter.mint(&subject, Duration::from_secs(ttl)));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let mut url =
+        reqwest::Url::parse(&args.admin_url).context("ADMIN_DATABASE_URL is not a URL")?;
+    url.set_path(&format!("/{}", args.database));
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(url.as_str())
+        .await
+        .with_context(|| format!("connecting to {}", crate::infra::redact(url.as_str())))?;
+    let report = paysaga_e2e::invariants::check(&pool).await?;
+    let value = serde_json::to_value(&report)?;
+    let rows: Vec<(&str, String)> = value
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| (k.as_str(), v.to_string())).collect())
+        .unwrap_or_default();
+    println!("{}", table::key_values(&rows));
+    let violations = report.violations();
+    if violations.is_empty() {
+        println!("\nevery invariant holds");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("\nVIOLATED:\n  {}", violations.join("\n  "));
+        Ok(ExitCode::FAILURE)
+    }
+}

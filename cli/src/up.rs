@@ -1,0 +1,277 @@
+//! `paysaga up`: PostgreSQL and Redis, the schema bootstrap, the four services as
+//! separate processes, the demo drop, then everything kept running until Ctrl-C.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use paysaga_e2e::{process::free_port, Endpoints, ServiceKind, Services, Wiring};
+
+use crate::{
+    args::UpArgs,
+    demo::{self, DemoSettings},
+    infra::{self, Infra, InfraChoice},
+    table,
+};
+
+/// Variables the run command sets itself for each service; the caller's values for
+/// them are not passed through (`DATABASE_URL` names the server, not a role's login).
+const MANAGED: [&str; 10] = [
+    "DATABASE_URL",
+    "ADMIN_DATABASE_URL",
+    "REDIS_URL",
+    "REDIS_PREFIX",
+    "LISTEN_ADDR",
+    "ACCOUNT_URL",
+    "ORDER_URL",
+    "GATE_URL",
+    "ORCHESTRATOR_URL",
+    "PAYSAGA_DATA_DIR",
+];
+
+/// The project's `.data/` (private servers, logs), or `--data-dir`.
+fn data_dir(args: &UpArgs) -> PathBuf {
+    if let Some(d) = &args.data_dir {
+        return d.clone();
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let base = if root.join("Cargo.toml").is_file() {
+        root
+    } else {
+        PathBuf::from(".")
+    };
+    let base = std::fs::canonicalize(&base).unwrap_or(base);
+    base.join(".data")
+}
+
+fn ports(free: bool) -> anyhow::Result<BTreeMap<ServiceKind, u16>> {
+    let mut ports = BTreeMap::new();
+    for kind in ServiceKind::ALL {
+        let port = if free {
+            free_port()?
+        } else {
+            let p = kind.default_port();
+            if std::net::TcpListener::bind(("127.0.0.1", p)).is_err() {
+                bail!(
+                    "port {p} ({kind}) is in use: is another paysaga running? Stop it, or run `paysaga up --free-ports`"
+                );
+            }
+            p
+        };
+        ports.insert(kind, port);
+    }
+    Ok(ports)
+}
+
+pub async fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
+    if !args.no_build {
+        crate::compile::build_services()?;
+    }
+    let data = data_dir(&args);
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
+
+    println!("paysaga: finding PostgreSQL and Redis…");
+    let mut infra = Infra::acquire(
+        &data,
+        InfraChoice {
+            force_private: args.private,
+        },
+    )
+    .await?;
+    println!(
+        "  PostgreSQL  {}  ({})",
+        infra.admin_url_redacted(),
+        infra.pg_origin
+    );
+    println!(
+        "  Redis       {}  ({})",
+        infra::redact(&infra.redis_url),
+        infra.redis_origin
+    );
+
+    let result = run_with(&args, &data, &infra).await;
+    infra.stop();
+    result
+}
+
+async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<ExitCode> {
+    let database = reqwest::Url::parse(&infra.admin_url)?
+        .path()
+        .trim_start_matches('/')
+        .to_owned();
+    paysaga_common::db::create_database(&infra.admin_url, &database)
+        .await
+        .context("creating the database")?;
+    paysaga_common::db::bootstrap(&infra.admin_url)
+        .await
+        .context("bootstrapping roles and schemas")?;
+
+    let mut database_urls = BTreeMap::new();
+    for kind in ServiceKind::ALL {
+        if let Some(role) = kind.db_role() {
+            database_urls.insert(kind, paysaga_common::db::role_url(&infra.admin_url, role)?);
+        }
+    }
+    let mut wiring = Wiring::direct(
+        database_urls,
+        infra.redis_url.clone(),
+        args.redis_prefix.clone(),
+        ports(args.free_ports)?,
+    );
+    // Pass the caller's service settings (RESERVATION_TTL_SECS, keys, RUST_LOG, ...) through.
+    wiring.common_env = std::env::vars()
+        .filter(|(k, _)| !MANAGED.contains(&k.as_str()))
+        .collect();
+    if std::env::var("RECOMPUTE_INTERVAL_MS").is_err() {
+        // The gate learns the demo product at its next recompute; one second keeps the wait short.
+        wiring.service_env.push((
+            ServiceKind::Gate,
+            "RECOMPUTE_INTERVAL_MS".into(),
+            "1000".into(),
+        ));
+    }
+    let log_dir = data
+        .join("logs")
+        .join(chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string());
+    std::fs::create_dir_all(&log_dir)?;
+
+    println!("paysaga: starting account, order, gate and orchestrator…");
+    let mut services = Services::launch(wiring.specs(&log_dir)?, log_dir.clone()).await?;
+    for kind in ServiceKind::ALL {
+        println!("  {:<13} {}  ready", kind.name(), wiring.url(kind));
+    }
+    println!("  logs          {}", log_dir.display());
+
+    let endpoints = Endpoints::from_wiring(&wiring);
+    let mut ok = true;
+    let mut sample = None;
+    if !args.no_demo {
+        let settings = DemoSettings {
+            units: args.units,
+            buyers: args.buyers as usize,
+            price: args.price,
+        };
+        println!(
+            "\npaysaga: playing the demo drop ({} buyers, {} units)…",
+            settings.buyers, settings.units
+        );
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&infra.admin_url)
+            .await?;
+        let result = demo::play(&endpoints, &pool, &settings).await?;
+        println!("\n{}\n", result.render(&settings));
+        ok = result.ok();
+        sample = result
+            .sample_payment()
+            .map(|(id, m)| (id, m.to_owned(), result.product_id));
+        pool.close().await;
+    }
+
+    print_next_steps(&wiring, sample.as_ref(), &log_dir, args.free_ports);
+
+    if args.exit_after_demo {
+        println!("paysaga: stopping the services (--exit-after-demo)…");
+        services.shutdown().await?;
+        println!(
+            "paysaga: demo {}",
+            if ok {
+                "passed: every invariant holds"
+            } else {
+                "FAILED"
+            }
+        );
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+
+    println!("paysaga: running. Press Ctrl-C to stop every service.");
+    let died = tokio::select! {
+        _ = paysaga_common::server::shutdown_signal() => None,
+        e = watch(&mut services) => Some(e),
+    };
+    println!("\npaysaga: stopping the services…");
+    services.shutdown().await?;
+    println!("paysaga: stopped.");
+    match died {
+        Some(e) => Err(e),
+        None => Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }),
+    }
+}
+
+/// Resolves with an error when a service process exits on its own.
+async fn watch(services: &mut Services) -> anyhow::Error {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Err(e) = services.check_alive() {
+            return e;
+        }
+    }
+}
+
+fn print_next_steps(
+    wiring: &Wiring,
+    sample: Option<&(uuid::Uuid, String, i64)>,
+    log_dir: &Path,
+    free_ports: bool,
+) {
+    let token =
+        paysaga_common::auth::Minter::dev_service().mint("operator", Duration::from_secs(86_400));
+    let orch = wiring.url(ServiceKind::Orchestrator);
+    let flags = if free_ports {
+        format!(
+            " --gate-url {} --order-url {} --account-url {} --orchestrator-url {}",
+            wiring.url(ServiceKind::Gate),
+            wiring.url(ServiceKind::Order),
+            wiring.url(ServiceKind::Account),
+            orch
+        )
+    } else {
+        String::new()
+    };
+    println!("where to look next:");
+    let rows: Vec<Vec<String>> = ServiceKind::ALL
+        .iter()
+        .map(|k| {
+            let u = wiring.url(*k);
+            vec![
+                k.name().to_owned(),
+                format!("{u}/docs"),
+                format!("{u}/openapi.json"),
+                format!("{u}/metrics"),
+            ]
+        })
+        .collect();
+    println!(
+        "{}\n",
+        table::render(&["service", "API docs", "OpenAPI", "metrics"], &rows)
+    );
+    println!("  service logs (JSON lines): {}", log_dir.display());
+    println!("  operator commands:  cargo run --release -p paysaga --{flags} payments list");
+    if let Some((id, member, product)) = sample {
+        println!(
+            "                      cargo run --release -p paysaga --{flags} payments show {id}"
+        );
+        println!("                      cargo run --release -p paysaga --{flags} stock {product}");
+        println!("                      cargo run --release -p paysaga --{flags} quota {product}");
+        println!("  a buyer token:      cargo run --release -p paysaga -- token buyer {member}");
+    }
+    println!("  a DEVELOPMENT service token for curl (valid 24 h; anyone can mint these, never use the development keys in production):");
+    println!("    export TOKEN={token}");
+    if let Some((id, _, _)) = sample {
+        println!("    curl -s -H \"Authorization: Bearer $TOKEN\" {orch}/v1/payments/{id}/steps");
+    }
+    println!("    curl -s -H \"Authorization: Bearer $TOKEN\" '{orch}/v1/payments?state=COMPLETED&limit=5'");
+    println!();
+}
