@@ -11,10 +11,7 @@ use orchestrator::{
     client::OrchestratorClient,
 };
 use order::client::OrderClient;
-use paysaga_common::{
-    auth::{service_token_from_env, Minter},
-    client::ServiceClient,
-};
+use paysaga_common::auth::{service_token_from_env, Minter};
 
 use crate::{
     args::{CheckArgs, Endpoints, PaymentsCommand, TokenCommand},
@@ -85,9 +82,12 @@ pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Re
                 }
                 q.append_pair("limit", &limit.to_string());
             }
-            let path = format!("{}?{}", url.path(), url.query().unwrap_or_default());
-            let client = ServiceClient::new(&endpoints.orchestrator_url, operator_token(), TIMEOUT);
-            let page: PaymentPage = client.get(&path).await.context("listing payments")?.body;
+            let query = url.query().unwrap_or_default().to_owned();
+            let page: PaymentPage = orchestrator
+                .list(&query)
+                .await
+                .context("listing payments")?
+                .body;
             let rows: Vec<Vec<String>> = page.payments.iter().map(payment_row).collect();
             println!("{}", table::render(&PAYMENT_HEADER, &rows));
             if page.next_cursor.is_some() {

@@ -1,0 +1,83 @@
+//! The run command itself: `paysaga up --exit-after-demo` starts the four services,
+//! plays a demo drop, stops everything and exits 0, and the database it used agrees
+//! with what it printed.
+
+use std::process::Command;
+
+use paysaga_common::testkit::{self, TestDb, TestRedis};
+use paysaga_e2e::{binaries, invariants};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_plays_the_demo_and_stops_cleanly() -> anyhow::Result<()> {
+    let db = TestDb::new().await;
+    let redis = TestRedis::new();
+    let data = binaries::log_dir("run-command")?;
+    let paysaga = binaries::binary("paysaga")?;
+    let output = tokio::task::spawn_blocking({
+        let (admin, database_url, redis_url, prefix, data) = (
+            testkit::admin_url(),
+            db.admin_url(),
+            redis.url.clone(),
+            redis.prefix.clone(),
+            data.clone(),
+        );
+        move || {
+            Command::new(paysaga)
+                .args([
+                    "up",
+                    "--exit-after-demo",
+                    "--free-ports",
+                    "--no-build",
+                    "--units",
+                    "5",
+                    "--buyers",
+                    "40",
+                ])
+                .env("ADMIN_DATABASE_URL", admin)
+                .env("DATABASE_URL", database_url)
+                .env("REDIS_URL", redis_url)
+                .env("REDIS_PREFIX", prefix)
+                .env("PAYSAGA_DATA_DIR", data)
+                .env_remove("CARGO")
+                .output()
+        }
+    })
+    .await??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "paysaga up failed ({})\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert!(
+        stdout.contains("demo passed: every invariant holds"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("oversold units (PostgreSQL)"), "{stdout}");
+
+    // The services it started are gone: nothing answers on their ports any more.
+    for line in stdout.lines().filter(|l| l.trim_end().ends_with("ready")) {
+        let url = line.split_whitespace().nth(1).unwrap_or_default();
+        let addr = url.trim_start_matches("http://");
+        assert!(
+            std::net::TcpStream::connect(addr).is_err(),
+            "{addr} still listening after exit"
+        );
+    }
+
+    // What it printed is what the tables hold.
+    let pool = db.admin_pool().await;
+    let report = invariants::check(&pool).await?;
+    report.assert_holds();
+    assert_eq!(report.products, 1);
+    assert_eq!(report.units_total, 5);
+    assert!(report.units_sold >= 1);
+    assert_eq!(report.units_sold, report.payments_completed);
+    let sold_line = format!("{} of 5", report.units_sold);
+    assert!(
+        stdout.contains(&sold_line),
+        "printed units sold differ from the table ({sold_line}):\n{stdout}"
+    );
+    Ok(())
+}
