@@ -1,7 +1,13 @@
 //! The account service's errors and the answer each one gets.
 
-use axum::response::{IntoResponse, Response};
-use paysaga_common::{error::internal_error_response, ApiError};
+use axum::{
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use paysaga_common::{
+    error::{codes as common_codes, internal_error_response},
+    ApiError,
+};
 
 use crate::api::{codes, Transaction};
 
@@ -45,6 +51,9 @@ pub enum Error {
     InvalidOperationKey(&'static str),
     #[error("the movement would take a balance out of range")]
     AmountOutOfRange,
+    /// No database connection became free in time: nothing happened, try again.
+    #[error("the ledger is overloaded; nothing was done, try again")]
+    Unavailable,
     #[error("database")]
     Database(#[source] sqlx::Error),
     /// A stored row that breaks the schema's own rules; should be impossible.
@@ -60,6 +69,9 @@ impl From<ApiError> for Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
+        if matches!(e, sqlx::Error::PoolTimedOut) {
+            return Error::Unavailable;
+        }
         if let Some(db) = e.as_database_error() {
             // 22003 numeric_value_out_of_range: a BIGINT balance would overflow.
             if db.code().as_deref() == Some("22003") {
@@ -95,6 +107,14 @@ impl IntoResponse for Error {
                 ApiError::bad_request(codes::INVALID_OPERATION_KEY, msg)
             }
             Error::AmountOutOfRange => ApiError::unprocessable(codes::AMOUNT_OUT_OF_RANGE, msg),
+            Error::Unavailable => {
+                tracing::warn!("database pool exhausted; answering 503");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    common_codes::UNAVAILABLE,
+                    msg,
+                )
+            }
             e @ (Error::Database(_) | Error::Corrupt(_)) => return internal_error_response(&e),
         };
         api.into_response()
