@@ -1,0 +1,159 @@
+//! What one scenario run came to, as numbers, and the summary table the soak prints.
+
+use std::{fmt::Write as _, time::Duration};
+
+use paysaga_e2e::InvariantReport;
+
+use crate::{inject::Injection, scenario::Scenario, settle::Settled};
+
+/// The outcome of one scenario run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScenarioReport {
+    pub scenario: Scenario,
+    pub seed: u64,
+    pub buyers: usize,
+    /// Buyers by what they were told.
+    pub completed: usize,
+    pub failed: usize,
+    pub refunded: usize,
+    pub sold_out: usize,
+    pub rejected: usize,
+    pub unanswered: usize,
+    pub injection: Injection,
+    /// Step-log and scenario-specific counts (unknown outcomes, takeovers, refunds, ...).
+    pub evidence: Vec<(String, i64)>,
+    pub settled: Settled,
+    /// The invariants after recovery and the post-heal wave, from PostgreSQL.
+    pub invariants: InvariantReport,
+    /// Every broken promise, in words; empty for a clean run.
+    pub violations: Vec<String>,
+    /// Units the post-heal wave sold, out of the units it offered.
+    pub wave_sold: i64,
+    pub wave_units: i64,
+    pub elapsed: Duration,
+    /// Where the services' logs are.
+    pub logs: String,
+}
+
+impl ScenarioReport {
+    /// The named evidence count, from the injector or the step log.
+    pub fn evidence(&self, name: &str) -> i64 {
+        self.injection
+            .evidence
+            .iter()
+            .chain(&self.evidence)
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, v)| *v)
+    }
+
+    /// Whether the run hit what its scenario is about.
+    pub fn exercised(&self) -> bool {
+        self.evidence(self.scenario.exercised_by()) > 0
+    }
+
+    /// Panics with the whole report unless the run was clean and exercised its fault.
+    #[track_caller]
+    pub fn assert_clean(&self) {
+        assert!(
+            self.violations.is_empty(),
+            "{}: {} violation(s): {:#?}\nreport: {self:#?}",
+            self.scenario,
+            self.violations.len(),
+            self.violations
+        );
+        assert!(
+            self.exercised(),
+            "{}: the fault was never exercised ({} = 0)\nreport: {self:#?}",
+            self.scenario,
+            self.scenario.exercised_by()
+        );
+        assert_eq!(
+            self.settled.flagged, 0,
+            "{}: payments flagged for an operator after short faults\nreport: {self:#?}",
+            self.scenario
+        );
+    }
+
+    /// A multi-line human summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{}: {} buyers -> {} completed, {} failed, {} refunded, {} sold out, {} rejected, {} unanswered",
+            self.scenario,
+            self.buyers,
+            self.completed,
+            self.failed,
+            self.refunded,
+            self.sold_out,
+            self.rejected,
+            self.unanswered
+        );
+        let _ = writeln!(
+            s,
+            "  payments {} | faults injected {} | recovery {:.1}s | flagged {} | violations {}",
+            self.invariants.payments,
+            self.injection.faults,
+            self.settled.recovery.as_secs_f64(),
+            self.settled.flagged,
+            self.violations.len()
+        );
+        for (name, v) in self.injection.evidence.iter().chain(&self.evidence) {
+            let _ = writeln!(s, "  {name}: {v}");
+        }
+        let i = &self.invariants;
+        let _ = writeln!(
+            s,
+            "  oversold {} | units in two live reservations {} | bad net {} | completed not debited/confirmed {} | balance drift {} | keys applied twice {} | not terminal {}",
+            i.oversold_units,
+            i.units_in_two_live_reservations,
+            i.payments_bad_net,
+            i.completed_not_debited_or_confirmed,
+            i.balance_drift,
+            i.operation_keys_applied_twice,
+            i.payments_not_terminal
+        );
+        let _ = writeln!(
+            s,
+            "  post-heal wave sold {}/{} | took {:.1}s",
+            self.wave_sold,
+            self.wave_units,
+            self.elapsed.as_secs_f64()
+        );
+        for v in &self.violations {
+            let _ = writeln!(s, "  VIOLATION: {v}");
+        }
+        s
+    }
+}
+
+/// The summary table (Markdown): one row per run.
+pub fn table(reports: &[ScenarioReport]) -> String {
+    let mut s = String::from(
+        "| scenario | payments | completed / failed / refunded | faults injected | exercised | violations | flagged | recovery (s) | oversold | bad net | balance drift | keys twice |\n\
+         |---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in reports {
+        let i = &r.invariants;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} / {} / {} | {} | {} = {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+            r.scenario,
+            i.payments,
+            i.payments_completed,
+            i.payments_failed,
+            i.payments_refunded,
+            r.injection.faults,
+            r.scenario.exercised_by(),
+            r.evidence(r.scenario.exercised_by()),
+            r.violations.len(),
+            r.settled.flagged,
+            r.settled.recovery.as_secs_f64(),
+            i.oversold_units,
+            i.payments_bad_net,
+            i.balance_drift,
+            i.operation_keys_applied_twice,
+        );
+    }
+    s
+}

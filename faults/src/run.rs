@@ -1,0 +1,306 @@
+//! Running one scenario end to end: start a stack, set up a drop, run the buyers while the
+//! fault is injected, heal, wait for recovery, run a small drop to show the system serves
+//! again, and read the invariants from PostgreSQL.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use paysaga_e2e::{
+    invariants, Admin, Attempt, Buyer, Driver, Endpoints, Outcome, Stack, StackOptions,
+};
+use rand::{rngs::StdRng, SeedableRng};
+
+use crate::{
+    evidence,
+    impatient::{self, ClientStats},
+    inject::{self, Ctx},
+    plan::Plan,
+    report::ScenarioReport,
+    scenario::Scenario,
+    settle,
+};
+
+/// How long the gate may take to learn a product's quota, and to rebuild it after a loss.
+const QUOTA_WAIT: Duration = Duration::from_secs(30);
+/// Per-request timeout of patient buyers and of the operator's calls.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs `scenario` once at `plan`'s size. An `Err` is a harness failure (a service that
+/// would not start, a database that cannot be read); broken invariants are not errors
+/// but the report's `violations`.
+pub async fn run(scenario: Scenario, plan: &Plan) -> anyhow::Result<ScenarioReport> {
+    run_on(scenario, plan, scenario.options(plan)).await
+}
+
+/// [`run`] on a stack started with `options` (for a caller that adds settings).
+pub async fn run_on(
+    scenario: Scenario,
+    plan: &Plan,
+    options: StackOptions,
+) -> anyhow::Result<ScenarioReport> {
+    let started = Instant::now();
+    let mut stack = Stack::start(options).await?;
+    let logs = stack.log_paths();
+    let endpoints = Endpoints::from_wiring(stack.wiring());
+    let http = paysaga_common::client::http_client(REQUEST_TIMEOUT);
+    let admin = Admin::new(endpoints.clone(), http.clone(), "faults");
+
+    let product = admin
+        .create_product(&format!("{scenario}-drop"), plan.price, plan.units)
+        .await?;
+    let balances: Vec<i64> = (0..plan.buyers).map(|i| plan.balance(i)).collect();
+    let buyers = admin
+        .open_buyers(&format!("{scenario}-buyer"), &balances, 16)
+        .await?;
+    admin
+        .wait_for_quota(product.id, plan.units, QUOTA_WAIT)
+        .await?;
+    let pool = stack.admin_pool().await;
+
+    // The buyers and the injector run side by side; the injector owns the stack (to kill
+    // and restart processes), the buyers only need its addresses.
+    let driver = Driver::new(endpoints.clone(), REQUEST_TIMEOUT);
+    let drop_done = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(ClientStats::default());
+    let load = async {
+        let attempts = match scenario {
+            Scenario::ImpatientClients => {
+                impatient::run_drop(
+                    &driver,
+                    &buyers,
+                    product.id,
+                    plan.concurrency,
+                    plan.seed,
+                    stats.clone(),
+                )
+                .await
+            }
+            _ => {
+                driver
+                    .run_drop(&buyers, product.id, plan.concurrency, |_| {})
+                    .await
+            }
+        };
+        drop_done.store(true, Ordering::Release);
+        attempts
+    };
+    let mut ctx = Ctx {
+        stack: &mut stack,
+        pool: pool.clone(),
+        plan,
+        rng: StdRng::seed_from_u64(plan.seed),
+        drop_done: drop_done.clone(),
+    };
+    let fault = async {
+        let injected = inject::inject(scenario, &mut ctx).await;
+        (injected, Instant::now())
+    };
+    let (attempts, (injected, mut healed_at)) = tokio::join!(load, fault);
+    let mut injection = injected?;
+    if scenario == Scenario::ImpatientClients {
+        // The clients were the fault: it lasted until the last of them was answered.
+        healed_at = Instant::now();
+        injection.faults =
+            u32::try_from(stats.timeouts.load(Ordering::Relaxed)).unwrap_or(u32::MAX);
+        injection.evidence = stats.evidence();
+    }
+
+    let settled = settle::wait(&pool, healed_at, plan.recovery_bound).await?;
+
+    let mut violations = Vec::new();
+    if let Err(e) = stack.services.check_alive() {
+        violations.push(format!("a service died on its own: {e:#}"));
+    }
+    if let Err(e) = quota_restored(&admin, product.id).await {
+        violations.push(format!("gate quota not restored after healing: {e:#}"));
+    }
+    let (wave_sold, wave_failure) = wave(&admin, &driver, plan, scenario).await;
+    violations.extend(wave_failure);
+
+    let mut evidence = evidence::steps(&pool).await?;
+    let page = evidence::gate_metrics(&http, &endpoints.gate)
+        .await
+        .unwrap_or_default();
+    evidence.push((
+        "gate switches to degraded mode".into(),
+        evidence::metric(&page, r#"gate_redis_transitions_total{to="degraded"}"#) as i64,
+    ));
+    if scenario == Scenario::DatabaseDrops {
+        let resets = [
+            paysaga_e2e::ServiceKind::Account,
+            paysaga_e2e::ServiceKind::Order,
+            paysaga_e2e::ServiceKind::Orchestrator,
+        ]
+        .into_iter()
+        .filter_map(|k| stack.proxy(paysaga_e2e::Link::Database(k)))
+        .map(|p| p.counts().reset + p.counts().refused)
+        .sum::<u64>();
+        evidence.push((
+            "database connections reset".into(),
+            i64::try_from(resets).unwrap_or(i64::MAX),
+        ));
+    }
+
+    let report = invariants::check(&pool).await?;
+    violations.extend(
+        report
+            .violations()
+            .into_iter()
+            // Judged below against the recovery bound, where flagged payments count as settled.
+            .filter(|v| !v.starts_with("payments not terminal")),
+    );
+    if !settled.within_bound {
+        violations.push(format!(
+            "payments neither terminal nor flagged with a cause {:?} after healing: {} open, {} flagged without a cause",
+            plan.recovery_bound, settled.open, settled.flagged_without_cause
+        ));
+    }
+    let keys_twice = stats.keys_with_two_payments.load(Ordering::Relaxed);
+    if keys_twice > 0 {
+        violations.push(format!(
+            "Idempotency-Keys answered with two different payments: {keys_twice}"
+        ));
+    }
+    let tally = Tally::of(&attempts);
+    if tally.unanswered > 0 {
+        violations.push(format!(
+            "buyers without a definite answer: {} (e.g. {:?})",
+            tally.unanswered,
+            attempts.iter().find(|a| !a.outcome.is_definite()).map(|a| (
+                &a.member,
+                &a.outcome,
+                a.payment_id
+            ))
+        ));
+    }
+    Ok(ScenarioReport {
+        scenario,
+        seed: plan.seed,
+        buyers: plan.buyers,
+        completed: tally.completed,
+        failed: tally.failed,
+        refunded: tally.refunded,
+        sold_out: tally.sold_out,
+        rejected: tally.rejected,
+        unanswered: tally.unanswered,
+        injection,
+        evidence,
+        settled,
+        invariants: report,
+        violations,
+        wave_sold,
+        wave_units: plan.wave_units,
+        elapsed: started.elapsed(),
+        logs,
+    })
+}
+
+/// Buyers by what they were told.
+#[derive(Debug, Default)]
+struct Tally {
+    completed: usize,
+    failed: usize,
+    refunded: usize,
+    sold_out: usize,
+    rejected: usize,
+    unanswered: usize,
+}
+
+impl Tally {
+    fn of(attempts: &[Attempt]) -> Self {
+        let mut t = Tally::default();
+        for a in attempts {
+            match a.outcome {
+                Outcome::Completed => t.completed += 1,
+                Outcome::Failed { .. } => t.failed += 1,
+                Outcome::Refunded => t.refunded += 1,
+                Outcome::SoldOutAtGate | Outcome::SoldOutAtOrder => t.sold_out += 1,
+                Outcome::Rejected { .. } => t.rejected += 1,
+                Outcome::Unanswered { .. } => t.unanswered += 1,
+            }
+        }
+        t
+    }
+}
+
+/// Waits until the gate's quota for `product_id` is again `max(0, available − in flight)`
+/// with `available` from the order service (the recompute job's rule).
+async fn quota_restored(admin: &Admin, product_id: i64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + QUOTA_WAIT;
+    loop {
+        let last = match (
+            admin.gate().quota(product_id).await,
+            admin.order().availability(product_id).await,
+        ) {
+            (Ok(q), Ok(a)) => {
+                let expected = (a.body.available - q.body.in_flight).max(0);
+                if q.body.quota == expected {
+                    return Ok(());
+                }
+                format!(
+                    "quota {} in flight {} available {}",
+                    q.body.quota, q.body.in_flight, a.body.available
+                )
+            }
+            (q, a) => format!("gate: {:?} order: {:?}", q.err(), a.err()),
+        };
+        if Instant::now() >= deadline {
+            anyhow::bail!("not within {QUOTA_WAIT:?}; last: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A small drop on a new product after healing: every unit must sell to funded buyers
+/// who all get a definite answer. Returns units sold and a violation if it fell short.
+async fn wave(
+    admin: &Admin,
+    driver: &Driver,
+    plan: &Plan,
+    scenario: Scenario,
+) -> (i64, Option<String>) {
+    match wave_inner(admin, driver, plan, scenario).await {
+        Ok((sold, unanswered)) if sold == plan.wave_units && unanswered == 0 => (sold, None),
+        Ok((sold, unanswered)) => (
+            sold,
+            Some(format!(
+                "after healing a drop of {} units sold {sold} ({unanswered} buyers unanswered)",
+                plan.wave_units
+            )),
+        ),
+        Err(e) => (
+            0,
+            Some(format!("after healing a new drop could not run: {e:#}")),
+        ),
+    }
+}
+
+async fn wave_inner(
+    admin: &Admin,
+    driver: &Driver,
+    plan: &Plan,
+    scenario: Scenario,
+) -> anyhow::Result<(i64, usize)> {
+    let product = admin
+        .create_product(&format!("{scenario}-wave"), plan.price, plan.wave_units)
+        .await?;
+    let balances = vec![plan.price * 2; plan.wave_buyers];
+    let buyers: Vec<Buyer> = admin
+        .open_buyers(&format!("{scenario}-wave"), &balances, 16)
+        .await?;
+    admin
+        .wait_for_quota(product.id, plan.wave_units, QUOTA_WAIT)
+        .await?;
+    let attempts = driver.run_drop(&buyers, product.id, 0, |_| {}).await;
+    let sold = attempts
+        .iter()
+        .filter(|a| a.outcome == Outcome::Completed)
+        .count();
+    let unanswered = attempts.iter().filter(|a| !a.outcome.is_definite()).count();
+    Ok((i64::try_from(sold).unwrap_or(i64::MAX), unanswered))
+}

@@ -1,0 +1,183 @@
+//! The scenarios: what each injects, what it proves, and how its stack is started
+//! (which links go through a fault proxy, which timeouts the services run with).
+
+use std::{fmt, time::Duration};
+
+use paysaga_e2e::{Link, ServiceKind, StackOptions};
+
+use crate::plan::Plan;
+
+/// The orchestrator's timeout per downstream call in every scenario.
+pub const DOWNSTREAM_TIMEOUT: Duration = Duration::from_millis(1000);
+/// How long a crashed orchestrator's claims (payments, running requests) block others.
+pub const LEASE: Duration = Duration::from_millis(3000);
+/// Reservation lifetime in the partition scenario: shorter than the cut, so some
+/// debited payments find their reservation expired when the link heals (refund path).
+pub const PARTITION_RESERVATION_TTL: Duration = Duration::from_secs(4);
+
+/// Pool size of each database-backed service.
+pub const DB_MAX_CONNECTIONS: u32 = 8;
+
+/// One fault-injection scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum Scenario {
+    OrchestratorCrash,
+    SlowAccount,
+    OrderPartition,
+    AccountCrash,
+    RedisLoss,
+    DatabaseDrops,
+    ImpatientClients,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 7] = [
+        Scenario::OrchestratorCrash,
+        Scenario::SlowAccount,
+        Scenario::OrderPartition,
+        Scenario::AccountCrash,
+        Scenario::RedisLoss,
+        Scenario::DatabaseDrops,
+        Scenario::ImpatientClients,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::OrchestratorCrash => "orchestrator-crash",
+            Scenario::SlowAccount => "slow-account",
+            Scenario::OrderPartition => "order-partition",
+            Scenario::AccountCrash => "account-crash",
+            Scenario::RedisLoss => "redis-loss",
+            Scenario::DatabaseDrops => "database-drops",
+            Scenario::ImpatientClients => "impatient-clients",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// What the scenario does to the running system.
+    pub fn injects(self) -> &'static str {
+        match self {
+            Scenario::OrchestratorCrash => {
+                "SIGKILLs the orchestrator while payments are unfinished, restarts it, repeatedly"
+            }
+            Scenario::SlowAccount => {
+                "adds latency on orchestrator -> account so each leg takes 3/4 of the orchestrator's \
+                 timeout: a debit reaches the ledger and commits, its answer arrives after the timeout"
+            }
+            Scenario::OrderPartition => {
+                "cuts orchestrator -> order (open connections reset, new ones refused) while payments \
+                 are being confirmed; the first cut outlasts the reservation TTL"
+            }
+            Scenario::AccountCrash => {
+                "SIGKILLs the account service while debits are in flight, restarts it, repeatedly"
+            }
+            Scenario::RedisLoss => {
+                "cuts the gate's Redis link mid-drop and deletes every gate key (Redis restarted \
+                 empty), then restores the link"
+            }
+            Scenario::DatabaseDrops => {
+                "resets every open PostgreSQL connection of account, order and orchestrator \
+                 repeatedly under load, refusing new ones for a moment each time"
+            }
+            Scenario::ImpatientClients => {
+                "buyers time out at random moments (5 ms to 1.2 s) and retry with the same \
+                 Idempotency-Key, sometimes twice at once"
+            }
+        }
+    }
+
+    /// What a clean run of the scenario shows.
+    pub fn proves(self) -> &'static str {
+        match self {
+            Scenario::OrchestratorCrash => {
+                "a crash between any two steps loses nothing: recovery (after the lease) finishes \
+                 every saga, no step is applied twice, stuck Idempotency-Keys are taken over"
+            }
+            Scenario::SlowAccount => {
+                "a late answer is an unknown outcome, not a failure: the saga looks the debit up \
+                 by its operation key and continues; nobody is charged twice or charged for nothing"
+            }
+            Scenario::OrderPartition => {
+                "unknown confirms are resolved by asking the order service; a reservation that \
+                 expired meanwhile is refunded, so no money is kept without an order"
+            }
+            Scenario::AccountCrash => {
+                "a ledger that dies mid-debit commits or rolls back as a whole, and the saga learns \
+                 which after restart"
+            }
+            Scenario::RedisLoss => {
+                "the gate keeps answering in degraded mode, the order service alone prevents \
+                 overselling, and the quota is rebuilt from the order service after Redis returns"
+            }
+            Scenario::DatabaseDrops => {
+                "pools recover from dropped connections; a transaction cut mid-way has no effect \
+                 and is retried under the same key"
+            }
+            Scenario::ImpatientClients => {
+                "one Idempotency-Key is one payment whatever the client does: every answer names \
+                 the same payment, replays are marked, nothing runs twice"
+            }
+        }
+    }
+
+    /// The stack this scenario runs on.
+    pub fn options(self, _plan: &Plan) -> StackOptions {
+        let mut o = StackOptions::new(&format!("faults-{}", self.name()))
+            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 200)
+            .env(ServiceKind::Order, "SWEEP_INTERVAL_MS", 200)
+            .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+            .env(
+                ServiceKind::Orchestrator,
+                "DOWNSTREAM_TIMEOUT_MS",
+                DOWNSTREAM_TIMEOUT.as_millis(),
+            )
+            .env(ServiceKind::Orchestrator, "RESPONSE_WAIT_MS", 1500)
+            .env(ServiceKind::Orchestrator, "LEASE_MS", LEASE.as_millis())
+            // PostgreSQL allows 100 connections on this machine, shared by every test
+            // run: a stack of three 16-connection pools per scenario would exhaust it.
+            .env_all("DB_MAX_CONNECTIONS", DB_MAX_CONNECTIONS);
+        match self {
+            Scenario::OrchestratorCrash | Scenario::AccountCrash | Scenario::ImpatientClients => {}
+            Scenario::SlowAccount => o = o.proxy(Link::OrchestratorToAccount),
+            Scenario::OrderPartition => {
+                o = o.proxy(Link::OrchestratorToOrder).env(
+                    ServiceKind::Order,
+                    "RESERVATION_TTL_SECS",
+                    PARTITION_RESERVATION_TTL.as_secs(),
+                );
+            }
+            Scenario::RedisLoss => o = o.proxy(Link::Redis),
+            Scenario::DatabaseDrops => {
+                for kind in [
+                    ServiceKind::Account,
+                    ServiceKind::Order,
+                    ServiceKind::Orchestrator,
+                ] {
+                    o = o.proxy(Link::Database(kind));
+                }
+            }
+        }
+        o
+    }
+
+    /// The evidence count that must be non-zero for the run to have exercised its fault.
+    pub fn exercised_by(self) -> &'static str {
+        match self {
+            Scenario::OrchestratorCrash | Scenario::AccountCrash => "payments unfinished at a kill",
+            Scenario::SlowAccount => "debit calls with an unknown outcome",
+            Scenario::OrderPartition => "confirm calls with an unknown outcome",
+            Scenario::RedisLoss => "gate switches to degraded mode",
+            Scenario::DatabaseDrops => "database connections reset",
+            Scenario::ImpatientClients => "client timeouts",
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
