@@ -184,8 +184,9 @@ pub async fn begin(
             return Ok(Begin::Replay { status, body });
         }
         if !lease_expired {
-            // Whole seconds, at least one: the time left on the running request's lease.
-            let retry_after_secs = lease_left.clamp(1.0, 3600.0).ceil() as u64;
+            // The running request answers within RESPONSE_WAIT_MS (shorter than the lease),
+            // so a retry soon is useful; a crashed owner's lease is at most LEASE_MS.
+            let retry_after_secs = lease_left.clamp(1.0, 2.0).ceil() as u64;
             return Err(Error::IdempotencyInProgress { retry_after_secs });
         }
         let taken = sqlx::query(

@@ -36,7 +36,7 @@ pub fn recovered(n: usize) {
     metrics::counter!("orchestrator_recoveries_total").increment(n as u64);
 }
 
-/// Payments per state and the attention count, refreshed by the recovery job.
+/// Open payments (work left) per state and the attention count, refreshed by the recovery job.
 pub fn census(by_state: &[(String, i64)], attention: i64) {
     for state in workflows::State::ALL {
         let n = by_state
@@ -44,7 +44,7 @@ pub fn census(by_state: &[(String, i64)], attention: i64) {
             .find(|(s, _)| s == state.as_str())
             .map(|(_, n)| *n)
             .unwrap_or(0);
-        metrics::gauge!("orchestrator_payments", "state" => state.as_str()).set(n as f64);
+        metrics::gauge!("orchestrator_open_payments", "state" => state.as_str()).set(n as f64);
     }
     metrics::gauge!("orchestrator_payments_needing_attention").set(attention as f64);
 }

@@ -72,6 +72,17 @@ async fn happy_path_completes_with_one_debit() {
         .enumerate()
         .all(|(i, st)| st.seq == i as i64 + 1));
 
+    let metrics = reqwest::get(format!("{}/metrics", o.url))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("orchestrator_step_seconds"),
+        "step latency exported"
+    );
+
     // The buyer reads it back; another buyer cannot see it.
     let mine = o
         .buyer("buyer-1")
@@ -891,4 +902,37 @@ async fn stale_owners_cannot_write_and_expired_keys_are_purged() {
             .await
             .expect("keys");
     assert_eq!(left, vec!["k-live".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_accepts_exactly_the_positions_the_machine_reaches() {
+    let s = Stack::start().await;
+    s.migrate_payments().await;
+    let id = insert_stuck(&s, Uuid::new_v4(), 1, "m-1", 0).await;
+    let pendings: Vec<Option<Action>> = std::iter::once(None)
+        .chain(Action::ALL.into_iter().map(Some))
+        .collect();
+    for state in workflows::State::ALL {
+        for pending in &pendings {
+            let mut tx = s.admin.begin().await.expect("tx");
+            let stored = sqlx::query(
+                r#"UPDATE payment_service.payments
+                   SET state = $2, pending_action = $3,
+                       next_attempt_at = CASE WHEN $3::TEXT IS NULL THEN NULL ELSE next_attempt_at END
+                   WHERE id = $1"#,
+            )
+            .bind(id)
+            .bind(state.as_str())
+            .bind(pending.map(Action::as_str))
+            .execute(&mut *tx)
+            .await;
+            let reachable = workflows::Position::new(state, *pending).is_ok();
+            assert_eq!(
+                stored.is_ok(),
+                reachable,
+                "{state} owing {pending:?}: stored {stored:?}"
+            );
+            tx.rollback().await.expect("rollback");
+        }
+    }
 }
