@@ -65,6 +65,9 @@ pub enum Command {
     /// Mint a DEVELOPMENT token for trying the API with curl.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Create the database, the service roles and their schemas (one-shot, as an
+    /// administrator: ADMIN_DATABASE_URL), as `up` does before it starts the services.
+    Bootstrap(CheckArgs),
     /// Check the invariants in PostgreSQL (oversold units, money, payments) and print them.
     Check(CheckArgs),
 }

@@ -24,6 +24,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Stock { product } => ops::stock(&cli.endpoints, product).await,
         Command::Quota { product } => ops::quota(&cli.endpoints, product).await,
         Command::Token(cmd) => ops::token(cmd),
+        Command::Bootstrap(args) => ops::bootstrap(args).await,
         Command::Check(check) => ops::check(check).await,
     }
 }

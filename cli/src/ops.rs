@@ -285,10 +285,37 @@ pub fn token(cmd: TokenCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+/// The administrator URL on the paysaga database.
+fn database_url(args: &CheckArgs) -> anyhow::Result<reqwest::Url> {
     let mut url =
         reqwest::Url::parse(&args.admin_url).context("ADMIN_DATABASE_URL is not a URL")?;
     url.set_path(&format!("/{}", args.database));
+    Ok(url)
+}
+
+pub async fn bootstrap(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let url = database_url(&args)?;
+    paysaga_common::db::create_database(url.as_str(), &args.database)
+        .await
+        .with_context(|| {
+            format!(
+                "creating database {} on {}",
+                args.database,
+                crate::infra::redact(&args.admin_url)
+            )
+        })?;
+    paysaga_common::db::bootstrap(url.as_str())
+        .await
+        .context("creating the roles and schemas")?;
+    println!(
+        "database {} ready: roles account_app, order_app, payment_app and their schemas exist",
+        args.database
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let url = database_url(&args)?;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
         .connect(url.as_str())
