@@ -19,7 +19,7 @@ use workflows::{transition, Action, Next, Outcome, RetryPolicy};
 
 use crate::{
     downstream::{Attempt, Downstream},
-    error::Result,
+    error::{Error, Result},
     metrics,
     store::{self, Move, PaymentRow, StepRecord},
 };
@@ -54,6 +54,51 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     fn alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
+    }
+
+    /// Appends the local steps a move leads to (ORDER_CONFIRMED -> COMPLETED), so they
+    /// commit with it: one transaction fewer per payment, and no extra window.
+    fn chain_local_steps(
+        &self,
+        payment_id: Uuid,
+        steps: &mut Vec<(StepRecord, Move)>,
+    ) -> Result<()> {
+        while let Some(action) = steps
+            .last()
+            .and_then(|(_, mv)| mv.to.pending())
+            .filter(|a| !a.is_remote())
+        {
+            let from = steps
+                .last()
+                .map(|(_, mv)| mv.to)
+                .ok_or_else(|| Error::Invariant("no step to chain".into()))?;
+            let Next::Move(to) = transition(from, Outcome::Succeeded)
+                .map_err(|e| Error::Invariant(e.to_string()))?
+            else {
+                return Err(Error::Invariant(format!(
+                    "local step {action} did not move"
+                )));
+            };
+            metrics::step(action, Outcome::Succeeded, Duration::ZERO);
+            let step = StepRecord {
+                action,
+                operation_key: action.operation_key(payment_id),
+                outcome: Some(Outcome::Succeeded),
+                downstream_status: None,
+                latency: Duration::ZERO,
+                error: None,
+            };
+            let mv = Move {
+                to,
+                attempts: 0,
+                next_attempt_in: to.pending().map(|_| Duration::ZERO),
+                needs_attention: false,
+                keep_lease: to.pending().is_some(),
+                failure_code: None,
+            };
+            steps.push((step, mv));
+        }
+        Ok(())
     }
 
     /// Drives a payment this instance holds the lease on until it settles, waits for a
@@ -147,12 +192,16 @@ impl Engine {
                     }
                 }
             };
-            match store::record_step(&self.pool, &row, self.instance, self.lease, &step, &mv)
-                .await?
-            {
+            let mut steps = vec![(step, mv)];
+            self.chain_local_steps(row.id, &mut steps)?;
+            match store::record_steps(&self.pool, &row, self.instance, self.lease, &steps).await? {
                 Some(moved) => {
-                    if moved.state != row.state {
-                        metrics::transition(&moved.state);
+                    let mut from = row.state.as_str();
+                    for (_, mv) in &steps {
+                        if mv.to.state().as_str() != from {
+                            metrics::transition(mv.to.state().as_str());
+                        }
+                        from = mv.to.state().as_str();
                     }
                     row = moved;
                 }

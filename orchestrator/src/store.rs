@@ -195,7 +195,6 @@ pub struct Move {
 /// step, in one transaction, only if the payment is still at the version and state
 /// the driver read and still leased to it. `None`: someone else moved it (a stale
 /// driver learns here that it lost its lease and writes nothing).
-#[tracing::instrument(skip_all, fields(payment_id = %row.id, action = %step.action))]
 pub async fn record_step(
     pool: &PgPool,
     row: &PaymentRow,
@@ -203,6 +202,20 @@ pub async fn record_step(
     lease: Duration,
     step: &StepRecord,
     mv: &Move,
+) -> Result<Option<PaymentRow>> {
+    record_steps(pool, row, driver, lease, &[(step.clone(), mv.clone())]).await
+}
+
+/// [`record_step`] for several consecutive steps in one transaction (a remote step and
+/// the local step it leads to), each guarded by the version the previous one produced.
+/// All or nothing.
+#[tracing::instrument(skip_all, fields(payment_id = %row.id, steps = steps.len()))]
+pub async fn record_steps(
+    pool: &PgPool,
+    row: &PaymentRow,
+    driver: Uuid,
+    lease: Duration,
+    steps: &[(StepRecord, Move)],
 ) -> Result<Option<PaymentRow>> {
     let mut tx = pool.begin().await?;
     let sql = format!(
@@ -223,28 +236,33 @@ pub async fn record_step(
         RETURNING {PAYMENT_COLUMNS}
         "#
     );
-    let moved = sqlx::query_as::<_, PaymentRow>(&sql)
-        .bind(row.id)
-        .bind(row.version)
-        .bind(&row.state)
-        .bind(driver)
-        .bind(mv.to.state().as_str())
-        .bind(mv.to.pending().map(Action::as_str))
-        .bind(mv.attempts)
-        .bind(mv.next_attempt_in.map(millis))
-        .bind(mv.needs_attention)
-        .bind(step.error.as_deref())
-        .bind(mv.failure_code.as_deref())
-        .bind(mv.keep_lease)
-        .bind(millis(lease))
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(moved) = moved else {
-        return Ok(None);
-    };
-    insert_step(&mut tx, &moved, &row.state, driver, step).await?;
+    let mut current = row.clone();
+    for (step, mv) in steps {
+        let moved = sqlx::query_as::<_, PaymentRow>(&sql)
+            .bind(current.id)
+            .bind(current.version)
+            .bind(&current.state)
+            .bind(driver)
+            .bind(mv.to.state().as_str())
+            .bind(mv.to.pending().map(Action::as_str))
+            .bind(mv.attempts)
+            .bind(mv.next_attempt_in.map(millis))
+            .bind(mv.needs_attention)
+            .bind(step.error.as_deref())
+            .bind(mv.failure_code.as_deref())
+            .bind(mv.keep_lease)
+            .bind(millis(lease))
+            .fetch_optional(&mut *tx)
+            .await?;
+        // Dropping the transaction rolls back any earlier step of this call.
+        let Some(moved) = moved else {
+            return Ok(None);
+        };
+        insert_step(&mut tx, &moved, &current.state, driver, step).await?;
+        current = moved;
+    }
     tx.commit().await?;
-    Ok(Some(moved))
+    Ok(Some(current))
 }
 
 async fn insert_step(
