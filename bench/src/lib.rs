@@ -172,6 +172,8 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
             eprintln!("scenario 1: drops with the gate, three back to back");
             scenario::measure::drops_with_gate(bench, &sys, &accounts).await?;
             scenario::measure::gate_throughput(bench, &sys).await?;
+            eprintln!("scenario 1c: the gate's own bench (in-process)");
+            scenario::gate_bench::measure(bench).await?;
         }
         if bench.settings.runs(Scenario::DropDirect) {
             eprintln!("scenario 2: the drop without the gate");

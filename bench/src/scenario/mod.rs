@@ -3,5 +3,6 @@
 pub mod claims;
 pub mod drop;
 pub mod gate;
+pub mod gate_bench;
 pub mod measure;
 pub mod saga;
