@@ -15,6 +15,8 @@ pub struct Measured {
     /// Gate passes issued per second, and sold-out answers per second.
     pub pass_rate: Option<f64>,
     pub sold_out_rate: Option<f64>,
+    /// The HTTP + buyer auth ceiling measured right before and after the gate phases (mean).
+    pub http_auth_beside_gate: Option<f64>,
     /// Redis bytes per in-flight pass.
     pub bytes_per_pass: Option<f64>,
     /// Highest sampled RSS of each service during the drops with the gate (MiB).

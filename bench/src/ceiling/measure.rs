@@ -100,3 +100,22 @@ pub async fn measure(bench: &mut Bench) -> Result<Ceilings> {
     );
     Ok(c)
 }
+
+/// The HTTP ceiling measured again beside a paysaga phase. The machine is shared, so a
+/// ceiling measured minutes earlier may not describe the moment of the phase; bracketing
+/// the phase with it keeps the ratio honest.
+pub async fn adjacent_http_auth(bench: &mut Bench, label: &str) -> Result<f64> {
+    let server = CeilingProcess::start().await?;
+    let client = client::http_client(bench.settings.concurrency)?;
+    let url = format!("{}/v1/auth", server.plain);
+    let load = bench.phase(&format!("{label}: HTTP + buyer auth ceiling, beside it"));
+    ceiling::http::run(
+        &warmup(&load),
+        client.clone(),
+        url.clone(),
+        bench.buyers.clone(),
+    )
+    .await;
+    let s = bench.keep(ceiling::http::run(&load, client, url, bench.buyers.clone()).await);
+    Ok(s.outcome("ok").map_or(0.0, |o| o.per_s))
+}
