@@ -307,6 +307,7 @@ pub async fn saga_throughput(
     let idle = Duration::from_secs(5);
     tokio::time::sleep(idle).await;
     let c1 = saga::xact_commit(&pool).await?;
+    let writes_before = saga::table_writes(&pool).await?;
     let background_per_s = (c1 - c0) as f64 / idle.as_secs_f64();
 
     let load = bench.load("4 saga: pay", n, DROP_TIME_BOUND);
@@ -322,6 +323,7 @@ pub async fn saga_throughput(
     );
     tokio::time::sleep(saga::STATS_SETTLE).await;
     let c2 = saga::xact_commit(&pool).await?;
+    let writes_after = saga::table_writes(&pool).await?;
     let completed = paid.count("completed");
     let polls = ep
         .counters
@@ -383,6 +385,18 @@ pub async fn saga_throughput(
         "commit ceiling ÷ commits per payment",
         ceiling,
     );
+    // Where the commits go: rows written per payment, by table (a profile of the saga).
+    for (table, after) in &writes_after {
+        let delta = after - writes_before.get(table).copied().unwrap_or(0);
+        if delta > 0 {
+            bench.report.figure(
+                "4 saga",
+                &format!("rows written per payment: {table}"),
+                delta as f64 / completed.max(1) as f64,
+                "rows",
+            );
+        }
+    }
     bench.measured.payments_per_s = Some(per_s);
     bench.measured.commits_per_payment = Some(per_payment);
     Ok(())

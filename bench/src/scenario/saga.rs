@@ -89,3 +89,18 @@ pub async fn xact_commit(pool: &PgPool) -> Result<i64> {
 
 /// How long to wait for every backend to have published its transaction counts.
 pub const STATS_SETTLE: Duration = Duration::from_secs(11);
+
+/// Rows inserted, updated and deleted so far, per table, for this database.
+pub async fn table_writes(pool: &PgPool) -> Result<std::collections::BTreeMap<String, i64>> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query(r#"SELECT pg_stat_clear_snapshot()"#)
+        .execute(&mut *conn)
+        .await?;
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        r#"SELECT schemaname || '.' || relname, (n_tup_ins + n_tup_upd + n_tup_del)::BIGINT
+           FROM pg_stat_user_tables"#,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
