@@ -65,17 +65,18 @@ pub(crate) async fn wait_for_terminal(
             Err(_) => {}
         }
     }
+    // Someone else (recovery, another instance, a retry) is driving it: re-read with a
+    // growing pause, so thousands of waiting buyers do not hammer the database.
+    let mut pause = Duration::from_millis(20);
     loop {
         let row = store::load(&engine.pool, id)
             .await?
             .ok_or(Error::PaymentNotFound)?;
-        if row.is_terminal() || tokio::time::Instant::now() >= deadline {
+        let now = tokio::time::Instant::now();
+        if row.is_terminal() || now >= deadline {
             return Ok(row);
         }
-        // Someone else (recovery, another instance, a retry) is driving it.
-        tokio::time::sleep_until(
-            deadline.min(tokio::time::Instant::now() + Duration::from_millis(50)),
-        )
-        .await;
+        tokio::time::sleep_until(deadline.min(now + pause)).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
     }
 }
