@@ -234,6 +234,56 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("slow-2", 100_000).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "slow-2").await;
+    let trigger: &'static str =
+        Box::leak(format!("POST /v1/reservations/{res}/confirm").into_boxed_str());
+    let proxy = SlowProxy::start(&s.order_url, trigger, Duration::from_millis(2000)).await;
+    let mut config = s.config();
+    config.order_url = proxy.url.clone();
+    let o = s.orchestrator(config, Hooks::default()).await;
+
+    let id = o
+        .buyer("slow-2")
+        .pay("k1", &pay_request(res, acct))
+        .await
+        .expect("pay")
+        .payment
+        .id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert!(
+        proxy.fired.load(std::sync::atomic::Ordering::Acquire),
+        "the confirm answer was held back"
+    );
+    assert_eq!(s.unit_state(res).await, "SOLD");
+    assert_eq!(s.applied_debits(id).await, 1);
+    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let confirms: Vec<_> = tl
+        .steps
+        .iter()
+        .filter(|st| st.action == "CONFIRM")
+        .collect();
+    assert!(
+        confirms
+            .iter()
+            .any(|st| st.error.as_deref().is_some_and(|e| e.contains("timed out"))),
+        "the confirm call timed out: {confirms:?}"
+    );
+    assert!(
+        confirms.iter().all(|st| st.outcome != "REJECTED"),
+        "an unknown confirm is never a rejection"
+    );
+    assert!(
+        tl.steps.iter().all(|st| st.action != "REFUND"),
+        "no refund for a confirmed order"
+    );
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
     let mut s = Stack::start().await;
     let acct = s.open_account("crash-1", 100_000).await;

@@ -390,7 +390,8 @@ impl Drop for SlowProxy {
 }
 
 impl SlowProxy {
-    pub async fn start(upstream: &str, trigger: &'static str, delay: Duration) -> Self {
+    pub async fn start(upstream: &str, trigger: impl Into<String>, delay: Duration) -> Self {
+        let trigger: Arc<str> = trigger.into().into();
         let upstream = upstream.trim_start_matches("http://").to_owned();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
@@ -400,6 +401,7 @@ impl SlowProxy {
             while let Ok((client, _)) = listener.accept().await {
                 let upstream = upstream.clone();
                 let fired = fired_task.clone();
+                let trigger = trigger.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(&upstream).await else {
                         return;
