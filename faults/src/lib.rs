@@ -13,6 +13,6 @@ pub mod scenario;
 pub mod settle;
 
 pub use plan::Plan;
-pub use report::{table, ScenarioReport};
+pub use report::{scenario_table, table, ScenarioReport};
 pub use run::run;
 pub use scenario::Scenario;

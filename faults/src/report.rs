@@ -157,3 +157,22 @@ pub fn table(reports: &[ScenarioReport]) -> String {
     }
     s
 }
+
+/// The scenarios as a Markdown table: what each injects and proves (docs/faults.md).
+pub fn scenario_table() -> String {
+    let mut s = String::from(
+        "| # | scenario | injects | proves | exercised when |\n|---|---|---|---|---|\n",
+    );
+    for (i, sc) in Scenario::ALL.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "| {} | `{}` | {} | {} | {} > 0 |",
+            i + 1,
+            sc.name(),
+            sc.injects(),
+            sc.proves(),
+            sc.exercised_by()
+        );
+    }
+    s
+}

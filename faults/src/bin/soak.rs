@@ -34,11 +34,18 @@ struct Args {
     /// Also write every report as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Print what each scenario injects and proves (Markdown) and exit.
+    #[arg(long)]
+    describe: bool,
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.describe {
+        print!("{}", paysaga_faults::report::scenario_table());
+        return Ok(());
+    }
     let mut scenarios = Vec::new();
     for name in &args.scenarios {
         match Scenario::parse(name) {
