@@ -254,6 +254,9 @@ pub struct BenchConfig {
     pub drop_units: i64,
     pub drop_buyers: usize,
     pub drop_connections: usize,
+    /// Interleaved repetitions; each row reports its median round.
+    pub rounds: usize,
+    pub only: Only,
 }
 
 impl Default for BenchConfig {
@@ -265,6 +268,8 @@ impl Default for BenchConfig {
             drop_units: 100,
             drop_buyers: 10_000,
             drop_connections: 256,
+            rounds: 3,
+            only: Only::All,
         }
     }
 }
@@ -279,6 +284,8 @@ pub struct BenchReport {
     pub sold_out: LoadStats,
     pub drop: LoadStats,
     pub drop_units: i64,
+    pub rounds: usize,
+    pub micro: Micro,
     /// `MEMORY USAGE` of the holders set divided by the passes in it.
     pub redis_bytes_per_pass: f64,
     /// Growth of Redis `used_memory` during issuance divided by passes issued.
@@ -293,7 +300,115 @@ async fn redis_used_memory(conn: &mut redis::aio::MultiplexedConnection) -> anyh
         .ok_or_else(|| anyhow::anyhow!("INFO memory has no used_memory"))
 }
 
-/// Runs every scenario once, in order, against fresh products under a private prefix.
+/// Single-threaded costs of the pieces of a pass, in microseconds per operation.
+#[derive(Debug, Clone, Default)]
+pub struct Micro {
+    pub sign_pass_us: f64,
+    pub verify_jwt_us: f64,
+    pub cached_auth_us: f64,
+    /// One issue script round trip, one at a time (latency, not throughput).
+    pub redis_issue_us: f64,
+    /// Issue scripts with 128 in flight on the one multiplexed connection: ops/s.
+    pub redis_issue_per_sec: f64,
+}
+
+/// Measures the pieces of a pass one by one.
+pub async fn micro(state: &AppState, tokens: &[String], product: i64) -> anyhow::Result<Micro> {
+    let n = tokens.len().min(5_000);
+    let member = paysaga_common::auth::MemberId::parse("micro").map_err(anyhow::Error::msg)?;
+    let per = |t: Instant, n: usize| t.elapsed().as_secs_f64() * 1e6 / n as f64;
+
+    let t = Instant::now();
+    for i in 0..n {
+        std::hint::black_box(state.gate.sign(product, &member, 2_000_000_000 + i as i64));
+    }
+    let sign_pass_us = per(t, n);
+
+    let fresh = BuyerAuth::new(state.verifier.clone(), 0);
+    let now = chrono::Utc::now().timestamp();
+    let t = Instant::now();
+    for tok in &tokens[..n] {
+        let _ = std::hint::black_box(fresh.verify_buyer(tok, now));
+    }
+    let verify_jwt_us = per(t, n);
+
+    let t = Instant::now();
+    for tok in &tokens[..n] {
+        let _ = std::hint::black_box(state.auth.verify_buyer(tok, now));
+    }
+    let cached_auth_us = per(t, n);
+
+    let store = &state.gate.store;
+    store.set_quota(product, 1_000_000).await?;
+    let t = Instant::now();
+    for i in 0..n {
+        store
+            .issue(product, &format!("m{i}"), now, now + 60)
+            .await?;
+    }
+    let redis_issue_us = per(t, n);
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let t = Instant::now();
+    let workers: Vec<_> = (0..128)
+        .map(|_| {
+            let store = store.clone();
+            let next = next.clone();
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= 20_000 {
+                        break;
+                    }
+                    let _ = store.issue(product, &format!("c{i}"), now, now + 60).await;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.await;
+    }
+    let redis_issue_per_sec = 20_000.0 / t.elapsed().as_secs_f64();
+    Ok(Micro {
+        sign_pass_us,
+        verify_jwt_us,
+        cached_auth_us,
+        redis_issue_us,
+        redis_issue_per_sec,
+    })
+}
+
+/// Which rows to run; the others are reported as empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Only {
+    All,
+    Issue,
+    SoldOut,
+    Ceiling,
+    Micro,
+}
+
+/// The median-throughput run of each scenario across rounds.
+fn median(mut runs: Vec<LoadStats>) -> LoadStats {
+    runs.sort_by(|a, b| a.throughput().total_cmp(&b.throughput()));
+    let mid = runs.len() / 2;
+    runs.swap_remove(mid)
+}
+
+fn empty(label: &str) -> LoadStats {
+    LoadStats {
+        label: label.to_owned(),
+        connections: 0,
+        requests: 0,
+        by_status: BTreeMap::new(),
+        elapsed: Duration::from_secs(1),
+        latencies: BTreeMap::new(),
+    }
+}
+
+/// Runs the scenarios `cfg.rounds` times, interleaved so that a noisy neighbour on the
+/// machine hits every row alike, and keeps each row's median round. Each round issues
+/// passes for a fresh product, so every issuance is a new pass for a new member.
 pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     let prefix = format!("bench{}:", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let mut config = Config::local(&cfg.redis_url, &prefix, "http://127.0.0.1:9");
@@ -303,30 +418,30 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     let client = redis::Client::open(cfg.redis_url.as_str())?;
     let mut conn = client.get_multiplexed_async_connection().await?;
 
-    let (issue_product, sold_out_product, drop_product) = (1, 2, 3);
-    store
-        .set_quota(issue_product, cfg.requests as i64 * 2)
-        .await?;
+    let (sold_out_product, drop_product) = (2, 3);
     store.set_quota(sold_out_product, 0).await?;
     store.set_quota(drop_product, cfg.drop_units).await?;
 
     let http = http_client(cfg.connections.max(cfg.drop_connections));
-    let tokens = Arc::new(mint_tokens(cfg.requests.max(cfg.drop_buyers), "buyer"));
+    let tokens = Arc::new(mint_tokens(cfg.requests, "buyer"));
     let body = |p: i64| Some(format!(r#"{{"product_id":{p}}}"#));
     let target = |url: &str, body: Option<String>, tokens: Arc<Vec<String>>| Target {
         url: url.to_owned(),
         body,
         tokens,
     };
+    let no_tokens = Arc::new(Vec::new());
     let n = cfg.requests;
     let c = cfg.connections;
+    let only = cfg.only;
+    let wants = |o: Only| only == Only::All || only == o;
 
     // Warm-up: connections open, every buyer's token verified once (a buyer's first
     // request in a drop pays the full verification; the rows below are the steady state).
     drive(
         &http,
         "warm-up",
-        &target(&servers.bare, None, Arc::new(Vec::new())),
+        &target(&servers.bare, None, no_tokens.clone()),
         n / 4,
         c,
     )
@@ -340,85 +455,119 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     )
     .await;
 
-    let bare = drive(
-        &http,
-        "bare handler, no auth",
-        &target(&servers.bare, None, Arc::new(Vec::new())),
-        n,
-        c,
-    )
-    .await;
-    let ceiling = drive(
-        &http,
-        "authenticated ceiling (cached auth)",
-        &target(&servers.ceiling, body(issue_product), tokens.clone()),
-        n,
-        c,
-    )
-    .await;
-    let uncached = drive(
-        &http,
-        "authenticated ceiling, no token cache",
-        &target(
-            &servers.ceiling_uncached,
-            body(issue_product),
-            tokens.clone(),
-        ),
-        n,
-        c,
-    )
-    .await;
+    let micro_costs = if wants(Only::Micro) {
+        micro(&servers.state, &tokens, 99).await?
+    } else {
+        Micro::default()
+    };
 
-    let used_before = redis_used_memory(&mut conn).await?;
-    let issue = drive(
-        &http,
-        "pass issuance",
-        &target(&servers.gate, body(issue_product), tokens.clone()),
-        n,
-        c,
-    )
-    .await;
-    let used_after = redis_used_memory(&mut conn).await?;
-    let holders = store.keys(issue_product).holders;
-    let holder_bytes: i64 = redis::cmd("MEMORY")
-        .arg("USAGE")
-        .arg(&holders)
-        .arg("SAMPLES")
-        .arg(0)
-        .query_async(&mut conn)
-        .await?;
-    let in_flight: i64 = redis::cmd("ZCARD")
-        .arg(&holders)
-        .query_async(&mut conn)
-        .await?;
+    let (mut bare, mut ceiling, mut uncached, mut issue, mut sold_out) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let mut bytes_per_pass = 0.0;
+    let mut used_per_pass = 0.0;
+    for round in 0..cfg.rounds.max(1) {
+        if only == Only::All {
+            bare.push(
+                drive(
+                    &http,
+                    "bare handler, no auth",
+                    &target(&servers.bare, None, no_tokens.clone()),
+                    n,
+                    c,
+                )
+                .await,
+            );
+        }
+        if wants(Only::Ceiling) {
+            ceiling.push(
+                drive(
+                    &http,
+                    "authenticated ceiling (cached auth)",
+                    &target(&servers.ceiling, body(1), tokens.clone()),
+                    n,
+                    c,
+                )
+                .await,
+            );
+        }
+        if only == Only::All {
+            uncached.push(
+                drive(
+                    &http,
+                    "authenticated ceiling, no token cache",
+                    &target(&servers.ceiling_uncached, body(1), tokens.clone()),
+                    n,
+                    c,
+                )
+                .await,
+            );
+        }
+        if wants(Only::Issue) {
+            let product = 100 + round as i64;
+            store.set_quota(product, n as i64).await?;
+            let used_before = redis_used_memory(&mut conn).await?;
+            issue.push(
+                drive(
+                    &http,
+                    "pass issuance",
+                    &target(&servers.gate, body(product), tokens.clone()),
+                    n,
+                    c,
+                )
+                .await,
+            );
+            let used_after = redis_used_memory(&mut conn).await?;
+            let holders = store.keys(product).holders;
+            let holder_bytes: i64 = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&holders)
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(&mut conn)
+                .await?;
+            let in_flight: i64 = redis::cmd("ZCARD")
+                .arg(&holders)
+                .query_async(&mut conn)
+                .await?;
+            bytes_per_pass = holder_bytes as f64 / in_flight.max(1) as f64;
+            used_per_pass = (used_after - used_before) as f64 / in_flight.max(1) as f64;
+        }
+        if wants(Only::SoldOut) {
+            sold_out.push(
+                drive(
+                    &http,
+                    "sold-out answer",
+                    &target(&servers.gate, body(sold_out_product), tokens.clone()),
+                    n,
+                    c,
+                )
+                .await,
+            );
+        }
+    }
 
-    let sold_out = drive(
-        &http,
-        "sold-out answer",
-        &target(&servers.gate, body(sold_out_product), tokens.clone()),
-        n,
-        c,
-    )
-    .await;
-
-    let drop_tokens = Arc::new(mint_tokens(cfg.drop_buyers, "drop"));
-    // Their tokens are verified once beforehand, as buyers waiting for a drop are.
-    drive(
-        &http,
-        "warm-up",
-        &target(&servers.ceiling, body(0), drop_tokens.clone()),
-        drop_tokens.len(),
-        c,
-    )
-    .await;
-    let drop = drive(
-        &http,
-        "drop: each buyer once",
-        &target(&servers.gate, body(drop_product), drop_tokens),
-        cfg.drop_buyers,
-        cfg.drop_connections,
-    )
-    .await;
+    let drop = if only == Only::All {
+        let drop_tokens = Arc::new(mint_tokens(cfg.drop_buyers, "drop"));
+        // Their tokens are verified once beforehand, as buyers waiting for a drop are.
+        drive(
+            &http,
+            "warm-up",
+            &target(&servers.ceiling, body(0), drop_tokens.clone()),
+            drop_tokens.len(),
+            c,
+        )
+        .await;
+        drive(
+            &http,
+            "drop: each buyer once",
+            &target(&servers.gate, body(drop_product), drop_tokens),
+            cfg.drop_buyers,
+            cfg.drop_connections,
+        )
+        .await
+    } else {
+        empty("drop")
+    };
 
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{prefix}*"))
@@ -427,16 +576,25 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     if !keys.is_empty() {
         let _: () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
     }
+    let pick = |v: Vec<LoadStats>, label: &str| {
+        if v.is_empty() {
+            empty(label)
+        } else {
+            median(v)
+        }
+    };
     Ok(BenchReport {
-        bare,
-        ceiling,
-        ceiling_uncached: uncached,
-        issue,
-        sold_out,
+        bare: pick(bare, "bare handler, no auth"),
+        ceiling: pick(ceiling, "authenticated ceiling (cached auth)"),
+        ceiling_uncached: pick(uncached, "authenticated ceiling, no token cache"),
+        issue: pick(issue, "pass issuance"),
+        sold_out: pick(sold_out, "sold-out answer"),
         drop,
         drop_units: cfg.drop_units,
-        redis_bytes_per_pass: holder_bytes as f64 / in_flight.max(1) as f64,
-        redis_used_memory_per_pass: (used_after - used_before) as f64 / in_flight.max(1) as f64,
+        rounds: cfg.rounds.max(1),
+        micro: micro_costs,
+        redis_bytes_per_pass: bytes_per_pass,
+        redis_used_memory_per_pass: used_per_pass,
     })
 }
 
@@ -527,6 +685,35 @@ impl BenchReport {
             ms(d.quantile(0.99, Some(409)))
         );
         let _ = writeln!(out, "| whole drop answered in ms | {} |", ms(d.elapsed));
+        let _ = writeln!(out);
+        let m = &self.micro;
+        let _ = writeln!(out, "| one piece, measured alone | cost |");
+        let _ = writeln!(out, "|---|---:|");
+        let _ = writeln!(
+            out,
+            "| sign a pass (Ed25519, JSON, base64) | {:.1} µs |",
+            m.sign_pass_us
+        );
+        let _ = writeln!(
+            out,
+            "| verify a buyer JWT (no cache) | {:.1} µs |",
+            m.verify_jwt_us
+        );
+        let _ = writeln!(
+            out,
+            "| buyer auth, cached token | {:.2} µs |",
+            m.cached_auth_us
+        );
+        let _ = writeln!(
+            out,
+            "| issue script round trip, one at a time | {:.1} µs |",
+            m.redis_issue_us
+        );
+        let _ = writeln!(
+            out,
+            "| issue scripts, 128 in flight | {:.0} /s |",
+            m.redis_issue_per_sec
+        );
         let _ = writeln!(out);
         let _ = writeln!(out, "| Redis memory per in-flight pass | bytes |");
         let _ = writeln!(out, "|---|---:|");
