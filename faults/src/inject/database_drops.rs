@@ -17,7 +17,10 @@ const SERVICES: [ServiceKind; 3] = [
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut resets = 0;
     let mut unfinished = 0;
-    for _ in 0..ctx.plan.repeats {
+    for i in 0..ctx.plan.repeats {
+        if i > 0 && ctx.drop_over() {
+            break;
+        }
         ctx.strike_when_in(&["PROCESSING", "ACCOUNT_DEBITED"])
             .await?;
         unfinished += ctx.unfinished().await?;

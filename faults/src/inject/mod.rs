@@ -80,6 +80,12 @@ impl Ctx<'_> {
         }
     }
 
+    /// Whether every buyer is done: later faults would hit an idle system, so injectors
+    /// stop repeating (the first fault is always injected).
+    pub fn drop_over(&self) -> bool {
+        self.drop_done.load(Ordering::Acquire)
+    }
+
     /// Sleeps a random time in `[lo, hi)`.
     pub async fn pause(&mut self, lo: Duration, hi: Duration) {
         let ms = self
@@ -104,7 +110,10 @@ impl Ctx<'_> {
     ) -> anyhow::Result<Injection> {
         let mut kills = 0;
         let mut unfinished_at_kill = 0;
-        for _ in 0..self.plan.repeats {
+        for i in 0..self.plan.repeats {
+            if i > 0 && self.drop_over() {
+                break;
+            }
             self.strike_when_in(strike).await?;
             let unfinished = self.unfinished().await?;
             self.stack.stop(kind, Stop::Kill).await?;

@@ -13,6 +13,9 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut cuts = 0;
     let mut confirming = 0;
     for i in 0..ctx.plan.repeats {
+        if i > 0 && ctx.drop_over() {
+            break;
+        }
         confirming += ctx.strike_when_in(&["ACCOUNT_DEBITED"]).await?;
         ctx.proxy(Link::OrchestratorToOrder)?.cut();
         cuts += 1;

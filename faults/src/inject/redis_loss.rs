@@ -14,6 +14,9 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut cuts = 0;
     let mut keys_lost = 0;
     for i in 0..ctx.plan.repeats {
+        if i > 0 && ctx.drop_over() {
+            break;
+        }
         ctx.strike_when_in(&["PROCESSING", "ACCOUNT_DEBITED"])
             .await?;
         ctx.proxy(Link::Redis)?.cut();

@@ -13,7 +13,10 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let latency = DOWNSTREAM_TIMEOUT * 3 / 4;
     let mut pulses = 0;
     let mut waiting_for_debit = 0;
-    for _ in 0..ctx.plan.repeats {
+    for i in 0..ctx.plan.repeats {
+        if i > 0 && ctx.drop_over() {
+            break;
+        }
         waiting_for_debit += ctx.strike_when_in(&["PROCESSING"]).await?;
         ctx.proxy(Link::OrchestratorToAccount)?.set_latency(latency);
         pulses += 1;
