@@ -52,6 +52,9 @@ pub enum Error {
         service: &'static str,
         source: CallError,
     },
+    /// This instance is shutting down mid-request; the payment (if any) carries on elsewhere.
+    #[error("instance stopping")]
+    Stopping,
     #[error("database error")]
     Database(#[from] sqlx::Error),
     /// Something that must never happen did; nothing half-done is kept.
@@ -107,6 +110,11 @@ impl Error {
                 common_codes::UNAVAILABLE,
                 format!("the {service} service did not answer; nothing was charged, retry with the same Idempotency-Key"),
             ),
+            Error::Stopping => ApiError::new(
+                S::SERVICE_UNAVAILABLE,
+                common_codes::UNAVAILABLE,
+                "this instance is stopping; retry with the same Idempotency-Key to get the payment's answer",
+            ),
             Error::Database(_) | Error::Invariant(_) => return None,
         };
         Some(e)
@@ -120,7 +128,7 @@ impl IntoResponse for Error {
                 let mut response = api.into_response();
                 let retry_after = match &self {
                     Error::IdempotencyInProgress { retry_after_secs } => Some(*retry_after_secs),
-                    Error::Downstream { .. } => Some(1),
+                    Error::Downstream { .. } | Error::Stopping => Some(1),
                     _ => None,
                 };
                 if let Some(secs) = retry_after {

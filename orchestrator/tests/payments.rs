@@ -986,3 +986,50 @@ async fn the_table_accepts_exactly_the_positions_the_machine_reaches() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("impatient-1", 100_000).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "impatient-1").await;
+    // The debit is slow, so the first request is still running when its buyer gives up.
+    let proxy = SlowProxy::start(
+        &s.account_url,
+        "POST /v1/debits",
+        Duration::from_millis(1500),
+    )
+    .await;
+    let mut config = s.config();
+    config.account_url = proxy.url.clone();
+    let o = s.orchestrator(config, Hooks::default()).await;
+
+    let impatient = orchestrator::client::OrchestratorClient::new(
+        &o.url,
+        buyer_token("impatient-1"),
+        Duration::from_millis(100),
+    );
+    let first = impatient.pay("k-hangup", &pay_request(res, acct)).await;
+    assert!(
+        matches!(first, Err(CallError::Unknown { .. })),
+        "the buyer hung up: {first:?}"
+    );
+    let patient = o.buyer("impatient-1");
+    let answer = loop {
+        match patient.pay("k-hangup", &pay_request(res, acct)).await {
+            Err(CallError::Rejected { status: 409, body })
+                if body.code == "IDEMPOTENCY_KEY_IN_PROGRESS" =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => break other.expect("an answer"),
+        }
+    };
+    assert!(
+        answer.replayed,
+        "the abandoned request still completed its key; the retry is its replay"
+    );
+    assert_eq!(s.settled(answer.payment.id).await, "COMPLETED");
+    assert_eq!(s.applied_debits(answer.payment.id).await, 1);
+    s.check_money().await;
+}

@@ -11,6 +11,7 @@ use paysaga_common::{
     client::CallError,
     extract::{Json, Path},
 };
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::{
@@ -86,6 +87,23 @@ pub async fn create(
         Begin::Owned { token, payment_id } => (token, payment_id),
     };
 
+    // The rest runs in a task of its own: a buyer who hangs up does not stop it, so the
+    // key is completed and the next retry gets the replay instead of waiting out a lease.
+    let task = tokio::spawn(execute(state, scope, token, existing, member, req).in_current_span());
+    task.await
+        .map_err(|e| Error::Invariant(format!("payment request task failed: {e}")))?
+}
+
+/// Executes an owned request: accepts (or resumes) the payment, drives it for up to
+/// `RESPONSE_WAIT_MS`, and stores the answer under the key.
+async fn execute(
+    state: AppState,
+    scope: Scope,
+    token: Uuid,
+    existing: Option<Uuid>,
+    member: MemberId,
+    req: CreatePayment,
+) -> Result<Response> {
     let row = match existing {
         Some(id) => store::load(&state.pool, id)
             .await?
@@ -126,13 +144,7 @@ pub async fn create(
         .load(std::sync::atomic::Ordering::Acquire)
     {
         // This instance is stopping: its answer is not stored; a retry gets a live one.
-        return Err(Error::Downstream {
-            service: "orchestrator",
-            source: CallError::Unknown {
-                status: None,
-                reason: "instance stopping".into(),
-            },
-        });
+        return Err(Error::Stopping);
     }
     let status = if row.is_terminal() {
         StatusCode::CREATED
