@@ -5,6 +5,7 @@ pub mod benchdb;
 pub mod ceiling;
 pub mod cli;
 pub mod client;
+pub mod cpu;
 pub mod error;
 pub mod flow;
 pub mod invariants;

@@ -211,7 +211,10 @@ pub async fn gate_throughput(bench: &mut Bench, sys: &System) -> Result<()> {
     let before = crate::ceiling::measure::adjacent_http_auth(bench, "1b before").await?;
     let load = bench.load("1b gate: pass issuance", n - warm, bench.settings.phase);
     gate::passes(&warmup(&load), sys, pass_buyers.clone(), product, 0).await;
+    let cpu_before = crate::cpu::snapshot(&sys.pids());
     let s = bench.keep(gate::passes(&load, sys, pass_buyers.clone(), product, warm as usize).await);
+    let cpu = crate::cpu::between(&cpu_before, &crate::cpu::snapshot(&sys.pids()));
+    cpu.record(&mut bench.report, "1b gate", s.count("pass"), "pass");
     let pass_rate = s.outcome("pass").map_or(0.0, |o| o.per_s);
     bench.measured.pass_rate = Some(pass_rate);
 
@@ -310,6 +313,7 @@ pub async fn saga_throughput(
     let writes_before = saga::table_writes(&pool).await?;
     let background_per_s = (c1 - c0) as f64 / idle.as_secs_f64();
 
+    let cpu_before = crate::cpu::snapshot(&sys.pids());
     let load = bench.load("4 saga: pay", n, DROP_TIME_BOUND);
     let paid = bench.keep(
         saga::pay(
@@ -321,6 +325,7 @@ pub async fn saga_throughput(
         )
         .await,
     );
+    let cpu = crate::cpu::between(&cpu_before, &crate::cpu::snapshot(&sys.pids()));
     tokio::time::sleep(saga::STATS_SETTLE).await;
     let c2 = saga::xact_commit(&pool).await?;
     let writes_after = saga::table_writes(&pool).await?;
@@ -385,6 +390,7 @@ pub async fn saga_throughput(
         "commit ceiling ÷ commits per payment",
         ceiling,
     );
+    cpu.record(&mut bench.report, "4 saga", completed, "payment");
     // Where the commits go: rows written per payment, by table (a profile of the saga).
     for (table, after) in &writes_after {
         let delta = after - writes_before.get(table).copied().unwrap_or(0);
