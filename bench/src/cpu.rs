@@ -151,14 +151,22 @@ mod tests {
     fn this_process_burns_measurable_cpu() {
         let me = vec![("self".to_owned(), std::process::id())];
         let a = snapshot(&me);
-        let start = std::time::Instant::now();
+        let start_ticks = process_ticks(std::process::id()).unwrap();
+        // Spin until the kernel has charged us 100 ms of CPU (wall time varies on a
+        // shared machine; CPU time is what is being accounted).
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let mut x = 0u64;
-        while start.elapsed() < std::time::Duration::from_millis(100) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        while process_ticks(std::process::id()).unwrap() < start_ticks + 10
+            && std::time::Instant::now() < give_up
+        {
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
         }
         std::hint::black_box(x);
         let used = between(&a, &snapshot(&me));
-        assert!(used.by_process[0].1 >= 0.05, "{used:?}");
-        assert!(used.machine_s >= used.by_process[0].1 * 0.5, "{used:?}");
+        assert!(used.by_process[0].1 >= 0.1, "{used:?}");
+        assert!(used.bench_s >= 0.1, "{used:?}");
+        assert!(used.machine_s > 0.0, "{used:?}");
     }
 }
