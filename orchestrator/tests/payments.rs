@@ -1033,3 +1033,78 @@ async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
     assert_eq!(s.applied_debits(answer.payment.id).await, 1);
     s.check_money().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("outage-1", 100_000).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "outage-1").await;
+    let proxy = SlowProxy::plain(&s.order_url).await;
+    // The order service goes dark right after the debit commits.
+    let down = proxy.down.clone();
+    let cut = hook(move |_id, action| {
+        let down = down.clone();
+        async move {
+            if action == Action::Debit {
+                down.store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
+    });
+    let mut config = s.config();
+    config.order_url = proxy.url.clone();
+    let o = s
+        .orchestrator(
+            config,
+            Hooks {
+                after_call: Some(cut),
+            },
+        )
+        .await;
+
+    let answer = o
+        .buyer("outage-1")
+        .pay("k1", &pay_request(res, acct))
+        .await
+        .expect("pay");
+    let id = answer.payment.id;
+    // Wait until the confirm has failed to get an answer at least twice.
+    loop {
+        let (state, attempts): (String, i32) =
+            sqlx::query_as(r#"SELECT state, attempts FROM payment_service.payments WHERE id = $1"#)
+                .bind(id)
+                .fetch_one(&s.admin)
+                .await
+                .expect("payment");
+        assert_eq!(
+            state, "ACCOUNT_DEBITED",
+            "an unreachable order service is never a failure"
+        );
+        if attempts >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy
+        .down
+        .store(false, std::sync::atomic::Ordering::Release);
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert_eq!(s.applied_debits(id).await, 1);
+    assert_eq!(s.unit_state(res).await, "SOLD");
+    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let confirms: Vec<&str> = tl
+        .steps
+        .iter()
+        .filter(|st| st.action == "CONFIRM")
+        .map(|st| st.outcome.as_str())
+        .collect();
+    assert!(
+        confirms.len() >= 3
+            && confirms[..confirms.len() - 1]
+                .iter()
+                .all(|o| *o == "UNKNOWN"),
+        "{confirms:?}"
+    );
+    assert_eq!(confirms.last(), Some(&"SUCCEEDED"));
+    s.check_money().await;
+}

@@ -380,6 +380,8 @@ where
 pub struct SlowProxy {
     pub url: String,
     pub fired: Arc<AtomicBool>,
+    /// While set, the upstream is "dead": connections are closed before any answer.
+    pub down: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -390,6 +392,11 @@ impl Drop for SlowProxy {
 }
 
 impl SlowProxy {
+    /// A proxy that delays nothing (use `down` to cut the upstream off).
+    pub async fn plain(upstream: &str) -> Self {
+        Self::start(upstream, "\u{0}never", Duration::ZERO).await
+    }
+
     pub async fn start(upstream: &str, trigger: impl Into<String>, delay: Duration) -> Self {
         let trigger: Arc<str> = trigger.into().into();
         let upstream = upstream.trim_start_matches("http://").to_owned();
@@ -397,11 +404,17 @@ impl SlowProxy {
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let fired = Arc::new(AtomicBool::new(false));
         let fired_task = fired.clone();
+        let down = Arc::new(AtomicBool::new(false));
+        let down_task = down.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if down_task.load(Ordering::Acquire) {
+                    continue;
+                }
                 let upstream = upstream.clone();
                 let fired = fired_task.clone();
                 let trigger = trigger.clone();
+                let down = down_task.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(&upstream).await else {
                         return;
@@ -417,6 +430,9 @@ impl SlowProxy {
                                 Ok(0) | Err(_) => break,
                                 Ok(n) => n,
                             };
+                            if down.load(Ordering::Acquire) {
+                                break;
+                            }
                             if buf[..n].starts_with(trigger.as_bytes())
                                 && !fired.swap(true, Ordering::AcqRel)
                             {
@@ -445,6 +461,11 @@ impl SlowProxy {
                 });
             }
         });
-        Self { url, fired, task }
+        Self {
+            url,
+            fired,
+            down,
+            task,
+        }
     }
 }
