@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::{
     api::PassIssued,
+    batch::Batcher,
     error::{Error, Result},
     health::RedisHealth,
     local::{FallbackAnswer, MarkAnswer, Products},
@@ -131,11 +132,25 @@ impl Gate {
         }
         let exp = now + self.policy.pass_ttl.as_secs() as i64;
         if !self.health.is_degraded() {
-            match self
-                .store
-                .issue(product_id, member.as_str(), now, exp)
-                .await
-            {
+            let batched = match &local {
+                Some(l) => {
+                    let ttl = self.policy.pass_ttl.as_secs() as i64;
+                    let batcher = l
+                        .batcher
+                        .get_or_init(|| Batcher::spawn(self.store.clone(), product_id, ttl));
+                    batcher.issue(member.as_str()).await
+                }
+                None => None,
+            };
+            let answer = match batched {
+                Some(answer) => answer,
+                None => {
+                    self.store
+                        .issue(product_id, member.as_str(), now, exp)
+                        .await
+                }
+            };
+            match answer {
                 Ok(IssueOutcome::Existing { exp }) => {
                     self.products
                         .get_or_insert(product_id)

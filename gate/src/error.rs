@@ -24,6 +24,8 @@ pub enum Error {
     QuotaUnavailable(&'static str),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error("redis (batched issue): {0}")]
+    RedisBatch(String),
     #[error("redis did not answer within {0:?}")]
     RedisTimeout(std::time::Duration),
     #[error("unexpected answer from a redis script: {0}")]
@@ -41,7 +43,7 @@ impl Error {
     pub fn is_redis_outage(&self) -> bool {
         matches!(
             self,
-            Error::Redis(_) | Error::RedisTimeout(_) | Error::ScriptReply(_)
+            Error::Redis(_) | Error::RedisBatch(_) | Error::RedisTimeout(_) | Error::ScriptReply(_)
         )
     }
 }

@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod api;
 pub mod auth;
+pub mod batch;
 pub mod bench;
 pub mod client;
 pub mod config;

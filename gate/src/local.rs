@@ -7,10 +7,12 @@ use std::{
     collections::HashMap,
     sync::{
         atomic::{AtomicBool, AtomicI64, Ordering},
-        Arc, Mutex, RwLock,
+        Arc, Mutex, OnceLock, RwLock,
     },
     time::Instant,
 };
+
+use crate::batch::Batcher;
 
 const UNKNOWN: i64 = i64::MIN;
 
@@ -64,6 +66,8 @@ pub struct ProductLocal {
     last_available: AtomicI64,
     in_catalogue: AtomicBool,
     passes: Mutex<Passes>,
+    /// This product's issue batching task, started on first use.
+    pub batcher: OnceLock<Batcher>,
 }
 
 impl Default for ProductLocal {
@@ -75,6 +79,7 @@ impl Default for ProductLocal {
             last_available: AtomicI64::new(UNKNOWN),
             in_catalogue: AtomicBool::new(false),
             passes: Mutex::new(Passes::default()),
+            batcher: OnceLock::new(),
         }
     }
 }

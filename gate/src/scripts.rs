@@ -30,6 +30,38 @@ return {2, tonumber(ARGV[3]), q}
     )
 });
 
+/// [`ISSUE`] for many members at once, in order. KEYS: quota, holders. ARGV: now,
+/// expiry, member... Returns the three numbers of [`ISSUE`] per member, flattened.
+pub static ISSUE_MANY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local now = tonumber(ARGV[1])
+local exp = tonumber(ARGV[2])
+local q = redis.call('GET', KEYS[1])
+if q then q = tonumber(q) end
+local issued = 0
+local out = {}
+for i = 3, #ARGV do
+  local held = redis.call('ZSCORE', KEYS[2], ARGV[i])
+  if held and tonumber(held) > now then
+    out[#out + 1] = 1; out[#out + 1] = tonumber(held); out[#out + 1] = -1
+  elseif not q then
+    out[#out + 1] = 3; out[#out + 1] = 0; out[#out + 1] = 0
+  elseif q <= 0 then
+    out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = q
+  else
+    q = q - 1
+    issued = issued + 1
+    redis.call('ZADD', KEYS[2], exp, ARGV[i])
+    out[#out + 1] = 2; out[#out + 1] = exp; out[#out + 1] = q
+  end
+end
+if issued > 0 then redis.call('DECRBY', KEYS[1], issued) end
+return out
+"#,
+    )
+});
+
 /// KEYS: quota, holders. ARGV: available (from the order service, read before this
 /// runs), cutoff (passes expiring before it can no longer be used and are dropped),
 /// now, then pairs of member, expiry for passes this instance issued that Redis may

@@ -110,6 +110,43 @@ impl QuotaStore {
         }
     }
 
+    /// [`Self::issue`] for several members in one script call; one outcome per member.
+    pub async fn issue_many(
+        &self,
+        product_id: i64,
+        members: &[String],
+        now: i64,
+        exp: i64,
+    ) -> Result<Vec<IssueOutcome>> {
+        let k = self.keys(product_id);
+        let mut conn = self.conn.clone();
+        let mut inv = scripts::ISSUE_MANY.key(&k.quota);
+        inv.key(&k.holders).arg(now).arg(exp);
+        for m in members {
+            inv.arg(m);
+        }
+        let v: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        if v.len() != members.len() * 3 {
+            return Err(Error::ScriptReply(format!(
+                "issue_many returned {} numbers for {} members",
+                v.len(),
+                members.len()
+            )));
+        }
+        v.chunks(3)
+            .map(|c| match c {
+                [1, exp, _] => Ok(IssueOutcome::Existing { exp: *exp }),
+                [2, exp, remaining] => Ok(IssueOutcome::Issued {
+                    exp: *exp,
+                    remaining: *remaining,
+                }),
+                [0, _, _] => Ok(IssueOutcome::NoQuota),
+                [3, _, _] => Ok(IssueOutcome::Unknown),
+                other => Err(Error::ScriptReply(format!("issue_many returned {other:?}"))),
+            })
+            .collect()
+    }
+
     /// Sets the quota from `available` (read from the order service at `cutoff +
     /// skew`), re-adding `resync` passes Redis may not know.
     pub async fn recompute(
