@@ -252,12 +252,7 @@ pub async fn play(
 
     // Payments whose buyer gave up are still finished by the orchestrator's recovery;
     // the figures below are read once every payment of the demo is terminal.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut report = invariants::check(pool).await?;
-    while report.payments_not_terminal > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        report = invariants::check(pool).await?;
-    }
+    let report = invariants::settled(pool, Duration::from_secs(60)).await?;
     let units_sold: i64 =
         sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'SOLD'"#)
             .bind(product.id)

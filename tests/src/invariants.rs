@@ -52,6 +52,10 @@ pub struct InvariantReport {
     pub payments_not_terminal: i64,
     /// Non-terminal payments flagged for an operator, with a cause.
     pub payments_needing_attention: i64,
+    /// Payments final for the buyer that still owe a clean-up step (a FAILED payment
+    /// releasing its reservation). Not a violation: recovery finishes them; wait with
+    /// [`settled`] before asserting on unit states.
+    pub payments_settling: i64,
     /// Payments whose debited − refunded is neither 0 nor their amount.
     pub payments_bad_net: i64,
     /// COMPLETED payments without an applied debit of their amount or a confirmed order.
@@ -132,6 +136,25 @@ impl InvariantReport {
             v.is_empty(),
             "invariants violated: {v:#?}\nreport: {self:#?}"
         );
+    }
+}
+
+/// Checks until every payment is terminal and settled (no clean-up step owed), or
+/// `timeout` passes, and returns the last report. Recovery finishes what buyers stopped
+/// waiting for; a report taken the instant a drop ends can still show that work.
+pub async fn settled(
+    pool: &PgPool,
+    timeout: std::time::Duration,
+) -> anyhow::Result<InvariantReport> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let r = check(pool).await?;
+        if (r.payments_not_terminal == 0 && r.payments_settling == 0)
+            || std::time::Instant::now() >= deadline
+        {
+            return Ok(r);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 
@@ -316,7 +339,7 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
     let row = sqlx::query(
         r#"
         WITH money AS (
-            SELECT p.id, p.state, p.amount, p.reservation_id, p.needs_attention,
+            SELECT p.id, p.state, p.amount, p.reservation_id, p.needs_attention, p.pending_action,
                    COALESCE(d.amount, 0) AS debited,
                    COALESCE(c.refunded, 0) AS refunded
             FROM payment_service.payments AS p
@@ -337,6 +360,7 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
             COUNT(*) FILTER (WHERE state = 'REFUNDED') AS refunded,
             COUNT(*) FILTER (WHERE state NOT IN ('COMPLETED', 'FAILED', 'REFUNDED')) AS not_terminal,
             COUNT(*) FILTER (WHERE state NOT IN ('COMPLETED', 'FAILED', 'REFUNDED') AND needs_attention) AS attention,
+            COUNT(*) FILTER (WHERE state IN ('COMPLETED', 'FAILED', 'REFUNDED') AND pending_action IS NOT NULL) AS settling,
             COUNT(*) FILTER (WHERE debited - refunded NOT IN (0, amount)) AS bad_net,
             COUNT(*) FILTER (
                 WHERE state = 'COMPLETED'
@@ -358,6 +382,7 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
     r.payments_refunded = row.try_get("refunded")?;
     r.payments_not_terminal = row.try_get("not_terminal")?;
     r.payments_needing_attention = row.try_get("attention")?;
+    r.payments_settling = row.try_get("settling")?;
     r.payments_bad_net = row.try_get("bad_net")?;
     r.completed_not_debited_or_confirmed = row.try_get("completed_bad")?;
     r.closed_payments_keeping_money = row.try_get("closed_keeping")?;

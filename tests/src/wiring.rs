@@ -81,7 +81,10 @@ impl Wiring {
         if let Ok(path) = std::env::var("PATH") {
             set("PATH", path);
         }
+        // Backtraces for panics, not for every error a service returns from main: the
+        // first line of a start-up error is what a failure message should show.
         set("RUST_BACKTRACE", "1".into());
+        set("RUST_LIB_BACKTRACE", "0".into());
         set("RUST_LOG", self.rust_log.clone());
         set("LOG_FORMAT", self.log_format.clone());
         set("LISTEN_ADDR", format!("127.0.0.1:{}", self.port(kind)));

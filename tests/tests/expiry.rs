@@ -48,9 +48,9 @@ async fn an_expired_reservation_gets_a_definite_answer_and_the_unit_sells_to_som
         StackOptions::new("expiry")
             .env(ServiceKind::Order, "RESERVATION_TTL_SECS", 1)
             .env(ServiceKind::Order, "SWEEP_INTERVAL_MS", 1000)
-            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 200)
+            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
             .env(ServiceKind::Gate, "PASS_TTL_SECS", 2)
-            .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 200)
+            .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
             .proxy(Link::OrchestratorToAccount),
     )
     .await?;
@@ -161,7 +161,7 @@ async fn an_expired_reservation_gets_a_definite_answer_and_the_unit_sells_to_som
     assert_eq!(owner, next.member, "the unit was sold to the next buyer");
     assert_eq!(balance(&pool, &next).await?, PRICE * 2);
 
-    let report = invariants::check(&pool).await?;
+    let report = invariants::settled(&pool, Duration::from_secs(60)).await?;
     report.assert_holds();
     assert_eq!((report.units_sold, report.payments_completed), (1, 1));
     assert_eq!(report.money_moved, PRICE);

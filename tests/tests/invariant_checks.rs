@@ -50,7 +50,7 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     );
 
     let pool = stack.admin_pool().await;
-    let clean = invariants::check(&pool).await?;
+    let clean = invariants::settled(&pool, Duration::from_secs(60)).await?;
     clean.assert_holds();
     let member: i64 = sqlx::query_scalar(
         r#"SELECT id FROM account_service.accounts WHERE kind = 'MEMBER' ORDER BY id LIMIT 1"#,
@@ -98,13 +98,13 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     .await?;
 
     // A payment left half-way.
-    exec(&pool, &format!("UPDATE payment_service.payments SET state = 'ACCOUNT_DEBITED' WHERE id = '{completed}'")).await?;
+    exec(&pool, &format!("UPDATE payment_service.payments SET state = 'ACCOUNT_DEBITED', pending_action = 'CONFIRM' WHERE id = '{completed}'")).await?;
     let r = invariants::check(&pool).await?;
     assert_eq!(r.payments_not_terminal, 1, "{r:#?}");
     exec(
         &pool,
         &format!(
-            "UPDATE payment_service.payments SET state = 'COMPLETED' WHERE id = '{completed}'"
+            "UPDATE payment_service.payments SET state = 'COMPLETED', pending_action = NULL WHERE id = '{completed}'"
         ),
     )
     .await?;
