@@ -216,24 +216,23 @@ async fn redis(
     let dir = data_dir.join("redis");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let log = std::fs::File::create(dir.join("redis.log"))?;
-    let child = Command::new(server)
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &PRIVATE_REDIS_PORT.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .context("cannot start redis-server")?;
+    let mut cmd = paysaga_e2e::process::guarded_command(&server);
+    cmd.args([
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        &PRIVATE_REDIS_PORT.to_string(),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ])
+    .arg("--dir")
+    .arg(&dir)
+    .stdin(Stdio::null())
+    .stdout(Stdio::from(log.try_clone()?))
+    .stderr(Stdio::from(log));
+    let child = paysaga_e2e::process::spawn_guarded(cmd).context("cannot start redis-server")?;
     let url = format!("redis://127.0.0.1:{PRIVATE_REDIS_PORT}/");
     let deadline = Instant::now() + Duration::from_secs(15);
     while redis_answers(&url).await.is_err() {

@@ -259,30 +259,43 @@ fn spawn_child(spec: &ServiceSpec, log: File) -> anyhow::Result<Child> {
     let stderr = log
         .try_clone()
         .context("cannot duplicate the log file handle")?;
-    let mut cmd = match setpriv() {
-        Some(setpriv) => {
-            let mut c = Command::new(setpriv);
-            c.arg("--pdeathsig").arg("KILL").arg("--").arg(&spec.binary);
-            c
-        }
-        None => Command::new(&spec.binary),
-    };
+    let mut cmd = guarded_command(&spec.binary);
     cmd.env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(stderr));
+    spawn_guarded(cmd)
+        .with_context(|| format!("cannot start {} from {}", spec.kind, spec.binary.display()))
+}
+
+/// A command for `program` that dies with this process: where `setpriv` exists it
+/// runs the program with a parent-death SIGKILL. Add arguments, environment and
+/// standard streams as usual, then start it with [`spawn_guarded`]. For any helper
+/// process that must not outlive its caller (a service, a private redis-server).
+pub fn guarded_command(program: &Path) -> Command {
+    match setpriv() {
+        Some(setpriv) => {
+            let mut c = Command::new(setpriv);
+            c.arg("--pdeathsig").arg("KILL").arg("--").arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Spawns `cmd` from the long-lived spawner thread (the parent-death signal is tied
+/// to the thread that spawned the child, so that thread must never exit).
+pub fn spawn_guarded(cmd: Command) -> anyhow::Result<Child> {
     let (tx, rx) = mpsc::channel();
     spawner()
         .lock()
         .map_err(|_| anyhow!("the spawner lock is poisoned"))?
         .send((cmd, tx))
         .map_err(|_| anyhow!("the spawner thread is gone"))?;
-    let child = rx
-        .recv()
+    rx.recv()
         .map_err(|_| anyhow!("the spawner thread is gone"))?
-        .with_context(|| format!("cannot start {} from {}", spec.kind, spec.binary.display()))?;
-    Ok(child)
+        .map_err(Into::into)
 }
 
 /// A free TCP port on loopback. The port is released before the service binds it;
