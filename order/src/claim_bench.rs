@@ -85,6 +85,8 @@ pub struct BenchConfig {
     pub cycle_concurrency: usize,
     pub small_stock: i64,
     pub large_stock: i64,
+    /// Skip the strategy comparison; run only the latency-against-stock cycles.
+    pub only_cycles: bool,
 }
 
 impl Default for BenchConfig {
@@ -101,6 +103,7 @@ impl Default for BenchConfig {
             cycle_concurrency: 50,
             small_stock: 100,
             large_stock: 1_000_000,
+            only_cycles: false,
         }
     }
 }
@@ -169,23 +172,23 @@ async fn claim_once(ctx: &Ctx, i: usize) -> anyhow::Result<Outcome> {
                 ttl: Duration::from_secs(600),
             };
             // The same loop the reserve handler runs: look again while locked units may come back.
-            for _ in 0..3 {
+            for attempt in 0..3 {
                 match reservations::claim(pool, &req).await? {
                     Claim::Created(r) => {
                         return Ok(Outcome::Success {
-                            retries: 0,
+                            retries: attempt,
                             reservation: Some(r.id),
                         })
                     }
                     Claim::PassUsed => anyhow::bail!("fresh pass id reported as used"),
                     Claim::NothingClaimable => {
                         if stock::probe(pool, product).await? != Some(true) {
-                            break;
+                            return Ok(Outcome::SoldOut { retries: attempt });
                         }
                     }
                 }
             }
-            Ok(Outcome::SoldOut { retries: 0 })
+            Ok(Outcome::SoldOut { retries: 3 })
         }
         Strategy::CounterForUpdate => {
             let mut tx = pool.begin().await?;
@@ -573,11 +576,12 @@ async fn run_on(
     .await?;
 
     let mut rows = Vec::new();
+    let strategies: &[Strategy] = if cfg.only_cycles { &[] } else { &Strategy::ALL };
     let scarce = format!(
         "{} claims for {} units",
         cfg.scarce_claims, cfg.scarce_units
     );
-    for s in Strategy::ALL {
+    for &s in strategies {
         let r = measure(
             &pool,
             &scarce,
@@ -595,7 +599,7 @@ async fn run_on(
         "{} claims for {} units",
         cfg.plenty_claims, cfg.plenty_units
     );
-    for s in Strategy::ALL {
+    for &s in strategies {
         let r = measure(
             &pool,
             &plenty,
@@ -609,7 +613,9 @@ async fn run_on(
         progress(&r);
         rows.push(r);
     }
-    for units in [cfg.small_stock, cfg.large_stock] {
+    // Small stock again after the large one, so an order effect (warm-up, autovacuum,
+    // other load on the machine) would show as two different small-stock rows.
+    for units in [cfg.small_stock, cfg.large_stock, cfg.small_stock] {
         let scenario = format!("claim+release cycles, stock {units}");
         let r = measure(
             &pool,

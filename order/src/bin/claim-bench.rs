@@ -3,7 +3,8 @@
 //!
 //! Settings: `BENCH_ADMIN_DATABASE_URL` (default the local superuser),
 //! `CLAIM_BENCH_CONNECTIONS` (default 40), `CLAIM_BENCH_CONCURRENCY` (default 100),
-//! `CLAIM_BENCH_LARGE_STOCK` (default 1000000).
+//! `CLAIM_BENCH_LARGE_STOCK` (default 1000000), `CLAIM_BENCH_SMALL_STOCK` (default 100),
+//! `CLAIM_BENCH_CYCLE_CONCURRENCY` (default 50), `CLAIM_BENCH_ONLY_CYCLES` (default false).
 
 use order::claim_bench::{self, BenchConfig};
 use paysaga_common::config;
@@ -16,6 +17,12 @@ async fn main() -> anyhow::Result<()> {
         connections: config::parse("CLAIM_BENCH_CONNECTIONS", defaults.connections)?,
         concurrency: config::parse("CLAIM_BENCH_CONCURRENCY", defaults.concurrency)?,
         large_stock: config::parse("CLAIM_BENCH_LARGE_STOCK", defaults.large_stock)?,
+        small_stock: config::parse("CLAIM_BENCH_SMALL_STOCK", defaults.small_stock)?,
+        cycle_concurrency: config::parse(
+            "CLAIM_BENCH_CYCLE_CONCURRENCY",
+            defaults.cycle_concurrency,
+        )?,
+        only_cycles: config::parse("CLAIM_BENCH_ONLY_CYCLES", false)?,
         ..defaults
     };
     eprintln!(
