@@ -30,6 +30,11 @@ use crate::{
 pub type AfterCallHook =
     Arc<dyn Fn(Uuid, Action) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
+/// Backoffs up to this long are waited out by the driver itself, holding the lease.
+const INLINE_RETRY_MAX: Duration = Duration::from_millis(1000);
+/// At most this many inline retries per drive; then recovery takes the payment.
+const INLINE_RETRIES: u32 = 2;
+
 /// Everything a driver needs; one per process, shared by handlers and recovery.
 pub struct Engine {
     pub pool: PgPool,
@@ -105,7 +110,12 @@ impl Engine {
     /// retry, needs an operator, or the lease is lost. Returns the last row it saw.
     #[tracing::instrument(skip_all, fields(payment_id = %row.id))]
     pub async fn drive(&self, mut row: PaymentRow) -> Result<PaymentRow> {
+        let mut inline_retries = 0;
+        let mut pause = None;
         loop {
+            if let Some(delay) = pause.take() {
+                tokio::time::sleep(delay).await;
+            }
             if row.lease_owner != Some(self.instance) || row.needs_attention {
                 return Ok(row);
             }
@@ -170,12 +180,21 @@ impl Engine {
                         metrics::attention("attempts_exhausted");
                         tracing::warn!(payment_id = %row.id, %action, attempts, "attempts exhausted; payment needs an operator");
                     }
+                    // A short backoff is waited out here, lease held (it outlasts the
+                    // pause), so a blip resolves within the buyer's wait instead of at the
+                    // next recovery tick; longer ones go back to recovery.
+                    let inline =
+                        delay.filter(|d| *d <= INLINE_RETRY_MAX && inline_retries < INLINE_RETRIES);
+                    if inline.is_some() {
+                        inline_retries += 1;
+                        pause = inline;
+                    }
                     Move {
                         to: pos,
                         attempts,
                         next_attempt_in: delay,
                         needs_attention: delay.is_none(),
-                        keep_lease: false,
+                        keep_lease: inline.is_some(),
                         failure_code: None,
                     }
                 }

@@ -31,9 +31,16 @@ use uuid::Uuid;
 
 pub const PRICE: i64 = 12_900;
 
-async fn wait_ready(base: &str) {
+/// Waits for `/readyz`; a service whose task ended (start-up failed) is reported with
+/// its error instead of being waited for.
+async fn wait_ready(base: &str, task: &mut JoinHandle<anyhow::Result<()>>) {
     let http = paysaga_common::client::http_client(Duration::from_secs(5));
-    for _ in 0..1200 {
+    // Generous: the machine is shared, and start-up includes migrations.
+    for _ in 0..4800 {
+        if task.is_finished() {
+            let ended = task.await;
+            panic!("{base} stopped during start-up: {ended:?}");
+        }
         if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
             if r.status().is_success() {
                 return;
@@ -108,8 +115,10 @@ impl Stack {
         let order_url = format!("http://{}", l.local_addr().expect("addr"));
         let order_task = tokio::spawn(order::run(order_config, l, std::future::pending()));
 
-        wait_ready(&account_url).await;
-        wait_ready(&order_url).await;
+        let mut account_task = account_task;
+        let mut order_task = order_task;
+        wait_ready(&account_url, &mut account_task).await;
+        wait_ready(&order_url, &mut order_task).await;
         Self {
             db,
             admin,
@@ -144,7 +153,8 @@ impl Stack {
             std::future::pending(),
             hooks,
         ));
-        wait_ready(&url).await;
+        let mut task = task;
+        wait_ready(&url, &mut task).await;
         Orchestrator { url, task }
     }
 
