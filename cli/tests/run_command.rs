@@ -12,7 +12,9 @@ async fn up_plays_the_demo_and_stops_cleanly() -> anyhow::Result<()> {
     let db = TestDb::new().await;
     let redis = TestRedis::new();
     let data = binaries::log_dir("run-command")?;
-    let paysaga = binaries::binary("paysaga")?;
+    // Cargo builds this package's binary for its integration tests, so it is never stale;
+    // the services it starts come from `cargo build --workspace --bins`.
+    let paysaga = env!("CARGO_BIN_EXE_paysaga");
     let output = tokio::task::spawn_blocking({
         let (admin, database_url, redis_url, prefix, data) = (
             testkit::admin_url(),
