@@ -30,6 +30,10 @@ pub struct Config {
     pub sweep_max_batches: u32,
     /// `DB_MAX_CONNECTIONS` (default 16).
     pub db_max_connections: u32,
+    /// `DB_STATEMENT_TIMEOUT_MS`: PostgreSQL `statement_timeout` for the service's
+    /// connections (default 5000; 0 leaves the server's setting), so a stuck statement
+    /// becomes a definite 503 instead of a request that never answers.
+    pub db_statement_timeout_ms: u64,
     /// `LOG_FORMAT`: `json` or `pretty` (default pretty).
     pub log_format: LogFormat,
 }
@@ -83,6 +87,7 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        let db_statement_timeout_ms: u64 = config::parse("DB_STATEMENT_TIMEOUT_MS", 5000)?;
         Ok(Config {
             database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
@@ -97,6 +102,7 @@ impl Config {
             sweep_batch,
             sweep_max_batches,
             db_max_connections,
+            db_statement_timeout_ms,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
         })
     }
@@ -114,7 +120,38 @@ impl Config {
             sweep_batch: 500,
             sweep_max_batches: 20,
             db_max_connections: 16,
+            db_statement_timeout_ms: 5000,
             log_format: LogFormat::Pretty,
         }
+    }
+}
+
+/// `url` with a `statement_timeout` startup option, unless it already sets one.
+pub fn with_statement_timeout(url: &str, ms: u64) -> String {
+    if ms == 0 || url.contains("statement_timeout") {
+        return url.to_owned();
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options[statement_timeout]={ms}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statement_timeout_is_added_once() {
+        let base = "postgres://u:p@h:5432/db";
+        assert_eq!(
+            with_statement_timeout(base, 250),
+            format!("{base}?options[statement_timeout]=250")
+        );
+        assert_eq!(
+            with_statement_timeout(&format!("{base}?sslmode=disable"), 250),
+            format!("{base}?sslmode=disable&options[statement_timeout]=250")
+        );
+        let set = format!("{base}?options[statement_timeout]=9");
+        assert_eq!(with_statement_timeout(&set, 250), set);
+        assert_eq!(with_statement_timeout(base, 0), base);
     }
 }

@@ -38,6 +38,8 @@ pub enum Error {
     ReservationConfirmed,
     #[error("database error")]
     Database(#[from] sqlx::Error),
+    #[error("request task failed")]
+    Task(#[from] tokio::task::JoinError),
     /// Something that must never happen did (e.g. a unit not in the state its
     /// reservation implies). The transaction is rolled back; nothing is written.
     #[error("invariant violated: {0}")]
@@ -90,9 +92,20 @@ impl Error {
                 codes::RESERVATION_CONFIRMED,
                 "the reservation is confirmed (paid); only an operator can cancel it",
             ),
-            Error::Database(_) | Error::Invariant(_) => return None,
+            Error::Database(_) | Error::Invariant(_) | Error::Task(_) => return None,
         };
         Some(e)
+    }
+}
+
+impl Error {
+    fn is_timeout(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::PoolTimedOut) => true,
+            // 57014 query_canceled: statement_timeout fired.
+            Error::Database(sqlx::Error::Database(e)) => e.code().as_deref() == Some("57014"),
+            _ => false,
+        }
     }
 }
 
@@ -101,9 +114,10 @@ impl IntoResponse for Error {
         match self.api() {
             Some(e) => e.into_response(),
             None => {
-                // Pool exhaustion is load, not a bug: say so, so callers retry.
-                if let Error::Database(sqlx::Error::PoolTimedOut) = self {
-                    tracing::warn!("database pool exhausted; answering 503");
+                // Pool exhaustion and the statement timeout are load, not bugs: say so, so
+                // callers retry (and a saga treats it as an unknown outcome, as it must).
+                if self.is_timeout() {
+                    tracing::warn!(error = %self, "database busy; answering 503");
                     return ApiError::new(
                         StatusCode::SERVICE_UNAVAILABLE,
                         paysaga_common::error::codes::UNAVAILABLE,

@@ -61,7 +61,9 @@ impl AppState {
 
     /// Connects as the service role and brings the schema up to date.
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
-        let pool = db::connect(&config.database_url, SCHEMA, config.db_max_connections).await?;
+        let url =
+            config::with_statement_timeout(&config.database_url, config.db_statement_timeout_ms);
+        let pool = db::connect(&url, SCHEMA, config.db_max_connections).await?;
         db::migrate(&pool, &MIGRATOR).await?;
         Ok(Self::new(pool, config))
     }

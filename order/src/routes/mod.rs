@@ -2,3 +2,19 @@
 
 pub mod products;
 pub mod reservations;
+
+use std::future::Future;
+
+use tracing::Instrument;
+
+use crate::error::Result;
+
+/// Runs a state-changing request to its end even if the client hangs up. axum drops a
+/// handler's future when its connection closes; the work is spawned instead, so a
+/// transaction is committed or rolled back on its own terms, and the client's retry
+/// (same pass, same reservation id) finds the outcome.
+pub async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(work.instrument(tracing::Span::current())).await?
+}

@@ -47,6 +47,14 @@ pub async fn create(
     Buyer(member): Buyer,
     Json(req): Json<CreateReservation>,
 ) -> Result<(StatusCode, Json<Reservation>)> {
+    super::detached(reserve(state, member, req)).await
+}
+
+async fn reserve(
+    state: AppState,
+    member: MemberId,
+    req: CreateReservation,
+) -> Result<(StatusCode, Json<Reservation>)> {
     if req.pass.len() > MAX_PASS_LEN {
         return Err(Error::Pass(PassError::Malformed));
     }
@@ -137,7 +145,9 @@ pub async fn confirm(
     caller: Service,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Reservation>> {
-    match reservations::confirm(&state.pool, id).await? {
+    let outcome =
+        super::detached(async move { reservations::confirm(&state.pool, id).await }).await?;
+    match outcome {
         ConfirmOutcome::Confirmed(r) => Ok(Json(r)),
         ConfirmOutcome::Expired => Err(Error::ReservationExpired),
         ConfirmOutcome::Cancelled => Err(Error::ReservationCancelled),
@@ -158,11 +168,15 @@ pub async fn cancel(
     caller: Caller,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Reservation>> {
-    let who = match &caller {
-        Caller::Buyer(m) => Canceller::Buyer(m),
-        Caller::Service(_) => Canceller::Service,
-    };
-    match reservations::cancel(&state.pool, id, who).await? {
+    let outcome = super::detached(async move {
+        let who = match &caller {
+            Caller::Buyer(m) => Canceller::Buyer(m),
+            Caller::Service(_) => Canceller::Service,
+        };
+        reservations::cancel(&state.pool, id, who).await
+    })
+    .await?;
+    match outcome {
         CancelOutcome::Done(r) => Ok(Json(r)),
         CancelOutcome::Confirmed => Err(Error::ReservationConfirmed),
         CancelOutcome::NotFound => Err(Error::ReservationNotFound),
