@@ -83,3 +83,65 @@ async fn up_plays_the_demo_and_stops_cleanly() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Even a `paysaga up` killed with SIGKILL (no destructor runs) leaves no service
+/// behind: each is started with a parent-death signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_die_with_a_killed_run_command() -> anyhow::Result<()> {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+
+    let db = TestDb::new().await;
+    let redis = TestRedis::new();
+    let data = binaries::log_dir("run-command-kill")?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paysaga"))
+        .args(["up", "--no-demo", "--free-ports", "--no-build"])
+        .env("ADMIN_DATABASE_URL", testkit::admin_url())
+        .env("DATABASE_URL", db.admin_url())
+        .env("REDIS_URL", &redis.url)
+        .env("REDIS_PREFIX", &redis.prefix)
+        .env("PAYSAGA_DATA_DIR", &data)
+        .env_remove("CARGO")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let addrs = tokio::task::spawn_blocking(move || {
+        let mut addrs = Vec::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.trim_end().ends_with("ready") {
+                if let Some(url) = line.split_whitespace().nth(1) {
+                    addrs.push(url.trim_start_matches("http://").to_owned());
+                }
+            }
+            if line.contains("Press Ctrl-C") {
+                break;
+            }
+        }
+        addrs
+    })
+    .await?;
+    assert_eq!(addrs.len(), 4, "four services reported ready");
+    for a in &addrs {
+        assert!(
+            std::net::TcpStream::connect(a).is_ok(),
+            "{a} listening while up runs"
+        );
+    }
+
+    child.kill()?;
+    child.wait()?;
+    // The kernel delivers the parent-death signal as the process exits; give the
+    // services a moment to be torn down, then nothing may listen on their ports.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for a in &addrs {
+        while std::net::TcpStream::connect(a).is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "{a} outlived the killed run command"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
