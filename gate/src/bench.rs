@@ -608,6 +608,12 @@ impl BenchReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
+            "Each row: the median of {} interleaved rounds, by throughput.",
+            self.rounds
+        );
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
             "| scenario | conns | requests | answers | req/s | p50 ms | p95 ms | p99 ms |"
         );
         let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|");
