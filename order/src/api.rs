@@ -113,6 +113,21 @@ pub struct Reservation {
     pub updated_at: DateTime<Utc>,
 }
 
+/// `POST /v1/passes/used`: which of these pass ids have made a reservation. For the
+/// gate's quota job, so a pass whose reservation already took its unit is not also
+/// counted as in flight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsedPassesQuery {
+    /// At most 1,000 ids.
+    pub pass_ids: Vec<Uuid>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsedPasses {
+    /// The asked-for pass ids that are on a reservation (in any state).
+    pub used: Vec<Uuid>,
+}
+
 /// The order service's own error codes (the common ones are in
 /// `paysaga_common::error::codes`).
 pub mod codes {
@@ -132,4 +147,5 @@ pub mod codes {
     pub const INVALID_PRICE: &str = "INVALID_PRICE";
     pub const INVALID_UNITS: &str = "INVALID_UNITS";
     pub const INVALID_PRODUCT_ID: &str = "INVALID_PRODUCT_ID";
+    pub const TOO_MANY_PASS_IDS: &str = "TOO_MANY_PASS_IDS";
 }

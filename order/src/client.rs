@@ -6,7 +6,10 @@ use std::time::Duration;
 use paysaga_common::client::{Answer, CallError, ServiceClient};
 use uuid::Uuid;
 
-use crate::api::{AddUnits, Availability, CreateProduct, CreateReservation, Product, Reservation};
+use crate::api::{
+    AddUnits, Availability, CreateProduct, CreateReservation, Product, Reservation, UsedPasses,
+    UsedPassesQuery,
+};
 
 /// Calls the order service with one bearer token: a service credential for the
 /// internal endpoints, or a buyer token for `reserve`, `reservation` and `cancel`.
@@ -116,6 +119,20 @@ impl OrderClient {
     pub async fn cancel(&self, id: Uuid) -> Result<Answer<Reservation>, CallError> {
         self.inner
             .post(&format!("/v1/reservations/{id}/cancel"), &Empty {})
+            .await
+    }
+
+    /// `POST /v1/passes/used` (service): which of `pass_ids` (at most 1,000) have made a
+    /// reservation. Ask this before reading availability: a pass used in between is
+    /// then counted twice for one run (quota too low), never zero times (too high).
+    pub async fn used_passes(&self, pass_ids: &[Uuid]) -> Result<Answer<UsedPasses>, CallError> {
+        self.inner
+            .post(
+                "/v1/passes/used",
+                &UsedPassesQuery {
+                    pass_ids: pass_ids.to_vec(),
+                },
+            )
             .await
     }
 }

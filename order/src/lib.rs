@@ -85,6 +85,7 @@ impl AppState {
         routes::reservations::get,
         routes::reservations::confirm,
         routes::reservations::cancel,
+        routes::reservations::used_passes,
     ),
     components(schemas(
         api::CreateProduct,
@@ -94,6 +95,8 @@ impl AppState {
         api::CreateReservation,
         api::Reservation,
         api::ReservationState,
+        api::UsedPassesQuery,
+        api::UsedPasses,
         paysaga_common::ErrorBody,
     ))
 )]
@@ -120,6 +123,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/reservations/{id}", get(reservations::get))
         .route("/v1/reservations/{id}/confirm", post(reservations::confirm))
         .route("/v1/reservations/{id}/cancel", post(reservations::cancel))
+        .route("/v1/passes/used", post(reservations::used_passes))
         .route("/readyz", get(readyz))
         .with_state(state);
     server::finish(api, ApiDoc::openapi())

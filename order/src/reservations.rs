@@ -347,3 +347,18 @@ pub async fn cancel(pool: &PgPool, id: Uuid, who: Canceller<'_>) -> Result<Cance
     tx.commit().await?;
     Ok(outcome)
 }
+
+/// Which of `pass_ids` are on a reservation (through `reservations_pass_id_unique`).
+pub async fn used_passes(pool: &PgPool, pass_ids: &[Uuid]) -> Result<Vec<Uuid>> {
+    let used = sqlx::query_scalar(
+        r#"
+        SELECT pass_id
+        FROM reservations
+        WHERE pass_id = ANY($1)
+        "#,
+    )
+    .bind(pass_ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(used)
+}

@@ -166,3 +166,48 @@ async fn bad_passes_are_refused_with_distinct_codes_and_write_nothing() {
     assert_eq!(unit_states(&h.admin, product.id).await, (5, 0, 0));
     h.stop().await;
 }
+
+#[tokio::test]
+async fn the_gate_can_ask_which_passes_made_a_reservation() {
+    let h = Harness::start().await;
+    let product = h.product(1).await;
+    let used = claims(product.id, "alice");
+    let unused = claims(product.id, "bob");
+    h.buyer("alice")
+        .reserve(product.id, &signer().sign(&used))
+        .await
+        .unwrap();
+    // Bob's pass meets a sold-out product: not used, whatever he tried.
+    let e = h
+        .buyer("bob")
+        .reserve(product.id, &signer().sign(&unused))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("SOLD_OUT"));
+
+    let answer = h
+        .service()
+        .used_passes(&[used.pid, unused.pid, uuid::Uuid::new_v4()])
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(answer.used, vec![used.pid]);
+    assert!(h
+        .service()
+        .used_passes(&[])
+        .await
+        .unwrap()
+        .body
+        .used
+        .is_empty());
+
+    let too_many: Vec<uuid::Uuid> = (0..1_001).map(|_| uuid::Uuid::new_v4()).collect();
+    let e = h.service().used_passes(&too_many).await.unwrap_err();
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(422), Some("TOO_MANY_PASS_IDS"))
+    );
+    let e = h.buyer("alice").used_passes(&[used.pid]).await.unwrap_err();
+    assert_eq!(e.status(), Some(403));
+    h.stop().await;
+}

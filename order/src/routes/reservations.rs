@@ -10,7 +10,7 @@ use paysaga_common::{
 use uuid::Uuid;
 
 use crate::{
-    api::{CreateReservation, Reservation},
+    api::{codes, CreateReservation, Reservation, UsedPasses, UsedPassesQuery},
     error::{Error, Result},
     reservations::{self, CancelOutcome, Canceller, Claim, ClaimRequest, ConfirmOutcome},
     stock, AppState,
@@ -181,4 +181,27 @@ pub async fn cancel(
         CancelOutcome::Confirmed => Err(Error::ReservationConfirmed),
         CancelOutcome::NotFound => Err(Error::ReservationNotFound),
     }
+}
+
+/// Most pass ids one `passes/used` call may ask about (1,000 ids is ~40 KB, inside the
+/// common 64 KB body limit).
+pub const MAX_PASS_IDS: usize = 1_000;
+
+/// Which of these passes have made a reservation (service; the gate's quota job).
+#[utoipa::path(post, path = "/v1/passes/used", request_body = UsedPassesQuery,
+    responses((status = 200, body = UsedPasses), (status = 422, body = ErrorBody, description = "TOO_MANY_PASS_IDS")))]
+#[tracing::instrument(skip_all, fields(caller = %caller.0, asked = req.pass_ids.len()))]
+pub async fn used_passes(
+    State(state): State<AppState>,
+    caller: Service,
+    Json(req): Json<UsedPassesQuery>,
+) -> Result<Json<UsedPasses>> {
+    if req.pass_ids.len() > MAX_PASS_IDS {
+        return Err(Error::invalid(
+            codes::TOO_MANY_PASS_IDS,
+            format!("at most {MAX_PASS_IDS} pass ids per call"),
+        ));
+    }
+    let used = reservations::used_passes(&state.pool, &req.pass_ids).await?;
+    Ok(Json(UsedPasses { used }))
 }
