@@ -12,8 +12,12 @@ use support::{
     create_product, free_port, start_gate, start_order, wait_ready_status, PrivateRedis,
 };
 
+/// The degraded gauge is process-wide; these tests run one at a time so each sees its own.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gate_survives_a_lost_redis_and_restores_the_quota() {
+    let _serial = SERIAL.lock().await;
     let db = TestDb::new().await;
     let order = start_order(&db).await;
     let product = create_product(&order, 10).await;
@@ -156,6 +160,7 @@ async fn gate_survives_a_lost_redis_and_restores_the_quota() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gate_started_without_redis_answers_and_recovers_when_it_appears() {
+    let _serial = SERIAL.lock().await;
     let db = TestDb::new().await;
     let order = start_order(&db).await;
     let product = create_product(&order, 4).await;
