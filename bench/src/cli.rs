@@ -69,6 +69,9 @@ pub struct RunArgs {
     /// Seconds each throughput phase runs (ceilings, gate throughput, saga).
     #[arg(long)]
     pub phase_secs: Option<u64>,
+    /// Back-to-back drops with the gate, for the memory-growth check (2 to 20).
+    #[arg(long, default_value_t = 3)]
+    pub drops: u32,
     /// PostgreSQL connections of the commit-ceiling loop.
     #[arg(long)]
     pub pg_connections: Option<u32>,
@@ -105,6 +108,7 @@ pub struct Settings {
     pub units: u64,
     pub buyers: u64,
     pub phase: Duration,
+    pub drops: u32,
     pub pg_connections: u32,
     pub scenarios: Vec<Scenario>,
     pub out_dir: PathBuf,
@@ -141,6 +145,12 @@ impl Settings {
                 "--phase-secs must be 1..=600, got {phase_secs}"
             )));
         }
+        if !(2..=20).contains(&a.drops) {
+            return Err(Error::Config(format!(
+                "--drops must be 2..=20, got {}",
+                a.drops
+            )));
+        }
         // PostgreSQL allows 100 connections here and the services need theirs.
         let pg_connections = a.pg_connections.unwrap_or(32).clamp(1, 64);
         require_loopback(&a.admin_database_url)?;
@@ -159,6 +169,7 @@ impl Settings {
             units,
             buyers,
             phase: Duration::from_secs(phase_secs),
+            drops: a.drops,
             pg_connections,
             scenarios,
             out_dir: a.out_dir.clone(),

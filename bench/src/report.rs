@@ -204,10 +204,11 @@ impl Report {
         let s = &self.settings;
         let _ = writeln!(
             md,
-            "Settings: {} concurrent clients, drop of {} units for {} buyers, {} s throughput phases, {} PostgreSQL connections in the commit loop{}.",
+            "Settings: {} concurrent clients, drop of {} units for {} buyers ({} drops with the gate), {} s throughput phases, {} PostgreSQL connections in the commit loop{}.",
             s.concurrency,
             s.units,
             s.buyers,
+            s.drops,
             s.phase.as_secs(),
             s.pg_connections,
             if s.quick { ", --quick" } else { "" }

@@ -31,8 +31,19 @@ pub async fn measure(bench: &mut Bench) -> Result<Ceilings> {
             bench.buyers.clone(),
         )
         .await;
+        let server_pid = [("ceiling server".to_owned(), server.pid)];
+        let cpu_before = crate::cpu::snapshot(&server_pid);
         let s =
             bench.keep(ceiling::http::run(&load, client.clone(), url, bench.buyers.clone()).await);
+        let cpu = crate::cpu::between(&cpu_before, &crate::cpu::snapshot(&server_pid));
+        if i == 1 {
+            cpu.record(
+                &mut bench.report,
+                "5 limits",
+                s.count("ok"),
+                "authenticated request",
+            );
+        }
         let ok = s.outcome("ok").map_or(0.0, |o| o.per_s);
         match i {
             0 => c.http_bare = ok,
@@ -57,7 +68,15 @@ pub async fn measure(bench: &mut Bench) -> Result<Ceilings> {
     let load = bench.phase("5 ceiling: PostgreSQL commit");
     let url = bench.db.url();
     ceiling::pg_commit::run(&warmup(&load), &url, bench.settings.pg_connections).await?;
+    let cpu_before = crate::cpu::snapshot(&[]);
     let s = bench.keep(ceiling::pg_commit::run(&load, &url, bench.settings.pg_connections).await?);
+    let cpu = crate::cpu::between(&cpu_before, &crate::cpu::snapshot(&[]));
+    cpu.record(
+        &mut bench.report,
+        "5 limits",
+        s.count("ok"),
+        "ceiling commit",
+    );
     c.pg_commits = s.outcome("ok").map_or(0.0, |o| o.per_s);
 
     let r = &mut bench.report;

@@ -43,7 +43,7 @@ async fn redis_pid(url: &str) -> Option<u32> {
         .and_then(|p| p.trim().parse().ok())
 }
 
-/// Scenario 1, three times back to back (memory sampled during each), first drop's
+/// Scenario 1, `--drops` times back to back (memory sampled during each), first drop's
 /// figures reported.
 pub async fn drops_with_gate(
     bench: &mut Bench,
@@ -53,7 +53,8 @@ pub async fn drops_with_gate(
     let units = bench.settings.units;
     let redis = redis_pid(&bench.settings.redis_url).await;
     let mut peaks: Vec<Vec<ProcessMemory>> = Vec::new();
-    for round in 1..=3 {
+    let drops = bench.settings.drops;
+    for round in 1..=drops {
         let product = sys
             .create_product(&format!("drop with gate {round}"), PRICE, units)
             .await?;
@@ -92,7 +93,7 @@ pub async fn drops_with_gate(
             summary.count("completed"),
         )
         .await?;
-        if round == 3 {
+        if round == drops {
             invariants::check_system(&mut bench.report, "after 1", &pool).await?;
         }
         pool.close().await;
@@ -122,11 +123,25 @@ pub async fn drops_with_gate(
             .measured
             .service_peak_mib
             .push((name.clone(), highest as f64 / 1024.0));
-        if let (Some(first), Some(third)) = (
-            peak_of(&peaks[0], name),
-            peaks.get(2).and_then(|r| peak_of(r, name)),
+        let last_two: Vec<u64> = peaks
+            .iter()
+            .rev()
+            .take(2)
+            .filter_map(|r| peak_of(r, name))
+            .collect();
+        if let [last, before] = last_two[..] {
+            bench.report.figure(
+                "1 drop with gate",
+                &format!("{name}: peak RSS change in the last drop"),
+                (last as f64 - before as f64) / 1024.0,
+                "MiB",
+            );
+        }
+        if let (Some(first), Some(last)) = (
+            peaks.first().and_then(|r| peak_of(r, name)),
+            peaks.last().and_then(|r| peak_of(r, name)),
         ) {
-            let growth = (third as f64 - first as f64) / 1024.0;
+            let growth = (last as f64 - first as f64) / 1024.0;
             if bench
                 .measured
                 .rss_growth_mib
