@@ -19,6 +19,9 @@ pub struct ScenarioReport {
     pub sold_out: usize,
     pub rejected: usize,
     pub unanswered: usize,
+    /// How long buyers waited for their definite answer: median and slowest.
+    pub answer_p50: Duration,
+    pub answer_max: Duration,
     pub injection: Injection,
     /// Step-log and scenario-specific counts (unknown outcomes, takeovers, refunds, ...).
     pub evidence: Vec<(String, i64)>,
@@ -91,6 +94,12 @@ impl ScenarioReport {
         );
         let _ = writeln!(
             s,
+            "  answer time p50 {:.2}s max {:.2}s",
+            self.answer_p50.as_secs_f64(),
+            self.answer_max.as_secs_f64()
+        );
+        let _ = writeln!(
+            s,
             "  payments {} | faults injected {} | recovery {:.1}s | flagged {} | violations {}",
             self.invariants.payments,
             self.injection.faults,
@@ -130,14 +139,14 @@ impl ScenarioReport {
 /// The summary table (Markdown): one row per run.
 pub fn table(reports: &[ScenarioReport]) -> String {
     let mut s = String::from(
-        "| scenario | payments | completed / failed / refunded | faults injected | exercised | violations | flagged | recovery (s) | oversold | bad net | balance drift | keys twice |\n\
-         |---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| scenario | payments | completed / failed / refunded | faults injected | exercised | violations | flagged | recovery (s) | answer p50 / max (s) | oversold | bad net | balance drift | keys twice |\n\
+         |---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in reports {
         let i = &r.invariants;
         let _ = writeln!(
             s,
-            "| {} | {} | {} / {} / {} | {} | {} = {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+            "| {} | {} | {} / {} / {} | {} | {} = {} | {} | {} | {:.1} | {:.2} / {:.2} | {} | {} | {} | {} |",
             r.scenario,
             i.payments,
             i.payments_completed,
@@ -149,6 +158,8 @@ pub fn table(reports: &[ScenarioReport]) -> String {
             r.violations.len(),
             r.settled.flagged,
             r.settled.recovery.as_secs_f64(),
+            r.answer_p50.as_secs_f64(),
+            r.answer_max.as_secs_f64(),
             i.oversold_units,
             i.payments_bad_net,
             i.balance_drift,

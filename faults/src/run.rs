@@ -197,6 +197,8 @@ pub async fn run_on(
             ))
         ));
     }
+    let mut waits: Vec<Duration> = attempts.iter().map(|a| a.time_to_answer).collect();
+    waits.sort();
     Ok(ScenarioReport {
         scenario,
         seed: plan.seed,
@@ -207,6 +209,8 @@ pub async fn run_on(
         sold_out: tally.sold_out,
         rejected: tally.rejected,
         unanswered: tally.unanswered,
+        answer_p50: waits.get(waits.len() / 2).copied().unwrap_or_default(),
+        answer_max: waits.last().copied().unwrap_or_default(),
         injection,
         evidence,
         settled,

@@ -1,5 +1,6 @@
-//! Waiting for recovery: every payment terminal, or flagged for an operator with a cause,
-//! read from PostgreSQL, within a bound.
+//! Waiting for recovery: every payment terminal with no work owed (a FAILED payment's
+//! reservation released), or flagged for an operator with a cause, read from
+//! PostgreSQL, within a bound.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use sqlx::{PgPool, Row};
 pub struct Settled {
     /// From the heal until the last payment settled (or the bound, if it did not).
     pub recovery: Duration,
-    /// Non-terminal payments nobody is told about: must be 0.
+    /// Payments not terminal, or owing work, and not flagged: must be 0.
     pub open: i64,
     /// Non-terminal payments flagged for an operator with a recorded cause.
     pub flagged: i64,
@@ -26,7 +27,9 @@ async fn census(pool: &PgPool) -> anyhow::Result<(i64, i64, i64)> {
     let sql = format!(
         r#"
         SELECT
-            COUNT(*) FILTER (WHERE state NOT IN {TERMINAL} AND NOT needs_attention) AS open,
+            -- A FAILED payment may still owe the release of its reservation: not settled yet.
+            COUNT(*) FILTER (WHERE (state NOT IN {TERMINAL} OR pending_action IS NOT NULL)
+                             AND NOT needs_attention) AS open,
             COUNT(*) FILTER (WHERE state NOT IN {TERMINAL} AND needs_attention
                              AND COALESCE(last_error, '') <> '') AS flagged,
             COUNT(*) FILTER (WHERE state NOT IN {TERMINAL} AND needs_attention
