@@ -257,12 +257,15 @@ impl Driver {
         idempotency_key: &str,
         retries: &mut u32,
     ) -> Result<Payment, CallError> {
+        // One client (one connection pool) for every retry of this payment.
+        let client = self.orchestrator(buyer);
+        let body = CreatePayment {
+            reservation_id,
+            account_id: buyer.account_id,
+        };
         let mut n = 0;
         loop {
-            match self
-                .post_payment(buyer, reservation_id, idempotency_key)
-                .await
-            {
+            match client.pay(idempotency_key, &body).await {
                 Ok(a) => return Ok(a.payment),
                 Err(CallError::Rejected {
                     status: 409,
@@ -286,6 +289,8 @@ impl Driver {
         let deadline = Instant::now() + self.patience.follow_for;
         let mut current = payment;
         let mut last_error = String::new();
+        // One client for every poll, so polls reuse a connection.
+        let client = self.orchestrator(buyer);
         while !current.terminal {
             if Instant::now() >= deadline {
                 return Err((
@@ -297,7 +302,7 @@ impl Driver {
                 ));
             }
             tokio::time::sleep(self.patience.poll).await;
-            match self.get_payment(buyer, current.id).await {
+            match client.payment(current.id).await {
                 Ok(a) => current = a.body,
                 Err(e) => last_error = e.to_string(),
             }
