@@ -286,6 +286,8 @@ pub struct BenchReport {
     pub drop_units: i64,
     pub rounds: usize,
     pub micro: Micro,
+    /// Median over rounds of each round's paired ratio.
+    pub ratios: Ratios,
     /// `MEMORY USAGE` of the holders set divided by the passes in it.
     pub redis_bytes_per_pass: f64,
     /// Growth of Redis `used_memory` during issuance divided by passes issued.
@@ -376,6 +378,15 @@ pub async fn micro(state: &AppState, tokens: &[String], product: i64) -> anyhow:
         redis_issue_us,
         redis_issue_per_sec,
     })
+}
+
+/// Throughput ratios, each the median over rounds of rows measured back to back.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ratios {
+    pub issue_vs_ceiling: f64,
+    pub sold_out_vs_ceiling: f64,
+    pub ceiling_vs_bare: f64,
+    pub uncached_vs_ceiling: f64,
 }
 
 /// Which rows to run; the others are reported as empty.
@@ -478,24 +489,24 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
                 .await,
             );
         }
-        if wants(Only::Ceiling) {
-            ceiling.push(
-                drive(
-                    &http,
-                    "authenticated ceiling (cached auth)",
-                    &target(&servers.ceiling, body(1), tokens.clone()),
-                    n,
-                    c,
-                )
-                .await,
-            );
-        }
         if only == Only::All {
             uncached.push(
                 drive(
                     &http,
                     "authenticated ceiling, no token cache",
                     &target(&servers.ceiling_uncached, body(1), tokens.clone()),
+                    n,
+                    c,
+                )
+                .await,
+            );
+        }
+        if wants(Only::Ceiling) {
+            ceiling.push(
+                drive(
+                    &http,
+                    "authenticated ceiling (cached auth)",
+                    &target(&servers.ceiling, body(1), tokens.clone()),
                     n,
                     c,
                 )
@@ -576,6 +587,23 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     if !keys.is_empty() {
         let _: () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
     }
+    // Ratios pair each round's rows, measured back to back, and take the median, so
+    // a burst of load from elsewhere does not favour one side.
+    let paired = |a: &[LoadStats], b: &[LoadStats]| {
+        let mut r: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| x.throughput() / y.throughput())
+            .collect();
+        r.sort_by(f64::total_cmp);
+        r.get(r.len() / 2).copied().unwrap_or(0.0)
+    };
+    let ratios = Ratios {
+        issue_vs_ceiling: paired(&issue, &ceiling),
+        sold_out_vs_ceiling: paired(&sold_out, &ceiling),
+        ceiling_vs_bare: paired(&ceiling, &bare),
+        uncached_vs_ceiling: paired(&uncached, &ceiling),
+    };
     let pick = |v: Vec<LoadStats>, label: &str| {
         if v.is_empty() {
             empty(label)
@@ -593,6 +621,7 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
         drop_units: cfg.drop_units,
         rounds: cfg.rounds.max(1),
         micro: micro_costs,
+        ratios,
         redis_bytes_per_pass: bytes_per_pass,
         redis_used_memory_per_pass: used_per_pass,
     })
@@ -642,29 +671,34 @@ impl BenchReport {
                 ms(s.quantile(0.99, None)),
             );
         }
-        let ratio = |a: &LoadStats, b: &LoadStats| a.throughput() / b.throughput();
+        let r = &self.ratios;
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Ratios: per round, rows measured back to back; median over rounds."
+        );
         let _ = writeln!(out);
         let _ = writeln!(out, "| ratio | value | target |");
         let _ = writeln!(out, "|---|---:|---:|");
         let _ = writeln!(
             out,
             "| issuance / authenticated ceiling | {:.2} | >= 0.50 |",
-            ratio(&self.issue, &self.ceiling)
+            r.issue_vs_ceiling
         );
         let _ = writeln!(
             out,
             "| sold-out / authenticated ceiling | {:.2} | >= 0.80 |",
-            ratio(&self.sold_out, &self.ceiling)
+            r.sold_out_vs_ceiling
         );
         let _ = writeln!(
             out,
             "| authenticated ceiling / bare | {:.2} | |",
-            ratio(&self.ceiling, &self.bare)
+            r.ceiling_vs_bare
         );
         let _ = writeln!(
             out,
             "| ceiling without token cache / with | {:.2} | |",
-            ratio(&self.ceiling_uncached, &self.ceiling)
+            r.uncached_vs_ceiling
         );
         let _ = writeln!(out);
         let d = &self.drop;
