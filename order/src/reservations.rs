@@ -147,7 +147,8 @@ pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<Reservation>> {
 }
 
 /// The reservation, locked for the rest of the transaction, with whether its deadline
-/// has passed by the database's clock (the one that set it).
+/// has passed by the database's clock (the one that set it). `clock_timestamp()`, not
+/// `now()`: the transaction may have waited for the lock, and `now()` is its start.
 #[derive(sqlx::FromRow)]
 struct Locked {
     #[sqlx(flatten)]
@@ -159,7 +160,7 @@ async fn lock(tx: &mut Transaction<'_, Postgres>, id: Uuid) -> Result<Option<(Re
     let locked = sqlx::query_as::<_, Locked>(
         r#"
         SELECT id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at,
-               expires_at <= now() AS due
+               expires_at <= clock_timestamp() AS due
         FROM reservations
         WHERE id = $1
         FOR UPDATE
