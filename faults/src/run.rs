@@ -20,6 +20,7 @@ use crate::{
     impatient::{self, ClientStats},
     inject::{self, Ctx},
     plan::Plan,
+    private_redis::PrivateRedis,
     report::ScenarioReport,
     scenario::Scenario,
     settle,
@@ -41,9 +42,16 @@ pub async fn run(scenario: Scenario, plan: &Plan) -> anyhow::Result<ScenarioRepo
 pub async fn run_on(
     scenario: Scenario,
     plan: &Plan,
-    options: StackOptions,
+    mut options: StackOptions,
 ) -> anyhow::Result<ScenarioReport> {
     let started = Instant::now();
+    let mut private_redis = match scenario {
+        Scenario::RedisLoss => Some(PrivateRedis::start().await?),
+        _ => None,
+    };
+    if let Some(r) = &private_redis {
+        options = options.redis(r.url());
+    }
     let mut stack = Stack::start(options).await?;
     let logs = stack.log_paths();
     let endpoints = Endpoints::from_wiring(stack.wiring());
@@ -95,6 +103,7 @@ pub async fn run_on(
         plan,
         rng: StdRng::seed_from_u64(plan.seed),
         drop_done: drop_done.clone(),
+        redis: private_redis.as_mut(),
     };
     let fault = async {
         let injected = inject::inject(scenario, &mut ctx).await;

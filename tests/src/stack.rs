@@ -50,6 +50,9 @@ pub struct StackOptions {
     pub rust_log: String,
     /// The services to start (all four unless narrowed with [`StackOptions::only`]).
     pub services: BTreeSet<ServiceKind>,
+    /// A Redis of the test's own (e.g. one it stops and restarts) instead of the shared
+    /// `TEST_REDIS_URL`; the key prefix is fresh either way.
+    pub redis_url: Option<String>,
 }
 
 impl Default for StackOptions {
@@ -68,7 +71,14 @@ impl StackOptions {
             service_env: Vec::new(),
             rust_log: "info".into(),
             services: ServiceKind::ALL.into_iter().collect(),
+            redis_url: None,
         }
+    }
+
+    /// Uses the Redis at `url` instead of the shared one.
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.redis_url = Some(url.into());
+        self
     }
 
     /// Starts only these services (a test of one link, or a service under repair).
@@ -167,7 +177,13 @@ impl Stack {
     /// and returns once every service answers `/readyz`.
     pub async fn start(options: StackOptions) -> anyhow::Result<Self> {
         let db = TestDb::new().await;
-        let redis = TestRedis::new();
+        let redis = match &options.redis_url {
+            Some(url) => TestRedis {
+                url: url.clone(),
+                prefix: format!("t{}:", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+            },
+            None => TestRedis::new(),
+        };
         let mut ports = BTreeMap::new();
         for kind in ServiceKind::ALL {
             ports.insert(kind, free_port()?);

@@ -21,7 +21,7 @@ use paysaga_e2e::{FaultProxy, Link, ServiceKind, Stack, Stop};
 use rand::{rngs::StdRng, Rng};
 use sqlx::PgPool;
 
-use crate::{plan::Plan, scenario::Scenario};
+use crate::{plan::Plan, private_redis::PrivateRedis, scenario::Scenario};
 
 /// What an injector did, as counts a report can print.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -40,6 +40,8 @@ pub struct Ctx<'a> {
     pub rng: StdRng,
     /// Set when every buyer has an answer (or gave up): nothing is in flight any more.
     pub drop_done: Arc<AtomicBool>,
+    /// The scenario's own Redis, for a scenario that kills it.
+    pub redis: Option<&'a mut PrivateRedis>,
 }
 
 /// How long an injector waits for payments to be in flight before injecting anyway.
