@@ -11,9 +11,6 @@ const UNITS: i64 = 20;
 const PRICE: i64 = 1_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "gate bug found by this suite (docs/faults.md, finding 2): the recompute counts a \
-            pass as in flight until it expires even after its reservation took the unit; \
-            run with --ignored, un-ignore with the fix"]
 async fn buyers_arriving_one_by_one_get_every_unit() -> anyhow::Result<()> {
     let stack = Stack::start(
         StackOptions::new("faults-undersell")

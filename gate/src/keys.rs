@@ -10,6 +10,11 @@ pub struct ProductKeys {
     /// once the in-flight set (ZCARD) and each member's live pass (ZSCORE); the pass id
     /// is derived from (product, member, expiry), so nothing else is stored per pass.
     pub holders: String,
+    /// Sorted set: member id -> expiry of that member's pass, for passes the order
+    /// service reports as used by a reservation. A used pass stays in `holders` (the
+    /// member keeps getting the same pass back) but no longer counts as in flight: its
+    /// unit has left `available`, and counting it twice would undersell the drop.
+    pub used: String,
 }
 
 impl ProductKeys {
@@ -17,6 +22,7 @@ impl ProductKeys {
         Self {
             quota: format!("{prefix}{{p:{product_id}}}:quota"),
             holders: format!("{prefix}{{p:{product_id}}}:holders"),
+            used: format!("{prefix}{{p:{product_id}}}:used"),
         }
     }
 }
@@ -30,5 +36,6 @@ mod tests {
         let k = ProductKeys::new("paysaga:", 42);
         assert_eq!(k.quota, "paysaga:{p:42}:quota");
         assert_eq!(k.holders, "paysaga:{p:42}:holders");
+        assert_eq!(k.used, "paysaga:{p:42}:used");
     }
 }

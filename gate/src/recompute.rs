@@ -2,14 +2,18 @@
 //! available units - passes in flight, set atomically in Redis. It also returns units
 //! of expired passes, restores the shared quota after an outage, and reports drift.
 
-use std::{sync::Arc, time::Instant};
+use std::{collections::HashMap, sync::Arc, time::Instant};
 
 use futures::future::join_all;
 use order::client::OrderClient;
 use tokio::sync::Mutex;
+use uuid::Uuid;
+
+/// The order service answers at most this many pass ids per question.
+const USED_QUERY_LIMIT: usize = 1_000;
 
 use crate::{
-    admission::{unix_now, Gate},
+    admission::{pass_id, unix_now, Gate},
     error::Result,
     local::ProductLocal,
     store::Recomputed,
@@ -80,12 +84,7 @@ impl Recompute {
             .products
             .set_catalogue(&listed, self.gate.policy().fallback_instances);
 
-        let results = join_all(
-            listed
-                .iter()
-                .map(|&(id, available)| self.one(id, available, cutoff)),
-        )
-        .await;
+        let results = join_all(listed.iter().map(|&(id, _)| self.one(id, cutoff))).await;
         let mut report = RunReport::default();
         for r in results {
             match r {
@@ -116,14 +115,55 @@ impl Recompute {
         report
     }
 
-    #[tracing::instrument(skip_all, fields(product_id, available))]
-    async fn one(&self, product_id: i64, available: i64, cutoff: i64) -> Result<()> {
+    /// Which of the product's live passes have made a reservation: their units have
+    /// left `available`, so they must not count as in flight as well. Asked before
+    /// availability is read, so a pass used in between is counted once too often (the
+    /// safe side), never not at all. `None` when the order service cannot say.
+    async fn used_members(&self, product_id: i64, live: &[(String, i64)]) -> Option<Vec<String>> {
+        let mut by_pass: HashMap<Uuid, &str> = live
+            .iter()
+            .map(|(member, exp)| (pass_id(product_id, member, *exp), member.as_str()))
+            .collect();
+        let ids: Vec<Uuid> = by_pass.keys().copied().collect();
+        let mut used = Vec::new();
+        for chunk in ids.chunks(USED_QUERY_LIMIT) {
+            match self.order.used_passes(chunk).await {
+                Ok(answer) => used.extend(
+                    answer
+                        .body
+                        .used
+                        .iter()
+                        .filter_map(|id| by_pass.remove(id))
+                        .map(str::to_owned),
+                ),
+                Err(e) => {
+                    tracing::warn!(product_id, error = %e, "quota recompute: used passes unavailable; product skipped");
+                    return None;
+                }
+            }
+        }
+        Some(used)
+    }
+
+    #[tracing::instrument(skip_all, fields(product_id))]
+    async fn one(&self, product_id: i64, cutoff: i64) -> Result<()> {
         let local = self.gate.products.get_or_insert(product_id);
+        let live = self.gate.store.holders(product_id, cutoff).await?;
+        let Some(used) = self.used_members(product_id, &live).await else {
+            return Ok(());
+        };
+        let available = match self.order.availability(product_id).await {
+            Ok(a) => a.body.available,
+            Err(e) => {
+                tracing::warn!(product_id, error = %e, "quota recompute: availability unavailable; product skipped");
+                return Ok(());
+            }
+        };
         let resync = local.unsynced(cutoff);
         let mut r = self
             .gate
             .store
-            .recompute(product_id, available, cutoff, unix_now(), &resync)
+            .recompute(product_id, available, cutoff, unix_now(), &used, &resync)
             .await?;
         let mut written = resync;
         if r.old.is_none() {
@@ -134,7 +174,7 @@ impl Recompute {
                 r = self
                     .gate
                     .store
-                    .recompute(product_id, available, cutoff, unix_now(), &live)
+                    .recompute(product_id, available, cutoff, unix_now(), &used, &live)
                     .await?;
                 written = live;
             }

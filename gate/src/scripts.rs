@@ -62,22 +62,41 @@ return out
     )
 });
 
-/// KEYS: quota, holders. ARGV: available (from the order service, read before this
-/// runs), cutoff (passes expiring before it can no longer be used and are dropped),
-/// now, then pairs of member, expiry for passes this instance issued that Redis may
-/// not know (issued without Redis, or lost with it).
-/// Sets quota = max(0, available - in flight) and returns
+/// KEYS: quota, holders, used. ARGV: available (from the order service, read after the
+/// used passes were asked for and before this runs), cutoff (passes expiring before it
+/// can no longer be used and are dropped), now, the number N of used members, N members
+/// whose current pass the order service reports as used, then pairs of member, expiry
+/// for passes this instance issued that Redis may not know (issued without Redis, or
+/// lost with it).
+/// Sets quota = max(0, available - unused passes in flight) and returns
 /// `{old quota or -1 when absent, new quota, in flight, live holders if new is 0}`.
 pub static RECOMPUTE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[2])
-for i = 4, #ARGV, 2 do
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[2])
+local nused = tonumber(ARGV[4])
+for i = 5, 4 + nused do
+  local s = redis.call('ZSCORE', KEYS[2], ARGV[i])
+  if s then redis.call('ZADD', KEYS[3], s, ARGV[i]) end
+end
+for i = 5 + nused, #ARGV, 2 do
   if tonumber(ARGV[i + 1]) >= tonumber(ARGV[2]) then
     redis.call('ZADD', KEYS[2], 'GT', ARGV[i + 1], ARGV[i])
   end
 end
-local inflight = redis.call('ZCARD', KEYS[2])
+-- A used mark counts only while it names the member's current pass.
+local used = 0
+local marks = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+for j = 1, #marks, 2 do
+  local s = redis.call('ZSCORE', KEYS[2], marks[j])
+  if s and tonumber(s) == tonumber(marks[j + 1]) then
+    used = used + 1
+  else
+    redis.call('ZREM', KEYS[3], marks[j])
+  end
+end
+local inflight = redis.call('ZCARD', KEYS[2]) - used
 local old = redis.call('GET', KEYS[1])
 local new = tonumber(ARGV[1]) - inflight
 if new < 0 then new = 0 end
@@ -88,6 +107,16 @@ if new == 0 then
 end
 if old then old = tonumber(old) else old = -1 end
 return {old, new, inflight, live}
+"#,
+    )
+});
+
+/// KEYS: holders. ARGV: cutoff. Returns the live `{member, expiry, ...}` pairs, whose
+/// pass ids the recompute asks the order service about.
+pub static HOLDERS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+return redis.call('ZRANGE', KEYS[1], ARGV[1], '+inf', 'BYSCORE', 'WITHSCORES')
 "#,
     )
 });
@@ -106,13 +135,20 @@ return {q, redis.call('ZRANGE', KEYS[2], '(' .. ARGV[1], '+inf', 'BYSCORE', 'WIT
     )
 });
 
-/// KEYS: quota, holders. ARGV: now. Returns `{quota or -1, live passes}`.
+/// KEYS: quota, holders, used. ARGV: now. Returns `{quota or -1, live passes not yet
+/// known to be used}`.
 pub static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local q = redis.call('GET', KEYS[1])
 if not q then return {-1, 0} end
-return {tonumber(q), redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], '+inf')}
+local live = redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], '+inf')
+local marks = redis.call('ZRANGE', KEYS[3], '(' .. ARGV[1], '+inf', 'BYSCORE', 'WITHSCORES')
+for j = 1, #marks, 2 do
+  local s = redis.call('ZSCORE', KEYS[2], marks[j])
+  if s and tonumber(s) == tonumber(marks[j + 1]) then live = live - 1 end
+end
+return {tonumber(q), live}
 "#,
     )
 });

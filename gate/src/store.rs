@@ -147,20 +147,40 @@ impl QuotaStore {
             .collect()
     }
 
-    /// Sets the quota from `available` (read from the order service at `cutoff +
-    /// skew`), re-adding `resync` passes Redis may not know.
+    /// The live passes (member, expiry) of a product, expiring at or after `cutoff`.
+    pub async fn holders(&self, product_id: i64, cutoff: i64) -> Result<Vec<(String, i64)>> {
+        let k = self.keys(product_id);
+        let mut conn = self.conn.clone();
+        let mut inv = scripts::HOLDERS.key(&k.holders);
+        inv.arg(cutoff);
+        let v: Value = self.bounded(inv.invoke_async(&mut conn)).await?;
+        pairs(&v)
+    }
+
+    /// Sets the quota from `available` (read from the order service after `used` was
+    /// learned, at `cutoff + skew`), marking `used` members' current passes as used and
+    /// re-adding `resync` passes Redis may not know.
     pub async fn recompute(
         &self,
         product_id: i64,
         available: i64,
         cutoff: i64,
         now: i64,
+        used: &[String],
         resync: &[(String, i64)],
     ) -> Result<Recomputed> {
         let k = self.keys(product_id);
         let mut conn = self.conn.clone();
         let mut inv = scripts::RECOMPUTE.key(&k.quota);
-        inv.key(&k.holders).arg(available).arg(cutoff).arg(now);
+        inv.key(&k.holders)
+            .key(&k.used)
+            .arg(available)
+            .arg(cutoff)
+            .arg(now)
+            .arg(used.len());
+        for member in used {
+            inv.arg(member);
+        }
         for (member, exp) in resync {
             inv.arg(member).arg(*exp);
         }
@@ -199,7 +219,7 @@ impl QuotaStore {
         let k = self.keys(product_id);
         let mut conn = self.conn.clone();
         let mut inv = scripts::READ.key(&k.quota);
-        inv.key(&k.holders).arg(now);
+        inv.key(&k.holders).key(&k.used).arg(now);
         let v: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
         match v.as_slice() {
             [-1, _] => Ok(None),
