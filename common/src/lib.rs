@@ -6,6 +6,7 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod extract;
+pub mod jobs;
 pub mod keys;
 pub mod money;
 pub mod pass;

@@ -17,7 +17,7 @@ pub mod routes;
 pub mod scripts;
 pub mod store;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc};
 
 use axum::{
     extract::FromRef,
@@ -163,12 +163,7 @@ pub async fn serve_state(
     tracing::info!(?first, addr = ?listener.local_addr().ok(), "gate starting");
     let mut scheduler = JobScheduler::new().await?;
     let job = state.recompute.clone();
-    // tokio-cron-scheduler repeats in whole seconds: round up, at least one.
-    let every = Duration::from_secs(
-        (config.recompute_interval.as_millis() as u64)
-            .div_ceil(1000)
-            .max(1),
-    );
+    let every = paysaga_common::jobs::scheduler_period(config.recompute_interval);
     scheduler
         .add(Job::new_repeated_async(every, move |_id, _lock| {
             let job = job.clone();

@@ -22,7 +22,8 @@ pub struct Config {
     pub service_jwt_public_key: VerifyingKey,
     /// `RESERVATION_TTL_SECS`: how long a reservation holds its unit (default 600).
     pub reservation_ttl: Duration,
-    /// `SWEEP_INTERVAL_MS`: how often the expiry sweep runs (default 1000).
+    /// `SWEEP_INTERVAL_MS`: how often the expiry sweep runs (default 1000; the scheduler
+    /// works in whole seconds, so it is rounded up to one).
     pub sweep_interval: Duration,
     /// `SWEEP_BATCH`: reservations expired per transaction (default 500).
     pub sweep_batch: i64,

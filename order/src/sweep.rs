@@ -89,7 +89,8 @@ pub async fn start(
 ) -> anyhow::Result<JobScheduler> {
     let scheduler = JobScheduler::new().await?;
     let running = Arc::new(AtomicBool::new(false));
-    let job = Job::new_repeated_async(interval, move |_id, _lock| {
+    let period = paysaga_common::jobs::scheduler_period(interval);
+    let job = Job::new_repeated_async(period, move |_id, _lock| {
         let pool = pool.clone();
         let running = running.clone();
         Box::pin(async move {
