@@ -1,7 +1,11 @@
 //! Identity: buyer JWTs (subject = member id) and service credentials, verified with
 //! Ed25519 public keys, exposed to handlers as extractors.
 
-use std::sync::Arc;
+use std::{
+    collections::HashMap,
+    hash::{BuildHasher, RandomState},
+    sync::{Arc, Mutex},
+};
 
 use axum::{
     extract::{FromRef, FromRequestParts},
@@ -79,6 +83,68 @@ pub struct Verifier {
     service_key: DecodingKey,
     buyer_validation: Validation,
     service_validation: Validation,
+    buyer_cache: Option<Arc<TokenCache>>,
+}
+
+/// A bounded memory of buyer tokens that passed full verification. During a drop a
+/// buyer's retries carry the same token, and its Ed25519 signature need not be checked
+/// again until it expires. Keyed by the whole token string, so it never accepts
+/// anything the verifier would refuse; it honours `exp` without the verifier's leeway.
+struct TokenCache {
+    shards: Vec<Mutex<CacheShard>>,
+    per_shard: usize,
+    hasher: RandomState,
+}
+
+const CACHE_SHARDS: usize = 16;
+
+/// Verified token -> (member, expiry in unix seconds).
+type CacheShard = HashMap<Box<str>, (MemberId, i64)>;
+
+impl TokenCache {
+    fn new(capacity: usize) -> Self {
+        Self {
+            shards: (0..CACHE_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            per_shard: capacity.div_ceil(CACHE_SHARDS),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard(&self, token: &str) -> std::sync::MutexGuard<'_, CacheShard> {
+        let i = self.hasher.hash_one(token) as usize % CACHE_SHARDS;
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, token: &str, now: i64) -> Option<MemberId> {
+        self.shard(token)
+            .get(token)
+            .filter(|(_, exp)| *exp > now)
+            .map(|(m, _)| m.clone())
+    }
+
+    fn insert(&self, token: &str, member: &MemberId, exp: i64, now: i64) {
+        if exp <= now {
+            return;
+        }
+        let mut shard = self.shard(token);
+        if shard.len() >= self.per_shard {
+            shard.retain(|_, (_, e)| *e > now);
+            if shard.len() >= self.per_shard {
+                // Full of live tokens: start the shard over rather than track recency.
+                shard.clear();
+            }
+        }
+        shard.insert(token.into(), (member.clone(), exp));
+    }
+
+    fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .sum()
+    }
 }
 
 fn decoding_key(k: &VerifyingKey) -> DecodingKey {
@@ -102,7 +168,20 @@ impl Verifier {
             service_key: decoding_key(service),
             buyer_validation: validation(BUYER_AUDIENCE),
             service_validation: validation(SERVICE_AUDIENCE),
+            buyer_cache: None,
         }
+    }
+
+    /// Remembers up to `capacity` verified buyer tokens (0: none), shared by every clone
+    /// of this verifier. Worth it where buyer requests dominate (the gate).
+    pub fn with_buyer_cache(mut self, capacity: usize) -> Self {
+        self.buyer_cache = (capacity > 0).then(|| Arc::new(TokenCache::new(capacity)));
+        self
+    }
+
+    /// How many verified buyer tokens are remembered.
+    pub fn cached_buyer_tokens(&self) -> usize {
+        self.buyer_cache.as_ref().map_or(0, |c| c.len())
     }
 
     /// Keys from `JWT_PUBLIC_KEY` and `SERVICE_JWT_PUBLIC_KEY`, development keys if unset.
@@ -121,9 +200,17 @@ impl Verifier {
     }
 
     pub fn verify_buyer(&self, token: &str) -> Option<MemberId> {
+        let now = chrono::Utc::now().timestamp();
+        if let Some(member) = self.buyer_cache.as_ref().and_then(|c| c.get(token, now)) {
+            return Some(member);
+        }
         let data =
             jsonwebtoken::decode::<Claims>(token, &self.buyer_key, &self.buyer_validation).ok()?;
-        MemberId::parse(data.claims.sub).ok()
+        let member = MemberId::parse(data.claims.sub).ok()?;
+        if let Some(cache) = &self.buyer_cache {
+            cache.insert(token, &member, data.claims.exp, now);
+        }
+        Some(member)
     }
 
     pub fn verify_service(&self, token: &str) -> Option<String> {
@@ -305,6 +392,43 @@ mod tests {
         assert_eq!(v.verify_service(&svc).as_deref(), Some("orchestrator"));
         assert!(v.verify_service(&buyer).is_none());
         assert!(v.verify_buyer(&svc).is_none());
+    }
+
+    #[test]
+    fn the_cache_remembers_only_verified_tokens_and_stays_bounded() {
+        let v = Verifier::development().with_buyer_cache(32);
+        let m = Minter::dev_buyer();
+        let token = m.mint("member-1", Duration::from_secs(60));
+        assert_eq!(v.verify_buyer(&token).map(|m| m.0), Some("member-1".into()));
+        assert_eq!(v.verify_buyer(&token).map(|m| m.0), Some("member-1".into()));
+        assert_eq!(v.cached_buyer_tokens(), 1);
+        let cache = v.buyer_cache.as_ref().unwrap();
+        let now = chrono::Utc::now().timestamp();
+        assert!(
+            cache.get(&token, now + 61).is_none(),
+            "past its expiry the entry no longer answers"
+        );
+
+        let forged = Minter::new(&DevKey::ServiceTokens.signing_key(), BUYER_AUDIENCE)
+            .mint("member-1", Duration::from_secs(60));
+        assert!(v.verify_buyer(&forged).is_none());
+        let mut tampered = token.clone();
+        tampered.push('x');
+        assert!(v.verify_buyer(&tampered).is_none());
+        let svc = Minter::dev_service().mint("order", Duration::from_secs(60));
+        assert!(v.verify_buyer(&svc).is_none());
+        assert_eq!(
+            v.cached_buyer_tokens(),
+            1,
+            "refused tokens are never cached"
+        );
+
+        for i in 0..500 {
+            assert!(v
+                .verify_buyer(&m.mint(&format!("m{i}"), Duration::from_secs(60)))
+                .is_some());
+        }
+        assert!(v.cached_buyer_tokens() <= 32);
     }
 
     #[test]

@@ -22,18 +22,14 @@ use axum::{
     Router,
 };
 use paysaga_common::{
-    auth::{Minter, Verifier},
+    auth::{Buyer, Minter, Verifier},
     extract::Json,
     server,
 };
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
 
-use crate::{
-    api::IssuePass,
-    auth::{BuyerAuth, CachedBuyer},
-    AppState, Config,
-};
+use crate::{api::IssuePass, AppState, Config};
 
 /// One request shape: where to send it and, for authenticated targets, whose tokens.
 #[derive(Clone)]
@@ -188,7 +184,7 @@ async fn constant() -> (StatusCode, axum::Json<serde_json::Value>) {
 }
 
 async fn authenticated(
-    CachedBuyer(member): CachedBuyer,
+    Buyer(member): Buyer,
     Json(req): Json<IssuePass>,
 ) -> (StatusCode, axum::Json<serde_json::Value>) {
     let _ = (member, req);
@@ -212,7 +208,7 @@ pub async fn start_servers(config: &Config) -> anyhow::Result<Servers> {
     let verifier = Arc::new(Verifier::development());
     let state = AppState::with_verifier(config, verifier.clone())?;
     let gate = serve(crate::app(state.clone())).await?;
-    let with_auth = |auth: Arc<BuyerAuth>| {
+    let with_auth = |auth: Arc<Verifier>| {
         server::finish(
             Router::new()
                 .route("/ceiling", post(authenticated))
@@ -220,9 +216,8 @@ pub async fn start_servers(config: &Config) -> anyhow::Result<Servers> {
             NoDoc::openapi(),
         )
     };
-    let ceiling = serve(with_auth(state.auth.clone())).await? + "/ceiling";
-    let ceiling_uncached =
-        serve(with_auth(Arc::new(BuyerAuth::new(verifier, 0)))).await? + "/ceiling";
+    let ceiling = serve(with_auth(state.verifier.clone())).await? + "/ceiling";
+    let ceiling_uncached = serve(with_auth(verifier)).await? + "/ceiling";
     let bare = serve(server::finish(
         Router::new().route("/bare", get(constant)),
         NoDoc::openapi(),
@@ -326,17 +321,17 @@ pub async fn micro(state: &AppState, tokens: &[String], product: i64) -> anyhow:
     }
     let sign_pass_us = per(t, n);
 
-    let fresh = BuyerAuth::new(state.verifier.clone(), 0);
+    let fresh = Verifier::development();
     let now = chrono::Utc::now().timestamp();
     let t = Instant::now();
     for tok in &tokens[..n] {
-        let _ = std::hint::black_box(fresh.verify_buyer(tok, now));
+        let _ = std::hint::black_box(fresh.verify_buyer(tok));
     }
     let verify_jwt_us = per(t, n);
 
     let t = Instant::now();
     for tok in &tokens[..n] {
-        let _ = std::hint::black_box(state.auth.verify_buyer(tok, now));
+        let _ = std::hint::black_box(state.verifier.verify_buyer(tok));
     }
     let cached_auth_us = per(t, n);
 

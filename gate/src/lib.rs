@@ -3,7 +3,6 @@
 
 pub mod admission;
 pub mod api;
-pub mod auth;
 pub mod batch;
 pub mod bench;
 pub mod client;
@@ -36,7 +35,6 @@ use utoipa::{
 pub use crate::config::Config;
 use crate::{
     admission::{Gate, Policy},
-    auth::BuyerAuth,
     recompute::Recompute,
     store::QuotaStore,
 };
@@ -44,7 +42,6 @@ use crate::{
 #[derive(Clone)]
 pub struct AppState {
     pub gate: Arc<Gate>,
-    pub auth: Arc<BuyerAuth>,
     pub verifier: Arc<Verifier>,
     pub recompute: Arc<Recompute>,
 }
@@ -52,12 +49,6 @@ pub struct AppState {
 impl FromRef<AppState> for Arc<Verifier> {
     fn from_ref(s: &AppState) -> Self {
         s.verifier.clone()
-    }
-}
-
-impl FromRef<AppState> for Arc<BuyerAuth> {
-    fn from_ref(s: &AppState) -> Self {
-        s.auth.clone()
     }
 }
 
@@ -69,7 +60,11 @@ impl AppState {
         Ok(Self::with_verifier(config, verifier)?)
     }
 
+    /// The state around `verifier`, given the gate's buyer-token cache (a buyer's
+    /// retries during a drop need not re-verify the same signature).
     pub fn with_verifier(config: &Config, verifier: Arc<Verifier>) -> error::Result<Self> {
+        let verifier =
+            Arc::new(Verifier::clone(&verifier).with_buyer_cache(config.auth_cache_capacity));
         let store = QuotaStore::new(
             &config.redis_url,
             &config.redis_prefix,
@@ -95,10 +90,8 @@ impl AppState {
             order,
             config.clock_skew.as_secs() as i64,
         ));
-        let auth = Arc::new(BuyerAuth::new(verifier.clone(), config.auth_cache_capacity));
         Ok(Self {
             gate,
-            auth,
             verifier,
             recompute,
         })

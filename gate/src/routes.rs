@@ -2,7 +2,7 @@
 
 use axum::{extract::State, http::StatusCode, response::Response};
 use paysaga_common::{
-    auth::Service,
+    auth::{Buyer, Service},
     error::ErrorBody,
     extract::{Json, Path},
     server::readiness,
@@ -11,7 +11,6 @@ use paysaga_common::{
 use crate::{
     admission::{unix_now, Grant},
     api::{IssuePass, PassIssued, QuotaView},
-    auth::CachedBuyer,
     error::{Error, Result},
     AppState,
 };
@@ -35,7 +34,7 @@ use crate::{
 #[tracing::instrument(skip_all, fields(product_id = tracing::field::Empty, member = tracing::field::Empty))]
 pub async fn issue_pass(
     State(state): State<AppState>,
-    CachedBuyer(member): CachedBuyer,
+    Buyer(member): Buyer,
     Json(req): Json<IssuePass>,
 ) -> Result<(StatusCode, Json<PassIssued>)> {
     let span = tracing::Span::current();
