@@ -12,6 +12,15 @@ use crate::{
 /// How many debits and credits an account view lists.
 pub const RECENT_TRANSACTIONS: i64 = 20;
 
+/// A member's most recent keyed transactions ($1 account, $2 limit). Public so a test
+/// can check its plan: it is read for every payment, and its cost must not grow with
+/// the ledger (index `transactions_account_keyed_recent`).
+pub const MEMBER_RECENT_SQL: &str = r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
+    FROM transactions
+    WHERE account_id = $1 AND operation_key IS NOT NULL
+    ORDER BY created_at DESC, id DESC
+    LIMIT $2"#;
+
 /// The largest opening deposit; keeps every balance far from BIGINT overflow.
 pub const MAX_OPENING_BALANCE: i64 = paysaga_common::money::MAX_AMOUNT;
 
@@ -76,17 +85,11 @@ pub async fn view(pool: &PgPool, id: i64) -> Result<Option<AccountView>> {
         .fetch_all(pool)
         .await?
     } else {
-        sqlx::query_as(
-            r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
-               FROM transactions
-               WHERE account_id = $1 AND operation_key IS NOT NULL
-               ORDER BY created_at DESC, id DESC
-               LIMIT $2"#,
-        )
-        .bind(id)
-        .bind(RECENT_TRANSACTIONS)
-        .fetch_all(pool)
-        .await?
+        sqlx::query_as(MEMBER_RECENT_SQL)
+            .bind(id)
+            .bind(RECENT_TRANSACTIONS)
+            .fetch_all(pool)
+            .await?
     };
     let recent_transactions = recent
         .into_iter()

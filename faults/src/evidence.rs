@@ -4,7 +4,9 @@
 use anyhow::Context;
 use sqlx::PgPool;
 
-/// Step-log counts every scenario reports.
+/// Step-log counts every scenario reports. A call with an unknown outcome is a step
+/// recorded UNKNOWN, or one whose probe found the truth at once: the driver records
+/// those with the probe's outcome and an error starting `call: ` (the call's failure).
 pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
     let count = |sql: &'static str| async move {
         sqlx::query_scalar::<_, i64>(sql)
@@ -15,7 +17,7 @@ pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
     Ok(vec![
         (
             "debit calls with an unknown outcome".into(),
-            count(r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE action = 'DEBIT' AND outcome = 'UNKNOWN'"#).await?,
+            count(r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE action = 'DEBIT' AND (outcome = 'UNKNOWN' OR error LIKE 'call: %')"#).await?,
         ),
         (
             // The debit was in the ledger before the saga recorded not knowing: it
@@ -27,18 +29,19 @@ pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
                 FROM payment_service.payment_steps AS s
                 JOIN account_service.transactions AS t
                   ON t.operation_key = s.operation_key AND t.kind = 'DEBIT' AND t.status = 'APPLIED'
-                WHERE s.action = 'DEBIT' AND s.outcome = 'UNKNOWN' AND t.created_at < s.created_at
+                WHERE s.action = 'DEBIT' AND (s.outcome = 'UNKNOWN' OR s.error LIKE 'call: %')
+                  AND t.created_at < s.created_at
                 "#,
             )
             .await?,
         ),
         (
             "confirm calls with an unknown outcome".into(),
-            count(r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE action = 'CONFIRM' AND outcome = 'UNKNOWN'"#).await?,
+            count(r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE action = 'CONFIRM' AND (outcome = 'UNKNOWN' OR error LIKE 'call: %')"#).await?,
         ),
         (
             "refund calls with an unknown outcome".into(),
-            count(r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE action = 'REFUND' AND outcome = 'UNKNOWN'"#).await?,
+            count(r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE action = 'REFUND' AND (outcome = 'UNKNOWN' OR error LIKE 'call: %')"#).await?,
         ),
         (
             "payments driven by two instances".into(),

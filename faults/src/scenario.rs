@@ -64,7 +64,7 @@ impl Scenario {
                 "SIGKILLs the orchestrator while payments are unfinished, restarts it, repeatedly"
             }
             Scenario::SlowAccount => {
-                "adds latency on orchestrator -> account so each leg takes 3/4 of the orchestrator's \
+                "holds the account service's answers to debits (only those) for 1.5x the orchestrator's \
                  timeout: a debit reaches the ledger and commits, its answer arrives after the timeout"
             }
             Scenario::OrderPartition => {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -213,32 +213,6 @@ pub async fn begin(
     Err(Error::IdempotencyInProgress {
         retry_after_secs: 1,
     })
-}
-
-/// Links the payment created by the owner to the record, inside the transaction that
-/// creates it: a payment without its record cannot be committed. `false`: the token
-/// no longer owns the key (its lease was taken over); the caller rolls back.
-pub async fn link_payment(
-    tx: &mut Transaction<'_, Postgres>,
-    scope: &Scope,
-    token: Uuid,
-    payment_id: Uuid,
-) -> Result<bool> {
-    let done = sqlx::query(
-        r#"
-        UPDATE idempotency_keys
-        SET payment_id = $5, updated_at = now()
-        WHERE member_id = $1 AND operation = $2 AND idem_key = $3 AND owner_token = $4 AND status = 'PROCESSING'
-        "#,
-    )
-    .bind(&scope.member)
-    .bind(scope.operation)
-    .bind(scope.key.as_str())
-    .bind(token)
-    .bind(payment_id)
-    .execute(&mut **tx)
-    .await?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// Stores the response the owner gives; `false` if the token lost ownership meanwhile

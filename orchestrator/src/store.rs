@@ -11,6 +11,7 @@ use workflows::{Action, Outcome, Position, State};
 use crate::{
     api::{ListPayments, Payment, PaymentAdmin, Step},
     error::{Error, Result},
+    idempotency::Scope,
 };
 
 const PAYMENT_COLUMNS: &str = r#"id, member_id, account_id, reservation_id, amount, state, pending_action,
@@ -105,19 +106,34 @@ fn millis(d: Duration) -> i64 {
 }
 
 /// Inserts a payment in PROCESSING, owing the debit, leased to `driver` so nobody
-/// else starts it; due at once for recovery should the driver die.
-pub async fn insert_payment(
-    tx: &mut Transaction<'_, Postgres>,
+/// else starts it and due at once for recovery should the driver die, and links it to
+/// the idempotency record that asked for it. One statement: a payment without its
+/// record is never committed, and `None` (nothing written) means `token` no longer
+/// owns the key (its lease was taken over; the new owner creates the payment).
+pub async fn insert_linked_payment(
+    pool: &PgPool,
     new: &NewPayment,
     driver: Uuid,
     lease: Duration,
-) -> Result<PaymentRow> {
+    scope: &Scope,
+    token: Uuid,
+) -> Result<Option<PaymentRow>> {
     let start = Position::start();
+    // The key's row is updated before the payment row exists, but the foreign key is
+    // checked at the end of the statement, when both do.
     let sql = format!(
         r#"
+        WITH linked AS (
+            UPDATE idempotency_keys
+            SET payment_id = $1, updated_at = now()
+            WHERE member_id = $10 AND operation = $11 AND idem_key = $12 AND owner_token = $13
+              AND status = 'PROCESSING'
+            RETURNING payment_id
+        )
         INSERT INTO payments (id, member_id, account_id, reservation_id, amount, state, pending_action,
                               next_attempt_at, lease_owner, lease_until)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8, now() + $9 * INTERVAL '1 millisecond')
+        SELECT linked.payment_id, $2, $3, $4, $5, $6, $7, now(), $8, now() + $9 * INTERVAL '1 millisecond'
+        FROM linked
         RETURNING {PAYMENT_COLUMNS}
         "#
     );
@@ -131,7 +147,11 @@ pub async fn insert_payment(
         .bind(start.pending().map(Action::as_str))
         .bind(driver)
         .bind(millis(lease))
-        .fetch_one(&mut **tx)
+        .bind(&scope.member)
+        .bind(scope.operation)
+        .bind(scope.key.as_str())
+        .bind(token)
+        .fetch_optional(pool)
         .await;
     match inserted {
         Ok(row) => Ok(row),
@@ -206,9 +226,15 @@ pub async fn record_step(
     record_steps(pool, row, driver, lease, &[(step.clone(), mv.clone())]).await
 }
 
-/// [`record_step`] for several consecutive steps in one transaction (a remote step and
-/// the local step it leads to), each guarded by the version the previous one produced.
-/// All or nothing.
+/// [`record_step`] for several consecutive steps (a remote step and the local step it
+/// leads to), all or nothing. The payment moves straight to the last step's position,
+/// its version advancing by one per step, and each step is logged under the version it
+/// produced, exactly as if the steps had been recorded one by one under the lease.
+///
+/// One statement, no explicit transaction: the guard, the move and the step log go to
+/// PostgreSQL in a single round trip. A payment makes several of these moves, and
+/// round trips, not the work inside them, are most of what a payment costs the
+/// database (see docs/benchmark.md).
 #[tracing::instrument(skip_all, fields(payment_id = %row.id, steps = steps.len()))]
 pub async fn record_steps(
     pool: &PgPool,
@@ -217,54 +243,117 @@ pub async fn record_steps(
     lease: Duration,
     steps: &[(StepRecord, Move)],
 ) -> Result<Option<PaymentRow>> {
-    let mut tx = pool.begin().await?;
+    let Some((last_step, last)) = steps.last() else {
+        return Err(Error::Invariant(format!(
+            "payment {}: no step to record",
+            row.id
+        )));
+    };
+    let count =
+        i64::try_from(steps.len()).map_err(|e| Error::Invariant(format!("step count: {e}")))?;
+    // The last failure code any step names wins, as with one update per step.
+    let failure_code = steps
+        .iter()
+        .rev()
+        .find_map(|(_, mv)| mv.failure_code.clone());
+    let mut from_state = row.state.clone();
+    let mut log = StepColumns::default();
+    for (step, mv) in steps {
+        let to_state = mv.to.state().as_str().to_owned();
+        log.push(
+            step,
+            std::mem::replace(&mut from_state, to_state.clone()),
+            to_state,
+        );
+    }
     let sql = format!(
         r#"
-        UPDATE payments
-        SET state = $5,
-            pending_action = $6,
-            attempts = $7,
-            next_attempt_at = now() + $8 * INTERVAL '1 millisecond',
-            needs_attention = $9,
-            last_error = $10,
-            failure_code = COALESCE($11, failure_code),
-            lease_owner = CASE WHEN $12 THEN lease_owner END,
-            lease_until = CASE WHEN $12 THEN now() + $13 * INTERVAL '1 millisecond' END,
-            version = version + 1,
-            updated_at = now()
-        WHERE id = $1 AND version = $2 AND state = $3 AND lease_owner = $4
-        RETURNING {PAYMENT_COLUMNS}
+        WITH moved AS (
+            UPDATE payments
+            SET state = $5,
+                pending_action = $6,
+                attempts = $7,
+                next_attempt_at = now() + $8 * INTERVAL '1 millisecond',
+                needs_attention = $9,
+                last_error = $10,
+                failure_code = COALESCE($11, failure_code),
+                lease_owner = CASE WHEN $12 THEN lease_owner END,
+                lease_until = CASE WHEN $12 THEN now() + $13 * INTERVAL '1 millisecond' END,
+                version = version + $14,
+                updated_at = now()
+            WHERE id = $1 AND version = $2 AND state = $3 AND lease_owner = $4
+            RETURNING {PAYMENT_COLUMNS}
+        ), logged AS (
+            INSERT INTO payment_steps (payment_id, seq, action, operation_key, outcome, from_state, to_state,
+                                       downstream_status, latency_ms, error, driver)
+            SELECT moved.id, $2 + step.n, step.action, step.operation_key, step.outcome, step.from_state,
+                   step.to_state, step.downstream_status, step.latency_ms, step.error, $4
+            FROM moved,
+                 UNNEST($15::TEXT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::TEXT[], $20::INTEGER[],
+                        $21::INTEGER[], $22::TEXT[])
+                     WITH ORDINALITY AS step(action, operation_key, outcome, from_state, to_state,
+                                             downstream_status, latency_ms, error, n)
+        )
+        SELECT {PAYMENT_COLUMNS} FROM moved
         "#
     );
-    let mut current = row.clone();
-    for (step, mv) in steps {
-        let moved = sqlx::query_as::<_, PaymentRow>(&sql)
-            .bind(current.id)
-            .bind(current.version)
-            .bind(&current.state)
-            .bind(driver)
-            .bind(mv.to.state().as_str())
-            .bind(mv.to.pending().map(Action::as_str))
-            .bind(mv.attempts)
-            .bind(mv.next_attempt_in.map(millis))
-            .bind(mv.needs_attention)
-            .bind(step.error.as_deref())
-            .bind(mv.failure_code.as_deref())
-            .bind(mv.keep_lease)
-            .bind(millis(lease))
-            .fetch_optional(&mut *tx)
-            .await?;
-        // Dropping the transaction rolls back any earlier step of this call.
-        let Some(moved) = moved else {
-            return Ok(None);
-        };
-        insert_step(&mut tx, &moved, &current.state, driver, step).await?;
-        current = moved;
-    }
-    tx.commit().await?;
-    Ok(Some(current))
+    Ok(sqlx::query_as::<_, PaymentRow>(&sql)
+        .bind(row.id)
+        .bind(row.version)
+        .bind(&row.state)
+        .bind(driver)
+        .bind(last.to.state().as_str())
+        .bind(last.to.pending().map(Action::as_str))
+        .bind(last.attempts)
+        .bind(last.next_attempt_in.map(millis))
+        .bind(last.needs_attention)
+        .bind(last_step.error.as_deref())
+        .bind(failure_code)
+        .bind(last.keep_lease)
+        .bind(millis(lease))
+        .bind(count)
+        .bind(log.action)
+        .bind(log.operation_key)
+        .bind(log.outcome)
+        .bind(log.from_state)
+        .bind(log.to_state)
+        .bind(log.downstream_status)
+        .bind(log.latency_ms)
+        .bind(log.error)
+        .fetch_optional(pool)
+        .await?)
 }
 
+/// The step log's columns, one array each, for a single `UNNEST` insert.
+#[derive(Default)]
+struct StepColumns {
+    action: Vec<&'static str>,
+    operation_key: Vec<String>,
+    outcome: Vec<&'static str>,
+    from_state: Vec<String>,
+    to_state: Vec<String>,
+    downstream_status: Vec<Option<i32>>,
+    latency_ms: Vec<i32>,
+    error: Vec<Option<String>>,
+}
+
+impl StepColumns {
+    fn push(&mut self, step: &StepRecord, from_state: String, to_state: String) {
+        self.action.push(step.action.as_str());
+        self.operation_key.push(step.operation_key.clone());
+        self.outcome
+            .push(step.outcome.map(Outcome::as_str).unwrap_or("OPERATOR"));
+        self.from_state.push(from_state);
+        self.to_state.push(to_state);
+        self.downstream_status
+            .push(step.downstream_status.map(i32::from));
+        self.latency_ms
+            .push(i32::try_from(step.latency.as_millis()).unwrap_or(i32::MAX));
+        self.error.push(step.error.clone());
+    }
+}
+
+/// One step record, inside an operator's move.
 async fn insert_step(
     tx: &mut Transaction<'_, Postgres>,
     moved: &PaymentRow,

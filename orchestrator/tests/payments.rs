@@ -71,6 +71,22 @@ async fn happy_path_completes_with_one_debit() {
         .iter()
         .enumerate()
         .all(|(i, st)| st.seq == i as i64 + 1));
+    // Confirm and the local COMPLETE are recorded by one statement: the log must still
+    // read as one move per step, each starting where the previous one ended.
+    let moves: Vec<(&str, &str)> = tl
+        .steps
+        .iter()
+        .map(|st| (st.from_state.as_str(), st.to_state.as_str()))
+        .collect();
+    assert_eq!(
+        moves,
+        [
+            ("PROCESSING", "ACCOUNT_DEBITED"),
+            ("ACCOUNT_DEBITED", "ORDER_CONFIRMED"),
+            ("ORDER_CONFIRMED", "COMPLETED")
+        ]
+    );
+    assert!(tl.steps.iter().all(|st| st.driver == tl.steps[0].driver));
 
     let metrics = reqwest::get(format!("{}/metrics", o.url))
         .await

@@ -33,6 +33,12 @@ pub struct Faults {
     pub blackhole: bool,
     /// New connections are accepted and immediately reset.
     pub refuse: bool,
+    /// Answers to requests whose first bytes start with this prefix (for HTTP, a method
+    /// and path such as `POST /v1/debits`) are held this long before they are forwarded:
+    /// the request arrives at once and is acted on, its answer is late. Other requests
+    /// on the link are untouched. One request at a time per connection, as HTTP/1.1
+    /// clients without pipelining send them.
+    pub slow_answers: Option<(Vec<u8>, Duration)>,
     /// Bumped to reset every open connection.
     generation: u64,
     /// The proxy is shutting down.
@@ -148,6 +154,12 @@ impl FaultProxy {
         self.modify(|f| f.latency = latency);
     }
 
+    /// Holds the answer to every request starting with `prefix` for `delay` (see
+    /// [`Faults::slow_answers`]).
+    pub fn set_slow_answers(&self, prefix: &[u8], delay: Duration) {
+        self.modify(|f| f.slow_answers = Some((prefix.to_vec(), delay)));
+    }
+
     /// Stalls all traffic (open and new connections) until `set_blackhole(false)` or `heal`.
     pub fn set_blackhole(&self, on: bool) {
         self.modify(|f| f.blackhole = on);
@@ -197,6 +209,7 @@ impl FaultProxy {
             f.latency = Duration::ZERO;
             f.blackhole = false;
             f.refuse = false;
+            f.slow_answers = None;
         });
     }
 }
@@ -275,13 +288,16 @@ async fn connection(
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
+    // Set by the upward pump when a request matches `slow_answers`; the downward pump
+    // holds the next answer chunk that long.
+    let owed_delay = Arc::new(std::sync::Mutex::new(None));
     let up = pump(
         client_read,
         server_write,
         faults.clone(),
         generation,
         stats.clone(),
-        true,
+        Direction::Up(owed_delay.clone()),
     );
     let down = pump(
         server_read,
@@ -289,7 +305,7 @@ async fn connection(
         faults.clone(),
         generation,
         stats.clone(),
-        false,
+        Direction::Down(owed_delay),
     );
     let (a, b) = tokio::join!(up, down);
     if let (Some(reader), Some(writer)) = (a.reset_halves, b.reset_halves) {
@@ -330,14 +346,49 @@ struct PumpEnd {
     )>,
 }
 
+/// A slow answer owed on a connection, shared by its two pumps.
+type OwedDelay = Arc<std::sync::Mutex<Option<Duration>>>;
+
+enum Direction {
+    /// Client to server: marks requests whose answers are to be slow.
+    Up(OwedDelay),
+    /// Server to client: delays the answers marked.
+    Down(OwedDelay),
+}
+
+impl Direction {
+    /// The extra delay for this chunk: set on a matching request going up, taken by the
+    /// first answer chunk coming down.
+    fn slow_answer(&self, faults: &Faults, chunk: &[u8]) -> Duration {
+        match self {
+            Direction::Up(owed) => {
+                if let Some((prefix, delay)) = &faults.slow_answers {
+                    if chunk.starts_with(prefix) {
+                        if let Ok(mut owed) = owed.lock() {
+                            *owed = Some(*delay);
+                        }
+                    }
+                }
+                Duration::ZERO
+            }
+            Direction::Down(owed) => owed
+                .lock()
+                .ok()
+                .and_then(|mut owed| owed.take())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut faults: watch::Receiver<Faults>,
     generation: u64,
     stats: Arc<ProxyStats>,
-    upward: bool,
+    direction: Direction,
 ) -> PumpEnd {
+    let upward = matches!(direction, Direction::Up(_));
     let mut buf = vec![0u8; 16 * 1024];
     let fault_end = |from, to| PumpEnd {
         reset_halves: Some((from, to)),
@@ -356,7 +407,10 @@ async fn pump(
             },
             _ = faults.changed() => continue,
         };
-        let latency = faults.borrow().latency;
+        let latency = {
+            let f = faults.borrow();
+            f.latency + direction.slow_answer(&f, &buf[..n])
+        };
         if !latency.is_zero() {
             let mut sleeping = std::pin::pin!(tokio::time::sleep(latency));
             loop {

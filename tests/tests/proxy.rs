@@ -148,3 +148,38 @@ async fn reset_connections_spares_new_ones() {
     let mut new = TcpStream::connect(proxy.addr()).await.expect("connect");
     assert_eq!(round_trip(&mut new, b"z").await.expect("echo"), b"z");
 }
+
+#[tokio::test]
+async fn slow_answers_hold_only_the_answers_to_matching_requests() {
+    const SLOW: &[u8] = b"POST /v1/debits HTTP/1.1\r\n\r\n";
+    const QUICK: &[u8] = b"GET /v1/accounts/7 HTTP/1.1\r\n\r\n";
+    let delay = Duration::from_millis(1500);
+    let proxy = FaultProxy::start(echo_server().await).await.expect("proxy");
+    let mut slow = TcpStream::connect(proxy.addr()).await.expect("connect");
+    let mut quick = TcpStream::connect(proxy.addr()).await.expect("connect");
+    proxy.set_slow_answers(b"POST /v1/debits", delay);
+
+    let start = Instant::now();
+    let slow_answer = tokio::spawn(async move {
+        let answer = round_trip(&mut slow, SLOW).await;
+        (answer, start.elapsed())
+    });
+    // The request itself goes through at once: the upstream has it while its answer is held.
+    while proxy.counts().bytes_up < SLOW.len() as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!slow_answer.is_finished(), "the answer was not held");
+    // Another request on the same link is not held.
+    assert_eq!(round_trip(&mut quick, QUICK).await.expect("echo"), QUICK);
+    assert!(
+        !slow_answer.is_finished(),
+        "the held answer overtook a quick one"
+    );
+
+    let (answer, answered_after) = slow_answer.await.expect("task");
+    assert_eq!(answer.expect("echo"), SLOW);
+    assert!(answered_after >= delay, "held only {answered_after:?}");
+
+    proxy.heal();
+    assert_eq!(proxy.faults(), paysaga_e2e::proxy::Faults::default());
+}

@@ -160,7 +160,7 @@ async fn execute(
 }
 
 /// Checks the reservation and the account with their owners, then creates the payment
-/// and links it to the idempotency record in one transaction.
+/// and links it to the idempotency record in one statement.
 async fn accept(
     state: &AppState,
     scope: &Scope,
@@ -216,13 +216,24 @@ async fn accept(
         reservation_id: reservation.id,
         amount: reservation.price,
     };
-    let mut tx = state.pool.begin().await?;
-    let row = match store::insert_payment(&mut tx, &new, state.engine.instance, state.engine.lease)
-        .await
-    {
-        Ok(row) => row,
+    let inserted = store::insert_linked_payment(
+        &state.pool,
+        &new,
+        state.engine.instance,
+        state.engine.lease,
+        scope,
+        token,
+    )
+    .await;
+    let row = match inserted {
+        Ok(Some(row)) => row,
+        // Our lease on the key expired and another request took it over: it creates the payment.
+        Ok(None) => {
+            return Err(Error::IdempotencyInProgress {
+                retry_after_secs: 1,
+            })
+        }
         Err(Error::ReservationAlreadyPaid { reservation_id, .. }) => {
-            drop(tx);
             let payment_id = store::by_reservation(&state.pool, reservation_id)
                 .await?
                 .map(|p| p.id)
@@ -234,13 +245,6 @@ async fn accept(
         }
         Err(e) => return Err(e),
     };
-    if !idempotency::link_payment(&mut tx, scope, token, row.id).await? {
-        // Our lease on the key expired and another request took it over: it creates the payment.
-        return Err(Error::IdempotencyInProgress {
-            retry_after_secs: 1,
-        });
-    }
-    tx.commit().await?;
     crate::metrics::transition(&row.state);
     Ok(row)
 }
