@@ -64,8 +64,9 @@ impl Scenario {
                 "SIGKILLs the orchestrator while payments are unfinished, restarts it, repeatedly"
             }
             Scenario::SlowAccount => {
-                "holds the account service's answers to debits (only those) for 1.5x the orchestrator's \
-                 timeout: a debit reaches the ledger and commits, its answer arrives after the timeout"
+                "holds the account service's answers to debits for 1.5x the orchestrator's timeout (first \
+                 pulse; later ones slow the whole link, lookups included, 3/4 of the timeout per leg): \
+                 a debit reaches the ledger and commits, its answer arrives after the timeout"
             }
             Scenario::OrderPartition => {
                 "cuts orchestrator -> order (open connections reset, new ones refused) while payments \

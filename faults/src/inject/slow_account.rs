@@ -1,8 +1,9 @@
-//! Scenario 2: the account service answers debits after the orchestrator's timeout. On
-//! orchestrator -> account, the answer to every `POST /v1/debits` is held for 1.5x the
-//! timeout: the debit arrives at once and commits, its answer comes too late. Reads
-//! (the account check when a payment is accepted, the saga's lookup by operation key)
-//! pass untouched, as they would when only the ledger's writes are slow.
+//! Scenario 2: the account service answers after the orchestrator's timeout, in two
+//! forms. First, from the drop's start, the answer to every `POST /v1/debits` on
+//! orchestrator -> account is held for 1.5x the timeout while reads pass: the debit
+//! commits, its answer is late, and the saga's lookup by operation key finds it at once.
+//! Later pulses slow the whole link (3/4 of the timeout per leg), the lookup included,
+//! so the outcome stays unknown until the pulse ends and the saga retries later.
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let held = DOWNSTREAM_TIMEOUT * 3 / 2;
+    let per_leg = DOWNSTREAM_TIMEOUT * 3 / 4;
     let mut pulses = 0;
     let mut most_waiting = 0;
     for i in 0..ctx.plan.repeats {
@@ -28,8 +30,12 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             // the drop's start, so the opening burst of payments meets it.
             ctx.strike_when_in(&["PROCESSING"]).await?;
         }
-        ctx.proxy(Link::OrchestratorToAccount)?
-            .set_slow_answers(b"POST /v1/debits", held);
+        let link = ctx.proxy(Link::OrchestratorToAccount)?;
+        if i == 0 {
+            link.set_slow_answers(b"POST /v1/debits", held);
+        } else {
+            link.set_latency(per_leg);
+        }
         pulses += 1;
         let until = Instant::now() + ctx.plan.fault_for;
         while Instant::now() < until {
