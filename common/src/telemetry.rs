@@ -1,7 +1,10 @@
 //! Logs (tracing, JSON or pretty) and Prometheus metrics, with the HTTP middleware that
 //! records every request and logs internal errors once with their cause chain.
 
-use std::{sync::OnceLock, time::Instant};
+use std::{
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
 
 use axum::{
     extract::{MatchedPath, Request},
@@ -38,6 +41,12 @@ const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0,
 ];
 
+/// How often histogram samples are folded into their buckets. `build_recorder` leaves
+/// this to its caller: without it every sample waits in memory until the next scrape, so
+/// a service nobody scrapes grows with every request it serves (the benchmark saw each
+/// service's RSS creep drop after drop).
+const METRICS_UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// The process's Prometheus recorder. The `metrics` facade is process-global by design,
 /// so the recorder is installed once and shared by every router in the process.
 pub fn metrics_handle() -> PrometheusHandle {
@@ -51,6 +60,18 @@ pub fn metrics_handle() -> PrometheusHandle {
             let handle = recorder.handle();
             // Fails only if another recorder is installed; ours then simply stays unused.
             let _ = metrics::set_global_recorder(recorder);
+            // A plain thread, not a task: the recorder may be created outside a runtime,
+            // and must outlive whichever runtime created it.
+            let upkeep = handle.clone();
+            let spawned = std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || loop {
+                    std::thread::sleep(METRICS_UPKEEP_EVERY);
+                    upkeep.run_upkeep();
+                });
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start the metrics upkeep thread; histogram samples accumulate until scraped");
+            }
             handle
         })
         .clone()
