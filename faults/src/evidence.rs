@@ -2,11 +2,12 @@
 //! gate's metrics: a scenario that passes without exercising its fault proves nothing.
 
 use anyhow::Context;
+use orchestrator::driver::PROBED_CALL_PREFIX;
 use sqlx::PgPool;
 
 /// Step-log counts every scenario reports. A call with an unknown outcome is a step
-/// recorded UNKNOWN, or one whose probe found the truth at once: the driver records
-/// those with the probe's outcome and an error starting `call: ` (the call's failure).
+/// recorded UNKNOWN, or one whose probe settled it at once: the driver records those
+/// with the probe's outcome and an error starting with [`PROBED_CALL_PREFIX`].
 pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
     let count = |sql: &'static str| async move {
         sqlx::query_scalar::<_, i64>(sql)
@@ -14,34 +15,53 @@ pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
             .await
             .with_context(|| format!("evidence query failed: {sql}"))
     };
+    let probed = format!("{PROBED_CALL_PREFIX}%");
+    let unknown_calls = |action: &'static str| {
+        let probed = probed.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                r#"SELECT COUNT(*) FROM payment_service.payment_steps
+                   WHERE action = $1 AND (outcome = 'UNKNOWN' OR error LIKE $2)"#,
+            )
+            .bind(action)
+            .bind(probed)
+            .fetch_one(pool)
+            .await
+            .with_context(|| format!("evidence query failed: unknown {action} calls"))
+        }
+    };
+    // The debit was in the ledger before the saga recorded not knowing: it committed,
+    // and the answer was lost or late.
+    let committed_unanswered: i64 = sqlx::query_scalar(
+        r#"
+        SELECT COUNT(DISTINCT s.payment_id)
+        FROM payment_service.payment_steps AS s
+        JOIN account_service.transactions AS t
+          ON t.operation_key = s.operation_key AND t.kind = 'DEBIT' AND t.status = 'APPLIED'
+        WHERE s.action = 'DEBIT' AND (s.outcome = 'UNKNOWN' OR s.error LIKE $1)
+          AND t.created_at < s.created_at
+        "#,
+    )
+    .bind(&probed)
+    .fetch_one(pool)
+    .await
+    .context("evidence query failed: debits committed whose answer was lost")?;
     Ok(vec![
         (
             "debit calls with an unknown outcome".into(),
-            count(r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE action = 'DEBIT' AND (outcome = 'UNKNOWN' OR error LIKE 'call: %')"#).await?,
+            unknown_calls("DEBIT").await?,
         ),
         (
-            // The debit was in the ledger before the saga recorded not knowing: it
-            // committed, and the answer was lost or late.
             "debits committed whose answer was lost".into(),
-            count(
-                r#"
-                SELECT COUNT(DISTINCT s.payment_id)
-                FROM payment_service.payment_steps AS s
-                JOIN account_service.transactions AS t
-                  ON t.operation_key = s.operation_key AND t.kind = 'DEBIT' AND t.status = 'APPLIED'
-                WHERE s.action = 'DEBIT' AND (s.outcome = 'UNKNOWN' OR s.error LIKE 'call: %')
-                  AND t.created_at < s.created_at
-                "#,
-            )
-            .await?,
+            committed_unanswered,
         ),
         (
             "confirm calls with an unknown outcome".into(),
-            count(r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE action = 'CONFIRM' AND (outcome = 'UNKNOWN' OR error LIKE 'call: %')"#).await?,
+            unknown_calls("CONFIRM").await?,
         ),
         (
             "refund calls with an unknown outcome".into(),
-            count(r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE action = 'REFUND' AND (outcome = 'UNKNOWN' OR error LIKE 'call: %')"#).await?,
+            unknown_calls("REFUND").await?,
         ),
         (
             "payments driven by two instances".into(),
@@ -57,7 +77,8 @@ pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
         ),
         (
             "payments refunded".into(),
-            count(r#"SELECT COUNT(*) FROM payment_service.payments WHERE state = 'REFUNDED'"#).await?,
+            count(r#"SELECT COUNT(*) FROM payment_service.payments WHERE state = 'REFUNDED'"#)
+                .await?,
         ),
     ])
 }

@@ -30,6 +30,11 @@ use crate::{
 pub type AfterCallHook =
     Arc<dyn Fn(Uuid, Action) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
+/// How the error of a step starts when its call's outcome was unknown and the probe that
+/// followed settled it: the step records the probe's outcome, and this keeps the fact
+/// that the call itself went unanswered (the fault suite counts on it).
+pub const PROBED_CALL_PREFIX: &str = "call: ";
+
 /// Backoffs up to this long are waited out by the driver itself, holding the lease.
 const INLINE_RETRY_MAX: Duration = Duration::from_millis(1000);
 /// At most this many inline retries per drive; then recovery takes the payment.
@@ -131,7 +136,7 @@ impl Engine {
                     let call_error = attempt.error.take().unwrap_or_default();
                     attempt = Attempt {
                         error: Some(format!(
-                            "call: {call_error}; probe: {}",
+                            "{PROBED_CALL_PREFIX}{call_error}; probe: {}",
                             truth.error.as_deref().unwrap_or("found it done")
                         )),
                         latency: attempt.latency + truth.latency,

@@ -858,6 +858,37 @@ async fn stale_owners_cannot_write_and_expired_keys_are_purged() {
     };
     assert_ne!(first, second);
     assert_eq!(payment_id, None);
+    // A payment is created only together with its key's link, by the key's owner: the
+    // stale owner's insert writes nothing at all.
+    let new_payment = |reservation_id| store::NewPayment {
+        id: Uuid::now_v7(),
+        member_id: "m-1".into(),
+        account_id: 1,
+        reservation_id,
+        amount: 12_900,
+    };
+    let stale = new_payment(Uuid::new_v4());
+    assert!(
+        store::insert_linked_payment(&pool, &stale, Uuid::new_v4(), long, &scope, first)
+            .await
+            .expect("stale insert")
+            .is_none(),
+        "stale owner creates no payment"
+    );
+    let fresh = new_payment(Uuid::new_v4());
+    let created = store::insert_linked_payment(&pool, &fresh, Uuid::new_v4(), long, &scope, second)
+        .await
+        .expect("owner insert")
+        .expect("owner creates the payment");
+    let (payments, linked): (i64, Option<Uuid>) = sqlx::query_as(
+        r#"SELECT (SELECT COUNT(*) FROM payment_service.payments),
+                  (SELECT payment_id FROM payment_service.idempotency_keys WHERE idem_key = 'k-stale')"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .expect("read back");
+    assert_eq!((payments, linked), (1, Some(created.id)));
+    assert_eq!(created.id, fresh.id);
     assert!(
         !idempotency::complete(&pool, &scope, first, 201, "{\"stale\":true}")
             .await

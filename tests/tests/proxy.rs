@@ -165,9 +165,13 @@ async fn slow_answers_hold_only_the_answers_to_matching_requests() {
         (answer, start.elapsed())
     });
     // The request itself goes through at once: the upstream has it while its answer is held.
-    while proxy.counts().bytes_up < SLOW.len() as u64 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while proxy.counts().bytes_up < SLOW.len() as u64 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the request reaches the upstream");
     assert!(!slow_answer.is_finished(), "the answer was not held");
     // Another request on the same link is not held.
     assert_eq!(round_trip(&mut quick, QUICK).await.expect("echo"), QUICK);
