@@ -1,4 +1,4 @@
-//! One buyer's path over HTTP, step by step, as DESIGN.md draws it: a pass from the gate,
+//! One buyer's path over HTTP, as docs/ARCHITECTURE.md draws it: a pass from the gate,
 //! a reservation from the order service, a payment through the orchestrator, and polling
 //! until the payment is terminal. Each step ends in either its value or an outcome.
 

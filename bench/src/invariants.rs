@@ -1,4 +1,4 @@
-//! The invariants of DESIGN.md checked in PostgreSQL itself after a scenario: no unit sold
+//! The invariants (docs/ARCHITECTURE.md) checked in PostgreSQL after a scenario: no unit sold
 //! twice or beyond stock, and money kept only for confirmed orders.
 
 use sqlx::PgPool;
@@ -64,7 +64,7 @@ pub async fn check_drop(
     Ok(())
 }
 
-/// Every invariant of DESIGN.md, system-wide, through the end-to-end harness's checker
+/// Every invariant of docs/ARCHITECTURE.md, system-wide, through the end-to-end harness's checker
 /// (the same one the end-to-end and fault suites assert on).
 pub async fn check_system(report: &mut Report, scenario: &str, pool: &PgPool) -> Result<()> {
     let r = paysaga_e2e::invariants::check(pool)

@@ -41,7 +41,7 @@ pub enum Bound {
     AtMost,
 }
 
-/// One of issue 7's targets, measured.
+/// One of the benchmark's targets, measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
     pub name: String,

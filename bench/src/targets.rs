@@ -1,4 +1,4 @@
-//! Issue 7's targets, judged from what the run measured. A target whose scenario did not
+//! The benchmark's targets, judged from what the run measured. A target whose scenario did not
 //! run is listed as not measured (and so not met), never silently dropped.
 
 use crate::{

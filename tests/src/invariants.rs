@@ -1,4 +1,4 @@
-//! The system's invariants (DESIGN.md, "Invariants"), checked in PostgreSQL itself as
+//! The system's invariants (docs/ARCHITECTURE.md, "Invariants"), checked in PostgreSQL itself as
 //! an administrator reading all three schemas, and returned as counts so a test, the
 //! fault suite, the benchmark and the run command can assert on them and print them.
 

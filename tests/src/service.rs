@@ -30,7 +30,7 @@ impl ServiceKind {
         }
     }
 
-    /// The production port from DESIGN.md.
+    /// The production port (docs/ARCHITECTURE.md).
     pub fn default_port(self) -> u16 {
         match self {
             ServiceKind::Account => 8082,

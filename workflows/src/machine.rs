@@ -1,6 +1,6 @@
 //! The one transition function: (position, outcome) -> next position or retry or escalate.
 //!
-//! Departures from the diagram in DESIGN.md, and why:
+//! Beyond the main path drawn in docs/ARCHITECTURE.md, and why:
 //! - A declined debit moves to FAILED at once (the money answer is final), but FAILED
 //!   then still owes [`Action::CancelReservation`] so the unit goes back on sale now
 //!   rather than when the reservation expires. The payment is terminal for the buyer;

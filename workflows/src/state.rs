@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The states of a payment, exactly those of DESIGN.md.
+/// The states of a payment, exactly those of docs/ARCHITECTURE.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum State {

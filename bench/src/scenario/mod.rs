@@ -1,4 +1,4 @@
-//! The paysaga scenarios of issue 7, each measured against the real services.
+//! The benchmark's scenarios, each measured against the real services.
 
 pub mod claims;
 pub mod drop;
