@@ -1,31 +1,183 @@
-//! Scheduled jobs: the one quirk of tokio-cron-scheduler every service must respect.
+//! Scheduled jobs: one small runner over tokio-cron-scheduler that every service uses.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use std::time::Duration;
+//! let jobs = paysaga_common::jobs::Jobs::start().await?;
+//! jobs.every("sweep", Duration::from_millis(500), || async {
+//!     // one run; a run still going when the next tick comes makes that tick skip
+//! })
+//! .await?;
+//! jobs.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
 
-use std::time::Duration;
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
-/// The period to give `Job::new_repeated_async`: tokio-cron-scheduler repeats in whole
+use tokio_cron_scheduler::{Job, JobScheduler};
+
+/// The period tokio-cron-scheduler is given for a requested one: it repeats in whole
 /// seconds, and a sub-second period silently never fires. Rounds up, at least 1 s.
-pub fn scheduler_period(requested: Duration) -> Duration {
-    Duration::from_secs(requested.as_millis().div_ceil(1000).max(1) as u64)
+fn whole_seconds(requested: Duration) -> Duration {
+    let secs = requested.as_millis().div_ceil(1000).max(1);
+    Duration::from_secs(u64::try_from(secs).unwrap_or(u64::MAX))
+}
+
+/// At most one run of a job at a time: a tick that finds a run still going is skipped
+/// rather than doubled (a second sweep or recovery run would only contend with the
+/// first for the same rows).
+#[derive(Debug, Default, Clone)]
+struct NoOverlap(Arc<AtomicBool>);
+
+/// Held for the length of one run; dropping it (at the end, on a panic, or when the
+/// run is cancelled) lets the next tick run.
+struct Running(Arc<AtomicBool>);
+
+impl NoOverlap {
+    fn try_enter(&self) -> Option<Running> {
+        (!self.0.swap(true, Ordering::AcqRel)).then(|| Running(self.0.clone()))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The scheduled jobs of one service. Started before the jobs are added; stopped with
+/// [`Jobs::shutdown`].
+pub struct Jobs {
+    scheduler: JobScheduler,
+}
+
+impl std::fmt::Debug for Jobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jobs").finish_non_exhaustive()
+    }
+}
+
+impl Jobs {
+    /// Starts an empty scheduler.
+    pub async fn start() -> anyhow::Result<Self> {
+        let scheduler = JobScheduler::new().await?;
+        scheduler.start().await?;
+        Ok(Self { scheduler })
+    }
+
+    /// Runs `job` every `period`, first after one period. The period is rounded up to
+    /// whole seconds, at least 1 s (logged here when that changes it); a tick that
+    /// finds the previous run still going is skipped (logged at debug).
+    pub async fn every<F, Fut>(
+        &self,
+        name: &'static str,
+        period: Duration,
+        job: F,
+    ) -> anyhow::Result<()>
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let rounded = whole_seconds(period);
+        if rounded != period {
+            tracing::info!(
+                job = name,
+                requested_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
+                period_secs = rounded.as_secs(),
+                "job period rounded up to whole seconds"
+            );
+        }
+        let guard = NoOverlap::default();
+        let scheduled = Job::new_repeated_async(rounded, move |_id, _scheduler| {
+            let run = guard.try_enter().map(|running| (running, job()));
+            Box::pin(async move {
+                match run {
+                    Some((_running, run)) => run.await,
+                    None => tracing::debug!(job = name, "previous run still going; tick skipped"),
+                }
+            })
+        })?;
+        self.scheduler.add(scheduled).await?;
+        Ok(())
+    }
+
+    /// Stops the scheduler: no further ticks. A run in progress is not waited for.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        self.scheduler.shutdown().await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicUsize;
+
     use super::*;
 
     #[test]
-    fn rounds_up_to_whole_seconds() {
+    fn periods_round_up_to_whole_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(whole_seconds(ms(200)), Duration::from_secs(1));
+        assert_eq!(whole_seconds(Duration::ZERO), Duration::from_secs(1));
+        assert_eq!(whole_seconds(ms(1000)), Duration::from_secs(1));
+        assert_eq!(whole_seconds(ms(1001)), Duration::from_secs(2));
+        assert_eq!(whole_seconds(ms(1500)), Duration::from_secs(2));
         assert_eq!(
-            scheduler_period(Duration::from_millis(200)),
-            Duration::from_secs(1)
+            whole_seconds(Duration::from_secs(30)),
+            Duration::from_secs(30)
         );
-        assert_eq!(scheduler_period(Duration::ZERO), Duration::from_secs(1));
-        assert_eq!(
-            scheduler_period(Duration::from_millis(1000)),
-            Duration::from_secs(1)
+    }
+
+    #[test]
+    fn the_guard_admits_one_run_at_a_time() {
+        let guard = NoOverlap::default();
+        let first = guard.try_enter().expect("free");
+        assert!(
+            guard.try_enter().is_none(),
+            "a second run while the first goes"
         );
-        assert_eq!(
-            scheduler_period(Duration::from_millis(1500)),
-            Duration::from_secs(2)
-        );
+        assert!(guard.clone().try_enter().is_none(), "shared by every tick");
+        drop(first);
+        assert!(guard.try_enter().is_some(), "free again once the run ends");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_job_never_overlaps_itself() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let going = Arc::new(AtomicUsize::new(0));
+        let most_at_once = Arc::new(AtomicUsize::new(0));
+        let jobs = Jobs::start().await.expect("scheduler");
+        let (r, g, m) = (runs.clone(), going.clone(), most_at_once.clone());
+        // Sub-second, so it is rounded to 1 s; each run outlasts two ticks.
+        jobs.every("slow", Duration::from_millis(300), move || {
+            let (r, g, m) = (r.clone(), g.clone(), m.clone());
+            async move {
+                let now = g.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                g.fetch_sub(1, Ordering::SeqCst);
+                r.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .await
+        .expect("scheduled");
+        // A generous bound, not a timing assertion: only counts are checked.
+        for _ in 0..600 {
+            if runs.load(Ordering::SeqCst) >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        jobs.shutdown().await.expect("shutdown");
+        assert!(runs.load(Ordering::SeqCst) >= 2, "the job ran repeatedly");
+        assert_eq!(most_at_once.load(Ordering::SeqCst), 1, "runs overlapped");
     }
 }

@@ -2,12 +2,11 @@
 //! gate's metrics: a scenario that passes without exercising its fault proves nothing.
 
 use anyhow::Context;
-use orchestrator::driver::PROBED_CALL_PREFIX;
 use sqlx::PgPool;
 
 /// Step-log counts every scenario reports. A call with an unknown outcome is a step
-/// recorded UNKNOWN, or one whose probe settled it at once: the driver records those
-/// with the probe's outcome and an error starting with [`PROBED_CALL_PREFIX`].
+/// recorded UNKNOWN, or one whose status query settled it at once: the driver records
+/// those with the query's outcome and `settled_by_query` set.
 pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
     let count = |sql: &'static str| async move {
         sqlx::query_scalar::<_, i64>(sql)
@@ -15,20 +14,15 @@ pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
             .await
             .with_context(|| format!("evidence query failed: {sql}"))
     };
-    let probed = format!("{PROBED_CALL_PREFIX}%");
-    let unknown_calls = |action: &'static str| {
-        let probed = probed.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(
-                r#"SELECT COUNT(*) FROM payment_service.payment_steps
-                   WHERE action = $1 AND (outcome = 'UNKNOWN' OR error LIKE $2)"#,
-            )
-            .bind(action)
-            .bind(probed)
-            .fetch_one(pool)
-            .await
-            .with_context(|| format!("evidence query failed: unknown {action} calls"))
-        }
+    let unknown_calls = |action: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(
+            r#"SELECT COUNT(*) FROM payment_service.payment_steps
+               WHERE action = $1 AND (outcome = 'UNKNOWN' OR settled_by_query)"#,
+        )
+        .bind(action)
+        .fetch_one(pool)
+        .await
+        .with_context(|| format!("evidence query failed: unknown {action} calls"))
     };
     // The debit was in the ledger before the saga recorded not knowing: it committed,
     // and the answer was lost or late.
@@ -38,11 +32,10 @@ pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
         FROM payment_service.payment_steps AS s
         JOIN account_service.transactions AS t
           ON t.operation_key = s.operation_key AND t.kind = 'DEBIT' AND t.status = 'APPLIED'
-        WHERE s.action = 'DEBIT' AND (s.outcome = 'UNKNOWN' OR s.error LIKE $1)
+        WHERE s.action = 'DEBIT' AND (s.outcome = 'UNKNOWN' OR s.settled_by_query)
           AND t.created_at < s.created_at
         "#,
     )
-    .bind(&probed)
     .fetch_one(pool)
     .await
     .context("evidence query failed: debits committed whose answer was lost")?;

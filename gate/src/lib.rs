@@ -24,9 +24,8 @@ use axum::{
     Router,
 };
 use order::client::OrderClient;
-use paysaga_common::{auth::Verifier, pass::PassSigner, server};
+use paysaga_common::{auth::Verifier, jobs::Jobs, pass::PassSigner, server};
 use tokio::net::TcpListener;
-use tokio_cron_scheduler::{Job, JobScheduler};
 use utoipa::{
     openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
     Modify, OpenApi,
@@ -154,20 +153,17 @@ pub async fn serve_state(
 ) -> anyhow::Result<()> {
     let first = state.recompute.run_once().await;
     tracing::info!(?first, addr = ?listener.local_addr().ok(), "gate starting");
-    let mut scheduler = JobScheduler::new().await?;
-    let job = state.recompute.clone();
-    let every = paysaga_common::jobs::scheduler_period(config.recompute_interval);
-    scheduler
-        .add(Job::new_repeated_async(every, move |_id, _lock| {
-            let job = job.clone();
-            Box::pin(async move {
-                job.run_once().await;
-            })
-        })?)
-        .await?;
-    scheduler.start().await?;
+    let jobs = Jobs::start().await?;
+    let recompute = state.recompute.clone();
+    jobs.every("quota_recompute", config.recompute_interval, move || {
+        let recompute = recompute.clone();
+        async move {
+            recompute.run_once().await;
+        }
+    })
+    .await?;
     let served = server::serve(listener, app(state), shutdown).await;
-    scheduler.shutdown().await?;
+    jobs.shutdown().await?;
     served?;
     Ok(())
 }

@@ -13,15 +13,16 @@ use std::{
     time::Duration,
 };
 
+use rand::{rngs::StdRng, SeedableRng};
 use sqlx::PgPool;
 use uuid::Uuid;
-use workflows::{transition, Action, Next, Outcome, RetryPolicy};
+use workflows::{transition, Action, IllegalTransition, Next, Outcome, Position, RetryPolicy};
 
 use crate::{
     downstream::{Attempt, Downstream},
     error::{Error, Result},
     metrics,
-    store::{self, Move, PaymentRow, StepRecord},
+    store::{self, Move, PaymentRow, StepMove, StepRecord},
 };
 
 /// Called after a step's downstream call returns and before its result is recorded:
@@ -30,15 +31,123 @@ use crate::{
 pub type AfterCallHook =
     Arc<dyn Fn(Uuid, Action) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
-/// How the error of a step starts when its call's outcome was unknown and the probe that
-/// followed settled it: the step records the probe's outcome, and this keeps the fact
-/// that the call itself went unanswered (the fault suite counts on it).
-pub const PROBED_CALL_PREFIX: &str = "call: ";
-
 /// Backoffs up to this long are waited out by the driver itself, holding the lease.
 const INLINE_RETRY_MAX: Duration = Duration::from_millis(1000);
 /// At most this many inline retries per drive; then recovery takes the payment.
 const INLINE_RETRIES: u32 = 2;
+
+/// Everything the choice of a driver's next move depends on, so that the choice is a
+/// pure function ([`choose`]): no I/O, no clock, no hidden randomness.
+#[derive(Debug, Clone, Copy)]
+pub struct Situation<'a> {
+    /// Where the payment is; its pending action is the one just attempted.
+    pub at: Position,
+    pub outcome: Outcome,
+    /// The payment's attempts at the pending action that ended unknown, before this one.
+    pub attempts: i32,
+    /// Backoffs this drive has already waited out itself.
+    pub inline_retries: u32,
+    /// The downstream's code for a definite answer (e.g. `INSUFFICIENT_FUNDS`).
+    pub code: Option<&'a str>,
+    /// Seeds the retry jitter: the same situation always gives the same choice.
+    pub jitter_seed: u64,
+}
+
+/// Why a payment now waits for an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attention {
+    /// Unknown outcome after unknown outcome, until the action's policy gave up.
+    AttemptsExhausted,
+    /// A definite answer with no safe automatic continuation.
+    DefiniteRejection,
+}
+
+impl Attention {
+    /// The label of the attention metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attention::AttemptsExhausted => "attempts_exhausted",
+            Attention::DefiniteRejection => "definite_rejection",
+        }
+    }
+}
+
+/// The driver's next move after an attempt, and what comes with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub mv: Move,
+    /// Wait this long, lease held, and attempt again in the same drive.
+    pub pause: Option<Duration>,
+    /// Set when the move leaves the payment to an operator.
+    pub attention: Option<Attention>,
+}
+
+/// Picks the move that follows an attempt: the saga's transition, plus how the payment
+/// is scheduled. A move forward is due at once and keeps the lease while work is left.
+/// An unknown outcome stays put and backs off by the action's retry policy; a short
+/// backoff is waited out by the driver itself, lease held (it outlasts the pause), so
+/// a blip resolves within the buyer's wait instead of at the next recovery tick, and
+/// longer ones go back to recovery. Exhausted attempts and a definite answer with no
+/// safe continuation flag the payment for an operator.
+pub fn choose(s: Situation<'_>) -> Result<Choice, IllegalTransition> {
+    let Some(action) = s.at.pending() else {
+        return Err(IllegalTransition {
+            state: s.at.state(),
+            pending: None,
+            outcome: Some(s.outcome),
+        });
+    };
+    Ok(match transition(s.at, s.outcome)? {
+        Next::Move(to) => Choice {
+            mv: Move {
+                to,
+                attempts: 0,
+                next_attempt_in: to.pending().map(|_| Duration::ZERO),
+                needs_attention: false,
+                keep_lease: to.pending().is_some(),
+                failure_code: s
+                    .code
+                    .filter(|_| to.state() == workflows::State::Failed)
+                    .map(str::to_owned),
+            },
+            pause: None,
+            attention: None,
+        },
+        Next::Retry => {
+            let attempts = s.attempts.saturating_add(1);
+            let delay = RetryPolicy::for_action(action).next_delay(
+                u32::try_from(attempts).unwrap_or(u32::MAX),
+                &mut StdRng::seed_from_u64(s.jitter_seed),
+            );
+            let pause =
+                delay.filter(|d| *d <= INLINE_RETRY_MAX && s.inline_retries < INLINE_RETRIES);
+            Choice {
+                mv: Move {
+                    to: s.at,
+                    attempts,
+                    next_attempt_in: delay,
+                    needs_attention: delay.is_none(),
+                    keep_lease: pause.is_some(),
+                    failure_code: None,
+                },
+                pause,
+                attention: delay.is_none().then_some(Attention::AttemptsExhausted),
+            }
+        }
+        Next::Escalate => Choice {
+            mv: Move {
+                to: s.at,
+                attempts: s.attempts,
+                next_attempt_in: None,
+                needs_attention: true,
+                keep_lease: false,
+                failure_code: None,
+            },
+            pause: None,
+            attention: Some(Attention::DefiniteRejection),
+        },
+    })
+}
 
 /// Everything a driver needs; one per process, shared by handlers and recovery.
 pub struct Engine {
@@ -68,27 +177,30 @@ impl Engine {
 
     /// Appends the local steps a move leads to (ORDER_CONFIRMED -> COMPLETED), so they
     /// commit with it: one transaction fewer per payment, and no extra window.
-    fn chain_local_steps(
-        &self,
-        payment_id: Uuid,
-        steps: &mut Vec<(StepRecord, Move)>,
-    ) -> Result<()> {
+    fn chain_local_steps(&self, payment_id: Uuid, steps: &mut Vec<StepMove>) -> Result<()> {
         while let Some(action) = steps
             .last()
-            .and_then(|(_, mv)| mv.to.pending())
+            .and_then(|s| s.mv.to.pending())
             .filter(|a| !a.is_remote())
         {
             let from = steps
                 .last()
-                .map(|(_, mv)| mv.to)
+                .map(|s| s.mv.to)
                 .ok_or_else(|| Error::Invariant("no step to chain".into()))?;
-            let Next::Move(to) = transition(from, Outcome::Succeeded)
-                .map_err(|e| Error::Invariant(e.to_string()))?
-            else {
+            let choice = choose(Situation {
+                at: from,
+                outcome: Outcome::Succeeded,
+                attempts: 0,
+                inline_retries: 0,
+                code: None,
+                jitter_seed: 0,
+            })
+            .map_err(|e| Error::Invariant(e.to_string()))?;
+            if choice.mv.to == from {
                 return Err(Error::Invariant(format!(
                     "local step {action} did not move"
                 )));
-            };
+            }
             metrics::step(action, Outcome::Succeeded, Duration::ZERO);
             let step = StepRecord {
                 action,
@@ -98,15 +210,11 @@ impl Engine {
                 latency: Duration::ZERO,
                 error: None,
             };
-            let mv = Move {
-                to,
-                attempts: 0,
-                next_attempt_in: to.pending().map(|_| Duration::ZERO),
-                needs_attention: false,
-                keep_lease: to.pending().is_some(),
-                failure_code: None,
-            };
-            steps.push((step, mv));
+            steps.push(StepMove {
+                step,
+                settled_by_query: false,
+                mv: choice.mv,
+            });
         }
         Ok(())
     }
@@ -130,13 +238,15 @@ impl Engine {
                 return Ok(row);
             };
             let mut attempt = self.downstream.perform(action, &row).await;
+            let mut settled_by_query = false;
             if attempt.outcome == Outcome::Unknown {
                 metrics::unknown_outcome(action);
                 if let Some(truth) = self.downstream.probe(action, &row).await {
+                    settled_by_query = truth.outcome != Outcome::Unknown;
                     let call_error = attempt.error.take().unwrap_or_default();
                     attempt = Attempt {
                         error: Some(format!(
-                            "{PROBED_CALL_PREFIX}{call_error}; probe: {}",
+                            "call: {call_error}; probe: {}",
                             truth.error.as_deref().unwrap_or("found it done")
                         )),
                         latency: attempt.latency + truth.latency,
@@ -160,72 +270,44 @@ impl Engine {
                 latency: attempt.latency,
                 error: attempt.error.clone(),
             };
-            let next = transition(pos, attempt.outcome)
-                .map_err(|e| crate::error::Error::Invariant(e.to_string()))?;
-            let mv = match next {
-                Next::Move(to) => Move {
-                    to,
-                    attempts: 0,
-                    next_attempt_in: to.pending().map(|_| Duration::ZERO),
-                    needs_attention: false,
-                    keep_lease: to.pending().is_some(),
-                    failure_code: attempt
-                        .code
-                        .clone()
-                        .filter(|_| to.state() == workflows::State::Failed),
-                },
-                Next::Retry => {
-                    let attempts = row.attempts.saturating_add(1);
-                    let policy = RetryPolicy::for_action(action);
-                    let delay = policy.next_delay(
-                        u32::try_from(attempts).unwrap_or(u32::MAX),
-                        &mut rand::thread_rng(),
-                    );
-                    if delay.is_none() {
-                        metrics::attention("attempts_exhausted");
-                        tracing::warn!(payment_id = %row.id, %action, attempts, "attempts exhausted; payment needs an operator");
-                    }
-                    // A short backoff is waited out here, lease held (it outlasts the
-                    // pause), so a blip resolves within the buyer's wait instead of at the
-                    // next recovery tick; longer ones go back to recovery.
-                    let inline =
-                        delay.filter(|d| *d <= INLINE_RETRY_MAX && inline_retries < INLINE_RETRIES);
-                    if inline.is_some() {
-                        inline_retries += 1;
-                        pause = inline;
-                    }
-                    Move {
-                        to: pos,
-                        attempts,
-                        next_attempt_in: delay,
-                        needs_attention: delay.is_none(),
-                        keep_lease: inline.is_some(),
-                        failure_code: None,
-                    }
+            let choice = choose(Situation {
+                at: pos,
+                outcome: attempt.outcome,
+                attempts: row.attempts,
+                inline_retries,
+                code: attempt.code.as_deref(),
+                jitter_seed: rand::random(),
+            })
+            .map_err(|e| Error::Invariant(e.to_string()))?;
+            match choice.attention {
+                Some(Attention::AttemptsExhausted) => {
+                    metrics::attention(Attention::AttemptsExhausted.as_str());
+                    tracing::warn!(payment_id = %row.id, %action, attempts = choice.mv.attempts, "attempts exhausted; payment needs an operator");
                 }
-                Next::Escalate => {
-                    metrics::attention("definite_rejection");
+                Some(Attention::DefiniteRejection) => {
+                    metrics::attention(Attention::DefiniteRejection.as_str());
                     tracing::error!(payment_id = %row.id, %action, error = ?attempt.error, "no safe automatic move; payment needs an operator");
-                    Move {
-                        to: pos,
-                        attempts: row.attempts,
-                        next_attempt_in: None,
-                        needs_attention: true,
-                        keep_lease: false,
-                        failure_code: None,
-                    }
                 }
-            };
-            let mut steps = vec![(step, mv)];
+                None => {}
+            }
+            if choice.pause.is_some() {
+                inline_retries += 1;
+                pause = choice.pause;
+            }
+            let mut steps = vec![StepMove {
+                step,
+                settled_by_query,
+                mv: choice.mv,
+            }];
             self.chain_local_steps(row.id, &mut steps)?;
             match store::record_steps(&self.pool, &row, self.instance, self.lease, &steps).await? {
                 Some(moved) => {
                     let mut from = row.state.as_str();
-                    for (_, mv) in &steps {
-                        if mv.to.state().as_str() != from {
-                            metrics::transition(mv.to.state().as_str());
+                    for s in &steps {
+                        if s.mv.to.state().as_str() != from {
+                            metrics::transition(s.mv.to.state().as_str());
                         }
-                        from = mv.to.state().as_str();
+                        from = s.mv.to.state().as_str();
                     }
                     row = moved;
                 }
@@ -236,6 +318,228 @@ impl Engine {
                         .await
                         .map(|r| r.unwrap_or(row));
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use workflows::State;
+
+    use super::*;
+
+    fn at(state: State, pending: Option<Action>) -> Position {
+        Position::new(state, pending).expect("reachable")
+    }
+
+    fn situation(at: Position, outcome: Outcome) -> Situation<'static> {
+        Situation {
+            at,
+            outcome,
+            attempts: 0,
+            inline_retries: 0,
+            code: None,
+            jitter_seed: 7,
+        }
+    }
+
+    /// A move forward: due at once while work is left, lease kept exactly then.
+    fn forward(to: Position) -> Choice {
+        Choice {
+            mv: Move {
+                to,
+                attempts: 0,
+                next_attempt_in: to.pending().map(|_| Duration::ZERO),
+                needs_attention: false,
+                keep_lease: to.pending().is_some(),
+                failure_code: None,
+            },
+            pause: None,
+            attention: None,
+        }
+    }
+
+    #[test]
+    fn every_definite_outcome_of_every_position() {
+        use Action as A;
+        use Outcome::{Rejected as R, Succeeded as S};
+        use State as St;
+        let cases = [
+            (
+                at(St::Processing, Some(A::Debit)),
+                S,
+                Some(forward(at(St::AccountDebited, Some(A::Confirm)))),
+            ),
+            (
+                at(St::Processing, Some(A::Debit)),
+                R,
+                Some(forward(at(St::Failed, Some(A::CancelReservation)))),
+            ),
+            (
+                at(St::AccountDebited, Some(A::Confirm)),
+                S,
+                Some(forward(at(St::OrderConfirmed, Some(A::Complete)))),
+            ),
+            (
+                at(St::AccountDebited, Some(A::Confirm)),
+                R,
+                Some(forward(at(St::RefundProcessing, Some(A::Refund)))),
+            ),
+            (
+                at(St::OrderConfirmed, Some(A::Complete)),
+                S,
+                Some(forward(at(St::Completed, None))),
+            ),
+            (at(St::OrderConfirmed, Some(A::Complete)), R, None),
+            (
+                at(St::Failed, Some(A::CancelReservation)),
+                S,
+                Some(forward(at(St::Failed, None))),
+            ),
+            (
+                at(St::Failed, Some(A::CancelReservation)),
+                R,
+                Some(forward(at(St::Failed, None))),
+            ),
+            (
+                at(St::RefundProcessing, Some(A::CancelOrder)),
+                S,
+                Some(forward(at(St::RefundProcessing, Some(A::Refund)))),
+            ),
+            (
+                at(St::RefundProcessing, Some(A::CancelOrder)),
+                R,
+                Some(forward(at(St::Completed, None))),
+            ),
+            (
+                at(St::RefundProcessing, Some(A::Refund)),
+                S,
+                Some(forward(at(St::Refunded, None))),
+            ),
+        ];
+        for (from, outcome, expected) in cases {
+            assert_eq!(
+                choose(situation(from, outcome)).ok(),
+                expected,
+                "{from:?} {outcome}"
+            );
+        }
+        let refund = at(St::RefundProcessing, Some(A::Refund));
+        let mut s = situation(refund, R);
+        s.attempts = 3;
+        assert_eq!(
+            choose(s).expect("legal"),
+            Choice {
+                mv: Move {
+                    to: refund,
+                    attempts: 3,
+                    next_attempt_in: None,
+                    needs_attention: true,
+                    keep_lease: false,
+                    failure_code: None,
+                },
+                pause: None,
+                attention: Some(Attention::DefiniteRejection),
+            }
+        );
+    }
+
+    #[test]
+    fn settled_positions_and_odd_local_outcomes_are_refused() {
+        for from in Position::REACHABLE.into_iter().filter(|p| p.is_settled()) {
+            for outcome in Outcome::ALL {
+                assert!(
+                    choose(situation(from, outcome)).is_err(),
+                    "{from:?} {outcome}"
+                );
+            }
+        }
+        let completing = at(State::OrderConfirmed, Some(Action::Complete));
+        assert!(choose(situation(completing, Outcome::Unknown)).is_err());
+    }
+
+    #[test]
+    fn only_a_move_into_failed_keeps_the_downstream_code() {
+        let mut s = situation(Position::start(), Outcome::Rejected);
+        s.code = Some("INSUFFICIENT_FUNDS");
+        assert_eq!(
+            choose(s).expect("legal").mv.failure_code.as_deref(),
+            Some("INSUFFICIENT_FUNDS")
+        );
+        let mut s = situation(
+            at(State::AccountDebited, Some(Action::Confirm)),
+            Outcome::Rejected,
+        );
+        s.code = Some("RESERVATION_EXPIRED");
+        assert_eq!(choose(s).expect("legal").mv.failure_code, None);
+    }
+
+    #[test]
+    fn unknown_outcomes_back_off_inline_then_through_recovery_then_to_an_operator() {
+        let remote = Position::REACHABLE
+            .into_iter()
+            .filter(|p| p.pending().is_some_and(Action::is_remote));
+        for from in remote {
+            let policy = RetryPolicy::for_action(from.pending().expect("pending"));
+            // The first backoff of every remote action is short: waited out, lease held.
+            let first = choose(situation(from, Outcome::Unknown)).expect("legal");
+            assert_eq!((first.mv.to, first.mv.attempts), (from, 1), "{from:?}");
+            assert!(first.pause.is_some_and(|p| p <= INLINE_RETRY_MAX));
+            assert_eq!(first.pause, first.mv.next_attempt_in);
+            assert!(first.mv.keep_lease && !first.mv.needs_attention);
+            assert_eq!(first.attention, None);
+
+            // The drive's inline budget spent: recovery takes it, lease let go.
+            let mut s = situation(from, Outcome::Unknown);
+            s.inline_retries = INLINE_RETRIES;
+            let spent = choose(s).expect("legal");
+            assert_eq!(spent.pause, None);
+            assert!(spent.mv.next_attempt_in.is_some() && !spent.mv.keep_lease);
+
+            // A long backoff is never waited out inline.
+            let mut s = situation(from, Outcome::Unknown);
+            s.attempts = 5;
+            let long = choose(s).expect("legal");
+            assert!(long
+                .mv
+                .next_attempt_in
+                .is_some_and(|d| d > INLINE_RETRY_MAX));
+            assert_eq!((long.pause, long.mv.keep_lease), (None, false));
+
+            // The last attempt: no more scheduling, an operator is needed.
+            let mut s = situation(from, Outcome::Unknown);
+            s.attempts = i32::try_from(policy.max_attempts).expect("small") - 1;
+            let last = choose(s).expect("legal");
+            assert_eq!(last.mv.attempts, s.attempts + 1);
+            assert_eq!(last.mv.next_attempt_in, None);
+            assert!(last.mv.needs_attention && !last.mv.keep_lease);
+            assert_eq!(last.attention, Some(Attention::AttemptsExhausted));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn choices_are_deterministic_and_consistent(
+            from in prop::sample::select(Position::REACHABLE.to_vec()),
+            outcome in prop::sample::select(Outcome::ALL.to_vec()),
+            attempts in 0i32..40,
+            inline_retries in 0u32..4,
+            jitter_seed in any::<u64>(),
+        ) {
+            let s = Situation { at: from, outcome, attempts, inline_retries, code: Some("CODE"), jitter_seed };
+            let choice = choose(s);
+            prop_assert_eq!(&choice, &choose(s));
+            prop_assert_eq!(choice.is_ok(), transition(from, outcome).is_ok());
+            if let Ok(c) = choice {
+                prop_assert_eq!(c.mv.needs_attention, c.attention.is_some());
+                prop_assert!(!c.mv.keep_lease || (c.mv.to.pending().is_some() && !c.mv.needs_attention));
+                prop_assert!(c.pause.is_none() || (c.mv.keep_lease && c.pause == c.mv.next_attempt_in));
+                prop_assert!(c.pause.is_none_or(|p| p <= INLINE_RETRY_MAX));
+                prop_assert!(c.pause.is_none() || inline_retries < INLINE_RETRIES);
+                prop_assert!(c.mv.failure_code.is_none() || c.mv.to.state() == State::Failed);
+                prop_assert!(c.mv.next_attempt_in.is_none() || !c.mv.needs_attention);
             }
         }
     }

@@ -215,7 +215,7 @@ pub async fn run_with_hooks(
         max_batches: config.recovery_max_batches,
         concurrency: config.recovery_concurrency,
     };
-    let mut scheduler = recovery::start(
+    let jobs = recovery::start(
         state.engine.clone(),
         policy,
         config.idempotency_purge_interval,
@@ -223,7 +223,7 @@ pub async fn run_with_hooks(
     .await?;
     tracing::info!(addr = %listener.local_addr()?, instance = %state.engine.instance, "orchestrator listening");
     let served = server::serve(listener, app(state), shutdown).await;
-    if let Err(e) = scheduler.shutdown().await {
+    if let Err(e) = jobs.shutdown().await {
         tracing::warn!(error = %e, "scheduled jobs did not stop cleanly");
     }
     served?;

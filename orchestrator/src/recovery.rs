@@ -2,15 +2,12 @@
 //! the purge drops idempotency records past their retention.
 
 use std::{
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
     time::Duration,
 };
 
 use futures::StreamExt;
-use tokio_cron_scheduler::{Job, JobScheduler};
+use paysaga_common::jobs::Jobs;
 
 use crate::{driver::Engine, error::Result, idempotency, metrics, store};
 
@@ -59,22 +56,21 @@ pub async fn recover(engine: &Arc<Engine>, policy: RecoveryPolicy) -> Result<usi
     Ok(total)
 }
 
-/// Starts the recovery and purge jobs. A run still going when the next is due is not
-/// doubled: that tick is skipped.
+/// Starts the recovery and purge jobs (periods in whole seconds; see
+/// `paysaga_common::jobs`). A run still going when the next is due is not doubled:
+/// that tick is skipped. Neither runs once the instance has stopped.
 pub async fn start(
     engine: Arc<Engine>,
     policy: RecoveryPolicy,
     purge_interval: Duration,
-) -> anyhow::Result<JobScheduler> {
-    let scheduler = JobScheduler::new().await?;
+) -> anyhow::Result<Jobs> {
+    let jobs = Jobs::start().await?;
 
-    let running = Arc::new(AtomicBool::new(false));
     let recovery_engine = engine.clone();
-    let recovery = Job::new_repeated_async(policy.interval, move |_id, _lock| {
+    jobs.every("recovery", policy.interval, move || {
         let engine = recovery_engine.clone();
-        let running = running.clone();
-        Box::pin(async move {
-            if !engine.alive.load(Ordering::Acquire) || running.swap(true, Ordering::AcqRel) {
+        async move {
+            if !engine.alive.load(Ordering::Acquire) {
                 return;
             }
             if let Err(e) = recover(&engine, policy).await {
@@ -85,17 +81,14 @@ pub async fn start(
                 Ok((by_state, attention)) => metrics::census(&by_state, attention),
                 Err(e) => tracing::debug!(error = %e, "census failed"),
             }
-            running.store(false, Ordering::Release);
-        })
-    })?;
-    scheduler.add(recovery).await?;
+        }
+    })
+    .await?;
 
-    let purging = Arc::new(AtomicBool::new(false));
-    let purge = Job::new_repeated_async(purge_interval, move |_id, _lock| {
+    jobs.every("idempotency_purge", purge_interval, move || {
         let engine = engine.clone();
-        let purging = purging.clone();
-        Box::pin(async move {
-            if !engine.alive.load(Ordering::Acquire) || purging.swap(true, Ordering::AcqRel) {
+        async move {
+            if !engine.alive.load(Ordering::Acquire) {
                 return;
             }
             match idempotency::purge_expired(&engine.pool, 1000).await {
@@ -105,11 +98,9 @@ pub async fn start(
                     tracing::warn!(error = %e, "idempotency purge failed; the next run retries")
                 }
             }
-            purging.store(false, Ordering::Release);
-        })
-    })?;
-    scheduler.add(purge).await?;
+        }
+    })
+    .await?;
 
-    scheduler.start().await?;
-    Ok(scheduler)
+    Ok(jobs)
 }

@@ -136,7 +136,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = AppState::connect(&config).await?;
-    let mut scheduler = sweep::start(
+    let jobs = sweep::start(
         state.pool.clone(),
         config.sweep_interval,
         config.sweep_batch,
@@ -145,7 +145,7 @@ pub async fn run(
     .await?;
     tracing::info!(addr = %listener.local_addr()?, "order service listening");
     let served = server::serve(listener, app(state), shutdown).await;
-    if let Err(e) = scheduler.shutdown().await {
+    if let Err(e) = jobs.shutdown().await {
         tracing::warn!(error = %e, "expiry sweep did not stop cleanly");
     }
     served?;

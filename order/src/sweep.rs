@@ -1,16 +1,10 @@
 //! The expiry sweep: returns the units of reservations past their deadline to
 //! AVAILABLE, in bounded batches that several instances can run at once.
 
-use std::{
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
+use paysaga_common::jobs::Jobs;
 use sqlx::PgPool;
-use tokio_cron_scheduler::{Job, JobScheduler};
 
 use crate::error::{Error, Result};
 
@@ -79,32 +73,24 @@ pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
     Ok(total)
 }
 
-/// Schedules the sweep every `interval`. A run still going when the next is due is not
-/// doubled: the later tick is skipped.
+/// Schedules the sweep every `interval` (whole seconds; see `paysaga_common::jobs`). A
+/// run still going when the next is due is not doubled: the later tick is skipped.
 pub async fn start(
     pool: PgPool,
     interval: Duration,
     batch: i64,
     max_batches: u32,
-) -> anyhow::Result<JobScheduler> {
-    let scheduler = JobScheduler::new().await?;
-    let running = Arc::new(AtomicBool::new(false));
-    let period = paysaga_common::jobs::scheduler_period(interval);
-    let job = Job::new_repeated_async(period, move |_id, _lock| {
+) -> anyhow::Result<Jobs> {
+    let jobs = Jobs::start().await?;
+    jobs.every("expiry_sweep", interval, move || {
         let pool = pool.clone();
-        let running = running.clone();
-        Box::pin(async move {
-            if running.swap(true, Ordering::AcqRel) {
-                return;
-            }
+        async move {
             if let Err(e) = sweep(&pool, batch, max_batches).await {
                 metrics::counter!("order_sweep_errors_total").increment(1);
                 tracing::warn!(error = %e, "expiry sweep failed; the next run retries");
             }
-            running.store(false, Ordering::Release);
-        })
-    })?;
-    scheduler.add(job).await?;
-    scheduler.start().await?;
-    Ok(scheduler)
+        }
+    })
+    .await?;
+    Ok(jobs)
 }

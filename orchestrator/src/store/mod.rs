@@ -1,0 +1,111 @@
+//! Payments in PostgreSQL, one module per concern: creation and loading (`payments`),
+//! leases and recovery claims (`leases`), the compare-and-set step record and the step
+//! log (`steps`), and the operator's listing and counts (`listing`). Every write is one
+//! short transaction.
+
+mod leases;
+mod listing;
+mod payments;
+mod steps;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+use workflows::{Action, Position, State};
+
+use crate::{
+    api::{Payment, PaymentAdmin},
+    error::{Error, Result},
+};
+
+pub use leases::{claim_due, claim_one, release};
+pub use listing::{census, list};
+pub use payments::{by_reservation, insert_linked_payment, load, NewPayment};
+pub use steps::{operator_move, record_step, record_steps, steps, Move, StepMove, StepRecord};
+
+pub(crate) const PAYMENT_COLUMNS: &str = r#"id, member_id, account_id, reservation_id, amount, state, pending_action,
+    attempts, next_attempt_at, needs_attention, last_error, failure_code, lease_owner, lease_until,
+    version, created_at, updated_at"#;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PaymentRow {
+    pub id: Uuid,
+    pub member_id: String,
+    pub account_id: i64,
+    pub reservation_id: Uuid,
+    pub amount: i64,
+    pub state: String,
+    pub pending_action: Option<String>,
+    pub attempts: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub needs_attention: bool,
+    pub last_error: Option<String>,
+    pub failure_code: Option<String>,
+    pub lease_owner: Option<Uuid>,
+    pub lease_until: Option<DateTime<Utc>>,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl PaymentRow {
+    /// The stored position, checked against the machine.
+    pub fn position(&self) -> Result<Position> {
+        let bad = |e: String| Error::Invariant(format!("payment {}: {e}", self.id));
+        let state: State = self
+            .state
+            .parse()
+            .map_err(|e: workflows::ParseError| bad(e.to_string()))?;
+        let pending = match &self.pending_action {
+            Some(a) => Some(a.parse::<Action>().map_err(|e| bad(e.to_string()))?),
+            None => None,
+        };
+        Position::new(state, pending).map_err(|e| bad(e.to_string()))
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        self.state
+            .parse::<State>()
+            .map(State::is_terminal)
+            .unwrap_or(false)
+    }
+
+    pub fn to_api(&self) -> Payment {
+        Payment {
+            id: self.id,
+            reservation_id: self.reservation_id,
+            account_id: self.account_id,
+            member_id: self.member_id.clone(),
+            amount: self.amount,
+            state: self.state.clone(),
+            terminal: self.is_terminal(),
+            failure_code: self.failure_code.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+
+    pub fn to_admin(&self) -> PaymentAdmin {
+        PaymentAdmin {
+            payment: self.to_api(),
+            pending_action: self.pending_action.clone(),
+            attempts: self.attempts,
+            next_attempt_at: self.next_attempt_at,
+            needs_attention: self.needs_attention,
+            last_error: self.last_error.clone(),
+            lease_owner: self.lease_owner,
+            lease_until: self.lease_until,
+            version: self.version,
+        }
+    }
+}
+
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The name of the constraint a database error violated, if any.
+pub fn constraint(e: &sqlx::Error) -> Option<&str> {
+    e.as_database_error().and_then(|d| d.constraint())
+}
