@@ -42,7 +42,7 @@ impl Config {
     }
 
     /// Defaults for everything but the database, as tests and tools want it.
-    pub fn with_database(database_url: impl Into<String>) -> Self {
+    pub fn local(database_url: impl Into<String>) -> Self {
         Self {
             database_url: database_url.into(),
             listen_addr: DEFAULT_LISTEN_ADDR.into(),

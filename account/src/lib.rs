@@ -2,14 +2,14 @@
 //! double-entry ledger of debits and refunds.
 
 pub mod accounts;
-pub mod api;
-pub mod client;
+/// The wire types this service serves, from its contract.
+pub use paysaga_contracts::account::api;
 pub mod config;
-pub mod error;
-pub mod handlers;
-pub mod ledger;
-pub mod rows;
-pub mod shard;
+pub(crate) mod error;
+pub(crate) mod handlers;
+pub(crate) mod ledger;
+pub(crate) mod rows;
+pub(crate) mod shard;
 
 use std::{future::Future, sync::Arc};
 
@@ -24,7 +24,6 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
 
-pub use client::AccountClient;
 pub use config::Config;
 pub use error::{Error, Result};
 
@@ -96,6 +95,16 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(handlers::readyz))
         .with_state(state);
     server::finish(api, ApiDoc::openapi())
+}
+
+/// The account process, as the `account` binary and `paysaga service account` both run it:
+/// configuration from the environment, logging, the listening socket (handed over by a
+/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
+pub async fn serve_from_env() -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    paysaga_common::telemetry::init_tracing(config.log_format);
+    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
+    run(config, listener, paysaga_common::server::shutdown_signal()).await
 }
 
 /// Connects, migrates and serves until `shutdown` resolves. The service has no

@@ -1,11 +1,11 @@
 //! Who may call what: the schema wall between service roles, service-only endpoints,
 //! and members who see only their own accounts.
 
-mod common;
+mod support;
 
-use common::{debit, Svc};
 use paysaga_common::testkit::buyer_token;
 use sqlx::postgres::PgPoolOptions;
+use support::{debit, Svc};
 
 #[tokio::test]
 async fn account_app_cannot_read_another_services_schema() {
@@ -117,7 +117,7 @@ async fn buyers_cannot_move_money_and_see_only_their_own_account() {
         .await
         .expect("answer");
     assert_eq!(r.status(), 200);
-    let view: account::api::AccountView = r.json().await.expect("view");
+    let view: paysaga_contracts::account::api::AccountView = r.json().await.expect("view");
     assert_eq!(view.account.balance, 900);
     assert_eq!(view.recent_transactions.len(), 1);
     assert_eq!(view.recent_transactions[0].operation_key, "pay:a:debit");
@@ -174,7 +174,7 @@ async fn two_instances_migrating_a_fresh_database_at_once_both_serve() {
         bases.push(format!("http://{}", listener.local_addr().expect("addr")));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         stops.push(stop);
-        let config = account::Config::with_database(db.role_url("account_app"));
+        let config = account::Config::local(db.role_url("account_app"));
         tasks.push(tokio::spawn(account::run(config, listener, async move {
             let _ = stopped.await;
         })));

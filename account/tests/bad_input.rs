@@ -1,9 +1,9 @@
 //! Bad requests get a 4xx with a code, never a 5xx, and never write anything.
 
-mod common;
+mod support;
 
-use common::Svc;
 use paysaga_common::testkit::service_token;
+use support::Svc;
 
 #[tokio::test]
 async fn malformed_requests_are_answered_with_codes() {

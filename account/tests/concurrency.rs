@@ -1,9 +1,9 @@
 //! Many distinct debits racing for one balance: exactly as many succeed as it covers.
 
-mod common;
+mod support;
 
-use common::{debit, Svc};
 use futures::future::join_all;
+use support::{debit, Svc};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_debits_against_a_balance_covering_one_hundred() {

@@ -1,11 +1,11 @@
 //! One operation key, one outcome: concurrent duplicates, reuse with a different
 //! request, and a declined key that stays declined after money arrives.
 
-mod common;
+mod support;
 
-use account::api::{CreditRequest, TransactionStatus};
-use common::{amount, debit, key, Svc};
 use futures::future::join_all;
+use paysaga_contracts::account::api::{CreditRequest, TransactionStatus};
+use support::{amount, debit, key, Svc};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_identical_debits_take_money_once() {

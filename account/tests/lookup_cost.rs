@@ -3,11 +3,11 @@
 //! then debits them in a burst, and statistics taken in between once led the planner to
 //! scan every keyed transaction per lookup.
 
-mod common;
+mod support;
 
 use account::accounts::{MEMBER_RECENT_SQL, RECENT_TRANSACTIONS};
-use common::{debit, Svc};
 use futures::future::join_all;
+use support::{debit, Svc};
 
 /// Buyers funded for the drop, and how many of them pay before the lookup is planned.
 const FUNDED: i32 = 10_000;

@@ -2,13 +2,13 @@
 //! all balances never changes, no balance goes negative, and every balance is explained
 //! by its ledger rows.
 
-mod common;
+mod support;
 
-use account::api::CreditRequest;
-use common::{amount, debit, key, Svc};
 use futures::future::join_all;
 use paysaga_common::client::CallError;
+use paysaga_contracts::account::api::CreditRequest;
 use proptest::{prelude::*, test_runner::TestRunner};
+use support::{amount, debit, key, Svc};
 
 #[derive(Debug, Clone)]
 enum Op {

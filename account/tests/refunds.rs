@@ -1,11 +1,11 @@
 //! Refund credits: back to the debited account, never more than the debit in total,
 //! even when refunds race.
 
-mod common;
+mod support;
 
-use account::api::{CreditRequest, TransactionKind};
-use common::{amount, debit, key, Svc};
 use futures::future::join_all;
+use paysaga_contracts::account::api::{CreditRequest, TransactionKind};
+use support::{amount, debit, key, Svc};
 
 fn refund(k: &str, account_id: i64, minor: i64, of: &str) -> CreditRequest {
     CreditRequest {

@@ -5,12 +5,12 @@
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context;
-use gate::client::GateClient;
-use orchestrator::{
+use paysaga_contracts::gate::client::GateClient;
+use paysaga_contracts::orchestrator::{
     api::{PaymentAdmin, PaymentPage, PaymentTimeline},
     client::OrchestratorClient,
 };
-use order::client::OrderClient;
+use paysaga_contracts::order::client::OrderClient;
 use paysaga_common::auth::{service_token_from_env, Minter};
 
 use crate::{
@@ -197,7 +197,7 @@ fn print_timeline(t: &PaymentTimeline) {
     );
 }
 
-fn product_rows(products: &[order::api::Product]) -> Vec<Vec<String>> {
+fn product_rows(products: &[paysaga_contracts::order::api::Product]) -> Vec<Vec<String>> {
     products
         .iter()
         .map(|p| {

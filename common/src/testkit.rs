@@ -155,3 +155,144 @@ pub fn buyer_token(member: &str) -> String {
 pub fn service_token(service: &str) -> String {
     Minter::dev_service().mint(service, Duration::from_secs(3600))
 }
+
+/// How long a started service may take to answer `/readyz` with 200.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Polls `{base}/readyz` until it answers 200. Between polls `exited` is asked whether
+/// the service has already stopped (it returns what it knows, e.g. an exit status and
+/// the log's tail); then, or at the deadline, the error says so, so a test fails on the
+/// real cause instead of a later connection refusal.
+pub async fn wait_ready(
+    http: &reqwest::Client,
+    name: &str,
+    base: &str,
+    deadline: Duration,
+    mut exited: impl FnMut() -> Option<String>,
+) -> anyhow::Result<()> {
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        if let Some(why) = exited() {
+            anyhow::bail!("{name} exited before it was ready: {why}");
+        }
+        let last = match http.get(format!("{base}/readyz")).send().await {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) => format!("/readyz answered {}", r.status()),
+            Err(e) => e.to_string(),
+        };
+        if tokio::time::Instant::now() >= until {
+            anyhow::bail!("{name} at {base} was not ready within {deadline:?} ({last})");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The shutdown signal handed to a service started in process.
+pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// A service running inside the test's own process, on a port the kernel chose (the
+/// listener is bound before the service starts, so no other process can take it).
+/// Stopped gracefully by [`InProcess::stop`], cut off like a crash by
+/// [`InProcess::kill`], and stopped when dropped.
+pub struct InProcess {
+    pub name: String,
+    pub addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl InProcess {
+    /// Binds 127.0.0.1:0, runs `run(listener, shutdown)` (a service's `run` with its
+    /// config captured) in a task, and waits for `/readyz`. Panics with the service's own
+    /// error if it stops before it is ready.
+    pub async fn start<F, Fut>(name: &str, run: F) -> Self
+    where
+        F: FnOnce(tokio::net::TcpListener, Shutdown) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        match Self::try_start(name, run).await {
+            Ok(this) => this,
+            Err(e) => panic!("{e:#}"),
+        }
+    }
+
+    /// [`InProcess::start`] returning the failure instead of panicking.
+    pub async fn try_start<F, Fut>(name: &str, run: F) -> anyhow::Result<Self>
+    where
+        F: FnOnce(tokio::net::TcpListener, Shutdown) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shutdown: Shutdown = Box::pin(async move {
+            let _ = stopped.await;
+        });
+        let task = tokio::spawn(run(listener, shutdown));
+        let mut this = Self {
+            name: name.to_owned(),
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        };
+        let http = crate::client::http_client(Duration::from_secs(5));
+        let base = this.url();
+        let ready = wait_ready(&http, name, &base, READY_TIMEOUT, || this.exited()).await;
+        if let Err(e) = ready {
+            // The task's own error is the useful part when it stopped early.
+            if let Some(task) = this.task.take().filter(|t| t.is_finished()) {
+                return Err(match task.await {
+                    Ok(Ok(())) => e.context("it returned without an error"),
+                    Ok(Err(cause)) => cause.context(format!("{name} failed to start")),
+                    Err(join) => anyhow::anyhow!("{name} panicked while starting: {join}"),
+                });
+            }
+            return Err(e);
+        }
+        Ok(this)
+    }
+
+    fn exited(&self) -> Option<String> {
+        self.task
+            .as_ref()
+            .filter(|t| t.is_finished())
+            .map(|_| "its task ended".to_owned())
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful shutdown: in-flight requests finish and jobs stop; returns how the
+    /// service's `run` ended.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await?,
+            None => Ok(()),
+        }
+    }
+
+    /// Cuts the service off mid-flight, as a crash would: its task is aborted, whatever
+    /// it was doing stops where it was.
+    pub fn kill(&mut self) {
+        self.stop.take();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

@@ -13,7 +13,7 @@ use std::{
 };
 
 use futures::StreamExt;
-use orchestrator::api::Payment;
+use paysaga_contracts::orchestrator::api::Payment;
 use paysaga_common::client::CallError;
 use paysaga_e2e::{
     buyer::{payment_outcome, Step},

@@ -7,7 +7,6 @@ pub mod evidence;
 pub mod impatient;
 pub mod inject;
 pub mod plan;
-pub mod private_redis;
 pub mod report;
 pub mod run;
 pub mod scenario;

@@ -11,7 +11,8 @@ use std::{
 };
 
 use paysaga_e2e::{
-    invariants, Admin, Attempt, Buyer, Driver, Endpoints, Outcome, Stack, StackOptions,
+    invariants, private_redis::PrivateRedis, stats::Latency, Admin, Attempt, Buyer, Driver,
+    Endpoints, Outcome, Stack, StackOptions,
 };
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -20,7 +21,6 @@ use crate::{
     impatient::{self, ClientStats},
     inject::{self, Ctx},
     plan::Plan,
-    private_redis::PrivateRedis,
     report::ScenarioReport,
     scenario::Scenario,
     settle,
@@ -206,8 +206,7 @@ pub async fn run_on(
             ))
         ));
     }
-    let mut waits: Vec<Duration> = attempts.iter().map(|a| a.time_to_answer).collect();
-    waits.sort();
+    let waits = Latency::of_durations(attempts.iter().map(|a| &a.time_to_answer));
     Ok(ScenarioReport {
         scenario,
         seed: plan.seed,
@@ -218,8 +217,8 @@ pub async fn run_on(
         sold_out: tally.sold_out,
         rejected: tally.rejected,
         unanswered: tally.unanswered,
-        answer_p50: waits.get(waits.len() / 2).copied().unwrap_or_default(),
-        answer_max: waits.last().copied().unwrap_or_default(),
+        answer_p50: waits.p50(),
+        answer_max: waits.max(),
         injection,
         evidence,
         settled,

@@ -1,20 +1,19 @@
 //! The gate: admits at most as many buyers per product as there are units, with signed
 //! passes drawn from a shared quota in Redis, and keeps answering without Redis.
 
-pub mod admission;
-pub mod api;
-pub mod batch;
-pub mod bench;
-pub mod client;
+pub(crate) mod admission;
+/// The wire types this service serves, from its contract.
+pub use paysaga_contracts::gate::api;
+pub(crate) mod batch;
 pub mod config;
-pub mod error;
-pub mod health;
-pub mod keys;
-pub mod local;
-pub mod recompute;
-pub mod routes;
-pub mod scripts;
-pub mod store;
+pub(crate) mod error;
+pub(crate) mod health;
+pub(crate) mod keys;
+pub(crate) mod local;
+pub(crate) mod recompute;
+pub(crate) mod routes;
+pub(crate) mod scripts;
+pub(crate) mod store;
 
 use std::{future::Future, sync::Arc};
 
@@ -23,8 +22,8 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use order::client::OrderClient;
 use paysaga_common::{auth::Verifier, jobs::Jobs, pass::PassSigner, server};
+use paysaga_contracts::OrderClient;
 use tokio::net::TcpListener;
 use utoipa::{
     openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
@@ -131,6 +130,16 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(routes::readyz))
         .with_state(state);
     server::finish(api, ApiDoc::openapi())
+}
+
+/// The gate process, as the `gate` binary and `paysaga service gate` both run it:
+/// configuration from the environment, logging, the listening socket (handed over by a
+/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
+pub async fn serve_from_env() -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    paysaga_common::telemetry::init_tracing(config.log_format);
+    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
+    run(config, listener, paysaga_common::server::shutdown_signal()).await
 }
 
 /// Computes the quota once, starts the recompute job, serves until `shutdown`, then

@@ -5,7 +5,7 @@
 use std::{collections::HashMap, sync::Arc, time::Instant};
 
 use futures::future::join_all;
-use order::client::OrderClient;
+use paysaga_contracts::OrderClient;
 use tokio::sync::Mutex;
 use uuid::Uuid;
 

@@ -57,7 +57,7 @@ async fn an_unused_expired_pass_returns_its_unit_and_a_used_one_does_not() {
     assert_eq!(e.code(), Some("SOLD_OUT"));
     assert_eq!((quota().await.quota, quota().await.in_flight), (0, 2));
 
-    let bob = order::client::OrderClient::new(
+    let bob = paysaga_contracts::order::client::OrderClient::new(
         order.url.clone(),
         buyer_token("bob"),
         Duration::from_secs(10),
@@ -94,7 +94,7 @@ async fn an_unused_expired_pass_returns_its_unit_and_a_used_one_does_not() {
         .await
         .expect_err("sold out again");
     assert_eq!(e.code(), Some("SOLD_OUT"));
-    let carol = order::client::OrderClient::new(
+    let carol = paysaga_contracts::order::client::OrderClient::new(
         order.url.clone(),
         buyer_token("carol"),
         Duration::from_secs(10),

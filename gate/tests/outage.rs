@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use gate::Config;
 use paysaga_common::testkit::{service_token, TestDb};
-use support::{
-    create_product, free_port, start_gate, start_order, wait_ready_status, PrivateRedis,
-};
+use paysaga_e2e::private_redis::PrivateRedis;
+use support::{create_product, free_port, start_gate, start_order, wait_ready_status};
 
 /// The degraded gauge is process-wide; these tests run one at a time so each sees its own.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -22,7 +21,7 @@ async fn gate_survives_a_lost_redis_and_restores_the_quota() {
     let order = start_order(&db).await;
     let product = create_product(&order, 10).await;
     let port = free_port();
-    let mut redis = PrivateRedis::start(port).await;
+    let mut redis = PrivateRedis::start_on(port).await.expect("private redis");
     let mut config = Config::local(&redis.url(), "outage:", &order.url);
     config.recompute_interval = Duration::from_secs(1);
     config.redis_timeout = Duration::from_secs(1);
@@ -54,7 +53,7 @@ async fn gate_survives_a_lost_redis_and_restores_the_quota() {
         7
     );
 
-    redis.kill().await;
+    redis.kill();
 
     // Still answered: the fallback admits up to the last known quota (7), then asks
     // buyers to retry; it never claims the product is sold out.
@@ -131,7 +130,7 @@ async fn gate_survives_a_lost_redis_and_restores_the_quota() {
 
     // Redis comes back empty. The job restores the quota: 10 units, 10 passes in
     // flight (3 from before the outage, 7 from the fallback), none left.
-    let mut redis = PrivateRedis::start(port).await;
+    let mut redis = PrivateRedis::start_on(port).await.expect("private redis");
     wait_ready_status(gate.url(), "ready").await;
     let view = gate
         .service_client()
@@ -155,7 +154,7 @@ async fn gate_survives_a_lost_redis_and_restores_the_quota() {
         .await
         .expect("text");
     assert!(metrics.contains("gate_redis_degraded 0"), "{metrics}");
-    redis.kill().await;
+    redis.kill();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +184,7 @@ async fn gate_started_without_redis_answers_and_recovers_when_it_appears() {
     }
     assert_eq!(ok, 4);
 
-    let mut redis = PrivateRedis::start(port).await;
+    let mut redis = PrivateRedis::start_on(port).await.expect("private redis");
     wait_ready_status(gate.url(), "ready").await;
     let view = gate
         .service_client()
@@ -194,5 +193,5 @@ async fn gate_started_without_redis_answers_and_recovers_when_it_appears() {
         .expect("quota")
         .body;
     assert_eq!((view.quota, view.in_flight), (0, 4));
-    redis.kill().await;
+    redis.kill();
 }

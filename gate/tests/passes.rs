@@ -67,7 +67,7 @@ async fn same_member_same_pass_and_bad_passes_fail_verification() {
     );
 
     // The real order service agrees.
-    let mallory = order::client::OrderClient::new(
+    let mallory = paysaga_contracts::order::client::OrderClient::new(
         order.url.clone(),
         buyer_token("mallory"),
         Duration::from_secs(10),
@@ -87,7 +87,7 @@ async fn same_member_same_pass_and_bad_passes_fail_verification() {
         .await
         .expect_err("alice's pass is not mallory's");
     assert_eq!(e.code(), Some("PASS_WRONG_MEMBER"));
-    let alice_order = order::client::OrderClient::new(
+    let alice_order = paysaga_contracts::order::client::OrderClient::new(
         order.url.clone(),
         buyer_token("alice"),
         Duration::from_secs(10),

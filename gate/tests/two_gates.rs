@@ -74,7 +74,7 @@ async fn thousand_buyers_on_two_gates_get_exactly_one_hundred_passes() {
     // The real order service accepts every pass; PostgreSQL holds exactly 100
     // reservations and no unit is left.
     for (i, p) in &passes {
-        let buyer = order::client::OrderClient::new(
+        let buyer = paysaga_contracts::order::client::OrderClient::new(
             order.url.clone(),
             buyer_token(&format!("buyer-{i}")),
             Duration::from_secs(10),

@@ -40,7 +40,7 @@ async fn a_used_pass_frees_the_quota_it_double_counted() {
         .await
         .expect("bob's pass")
         .body;
-    let bob = order::client::OrderClient::new(
+    let bob = paysaga_contracts::order::client::OrderClient::new(
         order.url.clone(),
         buyer_token("bob"),
         Duration::from_secs(10),
@@ -72,7 +72,7 @@ async fn a_used_pass_frees_the_quota_it_double_counted() {
         .await
         .expect("carol's pass")
         .body;
-    let carol = order::client::OrderClient::new(
+    let carol = paysaga_contracts::order::client::OrderClient::new(
         order.url.clone(),
         buyer_token("carol"),
         Duration::from_secs(10),

@@ -97,7 +97,7 @@ impl Config {
 
     /// Defaults for a given database and downstreams (tests, tools); not validated
     /// against the environment.
-    pub fn for_services(
+    pub fn local(
         database_url: impl Into<String>,
         account_url: impl Into<String>,
         order_url: impl Into<String>,
@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_unsafe_leases_are_refused() {
-        let c = Config::for_services("postgres://x@h/db", "http://a", "http://o");
+        let c = Config::local("postgres://x@h/db", "http://a", "http://o");
         assert!(c.validate().is_ok());
         let short = Config {
             lease: Duration::from_millis(1000),

@@ -4,18 +4,18 @@
 
 use std::time::{Duration, Instant};
 
-use account::{
+use paysaga_common::{client::CallError, money::Amount};
+use paysaga_contracts::account::{
     api::{
         codes as account_codes, CreditRequest, DebitRequest, OperationKey, TransactionKind,
         TransactionStatus,
     },
     client::AccountClient,
 };
-use order::{
+use paysaga_contracts::order::{
     api::{codes as order_codes, ReservationState},
     client::OrderClient,
 };
-use paysaga_common::{client::CallError, money::Amount};
 use workflows::{Action, Outcome};
 
 use crate::store::PaymentRow;

@@ -2,16 +2,16 @@
 //! saga (see `workflows` and docs/orchestrator.md) to COMPLETED, FAILED or REFUNDED,
 //! through retries, timeouts, crashes and slow downstreams.
 
-pub mod api;
-pub mod client;
+/// The wire types this service serves, from its contract.
+pub use paysaga_contracts::orchestrator::api;
 pub mod config;
-pub mod downstream;
+pub(crate) mod downstream;
 pub mod driver;
-pub mod error;
+pub(crate) mod error;
 pub mod idempotency;
-pub mod metrics;
-pub mod recovery;
-pub mod routes;
+pub(crate) mod metrics;
+pub(crate) mod recovery;
+pub(crate) mod routes;
 pub mod store;
 
 use std::{
@@ -23,18 +23,18 @@ use std::{
     time::Duration,
 };
 
-use account::client::AccountClient;
 use axum::{
     extract::{FromRef, State},
     response::Response,
     routing::{get, post},
     Router,
 };
-use order::client::OrderClient;
 use paysaga_common::{
     auth::{service_token_from_env, Verifier},
     db, server,
 };
+use paysaga_contracts::AccountClient;
+use paysaga_contracts::OrderClient;
 use sqlx::{migrate::Migrator, PgPool};
 use tokio::net::TcpListener;
 use utoipa::{
@@ -187,6 +187,16 @@ impl Drop for AliveGuard {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
+}
+
+/// The orchestrator process, as the `orchestrator` binary and `paysaga service orchestrator` both run it:
+/// configuration from the environment, logging, the listening socket (handed over by a
+/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
+pub async fn serve_from_env() -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    paysaga_common::telemetry::init_tracing(config.log_format);
+    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
+    run(config, listener, paysaga_common::server::shutdown_signal()).await
 }
 
 /// Connects, migrates, starts recovery and the idempotency purge, serves until

@@ -1,18 +1,21 @@
 //! The payment saga end to end: the real account and order services, real PostgreSQL,
 //! and every outcome checked in the tables (money invariant included).
 
-mod harness;
+mod support;
 
 use std::{sync::Arc, time::Duration};
 
-use harness::{hook, pay_request, SlowProxy, Stack, PRICE};
 use orchestrator::Hooks;
 use paysaga_common::{client::CallError, testkit::buyer_token};
+use paysaga_e2e::FaultProxy;
+use support::{hook, pay_request, proxy_target, Stack, PRICE};
 use tokio::sync::Notify;
 use uuid::Uuid;
 use workflows::Action;
 
-fn steps_summary(tl: &orchestrator::api::PaymentTimeline) -> Vec<(String, String)> {
+fn steps_summary(
+    tl: &paysaga_contracts::orchestrator::api::PaymentTimeline,
+) -> Vec<(String, String)> {
     tl.steps
         .iter()
         .map(|s| (s.action.clone(), s.outcome.clone()))
@@ -207,14 +210,12 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
     let acct = s.open_account("slow-1", 100_000).await;
     let product = s.product(1).await;
     let res = s.reserve(product, "slow-1").await;
-    let proxy = SlowProxy::start(
-        &s.account_url,
-        "POST /v1/debits",
-        Duration::from_millis(2000),
-    )
-    .await;
+    let proxy = FaultProxy::in_front_of(proxy_target(&s.account_url))
+        .await
+        .expect("proxy");
+    proxy.slow_first_answer(b"POST /v1/debits", Duration::from_millis(2000));
     let mut config = s.config();
-    config.account_url = proxy.url.clone();
+    config.account_url = proxy.http_url();
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let answer = o
@@ -225,7 +226,7 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
     let id = answer.payment.id;
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert!(
-        proxy.fired.load(std::sync::atomic::Ordering::Acquire),
+        proxy.counts().slowed == 1,
         "the debit answer was held back"
     );
     assert_eq!(s.applied_debits(id).await, 1, "exactly one debit");
@@ -255,11 +256,13 @@ async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
     let acct = s.open_account("slow-2", 100_000).await;
     let product = s.product(1).await;
     let res = s.reserve(product, "slow-2").await;
-    let trigger: &'static str =
-        Box::leak(format!("POST /v1/reservations/{res}/confirm").into_boxed_str());
-    let proxy = SlowProxy::start(&s.order_url, trigger, Duration::from_millis(2000)).await;
+    let trigger = format!("POST /v1/reservations/{res}/confirm");
+    let proxy = FaultProxy::in_front_of(proxy_target(&s.order_url))
+        .await
+        .expect("proxy");
+    proxy.slow_first_answer(trigger.as_bytes(), Duration::from_millis(2000));
     let mut config = s.config();
-    config.order_url = proxy.url.clone();
+    config.order_url = proxy.http_url();
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let id = o
@@ -271,7 +274,7 @@ async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
         .id;
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert!(
-        proxy.fired.load(std::sync::atomic::Ordering::Acquire),
+        proxy.counts().slowed == 1,
         "the confirm answer was held back"
     );
     assert_eq!(s.unit_state(res).await, "SOLD");
@@ -321,7 +324,7 @@ async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
     let mut config = s.config();
     config.lease = Duration::from_millis(1500);
     config.response_wait = Duration::from_millis(1000);
-    let a = s
+    let mut a = s
         .orchestrator(
             config.clone(),
             Hooks {
@@ -674,7 +677,7 @@ async fn exhausted_attempts_flag_the_payment_and_an_operator_resumes_it() {
     let max = workflows::RetryPolicy::for_action(Action::Debit).max_attempts as i32;
     s.migrate_payments().await;
     let id = insert_stuck(&s, res, acct, "flag-1", max - 1).await;
-    let cut_off = s.orchestrator(config, Hooks::default()).await;
+    let mut cut_off = s.orchestrator(config, Hooks::default()).await;
     let page = loop {
         let page = cut_off
             .operator()
@@ -1041,17 +1044,15 @@ async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
     let product = s.product(1).await;
     let res = s.reserve(product, "impatient-1").await;
     // The debit is slow, so the first request is still running when its buyer gives up.
-    let proxy = SlowProxy::start(
-        &s.account_url,
-        "POST /v1/debits",
-        Duration::from_millis(1500),
-    )
-    .await;
+    let proxy = FaultProxy::in_front_of(proxy_target(&s.account_url))
+        .await
+        .expect("proxy");
+    proxy.slow_first_answer(b"POST /v1/debits", Duration::from_millis(1500));
     let mut config = s.config();
-    config.account_url = proxy.url.clone();
+    config.account_url = proxy.http_url();
     let o = s.orchestrator(config, Hooks::default()).await;
 
-    let impatient = orchestrator::client::OrchestratorClient::new(
+    let impatient = paysaga_contracts::orchestrator::client::OrchestratorClient::new(
         &o.url,
         buyer_token("impatient-1"),
         Duration::from_millis(100),
@@ -1087,19 +1088,23 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
     let acct = s.open_account("outage-1", 100_000).await;
     let product = s.product(1).await;
     let res = s.reserve(product, "outage-1").await;
-    let proxy = SlowProxy::plain(&s.order_url).await;
+    let proxy = Arc::new(
+        FaultProxy::in_front_of(proxy_target(&s.order_url))
+            .await
+            .expect("proxy"),
+    );
     // The order service goes dark right after the debit commits.
-    let down = proxy.down.clone();
+    let link = proxy.clone();
     let cut = hook(move |_id, action| {
-        let down = down.clone();
+        let link = link.clone();
         async move {
             if action == Action::Debit {
-                down.store(true, std::sync::atomic::Ordering::Release);
+                link.cut();
             }
         }
     });
     let mut config = s.config();
-    config.order_url = proxy.url.clone();
+    config.order_url = proxy.http_url();
     let o = s
         .orchestrator(
             config,
@@ -1132,9 +1137,7 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    proxy
-        .down
-        .store(false, std::sync::atomic::Ordering::Release);
+    proxy.heal();
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert_eq!(s.applied_debits(id).await, 1);
     assert_eq!(s.unit_state(res).await, "SOLD");

@@ -109,7 +109,7 @@ impl Config {
     }
 
     /// Defaults for a given database, for tests and tools (development pass key).
-    pub fn for_database(database_url: impl Into<String>) -> Config {
+    pub fn local(database_url: impl Into<String>) -> Config {
         Config {
             database_url: database_url.into(),
             listen_addr: "127.0.0.1:0".to_owned(),

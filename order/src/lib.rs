@@ -1,13 +1,14 @@
 //! The order service: products with one row per unit, reservations claimed with
 //! `FOR UPDATE SKIP LOCKED`, expiry, and idempotent confirm and cancel.
 
-pub mod api;
-pub mod claim_bench;
-pub mod client;
+/// The wire types this service serves, from its contract.
+pub use paysaga_contracts::order::api;
 pub mod config;
-pub mod error;
+pub(crate) mod error;
+/// Public because paysaga-bench's claim bench calls the claim itself.
 pub mod reservations;
-pub mod routes;
+pub(crate) mod routes;
+/// Public because paysaga-bench's claim bench stocks products directly.
 pub mod stock;
 pub mod sweep;
 
@@ -127,6 +128,16 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .with_state(state);
     server::finish(api, ApiDoc::openapi())
+}
+
+/// The order process, as the `order` binary and `paysaga service order` both run it:
+/// configuration from the environment, logging, the listening socket (handed over by a
+/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
+pub async fn serve_from_env() -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    paysaga_common::telemetry::init_tracing(config.log_format);
+    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
+    run(config, listener, paysaga_common::server::shutdown_signal()).await
 }
 
 /// Connects, migrates, starts the expiry sweep, serves until `shutdown`, then stops the sweep.

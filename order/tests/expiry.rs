@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use futures::future::join_all;
-use order::api::ReservationState;
+use paysaga_contracts::order::api::ReservationState;
 use support::{inconsistencies, pass, reservation_state, unit_states, Harness};
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 
 mod support;
 
-use order::api::{CreateProduct, ReservationState};
+use paysaga_contracts::order::api::{CreateProduct, ReservationState};
 use support::{inconsistencies, pass, unit_states, Harness};
 use uuid::Uuid;
 

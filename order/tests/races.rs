@@ -7,8 +7,8 @@ mod support;
 use std::collections::HashMap;
 
 use futures::future::join_all;
-use order::api::ReservationState;
 use paysaga_common::client::CallError;
+use paysaga_contracts::order::api::ReservationState;
 use support::{inconsistencies, pass, reservation_state, unit_states, Harness};
 use uuid::Uuid;
 
@@ -51,8 +51,8 @@ async fn confirm_cancel_and_expiry_race_with_one_winner_each() {
 
         type Answers = (
             Uuid,
-            Vec<Result<order::api::Reservation, CallError>>,
-            Result<order::api::Reservation, CallError>,
+            Vec<Result<paysaga_contracts::order::api::Reservation, CallError>>,
+            Result<paysaga_contracts::order::api::Reservation, CallError>,
         );
         let racers = reservations.iter().map(|(member, id)| {
             let service = h.service();

@@ -5,8 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use order::{api::ReservationState, client::OrderClient};
 use paysaga_common::testkit::service_token;
+use paysaga_contracts::order::{api::ReservationState, client::OrderClient};
 use sqlx::Connection;
 use support::{inconsistencies, pass, reservation_state, unit_states, Harness};
 

@@ -9,12 +9,12 @@ use std::{
 };
 
 use futures::StreamExt;
-use gate::client::GateClient;
-use orchestrator::{
+use paysaga_contracts::gate::client::GateClient;
+use paysaga_contracts::orchestrator::{
     api::{CreatePayment, Payment},
     client::{OrchestratorClient, PaymentAnswer},
 };
-use order::{api::Reservation, client::OrderClient};
+use paysaga_contracts::order::{api::Reservation, client::OrderClient};
 use paysaga_common::client::{Answer, CallError};
 use uuid::Uuid;
 
@@ -181,7 +181,7 @@ impl Driver {
         buyer: &Buyer,
         product_id: i64,
         retries: &mut u32,
-    ) -> Result<gate::api::PassIssued, CallError> {
+    ) -> Result<paysaga_contracts::gate::api::PassIssued, CallError> {
         let client = self.gate(buyer);
         let mut n = 0;
         loop {

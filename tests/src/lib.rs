@@ -8,11 +8,13 @@ pub mod binaries;
 pub mod buyer;
 pub mod invariants;
 pub mod process;
+pub mod private_redis;
 pub mod proxy;
 pub mod service;
 pub mod services;
 pub mod setup;
 pub mod stack;
+pub mod stats;
 pub mod wiring;
 
 pub use buyer::{Attempt, Buyer, Driver, Endpoints, Outcome, Patience};

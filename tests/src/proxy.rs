@@ -39,6 +39,9 @@ pub struct Faults {
     /// on the link are untouched. One request at a time per connection, as HTTP/1.1
     /// clients without pipelining send them.
     pub slow_answers: Option<(Vec<u8>, Duration)>,
+    /// At most this many answers are held for `slow_answers` (counted from when the
+    /// proxy started); `None` holds every matching answer.
+    pub slow_answers_limit: Option<u64>,
     /// Bumped to reset every open connection.
     generation: u64,
     /// The proxy is shutting down.
@@ -54,6 +57,8 @@ pub struct ProxyStats {
     pub upstream_failures: AtomicU64,
     pub bytes_up: AtomicU64,
     pub bytes_down: AtomicU64,
+    /// Answers held back by `slow_answers`.
+    pub slowed: AtomicU64,
 }
 
 /// A snapshot of [`ProxyStats`].
@@ -65,6 +70,7 @@ pub struct ProxyCounts {
     pub upstream_failures: u64,
     pub bytes_up: u64,
     pub bytes_down: u64,
+    pub slowed: u64,
 }
 
 pub struct FaultProxy {
@@ -142,6 +148,7 @@ impl FaultProxy {
             upstream_failures: s.upstream_failures.load(Ordering::Relaxed),
             bytes_up: s.bytes_up.load(Ordering::Relaxed),
             bytes_down: s.bytes_down.load(Ordering::Relaxed),
+            slowed: s.slowed.load(Ordering::Relaxed),
         }
     }
 
@@ -157,7 +164,19 @@ impl FaultProxy {
     /// Holds the answer to every request starting with `prefix` for `delay` (see
     /// [`Faults::slow_answers`]).
     pub fn set_slow_answers(&self, prefix: &[u8], delay: Duration) {
-        self.modify(|f| f.slow_answers = Some((prefix.to_vec(), delay)));
+        self.modify(|f| {
+            f.slow_answers = Some((prefix.to_vec(), delay));
+            f.slow_answers_limit = None;
+        });
+    }
+
+    /// Holds the answer to the first request starting with `prefix` for `delay`; later
+    /// ones pass (a timeout that a retry or a status query then recovers from).
+    pub fn slow_first_answer(&self, prefix: &[u8], delay: Duration) {
+        self.modify(|f| {
+            f.slow_answers = Some((prefix.to_vec(), delay));
+            f.slow_answers_limit = Some(1);
+        });
     }
 
     /// Stalls all traffic (open and new connections) until `set_blackhole(false)` or `heal`.
@@ -359,11 +378,19 @@ enum Direction {
 impl Direction {
     /// The extra delay for this chunk: set on a matching request going up, taken by the
     /// first answer chunk coming down.
-    fn slow_answer(&self, faults: &Faults, chunk: &[u8]) -> Duration {
+    fn slow_answer(&self, faults: &Faults, stats: &ProxyStats, chunk: &[u8]) -> Duration {
         match self {
             Direction::Up(owed) => {
                 if let Some((prefix, delay)) = &faults.slow_answers {
-                    if chunk.starts_with(prefix) {
+                    let limit = faults.slow_answers_limit.unwrap_or(u64::MAX);
+                    if chunk.starts_with(prefix)
+                        && stats
+                            .slowed
+                            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                                (n < limit).then_some(n + 1)
+                            })
+                            .is_ok()
+                    {
                         if let Ok(mut owed) = owed.lock() {
                             *owed = Some(*delay);
                         }
@@ -409,7 +436,7 @@ async fn pump(
         };
         let latency = {
             let f = faults.borrow();
-            f.latency + direction.slow_answer(&f, &buf[..n])
+            f.latency + direction.slow_answer(&f, &stats, &buf[..n])
         };
         if !latency.is_zero() {
             let mut sleeping = std::pin::pin!(tokio::time::sleep(latency));

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use account::{api::OpenAccountRequest, client::AccountClient};
+use paysaga_contracts::account::{api::OpenAccountRequest, client::AccountClient};
 use anyhow::{bail, Context};
-use gate::client::GateClient;
-use order::{
+use paysaga_contracts::gate::client::GateClient;
+use paysaga_contracts::order::{
     api::{CreateProduct, Product},
     client::OrderClient,
 };

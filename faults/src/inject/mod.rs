@@ -17,11 +17,11 @@ use std::{
 };
 
 use anyhow::Context as _;
-use paysaga_e2e::{FaultProxy, Link, ServiceKind, Stack, Stop};
+use paysaga_e2e::{private_redis::PrivateRedis, FaultProxy, Link, ServiceKind, Stack, Stop};
 use rand::{rngs::StdRng, Rng};
 use sqlx::PgPool;
 
-use crate::{plan::Plan, private_redis::PrivateRedis, scenario::Scenario};
+use crate::{plan::Plan, scenario::Scenario};
 
 /// What an injector did, as counts a report can print.
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -3,62 +3,42 @@
 
 #![allow(dead_code)]
 
-use std::{process::Stdio, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use gate::{client::GateClient, AppState, Config};
-use order::{api::CreateProduct, client::OrderClient};
+use gate::{AppState, Config};
 use paysaga_common::{
     auth::Verifier,
-    testkit::{buyer_token, service_token, TestDb},
+    testkit::{buyer_token, service_token, InProcess, TestDb},
 };
-use tokio::{net::TcpListener, process::Child, sync::oneshot};
+use paysaga_contracts::{
+    gate::client::GateClient,
+    order::{api::CreateProduct, client::OrderClient},
+};
 
+/// A service started in this process; its `url` is where it listens.
 pub struct Service {
     pub url: String,
-    stop: Option<oneshot::Sender<()>>,
+    process: InProcess,
 }
 
-impl Drop for Service {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+impl Service {
+    fn new(process: InProcess) -> Self {
+        Self {
+            url: process.url(),
+            process,
         }
     }
-}
-
-pub async fn wait_healthy(url: &str) {
-    let http = reqwest::Client::new();
-    for _ in 0..600 {
-        if let Ok(r) = http.get(format!("{url}/healthz")).send().await {
-            if r.status().is_success() {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{url} never became healthy");
 }
 
 /// The real order service on `db`.
 pub async fn start_order(db: &TestDb) -> Service {
-    let config = order::Config::for_database(db.role_url("order_app"));
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        if let Err(e) = order::run(config, listener, async move {
-            let _ = rx.await;
+    let config = order::Config::local(db.role_url("order_app"));
+    Service::new(
+        InProcess::start("order", |listener, shutdown| {
+            order::run(config, listener, shutdown)
         })
-        .await
-        {
-            eprintln!("order service stopped: {e:#}");
-        }
-    });
-    wait_healthy(&url).await;
-    Service {
-        url,
-        stop: Some(tx),
-    }
+        .await,
+    )
 }
 
 pub fn order_client(order: &Service) -> OrderClient {
@@ -104,90 +84,19 @@ impl Gate {
 pub async fn start_gate(config: Config) -> Gate {
     let state =
         AppState::with_verifier(&config, Arc::new(Verifier::development())).expect("gate state");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let (tx, rx) = oneshot::channel::<()>();
     let s = state.clone();
-    tokio::spawn(async move {
-        if let Err(e) = gate::serve_state(s, config, listener, async move {
-            let _ = rx.await;
-        })
-        .await
-        {
-            eprintln!("gate stopped: {e:#}");
-        }
-    });
-    wait_healthy(&url).await;
+    let process = InProcess::start("gate", |listener, shutdown| {
+        gate::serve_state(s, config, listener, shutdown)
+    })
+    .await;
     Gate {
-        service: Service {
-            url,
-            stop: Some(tx),
-        },
+        service: Service::new(process),
         state,
     }
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-/// A redis-server of this test's own, without persistence, to stop and restart.
-pub struct PrivateRedis {
-    pub port: u16,
-    child: Option<Child>,
-}
-
-impl PrivateRedis {
-    pub async fn start(port: u16) -> Self {
-        let child = tokio::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("redis-server is installed");
-        let this = Self {
-            port,
-            child: Some(child),
-        };
-        let client = redis::Client::open(this.url()).expect("url");
-        for _ in 0..200 {
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                if redis::cmd("PING")
-                    .query_async::<String>(&mut c)
-                    .await
-                    .is_ok()
-                {
-                    return this;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("private redis-server on {port} did not start");
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    pub async fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().await.expect("kill redis-server");
-        }
-    }
+    paysaga_e2e::process::free_port().expect("a free port")
 }
 
 /// Polls `/readyz` until its status is `want`.

@@ -22,8 +22,8 @@ use crate::{
     store::{self, NewPayment, PaymentRow},
     AppState,
 };
-use account::api::AccountKind;
-use order::api::ReservationState;
+use paysaga_contracts::account::api::AccountKind;
+use paysaga_contracts::order::api::ReservationState;
 
 /// The idempotency scope's operation name for payment creation.
 pub const CREATE_PAYMENT: &str = "create_payment";

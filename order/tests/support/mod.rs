@@ -4,23 +4,23 @@
 
 use std::time::Duration;
 
-use order::{api::Product, client::OrderClient, Config};
+use order::Config;
 use paysaga_common::{
     keys::DevKey,
     pass::{PassClaims, PassSigner},
-    testkit::{buyer_token, service_token, TestDb},
+    testkit::{buyer_token, service_token, InProcess, TestDb},
 };
+use paysaga_contracts::order::{api::Product, client::OrderClient};
 use sqlx::PgPool;
-use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use uuid::Uuid;
 
 pub struct Harness {
-    pub db: TestDb,
     pub base: String,
     pub admin: PgPool,
     http: reqwest::Client,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<anyhow::Result<()>>>,
+    service: InProcess,
+    // Last: dropped after the service has stopped using it.
+    pub db: TestDb,
 }
 
 impl Harness {
@@ -31,33 +31,21 @@ impl Harness {
 
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
         let db = TestDb::new().await;
-        let mut config = Config::for_database(db.role_url("order_app"));
+        let mut config = Config::local(db.role_url("order_app"));
         config.db_max_connections = 12;
         tweak(&mut config);
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(order::run(config, listener, async move {
-            let _ = rx.await;
-        }));
+        let service = InProcess::start("order", |listener, shutdown| {
+            order::run(config, listener, shutdown)
+        })
+        .await;
         let http = paysaga_common::client::http_client(Duration::from_secs(30));
-        // Ready once it answers /readyz (migrations done).
-        for _ in 0..600 {
-            if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
-                if r.status().is_success() {
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
         let admin = db.admin_pool().await;
         Self {
-            db,
-            base,
+            base: service.url(),
             admin,
             http,
-            shutdown: Some(tx),
-            task: Some(task),
+            service,
+            db,
         }
     }
 
@@ -75,7 +63,7 @@ impl Harness {
 
     pub async fn product(&self, units: i64) -> Product {
         self.service()
-            .create_product(&order::api::CreateProduct {
+            .create_product(&paysaga_contracts::order::api::CreateProduct {
                 name: "drop".into(),
                 price: 12_900,
                 units,
@@ -104,12 +92,7 @@ impl Harness {
     }
 
     pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
+        self.service.stop().await.expect("order stops cleanly");
     }
 }
 

@@ -1,55 +1,24 @@
 //! Test harness: the real account and order services and one or more orchestrators on
-//! one test database (each as its own role) on free ports, a response-delaying proxy,
-//! fixtures, and the money invariant read straight from PostgreSQL.
+//! one test database (each as its own role) on free ports, fixtures, and the money
+//! invariant read straight from PostgreSQL.
 #![allow(dead_code)]
 
-use std::{
-    future::Future,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
-    time::Duration,
-};
+use std::{future::Future, sync::Arc, time::Duration};
 
-use account::{api::OpenAccountRequest, client::AccountClient};
-use orchestrator::{api::CreatePayment, client::OrchestratorClient, Config, Hooks};
-use order::{api::CreateProduct, client::OrderClient};
+use orchestrator::{Config, Hooks};
 use paysaga_common::{
     auth::MemberId,
     keys::DevKey,
     pass::{PassClaims, PassSigner},
-    testkit::{buyer_token, service_token, TestDb},
+    testkit::{buyer_token, service_token, InProcess, TestDb},
 };
+use paysaga_contracts::account::{api::OpenAccountRequest, client::AccountClient};
+use paysaga_contracts::orchestrator::{api::CreatePayment, client::OrchestratorClient};
+use paysaga_contracts::order::{api::CreateProduct, client::OrderClient};
 use sqlx::PgPool;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    task::JoinHandle,
-};
 use uuid::Uuid;
 
 pub const PRICE: i64 = 12_900;
-
-/// Waits for `/readyz`; a service whose task ended (start-up failed) is reported with
-/// its error instead of being waited for.
-async fn wait_ready(base: &str, task: &mut JoinHandle<anyhow::Result<()>>) {
-    let http = paysaga_common::client::http_client(Duration::from_secs(5));
-    // Generous: the machine is shared, and start-up includes migrations.
-    for _ in 0..4800 {
-        if task.is_finished() {
-            let ended = task.await;
-            panic!("{base} stopped during start-up: {ended:?}");
-        }
-        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
-            if r.status().is_success() {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{base} never became ready");
-}
 
 /// Account and order running for real on one test database.
 pub struct Stack {
@@ -57,23 +26,15 @@ pub struct Stack {
     pub admin: PgPool,
     pub account_url: String,
     pub order_url: String,
-    tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    services: Vec<InProcess>,
     /// The total of all balances right after the fixtures were opened.
     pub opening_total: i64,
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
 }
 
 /// A running orchestrator instance.
 pub struct Orchestrator {
     pub url: String,
-    pub task: JoinHandle<anyhow::Result<()>>,
+    process: InProcess,
 }
 
 impl Orchestrator {
@@ -84,14 +45,8 @@ impl Orchestrator {
         OrchestratorClient::new(&self.url, service_token("ops"), Duration::from_secs(30))
     }
     /// Kills the instance: its server, jobs and drivers stop writing at once.
-    pub fn kill(&self) {
-        self.task.abort();
-    }
-}
-
-impl Drop for Orchestrator {
-    fn drop(&mut self) {
-        self.task.abort();
+    pub fn kill(&mut self) {
+        self.process.kill();
     }
 }
 
@@ -103,35 +58,31 @@ impl Stack {
         let db = TestDb::new().await;
         let admin = db.admin_pool().await;
 
-        let mut account_config = account::Config::with_database(db.role_url("account_app"));
+        let mut account_config = account::Config::local(db.role_url("account_app"));
         account_config.db_max_connections = 8;
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let account_url = format!("http://{}", l.local_addr().expect("addr"));
-        let account_task = tokio::spawn(account::run(account_config, l, std::future::pending()));
-
-        let mut order_config = order::Config::for_database(db.role_url("order_app"));
+        let account = InProcess::start("account", |listener, shutdown| {
+            account::run(account_config, listener, shutdown)
+        })
+        .await;
+        let mut order_config = order::Config::local(db.role_url("order_app"));
         order_config.db_max_connections = 8;
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let order_url = format!("http://{}", l.local_addr().expect("addr"));
-        let order_task = tokio::spawn(order::run(order_config, l, std::future::pending()));
-
-        let mut account_task = account_task;
-        let mut order_task = order_task;
-        wait_ready(&account_url, &mut account_task).await;
-        wait_ready(&order_url, &mut order_task).await;
+        let order = InProcess::start("order", |listener, shutdown| {
+            order::run(order_config, listener, shutdown)
+        })
+        .await;
         Self {
             db,
             admin,
-            account_url,
-            order_url,
-            tasks: vec![account_task, order_task],
+            account_url: account.url(),
+            order_url: order.url(),
+            services: vec![account, order],
             opening_total: 0,
         }
     }
 
     /// Orchestrator settings for tests: short waits and leases, fast recovery.
     pub fn config(&self) -> Config {
-        let mut c = Config::for_services(
+        let mut c = Config::local(
             self.db.role_url("payment_app"),
             &self.account_url,
             &self.order_url,
@@ -145,17 +96,14 @@ impl Stack {
     }
 
     pub async fn orchestrator(&self, config: Config, hooks: Hooks) -> Orchestrator {
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!("http://{}", l.local_addr().expect("addr"));
-        let task = tokio::spawn(orchestrator::run_with_hooks(
-            config,
-            l,
-            std::future::pending(),
-            hooks,
-        ));
-        let mut task = task;
-        wait_ready(&url, &mut task).await;
-        Orchestrator { url, task }
+        let process = InProcess::start("orchestrator", |listener, shutdown| {
+            orchestrator::run_with_hooks(config, listener, shutdown, hooks)
+        })
+        .await;
+        Orchestrator {
+            url: process.url(),
+            process,
+        }
     }
 
     /// Brings the payment schema up as the orchestrator would, without running one
@@ -383,99 +331,7 @@ where
     Arc::new(move |id, action| Box::pin(f(id, action)))
 }
 
-/// A TCP proxy in front of `upstream` that holds back the response to the first
-/// request whose head starts with `trigger` for `delay`; everything else passes.
-/// The request itself reaches the upstream at once, so the operation commits while
-/// its caller times out.
-pub struct SlowProxy {
-    pub url: String,
-    pub fired: Arc<AtomicBool>,
-    /// While set, the upstream is "dead": connections are closed before any answer.
-    pub down: Arc<AtomicBool>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for SlowProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl SlowProxy {
-    /// A proxy that delays nothing (use `down` to cut the upstream off).
-    pub async fn plain(upstream: &str) -> Self {
-        Self::start(upstream, "\u{0}never", Duration::ZERO).await
-    }
-
-    pub async fn start(upstream: &str, trigger: impl Into<String>, delay: Duration) -> Self {
-        let trigger: Arc<str> = trigger.into().into();
-        let upstream = upstream.trim_start_matches("http://").to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let fired = Arc::new(AtomicBool::new(false));
-        let fired_task = fired.clone();
-        let down = Arc::new(AtomicBool::new(false));
-        let down_task = down.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                if down_task.load(Ordering::Acquire) {
-                    continue;
-                }
-                let upstream = upstream.clone();
-                let fired = fired_task.clone();
-                let trigger = trigger.clone();
-                let down = down_task.clone();
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let (mut cr, mut cw) = client.into_split();
-                    let (mut sr, mut sw) = server.into_split();
-                    let delay_next = Arc::new(AtomicBool::new(false));
-                    let delay_set = delay_next.clone();
-                    let up = tokio::spawn(async move {
-                        let mut buf = vec![0u8; 16 * 1024];
-                        loop {
-                            let n = match cr.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => n,
-                            };
-                            if down.load(Ordering::Acquire) {
-                                break;
-                            }
-                            if buf[..n].starts_with(trigger.as_bytes())
-                                && !fired.swap(true, Ordering::AcqRel)
-                            {
-                                delay_set.store(true, Ordering::Release);
-                            }
-                            if sw.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                        let _ = sw.shutdown().await;
-                    });
-                    let mut buf = vec![0u8; 16 * 1024];
-                    loop {
-                        let n = match sr.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        if delay_next.swap(false, Ordering::AcqRel) {
-                            tokio::time::sleep(delay).await;
-                        }
-                        if cw.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                    up.abort();
-                });
-            }
-        });
-        Self {
-            url,
-            fired,
-            down,
-            task,
-        }
-    }
+/// The `host:port` of a service URL, for a proxy in front of it.
+pub fn proxy_target(url: &str) -> &str {
+    url.trim_start_matches("http://")
 }

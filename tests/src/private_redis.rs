@@ -1,6 +1,6 @@
-//! A Redis server of the scenario's own, on a free loopback port, without persistence:
-//! it can be SIGKILLed and started again empty, as a lost Redis comes back. The shared
-//! Redis other test runs use is never touched. It dies with this process.
+//! A Redis server of a test's own, on a loopback port, without persistence: it can be
+//! SIGKILLed and started again empty, as a lost Redis comes back. The shared Redis other
+//! tests use is never touched. It dies with the process that started it.
 
 use std::{
     process::Child,
@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use paysaga_e2e::process::{free_port, guarded_command, spawn_guarded};
+use crate::process::{free_port, guarded_command, spawn_guarded};
 
 /// How long a started server may take to answer PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -20,15 +20,34 @@ pub struct PrivateRedis {
 }
 
 impl PrivateRedis {
-    /// Starts `redis-server` on a free port and waits until it answers.
+    /// Starts `redis-server` on a free port and waits until it answers. redis-server
+    /// binds the port itself, so another process may take it first: then the server
+    /// exits and another port is tried.
     pub async fn start() -> anyhow::Result<Self> {
+        let mut last = None;
+        for _ in 0..5 {
+            match Self::start_on(free_port()?).await {
+                Ok(this) => return Ok(this),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one attempt").context("no free port for a private Redis"))
+    }
+
+    /// Starts `redis-server` on `port` (a test that configured a service with this port
+    /// before the server existed) and waits until it answers.
+    pub async fn start_on(port: u16) -> anyhow::Result<Self> {
         let mut this = Self {
-            port: free_port()?,
+            port,
             child: None,
             starts: 0,
         };
         this.restart().await?;
         Ok(this)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn url(&self) -> String {
@@ -56,11 +75,18 @@ impl PrivateRedis {
         self.wait_ready().await
     }
 
-    async fn wait_ready(&self) -> anyhow::Result<()> {
+    /// Waits until the server answers; fails as soon as our child has exited (its port
+    /// was taken), so an answer from someone else's server on that port never counts.
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if let Ok(n) = self.dbsize().await {
-                let _ = n;
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait().context("polling redis-server")? {
+                    self.child = None;
+                    bail!("redis-server on port {} exited at start ({status})", self.port);
+                }
+            }
+            if self.dbsize().await.is_ok() {
                 return Ok(());
             }
             if Instant::now() >= deadline {

@@ -6,7 +6,7 @@ use paysaga_common::client::{Answer, CallError, ServiceClient};
 use reqwest::header::{HeaderMap, HeaderValue};
 use uuid::Uuid;
 
-use crate::api::{CreatePayment, Payment, PaymentAdmin, PaymentPage, PaymentTimeline};
+use super::api::{CreatePayment, Payment, PaymentAdmin, PaymentPage, PaymentTimeline};
 
 /// An answer to `POST /v1/payments`, with whether it was a replay.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use paysaga_common::client::{Answer, CallError, ServiceClient};
 
-use crate::api::{
+use super::api::{
     Account, AccountView, CreditRequest, DebitRequest, OpenAccountRequest, Transaction,
 };
 

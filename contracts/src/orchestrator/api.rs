@@ -92,6 +92,9 @@ pub struct Step {
     pub downstream_status: Option<i32>,
     pub latency_ms: i32,
     pub error: Option<String>,
+    /// The call's own answer was lost and a status query settled the outcome.
+    #[serde(default)]
+    pub settled_by_query: bool,
     /// The orchestrator instance that recorded it.
     pub driver: Uuid,
     pub created_at: DateTime<Utc>,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use paysaga_common::client::{Answer, CallError, ServiceClient};
 use uuid::Uuid;
 
-use crate::api::{
+use super::api::{
     AddUnits, Availability, CreateProduct, CreateReservation, Product, Reservation, UsedPasses,
     UsedPassesQuery,
 };

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use paysaga_common::client::{Answer, CallError, ServiceClient};
 
-use crate::api::{IssuePass, PassIssued, QuotaView};
+use super::api::{IssuePass, PassIssued, QuotaView};
 
 /// Calls the gate with one bearer token: a buyer's for `issue_pass`, a service
 /// credential for `quota`.

@@ -4,25 +4,24 @@
 
 use std::time::Duration;
 
-use account::{
-    api::{Account, DebitRequest, OpenAccountRequest, OperationKey},
-    AccountClient, Config,
-};
+use account::Config;
 use paysaga_common::{
     auth::MemberId,
     money::Amount,
-    testkit::{service_token, TestDb},
+    testkit::{service_token, InProcess, TestDb},
+};
+use paysaga_contracts::account::{
+    api::{Account, DebitRequest, OpenAccountRequest, OperationKey},
+    client::AccountClient,
 };
 use sqlx::PgPool;
-use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 
 pub struct Svc {
     pub base: String,
     pub http: reqwest::Client,
     pub client: AccountClient,
     pub admin: PgPool,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<anyhow::Result<()>>>,
+    service: InProcess,
     // Last: dropped after the service has stopped using it.
     pub db: TestDb,
 }
@@ -34,28 +33,15 @@ impl Svc {
 
     pub async fn start_with(tune: impl FnOnce(&mut Config)) -> Self {
         let db = TestDb::new().await;
-        let mut config = Config::with_database(db.role_url("account_app"));
+        let mut config = Config::local(db.role_url("account_app"));
         config.db_max_connections = 24;
         tune(&mut config);
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind a free port");
-        let base = format!("http://{}", listener.local_addr().expect("local addr"));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(account::run(config, listener, async move {
-            let _ = stopped.await;
-        }));
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("client");
-        // The listener is bound before migrations run, so this waits until serving.
-        let ready = http
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .expect("service answers");
-        assert_eq!(ready.status(), 200, "service ready");
+        let service = InProcess::start("account", |listener, shutdown| {
+            account::run(config, listener, shutdown)
+        })
+        .await;
+        let base = service.url();
+        let http = paysaga_common::client::http_client(Duration::from_secs(30));
         let client = AccountClient::new(
             &base,
             service_token("orchestrator"),
@@ -67,8 +53,7 @@ impl Svc {
             http,
             client,
             admin,
-            stop: Some(stop),
-            task: Some(task),
+            service,
             db,
         }
     }
@@ -132,17 +117,6 @@ impl Svc {
         .fetch_one(&self.admin)
         .await
         .expect("negatives")
-    }
-}
-
-impl Drop for Svc {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
     }
 }
 
