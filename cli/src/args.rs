@@ -1,6 +1,6 @@
 //! The command line: `paysaga up` and the operator's subcommands.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,8 +51,14 @@ pub struct Endpoints {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Start PostgreSQL/Redis if needed, the four services, play a demo drop, and keep
-    /// everything running until Ctrl-C.
+    /// everything running until Ctrl-C, restarting a service that exits.
     Up(UpArgs),
+    /// Run one service in this process, configured from the environment exactly as its
+    /// own binary is (`up` starts each service this way, so one build serves all).
+    Service {
+        #[arg(value_enum)]
+        name: ServiceName,
+    },
     /// List, inspect, resume or refund payments (orchestrator inspection API).
     #[command(subcommand)]
     Payments(PaymentsCommand),
@@ -86,8 +92,9 @@ pub struct UpArgs {
     /// Listen on free ports instead of 8082-8085 (e.g. beside another running system).
     #[arg(long)]
     pub free_ports: bool,
-    /// Do not build the service binaries first (use the ones next to this binary).
-    #[arg(long)]
+    /// No effect, kept so older scripts still run: the services run from this binary
+    /// (`paysaga service <name>`), so there is nothing else to build.
+    #[arg(long, hide = true)]
     pub no_build: bool,
     /// Units in the demo drop.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i64).range(1..=100_000))]
@@ -104,6 +111,15 @@ pub struct UpArgs {
     /// Where private servers and logs live (default: .data/ in the project).
     #[arg(long, env = "PAYSAGA_DATA_DIR")]
     pub data_dir: Option<std::path::PathBuf>,
+}
+
+/// The services `paysaga service` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServiceName {
+    Account,
+    Order,
+    Gate,
+    Orchestrator,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,10 +1,10 @@
-//! The `paysaga` command as a library: the run command (`up`), the demo drop, and the
-//! operator's subcommands. Process supervision, the buyer flow and the invariant checks
-//! come from the end-to-end harness (`paysaga-e2e`), so the run command starts and
-//! checks the system exactly as the tests do.
+//! The `paysaga` command as a library: the run command (`up`), each service in-process
+//! (`service <name>`, what `up` starts), the demo drop, and the operator's subcommands.
+//! Process supervision, the buyer flow and the invariant checks come from the
+//! end-to-end harness (`paysaga-e2e`), so the run command starts and checks the system
+//! exactly as the tests do.
 
 pub mod args;
-pub mod compile;
 pub mod demo;
 pub mod infra;
 pub mod ops;
@@ -13,12 +13,16 @@ pub mod up;
 
 use std::process::ExitCode;
 
-use args::{Cli, Command};
+use args::{Cli, Command, ServiceName};
 
 /// Runs one command; the exit code says whether it succeeded.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Up(up) => up::run(up).await,
+        Command::Service { name } => {
+            serve(name).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Payments(cmd) => ops::payments(&cli.endpoints, cmd).await,
         Command::Products => ops::products(&cli.endpoints).await,
         Command::Stock { product } => ops::stock(&cli.endpoints, product).await,
@@ -26,5 +30,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Token(cmd) => ops::token(cmd),
         Command::Bootstrap(args) => ops::bootstrap(args).await,
         Command::Check(check) => ops::check(check).await,
+    }
+}
+
+/// One service in this process, exactly as its own binary runs it.
+async fn serve(name: ServiceName) -> anyhow::Result<()> {
+    match name {
+        ServiceName::Account => account::serve_from_env().await,
+        ServiceName::Order => order::serve_from_env().await,
+        ServiceName::Gate => gate::serve_from_env().await,
+        ServiceName::Orchestrator => orchestrator::serve_from_env().await,
     }
 }

@@ -1,5 +1,6 @@
 //! `paysaga up`: PostgreSQL and Redis, the schema bootstrap, the four services as
-//! separate processes, the demo drop, then everything kept running until Ctrl-C.
+//! separate processes (this binary, `paysaga service <name>`), the demo drop, then
+//! every service supervised (restarted with backoff when it exits) until Ctrl-C.
 
 use std::{
     collections::BTreeMap,
@@ -8,8 +9,11 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{bail, Context};
-use paysaga_e2e::{process::free_port, Endpoints, ServiceKind, Services, Wiring};
+use anyhow::{anyhow, Context};
+use paysaga_e2e::{
+    process::reserve_port, services::Backoff, wiring::Launcher, Endpoints, ServiceKind, Services,
+    Wiring,
+};
 
 use crate::{
     args::UpArgs,
@@ -48,19 +52,20 @@ fn data_dir(args: &UpArgs) -> PathBuf {
     base.join(".data")
 }
 
+/// Binds every service's port now and keeps the sockets until each service is started
+/// with its own, so no other process can take a port in between.
 fn ports(free: bool) -> anyhow::Result<BTreeMap<ServiceKind, u16>> {
     let mut ports = BTreeMap::new();
     for kind in ServiceKind::ALL {
         let port = if free {
-            free_port()?
+            reserve_port(0)?
         } else {
             let p = kind.default_port();
-            if std::net::TcpListener::bind(("127.0.0.1", p)).is_err() {
-                bail!(
+            reserve_port(p).map_err(|_| {
+                anyhow!(
                     "port {p} ({kind}) is in use: is another paysaga running? Stop it, or run `paysaga up --free-ports`"
-                );
-            }
-            p
+                )
+            })?
         };
         ports.insert(kind, port);
     }
@@ -68,8 +73,8 @@ fn ports(free: bool) -> anyhow::Result<BTreeMap<ServiceKind, u16>> {
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
-    if !args.no_build {
-        crate::compile::build_services()?;
+    if args.no_build {
+        println!("paysaga: --no-build has no effect: the services run from this binary");
     }
     let data = data_dir(&args);
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
@@ -122,6 +127,12 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
         args.redis_prefix.clone(),
         ports(args.free_ports)?,
     );
+    // Each service runs from this very binary, so `cargo run -p paysaga -- up` builds
+    // everything once, in one feature resolution, and never starts a stale service.
+    wiring.launcher = Launcher::MultiCall {
+        program: std::env::current_exe().context("cannot locate the running executable")?,
+        args: vec!["service".into()],
+    };
     // Pass the caller's service settings (RESERVATION_TTL_SECS, keys, RUST_LOG, ...) through.
     wiring.common_env = std::env::vars()
         .filter(|(k, _)| !MANAGED.contains(&k.as_str()))
@@ -142,7 +153,15 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
     println!("paysaga: starting account, order, gate and orchestrator…");
     let mut services = Services::launch(wiring.specs(&log_dir)?, log_dir.clone()).await?;
     for kind in ServiceKind::ALL {
-        println!("  {:<13} {}  ready", kind.name(), wiring.url(kind));
+        let pid = services
+            .process(kind)
+            .and_then(|p| p.pid())
+            .unwrap_or_default();
+        println!(
+            "  {:<13} {}  pid {pid:<7}  ready",
+            kind.name(),
+            wiring.url(kind)
+        );
     }
     println!("  logs          {}", log_dir.display());
 
@@ -192,32 +211,23 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
         });
     }
 
-    println!("paysaga: running. Press Ctrl-C to stop every service.");
-    let died = tokio::select! {
-        _ = paysaga_common::server::shutdown_signal() => None,
-        e = watch(&mut services) => Some(e),
-    };
+    println!(
+        "paysaga: running; a service that exits is restarted. Press Ctrl-C to stop every service."
+    );
+    tokio::select! {
+        _ = paysaga_common::server::shutdown_signal() => {}
+        never = services.supervise(Backoff::default(), |event| println!("paysaga: {event}")) => {
+            match never {}
+        }
+    }
     println!("\npaysaga: stopping the services…");
     services.shutdown().await?;
     println!("paysaga: stopped.");
-    match died {
-        Some(e) => Err(e),
-        None => Ok(if ok {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        }),
-    }
-}
-
-/// Resolves with an error when a service process exits on its own.
-async fn watch(services: &mut Services) -> anyhow::Error {
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Err(e) = services.check_alive() {
-            return e;
-        }
-    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn print_next_steps(

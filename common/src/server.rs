@@ -3,6 +3,8 @@
 
 use std::{future::Future, time::Duration};
 
+use anyhow::Context;
+
 use axum::{
     extract::DefaultBodyLimit,
     http::{header, StatusCode},
@@ -127,6 +129,31 @@ pub async fn serve(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// The socket a service listens on: the one its supervisor handed over (systemd's
+/// socket-activation protocol: `LISTEN_FDS=1`, the socket on fd 3), else `addr` bound
+/// here. A handed-over socket was bound by the supervisor before the service started,
+/// so no other process can take the port in between.
+pub async fn listener(addr: &str) -> anyhow::Result<TcpListener> {
+    let mut handed = listenfd::ListenFd::from_env();
+    let inherited = handed
+        .take_tcp_listener(0)
+        .context("the socket handed over on fd 3 (LISTEN_FDS) is not a listening TCP socket")?;
+    if let Some(std_listener) = inherited {
+        std_listener
+            .set_nonblocking(true)
+            .context("cannot make the handed-over socket non-blocking")?;
+        let listener = TcpListener::from_std(std_listener)
+            .context("cannot serve on the handed-over socket")?;
+        if let Ok(local) = listener.local_addr() {
+            tracing::info!(%local, "listening on the socket handed over by the supervisor");
+        }
+        return Ok(listener);
+    }
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -1,13 +1,7 @@
-//! The gate binary: configuration, logging, listener, serve.
-
-use gate::Config;
-use paysaga_common::{server::shutdown_signal, telemetry::init_tracing};
-use tokio::net::TcpListener;
+//! The gate service binary. Everything it does is [`gate::serve_from_env`], which
+//! `paysaga service gate` runs too, so both start the service the same way.
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    init_tracing(config.log_format);
-    let listener = TcpListener::bind(&config.listen_addr).await?;
-    gate::run(config, listener, shutdown_signal()).await
+    gate::serve_from_env().await
 }

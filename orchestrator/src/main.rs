@@ -1,13 +1,7 @@
-//! The orchestrator process: configuration, logs, socket, run.
-
-use orchestrator::{run, Config};
-use paysaga_common::{server::shutdown_signal, telemetry::init_tracing};
-use tokio::net::TcpListener;
+//! The orchestrator service binary. Everything it does is [`orchestrator::serve_from_env`], which
+//! `paysaga service orchestrator` runs too, so both start the service the same way.
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    init_tracing(config.log_format);
-    let listener = TcpListener::bind(&config.listen_addr).await?;
-    run(config, listener, shutdown_signal()).await
+    orchestrator::serve_from_env().await
 }

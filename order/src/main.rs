@@ -1,12 +1,7 @@
-//! The order service process.
-
-use order::{run, Config};
-use paysaga_common::{server::shutdown_signal, telemetry::init_tracing};
+//! The order service binary. Everything it does is [`order::serve_from_env`], which
+//! `paysaga service order` runs too, so both start the service the same way.
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    init_tracing(config.log_format);
-    let listener = tokio::net::TcpListener::bind(&config.listen_addr).await?;
-    run(config, listener, shutdown_signal()).await
+    order::serve_from_env().await
 }

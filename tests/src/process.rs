@@ -1,10 +1,13 @@
-//! One service as a child process: started with a fixed environment and port, its
-//! output captured to a log file, stoppable by signal and restartable, and always
-//! killed and reaped when dropped.
+//! One service as a child process: started with a fixed environment and port, handed
+//! its listening socket, its output captured to a log file, stoppable by signal and
+//! restartable, and always killed and reaped when dropped.
 
 use std::{
+    collections::BTreeMap,
     fs::{File, OpenOptions},
     io::Write,
+    net::{Ipv4Addr, SocketAddr},
+    os::fd::OwnedFd,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::{mpsc, Mutex, OnceLock},
@@ -12,7 +15,9 @@ use std::{
 };
 
 use anyhow::{anyhow, bail, Context};
+use command_fds::{CommandFdExt, FdMapping};
 use nix::{sys::signal, unistd::Pid};
+use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::service::ServiceKind;
 
@@ -29,7 +34,12 @@ pub enum Stop {
 #[derive(Debug, Clone)]
 pub struct ServiceSpec {
     pub kind: ServiceKind,
-    pub binary: PathBuf,
+    /// The executable: the service's own binary, or a multi-call one such as `paysaga`.
+    pub program: PathBuf,
+    /// Its arguments (`["service", "order"]` for `paysaga service order`; none for a
+    /// service's own binary).
+    pub args: Vec<String>,
+    /// The port on 127.0.0.1. The harness binds it and hands the socket to the child.
     pub port: u16,
     /// The whole environment of the child: the harness clears inherited variables so a
     /// developer's shell cannot change what a test runs against.
@@ -41,6 +51,24 @@ impl ServiceSpec {
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+
+    /// The command line, for messages.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.program.display().to_string())
+            .chain(self.args.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// What one `/readyz` probe found.
+#[derive(Debug)]
+pub enum Readiness {
+    Ready,
+    /// Running, not ready yet: the last answer or connection error.
+    NotYet(String),
+    /// The process has exited.
+    Exited(ExitStatus),
 }
 
 /// A running (or stopped) service process.
@@ -113,7 +141,16 @@ impl ServiceProcess {
             self.spec.port,
             chrono::Utc::now().to_rfc3339()
         );
-        let child = spawn_child(&self.spec, log)?;
+        let socket = take_reserved(self.spec.port)
+            .map(Ok)
+            .unwrap_or_else(|| listen_on(self.spec.port).map(OwnedFd::from))
+            .with_context(|| {
+                format!(
+                    "cannot listen on port {} for {}: is another process using it?",
+                    self.spec.port, self.spec.kind
+                )
+            })?;
+        let child = spawn_child(&self.spec, log, socket)?;
         self.child = Some(child);
         Ok(())
     }
@@ -163,6 +200,23 @@ impl ServiceProcess {
         }
     }
 
+    /// Asks `/readyz` once (for at most `timeout`), after checking the process still runs.
+    pub async fn probe_ready(&mut self, http: &reqwest::Client, timeout: Duration) -> Readiness {
+        if let Some(status) = self.exit_status() {
+            return Readiness::Exited(status);
+        }
+        let url = format!("{}/readyz", self.url());
+        match http.get(&url).timeout(timeout).send().await {
+            Ok(r) if r.status().is_success() => Readiness::Ready,
+            Ok(r) => Readiness::NotYet(format!(
+                "{} {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            )),
+            Err(e) => Readiness::NotYet(e.to_string()),
+        }
+    }
+
     /// Waits until `/readyz` answers 200. Fails early, with the end of the log, if the
     /// process exits or the timeout passes.
     pub async fn wait_ready(
@@ -170,16 +224,14 @@ impl ServiceProcess {
         http: &reqwest::Client,
         timeout: Duration,
     ) -> anyhow::Result<()> {
-        let url = format!("{}/readyz", self.url());
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(status) = self.exit_status() {
-                return Err(self.failure(&format!("exited with {status} before it was ready")));
-            }
-            let last = match http.get(&url).timeout(Duration::from_secs(2)).send().await {
-                Ok(r) if r.status().is_success() => return Ok(()),
-                Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
-                Err(e) => e.to_string(),
+            let last = match self.probe_ready(http, Duration::from_secs(2)).await {
+                Readiness::Ready => return Ok(()),
+                Readiness::Exited(status) => {
+                    return Err(self.failure(&format!("exited with {status} before it was ready")))
+                }
+                Readiness::NotYet(last) => last,
             };
             if Instant::now() >= deadline {
                 return Err(self.failure(&format!(
@@ -255,18 +307,33 @@ fn setpriv() -> Option<&'static Path> {
         .as_deref()
 }
 
-fn spawn_child(spec: &ServiceSpec, log: File) -> anyhow::Result<Child> {
+/// The child gets its listening socket as systemd hands one over: on fd 3, announced by
+/// `LISTEN_FDS=1` (`paysaga_common::server::listener` takes it). No `LISTEN_PID`: the
+/// child's pid is not known before it is spawned, and the receiving side accepts its
+/// absence. The parent's copy closes once the child is spawned (the command owns it),
+/// so while the child is down nothing listens and connections are refused.
+fn spawn_child(spec: &ServiceSpec, log: File, socket: OwnedFd) -> anyhow::Result<Child> {
     let stderr = log
         .try_clone()
         .context("cannot duplicate the log file handle")?;
-    let mut cmd = guarded_command(&spec.binary);
-    cmd.env_clear()
+    let mut cmd = guarded_command(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("LISTEN_FDS", "1")
+        .env_remove("LISTEN_PID")
+        .env_remove("LISTEN_FDNAMES")
+        .env_remove("LISTEN_FDS_FIRST_FD")
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(stderr));
+    cmd.fd_mappings(vec![FdMapping {
+        parent_fd: socket,
+        child_fd: 3,
+    }])
+    .map_err(|e| anyhow!("cannot hand the socket to {}: {e}", spec.kind))?;
     spawn_guarded(cmd)
-        .with_context(|| format!("cannot start {} from {}", spec.kind, spec.binary.display()))
+        .with_context(|| format!("cannot start {} as `{}`", spec.kind, spec.command_line()))
 }
 
 /// A command for `program` that dies with this process: where `setpriv` exists it
@@ -298,11 +365,56 @@ pub fn spawn_guarded(cmd: Command) -> anyhow::Result<Child> {
         .map_err(Into::into)
 }
 
-/// A free TCP port on loopback. The port is released before the service binds it;
-/// another process could take it in between, which on loopback in a test run is rare
-/// enough that a failed start saying "address in use" is the honest answer.
+/// A free TCP port on loopback, released before it is returned: for a program that
+/// binds its port itself (a private redis-server). Another process could take the port
+/// in between; for a service use [`reserve_port`], which leaves no such window.
 pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
         .context("cannot bind a free port on 127.0.0.1")?;
     Ok(listener.local_addr()?.port())
+}
+
+/// Listening sockets bound ahead of their service's start, by port.
+fn reserved() -> &'static Mutex<BTreeMap<u16, OwnedFd>> {
+    static RESERVED: OnceLock<Mutex<BTreeMap<u16, OwnedFd>>> = OnceLock::new();
+    RESERVED.get_or_init(Default::default)
+}
+
+/// Binds a listening socket on 127.0.0.1 (`port` 0: any free port) and keeps it for the
+/// service that will be started on that port, which is handed this very socket: the
+/// port is never free between choosing it and the service serving it. Until then
+/// connections queue (they are not refused). Returns the port.
+pub fn reserve_port(port: u16) -> anyhow::Result<u16> {
+    let socket = listen_on(port).with_context(|| {
+        if port == 0 {
+            "cannot bind a free port on 127.0.0.1".to_owned()
+        } else {
+            format!("port {port} on 127.0.0.1 is in use")
+        }
+    })?;
+    let bound = socket
+        .local_addr()?
+        .as_socket()
+        .map(|a| a.port())
+        .context("the reserved socket has no IP address")?;
+    reserved()
+        .lock()
+        .map_err(|_| anyhow!("the port reservations lock is poisoned"))?
+        .insert(bound, socket.into());
+    Ok(bound)
+}
+
+fn take_reserved(port: u16) -> Option<OwnedFd> {
+    reserved().lock().ok()?.remove(&port)
+}
+
+/// A listening TCP socket on 127.0.0.1:`port`, as tokio would make it (address reuse,
+/// so a port left in TIME_WAIT by a killed service can be bound again; backlog 1024),
+/// close-on-exec except in the child it is handed to.
+fn listen_on(port: u16) -> std::io::Result<Socket> {
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into())?;
+    socket.listen(1024)?;
+    Ok(socket)
 }

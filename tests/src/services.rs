@@ -1,12 +1,20 @@
 //! The four service processes as one unit: started together, waited on until ready,
-//! stopped and restarted one at a time, and all stopped (or killed on drop) together.
+//! stopped and restarted one at a time, supervised (restarted with backoff when one
+//! exits), and all stopped (or killed on drop) together.
 
-use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+use std::{
+    collections::BTreeMap,
+    convert::Infallible,
+    fmt,
+    path::PathBuf,
+    process::ExitStatus,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 
 use crate::{
-    process::{ServiceProcess, ServiceSpec, Stop, READY_TIMEOUT},
+    process::{Readiness, ServiceProcess, ServiceSpec, Stop, READY_TIMEOUT},
     service::ServiceKind,
 };
 
@@ -118,5 +126,288 @@ impl Services {
             }
         }
         Ok(())
+    }
+}
+
+/// When a supervised service is restarted: the first restart after `first`, each
+/// further one twice as late, never later than `max`; a service that stayed ready for
+/// `reset_after` starts again from `first`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub first: Duration,
+    pub max: Duration,
+    pub reset_after: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            first: Duration::from_millis(500),
+            max: Duration::from_secs(30),
+            reset_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Backoff {
+    /// The wait before restart number `attempt` (1 for the first in a row).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(31);
+        self.first.saturating_mul(1 << doublings).min(self.max)
+    }
+
+    /// The number of the next restart, after `previous` restarts in a row: the count
+    /// goes on, unless the service was ready for at least `reset_after` before it exited
+    /// (`ready_for` is `None` when it never became ready).
+    pub fn next_attempt(&self, previous: u32, ready_for: Option<Duration>) -> u32 {
+        match ready_for {
+            Some(ready) if ready >= self.reset_after => 1,
+            _ => previous.saturating_add(1),
+        }
+    }
+}
+
+/// What the supervisor did, for the operator.
+#[derive(Debug)]
+pub enum Event {
+    /// A service exited on its own or was killed; it is started again after `delay`.
+    Exited {
+        kind: ServiceKind,
+        pid: Option<u32>,
+        status: ExitStatus,
+        attempt: u32,
+        delay: Duration,
+    },
+    /// A restarted process was spawned; it is not ready yet.
+    Restarted {
+        kind: ServiceKind,
+        pid: u32,
+        attempt: u32,
+    },
+    /// A restarted process answers `/readyz`.
+    Ready {
+        kind: ServiceKind,
+        pid: u32,
+        attempt: u32,
+    },
+    /// A restart did not come up (could not be spawned, exited before it was ready, or
+    /// was not ready in time); the next try is after `delay`.
+    RestartFailed {
+        kind: ServiceKind,
+        attempt: u32,
+        error: String,
+        delay: Duration,
+    },
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Exited {
+                kind,
+                pid,
+                status,
+                attempt,
+                delay,
+            } => {
+                let pid = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                write!(
+                    f,
+                    "{kind}{pid} exited: {status}; restart #{attempt} in {delay:?}"
+                )
+            }
+            Event::Restarted { kind, pid, attempt } => {
+                write!(
+                    f,
+                    "{kind} restarted as pid {pid} (restart #{attempt}); waiting until ready"
+                )
+            }
+            Event::Ready { kind, pid, attempt } => {
+                write!(f, "{kind} pid {pid} ready again (restart #{attempt})")
+            }
+            Event::RestartFailed {
+                kind,
+                attempt,
+                error,
+                delay,
+            } => write!(
+                f,
+                "{kind} restart #{attempt} failed; next try in {delay:?}: {error}"
+            ),
+        }
+    }
+}
+
+/// One supervised service: where it is in its cycle and how many restarts in a row.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Ready { since: Instant },
+    Waiting { until: Instant },
+    Starting { deadline: Instant },
+}
+
+/// How often the supervisor looks at its processes. Between looks it sleeps, so a
+/// crash loop costs one spawn per backoff delay, not a busy CPU.
+const SUPERVISE_TICK: Duration = Duration::from_millis(200);
+
+impl Services {
+    /// Keeps every service running until the future is dropped: a service that exits
+    /// (or is killed) is started again on the same port after the `backoff` delay, and
+    /// `report` hears each exit, restart, failed restart and return to readiness. The
+    /// other services keep running meanwhile. Expects every service ready on entry
+    /// (after [`Services::launch`]).
+    pub async fn supervise(
+        &mut self,
+        backoff: Backoff,
+        mut report: impl FnMut(Event),
+    ) -> Infallible {
+        let now = Instant::now();
+        let mut phases: BTreeMap<ServiceKind, (Phase, u32)> = self
+            .procs
+            .keys()
+            .map(|&k| (k, (Phase::Ready { since: now }, 0)))
+            .collect();
+        loop {
+            tokio::time::sleep(SUPERVISE_TICK).await;
+            for (kind, (phase, attempt)) in phases.iter_mut() {
+                let Some(proc) = self.procs.get_mut(kind) else {
+                    continue;
+                };
+                let now = Instant::now();
+                match *phase {
+                    Phase::Ready { since } => {
+                        if let Some(status) = proc.exit_status() {
+                            *attempt = backoff.next_attempt(*attempt, Some(now - since));
+                            let delay = backoff.delay(*attempt);
+                            report(Event::Exited {
+                                kind: *kind,
+                                pid: proc.pid(),
+                                status,
+                                attempt: *attempt,
+                                delay,
+                            });
+                            *phase = Phase::Waiting { until: now + delay };
+                        }
+                    }
+                    Phase::Waiting { until } if now >= until => match proc.start() {
+                        Ok(()) => {
+                            report(Event::Restarted {
+                                kind: *kind,
+                                pid: proc.pid().unwrap_or_default(),
+                                attempt: *attempt,
+                            });
+                            *phase = Phase::Starting {
+                                deadline: now + READY_TIMEOUT,
+                            };
+                        }
+                        Err(e) => {
+                            *phase = retry(&backoff, *kind, attempt, format!("{e:#}"), &mut report);
+                        }
+                    },
+                    Phase::Waiting { .. } => {}
+                    Phase::Starting { deadline } => {
+                        match proc.probe_ready(&self.http, Duration::from_secs(1)).await {
+                            Readiness::Ready => {
+                                report(Event::Ready {
+                                    kind: *kind,
+                                    pid: proc.pid().unwrap_or_default(),
+                                    attempt: *attempt,
+                                });
+                                *phase = Phase::Ready {
+                                    since: Instant::now(),
+                                };
+                            }
+                            Readiness::Exited(status) => {
+                                let error = proc
+                                    .failure(&format!("exited with {status} before it was ready"));
+                                *phase = retry(
+                                    &backoff,
+                                    *kind,
+                                    attempt,
+                                    format!("{error:#}"),
+                                    &mut report,
+                                );
+                            }
+                            Readiness::NotYet(last) if Instant::now() >= deadline => {
+                                let _ = proc.stop(Stop::Kill, Duration::from_secs(5)).await;
+                                let error = proc.failure(&format!(
+                                    "not ready after {READY_TIMEOUT:?}; last /readyz: {last}"
+                                ));
+                                *phase = retry(
+                                    &backoff,
+                                    *kind,
+                                    attempt,
+                                    format!("{error:#}"),
+                                    &mut report,
+                                );
+                            }
+                            Readiness::NotYet(_) => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// After a failed restart: counts it and schedules the next one.
+fn retry(
+    backoff: &Backoff,
+    kind: ServiceKind,
+    attempt: &mut u32,
+    error: String,
+    report: &mut impl FnMut(Event),
+) -> Phase {
+    let failed = *attempt;
+    *attempt = backoff.next_attempt(failed, None);
+    let delay = backoff.delay(*attempt);
+    report(Event::RestartFailed {
+        kind,
+        attempt: failed,
+        error,
+        delay,
+    });
+    Phase::Waiting {
+        until: Instant::now() + delay,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_from_half_a_second_doubling_to_thirty() {
+        let b = Backoff::default();
+        let delays: Vec<u64> = (1..=9).map(|a| b.delay(a).as_millis() as u64).collect();
+        assert_eq!(
+            delays,
+            [500, 1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000]
+        );
+    }
+
+    #[test]
+    fn the_delay_never_overflows_and_stays_at_the_cap() {
+        let b = Backoff::default();
+        assert_eq!(b.delay(0), b.first);
+        assert_eq!(b.delay(40), b.max);
+        assert_eq!(b.delay(u32::MAX), b.max);
+        let huge_first = Backoff {
+            first: Duration::from_secs(u64::MAX / 2),
+            ..b
+        };
+        assert_eq!(huge_first.delay(3), b.max);
+    }
+
+    #[test]
+    fn a_service_ready_long_enough_starts_the_count_again() {
+        let b = Backoff::default();
+        assert_eq!(b.next_attempt(0, Some(Duration::from_secs(1))), 1);
+        assert_eq!(b.next_attempt(3, Some(Duration::from_secs(59))), 4);
+        assert_eq!(b.next_attempt(3, Some(Duration::from_secs(60))), 1);
+        assert_eq!(b.next_attempt(7, Some(Duration::from_secs(3_600))), 1);
+        // Never ready: a crash at start-up keeps counting up.
+        assert_eq!(b.next_attempt(5, None), 6);
+        assert_eq!(b.next_attempt(u32::MAX, None), u32::MAX);
     }
 }

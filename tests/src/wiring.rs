@@ -2,9 +2,23 @@
 //! Redis, listen port, the URLs of the services it calls), built in one place so the
 //! tests, the benchmark and the run command start the system the same way.
 
-use std::{collections::BTreeMap, path::Path};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
 use crate::{binaries, process::ServiceSpec, service::ServiceKind};
+
+/// How the service processes are started.
+#[derive(Debug, Clone, Default)]
+pub enum Launcher {
+    /// Each service's own binary, `target/<profile>/<name>` (or in `PAYSAGA_BIN_DIR`).
+    #[default]
+    Binaries,
+    /// One multi-call executable run as `<program> <args…> <service>`, as `paysaga up`
+    /// runs `paysaga service order`: only that one binary has to be built.
+    MultiCall { program: PathBuf, args: Vec<String> },
+}
 
 /// The addresses and settings the services are started with. Inter-service URLs are
 /// separate fields so a test can point one link at a fault-injecting proxy.
@@ -30,6 +44,8 @@ pub struct Wiring {
     pub common_env: Vec<(String, String)>,
     /// Extra variables for one service; these win over everything else.
     pub service_env: Vec<(ServiceKind, String, String)>,
+    /// What runs each service.
+    pub launcher: Launcher,
 }
 
 impl Wiring {
@@ -58,6 +74,7 @@ impl Wiring {
             log_format: "json".into(),
             common_env: Vec::new(),
             service_env: Vec::new(),
+            launcher: Launcher::default(),
         }
     }
 
@@ -120,9 +137,18 @@ impl Wiring {
 
     /// The start specification of one service, logging into `log_dir`.
     pub fn spec(&self, kind: ServiceKind, log_dir: &Path) -> anyhow::Result<ServiceSpec> {
+        let (program, args) = match &self.launcher {
+            Launcher::Binaries => (binaries::binary(kind.name())?, Vec::new()),
+            Launcher::MultiCall { program, args } => {
+                let mut args = args.clone();
+                args.push(kind.name().to_owned());
+                (program.clone(), args)
+            }
+        };
         Ok(ServiceSpec {
             kind,
-            binary: binaries::binary(kind.name())?,
+            program,
+            args,
             port: self.port(kind),
             env: self.env(kind),
             log_path: log_dir.join(format!("{}.log", kind.name())),
