@@ -107,16 +107,6 @@ pub async fn serve_from_env() -> anyhow::Result<()> {
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }
 
-/// The account process, as the `account` binary and `paysaga service account` both run it:
-/// configuration from the environment, logging, the listening socket (handed over by a
-/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
-pub async fn serve_from_env() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing(config.log_format);
-    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
-    run(config, listener, paysaga_common::server::shutdown_signal()).await
-}
-
 /// Connects, migrates and serves until `shutdown` resolves. The service has no
 /// scheduled jobs.
 pub async fn run(

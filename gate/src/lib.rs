@@ -142,16 +142,6 @@ pub async fn serve_from_env() -> anyhow::Result<()> {
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }
 
-/// The gate process, as the `gate` binary and `paysaga service gate` both run it:
-/// configuration from the environment, logging, the listening socket (handed over by a
-/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
-pub async fn serve_from_env() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing(config.log_format);
-    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
-    run(config, listener, paysaga_common::server::shutdown_signal()).await
-}
-
 /// Computes the quota once, starts the recompute job, serves until `shutdown`, then
 /// stops the job.
 pub async fn run(

@@ -199,16 +199,6 @@ pub async fn serve_from_env() -> anyhow::Result<()> {
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }
 
-/// The orchestrator process, as the `orchestrator` binary and `paysaga service orchestrator` both run it:
-/// configuration from the environment, logging, the listening socket (handed over by a
-/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
-pub async fn serve_from_env() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing(config.log_format);
-    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
-    run(config, listener, paysaga_common::server::shutdown_signal()).await
-}
-
 /// Connects, migrates, starts recovery and the idempotency purge, serves until
 /// `shutdown`, then stops the jobs.
 pub async fn run(

@@ -140,16 +140,6 @@ pub async fn serve_from_env() -> anyhow::Result<()> {
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }
 
-/// The order process, as the `order` binary and `paysaga service order` both run it:
-/// configuration from the environment, logging, the listening socket (handed over by a
-/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
-pub async fn serve_from_env() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing(config.log_format);
-    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
-    run(config, listener, paysaga_common::server::shutdown_signal()).await
-}
-
 /// Connects, migrates, starts the expiry sweep, serves until `shutdown`, then stops the sweep.
 pub async fn run(
     config: Config,
