@@ -2,6 +2,7 @@
 //! this machine's limits, in one run, and writes the results as JSON and markdown.
 
 pub mod benchdb;
+pub mod benches;
 pub mod ceiling;
 pub mod cli;
 pub mod client;
@@ -64,15 +65,7 @@ impl Bench {
 
     /// Records a phase in the report and returns it.
     pub fn keep(&mut self, summary: RunSummary) -> RunSummary {
-        eprintln!(
-            "  {:<34} {:>9.0} ops/s  p50 {:>8}  p95 {:>8}  p99 {:>8}  errors {}",
-            summary.name,
-            summary.per_s,
-            stats::human_us(summary.latency.p50_us),
-            stats::human_us(summary.latency.p95_us),
-            stats::human_us(summary.latency.p99_us),
-            summary.errors()
-        );
+        eprintln!("{}", summary.line());
         let errors = summary.errors();
         if errors > 0 {
             let kinds: Vec<String> = summary

@@ -38,6 +38,34 @@ impl Outcome {
     }
 }
 
+/// What one operation reports: its outcome and, when the operation times only part of its
+/// work itself (a claim, not the release that follows it), that part's latency; otherwise
+/// the driver's measurement around the whole call is used.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub outcome: Outcome,
+    pub latency: Option<Duration>,
+}
+
+impl From<Outcome> for Answer {
+    fn from(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            latency: None,
+        }
+    }
+}
+
+impl Outcome {
+    /// This outcome with a latency the operation measured itself.
+    pub fn timed(self, latency: Duration) -> Answer {
+        Answer {
+            outcome: self,
+            latency: Some(latency),
+        }
+    }
+}
+
 /// Which virtual client runs an operation, and the operation's sequence number in the run.
 #[derive(Debug, Clone, Copy)]
 pub struct Ctx {
@@ -137,11 +165,13 @@ fn progress(load: &Load) -> ProgressBar {
 
 /// Runs `op` from `load.concurrency` virtual clients until `load.max_ops` operations were
 /// started or `load.max_time` has passed; operations in flight at the time bound finish
-/// and are counted. Latency is measured around each call to `op`.
-pub async fn run<F, Fut>(load: &Load, op: F) -> RunSummary
+/// and are counted. Latency is measured around each call to `op` unless the operation
+/// reports its own (see [`Answer`]).
+pub async fn run<F, Fut, A>(load: &Load, op: F) -> RunSummary
 where
     F: Fn(Ctx) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Outcome> + Send + 'static,
+    Fut: Future<Output = A> + Send + 'static,
+    A: Into<Answer>,
 {
     let op = Arc::new(op);
     let next = Arc::new(AtomicU64::new(0));
@@ -159,9 +189,10 @@ where
                     break;
                 }
                 let began = Instant::now();
-                let outcome = op(Ctx { worker, seq }).await;
+                let answer: Answer = op(Ctx { worker, seq }).await.into();
                 let ended = Instant::now();
-                rec.record(outcome, ended - began, ended - start);
+                let latency = answer.latency.unwrap_or(ended - began);
+                rec.record(answer.outcome, latency, ended - start);
                 bar.inc(1);
             }
             rec
@@ -295,5 +326,17 @@ mod tests {
         .await;
         assert_eq!(summary.errors(), 3);
         assert_eq!(summary.count("error:http_500"), 3);
+    }
+
+    #[tokio::test]
+    async fn an_operation_may_report_its_own_latency() {
+        let load = quiet("self-timed", 2, 20, Duration::from_secs(600));
+        let summary = run(&load, |_| async {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Outcome::ok().timed(Duration::from_micros(100))
+        })
+        .await;
+        assert_eq!(summary.count("ok"), 20);
+        assert!(summary.latency.max_us <= 101, "{:?}", summary.latency);
     }
 }

@@ -11,7 +11,7 @@ use crate::{
     error::Result,
     machine::Machine,
     memory::ProcessMemory,
-    stats::{human_us, RunSummary},
+    stats::{self, RunSummary},
 };
 
 /// A single number worth reporting on its own (requests that reached order, commits per
@@ -214,35 +214,8 @@ impl Report {
             if s.quick { ", --quick" } else { "" }
         );
 
-        md.push_str("\n### Load phases\n\n| phase | clients | ops | ops/s | p50 | p95 | p99 | max | outcomes (count, p95, last answer at) |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
-        for r in &self.runs {
-            let outcomes = r
-                .outcomes
-                .iter()
-                .map(|(k, o)| {
-                    format!(
-                        "{k}: {} ({}, {:.2}s)",
-                        o.count,
-                        human_us(o.latency.p95_us),
-                        o.last_answer_s
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; ");
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
-                r.name,
-                r.concurrency,
-                r.ops,
-                r.per_s,
-                human_us(r.latency.p50_us),
-                human_us(r.latency.p95_us),
-                human_us(r.latency.p99_us),
-                human_us(r.latency.max_us),
-                outcomes
-            );
-        }
+        md.push_str("\n### Load phases\n\n");
+        md.push_str(&stats::markdown_table(&self.runs));
 
         if !self.figures.is_empty() {
             md.push_str("\n### Figures\n\n| scenario | figure | value |\n|---|---|---:|\n");

@@ -1,44 +1,11 @@
-//! Latency histograms and the summaries a run reports: percentiles, throughput, outcomes.
+//! What a load phase measured (throughput, the workspace's latency summary per outcome)
+//! and the one way every benchmark prints it: a progress line and a markdown table.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, fmt::Write as _};
 
-use hdrhistogram::Histogram;
 use serde::Serialize;
 
-/// Microsecond histogram from 1 µs to 10 minutes, three significant digits.
-pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("static histogram bounds are valid")
-}
-
-pub fn record(h: &mut Histogram<u64>, d: Duration) {
-    // Saturating: a pathological outlier beyond 10 minutes is clamped, never dropped.
-    h.saturating_record((d.as_micros() as u64).max(1));
-}
-
-/// Latency percentiles in microseconds.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
-pub struct Latency {
-    pub p50_us: u64,
-    pub p95_us: u64,
-    pub p99_us: u64,
-    pub max_us: u64,
-    pub mean_us: f64,
-}
-
-impl Latency {
-    pub fn of(h: &Histogram<u64>) -> Self {
-        if h.is_empty() {
-            return Self::default();
-        }
-        Self {
-            p50_us: h.value_at_quantile(0.50),
-            p95_us: h.value_at_quantile(0.95),
-            p99_us: h.value_at_quantile(0.99),
-            max_us: h.max(),
-            mean_us: h.mean(),
-        }
-    }
-}
+pub use paysaga_e2e::stats::{human_us, new_histogram, record, Latency};
 
 /// One kind of answer within a run (`ok`, `sold_out`, `http_500`, ...).
 #[derive(Debug, Clone, Serialize)]
@@ -78,42 +45,112 @@ impl RunSummary {
             .map(|(_, o)| o.count)
             .sum()
     }
+    /// Throughput of one kind of answer over the whole phase.
+    pub fn per_s_of(&self, outcome: &str) -> f64 {
+        self.outcome(outcome).map_or(0.0, |o| o.per_s)
+    }
+
+    /// The one-line form printed as each phase ends.
+    pub fn line(&self) -> String {
+        format!(
+            "  {:<34} {:>9.0} ops/s  p50 {:>8}  p95 {:>8}  p99 {:>8}  max {:>8}  errors {}",
+            self.name,
+            self.per_s,
+            human_us(self.latency.p50_us),
+            human_us(self.latency.p95_us),
+            human_us(self.latency.p99_us),
+            human_us(self.latency.max_us),
+            self.errors()
+        )
+    }
 }
 
-/// Microseconds as a short human figure: `850µs`, `12.3ms`, `4.20s`.
-pub fn human_us(us: u64) -> String {
-    match us {
-        0..=999 => format!("{us}µs"),
-        1_000..=999_999 => format!("{:.1}ms", us as f64 / 1_000.0),
-        _ => format!("{:.2}s", us as f64 / 1_000_000.0),
+/// The phases as one markdown table: throughput, latency, and each outcome's count,
+/// p95 and the time its last answer arrived.
+pub fn markdown_table(runs: &[RunSummary]) -> String {
+    let mut md = String::from(
+        "| phase | clients | ops | ops/s | p50 | p95 | p99 | max | outcomes (count, p95, last answer at) |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for r in runs {
+        let outcomes = r
+            .outcomes
+            .iter()
+            .map(|(k, o)| {
+                format!(
+                    "{k}: {} ({}, {:.2}s)",
+                    o.count,
+                    human_us(o.latency.p95_us),
+                    o.last_answer_s
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
+            r.name,
+            r.concurrency,
+            r.ops,
+            r.per_s,
+            human_us(r.latency.p50_us),
+            human_us(r.latency.p95_us),
+            human_us(r.latency.p99_us),
+            human_us(r.latency.max_us),
+            outcomes
+        );
     }
+    md
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
-    #[test]
-    fn percentiles_come_from_the_recorded_values() {
+    fn summary() -> RunSummary {
         let mut h = new_histogram();
-        for ms in 1..=100u64 {
+        for ms in 1..=10u64 {
             record(&mut h, Duration::from_millis(ms));
         }
-        let l = Latency::of(&h);
-        assert!((49_000..=51_000).contains(&l.p50_us), "{l:?}");
-        assert!((94_000..=96_000).contains(&l.p95_us), "{l:?}");
-        assert!((99_000..=100_100).contains(&l.max_us), "{l:?}");
+        let latency = Latency::of(&h);
+        let ok = OutcomeSummary {
+            count: 9,
+            per_s: 9.0,
+            latency,
+            last_answer_s: 1.0,
+        };
+        let err = OutcomeSummary {
+            count: 1,
+            ..ok.clone()
+        };
+        RunSummary {
+            name: "phase".into(),
+            concurrency: 2,
+            ops: 10,
+            elapsed_s: 1.0,
+            per_s: 10.0,
+            latency,
+            outcomes: [("ok".to_owned(), ok), ("error:http_500".to_owned(), err)]
+                .into_iter()
+                .collect(),
+        }
     }
 
     #[test]
-    fn empty_histogram_reports_zeros() {
-        assert_eq!(Latency::of(&new_histogram()), Latency::default());
+    fn errors_and_rates_come_from_the_outcomes() {
+        let s = summary();
+        assert_eq!(s.errors(), 1);
+        assert_eq!(s.count("ok"), 9);
+        assert_eq!(s.per_s_of("ok"), 9.0);
+        assert_eq!(s.per_s_of("sold_out"), 0.0);
     }
 
     #[test]
-    fn human_units() {
-        assert_eq!(human_us(850), "850µs");
-        assert_eq!(human_us(12_345), "12.3ms");
-        assert_eq!(human_us(4_200_000), "4.20s");
+    fn one_row_per_phase() {
+        let md = markdown_table(&[summary(), summary()]);
+        assert_eq!(md.lines().count(), 4);
+        assert!(md.contains("| phase | 2 | 10 | 10 |"), "{md}");
+        assert!(md.contains("error:http_500: 1"), "{md}");
     }
 }

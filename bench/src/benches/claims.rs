@@ -1,30 +1,31 @@
-//! Claim strategies compared on one database: the service's per-unit `SKIP LOCKED`
+//! Claim strategies compared on one database: the order service's per-unit `SKIP LOCKED`
 //! claim against a single counter row (`FOR UPDATE`, conditional `UPDATE`, optimistic
-//! versioning) and a deliberately naive read-then-write, under the same load.
-//!
-//! The binary `claim-bench` is a thin wrapper; the workspace benchmark can call [`run`].
+//! versioning) and a deliberately naive read-then-write, under the shared closed-loop
+//! driver. The binary `claim-bench` prints it; the main run folds it in as scenario 3.
 
 use std::{
-    str::FromStr,
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, Ordering},
         Arc,
     },
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
-use hdrhistogram::Histogram;
+use clap::Args;
+use order::{
+    reservations::{self, Canceller, Claim, ClaimRequest},
+    stock,
+};
 use paysaga_common::{auth::MemberId, db};
 use rand::Rng;
-use sqlx::{
-    postgres::PgConnectOptions, ConnectOptions, Connection, Executor, PgConnection, PgPool,
-};
+use sqlx::{Executor, PgPool};
 use uuid::Uuid;
 
 use crate::{
-    reservations::{self, Canceller, Claim, ClaimRequest},
-    stock,
+    benchdb::BenchDb,
+    load::{self, Answer, Load, Outcome as Label},
+    stats::RunSummary,
 };
 
 /// How a claim is made.
@@ -65,28 +66,53 @@ impl Strategy {
 /// Attempts an optimistic claimer makes before giving up on a conflict.
 pub const OPTIMISTIC_ATTEMPTS: u32 = 5;
 
-#[derive(Debug, Clone)]
+/// `claim-bench`'s settings.
+#[derive(Debug, Clone, Args)]
 pub struct BenchConfig {
     /// An administrator URL (any database); the bench creates and drops its own.
+    #[arg(
+        long,
+        env = "TEST_ADMIN_DATABASE_URL",
+        default_value = "postgres://postgres:postgres@127.0.0.1:5432/postgres"
+    )]
     pub admin_url: String,
     /// Concurrent claimers.
+    #[arg(long, default_value_t = 100)]
     pub concurrency: usize,
     /// PostgreSQL connections shared by the claimers (the server is shared, so fewer
     /// than claimers; a claimer waiting for a connection counts in its latency).
+    #[arg(long, default_value_t = 40)]
     pub connections: u32,
-    /// Contended run: this many claims for `scarce_units` units.
-    pub scarce_claims: usize,
+    /// Contended run: this many claims ...
+    #[arg(long, default_value_t = 1_000)]
+    pub scarce_claims: u64,
+    /// ... for this many units.
+    #[arg(long, default_value_t = 100)]
     pub scarce_units: i64,
-    /// Plentiful run: this many claims for `plenty_units` units.
-    pub plenty_claims: usize,
+    /// Plentiful run: this many claims ...
+    #[arg(long, default_value_t = 2_000)]
+    pub plenty_claims: u64,
+    /// ... for this many units.
+    #[arg(long, default_value_t = 100_000)]
     pub plenty_units: i64,
-    /// Latency against stock size: claim-and-release cycles at `small_stock` and `large_stock`.
-    pub cycles: usize,
+    /// Claim-and-release cycles per stock size, for latency against stock.
+    #[arg(long, default_value_t = 2_000)]
+    pub cycles: u64,
+    /// Concurrent claimers in the cycles.
+    #[arg(long, default_value_t = 50)]
     pub cycle_concurrency: usize,
+    /// The small stock of the cycles.
+    #[arg(long, default_value_t = 100)]
     pub small_stock: i64,
+    /// The large stock of the cycles.
+    #[arg(long, default_value_t = 1_000_000)]
     pub large_stock: i64,
     /// Skip the strategy comparison; run only the latency-against-stock cycles.
+    #[arg(long)]
     pub only_cycles: bool,
+    /// Progress bars while a row runs (hidden anyway when stderr is not a terminal).
+    #[arg(skip = true)]
+    pub progress: bool,
 }
 
 impl Default for BenchConfig {
@@ -104,6 +130,7 @@ impl Default for BenchConfig {
             small_stock: 100,
             large_stock: 1_000_000,
             only_cycles: false,
+            progress: true,
         }
     }
 }
@@ -114,26 +141,18 @@ pub struct RunResult {
     pub scenario: String,
     pub strategy: Strategy,
     pub stock: i64,
-    pub claims: usize,
-    pub concurrency: usize,
-    pub elapsed: Duration,
-    pub p50_ms: f64,
-    pub p95_ms: f64,
-    pub p99_ms: f64,
-    pub successes: u64,
-    pub sold_out: u64,
-    /// Optimistic retries that ran out (the buyer got no definite answer on stock).
-    pub exhausted: u64,
+    /// Outcomes `claimed`, `sold_out`, `retries_exhausted` (an optimistic claimer gave up:
+    /// no definite answer on stock) and errors; latency is the claim's alone.
+    pub summary: RunSummary,
     /// Optimistic conflicts retried, in total.
     pub retries: u64,
-    pub errors: u64,
     /// Units handed out beyond the stock, or not accounted for in it, read from the tables.
     pub oversold: i64,
 }
 
 impl RunResult {
-    pub fn throughput(&self) -> f64 {
-        self.claims as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    pub fn p95_ms(&self) -> f64 {
+        self.summary.latency.p95_us as f64 / 1_000.0
     }
 }
 
@@ -312,84 +331,56 @@ async fn claim_once(ctx: &Ctx, i: usize) -> anyhow::Result<Outcome> {
     }
 }
 
-#[derive(Default)]
-struct Tally {
-    successes: u64,
-    sold_out: u64,
-    exhausted: u64,
-    retries: u64,
-    errors: u64,
-}
-
-/// `concurrency` claimers take claim numbers from a shared counter until `claims` are done.
+/// `concurrency` claimers take claim numbers from the shared driver until `claims` are
+/// done. A released claim is cancelled after its latency is taken, so the figure is the
+/// claim's own.
 async fn drive(
     ctx: Arc<Ctx>,
-    claims: usize,
+    name: &str,
+    claims: u64,
     concurrency: usize,
-) -> anyhow::Result<(Histogram<u64>, Tally, Duration)> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let mut workers = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        let ctx = ctx.clone();
-        let next = next.clone();
-        workers.push(tokio::spawn(async move {
-            let mut hist =
-                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds");
-            let mut tally = Tally::default();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= claims {
-                    break;
-                }
-                let t = Instant::now();
-                let outcome = claim_once(&ctx, i).await;
-                hist.saturating_record(t.elapsed().as_micros() as u64);
-                match outcome {
-                    Ok(Outcome::Success {
-                        retries,
-                        reservation,
-                    }) => {
-                        tally.successes += 1;
-                        tally.retries += retries;
-                        if let (true, Some(id)) = (ctx.release, reservation) {
-                            if reservations::cancel(&ctx.pool, id, Canceller::Service)
-                                .await
-                                .is_err()
-                            {
-                                tally.errors += 1;
-                            }
+    progress: bool,
+) -> (RunSummary, u64) {
+    let load = Load {
+        show_progress: progress,
+        ..Load::new(name, concurrency, claims, Duration::from_secs(3600))
+    };
+    let retries = Arc::new(AtomicU64::new(0));
+    let r = retries.clone();
+    let summary = load::run(&load, move |c| {
+        let (ctx, retries) = (ctx.clone(), r.clone());
+        async move {
+            let t = Instant::now();
+            let outcome = claim_once(&ctx, c.seq as usize).await;
+            let took = t.elapsed();
+            let (label, tried) = match outcome {
+                Ok(Outcome::Success {
+                    retries,
+                    reservation,
+                }) => {
+                    if let (true, Some(id)) = (ctx.release, reservation) {
+                        if let Err(e) =
+                            reservations::cancel(&ctx.pool, id, Canceller::Service).await
+                        {
+                            tracing::warn!(error = %e, "release failed");
+                            return Answer::from(Label::error("release"));
                         }
                     }
-                    Ok(Outcome::SoldOut { retries }) => {
-                        tally.sold_out += 1;
-                        tally.retries += retries;
-                    }
-                    Ok(Outcome::Exhausted { retries }) => {
-                        tally.exhausted += 1;
-                        tally.retries += retries;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "claim failed");
-                        tally.errors += 1;
-                    }
+                    (Label::of("claimed"), retries)
                 }
-            }
-            (hist, tally)
-        }));
-    }
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds");
-    let mut tally = Tally::default();
-    for w in workers {
-        let (h, t) = w.await.context("claimer panicked")?;
-        hist.add(h).context("merge histograms")?;
-        tally.successes += t.successes;
-        tally.sold_out += t.sold_out;
-        tally.exhausted += t.exhausted;
-        tally.retries += t.retries;
-        tally.errors += t.errors;
-    }
-    Ok((hist, tally, start.elapsed()))
+                Ok(Outcome::SoldOut { retries }) => (Label::of("sold_out"), retries),
+                Ok(Outcome::Exhausted { retries }) => (Label::of("retries_exhausted"), retries),
+                Err(e) => {
+                    tracing::warn!(error = %e, "claim failed");
+                    (Label::error("claim"), 0)
+                }
+            };
+            retries.fetch_add(tried, Ordering::Relaxed);
+            label.timed(took)
+        }
+    })
+    .await;
+    (summary, retries.load(Ordering::Relaxed))
 }
 
 /// A stock of `units` for the strategy: a product with unit rows, or a counter row.
@@ -455,84 +446,35 @@ async fn oversold(
     Ok((claimed - units).max(claimed - (units - remaining)).max(0))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn measure(
-    pool: &PgPool,
-    scenario: &str,
+/// One row: what it measures, and how.
+struct Row<'a> {
+    scenario: &'a str,
     strategy: Strategy,
     units: i64,
-    claims: usize,
+    claims: u64,
     concurrency: usize,
     release: bool,
-) -> anyhow::Result<RunResult> {
-    let product_id = prepare(pool, strategy, units).await?;
+}
+
+async fn measure(pool: &PgPool, row: Row<'_>, progress: bool) -> anyhow::Result<RunResult> {
+    let product_id = prepare(pool, row.strategy, row.units).await?;
     let ctx = Arc::new(Ctx {
         pool: pool.clone(),
-        strategy,
+        strategy: row.strategy,
         product_id,
-        release,
+        release: row.release,
     });
-    let (hist, tally, elapsed) = drive(ctx, claims, concurrency).await?;
-    let oversold = oversold(pool, strategy, product_id, units).await?;
-    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let name = format!("3 claims: {}: {}", row.scenario, row.strategy.name());
+    let (summary, retries) = drive(ctx, &name, row.claims, row.concurrency, progress).await;
+    let oversold = oversold(pool, row.strategy, product_id, row.units).await?;
     Ok(RunResult {
-        scenario: scenario.to_owned(),
-        strategy,
-        stock: units,
-        claims,
-        concurrency,
-        elapsed,
-        p50_ms: ms(0.50),
-        p95_ms: ms(0.95),
-        p99_ms: ms(0.99),
-        successes: tally.successes,
-        sold_out: tally.sold_out,
-        exhausted: tally.exhausted,
-        retries: tally.retries,
-        errors: tally.errors,
+        scenario: row.scenario.to_owned(),
+        strategy: row.strategy,
+        stock: row.units,
+        summary,
+        retries,
         oversold,
     })
-}
-
-/// A database of the bench's own, dropped when done (also on failure).
-struct BenchDb {
-    admin: String,
-    name: String,
-}
-
-impl BenchDb {
-    async fn create(admin: &str) -> anyhow::Result<Self> {
-        let name = format!("claim_bench_{}", Uuid::new_v4().simple());
-        db::create_database(admin, &name).await?;
-        let this = Self {
-            admin: admin.to_owned(),
-            name,
-        };
-        db::bootstrap(&this.url()?).await?;
-        Ok(this)
-    }
-
-    fn url(&self) -> anyhow::Result<String> {
-        let opts = PgConnectOptions::from_str(&self.admin)?;
-        Ok(format!(
-            "postgres://{}@{}:{}/{}",
-            opts.get_username(),
-            opts.get_host(),
-            opts.get_port(),
-            self.name
-        ))
-    }
-
-    async fn drop_now(&self) -> anyhow::Result<()> {
-        let opts = PgConnectOptions::from_str(&self.admin)?
-            .database("postgres")
-            .disable_statement_logging();
-        let mut conn = PgConnection::connect_with(&opts).await?;
-        conn.execute(format!(r#"DROP DATABASE IF EXISTS "{}" WITH (FORCE)"#, self.name).as_str())
-            .await?;
-        conn.close().await?;
-        Ok(())
-    }
 }
 
 /// Runs every comparison on a fresh database and drops it. `progress` hears each row as
@@ -544,7 +486,7 @@ pub async fn run(
     let bench_db = BenchDb::create(&cfg.admin_url).await?;
     let result = run_on(&bench_db, cfg, &mut progress).await;
     if let Err(e) = bench_db.drop_now().await {
-        tracing::warn!(error = %e, db = %bench_db.name, "could not drop the bench database");
+        tracing::warn!(error = %e, "could not drop the claim bench database");
     }
     result
 }
@@ -555,9 +497,9 @@ async fn run_on(
     progress: &mut impl FnMut(&RunResult),
 ) -> anyhow::Result<Vec<RunResult>> {
     // As the service's own role, with its own migrations: the claim is the real one.
-    let url = db::role_url(&bench_db.url()?, "order_app")?;
-    let pool = db::connect(&url, crate::SCHEMA, cfg.connections).await?;
-    db::migrate(&pool, &crate::MIGRATOR).await?;
+    let url = bench_db.role_url("order_app")?;
+    let pool = db::connect(&url, order::SCHEMA, cfg.connections).await?;
+    db::migrate(&pool, &order::MIGRATOR).await?;
     pool.execute(
         r#"
         CREATE TABLE bench_counter (
@@ -581,52 +523,48 @@ async fn run_on(
         "{} claims for {} units",
         cfg.scarce_claims, cfg.scarce_units
     );
-    for &s in strategies {
-        let r = measure(
-            &pool,
-            &scarce,
-            s,
-            cfg.scarce_units,
-            cfg.scarce_claims,
-            cfg.concurrency,
-            false,
-        )
-        .await?;
-        progress(&r);
-        rows.push(r);
-    }
     let plenty = format!(
         "{} claims for {} units",
         cfg.plenty_claims, cfg.plenty_units
     );
-    for &s in strategies {
-        let r = measure(
-            &pool,
-            &plenty,
-            s,
-            cfg.plenty_units,
-            cfg.plenty_claims,
-            cfg.concurrency,
-            false,
-        )
-        .await?;
-        progress(&r);
-        rows.push(r);
+    let mut plan = Vec::new();
+    for (scenario, units, claims) in [
+        (&scarce, cfg.scarce_units, cfg.scarce_claims),
+        (&plenty, cfg.plenty_units, cfg.plenty_claims),
+    ] {
+        for &strategy in strategies {
+            plan.push((
+                scenario.clone(),
+                strategy,
+                units,
+                claims,
+                cfg.concurrency,
+                false,
+            ));
+        }
     }
     // Small stock again after the large one, so an order effect (warm-up, autovacuum,
     // other load on the machine) would show as two different small-stock rows.
     for units in [cfg.small_stock, cfg.large_stock, cfg.small_stock] {
-        let scenario = format!("claim+release cycles, stock {units}");
-        let r = measure(
-            &pool,
-            &scenario,
+        plan.push((
+            format!("claim+release cycles, stock {units}"),
             Strategy::SkipLockedUnits,
             units,
             cfg.cycles,
             cfg.cycle_concurrency,
             true,
-        )
-        .await?;
+        ));
+    }
+    for (scenario, strategy, units, claims, concurrency, release) in plan {
+        let row = Row {
+            scenario: &scenario,
+            strategy,
+            units,
+            claims,
+            concurrency,
+            release,
+        };
+        let r = measure(&pool, row, cfg.progress).await?;
         progress(&r);
         rows.push(r);
     }
@@ -634,27 +572,20 @@ async fn run_on(
     Ok(rows)
 }
 
-/// The results as a Markdown table.
+/// The rows as the shared load table, then what is particular to claims.
 pub fn markdown(rows: &[RunResult]) -> String {
-    let mut out = String::from(
-        "| scenario | strategy | claimers | answers/s | p50 ms | p95 ms | p99 ms | successes | sold out | retries exhausted (retries) | errors | oversold |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    let summaries: Vec<RunSummary> = rows.iter().map(|r| r.summary.clone()).collect();
+    let mut out = crate::stats::markdown_table(&summaries);
+    out.push_str(
+        "\n| scenario | strategy | stock | optimistic retries | oversold |\n|---|---|---:|---:|---:|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} ({}) | {} | {} |\n",
+            "| {} | {} | {} | {} | {} |\n",
             r.scenario,
             r.strategy.name(),
-            r.concurrency,
-            r.throughput(),
-            r.p50_ms,
-            r.p95_ms,
-            r.p99_ms,
-            r.successes,
-            r.sold_out,
-            r.exhausted,
+            r.stock,
             r.retries,
-            r.errors,
             r.oversold,
         ));
     }

@@ -1,13 +1,13 @@
-//! The gate benchmark's core, reusable by the workspace benchmark: in-process servers
-//! (the gate, an authenticated constant handler as the ceiling, an unauthenticated one),
-//! a closed-loop HTTP load driver, and the scenarios `gate-bench` prints.
+//! The gate's benchmark: in-process servers (the gate, an authenticated constant handler
+//! as the ceiling, an unauthenticated one) under the shared closed-loop driver, pass
+//! issuance and sold-out answers against that ceiling, a drop, and the pieces of a pass
+//! measured alone.
 //!
 //! Every server goes through the same common middleware stack (`server::finish`), so
 //! the differences between rows are the handlers' own work. The quota is seeded
 //! directly in Redis: the order service is not on the pass path.
 
 use std::{
-    collections::BTreeMap,
     fmt::Write as _,
     sync::{
         atomic::{AtomicUsize, Ordering},
@@ -16,20 +16,30 @@ use std::{
     time::{Duration, Instant},
 };
 
+use anyhow::Context as _;
 use axum::{
     http::StatusCode,
     routing::{get, post},
     Router,
 };
+use clap::{builder::TypedValueParser as _, Args, ValueEnum};
+use gate::{AppState, Config};
 use paysaga_common::{
     auth::{Buyer, Minter, Verifier},
     extract::Json,
     server,
 };
+use paysaga_contracts::gate::api::IssuePass;
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
 
-use crate::{api::IssuePass, AppState, Config};
+use crate::{
+    load::{self, Load, Outcome},
+    stats::{self, RunSummary},
+};
+
+/// No phase of this bench is bounded by time, only by its request count.
+const NO_TIME_BOUND: Duration = Duration::from_secs(3600);
 
 /// One request shape: where to send it and, for authenticated targets, whose tokens.
 #[derive(Clone)]
@@ -41,120 +51,56 @@ pub struct Target {
     pub tokens: Arc<Vec<String>>,
 }
 
-/// What a load phase measured.
-#[derive(Debug, Clone)]
-pub struct LoadStats {
-    pub label: String,
-    pub connections: usize,
-    pub requests: usize,
-    pub by_status: BTreeMap<u16, usize>,
-    pub elapsed: Duration,
-    /// Latencies in microseconds per status, sorted.
-    latencies: BTreeMap<u16, Vec<u32>>,
-}
-
-impl LoadStats {
-    pub fn throughput(&self) -> f64 {
-        self.requests as f64 / self.elapsed.as_secs_f64()
-    }
-
-    /// The `q` quantile (0..=1) of all answers, or of those with `status`.
-    pub fn quantile(&self, q: f64, status: Option<u16>) -> Duration {
-        let mut all: Vec<u32>;
-        let v = match status {
-            Some(s) => match self.latencies.get(&s) {
-                Some(v) => v,
-                None => return Duration::ZERO,
-            },
-            None => {
-                all = self.latencies.values().flatten().copied().collect();
-                all.sort_unstable();
-                &all
-            }
-        };
-        if v.is_empty() {
-            return Duration::ZERO;
-        }
-        let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
-        Duration::from_micros(u64::from(v[i]))
-    }
-
-    pub fn count(&self, status: u16) -> usize {
-        self.by_status.get(&status).copied().unwrap_or(0)
+/// An HTTP status as an outcome label: 2xx by code, 409 as `sold_out`, others errors.
+pub fn status_outcome(status: u16) -> Outcome {
+    match status {
+        200 => Outcome::of("http_200"),
+        201 => Outcome::of("http_201"),
+        409 => Outcome::of("sold_out"),
+        0 => Outcome::error("transport"),
+        other => Outcome::error(format!("http_{other}")),
     }
 }
 
-/// Sends `total` requests over `connections` concurrent clients (each sends its next
-/// request when the previous is answered) and records status and latency of each.
+/// Sends `total` requests to `target` from `connections` closed-loop clients.
 pub async fn drive(
     http: &reqwest::Client,
     label: &str,
     target: &Target,
     total: usize,
     connections: usize,
-) -> LoadStats {
-    let next = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let workers: Vec<_> = (0..connections)
-        .map(|_| {
-            let http = http.clone();
-            let target = target.clone();
-            let next = next.clone();
-            tokio::spawn(async move {
-                let mut seen: Vec<(u16, u32)> = Vec::with_capacity(total / connections + 1);
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= total {
-                        break;
-                    }
-                    let mut req = match &target.body {
-                        Some(b) => http
-                            .post(&target.url)
-                            .header("content-type", "application/json")
-                            .body(b.clone()),
-                        None => http.get(&target.url),
-                    };
-                    if !target.tokens.is_empty() {
-                        req = req.bearer_auth(&target.tokens[i % target.tokens.len()]);
-                    }
-                    let t = Instant::now();
-                    let status = match req.send().await {
-                        Ok(r) => {
-                            let s = r.status().as_u16();
-                            let _ = r.bytes().await;
-                            s
-                        }
-                        Err(_) => 0,
-                    };
-                    seen.push((
-                        status,
-                        t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32,
-                    ));
-                }
-                seen
-            })
-        })
-        .collect();
-    let mut by_status = BTreeMap::new();
-    let mut latencies: BTreeMap<u16, Vec<u32>> = BTreeMap::new();
-    for w in workers {
-        for (status, micros) in w.await.unwrap_or_default() {
-            *by_status.entry(status).or_insert(0) += 1;
-            latencies.entry(status).or_default().push(micros);
+    progress: bool,
+) -> RunSummary {
+    let load = Load {
+        show_progress: progress,
+        ..Load::new(label, connections, total as u64, NO_TIME_BOUND)
+    };
+    let (http, target) = (http.clone(), target.clone());
+    load::run(&load, move |ctx| {
+        let i = ctx.seq as usize;
+        let mut req = match &target.body {
+            Some(b) => http
+                .post(&target.url)
+                .header("content-type", "application/json")
+                .body(b.clone()),
+            None => http.get(&target.url),
+        };
+        if !target.tokens.is_empty() {
+            req = req.bearer_auth(&target.tokens[i % target.tokens.len()]);
         }
-    }
-    let elapsed = start.elapsed();
-    for v in latencies.values_mut() {
-        v.sort_unstable();
-    }
-    LoadStats {
-        label: label.to_owned(),
-        connections,
-        requests: total,
-        by_status,
-        elapsed,
-        latencies,
-    }
+        async move {
+            let status = match req.send().await {
+                Ok(r) => {
+                    let s = r.status().as_u16();
+                    let _ = r.bytes().await;
+                    s
+                }
+                Err(_) => 0,
+            };
+            status_outcome(status)
+        }
+    })
+    .await
 }
 
 /// A pooled HTTP client for `connections` concurrent requests to loopback servers.
@@ -163,6 +109,7 @@ pub fn http_client(connections: usize) -> reqwest::Client {
         .pool_max_idle_per_host(connections)
         .tcp_nodelay(true)
         .timeout(Duration::from_secs(30))
+        .no_proxy()
         .build()
         .unwrap_or_default()
 }
@@ -207,7 +154,7 @@ pub struct Servers {
 pub async fn start_servers(config: &Config) -> anyhow::Result<Servers> {
     let verifier = Arc::new(Verifier::development());
     let state = AppState::with_verifier(config, verifier.clone())?;
-    let gate = serve(crate::app(state.clone())).await?;
+    let gate = serve(gate::app(state.clone())).await?;
     let with_auth = |auth: Arc<Verifier>| {
         server::finish(
             Router::new()
@@ -241,17 +188,46 @@ pub fn mint_tokens(n: usize, tag: &str) -> Vec<String> {
         .collect()
 }
 
-#[derive(Debug, Clone)]
+/// Which rows to run; the others are reported as empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Only {
+    All,
+    Issue,
+    SoldOut,
+    Ceiling,
+    Micro,
+}
+
+/// `gate-bench`'s settings.
+#[derive(Debug, Clone, Args)]
 pub struct BenchConfig {
+    /// Redis for the quota; every key carries a prefix of this run's, deleted at the end.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
     pub redis_url: String,
+    /// Concurrent clients (and HTTP connections) in the throughput rows.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=1024).map(usize::from))]
     pub connections: usize,
+    /// Requests per row.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
     pub requests: usize,
+    /// Units in the drop.
+    #[arg(long, default_value_t = 100)]
     pub drop_units: i64,
+    /// Buyers in the drop, each asking once.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
     pub drop_buyers: usize,
+    /// Concurrent clients in the drop.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=4096).map(usize::from))]
     pub drop_connections: usize,
     /// Interleaved repetitions; each row reports its median round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=20).map(usize::from))]
     pub rounds: usize,
+    /// Run only these rows.
+    #[arg(long, value_enum, default_value_t = Only::All)]
     pub only: Only,
+    /// Progress bars while a row runs (hidden anyway when stderr is not a terminal).
+    #[arg(skip = true)]
+    pub progress: bool,
 }
 
 impl Default for BenchConfig {
@@ -265,6 +241,7 @@ impl Default for BenchConfig {
             drop_connections: 256,
             rounds: 3,
             only: Only::All,
+            progress: true,
         }
     }
 }
@@ -272,12 +249,12 @@ impl Default for BenchConfig {
 /// Everything one run measured.
 #[derive(Debug, Clone)]
 pub struct BenchReport {
-    pub bare: LoadStats,
-    pub ceiling: LoadStats,
-    pub ceiling_uncached: LoadStats,
-    pub issue: LoadStats,
-    pub sold_out: LoadStats,
-    pub drop: LoadStats,
+    pub bare: RunSummary,
+    pub ceiling: RunSummary,
+    pub ceiling_uncached: RunSummary,
+    pub issue: RunSummary,
+    pub sold_out: RunSummary,
+    pub drop: RunSummary,
     pub drop_units: i64,
     pub rounds: usize,
     pub micro: Micro,
@@ -287,6 +264,20 @@ pub struct BenchReport {
     pub redis_bytes_per_pass: f64,
     /// Growth of Redis `used_memory` during issuance divided by passes issued.
     pub redis_used_memory_per_pass: f64,
+}
+
+impl BenchReport {
+    /// The load rows, in table order.
+    pub fn rows(&self) -> [&RunSummary; 6] {
+        [
+            &self.bare,
+            &self.ceiling,
+            &self.ceiling_uncached,
+            &self.issue,
+            &self.sold_out,
+            &self.drop,
+        ]
+    }
 }
 
 async fn redis_used_memory(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<i64> {
@@ -313,7 +304,7 @@ pub struct Micro {
 pub async fn micro(state: &AppState, tokens: &[String], product: i64) -> anyhow::Result<Micro> {
     let n = tokens.len().min(5_000);
     let member = paysaga_common::auth::MemberId::parse("micro").map_err(anyhow::Error::msg)?;
-    let per = |t: Instant, n: usize| t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let per = |t: Instant, n: usize| t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64;
 
     let t = Instant::now();
     for i in 0..n {
@@ -384,35 +375,25 @@ pub struct Ratios {
     pub uncached_vs_ceiling: f64,
 }
 
-/// Which rows to run; the others are reported as empty.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Only {
-    All,
-    Issue,
-    SoldOut,
-    Ceiling,
-    Micro,
-}
-
-/// The median-throughput run of each scenario across rounds.
-fn median(mut runs: Vec<LoadStats>) -> LoadStats {
-    runs.sort_by(|a, b| a.throughput().total_cmp(&b.throughput()));
+/// The median-throughput run of a row across rounds, or an empty row.
+fn median(mut runs: Vec<RunSummary>, label: &str) -> RunSummary {
+    if runs.is_empty() {
+        return RunSummary {
+            name: label.to_owned(),
+            concurrency: 0,
+            ops: 0,
+            elapsed_s: 0.0,
+            per_s: 0.0,
+            latency: stats::Latency::default(),
+            outcomes: Default::default(),
+        };
+    }
+    runs.sort_by(|a, b| a.per_s.total_cmp(&b.per_s));
     let mid = runs.len() / 2;
     runs.swap_remove(mid)
 }
 
-fn empty(label: &str) -> LoadStats {
-    LoadStats {
-        label: label.to_owned(),
-        connections: 0,
-        requests: 0,
-        by_status: BTreeMap::new(),
-        elapsed: Duration::from_secs(1),
-        latencies: BTreeMap::new(),
-    }
-}
-
-/// Runs the scenarios `cfg.rounds` times, interleaved so that a noisy neighbour on the
+/// Runs the rows `cfg.rounds` times, interleaved so that a noisy neighbour on the
 /// machine hits every row alike, and keeps each row's median round. Each round issues
 /// passes for a fresh product, so every issuance is a new pass for a new member.
 pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
@@ -422,7 +403,10 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     let servers = start_servers(&config).await?;
     let store = servers.state.gate.store.clone();
     let client = redis::Client::open(cfg.redis_url.as_str())?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .context("connecting to Redis")?;
 
     let (sold_out_product, drop_product) = (2, 3);
     store.set_quota(sold_out_product, 0).await?;
@@ -437,29 +421,16 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
         tokens,
     };
     let no_tokens = Arc::new(Vec::new());
-    let n = cfg.requests;
-    let c = cfg.connections;
+    let (n, c, progress) = (cfg.requests, cfg.connections, cfg.progress);
     let only = cfg.only;
     let wants = |o: Only| only == Only::All || only == o;
 
     // Warm-up: connections open, every buyer's token verified once (a buyer's first
     // request in a drop pays the full verification; the rows below are the steady state).
-    drive(
-        &http,
-        "warm-up",
-        &target(&servers.bare, None, no_tokens.clone()),
-        n / 4,
-        c,
-    )
-    .await;
-    drive(
-        &http,
-        "warm-up",
-        &target(&servers.ceiling, body(0), tokens.clone()),
-        tokens.len(),
-        c,
-    )
-    .await;
+    let bare_target = target(&servers.bare, None, no_tokens.clone());
+    drive(&http, "warm-up", &bare_target, (n / 4).max(1), c, false).await;
+    let warm_auth = target(&servers.ceiling, body(0), tokens.clone());
+    drive(&http, "warm-up", &warm_auth, tokens.len(), c, false).await;
 
     let micro_costs = if wants(Only::Micro) {
         micro(&servers.state, &tokens, 99).await?
@@ -467,61 +438,31 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
         Micro::default()
     };
 
+    const BARE: &str = "bare handler, no auth";
+    const UNCACHED: &str = "authenticated ceiling, no token cache";
+    const CEILING: &str = "authenticated ceiling (cached auth)";
+    const ISSUE: &str = "pass issuance";
+    const SOLD_OUT: &str = "sold-out answer";
     let (mut bare, mut ceiling, mut uncached, mut issue, mut sold_out) =
         (vec![], vec![], vec![], vec![], vec![]);
     let mut bytes_per_pass = 0.0;
     let mut used_per_pass = 0.0;
     for round in 0..cfg.rounds.max(1) {
         if only == Only::All {
-            bare.push(
-                drive(
-                    &http,
-                    "bare handler, no auth",
-                    &target(&servers.bare, None, no_tokens.clone()),
-                    n,
-                    c,
-                )
-                .await,
-            );
-        }
-        if only == Only::All {
-            uncached.push(
-                drive(
-                    &http,
-                    "authenticated ceiling, no token cache",
-                    &target(&servers.ceiling_uncached, body(1), tokens.clone()),
-                    n,
-                    c,
-                )
-                .await,
-            );
+            bare.push(drive(&http, BARE, &bare_target, n, c, progress).await);
+            let t = target(&servers.ceiling_uncached, body(1), tokens.clone());
+            uncached.push(drive(&http, UNCACHED, &t, n, c, progress).await);
         }
         if wants(Only::Ceiling) {
-            ceiling.push(
-                drive(
-                    &http,
-                    "authenticated ceiling (cached auth)",
-                    &target(&servers.ceiling, body(1), tokens.clone()),
-                    n,
-                    c,
-                )
-                .await,
-            );
+            let t = target(&servers.ceiling, body(1), tokens.clone());
+            ceiling.push(drive(&http, CEILING, &t, n, c, progress).await);
         }
         if wants(Only::Issue) {
             let product = 100 + round as i64;
             store.set_quota(product, n as i64).await?;
             let used_before = redis_used_memory(&mut conn).await?;
-            issue.push(
-                drive(
-                    &http,
-                    "pass issuance",
-                    &target(&servers.gate, body(product), tokens.clone()),
-                    n,
-                    c,
-                )
-                .await,
-            );
+            let t = target(&servers.gate, body(product), tokens.clone());
+            issue.push(drive(&http, ISSUE, &t, n, c, progress).await);
             let used_after = redis_used_memory(&mut conn).await?;
             let holders = store.keys(product).holders;
             let holder_bytes: i64 = redis::cmd("MEMORY")
@@ -539,40 +480,29 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
             used_per_pass = (used_after - used_before) as f64 / in_flight.max(1) as f64;
         }
         if wants(Only::SoldOut) {
-            sold_out.push(
-                drive(
-                    &http,
-                    "sold-out answer",
-                    &target(&servers.gate, body(sold_out_product), tokens.clone()),
-                    n,
-                    c,
-                )
-                .await,
-            );
+            let t = target(&servers.gate, body(sold_out_product), tokens.clone());
+            sold_out.push(drive(&http, SOLD_OUT, &t, n, c, progress).await);
         }
     }
 
     let drop = if only == Only::All {
         let drop_tokens = Arc::new(mint_tokens(cfg.drop_buyers, "drop"));
         // Their tokens are verified once beforehand, as buyers waiting for a drop are.
+        let warm = target(&servers.ceiling, body(0), drop_tokens.clone());
+        drive(&http, "warm-up", &warm, drop_tokens.len(), c, false).await;
+        let t = target(&servers.gate, body(drop_product), drop_tokens);
+        let name = "drop: each buyer once";
         drive(
             &http,
-            "warm-up",
-            &target(&servers.ceiling, body(0), drop_tokens.clone()),
-            drop_tokens.len(),
-            c,
-        )
-        .await;
-        drive(
-            &http,
-            "drop: each buyer once",
-            &target(&servers.gate, body(drop_product), drop_tokens),
+            name,
+            &t,
             cfg.drop_buyers,
             cfg.drop_connections,
+            progress,
         )
         .await
     } else {
-        empty("drop")
+        median(Vec::new(), "drop: each buyer once")
     };
 
     let keys: Vec<String> = redis::cmd("KEYS")
@@ -584,11 +514,11 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     }
     // Ratios pair each round's rows, measured back to back, and take the median, so
     // a burst of load from elsewhere does not favour one side.
-    let paired = |a: &[LoadStats], b: &[LoadStats]| {
+    let paired = |a: &[RunSummary], b: &[RunSummary]| {
         let mut r: Vec<f64> = a
             .iter()
             .zip(b)
-            .map(|(x, y)| x.throughput() / y.throughput())
+            .map(|(x, y)| x.per_s / y.per_s.max(1e-9))
             .collect();
         r.sort_by(f64::total_cmp);
         r.get(r.len() / 2).copied().unwrap_or(0.0)
@@ -599,19 +529,12 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
         ceiling_vs_bare: paired(&ceiling, &bare),
         uncached_vs_ceiling: paired(&uncached, &ceiling),
     };
-    let pick = |v: Vec<LoadStats>, label: &str| {
-        if v.is_empty() {
-            empty(label)
-        } else {
-            median(v)
-        }
-    };
     Ok(BenchReport {
-        bare: pick(bare, "bare handler, no auth"),
-        ceiling: pick(ceiling, "authenticated ceiling (cached auth)"),
-        ceiling_uncached: pick(uncached, "authenticated ceiling, no token cache"),
-        issue: pick(issue, "pass issuance"),
-        sold_out: pick(sold_out, "sold-out answer"),
+        bare: median(bare, BARE),
+        ceiling: median(ceiling, CEILING),
+        ceiling_uncached: median(uncached, UNCACHED),
+        issue: median(issue, ISSUE),
+        sold_out: median(sold_out, SOLD_OUT),
         drop,
         drop_units: cfg.drop_units,
         rounds: cfg.rounds.max(1),
@@ -622,57 +545,22 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     })
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.2}", d.as_secs_f64() * 1000.0)
-}
-
 impl BenchReport {
     /// The results as markdown tables.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "Each row: the median of {} interleaved rounds, by throughput.",
+            "Each row: the median of {} interleaved rounds, by throughput.\n",
             self.rounds
         );
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "| scenario | conns | requests | answers | req/s | p50 ms | p95 ms | p99 ms |"
-        );
-        let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|");
-        for s in [
-            &self.bare,
-            &self.ceiling,
-            &self.ceiling_uncached,
-            &self.issue,
-            &self.sold_out,
-        ] {
-            let answers: Vec<String> = s
-                .by_status
-                .iter()
-                .map(|(k, v)| format!("{k}×{v}"))
-                .collect();
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {:.0} | {} | {} | {} |",
-                s.label,
-                s.connections,
-                s.requests,
-                answers.join(" "),
-                s.throughput(),
-                ms(s.quantile(0.5, None)),
-                ms(s.quantile(0.95, None)),
-                ms(s.quantile(0.99, None)),
-            );
-        }
+        let rows: Vec<RunSummary> = self.rows().into_iter().cloned().collect();
+        out.push_str(&stats::markdown_table(&rows));
         let r = &self.ratios;
-        let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "Ratios: per round, rows measured back to back; median over rounds."
+            "\nRatios: per round, rows measured back to back; median over rounds.\n"
         );
-        let _ = writeln!(out);
         let _ = writeln!(out, "| ratio | value | target |");
         let _ = writeln!(out, "|---|---:|---:|");
         let _ = writeln!(
@@ -695,34 +583,31 @@ impl BenchReport {
             "| ceiling without token cache / with | {:.2} | |",
             r.uncached_vs_ceiling
         );
-        let _ = writeln!(out);
         let d = &self.drop;
-        let _ = writeln!(out, "| drop | value |");
+        let issued = d.count("http_201");
+        let sold_out = d.count("sold_out");
+        let losers = d.outcome("sold_out").map(|o| o.latency).unwrap_or_default();
+        let _ = writeln!(out, "\n| drop | value |");
         let _ = writeln!(out, "|---|---:|");
         let _ = writeln!(out, "| units | {} |", self.drop_units);
         let _ = writeln!(
             out,
             "| buyers (each asks once, {} connections) | {} |",
-            d.connections, d.requests
+            d.concurrency, d.ops
         );
-        let _ = writeln!(out, "| passes issued (201) | {} |", d.count(201));
-        let _ = writeln!(out, "| SOLD_OUT answers (409) | {} |", d.count(409));
+        let _ = writeln!(out, "| passes issued (201) | {issued} |");
+        let _ = writeln!(out, "| SOLD_OUT answers (409) | {sold_out} |");
+        let _ = writeln!(out, "| other answers | {} |", d.ops - issued - sold_out);
         let _ = writeln!(
             out,
-            "| other answers | {} |",
-            d.requests - d.count(201) - d.count(409)
+            "| loser p50 / p95 / p99 to learn SOLD_OUT | {} / {} / {} |",
+            stats::human_us(losers.p50_us),
+            stats::human_us(losers.p95_us),
+            stats::human_us(losers.p99_us)
         );
-        let _ = writeln!(
-            out,
-            "| loser p50 / p95 / p99 ms to learn SOLD_OUT | {} / {} / {} |",
-            ms(d.quantile(0.5, Some(409))),
-            ms(d.quantile(0.95, Some(409))),
-            ms(d.quantile(0.99, Some(409)))
-        );
-        let _ = writeln!(out, "| whole drop answered in ms | {} |", ms(d.elapsed));
-        let _ = writeln!(out);
+        let _ = writeln!(out, "| whole drop answered in | {:.2}s |", d.elapsed_s);
         let m = &self.micro;
-        let _ = writeln!(out, "| one piece, measured alone | cost |");
+        let _ = writeln!(out, "\n| one piece, measured alone | cost |");
         let _ = writeln!(out, "|---|---:|");
         let _ = writeln!(
             out,
@@ -749,8 +634,7 @@ impl BenchReport {
             "| issue scripts, 128 in flight | {:.0} /s |",
             m.redis_issue_per_sec
         );
-        let _ = writeln!(out);
-        let _ = writeln!(out, "| Redis memory per in-flight pass | bytes |");
+        let _ = writeln!(out, "\n| Redis memory per in-flight pass | bytes |");
         let _ = writeln!(out, "|---|---:|");
         let _ = writeln!(
             out,
