@@ -56,6 +56,8 @@ pub enum Command {
     /// Run one service in this process, configured from the environment exactly as its
     /// own binary is (`up` starts each service this way, so one build serves all).
     Service {
+        /// Which service. Its settings (LISTEN_ADDR, DATABASE_URL, ORDER_URL, ...) come
+        /// from the environment only; the --*-url options are for the operator commands.
         #[arg(value_enum)]
         name: ServiceName,
     },
