@@ -217,29 +217,20 @@ impl ServiceProcess {
         }
     }
 
-    /// Waits until `/readyz` answers 200. Fails early, with the end of the log, if the
-    /// process exits or the timeout passes.
+    /// Waits until `/readyz` answers 200 (the test kit's one readiness rule). Fails
+    /// early, with the end of the log, if the process exits or the timeout passes.
     pub async fn wait_ready(
         &mut self,
         http: &reqwest::Client,
         timeout: Duration,
     ) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let last = match self.probe_ready(http, Duration::from_secs(2)).await {
-                Readiness::Ready => return Ok(()),
-                Readiness::Exited(status) => {
-                    return Err(self.failure(&format!("exited with {status} before it was ready")))
-                }
-                Readiness::NotYet(last) => last,
-            };
-            if Instant::now() >= deadline {
-                return Err(self.failure(&format!(
-                    "not ready after {timeout:?}; last /readyz: {last}"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let base = self.url();
+        let name = self.spec.kind.to_string();
+        let ready = paysaga_common::testkit::wait_ready(http, &name, &base, timeout, || {
+            self.exit_status().map(|status| format!("exit status {status}"))
+        })
+        .await;
+        ready.map_err(|e| self.failure(&format!("did not become ready: {e:#}")))
     }
 
     /// An error naming the service, its log file and the end of that log.

@@ -9,7 +9,7 @@ use sqlx::PgPool;
 
 use crate::{
     binaries,
-    process::{free_port, Stop},
+    process::{reserve_port, Stop},
     proxy::FaultProxy,
     service::ServiceKind,
     services::Services,
@@ -186,7 +186,7 @@ impl Stack {
         };
         let mut ports = BTreeMap::new();
         for kind in ServiceKind::ALL {
-            ports.insert(kind, free_port()?);
+            ports.insert(kind, reserve_port(0)?);
         }
         let mut proxies = BTreeMap::new();
         for &link in &options.proxied {
