@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use paysaga_e2e::{invariants, Admin, Attempt, Driver, Endpoints, InvariantReport, Outcome};
+use paysaga_e2e::{
+    invariants, stats::Latency, Admin, Attempt, Driver, Endpoints, InvariantReport, Outcome,
+};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -78,25 +80,22 @@ impl DemoResult {
         let n = |f: &dyn Fn(&Attempt) -> bool| {
             self.attempts.iter().filter(|a| f(a)).count().to_string()
         };
-        let mut times: Vec<Duration> = self.attempts.iter().map(|a| a.time_to_answer).collect();
-        times.sort();
-        let mut sold_out_times: Vec<Duration> = self
+        let times: Vec<Duration> = self.attempts.iter().map(|a| a.time_to_answer).collect();
+        let sold_out_times: Vec<Duration> = self
             .attempts
             .iter()
             .filter(|a| a.outcome.is_sold_out())
             .map(|a| a.time_to_answer)
             .collect();
-        sold_out_times.sort();
-        let mut paid_times: Vec<Duration> = self
+        let paid_times: Vec<Duration> = self
             .attempts
             .iter()
             .filter(|a| a.outcome == Outcome::Completed)
             .map(|a| a.time_to_answer)
             .collect();
-        paid_times.sort();
-        let pq = |v: &[Duration]| match (table::quantile(v, 0.5), table::quantile(v, 0.95)) {
-            (Some(a), Some(b)) => format!("{} / {}", table::millis(a), table::millis(b)),
-            _ => "-".into(),
+        let pq = |v: &[Duration]| match Latency::of_durations(v) {
+            l if l.count == 0 => "-".to_owned(),
+            l => format!("{} / {}", table::millis(l.p50()), table::millis(l.p95())),
         };
         let holds = if self.report.holds() {
             "hold".to_owned()

@@ -5,13 +5,13 @@
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context;
+use paysaga_common::auth::{service_token_from_env, Minter};
 use paysaga_contracts::gate::client::GateClient;
 use paysaga_contracts::orchestrator::{
     api::{PaymentAdmin, PaymentPage, PaymentTimeline},
     client::OrchestratorClient,
 };
 use paysaga_contracts::order::client::OrderClient;
-use paysaga_common::auth::{service_token_from_env, Minter};
 
 use crate::{
     args::{CheckArgs, Endpoints, PaymentsCommand, TokenCommand},

@@ -71,15 +71,6 @@ pub fn millis(d: Duration) -> String {
     }
 }
 
-/// The `q` quantile (0..=1) of a sorted slice, nearest-rank.
-pub fn quantile(sorted: &[Duration], q: f64) -> Option<Duration> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted.get(rank - 1).copied()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,15 +81,6 @@ mod tests {
         assert_eq!(money(5), "0.05");
         assert_eq!(money(-101), "-1.01");
         assert_eq!(money(i64::MIN), "-92233720368547758.08");
-    }
-
-    #[test]
-    fn quantiles_are_nearest_rank() {
-        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(quantile(&v, 0.5), Some(Duration::from_millis(50)));
-        assert_eq!(quantile(&v, 0.95), Some(Duration::from_millis(95)));
-        assert_eq!(quantile(&v[..1], 0.95), Some(Duration::from_millis(1)));
-        assert_eq!(quantile(&[], 0.5), None);
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::{
 };
 
 use futures::StreamExt;
-use paysaga_contracts::orchestrator::api::Payment;
 use paysaga_common::client::CallError;
+use paysaga_contracts::orchestrator::api::Payment;
 use paysaga_e2e::{
     buyer::{payment_outcome, Step},
     Attempt, Buyer, Driver, Outcome,

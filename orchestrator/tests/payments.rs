@@ -225,10 +225,7 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
         .expect("pay");
     let id = answer.payment.id;
     assert_eq!(s.settled(id).await, "COMPLETED");
-    assert!(
-        proxy.counts().slowed == 1,
-        "the debit answer was held back"
-    );
+    assert!(proxy.counts().slowed == 1, "the debit answer was held back");
     assert_eq!(s.applied_debits(id).await, 1, "exactly one debit");
     assert_eq!(s.balance(acct).await, 100_000 - PRICE);
     let tl = o.operator().timeline(id).await.expect("timeline").body;

@@ -9,13 +9,13 @@ use std::{
 };
 
 use futures::StreamExt;
+use paysaga_common::client::{Answer, CallError};
 use paysaga_contracts::gate::client::GateClient;
 use paysaga_contracts::orchestrator::{
     api::{CreatePayment, Payment},
     client::{OrchestratorClient, PaymentAnswer},
 };
 use paysaga_contracts::order::{api::Reservation, client::OrderClient};
-use paysaga_common::client::{Answer, CallError};
 use uuid::Uuid;
 
 /// Where the services are, as a buyer reaches them.

@@ -7,8 +7,8 @@
 pub mod binaries;
 pub mod buyer;
 pub mod invariants;
-pub mod process;
 pub mod private_redis;
+pub mod process;
 pub mod proxy;
 pub mod service;
 pub mod services;

@@ -7,8 +7,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context};
 use crate::process::{free_port, guarded_command, spawn_guarded};
+use anyhow::{bail, Context};
 
 /// How long a started server may take to answer PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -31,7 +31,9 @@ impl PrivateRedis {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.expect("at least one attempt").context("no free port for a private Redis"))
+        Err(last
+            .expect("at least one attempt")
+            .context("no free port for a private Redis"))
     }
 
     /// Starts `redis-server` on `port` (a test that configured a service with this port
@@ -83,7 +85,10 @@ impl PrivateRedis {
             if let Some(child) = self.child.as_mut() {
                 if let Some(status) = child.try_wait().context("polling redis-server")? {
                     self.child = None;
-                    bail!("redis-server on port {} exited at start ({status})", self.port);
+                    bail!(
+                        "redis-server on port {} exited at start ({status})",
+                        self.port
+                    );
                 }
             }
             if self.dbsize().await.is_ok() {

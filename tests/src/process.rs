@@ -227,7 +227,8 @@ impl ServiceProcess {
         let base = self.url();
         let name = self.spec.kind.to_string();
         let ready = paysaga_common::testkit::wait_ready(http, &name, &base, timeout, || {
-            self.exit_status().map(|status| format!("exit status {status}"))
+            self.exit_status()
+                .map(|status| format!("exit status {status}"))
         })
         .await;
         ready.map_err(|e| self.failure(&format!("did not become ready: {e:#}")))

@@ -3,14 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use paysaga_contracts::account::{api::OpenAccountRequest, client::AccountClient};
 use anyhow::{bail, Context};
+use paysaga_common::{auth::MemberId, client::ServiceClient, testkit};
+use paysaga_contracts::account::{api::OpenAccountRequest, client::AccountClient};
 use paysaga_contracts::gate::client::GateClient;
 use paysaga_contracts::order::{
     api::{CreateProduct, Product},
     client::OrderClient,
 };
-use paysaga_common::{auth::MemberId, client::ServiceClient, testkit};
 
 use crate::buyer::{Buyer, Endpoints};
 
