@@ -245,7 +245,7 @@ impl Report {
             }
         }
         if !self.targets.is_empty() {
-            md.push_str("\n### Targets (issue 7)\n\n| target | measured | required | met | how |\n|---|---:|---:|---|---|\n");
+            md.push_str("\n### Targets\n\n| target | measured | required | met | how |\n|---|---:|---:|---|---|\n");
             for t in &self.targets {
                 let op = if t.bound == Bound::AtLeast {
                     "≥"
