@@ -22,6 +22,7 @@ use std::{
     time::Duration,
 };
 
+use tokio::sync::watch;
 use tokio_cron_scheduler::{Job, JobScheduler};
 
 /// The period tokio-cron-scheduler is given for a requested one: it repeats in whole
@@ -53,6 +54,18 @@ impl Drop for Running {
     }
 }
 
+/// What one job has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobCounts {
+    /// Runs that finished (or were cancelled).
+    pub runs: u64,
+    /// Ticks skipped because the previous run was still going.
+    pub skipped: u64,
+}
+
+/// A scheduled job's counts as they change: `wait_for` one instead of sleeping.
+pub type JobWatch = watch::Receiver<JobCounts>;
+
 /// The scheduled jobs of one service. Started before the jobs are added; stopped with
 /// [`Jobs::shutdown`].
 pub struct Jobs {
@@ -75,13 +88,14 @@ impl Jobs {
 
     /// Runs `job` every `period`, first after one period. The period is rounded up to
     /// whole seconds, at least 1 s (logged here when that changes it); a tick that
-    /// finds the previous run still going is skipped (logged at debug).
+    /// finds the previous run still going is skipped (logged at debug). The returned
+    /// watch follows the job's [`JobCounts`].
     pub async fn every<F, Fut>(
         &self,
         name: &'static str,
         period: Duration,
         job: F,
-    ) -> anyhow::Result<()>
+    ) -> anyhow::Result<JobWatch>
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
@@ -96,17 +110,27 @@ impl Jobs {
             );
         }
         let guard = NoOverlap::default();
+        let (counts, watch) = watch::channel(JobCounts::default());
+        let counts = Arc::new(counts);
         let scheduled = Job::new_repeated_async(rounded, move |_id, _scheduler| {
             let run = guard.try_enter().map(|running| (running, job()));
+            let counts = counts.clone();
             Box::pin(async move {
                 match run {
-                    Some((_running, run)) => run.await,
-                    None => tracing::debug!(job = name, "previous run still going; tick skipped"),
+                    Some((running, run)) => {
+                        run.await;
+                        drop(running);
+                        counts.send_modify(|c| c.runs += 1);
+                    }
+                    None => {
+                        counts.send_modify(|c| c.skipped += 1);
+                        tracing::debug!(job = name, "previous run still going; tick skipped");
+                    }
                 }
             })
         })?;
         self.scheduler.add(scheduled).await?;
-        Ok(())
+        Ok(watch)
     }
 
     /// Stops the scheduler: no further ticks. A run in progress is not waited for.
@@ -151,33 +175,38 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_job_never_overlaps_itself() {
-        let runs = Arc::new(AtomicUsize::new(0));
         let going = Arc::new(AtomicUsize::new(0));
         let most_at_once = Arc::new(AtomicUsize::new(0));
+        // The first run holds until the test has seen two ticks skipped because of it.
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
         let jobs = Jobs::start().await.expect("scheduler");
-        let (r, g, m) = (runs.clone(), going.clone(), most_at_once.clone());
-        // Sub-second, so it is rounded to 1 s; each run outlasts two ticks.
-        jobs.every("slow", Duration::from_millis(300), move || {
-            let (r, g, m) = (r.clone(), g.clone(), m.clone());
-            async move {
-                let now = g.fetch_add(1, Ordering::SeqCst) + 1;
-                m.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2500)).await;
-                g.fetch_sub(1, Ordering::SeqCst);
-                r.fetch_add(1, Ordering::SeqCst);
-            }
-        })
-        .await
-        .expect("scheduled");
-        // A generous bound, not a timing assertion: only counts are checked.
-        for _ in 0..600 {
-            if runs.load(Ordering::SeqCst) >= 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let (g, m, r) = (going.clone(), most_at_once.clone(), release.clone());
+        // Sub-second, so it is rounded up to 1 s.
+        let mut counts = jobs
+            .every("slow", Duration::from_millis(300), move || {
+                let (g, m, r) = (g.clone(), m.clone(), r.clone());
+                async move {
+                    let now = g.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    let _held = r.acquire().await.expect("semaphore open");
+                    g.fetch_sub(1, Ordering::SeqCst);
+                }
+            })
+            .await
+            .expect("scheduled");
+        // Bounds against a hung scheduler, not timing assertions: only counts are checked.
+        let bound = Duration::from_secs(60);
+        let held = *tokio::time::timeout(bound, counts.wait_for(|c| c.skipped >= 2))
+            .await
+            .expect("ticks came while the first run held")
+            .expect("job alive");
+        assert_eq!(held.runs, 0, "the first run is still going");
+        release.add_permits(1_000);
+        tokio::time::timeout(bound, counts.wait_for(|c| c.runs >= 2))
+            .await
+            .expect("the job ran again once free")
+            .expect("job alive");
         jobs.shutdown().await.expect("shutdown");
-        assert!(runs.load(Ordering::SeqCst) >= 2, "the job ran repeatedly");
         assert_eq!(most_at_once.load(Ordering::SeqCst), 1, "runs overlapped");
     }
 }

@@ -7,8 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use orchestrator::Hooks;
 use paysaga_common::{client::CallError, testkit::buyer_token};
-use paysaga_e2e::FaultProxy;
-use support::{hook, pay_request, proxy_target, Stack, PRICE};
+use support::{hook, pay_request, Stack, PRICE};
 use tokio::sync::Notify;
 use uuid::Uuid;
 use workflows::Action;
@@ -210,12 +209,8 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
     let acct = s.open_account("slow-1", 100_000).await;
     let product = s.product(1).await;
     let res = s.reserve(product, "slow-1").await;
-    let proxy = FaultProxy::in_front_of(proxy_target(&s.account_url))
-        .await
-        .expect("proxy");
+    let (proxy, config) = s.via_account_proxy().await;
     proxy.slow_first_answer(b"POST /v1/debits", Duration::from_millis(2000));
-    let mut config = s.config();
-    config.account_url = proxy.http_url();
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let answer = o
@@ -254,12 +249,8 @@ async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
     let product = s.product(1).await;
     let res = s.reserve(product, "slow-2").await;
     let trigger = format!("POST /v1/reservations/{res}/confirm");
-    let proxy = FaultProxy::in_front_of(proxy_target(&s.order_url))
-        .await
-        .expect("proxy");
+    let (proxy, config) = s.via_order_proxy().await;
     proxy.slow_first_answer(trigger.as_bytes(), Duration::from_millis(2000));
-    let mut config = s.config();
-    config.order_url = proxy.http_url();
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let id = o
@@ -1041,12 +1032,8 @@ async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
     let product = s.product(1).await;
     let res = s.reserve(product, "impatient-1").await;
     // The debit is slow, so the first request is still running when its buyer gives up.
-    let proxy = FaultProxy::in_front_of(proxy_target(&s.account_url))
-        .await
-        .expect("proxy");
+    let (proxy, config) = s.via_account_proxy().await;
     proxy.slow_first_answer(b"POST /v1/debits", Duration::from_millis(1500));
-    let mut config = s.config();
-    config.account_url = proxy.http_url();
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let impatient = paysaga_contracts::orchestrator::client::OrchestratorClient::new(
@@ -1085,11 +1072,8 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
     let acct = s.open_account("outage-1", 100_000).await;
     let product = s.product(1).await;
     let res = s.reserve(product, "outage-1").await;
-    let proxy = Arc::new(
-        FaultProxy::in_front_of(proxy_target(&s.order_url))
-            .await
-            .expect("proxy"),
-    );
+    let (proxy, config) = s.via_order_proxy().await;
+    let proxy = Arc::new(proxy);
     // The order service goes dark right after the debit commits.
     let link = proxy.clone();
     let cut = hook(move |_id, action| {
@@ -1100,8 +1084,6 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
             }
         }
     });
-    let mut config = s.config();
-    config.order_url = proxy.http_url();
     let o = s
         .orchestrator(
             config,

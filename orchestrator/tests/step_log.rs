@@ -7,8 +7,7 @@ mod support;
 use std::time::Duration;
 
 use orchestrator::Hooks;
-use paysaga_e2e::FaultProxy;
-use support::{pay_request, proxy_target, Stack};
+use support::{pay_request, Stack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_debit_answer_settled_by_query_is_marked_in_the_step_log() {
@@ -17,12 +16,8 @@ async fn a_lost_debit_answer_settled_by_query_is_marked_in_the_step_log() {
     let product = s.product(1).await;
     let res = s.reserve(product, "lost-1").await;
     // The debit reaches the ledger and commits; its answer outlasts the call's timeout.
-    let proxy = FaultProxy::in_front_of(proxy_target(&s.account_url))
-        .await
-        .expect("proxy");
+    let (proxy, mut config) = s.via_account_proxy().await;
     proxy.slow_first_answer(b"POST /v1/debits", Duration::from_millis(3000));
-    let mut config = s.config();
-    config.account_url = proxy.http_url();
     // Generous, so that on a loaded machine the debit still lands and the status query
     // still answers within one call's timeout (the lease must stay 3 x the timeout).
     config.downstream_timeout = Duration::from_millis(1300);

@@ -15,6 +15,7 @@ use paysaga_common::{
 use paysaga_contracts::account::{api::OpenAccountRequest, client::AccountClient};
 use paysaga_contracts::orchestrator::{api::CreatePayment, client::OrchestratorClient};
 use paysaga_contracts::order::{api::CreateProduct, client::OrderClient};
+use paysaga_e2e::FaultProxy;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -93,6 +94,27 @@ impl Stack {
         c.recovery_interval = Duration::from_millis(1000);
         c.db_max_connections = 8;
         c
+    }
+
+    /// A fault proxy in front of the account service, and test settings whose
+    /// orchestrator reaches the account service through it.
+    pub async fn via_account_proxy(&self) -> (FaultProxy, Config) {
+        let proxy = FaultProxy::in_front_of(proxy_target(&self.account_url))
+            .await
+            .expect("proxy in front of account");
+        let mut config = self.config();
+        config.account_url = proxy.http_url();
+        (proxy, config)
+    }
+
+    /// [`Stack::via_account_proxy`] for the order service.
+    pub async fn via_order_proxy(&self) -> (FaultProxy, Config) {
+        let proxy = FaultProxy::in_front_of(proxy_target(&self.order_url))
+            .await
+            .expect("proxy in front of order");
+        let mut config = self.config();
+        config.order_url = proxy.http_url();
+        (proxy, config)
     }
 
     pub async fn orchestrator(&self, config: Config, hooks: Hooks) -> Orchestrator {
@@ -332,6 +354,6 @@ where
 }
 
 /// The `host:port` of a service URL, for a proxy in front of it.
-pub fn proxy_target(url: &str) -> &str {
+fn proxy_target(url: &str) -> &str {
     url.trim_start_matches("http://")
 }
