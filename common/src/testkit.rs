@@ -159,6 +159,29 @@ pub fn service_token(service: &str) -> String {
 /// How long a started service may take to answer `/readyz` with 200.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Asks `{base}/readyz` once (for at most `timeout`): `Ok` on 200, else what it
+/// answered or why it could not be reached.
+pub async fn probe_ready(
+    http: &reqwest::Client,
+    base: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    match http
+        .get(format!("{base}/readyz"))
+        .timeout(timeout)
+        .send()
+        .await
+    {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!(
+            "/readyz answered {} {}",
+            r.status(),
+            r.text().await.unwrap_or_default()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Polls `{base}/readyz` until it answers 200. Between polls `exited` is asked whether
 /// the service has already stopped (it returns what it knows, e.g. an exit status and
 /// the log's tail); then, or at the deadline, the error says so, so a test fails on the
@@ -175,10 +198,9 @@ pub async fn wait_ready(
         if let Some(why) = exited() {
             anyhow::bail!("{name} exited before it was ready: {why}");
         }
-        let last = match http.get(format!("{base}/readyz")).send().await {
-            Ok(r) if r.status().is_success() => return Ok(()),
-            Ok(r) => format!("/readyz answered {}", r.status()),
-            Err(e) => e.to_string(),
+        let last = match probe_ready(http, base, Duration::from_secs(2)).await {
+            Ok(()) => return Ok(()),
+            Err(last) => last,
         };
         if tokio::time::Instant::now() >= until {
             anyhow::bail!("{name} at {base} was not ready within {deadline:?} ({last})");

@@ -205,15 +205,9 @@ impl ServiceProcess {
         if let Some(status) = self.exit_status() {
             return Readiness::Exited(status);
         }
-        let url = format!("{}/readyz", self.url());
-        match http.get(&url).timeout(timeout).send().await {
-            Ok(r) if r.status().is_success() => Readiness::Ready,
-            Ok(r) => Readiness::NotYet(format!(
-                "{} {}",
-                r.status(),
-                r.text().await.unwrap_or_default()
-            )),
-            Err(e) => Readiness::NotYet(e.to_string()),
+        match paysaga_common::testkit::probe_ready(http, &self.url(), timeout).await {
+            Ok(()) => Readiness::Ready,
+            Err(last) => Readiness::NotYet(last),
         }
     }
 
