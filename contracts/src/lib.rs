@@ -5,6 +5,7 @@
 //! another. The contracts themselves are described in docs/ARCHITECTURE.md.
 
 pub mod account;
+pub mod batch;
 pub mod gate;
 pub mod orchestrator;
 pub mod order;

@@ -163,6 +163,28 @@ pub struct Transaction {
     pub created_at: DateTime<Utc>,
 }
 
+/// One operation of `POST /v1/batch` (service credential). Each is answered as its own
+/// endpoint would answer it; debits and credits of one batch commit together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AccountOp {
+    /// As `POST /v1/debits`.
+    Debit(DebitRequest),
+    /// As `POST /v1/credits`.
+    Credit(CreditRequest),
+    /// As `GET /v1/accounts/{id}`, without the recent transactions.
+    Account { account_id: i64 },
+    /// As `GET /v1/transactions/{key}`.
+    Transaction { operation_key: String },
+}
+
+/// `POST /v1/batch`: up to `batch::MAX_OPS` operations, answered in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AccountBatch {
+    pub ops: Vec<AccountOp>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,10 @@ use std::time::Duration;
 use paysaga_common::client::{Answer, CallError, ServiceClient};
 
 use super::api::{
-    Account, AccountView, CreditRequest, DebitRequest, OpenAccountRequest, Transaction,
+    Account, AccountBatch, AccountView, CreditRequest, DebitRequest, OpenAccountRequest,
+    Transaction,
 };
+use crate::batch::Replies;
 
 /// Calls the account service with a service credential. Every method returns the
 /// definite answer, `CallError::Rejected` (a 4xx with its code, see `api::codes`), or
@@ -55,6 +57,12 @@ impl AccountClient {
     /// `POST /v1/credits` -> 201 `Transaction` (200 on replay): a refund of `refund_of`.
     pub async fn credit(&self, req: &CreditRequest) -> Result<Answer<Transaction>, CallError> {
         self.inner.post("/v1/credits", req).await
+    }
+
+    /// `POST /v1/batch` -> 200 `Replies`, one per operation in order (see
+    /// [`crate::batch::Reply::into_answer`]). A non-2xx answer concerns the whole batch.
+    pub async fn batch(&self, req: &AccountBatch) -> Result<Answer<Replies>, CallError> {
+        self.inner.post("/v1/batch", req).await
     }
 
     /// `GET /v1/transactions/{key}` -> `Transaction` (a DECLINED debit included), or

@@ -149,3 +149,23 @@ pub mod codes {
     pub const INVALID_PRODUCT_ID: &str = "INVALID_PRODUCT_ID";
     pub const TOO_MANY_PASS_IDS: &str = "TOO_MANY_PASS_IDS";
 }
+
+/// One operation of `POST /v1/batch` (service credential). Each is answered as its own
+/// endpoint would answer it; the confirms and cancels of one batch commit together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum OrderOp {
+    /// As `POST /v1/reservations/{id}/confirm`.
+    Confirm { reservation_id: Uuid },
+    /// As `POST /v1/reservations/{id}/cancel` by a service.
+    Cancel { reservation_id: Uuid },
+    /// As `GET /v1/reservations/{id}` by a service.
+    Reservation { reservation_id: Uuid },
+}
+
+/// `POST /v1/batch`: up to `batch::MAX_OPS` operations, answered in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrderBatch {
+    pub ops: Vec<OrderOp>,
+}

@@ -6,9 +6,11 @@ use std::time::Duration;
 use paysaga_common::client::{Answer, CallError, ServiceClient};
 use uuid::Uuid;
 
+use crate::batch::Replies;
+
 use super::api::{
-    AddUnits, Availability, CreateProduct, CreateReservation, Product, Reservation, UsedPasses,
-    UsedPassesQuery,
+    AddUnits, Availability, CreateProduct, CreateReservation, OrderBatch, Product, Reservation,
+    UsedPasses, UsedPassesQuery,
 };
 
 /// Calls the order service with one bearer token: a service credential for the
@@ -120,6 +122,12 @@ impl OrderClient {
         self.inner
             .post(&format!("/v1/reservations/{id}/cancel"), &Empty {})
             .await
+    }
+
+    /// `POST /v1/batch` (service) -> 200 `Replies`, one per operation in order (see
+    /// [`crate::batch::Reply::into_answer`]). A non-2xx answer concerns the whole batch.
+    pub async fn batch(&self, req: &OrderBatch) -> Result<Answer<Replies>, CallError> {
+        self.inner.post("/v1/batch", req).await
     }
 
     /// `POST /v1/passes/used` (service): which of `pass_ids` (at most 1,000) have made a
