@@ -1,6 +1,7 @@
 //! Shared plumbing for every paysaga service; business rules stay in their service.
 
 pub mod auth;
+pub mod batch;
 pub mod client;
 pub mod config;
 pub mod db;
