@@ -52,7 +52,10 @@ impl<I, O> std::fmt::Debug for Coalescer<I, O> {
 impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
     /// Starts the batching task. `flush` gets up to `max_batch` operations in arrival
     /// order and answers each, in the same order; at most `in_flight` flushes run at
-    /// once. The batch sizes are recorded as the histogram `paysaga_batch_ops{batch=name}`.
+    /// once. The batch sizes are recorded as the histogram `paysaga_batch_ops{batch=name}`,
+    /// and the operations in flushes not yet answered as the gauge
+    /// `paysaga_batch_in_flight_ops{batch=name}` (the fault suite reads it to kill a
+    /// process while a batch is in flight).
     pub fn spawn<F, Fut>(name: &'static str, max_batch: usize, in_flight: usize, flush: F) -> Self
     where
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
@@ -72,13 +75,17 @@ impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
                 if rx.recv_many(&mut jobs, max_batch.max(1)).await == 0 {
                     return;
                 }
-                metrics::histogram!("paysaga_batch_ops", "batch" => name).record(jobs.len() as f64);
+                let size = jobs.len() as f64;
+                metrics::histogram!("paysaga_batch_ops", "batch" => name).record(size);
+                let in_flight = metrics::gauge!("paysaga_batch_in_flight_ops", "batch" => name);
+                in_flight.increment(size);
                 let (items, replies): (Vec<I>, Vec<_>) =
                     jobs.into_iter().map(|j| (j.item, j.reply)).unzip();
                 let run = flush(items);
                 // Its own task: a flush is never cancelled halfway by a caller that gave up.
                 tokio::spawn(async move {
                     let outcome = run.await;
+                    in_flight.decrement(size);
                     drop(slot);
                     match outcome {
                         Ok(answers) if answers.len() == replies.len() => {
