@@ -1,21 +1,33 @@
 //! The saga's calls to account and order, and the probes that ask them for the truth
 //! after an unknown outcome. Each call's answer is classified into a step outcome
 //! here; only answers that are definite by contract count as rejections.
+//!
+//! Every call rides in a batch (`POST /v1/batch`): the calls of concurrent payments
+//! that arrive while earlier batches are in flight leave together, one HTTP request
+//! and one downstream transaction for all of them, each answered on its own. A lone
+//! call leaves at once, so at low load nothing waits.
 
 use std::time::{Duration, Instant};
 
-use paysaga_common::{client::CallError, money::Amount};
+use paysaga_common::{
+    batch::Coalescer,
+    client::{Answer, CallError},
+    money::Amount,
+};
 use paysaga_contracts::account::{
     api::{
-        codes as account_codes, CreditRequest, DebitRequest, OperationKey, TransactionKind,
-        TransactionStatus,
+        codes as account_codes, Account, AccountBatch, AccountOp, CreditRequest, DebitRequest,
+        OperationKey, Transaction, TransactionKind, TransactionStatus,
     },
     client::AccountClient,
 };
+use paysaga_contracts::batch::Reply;
 use paysaga_contracts::order::{
-    api::{codes as order_codes, ReservationState},
+    api::{codes as order_codes, OrderBatch, OrderOp, Reservation, ReservationState},
     client::OrderClient,
 };
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
 use workflows::{Action, Outcome};
 
 use crate::store::PaymentRow;
@@ -71,10 +83,34 @@ impl Attempt {
     }
 }
 
+/// The most operations one batch to a downstream carries.
+const MAX_BATCH: usize = 256;
+/// Batches to one downstream in flight at once: enough that a slow batch does not stall
+/// the next, few enough that each is large under load.
+const BATCHES_IN_FLIGHT: usize = 4;
+
 #[derive(Clone, Debug)]
 pub struct Downstream {
-    pub account: AccountClient,
-    pub order: OrderClient,
+    account: Coalescer<AccountOp, Reply>,
+    order: Coalescer<OrderOp, Reply>,
+}
+
+/// A batch's operation answered as if it had been its own call.
+async fn answer<O, T: DeserializeOwned>(
+    batcher: &Coalescer<O, Reply>,
+    op: O,
+) -> Result<Answer<T>, CallError>
+where
+    O: Send + 'static,
+{
+    let start = Instant::now();
+    match batcher.submit(op).await {
+        Ok(reply) => reply.into_answer(start.elapsed()),
+        Err(failure) => Err(CallError::Unknown {
+            status: None,
+            reason: failure.to_string(),
+        }),
+    }
 }
 
 fn op_key(action: Action, p: &PaymentRow) -> Result<OperationKey, String> {
@@ -82,6 +118,64 @@ fn op_key(action: Action, p: &PaymentRow) -> Result<OperationKey, String> {
 }
 
 impl Downstream {
+    /// Starts the batching tasks (needs a Tokio runtime).
+    pub fn new(account: AccountClient, order: OrderClient) -> Self {
+        let account = Coalescer::spawn("account", MAX_BATCH, BATCHES_IN_FLIGHT, move |ops| {
+            let client = account.clone();
+            async move {
+                client
+                    .batch(&AccountBatch { ops })
+                    .await
+                    .map(|a| a.body.results)
+                    .map_err(|e| e.to_string())
+            }
+        });
+        let order = Coalescer::spawn("order", MAX_BATCH, BATCHES_IN_FLIGHT, move |ops| {
+            let client = order.clone();
+            async move {
+                client
+                    .batch(&OrderBatch { ops })
+                    .await
+                    .map(|a| a.body.results)
+                    .map_err(|e| e.to_string())
+            }
+        });
+        Self { account, order }
+    }
+
+    /// The reservation, as the order service sees it now.
+    pub async fn reservation(&self, id: Uuid) -> Result<Answer<Reservation>, CallError> {
+        answer(&self.order, OrderOp::Reservation { reservation_id: id }).await
+    }
+
+    /// The account (without its recent transactions).
+    pub async fn account(&self, id: i64) -> Result<Answer<Account>, CallError> {
+        answer(&self.account, AccountOp::Account { account_id: id }).await
+    }
+
+    async fn debit(&self, req: DebitRequest) -> Result<Answer<Transaction>, CallError> {
+        answer(&self.account, AccountOp::Debit(req)).await
+    }
+
+    async fn credit(&self, req: CreditRequest) -> Result<Answer<Transaction>, CallError> {
+        answer(&self.account, AccountOp::Credit(req)).await
+    }
+
+    async fn transaction_by_key(&self, key: &str) -> Result<Answer<Transaction>, CallError> {
+        let op = AccountOp::Transaction {
+            operation_key: key.to_owned(),
+        };
+        answer(&self.account, op).await
+    }
+
+    async fn confirm(&self, id: Uuid) -> Result<Answer<Reservation>, CallError> {
+        answer(&self.order, OrderOp::Confirm { reservation_id: id }).await
+    }
+
+    async fn cancel(&self, id: Uuid) -> Result<Answer<Reservation>, CallError> {
+        answer(&self.order, OrderOp::Cancel { reservation_id: id }).await
+    }
+
     /// Carries out `action` for `p` once. Never fails: an error is an outcome.
     pub async fn perform(&self, action: Action, p: &PaymentRow) -> Attempt {
         let start = Instant::now();
@@ -106,7 +200,7 @@ impl Downstream {
                     account_id: p.account_id,
                     amount,
                 };
-                match self.account.debit(&req).await {
+                match self.debit(req).await {
                     Ok(a) => match a.body.status {
                         TransactionStatus::Applied => Attempt::succeeded(a.status, a.latency),
                         TransactionStatus::Declined => Attempt {
@@ -128,7 +222,7 @@ impl Downstream {
                     ),
                 }
             }
-            Action::Confirm => match self.order.confirm(p.reservation_id).await {
+            Action::Confirm => match self.confirm(p.reservation_id).await {
                 Ok(a) if a.body.state == ReservationState::Confirmed => {
                     Attempt::succeeded(a.status, a.latency)
                 }
@@ -148,7 +242,7 @@ impl Downstream {
                 ),
             },
             Action::CancelReservation | Action::CancelOrder => {
-                match self.order.cancel(p.reservation_id).await {
+                match self.cancel(p.reservation_id).await {
                     Ok(a)
                         if matches!(
                             a.body.state,
@@ -183,7 +277,7 @@ impl Downstream {
                     amount,
                     refund_of,
                 };
-                match self.account.credit(&req).await {
+                match self.credit(req).await {
                     Ok(a) => Attempt::succeeded(a.status, a.latency),
                     Err(e) => Attempt::from_error(
                         e,
@@ -210,7 +304,7 @@ impl Downstream {
         match action {
             Action::Debit | Action::Refund => {
                 let key = action.operation_key(p.id);
-                let a = self.account.transaction_by_key(&key).await.ok()?;
+                let a = self.transaction_by_key(&key).await.ok()?;
                 let t = &a.body;
                 let expected_kind = if action == Action::Debit {
                     TransactionKind::Debit
@@ -233,7 +327,7 @@ impl Downstream {
                 })
             }
             Action::Confirm => {
-                let a = self.order.reservation(p.reservation_id).await.ok()?;
+                let a = self.reservation(p.reservation_id).await.ok()?;
                 match a.body.state {
                     ReservationState::Confirmed => {
                         Some(Attempt::succeeded(a.status, start.elapsed()))
@@ -252,7 +346,7 @@ impl Downstream {
                 }
             }
             Action::CancelReservation | Action::CancelOrder => {
-                let a = self.order.reservation(p.reservation_id).await.ok()?;
+                let a = self.reservation(p.reservation_id).await.ok()?;
                 matches!(
                     a.body.state,
                     ReservationState::Cancelled | ReservationState::Expired

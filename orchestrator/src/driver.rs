@@ -152,6 +152,8 @@ pub fn choose(s: Situation<'_>) -> Result<Choice, IllegalTransition> {
 /// Everything a driver needs; one per process, shared by handlers and recovery.
 pub struct Engine {
     pub pool: PgPool,
+    /// The group-committed writer every driver and request records through.
+    pub writes: store::Writes,
     pub downstream: Downstream,
     /// This instance's identity: the lease owner it writes and the `driver` of its steps.
     pub instance: Uuid,
@@ -300,7 +302,8 @@ impl Engine {
                 mv: choice.mv,
             }];
             self.chain_local_steps(row.id, &mut steps)?;
-            match store::record_steps(&self.pool, &row, self.instance, self.lease, &steps).await? {
+            let recording = store::Recording::new(&row, self.instance, self.lease, steps.clone());
+            match self.writes.record(recording).await? {
                 Some(moved) => {
                     let mut from = row.state.as_str();
                     for s in &steps {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -215,6 +215,54 @@ pub async fn begin(
     })
 }
 
+/// A new request's record, for [`claim_many`]: inserted under `token` unless the key
+/// already has one.
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    pub scope: Scope,
+    pub fingerprint: String,
+    pub token: Uuid,
+    pub lease: Duration,
+    pub retention_hours: i64,
+}
+
+/// The first move of [`begin`] for many requests at once (group commit): one statement
+/// inserts every key not yet recorded. `true`: this request owns its new key; `false`:
+/// the key exists (or an earlier request in the batch took it), and [`begin`] decides.
+pub async fn claim_many(conn: &mut PgConnection, keys: &[NewKey]) -> Result<Vec<bool>> {
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let inserted: Vec<Uuid> = sqlx::query_scalar(
+        r#"
+        INSERT INTO idempotency_keys (member_id, operation, idem_key, fingerprint, owner_token, lease_until, expires_at)
+        SELECT k.member_id, k.operation, k.idem_key, k.fingerprint, k.token,
+               now() + k.lease_ms * INTERVAL '1 millisecond', now() + k.retention_hours * INTERVAL '1 hour'
+        FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::UUID[], $6::BIGINT[], $7::BIGINT[])
+            AS k(member_id, operation, idem_key, fingerprint, token, lease_ms, retention_hours)
+        ON CONFLICT ON CONSTRAINT idempotency_keys_pkey DO NOTHING
+        RETURNING owner_token
+        "#,
+    )
+    .bind(keys.iter().map(|k| k.scope.member.clone()).collect::<Vec<_>>())
+    .bind(keys.iter().map(|k| k.scope.operation).collect::<Vec<_>>())
+    .bind(keys.iter().map(|k| k.scope.key.as_str()).collect::<Vec<_>>())
+    .bind(keys.iter().map(|k| k.fingerprint.as_str()).collect::<Vec<_>>())
+    .bind(keys.iter().map(|k| k.token).collect::<Vec<_>>())
+    .bind(keys.iter().map(|k| ms(k.lease)).collect::<Vec<_>>())
+    .bind(keys.iter().map(|k| k.retention_hours).collect::<Vec<_>>())
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(keys.iter().map(|k| inserted.contains(&k.token)).collect())
+}
+
+/// An owner's answer, for [`complete_many`].
+#[derive(Debug, Clone)]
+pub struct Answered {
+    pub scope: Scope,
+    pub token: Uuid,
+    pub status: u16,
+    pub body: String,
+}
+
 /// Stores the response the owner gives; `false` if the token lost ownership meanwhile
 /// (its answer still stands, but the new owner's is the one kept).
 pub async fn complete(
@@ -224,23 +272,43 @@ pub async fn complete(
     status: u16,
     body: &str,
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let one = Answered {
+        scope: scope.clone(),
+        token,
+        status,
+        body: body.to_owned(),
+    };
+    let mut conn = pool.acquire().await?;
+    Ok(complete_many(&mut conn, std::slice::from_ref(&one))
+        .await?
+        .first()
+        .copied()
+        .unwrap_or(false))
+}
+
+/// [`complete`] for many requests in one statement (group commit).
+pub async fn complete_many(conn: &mut PgConnection, answers: &[Answered]) -> Result<Vec<bool>> {
+    let done: Vec<Uuid> = sqlx::query_scalar(
         r#"
-        UPDATE idempotency_keys
-        SET status = 'COMPLETED', response_status = $5, response_body = $6,
+        UPDATE idempotency_keys k
+        SET status = 'COMPLETED', response_status = a.status, response_body = a.body,
             owner_token = NULL, lease_until = NULL, updated_at = now()
-        WHERE member_id = $1 AND operation = $2 AND idem_key = $3 AND owner_token = $4 AND status = 'PROCESSING'
+        FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::UUID[], $5::INTEGER[], $6::TEXT[])
+            AS a(member_id, operation, idem_key, token, status, body)
+        WHERE k.member_id = a.member_id AND k.operation = a.operation AND k.idem_key = a.idem_key
+          AND k.owner_token = a.token AND k.status = 'PROCESSING'
+        RETURNING a.token
         "#,
     )
-    .bind(&scope.member)
-    .bind(scope.operation)
-    .bind(scope.key.as_str())
-    .bind(token)
-    .bind(i32::from(status))
-    .bind(body)
-    .execute(pool)
+    .bind(answers.iter().map(|a| a.scope.member.clone()).collect::<Vec<_>>())
+    .bind(answers.iter().map(|a| a.scope.operation).collect::<Vec<_>>())
+    .bind(answers.iter().map(|a| a.scope.key.as_str()).collect::<Vec<_>>())
+    .bind(answers.iter().map(|a| a.token).collect::<Vec<_>>())
+    .bind(answers.iter().map(|a| i32::from(a.status)).collect::<Vec<_>>())
+    .bind(answers.iter().map(|a| a.body.as_str()).collect::<Vec<_>>())
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(done.rows_affected() == 1)
+    Ok(answers.iter().map(|a| done.contains(&a.token)).collect())
 }
 
 /// Forgets a request that changed nothing, so a retry with the same key executes afresh.

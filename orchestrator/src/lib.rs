@@ -77,16 +77,17 @@ pub struct Hooks {
 impl AppState {
     pub fn new(pool: PgPool, config: &Config, hooks: Hooks) -> Self {
         let token = service_token_from_env("orchestrator");
-        let downstream = downstream::Downstream {
-            account: AccountClient::new(
+        let downstream = downstream::Downstream::new(
+            AccountClient::new(
                 config.account_url.clone(),
                 token.clone(),
                 config.downstream_timeout,
             ),
-            order: OrderClient::new(config.order_url.clone(), token, config.downstream_timeout),
-        };
+            OrderClient::new(config.order_url.clone(), token, config.downstream_timeout),
+        );
         let engine = driver::Engine {
             pool: pool.clone(),
+            writes: store::Writes::new(pool.clone()),
             downstream,
             instance: Uuid::new_v4(),
             lease: config.lease,

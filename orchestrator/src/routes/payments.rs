@@ -65,14 +65,35 @@ pub async fn create(
         key,
     };
     let fingerprint = idempotency::fingerprint(scope.operation, &scope.member, &normalised);
-    let begun = idempotency::begin(
-        &state.pool,
-        &scope,
-        &fingerprint,
-        state.engine.lease,
-        state.retention_hours,
-    )
-    .await?;
+    // Most keys are new: claimed in the next group commit. A key seen before goes the
+    // long way (replay, conflict, in progress, takeover).
+    let token = Uuid::new_v4();
+    let claimed = state
+        .engine
+        .writes
+        .claim(idempotency::NewKey {
+            scope: scope.clone(),
+            fingerprint: fingerprint.clone(),
+            token,
+            lease: state.engine.lease,
+            retention_hours: state.retention_hours,
+        })
+        .await?;
+    let begun = if claimed {
+        Begin::Owned {
+            token,
+            payment_id: None,
+        }
+    } else {
+        idempotency::begin(
+            &state.pool,
+            &scope,
+            &fingerprint,
+            state.engine.lease,
+            state.retention_hours,
+        )
+        .await?
+    };
     let (token, existing) = match begun {
         Begin::Replay { status, body } => {
             let status =
@@ -153,7 +174,13 @@ async fn execute(
     };
     let body = serde_json::to_string(&row.to_api())
         .map_err(|e| Error::Invariant(format!("payment serialises: {e}")))?;
-    if !idempotency::complete(&state.pool, &scope, token, status.as_u16(), &body).await? {
+    let answered = idempotency::Answered {
+        scope,
+        token,
+        status: status.as_u16(),
+        body: body.clone(),
+    };
+    if !state.engine.writes.complete(answered).await? {
         tracing::warn!(payment_id = %row.id, "idempotency key taken over meanwhile; the new owner's answer is the one stored");
     }
     Ok(json_response(status, body))
@@ -169,7 +196,10 @@ async fn accept(
     req: &CreatePayment,
 ) -> Result<PaymentRow> {
     let ds = &state.engine.downstream;
-    let reservation = match ds.order.reservation(req.reservation_id).await {
+    // Both lookups at once: they ride in different batches to different services.
+    let (reservation, account) =
+        tokio::join!(ds.reservation(req.reservation_id), ds.account(req.account_id));
+    let reservation = match reservation {
         Ok(a) => a.body,
         Err(e) if e.is_not_found() => return Err(Error::ReservationNotFound),
         Err(source) => {
@@ -189,8 +219,8 @@ async fn accept(
     if reservation.expires_at <= Utc::now() {
         return Err(Error::ReservationNotPayable("EXPIRED".into()));
     }
-    let account = match ds.account.get_account(req.account_id).await {
-        Ok(a) => a.body.account,
+    let account = match account {
+        Ok(a) => a.body,
         Err(CallError::Rejected { status: 404, .. }) => return Err(Error::AccountNotFound),
         Err(source) => {
             return Err(Error::Downstream {
@@ -216,15 +246,17 @@ async fn accept(
         reservation_id: reservation.id,
         amount: reservation.price,
     };
-    let inserted = store::insert_linked_payment(
-        &state.pool,
-        &new,
-        state.engine.instance,
-        state.engine.lease,
-        scope,
-        token,
-    )
-    .await;
+    let inserted = state
+        .engine
+        .writes
+        .insert(store::Linked {
+            new,
+            driver: state.engine.instance,
+            lease: state.engine.lease,
+            scope: scope.clone(),
+            token,
+        })
+        .await;
     let row = match inserted {
         Ok(Some(row)) => row,
         // Our lease on the key expired and another request took it over: it creates the payment.
@@ -232,16 +264,6 @@ async fn accept(
             return Err(Error::IdempotencyInProgress {
                 retry_after_secs: 1,
             })
-        }
-        Err(Error::ReservationAlreadyPaid { reservation_id, .. }) => {
-            let payment_id = store::by_reservation(&state.pool, reservation_id)
-                .await?
-                .map(|p| p.id)
-                .unwrap_or_default();
-            return Err(Error::ReservationAlreadyPaid {
-                reservation_id,
-                payment_id,
-            });
         }
         Err(e) => return Err(e),
     };

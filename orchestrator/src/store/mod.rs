@@ -3,6 +3,7 @@
 //! log (`steps`), and the operator's listing and counts (`listing`). Every write is one
 //! short transaction.
 
+mod group;
 mod leases;
 mod listing;
 mod payments;
@@ -19,10 +20,16 @@ use crate::{
     error::{Error, Result},
 };
 
+pub use group::Writes;
 pub use leases::{claim_due, claim_one, release};
 pub use listing::{census, list};
-pub use payments::{by_reservation, insert_linked_payment, load, NewPayment};
-pub use steps::{operator_move, record_step, record_steps, steps, Move, StepMove, StepRecord};
+pub use payments::{
+    by_reservation, explain_missing, insert_linked_payment, insert_many, load, Linked, NewPayment,
+};
+pub use steps::{
+    operator_move, record_many, record_step, record_steps, steps, Move, Recording, StepMove,
+    StepRecord,
+};
 
 pub(crate) const PAYMENT_COLUMNS: &str = r#"id, member_id, account_id, reservation_id, amount, state, pending_action,
     attempts, next_attempt_at, needs_attention, last_error, failure_code, lease_owner, lease_until,

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 use workflows::{Action, Position};
 
-use super::{constraint, millis, PaymentRow, PAYMENT_COLUMNS};
+use super::{millis, PaymentRow, PAYMENT_COLUMNS};
 use crate::{
     error::{Error, Result},
     idempotency::Scope,
@@ -35,51 +35,139 @@ pub async fn insert_linked_payment(
     scope: &Scope,
     token: Uuid,
 ) -> Result<Option<PaymentRow>> {
+    let one = Linked {
+        new: new.clone(),
+        driver,
+        lease,
+        scope: scope.clone(),
+        token,
+    };
+    let mut conn = pool.acquire().await?;
+    let inserted = insert_many(&mut conn, std::slice::from_ref(&one))
+        .await?
+        .pop()
+        .flatten();
+    drop(conn);
+    explain_missing(pool, &one, inserted).await
+}
+
+/// A payment to create and the idempotency record it answers, for [`insert_many`].
+#[derive(Debug, Clone)]
+pub struct Linked {
+    pub new: NewPayment,
+    pub driver: Uuid,
+    pub lease: Duration,
+    pub scope: Scope,
+    pub token: Uuid,
+}
+
+/// After [`insert_many`] wrote nothing for `one`: the reservation already has a payment
+/// (`ReservationAlreadyPaid`), or `token` lost the key (`None`).
+pub async fn explain_missing(
+    pool: &PgPool,
+    one: &Linked,
+    inserted: Option<PaymentRow>,
+) -> Result<Option<PaymentRow>> {
+    if inserted.is_some() {
+        return Ok(inserted);
+    }
+    match by_reservation(pool, one.new.reservation_id).await? {
+        Some(other) if other.id != one.new.id => Err(Error::ReservationAlreadyPaid {
+            reservation_id: one.new.reservation_id,
+            payment_id: other.id,
+        }),
+        _ => Ok(None),
+    }
+}
+
+/// [`insert_linked_payment`] for many requests in one statement (group commit). Only
+/// requests whose token still owns an unlinked key are inserted, and a reservation
+/// that already has a payment is skipped, not an error, so one such request cannot
+/// fail the others; `None` for each request not inserted (see [`explain_missing`]).
+pub async fn insert_many(
+    conn: &mut PgConnection,
+    payments: &[Linked],
+) -> Result<Vec<Option<PaymentRow>>> {
     let start = Position::start();
-    // The key's row is updated before the payment row exists, but the foreign key is
-    // checked at the end of the statement, when both do.
+    let idx = (0..payments.len())
+        .map(|i| i32::try_from(i).map_err(|e| Error::Invariant(format!("batch index: {e}"))))
+        .collect::<Result<Vec<_>>>()?;
     let sql = format!(
         r#"
-        WITH linked AS (
-            UPDATE idempotency_keys
-            SET payment_id = $1, updated_at = now()
-            WHERE member_id = $10 AND operation = $11 AND idem_key = $12 AND owner_token = $13
-              AND status = 'PROCESSING'
-            RETURNING payment_id
+        WITH req AS (
+            SELECT *
+            FROM UNNEST($1::INTEGER[], $2::UUID[], $3::TEXT[], $4::BIGINT[], $5::UUID[], $6::BIGINT[],
+                        $7::UUID[], $8::BIGINT[], $9::TEXT[], $10::TEXT[], $11::UUID[])
+                AS r(idx, id, member_id, account_id, reservation_id, amount, driver, lease_ms,
+                     operation, idem_key, token)
+        ), owned AS (
+            SELECT req.*
+            FROM req
+            JOIN idempotency_keys k
+              ON k.member_id = req.member_id AND k.operation = req.operation AND k.idem_key = req.idem_key
+             AND k.owner_token = req.token AND k.status = 'PROCESSING' AND k.payment_id IS NULL
+            FOR UPDATE OF k
+        ), inserted AS (
+            INSERT INTO payments (id, member_id, account_id, reservation_id, amount, state, pending_action,
+                                  next_attempt_at, lease_owner, lease_until)
+            SELECT id, member_id, account_id, reservation_id, amount, $12, $13, now(), driver,
+                   now() + lease_ms * INTERVAL '1 millisecond'
+            FROM owned
+            ON CONFLICT ON CONSTRAINT payments_reservation_unique DO NOTHING
+            RETURNING {PAYMENT_COLUMNS}
+        ), linked AS (
+            UPDATE idempotency_keys k
+            SET payment_id = inserted.id, updated_at = now()
+            FROM inserted
+            JOIN req ON req.id = inserted.id
+            WHERE k.member_id = req.member_id AND k.operation = req.operation AND k.idem_key = req.idem_key
         )
-        INSERT INTO payments (id, member_id, account_id, reservation_id, amount, state, pending_action,
-                              next_attempt_at, lease_owner, lease_until)
-        SELECT linked.payment_id, $2, $3, $4, $5, $6, $7, now(), $8, now() + $9 * INTERVAL '1 millisecond'
-        FROM linked
-        RETURNING {PAYMENT_COLUMNS}
-        "#
+        SELECT req.idx AS batch_idx, {RETURNED}
+        FROM inserted i
+        JOIN req ON req.id = i.id
+        "#,
+        RETURNED = super::steps::returned_columns("i"),
     );
-    let inserted = sqlx::query_as::<_, PaymentRow>(&sql)
-        .bind(new.id)
-        .bind(&new.member_id)
-        .bind(new.account_id)
-        .bind(new.reservation_id)
-        .bind(new.amount)
+    let rows = sqlx::query_as::<_, super::steps::Indexed>(&sql)
+        .bind(idx)
+        .bind(payments.iter().map(|p| p.new.id).collect::<Vec<_>>())
+        .bind(
+            payments
+                .iter()
+                .map(|p| p.new.member_id.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(payments.iter().map(|p| p.new.account_id).collect::<Vec<_>>())
+        .bind(
+            payments
+                .iter()
+                .map(|p| p.new.reservation_id)
+                .collect::<Vec<_>>(),
+        )
+        .bind(payments.iter().map(|p| p.new.amount).collect::<Vec<_>>())
+        .bind(payments.iter().map(|p| p.driver).collect::<Vec<_>>())
+        .bind(payments.iter().map(|p| millis(p.lease)).collect::<Vec<_>>())
+        .bind(payments.iter().map(|p| p.scope.operation).collect::<Vec<_>>())
+        .bind(
+            payments
+                .iter()
+                .map(|p| p.scope.key.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(payments.iter().map(|p| p.token).collect::<Vec<_>>())
         .bind(start.state().as_str())
         .bind(start.pending().map(Action::as_str))
-        .bind(driver)
-        .bind(millis(lease))
-        .bind(&scope.member)
-        .bind(scope.operation)
-        .bind(scope.key.as_str())
-        .bind(token)
-        .fetch_optional(pool)
-        .await;
-    match inserted {
-        Ok(row) => Ok(row),
-        Err(e) if constraint(&e) == Some("payments_reservation_unique") => {
-            Err(Error::ReservationAlreadyPaid {
-                reservation_id: new.reservation_id,
-                payment_id: Uuid::nil(),
-            })
-        }
-        Err(e) => Err(e.into()),
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut answers: Vec<Option<PaymentRow>> = vec![None; payments.len()];
+    for r in rows {
+        let slot = usize::try_from(r.batch_idx)
+            .ok()
+            .and_then(|i| answers.get_mut(i))
+            .ok_or_else(|| Error::Invariant(format!("batch index {} out of range", r.batch_idx)))?;
+        *slot = Some(r.row);
     }
+    Ok(answers)
 }
 
 pub async fn load(pool: &PgPool, id: Uuid) -> Result<Option<PaymentRow>> {

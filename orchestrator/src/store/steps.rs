@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 use workflows::{Action, Outcome, Position};
 
@@ -74,11 +74,6 @@ pub async fn record_step(
 /// leads to), all or nothing. The payment moves straight to the last step's position,
 /// its version advancing by one per step, and each step is logged under the version it
 /// produced, exactly as if the steps had been recorded one by one under the lease.
-///
-/// One statement, no explicit transaction: the guard, the move and the step log go to
-/// PostgreSQL in a single round trip. A payment makes several of these moves, and
-/// round trips, not the work inside them, are most of what a payment costs the
-/// database (see docs/benchmark.md).
 #[tracing::instrument(skip_all, fields(payment_id = %row.id, steps = steps.len()))]
 pub async fn record_steps(
     pool: &PgPool,
@@ -87,78 +82,164 @@ pub async fn record_steps(
     lease: Duration,
     steps: &[StepMove],
 ) -> Result<Option<PaymentRow>> {
-    let Some(StepMove {
-        step: last_step,
-        mv: last,
-        ..
-    }) = steps.last()
-    else {
-        return Err(Error::Invariant(format!(
-            "payment {}: no step to record",
-            row.id
-        )));
+    let one = Recording {
+        id: row.id,
+        version: row.version,
+        state: row.state.clone(),
+        driver,
+        lease,
+        steps: steps.to_vec(),
     };
-    let count =
-        i64::try_from(steps.len()).map_err(|e| Error::Invariant(format!("step count: {e}")))?;
-    // The last failure code any step names wins, as with one update per step.
-    let failure_code = steps.iter().rev().find_map(|s| s.mv.failure_code.clone());
-    let mut from_state = row.state.clone();
+    let mut conn = pool.acquire().await?;
+    Ok(record_many(&mut conn, std::slice::from_ref(&one))
+        .await?
+        .pop()
+        .flatten())
+}
+
+/// One payment's move for [`record_many`]: the guard (the version and state its driver
+/// read, and the driver's lease) and the steps to append.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    pub id: Uuid,
+    pub version: i64,
+    pub state: String,
+    pub driver: Uuid,
+    pub lease: Duration,
+    pub steps: Vec<StepMove>,
+}
+
+impl Recording {
+    pub fn new(row: &PaymentRow, driver: Uuid, lease: Duration, steps: Vec<StepMove>) -> Self {
+        Self {
+            id: row.id,
+            version: row.version,
+            state: row.state.clone(),
+            driver,
+            lease,
+            steps,
+        }
+    }
+}
+
+/// The compare-and-set of many payments at once (group commit): one statement moves
+/// every payment whose guard still holds and appends all their steps. Each answer is
+/// that payment's new row, or `None` where someone else moved it (that driver then
+/// stops without a write). Round trips, not the work inside them, are most of what a
+/// payment costs the database (see docs/benchmark.md).
+pub async fn record_many(
+    conn: &mut PgConnection,
+    moves: &[Recording],
+) -> Result<Vec<Option<PaymentRow>>> {
+    let mut cols = MoveColumns::default();
     let mut log = StepColumns::default();
-    for s in steps {
-        let to_state = s.mv.to.state().as_str().to_owned();
-        log.push(
-            s,
-            std::mem::replace(&mut from_state, to_state.clone()),
-            to_state,
-        );
+    for (i, m) in moves.iter().enumerate() {
+        let idx = i32::try_from(i).map_err(|e| Error::Invariant(format!("batch index: {e}")))?;
+        let Some(StepMove {
+            step: last_step,
+            mv: last,
+            ..
+        }) = m.steps.last()
+        else {
+            return Err(Error::Invariant(format!(
+                "payment {}: no step to record",
+                m.id
+            )));
+        };
+        let count = i64::try_from(m.steps.len())
+            .map_err(|e| Error::Invariant(format!("step count: {e}")))?;
+        // The last failure code any step names wins, as with one update per step.
+        let failure_code = m.steps.iter().rev().find_map(|s| s.mv.failure_code.clone());
+        cols.idx.push(idx);
+        cols.id.push(m.id);
+        cols.version.push(m.version);
+        cols.from_state.push(m.state.clone());
+        cols.driver.push(m.driver);
+        cols.to_state.push(last.to.state().as_str());
+        cols.pending.push(last.to.pending().map(Action::as_str));
+        cols.attempts.push(last.attempts);
+        cols.next_ms.push(last.next_attempt_in.map(millis));
+        cols.needs_attention.push(last.needs_attention);
+        cols.last_error.push(last_step.error.clone());
+        cols.failure_code.push(failure_code);
+        cols.keep_lease.push(last.keep_lease);
+        cols.lease_ms.push(millis(m.lease));
+        cols.count.push(count);
+        let mut from_state = m.state.clone();
+        for (n, s) in m.steps.iter().enumerate() {
+            let to_state = s.mv.to.state().as_str().to_owned();
+            let n = i64::try_from(n + 1).map_err(|e| Error::Invariant(format!("step: {e}")))?;
+            log.push(
+                idx,
+                n,
+                s,
+                std::mem::replace(&mut from_state, to_state.clone()),
+                to_state,
+            );
+        }
     }
     let sql = format!(
         r#"
-        WITH moved AS (
-            UPDATE payments
-            SET state = $5,
-                pending_action = $6,
-                attempts = $7,
-                next_attempt_at = now() + $8 * INTERVAL '1 millisecond',
-                needs_attention = $9,
-                last_error = $10,
-                failure_code = COALESCE($11, failure_code),
-                lease_owner = CASE WHEN $12 THEN lease_owner END,
-                lease_until = CASE WHEN $12 THEN now() + $13 * INTERVAL '1 millisecond' END,
-                version = version + $14,
+        WITH mv AS (
+            SELECT *
+            FROM UNNEST($1::INTEGER[], $2::UUID[], $3::BIGINT[], $4::TEXT[], $5::UUID[], $6::TEXT[],
+                        $7::TEXT[], $8::INTEGER[], $9::BIGINT[], $10::BOOLEAN[], $11::TEXT[], $12::TEXT[],
+                        $13::BOOLEAN[], $14::BIGINT[], $15::BIGINT[])
+                AS m(idx, id, version, from_state, driver, to_state, pending, attempts, next_ms,
+                     needs_attention, last_error, failure_code, keep_lease, lease_ms, count)
+        ), moved AS (
+            UPDATE payments p
+            SET state = mv.to_state,
+                pending_action = mv.pending,
+                attempts = mv.attempts,
+                next_attempt_at = now() + mv.next_ms * INTERVAL '1 millisecond',
+                needs_attention = mv.needs_attention,
+                last_error = mv.last_error,
+                failure_code = COALESCE(mv.failure_code, p.failure_code),
+                lease_owner = CASE WHEN mv.keep_lease THEN p.lease_owner END,
+                lease_until = CASE WHEN mv.keep_lease THEN now() + mv.lease_ms * INTERVAL '1 millisecond' END,
+                version = p.version + mv.count,
                 updated_at = now()
-            WHERE id = $1 AND version = $2 AND state = $3 AND lease_owner = $4
-            RETURNING {PAYMENT_COLUMNS}
+            FROM mv
+            WHERE p.id = mv.id AND p.version = mv.version AND p.state = mv.from_state
+              AND p.lease_owner = mv.driver
+            RETURNING mv.idx AS batch_idx, mv.version AS from_version, mv.driver AS by_driver,
+                      {RETURNED}
         ), logged AS (
             INSERT INTO payment_steps (payment_id, seq, action, operation_key, outcome, from_state, to_state,
                                        downstream_status, latency_ms, error, settled_by_query, driver)
-            SELECT moved.id, $2 + step.n, step.action, step.operation_key, step.outcome, step.from_state,
-                   step.to_state, step.downstream_status, step.latency_ms, step.error,
-                   step.settled_by_query, $4
-            FROM moved,
-                 UNNEST($15::TEXT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::TEXT[], $20::INTEGER[],
-                        $21::INTEGER[], $22::TEXT[], $23::BOOLEAN[])
-                     WITH ORDINALITY AS step(action, operation_key, outcome, from_state, to_state,
-                                             downstream_status, latency_ms, error, settled_by_query, n)
+            SELECT moved.id, moved.from_version + step.n, step.action, step.operation_key, step.outcome,
+                   step.from_state, step.to_state, step.downstream_status, step.latency_ms, step.error,
+                   step.settled_by_query, moved.by_driver
+            FROM moved
+            JOIN UNNEST($16::INTEGER[], $17::BIGINT[], $18::TEXT[], $19::TEXT[], $20::TEXT[], $21::TEXT[],
+                        $22::TEXT[], $23::INTEGER[], $24::INTEGER[], $25::TEXT[], $26::BOOLEAN[])
+                     AS step(idx, n, action, operation_key, outcome, from_state, to_state,
+                             downstream_status, latency_ms, error, settled_by_query)
+              ON step.idx = moved.batch_idx
         )
-        SELECT {PAYMENT_COLUMNS} FROM moved
-        "#
+        SELECT batch_idx, {PAYMENT_COLUMNS} FROM moved
+        "#,
+        RETURNED = returned_columns("p"),
     );
-    Ok(sqlx::query_as::<_, PaymentRow>(&sql)
-        .bind(row.id)
-        .bind(row.version)
-        .bind(&row.state)
-        .bind(driver)
-        .bind(last.to.state().as_str())
-        .bind(last.to.pending().map(Action::as_str))
-        .bind(last.attempts)
-        .bind(last.next_attempt_in.map(millis))
-        .bind(last.needs_attention)
-        .bind(last_step.error.as_deref())
-        .bind(failure_code)
-        .bind(last.keep_lease)
-        .bind(millis(lease))
-        .bind(count)
+    let rows = sqlx::query_as::<_, Indexed>(&sql)
+        .bind(cols.idx)
+        .bind(cols.id)
+        .bind(cols.version)
+        .bind(cols.from_state)
+        .bind(cols.driver)
+        .bind(cols.to_state)
+        .bind(cols.pending)
+        .bind(cols.attempts)
+        .bind(cols.next_ms)
+        .bind(cols.needs_attention)
+        .bind(cols.last_error)
+        .bind(cols.failure_code)
+        .bind(cols.keep_lease)
+        .bind(cols.lease_ms)
+        .bind(cols.count)
+        .bind(log.idx)
+        .bind(log.n)
         .bind(log.action)
         .bind(log.operation_key)
         .bind(log.outcome)
@@ -168,13 +249,61 @@ pub async fn record_steps(
         .bind(log.latency_ms)
         .bind(log.error)
         .bind(log.settled_by_query)
-        .fetch_optional(pool)
-        .await?)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut answers: Vec<Option<PaymentRow>> = vec![None; moves.len()];
+    for r in rows {
+        let slot = usize::try_from(r.batch_idx)
+            .ok()
+            .and_then(|i| answers.get_mut(i))
+            .ok_or_else(|| Error::Invariant(format!("batch index {} out of range", r.batch_idx)))?;
+        *slot = Some(r.row);
+    }
+    Ok(answers)
+}
+
+/// A row returned by a batch statement, with the index of the request it answers.
+#[derive(sqlx::FromRow)]
+pub(crate) struct Indexed {
+    pub batch_idx: i32,
+    #[sqlx(flatten)]
+    pub row: PaymentRow,
+}
+
+/// The payment columns qualified by `alias`, for a `RETURNING` that names other columns too.
+pub(crate) fn returned_columns(alias: &str) -> String {
+    PAYMENT_COLUMNS
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The per-payment columns of [`record_many`], one array each.
+#[derive(Default)]
+struct MoveColumns {
+    idx: Vec<i32>,
+    id: Vec<Uuid>,
+    version: Vec<i64>,
+    from_state: Vec<String>,
+    driver: Vec<Uuid>,
+    to_state: Vec<&'static str>,
+    pending: Vec<Option<&'static str>>,
+    attempts: Vec<i32>,
+    next_ms: Vec<Option<i64>>,
+    needs_attention: Vec<bool>,
+    last_error: Vec<Option<String>>,
+    failure_code: Vec<Option<String>>,
+    keep_lease: Vec<bool>,
+    lease_ms: Vec<i64>,
+    count: Vec<i64>,
 }
 
 /// The step log's columns, one array each, for a single `UNNEST` insert.
 #[derive(Default)]
 struct StepColumns {
+    idx: Vec<i32>,
+    n: Vec<i64>,
     action: Vec<&'static str>,
     operation_key: Vec<String>,
     outcome: Vec<&'static str>,
@@ -187,8 +316,10 @@ struct StepColumns {
 }
 
 impl StepColumns {
-    fn push(&mut self, logged: &StepMove, from_state: String, to_state: String) {
+    fn push(&mut self, idx: i32, n: i64, logged: &StepMove, from_state: String, to_state: String) {
         let step = &logged.step;
+        self.idx.push(idx);
+        self.n.push(n);
         self.action.push(step.action.as_str());
         self.operation_key.push(step.operation_key.clone());
         self.outcome
