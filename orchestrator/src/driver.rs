@@ -149,6 +149,29 @@ pub fn choose(s: Situation<'_>) -> Result<Choice, IllegalTransition> {
     })
 }
 
+/// The action whose call follows `action`'s at once, its record riding with
+/// `action`'s: only a debit that succeeded, moving on to the confirm.
+fn deferrable(action: Action, attempt: &Attempt, choice: &Choice) -> Option<Action> {
+    let next = choice.mv.to.pending()?;
+    (action == Action::Debit
+        && attempt.outcome == Outcome::Succeeded
+        && next == Action::Confirm
+        && choice.pause.is_none()
+        && choice.attention.is_none())
+    .then_some(next)
+}
+
+fn step_record(action: Action, row: &PaymentRow, attempt: &Attempt) -> StepRecord {
+    StepRecord {
+        action,
+        operation_key: action.operation_key(row.id),
+        outcome: Some(attempt.outcome),
+        downstream_status: attempt.status.filter(|_| action.is_remote()),
+        latency: attempt.latency,
+        error: attempt.error.clone(),
+    }
+}
+
 /// Everything a driver needs; one per process, shared by handlers and recovery.
 pub struct Engine {
     pub pool: PgPool,
@@ -221,6 +244,66 @@ impl Engine {
         Ok(())
     }
 
+    /// Carries out `action` once and, when its outcome is unknown, asks for the truth.
+    /// `None` when the instance stopped meanwhile (it then writes nothing).
+    async fn attempt(&self, action: Action, row: &PaymentRow) -> Option<(Attempt, bool)> {
+        let mut attempt = self.downstream.perform(action, row).await;
+        let mut settled_by_query = false;
+        if attempt.outcome == Outcome::Unknown {
+            metrics::unknown_outcome(action);
+            if let Some(truth) = self.downstream.probe(action, row).await {
+                settled_by_query = truth.outcome != Outcome::Unknown;
+                let call_error = attempt.error.take().unwrap_or_default();
+                attempt = Attempt {
+                    error: Some(format!(
+                        "call: {call_error}; probe: {}",
+                        truth.error.as_deref().unwrap_or("found it done")
+                    )),
+                    latency: attempt.latency + truth.latency,
+                    ..truth
+                };
+            }
+        }
+        metrics::step(action, attempt.outcome, attempt.latency);
+        if let Some(hook) = &self.after_call {
+            hook(row.id, action).await;
+        }
+        self.alive().then_some((attempt, settled_by_query))
+    }
+
+    /// [`choose`] for an attempt, with the attention it calls for logged.
+    fn choose_after(
+        &self,
+        row: &PaymentRow,
+        at: Position,
+        action: Action,
+        attempt: &Attempt,
+        attempts: i32,
+        inline_retries: u32,
+    ) -> Result<Choice> {
+        let choice = choose(Situation {
+            at,
+            outcome: attempt.outcome,
+            attempts,
+            inline_retries,
+            code: attempt.code.as_deref(),
+            jitter_seed: rand::random(),
+        })
+        .map_err(|e| Error::Invariant(e.to_string()))?;
+        match choice.attention {
+            Some(Attention::AttemptsExhausted) => {
+                metrics::attention(Attention::AttemptsExhausted.as_str());
+                tracing::warn!(payment_id = %row.id, %action, attempts = choice.mv.attempts, "attempts exhausted; payment needs an operator");
+            }
+            Some(Attention::DefiniteRejection) => {
+                metrics::attention(Attention::DefiniteRejection.as_str());
+                tracing::error!(payment_id = %row.id, %action, error = ?attempt.error, "no safe automatic move; payment needs an operator");
+            }
+            None => {}
+        }
+        Ok(choice)
+    }
+
     /// Drives a payment this instance holds the lease on until it settles, waits for a
     /// retry, needs an operator, or the lease is lost. Returns the last row it saw.
     #[tracing::instrument(skip_all, fields(payment_id = %row.id))]
@@ -239,68 +322,41 @@ impl Engine {
                 store::release(&self.pool, row.id, self.instance).await?;
                 return Ok(row);
             };
-            let mut attempt = self.downstream.perform(action, &row).await;
-            let mut settled_by_query = false;
-            if attempt.outcome == Outcome::Unknown {
-                metrics::unknown_outcome(action);
-                if let Some(truth) = self.downstream.probe(action, &row).await {
-                    settled_by_query = truth.outcome != Outcome::Unknown;
-                    let call_error = attempt.error.take().unwrap_or_default();
-                    attempt = Attempt {
-                        error: Some(format!(
-                            "call: {call_error}; probe: {}",
-                            truth.error.as_deref().unwrap_or("found it done")
-                        )),
-                        latency: attempt.latency + truth.latency,
-                        ..truth
-                    };
-                }
-            }
-            metrics::step(action, attempt.outcome, attempt.latency);
-            if let Some(hook) = &self.after_call {
-                hook(row.id, action).await;
-            }
-            if !self.alive() {
+            let Some((attempt, settled_by_query)) = self.attempt(action, &row).await else {
                 return Ok(row);
-            }
-
-            let step = StepRecord {
-                action,
-                operation_key: action.operation_key(row.id),
-                outcome: Some(attempt.outcome),
-                downstream_status: attempt.status.filter(|_| action.is_remote()),
-                latency: attempt.latency,
-                error: attempt.error.clone(),
             };
-            let choice = choose(Situation {
-                at: pos,
-                outcome: attempt.outcome,
-                attempts: row.attempts,
-                inline_retries,
-                code: attempt.code.as_deref(),
-                jitter_seed: rand::random(),
-            })
-            .map_err(|e| Error::Invariant(e.to_string()))?;
-            match choice.attention {
-                Some(Attention::AttemptsExhausted) => {
-                    metrics::attention(Attention::AttemptsExhausted.as_str());
-                    tracing::warn!(payment_id = %row.id, %action, attempts = choice.mv.attempts, "attempts exhausted; payment needs an operator");
-                }
-                Some(Attention::DefiniteRejection) => {
-                    metrics::attention(Attention::DefiniteRejection.as_str());
-                    tracing::error!(payment_id = %row.id, %action, error = ?attempt.error, "no safe automatic move; payment needs an operator");
-                }
-                None => {}
-            }
+            let choice =
+                self.choose_after(&row, pos, action, &attempt, row.attempts, inline_retries)?;
             if choice.pause.is_some() {
                 inline_retries += 1;
                 pause = choice.pause;
             }
+            let carry_on = deferrable(action, &attempt, &choice);
             let mut steps = vec![StepMove {
-                step,
+                step: step_record(action, &row, &attempt),
                 settled_by_query,
                 mv: choice.mv,
             }];
+            // A debit that succeeded is not recorded on its own: the confirm follows at
+            // once and both steps commit in one record. Safe because both calls are
+            // keyed: a crash in between leaves the payment at the debit, and the rerun
+            // gets the same answers (the debit replayed, the confirm repeated).
+            if let Some(next) = carry_on {
+                let at = steps[0].mv.to;
+                let Some((attempt, settled_by_query)) = self.attempt(next, &row).await else {
+                    return Ok(row);
+                };
+                let choice = self.choose_after(&row, at, next, &attempt, 0, inline_retries)?;
+                if choice.pause.is_some() {
+                    inline_retries += 1;
+                    pause = choice.pause;
+                }
+                steps.push(StepMove {
+                    step: step_record(next, &row, &attempt),
+                    settled_by_query,
+                    mv: choice.mv,
+                });
+            }
             self.chain_local_steps(row.id, &mut steps)?;
             let recording = store::Recording::new(&row, self.instance, self.lease, steps.clone());
             match self.writes.record(recording).await? {

@@ -300,11 +300,31 @@ pub async fn complete_many(conn: &mut PgConnection, answers: &[Answered]) -> Res
         RETURNING a.token
         "#,
     )
-    .bind(answers.iter().map(|a| a.scope.member.clone()).collect::<Vec<_>>())
-    .bind(answers.iter().map(|a| a.scope.operation).collect::<Vec<_>>())
-    .bind(answers.iter().map(|a| a.scope.key.as_str()).collect::<Vec<_>>())
+    .bind(
+        answers
+            .iter()
+            .map(|a| a.scope.member.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        answers
+            .iter()
+            .map(|a| a.scope.operation)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        answers
+            .iter()
+            .map(|a| a.scope.key.as_str())
+            .collect::<Vec<_>>(),
+    )
     .bind(answers.iter().map(|a| a.token).collect::<Vec<_>>())
-    .bind(answers.iter().map(|a| i32::from(a.status)).collect::<Vec<_>>())
+    .bind(
+        answers
+            .iter()
+            .map(|a| i32::from(a.status))
+            .collect::<Vec<_>>(),
+    )
     .bind(answers.iter().map(|a| a.body.as_str()).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
     .await?;

@@ -197,8 +197,10 @@ async fn accept(
 ) -> Result<PaymentRow> {
     let ds = &state.engine.downstream;
     // Both lookups at once: they ride in different batches to different services.
-    let (reservation, account) =
-        tokio::join!(ds.reservation(req.reservation_id), ds.account(req.account_id));
+    let (reservation, account) = tokio::join!(
+        ds.reservation(req.reservation_id),
+        ds.account(req.account_id)
+    );
     let reservation = match reservation {
         Ok(a) => a.body,
         Err(e) if e.is_not_found() => return Err(Error::ReservationNotFound),

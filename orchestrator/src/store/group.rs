@@ -47,10 +47,11 @@ impl Writes {
     /// Starts the flushing task (needs a Tokio runtime).
     pub fn new(pool: PgPool) -> Self {
         let p = pool.clone();
-        let batcher = Coalescer::spawn("saga_writes", MAX_BATCH, FLUSHES_IN_FLIGHT, move |writes| {
-            let pool = p.clone();
-            async move { flush(&pool, writes).await.map_err(|e| e.to_string()) }
-        });
+        let batcher =
+            Coalescer::spawn("saga_writes", MAX_BATCH, FLUSHES_IN_FLIGHT, move |writes| {
+                let pool = p.clone();
+                async move { flush(&pool, writes).await.map_err(|e| e.to_string()) }
+            });
         Self { batcher, pool }
     }
 

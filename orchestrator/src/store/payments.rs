@@ -137,7 +137,12 @@ pub async fn insert_many(
                 .map(|p| p.new.member_id.clone())
                 .collect::<Vec<_>>(),
         )
-        .bind(payments.iter().map(|p| p.new.account_id).collect::<Vec<_>>())
+        .bind(
+            payments
+                .iter()
+                .map(|p| p.new.account_id)
+                .collect::<Vec<_>>(),
+        )
         .bind(
             payments
                 .iter()
@@ -147,7 +152,12 @@ pub async fn insert_many(
         .bind(payments.iter().map(|p| p.new.amount).collect::<Vec<_>>())
         .bind(payments.iter().map(|p| p.driver).collect::<Vec<_>>())
         .bind(payments.iter().map(|p| millis(p.lease)).collect::<Vec<_>>())
-        .bind(payments.iter().map(|p| p.scope.operation).collect::<Vec<_>>())
+        .bind(
+            payments
+                .iter()
+                .map(|p| p.scope.operation)
+                .collect::<Vec<_>>(),
+        )
         .bind(
             payments
                 .iter()
