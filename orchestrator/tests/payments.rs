@@ -210,7 +210,7 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
     let product = s.product(1).await;
     let res = s.reserve(product, "slow-1").await;
     let (proxy, config) = s.via_account_proxy().await;
-    proxy.slow_first_answer(b"POST /v1/debits", Duration::from_millis(2000));
+    proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(2000));
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let answer = o
@@ -248,7 +248,7 @@ async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
     let acct = s.open_account("slow-2", 100_000).await;
     let product = s.product(1).await;
     let res = s.reserve(product, "slow-2").await;
-    let trigger = format!("POST /v1/reservations/{res}/confirm");
+    let trigger = format!(r#""op":"confirm","reservation_id":"{res}""#);
     let (proxy, config) = s.via_order_proxy().await;
     proxy.slow_first_answer(trigger.as_bytes(), Duration::from_millis(2000));
     let o = s.orchestrator(config, Hooks::default()).await;
@@ -1033,7 +1033,7 @@ async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
     let res = s.reserve(product, "impatient-1").await;
     // The debit is slow, so the first request is still running when its buyer gives up.
     let (proxy, config) = s.via_account_proxy().await;
-    proxy.slow_first_answer(b"POST /v1/debits", Duration::from_millis(1500));
+    proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(1500));
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let impatient = paysaga_contracts::orchestrator::client::OrchestratorClient::new(

@@ -33,8 +33,9 @@ pub struct Faults {
     pub blackhole: bool,
     /// New connections are accepted and immediately reset.
     pub refuse: bool,
-    /// Answers to requests whose first bytes start with this prefix (for HTTP, a method
-    /// and path such as `POST /v1/debits`) are held this long before they are forwarded:
+    /// Answers to requests whose bytes contain this pattern (for HTTP, a method and path
+    /// such as `POST /v1/debits`, or one operation of a batch such as `"op":"debit"`)
+    /// are held this long before they are forwarded:
     /// the request arrives at once and is acted on, its answer is late. Other requests
     /// on the link are untouched. One request at a time per connection, as HTTP/1.1
     /// clients without pipelining send them.
@@ -161,20 +162,20 @@ impl FaultProxy {
         self.modify(|f| f.latency = latency);
     }
 
-    /// Holds the answer to every request starting with `prefix` for `delay` (see
+    /// Holds the answer to every request containing `pattern` for `delay` (see
     /// [`Faults::slow_answers`]).
-    pub fn set_slow_answers(&self, prefix: &[u8], delay: Duration) {
+    pub fn set_slow_answers(&self, pattern: &[u8], delay: Duration) {
         self.modify(|f| {
-            f.slow_answers = Some((prefix.to_vec(), delay));
+            f.slow_answers = Some((pattern.to_vec(), delay));
             f.slow_answers_limit = None;
         });
     }
 
-    /// Holds the answer to the first request starting with `prefix` for `delay`; later
+    /// Holds the answer to the first request containing `pattern` for `delay`; later
     /// ones pass (a timeout that a retry or a status query then recovers from).
-    pub fn slow_first_answer(&self, prefix: &[u8], delay: Duration) {
+    pub fn slow_first_answer(&self, pattern: &[u8], delay: Duration) {
         self.modify(|f| {
-            f.slow_answers = Some((prefix.to_vec(), delay));
+            f.slow_answers = Some((pattern.to_vec(), delay));
             f.slow_answers_limit = Some(1);
         });
     }
@@ -383,7 +384,7 @@ impl Direction {
             Direction::Up(owed) => {
                 if let Some((prefix, delay)) = &faults.slow_answers {
                     let limit = faults.slow_answers_limit.unwrap_or(u64::MAX);
-                    if chunk.starts_with(prefix)
+                    if contains(chunk, prefix)
                         && stats
                             .slowed
                             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -405,6 +406,12 @@ impl Direction {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// Whether `needle` occurs in `chunk`: a request line (`POST /v1/debits`) or a piece of
+/// a body (`"op":"debit"`, one operation inside a batch).
+fn contains(chunk: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || chunk.windows(needle.len()).any(|w| w == needle)
 }
 
 async fn pump(
