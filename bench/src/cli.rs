@@ -40,17 +40,24 @@ pub enum Scenario {
     Claims,
     /// 4: checkout saga throughput with ample stock and funds.
     Saga,
+    /// 6: whole checkouts (reserve + pay until terminal) timed as one operation, at each
+    /// level of `--checkout-clients`: the figure the peers print.
+    Checkout,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::Ceilings,
         Scenario::DropGate,
         Scenario::DropDirect,
         Scenario::Claims,
         Scenario::Saga,
+        Scenario::Checkout,
     ];
 }
+
+/// The peers are measured with 3,000 buyers; fewer would not compare (`--quick` excepted).
+pub const CHECKOUT_MIN_BUYERS: u64 = 3_000;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -75,6 +82,12 @@ pub struct RunArgs {
     /// PostgreSQL connections of the commit-ceiling loop.
     #[arg(long)]
     pub pg_connections: Option<u32>,
+    /// Concurrency levels of the checkout part, a comma list (default 64,256).
+    #[arg(long, value_delimiter = ',')]
+    pub checkout_clients: Vec<usize>,
+    /// Buyers per level of the checkout part, one checkout each (at least 3000 unless --quick).
+    #[arg(long)]
+    pub checkout_buyers: Option<u64>,
     /// Run only these parts (repeatable); all of them by default.
     #[arg(long, value_enum)]
     pub only: Vec<Scenario>,
@@ -110,6 +123,9 @@ pub struct Settings {
     pub phase: Duration,
     pub drops: u32,
     pub pg_connections: u32,
+    /// Concurrency levels of the checkout part, in the order given.
+    pub checkout_clients: Vec<usize>,
+    pub checkout_buyers: u64,
     pub scenarios: Vec<Scenario>,
     pub out_dir: PathBuf,
     #[serde(skip)]
@@ -151,6 +167,24 @@ impl Settings {
                 a.drops
             )));
         }
+        let checkout_clients = if a.checkout_clients.is_empty() {
+            vec![64, 256]
+        } else {
+            a.checkout_clients.clone()
+        };
+        if let Some(bad) = checkout_clients.iter().find(|&&c| c == 0 || c > 4_096) {
+            return Err(Error::Config(format!(
+                "--checkout-clients levels must be 1..=4096, got {bad}"
+            )));
+        }
+        let checkout_buyers =
+            a.checkout_buyers
+                .unwrap_or(if a.quick { 300 } else { CHECKOUT_MIN_BUYERS });
+        if checkout_buyers == 0 || (!a.quick && checkout_buyers < CHECKOUT_MIN_BUYERS) {
+            return Err(Error::Config(format!(
+                "--checkout-buyers must be at least {CHECKOUT_MIN_BUYERS} (any positive number with --quick), got {checkout_buyers}"
+            )));
+        }
         // PostgreSQL allows 100 connections here and the services need theirs.
         let pg_connections = a.pg_connections.unwrap_or(32).clamp(1, 64);
         require_loopback(&a.admin_database_url)?;
@@ -171,6 +205,8 @@ impl Settings {
             phase: Duration::from_secs(phase_secs),
             drops: a.drops,
             pg_connections,
+            checkout_clients,
+            checkout_buyers,
             scenarios,
             out_dir: a.out_dir.clone(),
             admin_database_url: a.admin_database_url.clone(),
@@ -237,6 +273,53 @@ mod tests {
     fn only_keeps_the_canonical_order() {
         let s = Settings::from_args(&args(&["--only", "saga", "--only", "ceilings"])).unwrap();
         assert_eq!(s.scenarios, vec![Scenario::Ceilings, Scenario::Saga]);
+    }
+
+    #[test]
+    fn checkout_levels_and_buyers() {
+        let s = Settings::from_args(&args(&["--only", "checkout"])).unwrap();
+        assert_eq!(s.scenarios, vec![Scenario::Checkout]);
+        assert_eq!(s.checkout_clients, vec![64, 256]);
+        assert_eq!(s.checkout_buyers, 3_000);
+
+        let s = Settings::from_args(&args(&[
+            "--checkout-clients",
+            "256,8,32",
+            "--checkout-buyers",
+            "5000",
+        ]))
+        .unwrap();
+        assert_eq!(s.checkout_clients, vec![256, 8, 32]);
+        assert_eq!(s.checkout_buyers, 5_000);
+        let s = Settings::from_args(&args(&[
+            "--checkout-clients",
+            "8",
+            "--checkout-clients",
+            "32",
+        ]))
+        .unwrap();
+        assert_eq!(s.checkout_clients, vec![8, 32]);
+
+        let quick = Settings::from_args(&args(&["--quick", "--checkout-clients", "8,32"])).unwrap();
+        assert_eq!(
+            (quick.checkout_clients.clone(), quick.checkout_buyers),
+            (vec![8, 32], 300)
+        );
+        let few = Settings::from_args(&args(&["--quick", "--checkout-buyers", "50"])).unwrap();
+        assert_eq!(few.checkout_buyers, 50);
+
+        for bad in [
+            &["--checkout-buyers", "2999"][..],
+            &["--checkout-buyers", "0", "--quick"],
+            &["--checkout-clients", "0,64"],
+            &["--checkout-clients", "64,5000"],
+        ] {
+            assert!(
+                matches!(Settings::from_args(&args(bad)), Err(Error::Config(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(Cli::try_parse_from(["paysaga-bench", "--checkout-clients", "64,x"]).is_err());
     }
 
     #[test]

@@ -123,9 +123,18 @@ pub async fn run(settings: Settings) -> Result<Report> {
         .to_owned();
     admin.close().await;
 
+    // The checkout part needs one funded buyer per checkout of a level.
+    let checkout_buyers = if settings.runs(Scenario::Checkout) {
+        settings.checkout_buyers
+    } else {
+        0
+    };
     let buyers = Buyers::mint(
         &run_id,
-        settings.buyers.max(settings.concurrency as u64) as usize,
+        settings
+            .buyers
+            .max(settings.concurrency as u64)
+            .max(checkout_buyers) as usize,
     );
     let report = Report::new(settings.clone(), machine);
     let mut bench = Bench {
@@ -155,9 +164,14 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
         eprintln!("scenario 5: the machine's limits");
         bench.ceilings = ceiling::measure::measure(bench).await?;
     }
-    let needs_system = [Scenario::DropGate, Scenario::DropDirect, Scenario::Saga]
-        .iter()
-        .any(|s| bench.settings.runs(*s));
+    let needs_system = [
+        Scenario::DropGate,
+        Scenario::DropDirect,
+        Scenario::Saga,
+        Scenario::Checkout,
+    ]
+    .iter()
+    .any(|s| bench.settings.runs(*s));
     if needs_system {
         eprintln!("starting the four services (release binaries beside this one)");
         let sys = System::start("bench", client::http_client(bench.settings.concurrency)?).await?;
@@ -176,6 +190,10 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
         if bench.settings.runs(Scenario::Saga) {
             eprintln!("scenario 4: checkout saga throughput");
             scenario::measure::saga_throughput(bench, &sys, &accounts).await?;
+        }
+        if bench.settings.runs(Scenario::Checkout) {
+            eprintln!("scenario 6: whole checkouts at each of --checkout-clients");
+            scenario::checkout::measure(bench, &sys, &accounts).await?;
         }
     }
     if bench.settings.runs(Scenario::Claims) {

@@ -85,6 +85,37 @@ pub struct Invariant {
     pub detail: String,
 }
 
+/// One concurrency level of the checkout part: whole checkouts (reserve + pay until
+/// terminal), each timed as one operation, as the peers count them.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckoutRow {
+    pub clients: usize,
+    pub buyers: u64,
+    pub completed: u64,
+    /// Payments that ended FAILED or REFUNDED.
+    pub failed: u64,
+    /// Every other outcome (`sold_out` included: with ample stock it is unexpected), by label.
+    pub errors: std::collections::BTreeMap<String, u64>,
+    pub elapsed_s: f64,
+    /// Completed checkouts ÷ the wall time of the phase.
+    pub checkouts_per_s: f64,
+    /// Latency of every operation of the phase, whatever its outcome.
+    pub p50_us: u64,
+    pub p95_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    /// Δ xact_commit over the phase (settled) ÷ completed, services' background included.
+    pub commits_per_checkout_raw: f64,
+    /// The same with the idle background rate subtracted.
+    pub commits_per_checkout: f64,
+    pub background_commits_per_s: f64,
+    pub status_polls_per_checkout: f64,
+    /// CPU milliseconds per completed checkout, by process, then `postgres`, `bench`,
+    /// `others` (the rest of the machine) and `machine` (all of it).
+    pub cpu_ms_per_checkout: Vec<(String, f64)>,
+    pub invariants_hold: bool,
+}
+
 /// Memory of one process (or Redis) in one phase.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryRow {
@@ -105,6 +136,7 @@ pub struct Report {
     pub ratios: Vec<Ratio>,
     pub targets: Vec<Target>,
     pub memory: Vec<MemoryRow>,
+    pub checkout: Vec<CheckoutRow>,
     pub invariants: Vec<Invariant>,
     pub notes: Vec<String>,
 }
@@ -123,6 +155,7 @@ impl Report {
             ratios: Vec::new(),
             targets: Vec::new(),
             memory: Vec::new(),
+            checkout: Vec::new(),
             invariants: Vec::new(),
             notes: Vec::new(),
         }
@@ -214,6 +247,15 @@ impl Report {
             if s.quick { ", --quick" } else { "" }
         );
 
+        if s.runs(crate::cli::Scenario::Checkout) {
+            let levels: Vec<String> = s.checkout_clients.iter().map(|c| c.to_string()).collect();
+            let _ = writeln!(
+                md,
+                "Checkout part: {} buyers per level, at {} clients.",
+                s.checkout_buyers,
+                levels.join(", ")
+            );
+        }
         md.push_str("\n### Load phases\n\n");
         md.push_str(&stats::markdown_table(&self.runs));
 
@@ -263,6 +305,12 @@ impl Report {
                 );
             }
         }
+        if !self.checkout.is_empty() {
+            md.push_str(
+                "\n### Checkout: reserve + pay until terminal, one timed operation per buyer\n\n",
+            );
+            md.push_str(&checkout_table(&self.checkout));
+        }
         if !self.memory.is_empty() {
             md.push_str("\n### Memory\n\n| phase | process | peak RSS (sampled) | RSS at end | VmHWM |\n|---|---|---:|---:|---:|\n");
             for row in &self.memory {
@@ -301,6 +349,82 @@ impl Report {
     }
 }
 
+/// The checkout levels as one markdown table: the peers' columns first (checkouts/s,
+/// p50/p95/p99), then what each checkout cost in commits and CPU by process.
+pub fn checkout_table(rows: &[CheckoutRow]) -> String {
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let cpu_names: Vec<&str> = first
+        .cpu_ms_per_checkout
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let mut md = String::from(
+        "| clients | buyers | completed | failed | errors | checkouts/s | p50 | p95 | p99 | max | commits/checkout net of background (raw) | polls/checkout |",
+    );
+    for n in &cpu_names {
+        let _ = write!(md, " CPU ms/checkout: {n} |");
+    }
+    md.push_str(" invariants |\n|");
+    md.push_str(&"---:|".repeat(12 + cpu_names.len()));
+    md.push_str("---|\n");
+    for r in rows {
+        let errors = if r.errors.is_empty() {
+            "0".to_owned()
+        } else {
+            r.errors
+                .iter()
+                .map(|(k, n)| format!("{k} ×{n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = write!(
+            md,
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.2} ({:.2}) | {:.2} |",
+            r.clients,
+            r.buyers,
+            r.completed,
+            r.failed,
+            errors,
+            r.checkouts_per_s,
+            stats::human_us(r.p50_us),
+            stats::human_us(r.p95_us),
+            stats::human_us(r.p99_us),
+            stats::human_us(r.max_us),
+            r.commits_per_checkout,
+            r.commits_per_checkout_raw,
+            r.status_polls_per_checkout
+        );
+        for n in &cpu_names {
+            let v = r
+                .cpu_ms_per_checkout
+                .iter()
+                .find(|(m, _)| m == n)
+                .map_or(f64::NAN, |(_, v)| *v);
+            let _ = write!(md, " {} |", fmt_ms(v));
+        }
+        let _ = writeln!(
+            md,
+            " {} |",
+            if r.invariants_hold {
+                "hold"
+            } else {
+                "**BROKEN**"
+            }
+        );
+    }
+    md
+}
+
+fn fmt_ms(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.2}")
+    } else {
+        "n/a".into()
+    }
+}
+
 fn fmt_num(v: f64) -> String {
     if !v.is_finite() {
         "n/a".into()
@@ -322,6 +446,47 @@ mod tests {
         assert!(Target::new("c", 100.0, Bound::AtMost, 105.0, "").met);
         assert!(!Target::new("d", 106.0, Bound::AtMost, 105.0, "").met);
         assert!(!Target::new("nan is never met", f64::NAN, Bound::AtMost, 1.0, "").met);
+    }
+
+    #[test]
+    fn checkout_table_has_a_column_per_process_and_a_row_per_level() {
+        let row = |clients, hold| CheckoutRow {
+            clients,
+            buyers: 3_000,
+            completed: 2_999,
+            failed: 0,
+            errors: [("error:503:UNAVAILABLE".to_owned(), 1)]
+                .into_iter()
+                .collect(),
+            elapsed_s: 10.0,
+            checkouts_per_s: 299.9,
+            p50_us: 100_000,
+            p95_us: 200_000,
+            p99_us: 300_000,
+            max_us: 400_000,
+            commits_per_checkout_raw: 9.5,
+            commits_per_checkout: 9.1,
+            background_commits_per_s: 2.0,
+            status_polls_per_checkout: 0.0,
+            cpu_ms_per_checkout: vec![("order".into(), 1.5), ("machine".into(), 6.0)],
+            invariants_hold: hold,
+        };
+        let md = checkout_table(&[row(64, true), row(256, false)]);
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines.len(), 4, "{md}");
+        let columns = |l: &str| l.matches('|').count();
+        assert!(
+            lines.iter().all(|l| columns(l) == columns(lines[0])),
+            "{md}"
+        );
+        assert!(lines[0].contains("CPU ms/checkout: order"), "{md}");
+        assert!(
+            lines[2].starts_with("| 64 | 3000 | 2999 | 0 | error:503:UNAVAILABLE ×1 | 300 |"),
+            "{md}"
+        );
+        assert!(lines[2].ends_with("| 1.50 | 6.00 | hold |"), "{md}");
+        assert!(lines[3].contains("**BROKEN**"), "{md}");
+        assert_eq!(checkout_table(&[]), "");
     }
 
     #[test]
