@@ -6,6 +6,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use paysaga_common::{error::internal_error_response, pass::PassError, ApiError};
+use paysaga_contracts::batch::Reply;
 
 use crate::api::codes;
 
@@ -99,6 +100,19 @@ impl Error {
 }
 
 impl Error {
+    /// This error as one operation's answer inside a batch: the status and body its own
+    /// endpoint would have sent (internal errors never reach here: they fail the batch).
+    pub(crate) fn reply(&self) -> Reply {
+        match self.api() {
+            Some(e) => Reply::error(e.status.as_u16(), e.code, e.message),
+            None => Reply::error(
+                500,
+                paysaga_common::error::codes::INTERNAL,
+                "internal error",
+            ),
+        }
+    }
+
     fn is_timeout(&self) -> bool {
         match self {
             Error::Database(sqlx::Error::PoolTimedOut) => true,

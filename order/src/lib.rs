@@ -1,8 +1,10 @@
 //! The order service: products with one row per unit, reservations claimed with
-//! `FOR UPDATE SKIP LOCKED`, expiry, and idempotent confirm and cancel.
+//! `FOR UPDATE SKIP LOCKED`, expiry, and idempotent confirm and cancel, one at a time
+//! or group-committed in batches.
 
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::order::api;
+pub mod batch;
 pub mod config;
 pub(crate) mod error;
 /// Public because paysaga-bench's claim bench calls the claim itself.
@@ -15,7 +17,7 @@ pub mod sweep;
 use std::{future::Future, sync::Arc, time::Duration};
 
 use axum::{
-    extract::{FromRef, State},
+    extract::{DefaultBodyLimit, FromRef, State},
     response::Response,
     routing::{get, post},
     Router,
@@ -87,6 +89,7 @@ impl AppState {
         routes::reservations::confirm,
         routes::reservations::cancel,
         routes::reservations::used_passes,
+        routes::batch::batch,
     ),
     components(schemas(
         api::CreateProduct,
@@ -98,6 +101,10 @@ impl AppState {
         api::ReservationState,
         api::UsedPassesQuery,
         api::UsedPasses,
+        api::OrderOp,
+        api::OrderBatch,
+        paysaga_contracts::batch::Reply,
+        paysaga_contracts::batch::Replies,
         paysaga_common::ErrorBody,
     ))
 )]
@@ -111,7 +118,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 pub fn app(state: AppState) -> Router {
-    use routes::{products, reservations};
+    use routes::{batch, products, reservations};
     let api = Router::new()
         .route("/v1/products", post(products::create).get(products::list))
         .route("/v1/products/{id}", get(products::get))
@@ -125,6 +132,10 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/reservations/{id}/confirm", post(reservations::confirm))
         .route("/v1/reservations/{id}/cancel", post(reservations::cancel))
         .route("/v1/passes/used", post(reservations::used_passes))
+        .route(
+            "/v1/batch",
+            post(batch::batch).layer(DefaultBodyLimit::max(batch::BODY_LIMIT)),
+        )
         .route("/readyz", get(readyz))
         .with_state(state);
     server::finish(api, ApiDoc::openapi())

@@ -13,8 +13,9 @@ use crate::{
     error::{Error, Result},
 };
 
+/// A `reservations` row as selected by every query here (and by `crate::batch`).
 #[derive(sqlx::FromRow)]
-struct ReservationRow {
+pub(crate) struct ReservationRow {
     id: Uuid,
     product_id: i64,
     member_id: String,

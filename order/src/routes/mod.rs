@@ -1,5 +1,6 @@
 //! HTTP handlers, one module per resource.
 
+pub mod batch;
 pub mod products;
 pub mod reservations;
 

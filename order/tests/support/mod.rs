@@ -184,3 +184,46 @@ pub async fn reservation_state(admin: &PgPool, id: Uuid) -> String {
         .await
         .expect("reservation state")
 }
+
+impl Harness {
+    /// `n` reservations of a product, one per member `{prefix}-{i}`.
+    pub async fn reserve_many(
+        &self,
+        product_id: i64,
+        n: usize,
+        prefix: &str,
+    ) -> Vec<paysaga_contracts::order::api::Reservation> {
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let member = format!("{prefix}-{i}");
+            let r = self
+                .buyer(&member)
+                .reserve(product_id, &pass(product_id, &member))
+                .await
+                .expect("reserve")
+                .body;
+            out.push(r);
+        }
+        out
+    }
+}
+
+/// Every row of the reservation, unit and order tables as text, in a fixed order: two
+/// equal snapshots mean nothing was written in between.
+pub async fn snapshot(admin: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        r#"
+        SELECT t.line FROM (
+            SELECT 1 AS k, r.id::TEXT AS id, r::TEXT AS line FROM order_service.reservations r
+            UNION ALL
+            SELECT 2, s.id::TEXT, s::TEXT FROM order_service.product_stock s
+            UNION ALL
+            SELECT 3, o.id::TEXT, o::TEXT FROM order_service.orders o
+        ) t
+        ORDER BY t.k, t.id
+        "#,
+    )
+    .fetch_all(admin)
+    .await
+    .expect("snapshot")
+}

@@ -1,0 +1,45 @@
+//! `POST /v1/batch`: a service's confirms, cancels and lookups in one request.
+
+use axum::extract::State;
+use paysaga_common::{auth::Service, extract::Json, ApiError, ErrorBody};
+use paysaga_contracts::batch::{Replies, BATCH_TOO_LARGE, MAX_OPS};
+
+use crate::{
+    api::OrderBatch,
+    batch,
+    error::{Error, Result},
+    AppState,
+};
+
+/// The common 64 KB limit holds fewer than 1,000 operations (about 75 bytes each), so
+/// this route has its own: room for `MAX_OPS` + 1 with whitespace, so an oversized
+/// batch gets its `BATCH_TOO_LARGE` rather than a 413.
+pub const BODY_LIMIT: usize = 256 * 1024;
+
+/// Apply up to 1,000 confirms, cancels and lookups together (service). The confirms and
+/// cancels commit in one transaction; each operation gets the status and body its own
+/// endpoint would have answered. A 5xx means nothing was applied.
+#[utoipa::path(post, path = "/v1/batch", request_body = OrderBatch,
+    responses(
+        (status = 200, body = Replies, description = "one reply per operation, in order: the status and body of `POST /v1/reservations/{id}/confirm`, `POST /v1/reservations/{id}/cancel` (as a service) or `GET /v1/reservations/{id}`"),
+        (status = 400, body = ErrorBody, description = "BATCH_TOO_LARGE: no operations, or more than 1,000"),
+        (status = 403, body = ErrorBody, description = "FORBIDDEN: a buyer token"),
+        (status = 500, body = ErrorBody, description = "the batch failed as a whole; nothing was written")))]
+#[tracing::instrument(skip_all, fields(caller = %caller.0, ops = req.ops.len()))]
+pub async fn batch(
+    State(state): State<AppState>,
+    caller: Service,
+    Json(req): Json<OrderBatch>,
+) -> Result<Json<Replies>> {
+    if req.ops.is_empty() || req.ops.len() > MAX_OPS {
+        return Err(Error::Api(ApiError::bad_request(
+            BATCH_TOO_LARGE,
+            format!(
+                "a batch carries 1 to {MAX_OPS} operations, not {}",
+                req.ops.len()
+            ),
+        )));
+    }
+    let results = super::detached(async move { batch::apply(&state.pool, &req.ops).await }).await?;
+    Ok(Json(Replies { results }))
+}
