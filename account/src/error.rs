@@ -9,6 +9,8 @@ use paysaga_common::{
     ApiError,
 };
 
+use paysaga_contracts::batch::BATCH_TOO_LARGE;
+
 use crate::api::{codes, Transaction};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -51,6 +53,8 @@ pub enum Error {
     InvalidOperationKey(&'static str),
     #[error("the movement would take a balance out of range")]
     AmountOutOfRange,
+    #[error("a batch carries 1 to {max} operations, not {got}")]
+    BatchTooLarge { max: usize, got: usize },
     /// No database connection became free in time: nothing happened, try again.
     #[error("the ledger is overloaded; nothing was done, try again")]
     Unavailable,
@@ -82,10 +86,13 @@ impl From<sqlx::Error> for Error {
     }
 }
 
-impl IntoResponse for Error {
-    fn into_response(self) -> Response {
+impl Error {
+    /// The answer a client sees for this error, or the error itself back when it is
+    /// internal (a 500 whose cause is logged, never shown). One mapping for whole
+    /// responses and for the per-operation replies of a batch, so both say the same.
+    pub(crate) fn into_api(self) -> Result<ApiError, Error> {
         let msg = self.to_string();
-        let api = match self {
+        Ok(match self {
             Error::Api(e) => e,
             Error::InsufficientFunds(_) => ApiError::unprocessable(codes::INSUFFICIENT_FUNDS, msg),
             Error::OperationKeyReused(_) => ApiError::conflict(codes::OPERATION_KEY_REUSED, msg),
@@ -107,6 +114,7 @@ impl IntoResponse for Error {
                 ApiError::bad_request(codes::INVALID_OPERATION_KEY, msg)
             }
             Error::AmountOutOfRange => ApiError::unprocessable(codes::AMOUNT_OUT_OF_RANGE, msg),
+            Error::BatchTooLarge { .. } => ApiError::bad_request(BATCH_TOO_LARGE, msg),
             Error::Unavailable => {
                 tracing::warn!("database pool exhausted; answering 503");
                 ApiError::new(
@@ -115,8 +123,16 @@ impl IntoResponse for Error {
                     msg,
                 )
             }
-            e @ (Error::Database(_) | Error::Corrupt(_)) => return internal_error_response(&e),
-        };
-        api.into_response()
+            e @ (Error::Database(_) | Error::Corrupt(_)) => return Err(e),
+        })
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        match self.into_api() {
+            Ok(api) => api.into_response(),
+            Err(internal) => internal_error_response(&internal),
+        }
     }
 }

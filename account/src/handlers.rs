@@ -7,12 +7,15 @@ use paysaga_common::{
     ErrorBody,
 };
 
+use paysaga_contracts::batch::Replies;
+
 use crate::{
     accounts,
     api::{
-        Account, AccountKind, AccountView, CreditRequest, DebitRequest, OpenAccountRequest,
-        OperationKey, Transaction,
+        Account, AccountBatch, AccountKind, AccountView, CreditRequest, DebitRequest,
+        OpenAccountRequest, OperationKey, Transaction,
     },
+    batch,
     error::{Error, Result},
     ledger::{self, Recorded},
     AppState,
@@ -132,6 +135,27 @@ pub async fn transaction_by_key(
     found
         .map(Json)
         .ok_or_else(|| Error::TransactionNotFound(key.to_string()))
+}
+
+/// Many operations in one request, each answered as its own endpoint would answer it;
+/// the debits among them commit together in one database transaction.
+#[utoipa::path(post, path = "/v1/batch", tag = "batch", request_body = AccountBatch,
+    responses(
+        (status = 200, body = Replies, description = "one reply {status, body} per operation, in order: debit as POST /v1/debits, credit as POST /v1/credits, account as GET /v1/accounts/{id} (the Account alone), transaction as GET /v1/transactions/{key}"),
+        (status = 400, body = ErrorBody, description = "BATCH_TOO_LARGE (no operations, or more than 1000): nothing applied; MALFORMED_JSON"),
+        (status = 422, body = ErrorBody, description = "INVALID_BODY (any operation malformed): nothing applied"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "buyer token"),
+        (status = 500, body = ErrorBody, description = "the batch failed as a whole: no debit of it applied, or (after they committed) its answers were lost; ask by key"),
+        (status = 503, body = ErrorBody, description = "UNAVAILABLE: nothing was done"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0, ops = req.ops.len()))]
+pub async fn batch(
+    State(state): State<AppState>,
+    service: Service,
+    Json(req): Json<AccountBatch>,
+) -> Result<Json<Replies>> {
+    let results = batch::answer(&state.pool, state.merchant_shards, req.ops).await?;
+    Ok(Json(Replies { results }))
 }
 
 /// Ready when PostgreSQL answers.

@@ -65,10 +65,7 @@ pub async fn debit(pool: &PgPool, shards: u16, req: &DebitRequest) -> Result<Rec
     .await?;
     let Some(claimed) = claimed else {
         tx.rollback().await?;
-        return replay_or_refuse(pool, key, req.account_id, |t| {
-            t.kind == TransactionKind::Debit && t.account_id == req.account_id && t.amount == amount
-        })
-        .await;
+        return replay_or_refuse(pool, key, req.account_id, |t| same_debit(t, req)).await;
     };
 
     let taken = sqlx::query(
@@ -215,25 +212,46 @@ async fn replay_or_refuse(
     same_request: impl Fn(&Transaction) -> bool,
 ) -> Result<Recorded> {
     if let Some(existing) = by_key(pool, key).await? {
-        if !same_request(&existing) {
-            metrics::counter!("account_replays_total", "outcome" => "key_reused").increment(1);
-            return Err(Error::OperationKeyReused(key.to_owned()));
-        }
-        metrics::counter!("account_replays_total", "outcome" => "replayed").increment(1);
-        if existing.status == TransactionStatus::Declined {
-            return Err(Error::InsufficientFunds(Box::new(existing)));
-        }
-        return Ok(Recorded {
-            transaction: existing,
-            created: false,
-        });
+        let same = same_request(&existing);
+        return answer_existing(existing, same);
     }
-    match accounts::kind_of(pool, account_id).await?.as_deref() {
-        None => Err(Error::AccountNotFound(account_id)),
-        Some("MERCHANT") => Err(Error::AccountNotMember(account_id)),
-        Some(_) => Err(Error::Corrupt(format!(
-            "debit on member account {account_id} neither inserted nor conflicted"
-        ))),
+    let kind = accounts::kind_of(pool, account_id).await?;
+    Err(why_not_claimed(account_id, kind.as_deref()))
+}
+
+/// Whether a stored transaction is the debit `req` asks for (a replay) or not (a reuse).
+pub(crate) fn same_debit(t: &Transaction, req: &DebitRequest) -> bool {
+    t.kind == TransactionKind::Debit
+        && t.account_id == req.account_id
+        && t.amount == req.amount.minor()
+}
+
+/// The answer to a request whose key already holds `existing`: the same transaction
+/// again (a declined one is declined again), or a refusal if the request differs.
+pub(crate) fn answer_existing(existing: Transaction, same_request: bool) -> Result<Recorded> {
+    if !same_request {
+        metrics::counter!("account_replays_total", "outcome" => "key_reused").increment(1);
+        return Err(Error::OperationKeyReused(existing.operation_key));
+    }
+    metrics::counter!("account_replays_total", "outcome" => "replayed").increment(1);
+    if existing.status == TransactionStatus::Declined {
+        return Err(Error::InsufficientFunds(Box::new(existing)));
+    }
+    Ok(Recorded {
+        transaction: existing,
+        created: false,
+    })
+}
+
+/// Why a key that holds nothing was not claimed, given the kind of the account named
+/// (`None`: no such account).
+pub(crate) fn why_not_claimed(account_id: i64, kind: Option<&str>) -> Error {
+    match kind {
+        None => Error::AccountNotFound(account_id),
+        Some("MERCHANT") => Error::AccountNotMember(account_id),
+        Some(_) => Error::Corrupt(format!(
+            "operation on member account {account_id} neither inserted nor conflicted"
+        )),
     }
 }
 

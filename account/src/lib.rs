@@ -2,6 +2,7 @@
 //! double-entry ledger of debits and refunds.
 
 pub mod accounts;
+pub(crate) mod batch;
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::account::api;
 pub mod config;
@@ -15,7 +16,7 @@ use std::{future::Future, sync::Arc};
 
 use anyhow::Context;
 use axum::{
-    extract::FromRef,
+    extract::{DefaultBodyLimit, FromRef},
     routing::{get, post},
     Router,
 };
@@ -31,6 +32,10 @@ pub use error::{Error, Result};
 pub const SCHEMA: &str = "account_service";
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/account_service");
+
+/// A batch's body limit, in place of the common 64 KiB: room for `MAX_OPS` operations
+/// with the longest keys, so a full batch is judged by its count, not refused as 413.
+pub const BATCH_BODY_LIMIT: usize = paysaga_contracts::batch::MAX_OPS * 512;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -75,7 +80,8 @@ impl AppState {
         handlers::get_account,
         handlers::debit,
         handlers::credit,
-        handlers::transaction_by_key
+        handlers::transaction_by_key,
+        handlers::batch
     ),
     components(schemas(paysaga_common::ErrorBody))
 )]
@@ -91,6 +97,10 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/transactions/{operation_key}",
             get(handlers::transaction_by_key),
+        )
+        .route(
+            "/v1/batch",
+            post(handlers::batch).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
         )
         .route("/readyz", get(handlers::readyz))
         .with_state(state);

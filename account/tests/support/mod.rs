@@ -10,9 +10,12 @@ use paysaga_common::{
     money::Amount,
     testkit::{service_token, InProcess, TestDb},
 };
-use paysaga_contracts::account::{
-    api::{Account, DebitRequest, OpenAccountRequest, OperationKey},
-    client::AccountClient,
+use paysaga_contracts::{
+    account::{
+        api::{Account, AccountBatch, AccountOp, DebitRequest, OpenAccountRequest, OperationKey},
+        client::AccountClient,
+    },
+    batch::Reply,
 };
 use sqlx::PgPool;
 
@@ -109,6 +112,46 @@ impl Svc {
         .expect("count")
     }
 
+    /// `POST /v1/batch` as the orchestrator: the replies, in order (panics unless 200).
+    pub async fn batch(&self, ops: Vec<AccountOp>) -> Vec<Reply> {
+        let answer = self
+            .client
+            .batch(&AccountBatch { ops })
+            .await
+            .expect("batch answered 200");
+        assert_eq!(answer.status, 200);
+        answer.body.results
+    }
+
+    /// Any call with a service credential, answered as a batch reply would be: status
+    /// and JSON body, whatever they are.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Reply {
+        let mut req = self
+            .http
+            .request(method, self.url(path))
+            .bearer_auth(service_token("orchestrator"));
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let r = req.send().await.expect("answer");
+        let status = r.status().as_u16();
+        let body = r.json().await.expect("json body");
+        Reply { status, body }
+    }
+
+    /// The merchant account's id.
+    pub async fn merchant_id(&self) -> i64 {
+        sqlx::query_scalar("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
+            .fetch_one(&self.admin)
+            .await
+            .expect("merchant")
+    }
+
     pub async fn negative_balances(&self) -> i64 {
         sqlx::query_scalar(
             "SELECT (SELECT COUNT(*) FROM account_service.accounts WHERE balance < 0)
@@ -134,4 +177,8 @@ pub fn debit(k: &str, account_id: i64, minor: i64) -> DebitRequest {
         account_id,
         amount: amount(minor),
     }
+}
+
+pub fn debit_op(k: &str, account_id: i64, minor: i64) -> AccountOp {
+    AccountOp::Debit(debit(k, account_id, minor))
 }
