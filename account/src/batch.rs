@@ -25,7 +25,6 @@ use crate::{
 /// Answers `ops` in order. `Err` concerns the whole batch: nothing was applied (a
 /// refusal, or the debit transaction failed and rolled back), or, for a database error
 /// after the debits committed, the caller must ask by key like after a lost answer.
-#[tracing::instrument(skip_all, fields(ops = ops.len()))]
 pub async fn answer(pool: &PgPool, shards: u16, ops: Vec<AccountOp>) -> Result<Vec<Reply>> {
     if ops.is_empty() || ops.len() > MAX_OPS {
         return Err(Error::BatchTooLarge {
@@ -116,7 +115,8 @@ fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     chain
 }
 
-/// A debit's first occurrence in the batch, and what the ledger holds for its key.
+/// The first debit of the batch under its key, with the row id and merchant shard it
+/// gets if it claims the key.
 struct Claim {
     index: usize,
     req: DebitRequest,
