@@ -39,6 +39,22 @@ pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
     .fetch_one(pool)
     .await
     .context("evidence query failed: debits committed whose answer was lost")?;
+    // The same for confirms: the order was written (its transaction began) before the
+    // saga recorded not knowing, so the confirm committed and only its answer was lost;
+    // the saga learned it by looking the reservation up.
+    let confirms_committed_unanswered: i64 = sqlx::query_scalar(
+        r#"
+        SELECT COUNT(DISTINCT s.payment_id)
+        FROM payment_service.payment_steps AS s
+        JOIN payment_service.payments AS p ON p.id = s.payment_id
+        JOIN order_service.orders AS o ON o.reservation_id = p.reservation_id
+        WHERE s.action = 'CONFIRM' AND (s.outcome = 'UNKNOWN' OR s.settled_by_query)
+          AND o.created_at < s.created_at
+        "#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("evidence query failed: confirms committed whose answer was lost")?;
     Ok(vec![
         (
             "debit calls with an unknown outcome".into(),
@@ -51,6 +67,10 @@ pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
         (
             "confirm calls with an unknown outcome".into(),
             unknown_calls("CONFIRM").await?,
+        ),
+        (
+            "confirms committed whose answer was lost".into(),
+            confirms_committed_unanswered,
         ),
         (
             "refund calls with an unknown outcome".into(),
@@ -87,20 +107,51 @@ pub fn metric(page: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The gate's `/metrics` page.
-pub async fn gate_metrics(http: &reqwest::Client, gate_url: &str) -> anyhow::Result<String> {
-    http.get(format!("{gate_url}/metrics"))
+/// The Prometheus gauge every `paysaga_common::batch::Coalescer` exports: operations in
+/// flushes sent and not yet answered, labelled `batch="<name>"`.
+pub const BATCH_IN_FLIGHT: &str = "paysaga_batch_in_flight_ops";
+
+/// Operations in flight in the batcher named `batch` (every batcher when `None`), from a
+/// Prometheus text page; `None` when the gauge is absent (a process that batches nothing,
+/// or one that has not flushed since it started).
+pub fn batch_in_flight(page: &str, batch: Option<&str>) -> Option<f64> {
+    let wanted = batch.map(|b| format!("batch=\"{b}\""));
+    page.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(BATCH_IN_FLIGHT)?;
+            let (labels, value) = rest.rsplit_once(' ')?;
+            // Only the gauge itself: `paysaga_batch_in_flight_ops_xyz` is another series.
+            if !(labels.is_empty() || labels.starts_with('{')) {
+                return None;
+            }
+            if let Some(w) = &wanted {
+                if !labels.contains(w.as_str()) {
+                    return None;
+                }
+            }
+            value.trim().parse::<f64>().ok()
+        })
+        .reduce(|a, b| a + b)
+}
+
+/// A service's `/metrics` page, `base_url` being the service's address.
+pub async fn metrics_page(http: &reqwest::Client, base_url: &str) -> anyhow::Result<String> {
+    let response = http
+        .get(format!("{base_url}/metrics"))
         .send()
         .await
-        .context("reading the gate's metrics")?
+        .with_context(|| format!("reading {base_url}/metrics"))?
+        .error_for_status()
+        .with_context(|| format!("reading {base_url}/metrics"))?;
+    response
         .text()
         .await
-        .context("reading the gate's metrics")
+        .with_context(|| format!("reading {base_url}/metrics"))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::metric;
+    use super::{batch_in_flight, metric};
 
     #[test]
     fn metric_reads_a_labelled_series() {
@@ -111,5 +162,66 @@ mod tests {
         );
         assert_eq!(metric(page, "gate_redis_degraded"), 0.0);
         assert_eq!(metric(page, "absent"), 0.0);
+    }
+
+    #[test]
+    fn batch_in_flight_reads_one_batcher_or_all() {
+        let page = "# TYPE paysaga_batch_in_flight_ops gauge\n\
+                    paysaga_batch_in_flight_ops{batch=\"account\"} 3\n\
+                    paysaga_batch_in_flight_ops{batch=\"order\"} 0\n\
+                    paysaga_batch_in_flight_ops{batch=\"saga_writes\"} 5\n\
+                    paysaga_batch_ops_count{batch=\"account\"} 40\n";
+        assert_eq!(batch_in_flight(page, Some("account")), Some(3.0));
+        assert_eq!(batch_in_flight(page, Some("order")), Some(0.0));
+        assert_eq!(batch_in_flight(page, None), Some(8.0));
+        assert_eq!(batch_in_flight(page, Some("absent")), None);
+        assert_eq!(batch_in_flight("", None), None);
+    }
+
+    /// The page as the services really render it: a real `Coalescer` whose flush is held
+    /// open, read through the process's Prometheus recorder, as the injectors read the
+    /// orchestrator's `/metrics`.
+    #[tokio::test]
+    async fn batch_in_flight_sees_a_real_coalescer_mid_flush() {
+        use std::time::Duration;
+
+        use paysaga_common::{batch::Coalescer, telemetry::metrics_handle};
+        use tokio::sync::{oneshot, Mutex};
+
+        let handle = metrics_handle();
+        let (release, released) = oneshot::channel::<()>();
+        let released = std::sync::Arc::new(Mutex::new(Some(released)));
+        let batcher = Coalescer::spawn("faults_evidence_test", 8, 1, move |items: Vec<u8>| {
+            let released = released.clone();
+            async move {
+                if let Some(rx) = released.lock().await.take() {
+                    let _ = rx.await;
+                }
+                Ok(items)
+            }
+        });
+        let pending = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.submit(7).await }
+        });
+        let seen = async {
+            loop {
+                let n = batch_in_flight(&handle.render(), Some("faults_evidence_test"));
+                if n.is_some_and(|n| n > 0.0) {
+                    return n;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        let seen = tokio::time::timeout(Duration::from_secs(5), seen)
+            .await
+            .expect("the held flush shows in the gauge");
+        assert_eq!(seen, Some(1.0));
+        release.send(()).expect("the flush is waiting");
+        assert_eq!(pending.await.expect("joined").expect("answered"), 7);
+        assert_eq!(
+            batch_in_flight(&handle.render(), Some("faults_evidence_test")),
+            Some(0.0)
+        );
     }
 }

@@ -4,7 +4,11 @@ use std::{fmt::Write as _, time::Duration};
 
 use paysaga_e2e::InvariantReport;
 
-use crate::{inject::Injection, scenario::Scenario, settle::Settled};
+use crate::{
+    inject::{Injection, KILLS_WITH_BATCH, KILLS_WITH_GAUGE},
+    scenario::Scenario,
+    settle::Settled,
+};
 
 /// The outcome of one scenario run.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -54,6 +58,16 @@ impl ScenarioReport {
         self.evidence(self.scenario.exercised_by()) > 0
     }
 
+    /// Whether a crash scenario aimed its kills at batches and hit none: the orchestrator
+    /// exported the gauge of the batch aimed at, yet no kill found an operation in flight
+    /// in it. An orchestrator that exports no such gauge (it does not batch there) is not
+    /// held to it.
+    pub fn missed_every_batch(&self) -> bool {
+        self.scenario.kills_a_service()
+            && self.evidence(KILLS_WITH_GAUGE) > 0
+            && self.evidence(KILLS_WITH_BATCH) == 0
+    }
+
     /// Panics with the whole report unless the run was clean and exercised its fault.
     #[track_caller]
     pub fn assert_clean(&self) {
@@ -69,6 +83,12 @@ impl ScenarioReport {
             "{}: the fault was never exercised ({} = 0)\nreport: {self:#?}",
             self.scenario,
             self.scenario.exercised_by()
+        );
+        assert!(
+            !self.missed_every_batch(),
+            "{}: the orchestrator exported its batch gauge, yet no kill caught a batch in flight ({} = 0)\nreport: {self:#?}",
+            self.scenario,
+            KILLS_WITH_BATCH
         );
         assert_eq!(
             self.settled.flagged, 0,
@@ -139,14 +159,19 @@ impl ScenarioReport {
 /// The summary table (Markdown): one row per run.
 pub fn table(reports: &[ScenarioReport]) -> String {
     let mut s = String::from(
-        "| scenario | payments | completed / failed / refunded | faults injected | exercised | violations | flagged | recovery (s) | answer p50 / max (s) | oversold | bad net | balance drift | keys twice |\n\
-         |---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| scenario | payments | completed / failed / refunded | faults injected | exercised | kills with a batch in flight | violations | flagged | recovery (s) | answer p50 / max (s) | oversold | bad net | balance drift | keys twice |\n\
+         |---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in reports {
         let i = &r.invariants;
+        let batch_kills = if r.scenario.kills_a_service() {
+            format!("{} of {}", r.evidence(KILLS_WITH_BATCH), r.injection.faults)
+        } else {
+            "-".to_owned()
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {} / {} / {} | {} | {} = {} | {} | {} | {:.1} | {:.2} / {:.2} | {} | {} | {} | {} |",
+            "| {} | {} | {} / {} / {} | {} | {} = {} | {} | {} | {} | {:.1} | {:.2} / {:.2} | {} | {} | {} | {} |",
             r.scenario,
             i.payments,
             i.payments_completed,
@@ -155,6 +180,7 @@ pub fn table(reports: &[ScenarioReport]) -> String {
             r.injection.faults,
             r.scenario.exercised_by(),
             r.evidence(r.scenario.exercised_by()),
+            batch_kills,
             r.violations.len(),
             r.settled.flagged,
             r.settled.recovery.as_secs_f64(),

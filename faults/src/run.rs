@@ -30,6 +30,9 @@ use crate::{
 const QUOTA_WAIT: Duration = Duration::from_secs(30);
 /// Per-request timeout of patient buyers and of the operator's calls.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Per-request timeout of the injectors' reads of `/metrics`: a page that is slow to come
+/// is no use for aiming at a batch that lasts milliseconds.
+const METRICS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Runs `scenario` once at `plan`'s size. An `Err` is a harness failure (a service that
 /// would not start, a database that cannot be read); broken invariants are not errors
@@ -104,6 +107,8 @@ pub async fn run_on(
         rng: StdRng::seed_from_u64(plan.seed),
         drop_done: drop_done.clone(),
         redis: private_redis.as_mut(),
+        http: paysaga_common::client::http_client(METRICS_TIMEOUT),
+        orchestrator: endpoints.orchestrator.clone(),
     };
     let fault = async {
         let injected = inject::inject(scenario, &mut ctx).await;
@@ -140,7 +145,7 @@ pub async fn run_on(
     violations.extend(wave_failure);
 
     let mut evidence = evidence::steps(&pool).await?;
-    let page = evidence::gate_metrics(&http, &endpoints.gate)
+    let page = evidence::metrics_page(&http, &endpoints.gate)
         .await
         .unwrap_or_default();
     evidence.push((

@@ -28,10 +28,11 @@ pub enum Scenario {
     RedisLoss,
     DatabaseDrops,
     ImpatientClients,
+    OrderCrash,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::OrchestratorCrash,
         Scenario::SlowAccount,
         Scenario::OrderPartition,
@@ -39,6 +40,7 @@ impl Scenario {
         Scenario::RedisLoss,
         Scenario::DatabaseDrops,
         Scenario::ImpatientClients,
+        Scenario::OrderCrash,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,6 +52,7 @@ impl Scenario {
             Scenario::RedisLoss => "redis-loss",
             Scenario::DatabaseDrops => "database-drops",
             Scenario::ImpatientClients => "impatient-clients",
+            Scenario::OrderCrash => "order-crash",
         }
     }
 
@@ -61,7 +64,8 @@ impl Scenario {
     pub fn injects(self) -> &'static str {
         match self {
             Scenario::OrchestratorCrash => {
-                "SIGKILLs the orchestrator while payments are unfinished, restarts it, repeatedly"
+                "SIGKILLs the orchestrator while payments are unfinished (aimed at a moment when \
+                 one of its batches is in flight), restarts it, repeatedly"
             }
             Scenario::SlowAccount => {
                 "holds the account service's answers to debits for 1.5x the orchestrator's timeout (first \
@@ -73,7 +77,8 @@ impl Scenario {
                  are being confirmed; the first cut outlasts the reservation TTL"
             }
             Scenario::AccountCrash => {
-                "SIGKILLs the account service while debits are in flight, restarts it, repeatedly"
+                "SIGKILLs the account service while debits are in flight (aimed at a moment when \
+                 the orchestrator's account batch is in flight), restarts it, repeatedly"
             }
             Scenario::RedisLoss => {
                 "SIGKILLs the gate's Redis (a private redis-server without persistence) mid-drop \
@@ -86,6 +91,10 @@ impl Scenario {
             Scenario::ImpatientClients => {
                 "buyers time out at random moments (5 ms to 1.2 s) and retry with the same \
                  Idempotency-Key, sometimes twice at once"
+            }
+            Scenario::OrderCrash => {
+                "SIGKILLs the order service while confirms are in flight (aimed at a moment when \
+                 the orchestrator's order batch is in flight), restarts it, repeatedly"
             }
         }
     }
@@ -121,6 +130,11 @@ impl Scenario {
                 "one Idempotency-Key is one payment whatever the client does: every answer names \
                  the same payment, replays are marked, nothing runs twice"
             }
+            Scenario::OrderCrash => {
+                "an order service that dies mid-confirm commits or rolls back the confirm (or the \
+                 whole confirm batch) as a whole, and the saga learns which after restart by \
+                 looking the reservation up: no unit sold twice, no money kept without an order"
+            }
         }
     }
 
@@ -141,7 +155,10 @@ impl Scenario {
             // run: a stack of three 16-connection pools per scenario would exhaust it.
             .env_all("DB_MAX_CONNECTIONS", DB_MAX_CONNECTIONS);
         match self {
-            Scenario::OrchestratorCrash | Scenario::AccountCrash | Scenario::ImpatientClients => {}
+            Scenario::OrchestratorCrash
+            | Scenario::AccountCrash
+            | Scenario::OrderCrash
+            | Scenario::ImpatientClients => {}
             Scenario::SlowAccount => o = o.proxy(Link::OrchestratorToAccount),
             Scenario::OrderPartition => {
                 o = o.proxy(Link::OrchestratorToOrder).env(
@@ -174,7 +191,17 @@ impl Scenario {
             Scenario::RedisLoss => "gate switches to degraded mode",
             Scenario::DatabaseDrops => "database connections reset",
             Scenario::ImpatientClients => "client timeouts",
+            Scenario::OrderCrash => "confirm calls with an unknown outcome",
         }
+    }
+
+    /// Whether the scenario SIGKILLs a service, aiming each kill at a moment when an
+    /// orchestrator batch is in flight (reported as [`crate::inject::KILLS_WITH_BATCH`]).
+    pub fn kills_a_service(self) -> bool {
+        matches!(
+            self,
+            Scenario::OrchestratorCrash | Scenario::AccountCrash | Scenario::OrderCrash
+        )
     }
 }
 

@@ -57,3 +57,8 @@ async fn postgres_connections_dropped_under_load() -> anyhow::Result<()> {
 async fn clients_time_out_and_retry_with_the_same_key() -> anyhow::Result<()> {
     clean(Scenario::ImpatientClients).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn order_service_killed_while_confirms_are_in_flight() -> anyhow::Result<()> {
+    clean(Scenario::OrderCrash).await
+}

@@ -4,6 +4,7 @@
 mod account_crash;
 mod database_drops;
 mod orchestrator_crash;
+mod order_crash;
 mod order_partition;
 mod redis_loss;
 mod slow_account;
@@ -21,7 +22,16 @@ use paysaga_e2e::{private_redis::PrivateRedis, FaultProxy, Link, ServiceKind, St
 use rand::{rngs::StdRng, Rng};
 use sqlx::PgPool;
 
-use crate::{plan::Plan, scenario::Scenario};
+use crate::{evidence, plan::Plan, scenario::Scenario};
+
+/// Evidence name: kills struck while the orchestrator reported an operation in flight in
+/// the batch the kill was aimed at.
+pub const KILLS_WITH_BATCH: &str = "kills with a batch in flight";
+/// Evidence name: operations in those batches at their kills, summed.
+pub const OPS_AT_KILLS: &str = "batched operations in flight at a kill";
+/// Evidence name: kills before which the orchestrator exported the gauge of the batch
+/// aimed at. Zero means it does not batch there, so no kill could be aimed.
+pub const KILLS_WITH_GAUGE: &str = "kills aimed with the batch gauge exported";
 
 /// What an injector did, as counts a report can print.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -42,10 +52,55 @@ pub struct Ctx<'a> {
     pub drop_done: Arc<AtomicBool>,
     /// The scenario's own Redis, for a scenario that kills it.
     pub redis: Option<&'a mut PrivateRedis>,
+    /// A client for the orchestrator's `/metrics`, polled to aim kills at batches.
+    pub http: reqwest::Client,
+    /// The orchestrator's address (the same across its restarts).
+    pub orchestrator: String,
+}
+
+/// Which of the orchestrator's batchers a kill is aimed at (`paysaga_common::batch`
+/// names them; every batcher exports `paysaga_batch_in_flight_ops{batch="<name>"}`).
+#[derive(Debug, Clone, Copy)]
+pub enum Aim {
+    /// The batcher with this name: `account` (debits and credits to the account service),
+    /// `order` (confirms and cancels to the order service).
+    Batch(&'static str),
+    /// Any of them (`account`, `order`, `saga_writes`: the orchestrator's own group-committed
+    /// PostgreSQL writes).
+    AnyBatch,
+}
+
+impl Aim {
+    fn name(self) -> Option<&'static str> {
+        match self {
+            Aim::Batch(name) => Some(name),
+            Aim::AnyBatch => None,
+        }
+    }
 }
 
 /// How long an injector waits for payments to be in flight before injecting anyway.
 const IN_FLIGHT_WAIT: Duration = Duration::from_secs(15);
+/// Once payments are in a kill's states, how long it waits for its batch to be in flight
+/// before striking without one. A batch lives for one round trip and one commit
+/// (milliseconds), so under a running drop one is in flight most of the time; a longer
+/// wait would mostly outlast the drop.
+const BATCH_WAIT: Duration = Duration::from_millis(1500);
+/// The same wait while the orchestrator has not yet exported the gauge in this run: it
+/// appears with the first flush, which payments in the states are about to send, but an
+/// orchestrator that does not batch never exports it, and its kill should not wait long.
+const FIRST_BATCH_WAIT: Duration = Duration::from_millis(200);
+/// Pause between two looks (payments' states, then the orchestrator's `/metrics`) while
+/// aiming: a batch in flight lasts a few milliseconds, a coarser poll would mostly miss it.
+const BATCH_POLL: Duration = Duration::from_millis(2);
+
+/// The moment a kill found.
+#[derive(Debug, Clone, Copy, Default)]
+struct Aimed {
+    /// Operations in flight in the batch aimed at, at the last read before the kill (0:
+    /// the kill strikes without a batch in flight).
+    ops: f64,
+}
 
 impl Ctx<'_> {
     /// Payments in `states` right now.
@@ -103,24 +158,81 @@ impl Ctx<'_> {
             .with_context(|| format!("the stack has no proxy on {link:?}"))
     }
 
-    /// SIGKILLs `kind` while payments are unfinished, keeps it down a moment, restarts
-    /// it (waiting until ready), `plan.repeats` times.
+    /// Waits for the moment to kill: payments in one of the `strike` states while `aim`'s
+    /// batch has operations in flight in the orchestrator (its gauge, read from `/metrics`
+    /// right after the states), or else payments in the states for [`BATCH_WAIT`] without
+    /// a batch ([`FIRST_BATCH_WAIT`] while `exported` is false, i.e. the gauge was never
+    /// seen in this run), or the drop over, or [`IN_FLIGHT_WAIT`] gone. Both conditions,
+    /// because a batcher also carries reads (the account and reservation checks before a
+    /// payment exists), so a batch in flight alone does not mean a step is. An absent
+    /// gauge (an orchestrator that does not batch, or has not flushed since it started)
+    /// and a page that cannot be read (it may be starting) count as 0. Sets `exported`
+    /// once the gauge is seen.
+    async fn aim(&self, strike: &[&str], aim: Aim, exported: &mut bool) -> anyhow::Result<Aimed> {
+        let deadline = Instant::now() + IN_FLIGHT_WAIT;
+        let mut in_state_since: Option<Instant> = None;
+        loop {
+            if self.count_in(strike).await? > 0 {
+                let since = *in_state_since.get_or_insert_with(Instant::now);
+                if let Ok(page) = evidence::metrics_page(&self.http, &self.orchestrator).await {
+                    if let Some(ops) = evidence::batch_in_flight(&page, aim.name()) {
+                        *exported = true;
+                        if ops > 0.0 {
+                            return Ok(Aimed { ops });
+                        }
+                    }
+                }
+                let patience = if *exported {
+                    BATCH_WAIT
+                } else {
+                    FIRST_BATCH_WAIT
+                };
+                if since.elapsed() >= patience {
+                    return Ok(Aimed::default());
+                }
+            } else {
+                in_state_since = None;
+            }
+            if self.drop_over() || Instant::now() >= deadline {
+                return Ok(Aimed::default());
+            }
+            tokio::time::sleep(BATCH_POLL).await;
+        }
+    }
+
+    /// SIGKILLs `kind` while payments are in one of the `strike` states, keeps it down a
+    /// moment, restarts it (waiting until ready), `plan.repeats` times. Each kill is aimed
+    /// at an orchestrator batch in flight (`aim`): it follows the first read of the
+    /// batch's gauge above 0 at once (see [`Ctx::aim`] for when it strikes without one).
     pub async fn kill_repeatedly(
         &mut self,
         kind: ServiceKind,
         strike: &[&str],
+        aim: Aim,
     ) -> anyhow::Result<Injection> {
         let mut kills = 0;
         let mut unfinished_at_kill = 0;
+        let mut in_state_at_kill = 0;
+        let mut kills_with_batch = 0;
+        let mut kills_with_gauge = 0;
+        let mut ops_at_kills = 0.0;
+        let mut exported = false;
         for i in 0..self.plan.repeats {
             if i > 0 && self.drop_over() {
                 break;
             }
-            self.strike_when_in(strike).await?;
-            let unfinished = self.unfinished().await?;
+            let Aimed { ops } = self.aim(strike, aim, &mut exported).await?;
             self.stack.stop(kind, Stop::Kill).await?;
             kills += 1;
-            unfinished_at_kill += unfinished;
+            kills_with_gauge += i64::from(exported);
+            if ops > 0.0 {
+                kills_with_batch += 1;
+                ops_at_kills += ops;
+            }
+            // Read after the kill, so nothing delays it: the payments waiting on the dead
+            // process stay where it left them until it is back.
+            unfinished_at_kill += self.unfinished().await?;
+            in_state_at_kill += self.count_in(strike).await?;
             self.pause(Duration::from_millis(100), Duration::from_millis(800))
                 .await;
             self.stack.start_service(kind).await?;
@@ -129,7 +241,16 @@ impl Ctx<'_> {
         }
         Ok(Injection {
             faults: kills,
-            evidence: vec![("payments unfinished at a kill".into(), unfinished_at_kill)],
+            evidence: vec![
+                ("payments unfinished at a kill".into(), unfinished_at_kill),
+                (
+                    format!("payments in {} at a kill", strike.join(" or ")),
+                    in_state_at_kill,
+                ),
+                (KILLS_WITH_BATCH.into(), kills_with_batch),
+                (OPS_AT_KILLS.into(), ops_at_kills as i64),
+                (KILLS_WITH_GAUGE.into(), kills_with_gauge),
+            ],
         })
     }
 }
@@ -145,5 +266,6 @@ pub async fn inject(scenario: Scenario, ctx: &mut Ctx<'_>) -> anyhow::Result<Inj
         Scenario::RedisLoss => redis_loss::inject(ctx).await,
         Scenario::DatabaseDrops => database_drops::inject(ctx).await,
         Scenario::ImpatientClients => Ok(Injection::default()),
+        Scenario::OrderCrash => order_crash::inject(ctx).await,
     }
 }
