@@ -35,12 +35,23 @@ pub struct Config {
     /// connections (default 5000; 0 leaves the server's setting), so a stuck statement
     /// becomes a definite 503 instead of a request that never answers.
     pub db_statement_timeout_ms: u64,
+    /// `CLAIM_BATCH`: the most claims one group-commit flush carries (default 256,
+    /// 1 to 10000); 1 turns group commit off, each claim then its own statement.
+    pub claim_batch: usize,
+    /// `CLAIM_FLUSHES`: claim flushes in flight at once (default 2, 1 to 64); each holds
+    /// a connection for its transaction.
+    pub claim_flushes: usize,
     /// `LOG_FORMAT`: `json` or `pretty` (default pretty).
     pub log_format: LogFormat,
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://order_app:paysaga-dev@127.0.0.1:5432/paysaga";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8084";
+/// As many claims per flush as the gate's quota script takes per call.
+pub const DEFAULT_CLAIM_BATCH: usize = 256;
+/// Two flushes overlap: one collects while the other commits, and a slow flush (a pass
+/// conflict waiting on another transaction) does not stall every claim.
+pub const DEFAULT_CLAIM_FLUSHES: usize = 2;
 
 fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
     ConfigError {
@@ -89,6 +100,14 @@ impl Config {
             ));
         }
         let db_statement_timeout_ms: u64 = config::parse("DB_STATEMENT_TIMEOUT_MS", 5000)?;
+        let claim_batch: usize = config::parse("CLAIM_BATCH", DEFAULT_CLAIM_BATCH)?;
+        if !(1..=10_000).contains(&claim_batch) {
+            return Err(invalid("CLAIM_BATCH", claim_batch, "must be 1 to 10000"));
+        }
+        let claim_flushes: usize = config::parse("CLAIM_FLUSHES", DEFAULT_CLAIM_FLUSHES)?;
+        if !(1..=64).contains(&claim_flushes) {
+            return Err(invalid("CLAIM_FLUSHES", claim_flushes, "must be 1 to 64"));
+        }
         Ok(Config {
             database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
@@ -104,6 +123,8 @@ impl Config {
             sweep_max_batches,
             db_max_connections,
             db_statement_timeout_ms,
+            claim_batch,
+            claim_flushes,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
         })
     }
@@ -122,6 +143,8 @@ impl Config {
             sweep_max_batches: 20,
             db_max_connections: 16,
             db_statement_timeout_ms: 5000,
+            claim_batch: DEFAULT_CLAIM_BATCH,
+            claim_flushes: DEFAULT_CLAIM_FLUSHES,
             log_format: LogFormat::Pretty,
         }
     }

@@ -1,10 +1,11 @@
 //! The order service: products with one row per unit, reservations claimed with
-//! `FOR UPDATE SKIP LOCKED`, expiry, and idempotent confirm and cancel, one at a time
-//! or group-committed in batches.
+//! `FOR UPDATE SKIP LOCKED` (concurrent claims sharing one statement), expiry, and
+//! idempotent confirm and cancel, one at a time or group-committed in batches.
 
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::order::api;
 pub mod batch;
+pub mod claims;
 pub mod config;
 pub(crate) mod error;
 /// Public because paysaga-bench's claim bench calls the claim itself.
@@ -41,6 +42,8 @@ pub struct AppState {
     pub verifier: Arc<Verifier>,
     pub passes: Arc<PassVerifier>,
     pub ttl: Duration,
+    /// Group commit of reservations' claims, one per process.
+    pub claims: claims::Claims,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -50,8 +53,10 @@ impl FromRef<AppState> for Arc<Verifier> {
 }
 
 impl AppState {
+    /// Needs a Tokio runtime: it starts the claims' flushing task.
     pub fn new(pool: PgPool, config: &Config) -> Self {
         Self {
+            claims: claims::Claims::new(pool.clone(), config.claim_batch, config.claim_flushes),
             pool,
             verifier: Arc::new(Verifier::new(
                 &config.jwt_public_key,

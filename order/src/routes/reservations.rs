@@ -89,7 +89,7 @@ async fn reserve(
         ttl: state.ttl,
     };
     for _ in 0..CLAIM_ATTEMPTS {
-        match reservations::claim(&state.pool, &claim).await? {
+        match state.claims.claim(&claim).await? {
             Claim::Created(r) => {
                 metrics::counter!("order_reservations_total", "outcome" => "created").increment(1);
                 return Ok((StatusCode::CREATED, Json(r)));

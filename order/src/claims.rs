@@ -1,0 +1,262 @@
+//! Group commit of claims: reservations requested while earlier claim flushes are in
+//! flight go to PostgreSQL together, one set-based statement and one commit per flush,
+//! each buyer still getting the answer the single claim would give.
+//!
+//! The statement (one transaction, checked before its commit): the requests whose pass
+//! is not on a reservation yet are numbered per product; per product, as many
+//! `AVAILABLE` units as requests are locked with `LIMIT n FOR UPDATE SKIP LOCKED` and
+//! numbered the same way; the reservations are inserted joined by that number, with
+//! `ON CONFLICT ... DO NOTHING` on the pass; only the units whose reservation was
+//! inserted are then moved to `RESERVED`. A pass that conflicts (a replay racing its
+//! original in another transaction) fails alone and its unit stays `AVAILABLE`, its
+//! lock released at the commit.
+
+use std::{
+    collections::{hash_map::Entry, HashMap},
+    time::{Duration, Instant},
+};
+
+use paysaga_common::{auth::MemberId, batch::Coalescer};
+use sqlx::{FromRow, PgPool, Row};
+use uuid::Uuid;
+
+use crate::{
+    api::Reservation,
+    error::{Error, Result},
+    reservations::{self, Claim, ClaimRequest, ReservationRow},
+};
+
+/// One claim as it waits for its flush: [`ClaimRequest`], owned.
+#[derive(Debug, Clone)]
+pub struct NewClaim {
+    pub product_id: i64,
+    pub member: MemberId,
+    pub pass_id: Uuid,
+    pub ttl: Duration,
+}
+
+impl NewClaim {
+    fn from_request(req: &ClaimRequest<'_>) -> Self {
+        Self {
+            product_id: req.product_id,
+            member: req.member.clone(),
+            pass_id: req.pass_id,
+            ttl: req.ttl,
+        }
+    }
+}
+
+/// The process's claimer: group commit through a [`Coalescer`], or, with a batch size
+/// of one, every claim in its own statement ([`reservations::claim`]). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Claims {
+    pool: PgPool,
+    batcher: Option<Coalescer<NewClaim, Claim>>,
+}
+
+impl Claims {
+    /// Starts the flushing task when `max_batch > 1` (needs a Tokio runtime).
+    pub fn new(pool: PgPool, max_batch: usize, in_flight: usize) -> Self {
+        let batcher = (max_batch > 1).then(|| {
+            let p = pool.clone();
+            Coalescer::spawn("claims", max_batch, in_flight, move |claims: Vec<NewClaim>| {
+                let pool = p.clone();
+                async move {
+                    claim_many(&pool, &claims).await.map_err(|e| {
+                        tracing::warn!(error = %e, claims = claims.len(),
+                            "claim flush failed; each of its claims falls back to its own statement");
+                        e.to_string()
+                    })
+                }
+            })
+        });
+        Self { pool, batcher }
+    }
+
+    /// [`reservations::claim`], answered the same way but sharing its statement and
+    /// commit with the claims that wait alongside it. If the flush fails as a whole
+    /// (one claim's error rolls back all of them), the claim is retried once alone, so
+    /// its answer is its own: the others' error does not become its error.
+    pub async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
+        let Some(batcher) = &self.batcher else {
+            return reservations::claim(&self.pool, req).await;
+        };
+        let waiting = metrics::gauge!("order_claims_waiting");
+        waiting.increment(1.0);
+        let flushed = batcher.submit(NewClaim::from_request(req)).await;
+        waiting.decrement(1.0);
+        match flushed {
+            Ok(claim) => Ok(claim),
+            Err(_) => {
+                metrics::counter!("order_claim_fallbacks_total").increment(1);
+                reservations::claim(&self.pool, req).await
+            }
+        }
+    }
+}
+
+/// Claims a unit for each of `claims` in one transaction and answers each as
+/// [`reservations::claim`] would, in order. Claims repeating an earlier one's pass (a
+/// buyer's concurrent retries) are not sent: they get the answer a second claim of
+/// that pass racing the first gets alone, `PassUsed` (then the replay) if the first
+/// made a reservation, else the first's answer. `Err` means nothing was written.
+#[tracing::instrument(skip_all, fields(claims = claims.len()))]
+pub async fn claim_many(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Claim>> {
+    let start = Instant::now();
+    let mut first_of_pass: HashMap<Uuid, usize> = HashMap::with_capacity(claims.len());
+    let mut sent: Vec<&NewClaim> = Vec::with_capacity(claims.len());
+    // For each claim, its position in `sent` and whether it is the one sent.
+    let mut slots: Vec<(usize, bool)> = Vec::with_capacity(claims.len());
+    for c in claims {
+        match first_of_pass.entry(c.pass_id) {
+            Entry::Occupied(e) => slots.push((*e.get(), false)),
+            Entry::Vacant(e) => {
+                e.insert(sent.len());
+                slots.push((sent.len(), true));
+                sent.push(c);
+            }
+        }
+    }
+
+    let outcomes = claim_distinct(pool, &sent).await?;
+    let found_nothing: Vec<bool> = outcomes
+        .iter()
+        .map(|o| matches!(o, Claim::NothingClaimable))
+        .collect();
+    // The sent claims come in `slots` in the order they were sent, so their outcomes
+    // are taken in turn.
+    let mut outcomes = outcomes.into_iter();
+    let answers = slots
+        .iter()
+        .map(|&(at, was_sent)| match (was_sent, found_nothing[at]) {
+            (true, _) => outcomes.next().ok_or_else(|| {
+                Error::Invariant("claim flush: fewer outcomes than claims sent".into())
+            }),
+            (false, true) => Ok(Claim::NothingClaimable),
+            (false, false) => Ok(Claim::PassUsed),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    metrics::histogram!("order_claim_flush_seconds").record(start.elapsed().as_secs_f64());
+    Ok(answers)
+}
+
+/// The flush's statement over claims with distinct passes; one outcome per claim, in order.
+async fn claim_distinct(pool: &PgPool, claims: &[&NewClaim]) -> Result<Vec<Claim>> {
+    // Reservation ids are made here, as the single claim makes its own, so an answer is
+    // matched to its request by id as well as by position.
+    let ids: Vec<Uuid> = claims.iter().map(|_| Uuid::now_v7()).collect();
+    let mut tx = pool.begin().await?;
+    let rows = sqlx::query(
+        r#"
+        WITH req AS MATERIALIZED (
+            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.ttl, r.ord
+            FROM UNNEST($1::UUID[], $2::BIGINT[], $3::TEXT[], $4::UUID[], $5::FLOAT8[])
+                 WITH ORDINALITY AS r (id, product_id, member_id, pass_id, ttl, ord)
+        ), fresh AS MATERIALIZED (
+            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.ttl, r.ord,
+                   row_number() OVER (PARTITION BY r.product_id ORDER BY r.ord) AS k
+            FROM req r
+            WHERE NOT EXISTS (SELECT 1 FROM reservations x WHERE x.pass_id = r.pass_id)
+        ), wanted AS (
+            SELECT f.product_id, COUNT(*) AS n
+            FROM fresh f
+            GROUP BY f.product_id
+        ), locked AS MATERIALIZED (
+            SELECT u.id, u.product_id
+            FROM wanted w
+            CROSS JOIN LATERAL (
+                SELECT s.id, s.product_id
+                FROM product_stock s
+                WHERE s.product_id = w.product_id AND s.state = 'AVAILABLE'
+                ORDER BY s.id
+                LIMIT w.n
+                FOR UPDATE SKIP LOCKED
+            ) u
+        ), units AS MATERIALIZED (
+            SELECT l.id, l.product_id, row_number() OVER (PARTITION BY l.product_id ORDER BY l.id) AS k
+            FROM locked l
+        ), inserted AS (
+            INSERT INTO reservations (id, product_id, unit_id, member_id, pass_id, price, state, expires_at)
+            SELECT f.id, f.product_id, u.id, f.member_id, f.pass_id, p.price, 'RESERVED',
+                   now() + make_interval(secs => f.ttl)
+            FROM fresh f
+            JOIN units u ON u.product_id = f.product_id AND u.k = f.k
+            JOIN products p ON p.id = f.product_id
+            ORDER BY f.pass_id
+            ON CONFLICT ON CONSTRAINT reservations_pass_id_unique DO NOTHING
+            RETURNING id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at
+        ), claimed AS (
+            UPDATE product_stock s
+            SET state = 'RESERVED', updated_at = now()
+            FROM inserted i
+            WHERE s.id = i.unit_id AND s.product_id = i.product_id AND s.state = 'AVAILABLE'
+            RETURNING s.id
+        )
+        SELECT r.ord,
+               CASE WHEN i.id IS NOT NULL THEN 'CREATED'
+                    WHEN f.id IS NULL OR u.id IS NOT NULL THEN 'PASS_USED'
+                    ELSE 'NOTHING' END AS outcome,
+               (SELECT COUNT(*) FROM claimed) AS units_claimed,
+               i.id, i.product_id, i.member_id, i.unit_id, i.price, i.state, i.expires_at,
+               i.order_id, i.created_at, i.updated_at
+        FROM req r
+        LEFT JOIN fresh f ON f.ord = r.ord
+        LEFT JOIN units u ON u.product_id = f.product_id AND u.k = f.k
+        LEFT JOIN inserted i ON i.id = r.id
+        ORDER BY r.ord
+        "#,
+    )
+    .bind(&ids)
+    .bind(claims.iter().map(|c| c.product_id).collect::<Vec<_>>())
+    .bind(claims.iter().map(|c| c.member.as_str()).collect::<Vec<_>>())
+    .bind(claims.iter().map(|c| c.pass_id).collect::<Vec<_>>())
+    .bind(claims.iter().map(|c| c.ttl.as_secs_f64()).collect::<Vec<_>>())
+    .fetch_all(&mut *tx)
+    .await?;
+
+    if rows.len() != claims.len() {
+        return Err(Error::Invariant(format!(
+            "claim flush: {} rows for {} claims",
+            rows.len(),
+            claims.len()
+        )));
+    }
+    let mut outcomes = Vec::with_capacity(rows.len());
+    let mut created = 0_i64;
+    let mut units_claimed = 0_i64;
+    for (at, row) in rows.iter().enumerate() {
+        let ord: i64 = row.try_get("ord")?;
+        if usize::try_from(ord).ok() != Some(at + 1) {
+            return Err(Error::Invariant(format!(
+                "claim flush: row {ord} in place {}",
+                at + 1
+            )));
+        }
+        units_claimed = row.try_get("units_claimed")?;
+        let outcome: &str = row.try_get("outcome")?;
+        outcomes.push(match outcome {
+            "CREATED" => {
+                let r = Reservation::try_from(ReservationRow::from_row(row)?)?;
+                if r.id != ids[at] {
+                    return Err(Error::Invariant(format!(
+                        "claim flush: reservation {} answered for request {}",
+                        r.id, ids[at]
+                    )));
+                }
+                created += 1;
+                Claim::Created(r)
+            }
+            "PASS_USED" => Claim::PassUsed,
+            _ => Claim::NothingClaimable,
+        });
+    }
+    // Each inserted reservation must have moved its unit: if not, a reservation would
+    // hold a unit still on sale, so the flush is abandoned (the transaction dropped).
+    if units_claimed != created {
+        return Err(Error::Invariant(format!(
+            "claim flush: {created} reservations but {units_claimed} units moved"
+        )));
+    }
+    tx.commit().await?;
+    Ok(outcomes)
+}
