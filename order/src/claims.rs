@@ -17,7 +17,7 @@ use std::{
 };
 
 use paysaga_common::{auth::MemberId, batch::Coalescer};
-use sqlx::{FromRow, PgPool, Row};
+use sqlx::{FromRow, PgConnection, PgPool, Row};
 use uuid::Uuid;
 
 use crate::{
@@ -142,10 +142,28 @@ pub async fn claim_many(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Claim>
 
 /// The flush's statement over claims with distinct passes; one outcome per claim, in order.
 async fn claim_distinct(pool: &PgPool, claims: &[&NewClaim]) -> Result<Vec<Claim>> {
+    let mut tx = pool.begin().await?;
+    match claim_in(&mut tx, claims).await {
+        Ok(outcomes) => {
+            tx.commit().await?;
+            Ok(outcomes)
+        }
+        Err(e) => {
+            // Now rather than when the connection is next used: until then the aborted
+            // transaction keeps its units locked, and the claims falling back one by one
+            // would skip them and find the product sold out.
+            if let Err(r) = tx.rollback().await {
+                tracing::warn!(error = %r, "rolling back a failed claim flush");
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn claim_in(tx: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<Claim>> {
     // Reservation ids are made here, as the single claim makes its own, so an answer is
     // matched to its request by id as well as by position.
     let ids: Vec<Uuid> = claims.iter().map(|_| Uuid::now_v7()).collect();
-    let mut tx = pool.begin().await?;
     let rows = sqlx::query(
         r#"
         WITH req AS MATERIALIZED (
@@ -257,6 +275,5 @@ async fn claim_distinct(pool: &PgPool, claims: &[&NewClaim]) -> Result<Vec<Claim
             "claim flush: {created} reservations but {units_claimed} units moved"
         )));
     }
-    tx.commit().await?;
     Ok(outcomes)
 }

@@ -227,3 +227,30 @@ pub async fn snapshot(admin: &PgPool) -> Vec<String> {
     .await
     .expect("snapshot")
 }
+
+impl Harness {
+    /// The service's `/metrics` page. The recorder is process-wide, so tests that read
+    /// it must not run alongside others of the same binary that move the same series.
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .expect("scrape /metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+}
+
+/// One series' value in a Prometheus page, `series` written as rendered (`name` or
+/// `name{label="value"}`); 0 when absent (never recorded yet).
+pub fn metric(page: &str, series: &str) -> f64 {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().expect("a numeric sample"))
+        })
+        .unwrap_or(0.0)
+}
