@@ -81,10 +81,10 @@ impl Claims {
         let Some(batcher) = &self.batcher else {
             return reservations::claim(&self.pool, req).await;
         };
-        let waiting = metrics::gauge!("order_claims_waiting");
-        waiting.increment(1.0);
-        let flushed = batcher.submit(NewClaim::from_request(req)).await;
-        waiting.decrement(1.0);
+        let flushed = {
+            let _waiting = Waiting::new();
+            batcher.submit(NewClaim::from_request(req)).await
+        };
         match flushed {
             Ok(claim) => Ok(claim),
             Err(_) => {
@@ -95,8 +95,26 @@ impl Claims {
     }
 }
 
+/// Counts a claim in `order_claims_waiting` (queued or in a flush) until dropped, so
+/// a claim whose caller went away is not counted forever.
+struct Waiting(metrics::Gauge);
+
+impl Waiting {
+    fn new() -> Self {
+        let gauge = metrics::gauge!("order_claims_waiting");
+        gauge.increment(1.0);
+        Self(gauge)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
 /// Claims a unit for each of `claims` in one transaction and answers each as
-/// [`reservations::claim`] would, in order. Claims repeating an earlier one's pass (a
+/// [`reservations::claim`] would, in order (a flush of one is that claim itself). Claims repeating an earlier one's pass (a
 /// buyer's concurrent retries) are not sent: they get the answer a second claim of
 /// that pass racing the first gets alone, `PassUsed` (then the replay) if the first
 /// made a reservation, else the first's answer. `Err` means nothing was written.
@@ -118,7 +136,23 @@ pub async fn claim_many(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Claim>
         }
     }
 
-    let outcomes = claim_distinct(pool, &sent).await?;
+    let outcomes = match sent[..] {
+        // Alone, the single claim's statement: one round trip, no explicit transaction,
+        // so a claim at low load costs what it did before group commit.
+        [lone] => vec![
+            reservations::claim(
+                pool,
+                &ClaimRequest {
+                    product_id: lone.product_id,
+                    member: &lone.member,
+                    pass_id: lone.pass_id,
+                    ttl: lone.ttl,
+                },
+            )
+            .await?,
+        ],
+        _ => claim_distinct(pool, &sent).await?,
+    };
     let found_nothing: Vec<bool> = outcomes
         .iter()
         .map(|o| matches!(o, Claim::NothingClaimable))
