@@ -201,9 +201,14 @@ pub fn scenario_table() -> String {
         "| # | scenario | injects | proves | exercised when |\n|---|---|---|---|---|\n",
     );
     for (i, sc) in Scenario::ALL.iter().enumerate() {
+        let batch = if sc.kills_a_service() {
+            format!("; {KILLS_WITH_BATCH} > 0 while the orchestrator exports its batch gauge")
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "| {} | `{}` | {} | {} | {} > 0 |",
+            "| {} | `{}` | {} | {} | {} > 0{batch} |",
             i + 1,
             sc.name(),
             sc.injects(),

@@ -115,8 +115,8 @@ impl Scenario {
                  expired meanwhile is refunded, so no money is kept without an order"
             }
             Scenario::AccountCrash => {
-                "a ledger that dies mid-debit commits or rolls back as a whole, and the saga learns \
-                 which after restart"
+                "a ledger that dies mid-debit (mid-batch) commits or rolls back as a whole, and the \
+                 saga learns which after restart"
             }
             Scenario::RedisLoss => {
                 "the gate keeps answering in degraded mode, the order service alone prevents \
@@ -131,9 +131,9 @@ impl Scenario {
                  the same payment, replays are marked, nothing runs twice"
             }
             Scenario::OrderCrash => {
-                "an order service that dies mid-confirm commits or rolls back the confirm (or the \
-                 whole confirm batch) as a whole, and the saga learns which after restart by \
-                 looking the reservation up: no unit sold twice, no money kept without an order"
+                "a confirm batch that dies mid-transaction commits or rolls back whole, and the \
+                 saga learns which after restart by looking the reservations up: no unit sold \
+                 twice, no money kept without an order"
             }
         }
     }

@@ -94,12 +94,12 @@ const FIRST_BATCH_WAIT: Duration = Duration::from_millis(200);
 /// aiming: a batch in flight lasts a few milliseconds, a coarser poll would mostly miss it.
 const BATCH_POLL: Duration = Duration::from_millis(2);
 
-/// The moment a kill found.
+/// The moment a strike found.
 #[derive(Debug, Clone, Copy, Default)]
-struct Aimed {
-    /// Operations in flight in the batch aimed at, at the last read before the kill (0:
-    /// the kill strikes without a batch in flight).
-    ops: f64,
+pub struct Aimed {
+    /// Operations in flight in the batch aimed at, at the last read before the strike (0:
+    /// it strikes without a batch in flight).
+    pub ops: f64,
 }
 
 impl Ctx<'_> {
@@ -158,7 +158,7 @@ impl Ctx<'_> {
             .with_context(|| format!("the stack has no proxy on {link:?}"))
     }
 
-    /// Waits for the moment to kill: payments in one of the `strike` states while `aim`'s
+    /// Waits for the moment to strike: payments in one of the `strike` states while `aim`'s
     /// batch has operations in flight in the orchestrator (its gauge, read from `/metrics`
     /// right after the states), or else payments in the states for [`BATCH_WAIT`] without
     /// a batch ([`FIRST_BATCH_WAIT`] while `exported` is false, i.e. the gauge was never
@@ -168,7 +168,12 @@ impl Ctx<'_> {
     /// gauge (an orchestrator that does not batch, or has not flushed since it started)
     /// and a page that cannot be read (it may be starting) count as 0. Sets `exported`
     /// once the gauge is seen.
-    async fn aim(&self, strike: &[&str], aim: Aim, exported: &mut bool) -> anyhow::Result<Aimed> {
+    pub async fn aim(
+        &self,
+        strike: &[&str],
+        aim: Aim,
+        exported: &mut bool,
+    ) -> anyhow::Result<Aimed> {
         let deadline = Instant::now() + IN_FLIGHT_WAIT;
         let mut in_state_since: Option<Instant> = None;
         loop {

@@ -1,7 +1,8 @@
 //! Scenario 2: the account service answers after the orchestrator's timeout, in two
-//! forms. First, from the drop's start, the answer to every `POST /v1/debits` on
-//! orchestrator -> account is held for 1.5x the timeout while reads pass: the debit
-//! commits, its answer is late, and the saga's lookup by operation key finds it at once.
+//! forms. First, from the drop's start, the answer to every request carrying a debit on
+//! orchestrator -> account (a `POST /v1/batch` with a debit operation) is held for 1.5x
+//! the timeout while batches of reads only pass: the debit commits, its answer is late,
+//! and the saga's lookup by operation key finds it at once.
 //! Later pulses slow the whole link (3/4 of the timeout per leg), the lookup included,
 //! so the outcome stays unknown until the pulse ends and the saga retries later.
 
@@ -12,6 +13,9 @@ use tokio::time::Instant;
 
 use super::{Ctx, Injection};
 use crate::scenario::DOWNSTREAM_TIMEOUT;
+
+/// What a debit looks like inside a batch on the wire (`AccountOp`, tagged by `op`).
+const DEBIT_OP: &[u8] = br#""op":"debit""#;
 
 /// How often the number of payments waiting for their debit is sampled during a pulse.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
@@ -32,7 +36,7 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         }
         let link = ctx.proxy(Link::OrchestratorToAccount)?;
         if i == 0 {
-            link.set_slow_answers(b"POST /v1/debits", held);
+            link.set_slow_answers(DEBIT_OP, held);
         } else {
             link.set_latency(per_leg);
         }
