@@ -42,6 +42,13 @@ pub struct Config {
     pub idempotency_retention_hours: i64,
     /// `IDEMPOTENCY_PURGE_INTERVAL_MS`: how often expired keys are purged (default 60000).
     pub idempotency_purge_interval: Duration,
+    /// `DOWNSTREAM_BATCHES`: batches to each of account and order in flight at once
+    /// (default 1, 1 to 64). Fewer makes each batch larger under load (fewer requests
+    /// and transactions per payment); more keeps one slow batch from holding up the next.
+    pub downstream_batches: usize,
+    /// `WRITE_FLUSHES`: group-commit flushes of the saga's own writes in flight at once
+    /// (default 1, 1 to 64), with the same trade-off.
+    pub write_flushes: usize,
     /// `DB_MAX_CONNECTIONS` (default 16).
     pub db_max_connections: u32,
     /// `LOG_FORMAT`: `json` or `pretty` (default pretty).
@@ -52,6 +59,8 @@ pub const DEFAULT_DATABASE_URL: &str = "postgres://payment_app:paysaga-dev@127.0
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8083";
 pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 pub const DEFAULT_ORDER_URL: &str = "http://127.0.0.1:8084";
+/// Default of `DOWNSTREAM_BATCHES` and `WRITE_FLUSHES`.
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
 
 fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
     ConfigError {
@@ -88,6 +97,8 @@ impl Config {
                 "IDEMPOTENCY_PURGE_INTERVAL_MS",
                 Duration::from_millis(60_000),
             )?,
+            downstream_batches: config::parse("DOWNSTREAM_BATCHES", DEFAULT_BATCHES_IN_FLIGHT)?,
+            write_flushes: config::parse("WRITE_FLUSHES", DEFAULT_BATCHES_IN_FLIGHT)?,
             db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
         };
@@ -118,6 +129,8 @@ impl Config {
             lease: Duration::from_millis(15_000),
             idempotency_retention_hours: 24,
             idempotency_purge_interval: Duration::from_millis(60_000),
+            downstream_batches: DEFAULT_BATCHES_IN_FLIGHT,
+            write_flushes: DEFAULT_BATCHES_IN_FLIGHT,
             db_max_connections: 16,
             log_format: LogFormat::Pretty,
         }
@@ -176,6 +189,14 @@ impl Config {
                 self.idempotency_retention_hours,
                 "must be 1 to 8760",
             ));
+        }
+        for (name, n) in [
+            ("DOWNSTREAM_BATCHES", self.downstream_batches),
+            ("WRITE_FLUSHES", self.write_flushes),
+        ] {
+            if !(1..=64).contains(&n) {
+                return Err(invalid(name, n, "must be 1 to 64"));
+            }
         }
         if self.db_max_connections < 2 {
             return Err(invalid(

@@ -85,9 +85,6 @@ impl Attempt {
 
 /// The most operations one batch to a downstream carries.
 const MAX_BATCH: usize = 256;
-/// Batches to one downstream in flight at once: enough that a slow batch does not stall
-/// the next, few enough that each is large under load.
-const BATCHES_IN_FLIGHT: usize = 4;
 
 #[derive(Clone, Debug)]
 pub struct Downstream {
@@ -118,9 +115,10 @@ fn op_key(action: Action, p: &PaymentRow) -> Result<OperationKey, String> {
 }
 
 impl Downstream {
-    /// Starts the batching tasks (needs a Tokio runtime).
-    pub fn new(account: AccountClient, order: OrderClient) -> Self {
-        let account = Coalescer::spawn("account", MAX_BATCH, BATCHES_IN_FLIGHT, move |ops| {
+    /// Starts the batching tasks (needs a Tokio runtime), with at most `in_flight`
+    /// batches to each downstream at once.
+    pub fn new(account: AccountClient, order: OrderClient, in_flight: usize) -> Self {
+        let account = Coalescer::spawn("account", MAX_BATCH, in_flight, move |ops| {
             let client = account.clone();
             async move {
                 client
@@ -130,7 +128,7 @@ impl Downstream {
                     .map_err(|e| e.to_string())
             }
         });
-        let order = Coalescer::spawn("order", MAX_BATCH, BATCHES_IN_FLIGHT, move |ops| {
+        let order = Coalescer::spawn("order", MAX_BATCH, in_flight, move |ops| {
             let client = order.clone();
             async move {
                 client

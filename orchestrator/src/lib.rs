@@ -84,10 +84,11 @@ impl AppState {
                 config.downstream_timeout,
             ),
             OrderClient::new(config.order_url.clone(), token, config.downstream_timeout),
+            config.downstream_batches,
         );
         let engine = driver::Engine {
             pool: pool.clone(),
-            writes: store::Writes::new(pool.clone()),
+            writes: store::Writes::new(pool.clone(), config.write_flushes),
             downstream,
             instance: Uuid::new_v4(),
             lease: config.lease,

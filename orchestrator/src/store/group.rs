@@ -14,9 +14,6 @@ use crate::{
 
 /// The most writes one flush carries.
 const MAX_BATCH: usize = 512;
-/// Flushes in flight at once; they touch disjoint rows (each payment and each key has
-/// one writer at a time), so they do not wait on each other's locks.
-const FLUSHES_IN_FLIGHT: usize = 2;
 
 /// One write of a flush.
 #[derive(Debug)]
@@ -44,14 +41,15 @@ pub struct Writes {
 }
 
 impl Writes {
-    /// Starts the flushing task (needs a Tokio runtime).
-    pub fn new(pool: PgPool) -> Self {
+    /// Starts the flushing task (needs a Tokio runtime), with at most `in_flight`
+    /// flushes at once. Flushes touch disjoint rows (each payment and each key has one
+    /// writer at a time), so they do not wait on each other's locks.
+    pub fn new(pool: PgPool, in_flight: usize) -> Self {
         let p = pool.clone();
-        let batcher =
-            Coalescer::spawn("saga_writes", MAX_BATCH, FLUSHES_IN_FLIGHT, move |writes| {
-                let pool = p.clone();
-                async move { flush(&pool, writes).await.map_err(|e| e.to_string()) }
-            });
+        let batcher = Coalescer::spawn("saga_writes", MAX_BATCH, in_flight, move |writes| {
+            let pool = p.clone();
+            async move { flush(&pool, writes).await.map_err(|e| e.to_string()) }
+        });
         Self { batcher, pool }
     }
 
