@@ -1,19 +1,27 @@
-//! Group commit of confirms, cancels and lookups: one transaction and a constant number
-//! of set-based statements per batch, each operation answered as its own endpoint would.
+//! Group commit of confirms, cancels and lookups: a constant number of set-based
+//! statements per batch (one, in the common case), each operation answered as its own
+//! endpoint would.
 //!
-//! The plan: lock every reservation a confirm or cancel names (one `SELECT ... = ANY
-//! ... ORDER BY id FOR UPDATE`), take the database clock once every lock is held, read
-//! the reservations only looked up, then decide every operation in Rust, in op order,
-//! on an in-memory copy of each row (so an id named twice sees its own earlier
-//! operation), and finally write the net change of each reservation with at most four
-//! statements: units, new orders, cancelled orders, reservations. Any failure drops the
-//! transaction, so a batch is applied whole or not at all.
+//! Two paths, the same answers and the same tables:
+//! - **One statement** (`fast`), for a batch of confirms and cancels naming each
+//!   reservation once and undoing no sale (the orchestrator's usual batch): locks,
+//!   decides, writes and answers in a single autocommit statement, one round trip.
+//! - **The general path** (`general`), for everything else (lookups, an id named twice,
+//!   a refund): lock every reservation a confirm or cancel names (one `SELECT ... = ANY
+//!   ... ORDER BY id FOR UPDATE`), take the database clock once every lock is held, read
+//!   the reservations only looked up, then decide every operation in Rust, in op order,
+//!   on an in-memory copy of each row (so an id named twice sees its own earlier
+//!   operation), and finally write the net change of each reservation with at most four
+//!   statements: units, new orders, cancelled orders, reservations.
+//!
+//! Any failure drops the statement or transaction, so a batch is applied whole or not
+//! at all.
 
 use std::{collections::HashMap, time::Instant};
 
 use chrono::{DateTime, Utc};
 use paysaga_contracts::batch::Reply;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{FromRow, PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use crate::{
@@ -60,11 +68,268 @@ fn id_of(op: &OrderOp) -> Uuid {
     }
 }
 
-/// Applies `ops` in one transaction and answers each, in order. `Err` means nothing
-/// was written and the whole request fails.
+/// Applies `ops` atomically and answers each, in order. `Err` means nothing was
+/// written and the whole request fails.
 #[tracing::instrument(skip_all, fields(ops = ops.len()))]
 pub async fn apply(pool: &PgPool, ops: &[OrderOp]) -> Result<Vec<Reply>> {
     let start = Instant::now();
+    let fast_done = if fits_one_statement(ops) {
+        fast(pool, ops).await?
+    } else {
+        None
+    };
+    let (replies, counts) = match fast_done {
+        Some(done) => done,
+        None => general(pool, ops).await?,
+    };
+    record(ops, &counts, start);
+    Ok(replies)
+}
+
+/// [`apply`] always through the general path (tests compare the two paths).
+pub async fn apply_general(pool: &PgPool, ops: &[OrderOp]) -> Result<Vec<Reply>> {
+    let start = Instant::now();
+    let (replies, counts) = general(pool, ops).await?;
+    record(ops, &counts, start);
+    Ok(replies)
+}
+
+/// [`apply`] through the one statement only: `None` (nothing written) when the batch
+/// is not one it handles (tests compare the two paths).
+pub async fn apply_fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<Vec<Reply>>> {
+    if !fits_one_statement(ops) {
+        return Ok(None);
+    }
+    let start = Instant::now();
+    let Some((replies, counts)) = fast(pool, ops).await? else {
+        return Ok(None);
+    };
+    record(ops, &counts, start);
+    Ok(Some(replies))
+}
+
+/// The metrics of the single path, counted once the batch has committed.
+fn record(ops: &[OrderOp], counts: &Counts, start: Instant) {
+    metrics::counter!("order_orders_confirmed_total").increment(counts.confirmed);
+    for (reason, n) in [
+        ("expired_on_touch", counts.expired_on_touch),
+        ("cancelled", counts.cancelled),
+        ("order_cancelled", counts.order_cancelled),
+    ] {
+        if n > 0 {
+            metrics::counter!("order_units_returned_total", "reason" => reason).increment(n);
+        }
+    }
+    for op in ops {
+        let name = match op {
+            OrderOp::Confirm { .. } => "confirm",
+            OrderOp::Cancel { .. } => "cancel",
+            OrderOp::Reservation { .. } => "reservation",
+        };
+        metrics::counter!("order_batch_ops_total", "op" => name).increment(1);
+    }
+    metrics::histogram!("order_batch_seconds").record(start.elapsed().as_secs_f64());
+}
+
+/// Confirms and cancels only, each reservation once: then no operation depends on
+/// another's outcome and the statement can decide them all at once.
+fn fits_one_statement(ops: &[OrderOp]) -> bool {
+    if ops
+        .iter()
+        .any(|op| matches!(op, OrderOp::Reservation { .. }))
+    {
+        return false;
+    }
+    let mut ids: Vec<Uuid> = ops.iter().map(id_of).collect();
+    ids.sort_unstable();
+    ids.windows(2).all(|w| w[0] != w[1])
+}
+
+/// The batch in one autocommit statement: one round trip instead of BEGIN, five or six
+/// statements and COMMIT.
+///
+/// 1. `locked`: the named reservations, `ORDER BY id FOR UPDATE` (the lock order of the
+///    general path).
+/// 2. `clock`: `clock_timestamp()` read by an aggregate over `locked`, so only once every
+///    lock is held (a bare column beside `FOR UPDATE` would be computed below the lock,
+///    before any wait).
+/// 3. `plan`: each reservation's target by the rules of the single path; `REFUND` (a
+///    service cancel of a `CONFIRMED` one) makes the statement write nothing and the
+///    batch go the general way: the order row to cancel may have been committed after
+///    this statement's snapshot was taken (while it waited for the lock), and an
+///    `UPDATE` cannot see a row newer than its snapshot.
+/// 4. Units, new orders and reservations are written, each guarded by the state it
+///    must be in (units and reservations, being older than the snapshot, are re-checked
+///    at their newest version by the `UPDATE` itself).
+/// 5. `tally`: every count must match, or the statement fails on purpose (a cast of the
+///    explanation to `INTEGER`), so an autocommit statement is rolled back whole, exactly
+///    as the general path drops its transaction.
+///
+/// `None`: nothing was written, the general path must take the batch.
+async fn fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<(Vec<Reply>, Counts)>> {
+    let ids: Vec<Uuid> = ops.iter().map(id_of).collect();
+    let kinds: Vec<&str> = ops
+        .iter()
+        .map(|op| match op {
+            OrderOp::Confirm { .. } => "confirm",
+            _ => "cancel",
+        })
+        .collect();
+    // Made here, as the general path makes its own; unused for all but new sales.
+    let order_ids: Vec<Uuid> = ops.iter().map(|_| Uuid::now_v7()).collect();
+    let rows = sqlx::query(
+        r#"
+        WITH req AS MATERIALIZED (
+            SELECT q.id, q.op, q.new_order_id, q.ord
+            FROM UNNEST($1::UUID[], $2::TEXT[], $3::UUID[]) WITH ORDINALITY AS q (id, op, new_order_id, ord)
+        ), locked AS MATERIALIZED (
+            SELECT r.id, r.product_id, r.member_id, r.unit_id, r.price, r.state, r.expires_at,
+                   r.order_id, r.created_at, r.updated_at
+            FROM reservations r
+            WHERE r.id = ANY($1)
+            ORDER BY r.id
+            FOR UPDATE
+        ), clock AS MATERIALIZED (
+            SELECT clock_timestamp() AS checked_at, COUNT(*) AS n
+            FROM locked
+        ), plan AS MATERIALIZED (
+            SELECT l.id, l.product_id, l.member_id, l.unit_id, l.price, q.new_order_id,
+                   CASE
+                       WHEN l.state = 'RESERVED' AND l.expires_at <= c.checked_at THEN 'EXPIRED'
+                       WHEN l.state = 'RESERVED' AND q.op = 'confirm' THEN 'CONFIRMED'
+                       WHEN l.state = 'RESERVED' AND q.op = 'cancel' THEN 'CANCELLED'
+                       WHEN l.state = 'CONFIRMED' AND q.op = 'cancel' THEN 'REFUND'
+                   END AS to_state
+            FROM clock c
+            CROSS JOIN locked l
+            JOIN req q ON q.id = l.id
+        ), moves AS MATERIALIZED (
+            SELECT p.id, p.product_id, p.member_id, p.unit_id, p.price, p.new_order_id, p.to_state
+            FROM plan p
+            WHERE p.to_state IN ('EXPIRED', 'CONFIRMED', 'CANCELLED')
+              AND NOT EXISTS (SELECT 1 FROM plan x WHERE x.to_state = 'REFUND')
+        ), units AS (
+            UPDATE product_stock s
+            SET state = CASE m.to_state WHEN 'CONFIRMED' THEN 'SOLD' ELSE 'AVAILABLE' END,
+                updated_at = now()
+            FROM moves m
+            WHERE s.id = m.unit_id AND s.state = 'RESERVED'
+            RETURNING s.id
+        ), sold AS (
+            INSERT INTO orders (id, reservation_id, product_id, unit_id, member_id, price)
+            SELECT m.new_order_id, m.id, m.product_id, m.unit_id, m.member_id, m.price
+            FROM moves m
+            WHERE m.to_state = 'CONFIRMED'
+            RETURNING id
+        ), moved AS (
+            UPDATE reservations r
+            SET state = m.to_state,
+                order_id = CASE WHEN m.to_state = 'CONFIRMED' THEN m.new_order_id ELSE r.order_id END,
+                updated_at = now()
+            FROM moves m
+            WHERE r.id = m.id AND r.state = 'RESERVED'
+            RETURNING r.id, r.state, r.order_id, r.updated_at
+        ), counted AS (
+            SELECT (SELECT COUNT(*) FROM moves) AS planned,
+                   (SELECT COUNT(*) FROM moves WHERE to_state = 'CONFIRMED') AS selling,
+                   (SELECT COUNT(*) FROM units) AS units,
+                   (SELECT COUNT(*) FROM sold) AS sold,
+                   (SELECT COUNT(*) FROM moved) AS moved,
+                   (SELECT COUNT(*) FROM plan WHERE to_state = 'REFUND') AS refunds
+        ), tally AS MATERIALIZED (
+            SELECT t.refunds,
+                   CASE WHEN t.units = t.planned AND t.sold = t.selling AND t.moved = t.planned THEN 0
+                        ELSE CAST('order batch invariant: ' || t.planned || ' reservations to move, '
+                                  || t.units || ' units moved, ' || t.selling || ' sales, '
+                                  || t.sold || ' orders written, ' || t.moved || ' reservations moved'
+                                  AS INTEGER)
+                   END AS breach
+            FROM counted t
+        )
+        SELECT q.ord, l.state AS initial, t.refunds, t.breach,
+               l.id, l.product_id, l.member_id, l.unit_id, l.price,
+               COALESCE(m.state, l.state) AS state, l.expires_at,
+               COALESCE(m.order_id, l.order_id) AS order_id, l.created_at,
+               COALESCE(m.updated_at, l.updated_at) AS updated_at
+        FROM req q
+        CROSS JOIN tally t
+        LEFT JOIN locked l ON l.id = q.id
+        LEFT JOIN moved m ON m.id = q.id
+        ORDER BY q.ord
+        "#,
+    )
+    .bind(&ids)
+    .bind(&kinds)
+    .bind(&order_ids)
+    .fetch_all(pool)
+    .await
+    .map_err(invariant_breach)?;
+
+    if rows.len() != ops.len() {
+        return Err(Error::Invariant(format!(
+            "batch: {} rows for {} operations",
+            rows.len(),
+            ops.len()
+        )));
+    }
+    if rows[0].try_get::<i64, _>("refunds")? > 0 {
+        return Ok(None);
+    }
+    let mut counts = Counts::default();
+    let mut replies = Vec::with_capacity(ops.len());
+    for (at, (op, row)) in ops.iter().zip(&rows).enumerate() {
+        let ord: i64 = row.try_get("ord")?;
+        if usize::try_from(ord).ok() != Some(at + 1) {
+            return Err(Error::Invariant(format!(
+                "batch: row {ord} in place {}",
+                at + 1
+            )));
+        }
+        if row.try_get::<Option<Uuid>, _>("id")?.is_none() {
+            replies.push(Error::ReservationNotFound.reply());
+            continue;
+        }
+        let initial: String = row.try_get("initial")?;
+        let r = Reservation::try_from(ReservationRow::from_row(row)?)?;
+        match (initial.as_str(), r.state) {
+            ("RESERVED", ReservationState::Confirmed) => counts.confirmed += 1,
+            ("RESERVED", ReservationState::Expired) => counts.expired_on_touch += 1,
+            ("RESERVED", ReservationState::Cancelled) => counts.cancelled += 1,
+            _ => {}
+        }
+        replies.push(match (op, r.state) {
+            (_, ReservationState::Reserved)
+            | (OrderOp::Cancel { .. }, ReservationState::Confirmed) => {
+                return Err(Error::Invariant(format!(
+                    "batch: reservation {} left {} by {op:?}",
+                    r.id, r.state
+                )))
+            }
+            (OrderOp::Confirm { .. }, ReservationState::Cancelled) => {
+                Error::ReservationCancelled.reply()
+            }
+            (OrderOp::Confirm { .. }, ReservationState::Expired) => {
+                Error::ReservationExpired.reply()
+            }
+            _ => Reply::ok(200, &r),
+        });
+    }
+    Ok(Some((replies, counts)))
+}
+
+/// The one statement's deliberate failure (a cast of its explanation to `INTEGER`, SQLSTATE
+/// 22P02) as the invariant breach it reports; any other error as it is.
+fn invariant_breach(e: sqlx::Error) -> Error {
+    if let sqlx::Error::Database(db) = &e {
+        if db.code().as_deref() == Some("22P02") && db.message().contains("order batch invariant") {
+            return Error::Invariant(db.message().to_owned());
+        }
+    }
+    e.into()
+}
+
+/// The general path: one transaction, every operation decided in Rust in op order.
+async fn general(pool: &PgPool, ops: &[OrderOp]) -> Result<(Vec<Reply>, Counts)> {
     let mut to_lock: Vec<Uuid> = ops
         .iter()
         .filter(|op| !matches!(op, OrderOp::Reservation { .. }))
@@ -113,27 +378,7 @@ pub async fn apply(pool: &PgPool, ops: &[OrderOp]) -> Result<Vec<Reply>> {
 
     write(&mut tx, rows.values()).await?;
     tx.commit().await?;
-
-    metrics::counter!("order_orders_confirmed_total").increment(counts.confirmed);
-    for (reason, n) in [
-        ("expired_on_touch", counts.expired_on_touch),
-        ("cancelled", counts.cancelled),
-        ("order_cancelled", counts.order_cancelled),
-    ] {
-        if n > 0 {
-            metrics::counter!("order_units_returned_total", "reason" => reason).increment(n);
-        }
-    }
-    for op in ops {
-        let name = match op {
-            OrderOp::Confirm { .. } => "confirm",
-            OrderOp::Cancel { .. } => "cancel",
-            OrderOp::Reservation { .. } => "reservation",
-        };
-        metrics::counter!("order_batch_ops_total", "op" => name).increment(1);
-    }
-    metrics::histogram!("order_batch_seconds").record(start.elapsed().as_secs_f64());
-    Ok(replies)
+    Ok((replies, counts))
 }
 
 /// The named reservations, locked in id order when `lock` (two batches naming the same
