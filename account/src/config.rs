@@ -17,6 +17,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `MERCHANT_SHARDS`, 1-16, default 16: how many rows the merchant balance is spread over.
     pub merchant_shards: u16,
+    /// `BATCH_FAST_PATH`, default `true`: a batch's debits first try the one-statement
+    /// path; `false` sends every batch down the multi-statement transaction (to compare).
+    pub batch_fast_path: bool,
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://account_app:paysaga-dev@127.0.0.1:5432/paysaga";
@@ -38,6 +41,7 @@ impl Config {
             db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
             merchant_shards,
+            batch_fast_path: config::parse("BATCH_FAST_PATH", true)?,
         })
     }
 
@@ -49,6 +53,7 @@ impl Config {
             db_max_connections: 16,
             log_format: LogFormat::Pretty,
             merchant_shards: MAX_MERCHANT_SHARDS,
+            batch_fast_path: true,
         }
     }
 }

@@ -154,7 +154,13 @@ pub async fn batch(
     service: Service,
     Json(req): Json<AccountBatch>,
 ) -> Result<Json<Replies>> {
-    let results = batch::answer(&state.pool, state.merchant_shards, req.ops).await?;
+    let results = batch::answer(
+        &state.pool,
+        state.merchant_shards,
+        state.batch_fast_path,
+        req.ops,
+    )
+    .await?;
     Ok(Json(Replies { results }))
 }
 

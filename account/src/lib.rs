@@ -43,6 +43,8 @@ pub struct AppState {
     pub verifier: Arc<Verifier>,
     /// How many merchant shard rows payments spread over (1-16).
     pub merchant_shards: u16,
+    /// Whether batched debits try the one-statement path first.
+    pub batch_fast_path: bool,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -65,6 +67,7 @@ impl AppState {
             pool,
             verifier: Arc::new(verifier),
             merchant_shards: config.merchant_shards,
+            batch_fast_path: config.batch_fast_path,
         })
     }
 }
