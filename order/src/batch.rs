@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use crate::{
     api::{OrderOp, Reservation, ReservationState},
-    error::{Error, Result},
+    error::{self, Error, Result},
     reservations::ReservationRow,
 };
 
@@ -177,6 +177,7 @@ async fn fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<(Vec<Reply>, Coun
         .collect();
     // Made here, as the general path makes its own; unused for all but new sales.
     let order_ids: Vec<Uuid> = ops.iter().map(|_| Uuid::now_v7()).collect();
+    let mut conn = pool.acquire().await?;
     let rows = sqlx::query(
         r#"
         WITH req AS MATERIALIZED (
@@ -239,7 +240,7 @@ async fn fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<(Vec<Reply>, Coun
         ), tally AS MATERIALIZED (
             SELECT t.refunds,
                    CASE WHEN t.units = t.planned AND t.sold = t.selling AND t.moved = t.planned THEN 0
-                        ELSE CAST('order batch invariant: ' || t.planned || ' reservations to move, '
+                        ELSE CAST('order batch invariant breach: ' || t.planned || ' reservations to move, '
                                   || t.units || ' units moved, ' || t.selling || ' sales, '
                                   || t.sold || ' orders written, ' || t.moved || ' reservations moved'
                                   AS INTEGER)
@@ -261,9 +262,15 @@ async fn fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<(Vec<Reply>, Coun
     .bind(&ids)
     .bind(&kinds)
     .bind(&order_ids)
-    .fetch_all(pool)
-    .await
-    .map_err(invariant_breach)?;
+    .fetch_all(&mut *conn)
+    .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            error::settle(&mut conn).await;
+            return Err(error::from_statement(e));
+        }
+    };
 
     if rows.len() != ops.len() {
         return Err(Error::Invariant(format!(
@@ -315,17 +322,6 @@ async fn fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<(Vec<Reply>, Coun
         });
     }
     Ok(Some((replies, counts)))
-}
-
-/// The one statement's deliberate failure (a cast of its explanation to `INTEGER`, SQLSTATE
-/// 22P02) as the invariant breach it reports; any other error as it is.
-fn invariant_breach(e: sqlx::Error) -> Error {
-    if let sqlx::Error::Database(db) = &e {
-        if db.code().as_deref() == Some("22P02") && db.message().contains("order batch invariant") {
-            return Error::Invariant(db.message().to_owned());
-        }
-    }
-    e.into()
 }
 
 /// The general path: one transaction, every operation decided in Rust in op order.

@@ -2,14 +2,15 @@
 //! flight go to PostgreSQL together, one set-based statement and one commit per flush,
 //! each buyer still getting the answer the single claim would give.
 //!
-//! The statement (one transaction, checked before its commit): the requests whose pass
+//! The statement (alone, in autocommit: it checks its own counts and fails whole if
+//! they disagree): the requests whose pass
 //! is not on a reservation yet are numbered per product; per product, as many
 //! `AVAILABLE` units as requests are locked with `LIMIT n FOR UPDATE SKIP LOCKED` and
 //! numbered the same way; the reservations are inserted joined by that number, with
 //! `ON CONFLICT ... DO NOTHING` on the pass; only the units whose reservation was
 //! inserted are then moved to `RESERVED`. A pass that conflicts (a replay racing its
 //! original in another transaction) fails alone and its unit stays `AVAILABLE`, its
-//! lock released at the commit.
+//! lock released when the statement commits.
 
 use std::{
     collections::{hash_map::Entry, HashMap},
@@ -22,7 +23,7 @@ use uuid::Uuid;
 
 use crate::{
     api::Reservation,
-    error::{Error, Result},
+    error::{self, Error, Result},
     reservations::{self, Claim, ClaimRequest, ReservationRow},
 };
 
@@ -174,27 +175,21 @@ pub async fn claim_many(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Claim>
     Ok(answers)
 }
 
-/// The flush's statement over claims with distinct passes; one outcome per claim, in order.
+/// The flush's statement over claims with distinct passes; one outcome per claim, in
+/// order. It runs alone, without BEGIN and COMMIT (two round trips fewer): a statement
+/// is atomic by itself, and its one check that the tables could break (every inserted
+/// reservation moved its unit) is made inside it, failing it whole, so a failed flush
+/// has written nothing and holds no unit lock by the time its claims fall back alone.
 async fn claim_distinct(pool: &PgPool, claims: &[&NewClaim]) -> Result<Vec<Claim>> {
-    let mut tx = pool.begin().await?;
-    match claim_in(&mut tx, claims).await {
-        Ok(outcomes) => {
-            tx.commit().await?;
-            Ok(outcomes)
-        }
-        Err(e) => {
-            // Now rather than when the connection is next used: until then the aborted
-            // transaction keeps its units locked, and the claims falling back one by one
-            // would skip them and find the product sold out.
-            if let Err(r) = tx.rollback().await {
-                tracing::warn!(error = %r, "rolling back a failed claim flush");
-            }
-            Err(e)
-        }
+    let mut conn = pool.acquire().await?;
+    let outcome = claim_in(&mut conn, claims).await;
+    if outcome.is_err() {
+        error::settle(&mut conn).await;
     }
+    outcome
 }
 
-async fn claim_in(tx: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<Claim>> {
+async fn claim_in(conn: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<Claim>> {
     // Reservation ids are made here, as the single claim makes its own, so an answer is
     // matched to its request by id as well as by position.
     let ids: Vec<Uuid> = claims.iter().map(|_| Uuid::now_v7()).collect();
@@ -243,15 +238,27 @@ async fn claim_in(tx: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<Cla
             FROM inserted i
             WHERE s.id = i.unit_id AND s.product_id = i.product_id AND s.state = 'AVAILABLE'
             RETURNING s.id
+        ), counted AS (
+            SELECT (SELECT COUNT(*) FROM claimed) AS units_claimed,
+                   (SELECT COUNT(*) FROM inserted) AS created
+        ), tally AS MATERIALIZED (
+            SELECT t.units_claimed,
+                   CASE WHEN t.units_claimed = t.created THEN 0
+                        ELSE CAST('order claim flush invariant breach: ' || t.created
+                                  || ' reservations but ' || t.units_claimed || ' units moved'
+                                  AS INTEGER)
+                   END AS breach
+            FROM counted t
         )
-        SELECT r.ord,
+        SELECT r.ord, t.breach,
                CASE WHEN i.id IS NOT NULL THEN 'CREATED'
                     WHEN f.id IS NULL OR u.id IS NOT NULL THEN 'PASS_USED'
                     ELSE 'NOTHING' END AS outcome,
-               (SELECT COUNT(*) FROM claimed) AS units_claimed,
+               t.units_claimed,
                i.id, i.product_id, i.member_id, i.unit_id, i.price, i.state, i.expires_at,
                i.order_id, i.created_at, i.updated_at
         FROM req r
+        CROSS JOIN tally t
         LEFT JOIN fresh f ON f.ord = r.ord
         LEFT JOIN units u ON u.product_id = f.product_id AND u.k = f.k
         LEFT JOIN inserted i ON i.id = r.id
@@ -263,9 +270,14 @@ async fn claim_in(tx: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<Cla
     .bind(claims.iter().map(|c| c.member.as_str()).collect::<Vec<_>>())
     .bind(claims.iter().map(|c| c.pass_id).collect::<Vec<_>>())
     .bind(claims.iter().map(|c| c.ttl.as_secs_f64()).collect::<Vec<_>>())
-    .fetch_all(&mut *tx)
-    .await?;
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(error::from_statement)?;
 
+    // The statement yields one row per request by construction (each join is on a
+    // key); these checks guard against a wrong edit of it. They come after the commit,
+    // but a claim answered with an error falls back alone and, finding its pass used,
+    // is answered its reservation, so nothing is lost.
     if rows.len() != claims.len() {
         return Err(Error::Invariant(format!(
             "claim flush: {} rows for {} claims",
@@ -302,8 +314,7 @@ async fn claim_in(tx: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<Cla
             _ => Claim::NothingClaimable,
         });
     }
-    // Each inserted reservation must have moved its unit: if not, a reservation would
-    // hold a unit still on sale, so the flush is abandoned (the transaction dropped).
+    // Checked in the statement already (it fails otherwise); kept as the same guard.
     if units_claimed != created {
         return Err(Error::Invariant(format!(
             "claim flush: {created} reservations but {units_claimed} units moved"

@@ -99,6 +99,33 @@ impl Error {
     }
 }
 
+/// What a set-based statement says to fail on purpose when its own counts disagree:
+/// it casts an explanation containing this to `INTEGER` (SQLSTATE 22P02), the one way
+/// a plain SQL statement can abort itself, so an autocommit statement is rolled back
+/// whole.
+pub(crate) const BREACH_MARK: &str = "invariant breach";
+
+/// A statement's error, its deliberate failure (see [`BREACH_MARK`]) as the invariant
+/// breach it reports.
+pub(crate) fn from_statement(e: sqlx::Error) -> Error {
+    if let sqlx::Error::Database(db) = &e {
+        if db.code().as_deref() == Some("22P02") && db.message().contains(BREACH_MARK) {
+            return Error::Invariant(db.message().to_owned());
+        }
+    }
+    e.into()
+}
+
+/// Waits until the server has finished a statement that failed on `conn`. The error
+/// reaches the client before the server aborts the statement's implicit transaction, so
+/// until then its row locks are still held: claims falling back one by one would skip
+/// those units and find a product sold out. One more round trip, on failures only.
+pub(crate) async fn settle(conn: &mut sqlx::PgConnection) {
+    if let Err(e) = sqlx::Connection::ping(conn).await {
+        tracing::warn!(error = %e, "settling a connection after a failed statement");
+    }
+}
+
 impl Error {
     /// This error as one operation's answer inside a batch: the status and body its own
     /// endpoint would have sent (internal errors never reach here: they fail the batch).
