@@ -554,14 +554,26 @@ async fn backend_cpu_seconds(svc: &Svc) -> f64 {
 
 /// Debits per second and PostgreSQL CPU per debit, 2,000 debits over 2,000 accounts:
 /// 64 concurrent single calls; batches of 64, four in flight; and batches of 5, eight
-/// in flight (what 64 concurrent checkouts give the orchestrators). Prints; asserts only
-/// that every run moved the same money.
+/// in flight (what 64 concurrent checkouts give the orchestrators); the batches once
+/// through the debit-by-debit transaction (`fast` off, the former plan) and once
+/// through the one-statement path. Prints; asserts only that every run moved the same
+/// money.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "prints a speed comparison; run with --ignored --nocapture"]
 async fn speed_single_calls_against_batches() {
     const N: usize = 2_000;
-    for (mode, size, in_flight) in [("single", 1, 64), ("batch", 64, 4), ("batch", 5, 8)] {
-        let svc = Svc::start_with(|c| c.db_max_connections = 16).await;
+    for (mode, size, in_flight, fast) in [
+        ("single", 1, 64, false),
+        ("batch", 64, 4, false),
+        ("batch", 64, 4, true),
+        ("batch", 5, 8, false),
+        ("batch", 5, 8, true),
+    ] {
+        let svc = Svc::start_with(|c| {
+            c.db_max_connections = 16;
+            c.batch_fast_path = fast;
+        })
+        .await;
         let mut accounts = Vec::with_capacity(N);
         for i in 0..N {
             accounts.push(svc.open(&format!("member-{i}"), 10_000).await.id);
@@ -602,7 +614,7 @@ async fn speed_single_calls_against_batches() {
         let calls = N.div_ceil(size);
         assert_eq!(svc.merchant_balance().await, 100 * N as i64);
         eprintln!(
-            "{mode:>6} of {size:>2}, {in_flight:>2} in flight: {N} debits in {secs:.2} s = {:.0} debits/s, \
+            "{mode:>6} of {size:>2}, {in_flight:>2} in flight, fast path {fast:>5}: {N} debits in {secs:.2} s = {:.0} debits/s, \
              {:.2} ms per call; PostgreSQL CPU {:.3} ms per call, {:.3} ms per debit",
             N as f64 / secs,
             secs * 1e3 / calls as f64 * in_flight as f64,
