@@ -178,6 +178,9 @@ pub async fn record_many(
             );
         }
     }
+    // `p.id = ANY($2)` beside the join: without it the planner may read the whole table
+    // into a hash join (it cannot tell how few rows the UNNEST yields), a cost that
+    // grows with every payment ever made.
     let sql = format!(
         r#"
         WITH mv AS (
@@ -201,8 +204,8 @@ pub async fn record_many(
                 version = p.version + mv.count,
                 updated_at = now()
             FROM mv
-            WHERE p.id = mv.id AND p.version = mv.version AND p.state = mv.from_state
-              AND p.lease_owner = mv.driver
+            WHERE p.id = ANY($2) AND p.id = mv.id AND p.version = mv.version
+              AND p.state = mv.from_state AND p.lease_owner = mv.driver
             RETURNING mv.idx AS batch_idx, mv.version AS from_version, mv.driver AS by_driver,
                       {RETURNED}
         ), logged AS (
