@@ -535,9 +535,15 @@ async fn why_unclaimed<'c>(pool: &PgPool, claims: &[&'c Claim]) -> Result<Vec<(&
 /// the sum of its shards), without their recent transactions.
 async fn accounts_by_id(pool: &PgPool, ids: &[i64]) -> Result<HashMap<i64, crate::api::Account>> {
     let rows: Vec<AccountRow> = sqlx::query_as(
-        r#"SELECT a.id, a.member_id, a.kind, b.balance, a.created_at
+        // The `balances` view's rule inline: joined to the view, the id list did not
+        // reach the view's own scan of `accounts`, which then read every account.
+        r#"SELECT a.id, a.member_id, a.kind,
+                  CASE WHEN a.kind = 'MERCHANT'
+                       THEN (SELECT COALESCE(SUM(s.balance), 0) FROM merchant_shards s)::BIGINT
+                       ELSE a.balance
+                  END AS balance,
+                  a.created_at
            FROM accounts a
-           JOIN balances b ON b.account_id = a.id
            WHERE a.id = ANY($1)"#,
     )
     .bind(ids)
