@@ -142,3 +142,18 @@ impl IntoResponse for Error {
         }
     }
 }
+
+impl Error {
+    /// A refusal of a payment request's checks (reservation, account, a downstream that
+    /// did not answer). Before answering with it, the request's key is consulted: the
+    /// same key may have succeeded before, and then its answer is replayed instead.
+    pub fn defers_to_key(&self) -> bool {
+        matches!(
+            self,
+            Error::ReservationNotFound
+                | Error::ReservationNotPayable(_)
+                | Error::AccountNotFound
+                | Error::Downstream { .. }
+        )
+    }
+}

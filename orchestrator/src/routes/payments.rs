@@ -65,34 +65,72 @@ pub async fn create(
         key,
     };
     let fingerprint = idempotency::fingerprint(scope.operation, &scope.member, &normalised);
-    // Most keys are new: claimed in the next group commit. A key seen before goes the
-    // long way (replay, conflict, in progress, takeover).
-    let token = Uuid::new_v4();
-    let claimed = state
-        .engine
-        .writes
-        .claim(idempotency::NewKey {
-            scope: scope.clone(),
-            fingerprint: fingerprint.clone(),
-            token,
-            lease: state.engine.lease,
-            retention_hours: state.retention_hours,
-        })
-        .await?;
-    let begun = if claimed {
-        Begin::Owned {
-            token,
-            payment_id: None,
+    // The rest runs in a task of its own: a buyer who hangs up does not stop it, so the
+    // key is completed and the next retry gets the replay instead of waiting out a lease.
+    let task = tokio::spawn(run(state, scope, fingerprint, member, req).in_current_span());
+    task.await
+        .map_err(|e| Error::Invariant(format!("payment request task failed: {e}")))?
+}
+
+/// A request's whole course. Most keys are new: the reservation and the account are
+/// checked first, then the key is claimed and the payment created in one group commit.
+/// A key seen before goes the long way (replay, conflict, in progress, takeover), and
+/// so does a failed check, which may be the retry of a request that already succeeded
+/// (its reservation is paid now): the key decides.
+async fn run(
+    state: AppState,
+    scope: Scope,
+    fingerprint: String,
+    member: MemberId,
+    req: CreatePayment,
+) -> Result<Response> {
+    let begun = match check(&state, &member, &req).await {
+        Ok(new) => {
+            let token = Uuid::new_v4();
+            let opened = state
+                .engine
+                .writes
+                .open(
+                    idempotency::NewKey {
+                        scope: scope.clone(),
+                        fingerprint: fingerprint.clone(),
+                        token,
+                        lease: state.engine.lease,
+                        retention_hours: state.retention_hours,
+                    },
+                    store::Linked {
+                        new,
+                        driver: state.engine.instance,
+                        lease: state.engine.lease,
+                        scope: scope.clone(),
+                        token,
+                    },
+                )
+                .await;
+            match opened {
+                Ok(Some(row)) => {
+                    crate::metrics::transition(&row.state);
+                    return finish(state, scope, token, row).await;
+                }
+                Ok(None) => begin(&state, &scope, &fingerprint).await?,
+                Err(e) => {
+                    // The key was claimed but no payment made (the reservation has one).
+                    forget(&state, &scope, token).await;
+                    return Err(e);
+                }
+            }
         }
-    } else {
-        idempotency::begin(
-            &state.pool,
-            &scope,
-            &fingerprint,
-            state.engine.lease,
-            state.retention_hours,
-        )
-        .await?
+        Err(e) if e.defers_to_key() => match begin(&state, &scope, &fingerprint).await? {
+            Begin::Owned {
+                token,
+                payment_id: None,
+            } => {
+                forget(&state, &scope, token).await;
+                return Err(e);
+            }
+            other => other,
+        },
+        Err(e) => return Err(e),
     };
     let (token, existing) = match begun {
         Begin::Replay { status, body } => {
@@ -107,12 +145,26 @@ pub async fn create(
         }
         Begin::Owned { token, payment_id } => (token, payment_id),
     };
+    execute(state, scope, token, existing, member, req).await
+}
 
-    // The rest runs in a task of its own: a buyer who hangs up does not stop it, so the
-    // key is completed and the next retry gets the replay instead of waiting out a lease.
-    let task = tokio::spawn(execute(state, scope, token, existing, member, req).in_current_span());
-    task.await
-        .map_err(|e| Error::Invariant(format!("payment request task failed: {e}")))?
+/// The long way for a key: replay, conflict, in progress, takeover, or owned afresh.
+async fn begin(state: &AppState, scope: &Scope, fingerprint: &str) -> Result<Begin> {
+    idempotency::begin(
+        &state.pool,
+        scope,
+        fingerprint,
+        state.engine.lease,
+        state.retention_hours,
+    )
+    .await
+}
+
+/// Forgets a key under which nothing was created, so a retry executes afresh.
+async fn forget(state: &AppState, scope: &Scope, token: Uuid) {
+    if let Err(release) = idempotency::release(&state.pool, scope, token).await {
+        tracing::warn!(error = %release, "could not release idempotency key; it expires with its lease");
+    }
 }
 
 /// Executes an owned request: accepts (or resumes) the payment, drives it for up to
@@ -135,14 +187,16 @@ async fn execute(
             Ok(row) => row,
             Err(e) => {
                 // Nothing was created: forget the key so a retry executes afresh.
-                if let Err(release) = idempotency::release(&state.pool, &scope, token).await {
-                    tracing::warn!(error = %release, "could not release idempotency key; it expires with its lease");
-                }
+                forget(&state, &scope, token).await;
                 return Err(e);
             }
         },
     };
+    finish(state, scope, token, row).await
+}
 
+/// Drives the payment for up to `RESPONSE_WAIT_MS` and stores the answer under the key.
+async fn finish(state: AppState, scope: Scope, token: Uuid, row: PaymentRow) -> Result<Response> {
     let handle = match spawn_drive(&state.engine, &row) {
         Some(h) => Some(h),
         // A taken-over request: drive it here if nobody else is.
@@ -195,6 +249,35 @@ async fn accept(
     member: &MemberId,
     req: &CreatePayment,
 ) -> Result<PaymentRow> {
+    let new = check(state, member, req).await?;
+    let inserted = state
+        .engine
+        .writes
+        .insert(store::Linked {
+            new,
+            driver: state.engine.instance,
+            lease: state.engine.lease,
+            scope: scope.clone(),
+            token,
+        })
+        .await;
+    let row = match inserted {
+        Ok(Some(row)) => row,
+        // Our lease on the key expired and another request took it over: it creates the payment.
+        Ok(None) => {
+            return Err(Error::IdempotencyInProgress {
+                retry_after_secs: 1,
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    crate::metrics::transition(&row.state);
+    Ok(row)
+}
+
+/// The payment a request asks for, once its reservation and account are checked with
+/// their owners: the buyer's own, payable, and a member account of theirs.
+async fn check(state: &AppState, member: &MemberId, req: &CreatePayment) -> Result<NewPayment> {
     let ds = &state.engine.downstream;
     // Both lookups at once: they ride in different batches to different services.
     let (reservation, account) = tokio::join!(
@@ -241,36 +324,13 @@ async fn accept(
         )));
     }
 
-    let new = NewPayment {
+    Ok(NewPayment {
         id: Uuid::now_v7(),
         member_id: member.to_string(),
         account_id: account.id,
         reservation_id: reservation.id,
         amount: reservation.price,
-    };
-    let inserted = state
-        .engine
-        .writes
-        .insert(store::Linked {
-            new,
-            driver: state.engine.instance,
-            lease: state.engine.lease,
-            scope: scope.clone(),
-            token,
-        })
-        .await;
-    let row = match inserted {
-        Ok(Some(row)) => row,
-        // Our lease on the key expired and another request took it over: it creates the payment.
-        Ok(None) => {
-            return Err(Error::IdempotencyInProgress {
-                retry_after_secs: 1,
-            })
-        }
-        Err(e) => return Err(e),
-    };
-    crate::metrics::transition(&row.state);
-    Ok(row)
+    })
 }
 
 /// A payment (buyers: their own only).

@@ -18,7 +18,8 @@ const MAX_BATCH: usize = 512;
 /// One write of a flush.
 #[derive(Debug)]
 pub enum Write {
-    Claim(idempotency::NewKey),
+    /// A new request: its key claimed and, if that succeeds, its payment created.
+    Open(idempotency::NewKey, payments::Linked),
     Insert(payments::Linked),
     Record(steps::Recording),
     Complete(idempotency::Answered),
@@ -27,7 +28,9 @@ pub enum Write {
 /// Its answer, of the same kind.
 #[derive(Debug)]
 pub enum Written {
-    Claimed(bool),
+    /// `None`: the key exists already; `Some(row)`: the key claimed and the payment
+    /// created, or `Some(None)`: claimed, but no payment was made.
+    Opened(Option<Option<PaymentRow>>),
     Inserted(Option<PaymentRow>),
     Recorded(Option<PaymentRow>),
     Completed(bool),
@@ -60,11 +63,28 @@ impl Writes {
             .map_err(|e| Error::Invariant(format!("group commit: {e}")))
     }
 
-    /// [`idempotency::claim_many`] for one request.
-    pub async fn claim(&self, key: idempotency::NewKey) -> Result<bool> {
-        match self.write(Write::Claim(key)).await? {
-            Written::Claimed(b) => Ok(b),
-            other => Err(mismatch(&other)),
+    /// A new request's key claimed and its payment created, in one flush: `Ok(None)`
+    /// when the key exists already (the caller takes the long way, `idempotency::begin`);
+    /// `ReservationAlreadyPaid` when the key was claimed but the reservation has a
+    /// payment (the caller releases the key).
+    pub async fn open(
+        &self,
+        key: idempotency::NewKey,
+        linked: payments::Linked,
+    ) -> Result<Option<PaymentRow>> {
+        let opened = match self.write(Write::Open(key, linked.clone())).await? {
+            Written::Opened(o) => o,
+            other => return Err(mismatch(&other)),
+        };
+        match opened {
+            None => Ok(None),
+            Some(Some(row)) => Ok(Some(row)),
+            Some(None) => match payments::explain_missing(&self.pool, &linked, None).await? {
+                Some(row) => Ok(Some(row)),
+                None => Err(Error::Invariant(
+                    "a key claimed in this flush was not owned by its claimer".into(),
+                )),
+            },
         }
     }
 
@@ -102,20 +122,20 @@ fn mismatch(w: &Written) -> Error {
 /// than one kind (one commit), else the lone statement on its own.
 async fn flush(pool: &PgPool, writes: Vec<Write>) -> Result<Vec<Written>> {
     let n = writes.len();
-    let mut claims = (Vec::new(), Vec::new());
+    let mut opens = (Vec::new(), Vec::new());
     let mut inserts = (Vec::new(), Vec::new());
     let mut records = (Vec::new(), Vec::new());
     let mut completes = (Vec::new(), Vec::new());
     for (i, w) in writes.into_iter().enumerate() {
         match w {
-            Write::Claim(k) => (claims.0.push(i), claims.1.push(k)),
+            Write::Open(k, p) => (opens.0.push(i), opens.1.push((k, p))),
             Write::Insert(p) => (inserts.0.push(i), inserts.1.push(p)),
             Write::Record(r) => (records.0.push(i), records.1.push(r)),
             Write::Complete(a) => (completes.0.push(i), completes.1.push(a)),
         };
     }
     let kinds = [
-        claims.1.len(),
+        opens.1.len(),
         inserts.1.len(),
         records.1.len(),
         completes.1.len(),
@@ -132,16 +152,16 @@ async fn flush(pool: &PgPool, writes: Vec<Write>) -> Result<Vec<Written>> {
     if kinds > 1 {
         let mut tx = pool.begin().await?;
         let conn: &mut PgConnection = &mut tx;
-        let got = apply(conn, &claims.1, &inserts.1, &records.1, &completes.1).await?;
+        let got = apply(conn, &opens.1, &inserts.1, &records.1, &completes.1).await?;
         tx.commit().await?;
-        place(claims.0, got.0);
+        place(opens.0, got.0);
         place(inserts.0, got.1);
         place(records.0, got.2);
         place(completes.0, got.3);
     } else {
         let mut conn = pool.acquire().await?;
-        let got = apply(&mut conn, &claims.1, &inserts.1, &records.1, &completes.1).await?;
-        place(claims.0, got.0);
+        let got = apply(&mut conn, &opens.1, &inserts.1, &records.1, &completes.1).await?;
+        place(opens.0, got.0);
         place(inserts.0, got.1);
         place(records.0, got.2);
         place(completes.0, got.3);
@@ -156,7 +176,7 @@ type Applied = (Vec<Written>, Vec<Written>, Vec<Written>, Vec<Written>);
 
 async fn apply(
     conn: &mut PgConnection,
-    claims: &[idempotency::NewKey],
+    opens: &[(idempotency::NewKey, payments::Linked)],
     inserts: &[payments::Linked],
     records: &[steps::Recording],
     completes: &[idempotency::Answered],
@@ -176,19 +196,36 @@ async fn apply(
             .map(Written::Recorded)
             .collect();
     }
-    if !inserts.is_empty() {
-        out.1 = payments::insert_many(conn, inserts)
-            .await?
-            .into_iter()
-            .map(Written::Inserted)
-            .collect();
+    // New requests: their keys first, then one insert for their payments (those whose
+    // key was claimed) and the taken-over requests' payments together.
+    let claimed = if opens.is_empty() {
+        Vec::new()
+    } else {
+        let keys: Vec<idempotency::NewKey> = opens.iter().map(|(k, _)| k.clone()).collect();
+        idempotency::claim_many(conn, &keys).await?
+    };
+    let mut all: Vec<payments::Linked> = inserts.to_vec();
+    all.extend(
+        opens
+            .iter()
+            .zip(&claimed)
+            .filter(|(_, c)| **c)
+            .map(|((_, p), _)| p.clone()),
+    );
+    let mut made = if all.is_empty() {
+        Vec::new()
+    } else {
+        payments::insert_many(conn, &all).await?
     }
-    if !claims.is_empty() {
-        out.0 = idempotency::claim_many(conn, claims)
-            .await?
-            .into_iter()
-            .map(Written::Claimed)
-            .collect();
-    }
+    .into_iter();
+    out.1 = made
+        .by_ref()
+        .take(inserts.len())
+        .map(Written::Inserted)
+        .collect();
+    out.0 = claimed
+        .iter()
+        .map(|&c| Written::Opened(if c { Some(made.next().flatten()) } else { None }))
+        .collect();
     Ok(out)
 }
