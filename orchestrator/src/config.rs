@@ -43,11 +43,11 @@ pub struct Config {
     /// `IDEMPOTENCY_PURGE_INTERVAL_MS`: how often expired keys are purged (default 60000).
     pub idempotency_purge_interval: Duration,
     /// `DOWNSTREAM_BATCHES`: batches to each of account and order in flight at once
-    /// (default 1, 1 to 64). Fewer makes each batch larger under load (fewer requests
+    /// (default 2, 1 to 64). Fewer makes each batch larger under load (fewer requests
     /// and transactions per payment); more keeps one slow batch from holding up the next.
     pub downstream_batches: usize,
     /// `WRITE_FLUSHES`: group-commit flushes of the saga's own writes in flight at once
-    /// (default 1, 1 to 64), with the same trade-off.
+    /// (default 2, 1 to 64), with the same trade-off.
     pub write_flushes: usize,
     /// `DB_MAX_CONNECTIONS` (default 16).
     pub db_max_connections: u32,
@@ -60,7 +60,7 @@ pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8083";
 pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 pub const DEFAULT_ORDER_URL: &str = "http://127.0.0.1:8084";
 /// Default of `DOWNSTREAM_BATCHES` and `WRITE_FLUSHES`.
-pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
 
 fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
     ConfigError {

@@ -38,7 +38,7 @@ pub struct Config {
     /// `CLAIM_BATCH`: the most claims one group-commit flush carries (default 256,
     /// 1 to 10000); 1 turns group commit off, each claim then its own statement.
     pub claim_batch: usize,
-    /// `CLAIM_FLUSHES`: claim flushes in flight at once (default 1, 1 to 64); each holds
+    /// `CLAIM_FLUSHES`: claim flushes in flight at once (default 2, 1 to 64); each holds
     /// a connection for its transaction.
     pub claim_flushes: usize,
     /// `LOG_FORMAT`: `json` or `pretty` (default pretty).
@@ -51,7 +51,7 @@ pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8084";
 pub const DEFAULT_CLAIM_BATCH: usize = 256;
 /// Two flushes overlap: one collects while the other commits, and a slow flush (a pass
 /// conflict waiting on another transaction) does not stall every claim.
-pub const DEFAULT_CLAIM_FLUSHES: usize = 1;
+pub const DEFAULT_CLAIM_FLUSHES: usize = 2;
 
 fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
     ConfigError {
