@@ -4,12 +4,14 @@
 //! in flight an operation leaves at once, alone, so one caller at a time sees the
 //! latency of an unbatched call.
 
-use std::{future::Future, sync::Arc};
+use std::{
+    collections::VecDeque,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex},
+};
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
-
-/// Operations queued beyond this make `submit` wait for room (back-pressure).
-const QUEUE: usize = 8192;
+use tokio::sync::oneshot;
 
 /// Why an operation got no answer of its own: the batch it rode in failed as a whole
 /// (the flush's error), or the batcher is gone. The operation may or may not have been
@@ -29,103 +31,186 @@ struct Job<I, O> {
     reply: oneshot::Sender<Result<O, BatchFailure>>,
 }
 
-/// The sending side of one batching task; the task ends when every clone is dropped
-/// and the queued operations have been flushed.
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type FlushFn<I, O> = dyn Fn(Vec<I>) -> BoxFuture<Result<Vec<O>, String>> + Send + Sync;
+
+struct Queue<I, O> {
+    waiting: VecDeque<Job<I, O>>,
+    in_flight: usize,
+}
+
+struct Shared<I, O> {
+    name: &'static str,
+    max_batch: usize,
+    max_in_flight: usize,
+    queue: Mutex<Queue<I, O>>,
+    flush: Box<FlushFn<I, O>>,
+}
+
+/// A group-commit batcher; cheap to clone.
+///
+/// The caller that finds a flush slot free leads: it takes everything waiting (itself
+/// included) and runs the flush in its own task, so a lone operation costs no hop to
+/// another task. Callers that arrive while every slot is busy wait in the queue; a
+/// flush that ends with operations waiting hands its slot to a task that flushes them.
 pub struct Coalescer<I, O> {
-    tx: mpsc::Sender<Job<I, O>>,
+    shared: Arc<Shared<I, O>>,
 }
 
 impl<I, O> Clone for Coalescer<I, O> {
     fn clone(&self) -> Self {
         Self {
-            tx: self.tx.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
 
 impl<I, O> std::fmt::Debug for Coalescer<I, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Coalescer").finish_non_exhaustive()
+        f.debug_struct("Coalescer")
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
     }
 }
 
 impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
-    /// Starts the batching task. `flush` gets up to `max_batch` operations in arrival
-    /// order and answers each, in the same order; at most `in_flight` flushes run at
-    /// once. The batch sizes are recorded as the histogram `paysaga_batch_ops{batch=name}`,
-    /// and the operations in flushes not yet answered as the gauge
+    /// A batcher whose `flush` gets up to `max_batch` operations in arrival order and
+    /// answers each, in the same order; at most `in_flight` flushes run at once. The
+    /// batch sizes are recorded as the histogram `paysaga_batch_ops{batch=name}`, and
+    /// the operations in flushes not yet answered as the gauge
     /// `paysaga_batch_in_flight_ops{batch=name}` (the fault suite reads it to kill a
     /// process while a batch is in flight).
-    pub fn spawn<F, Fut>(name: &'static str, max_batch: usize, in_flight: usize, flush: F) -> Self
+    pub fn new<F, Fut>(name: &'static str, max_batch: usize, in_flight: usize, flush: F) -> Self
     where
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<O>, String>> + Send + 'static,
     {
-        let (tx, mut rx) = mpsc::channel::<Job<I, O>>(QUEUE);
-        let slots = Arc::new(Semaphore::new(in_flight.max(1)));
-        let flush = Arc::new(flush);
-        tokio::spawn(async move {
-            loop {
-                // A free slot first, then whatever has queued meanwhile: under load the
-                // queue fills while every slot is busy, and the next batch takes it all.
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    return;
-                };
-                let mut jobs = Vec::with_capacity(max_batch.min(256));
-                if rx.recv_many(&mut jobs, max_batch.max(1)).await == 0 {
-                    return;
-                }
-                let size = jobs.len() as f64;
-                metrics::histogram!("paysaga_batch_ops", "batch" => name).record(size);
-                let in_flight = metrics::gauge!("paysaga_batch_in_flight_ops", "batch" => name);
-                in_flight.increment(size);
-                let (items, replies): (Vec<I>, Vec<_>) =
-                    jobs.into_iter().map(|j| (j.item, j.reply)).unzip();
-                let run = flush(items);
-                // Its own task: a flush is never cancelled halfway by a caller that gave up.
-                tokio::spawn(async move {
-                    let outcome = run.await;
-                    in_flight.decrement(size);
-                    drop(slot);
-                    match outcome {
-                        Ok(answers) if answers.len() == replies.len() => {
-                            for (reply, answer) in replies.into_iter().zip(answers) {
-                                let _ = reply.send(Ok(answer));
-                            }
-                        }
-                        Ok(answers) => {
-                            let failure = BatchFailure::new(format!(
-                                "{name}: {} answers for {} operations",
-                                answers.len(),
-                                replies.len()
-                            ));
-                            for reply in replies {
-                                let _ = reply.send(Err(failure.clone()));
-                            }
-                        }
-                        Err(e) => {
-                            let failure = BatchFailure::new(format!("{name}: {e}"));
-                            for reply in replies {
-                                let _ = reply.send(Err(failure.clone()));
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        Self { tx }
+        Self {
+            shared: Arc::new(Shared {
+                name,
+                max_batch: max_batch.max(1),
+                max_in_flight: in_flight.max(1),
+                queue: Mutex::new(Queue {
+                    waiting: VecDeque::new(),
+                    in_flight: 0,
+                }),
+                flush: Box::new(move |items| Box::pin(flush(items))),
+            }),
+        }
     }
 
     /// Sends `item` with the next batch and waits for its own answer.
     pub async fn submit(&self, item: I) -> Result<O, BatchFailure> {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(Job { item, reply })
-            .await
-            .map_err(|_| BatchFailure::new("batcher stopped"))?;
+        let lead = {
+            let mut q = self.shared.lock();
+            q.waiting.push_back(Job { item, reply });
+            if q.in_flight < self.shared.max_in_flight {
+                q.in_flight += 1;
+                Some(self.shared.take(&mut q))
+            } else {
+                None
+            }
+        };
+        if let Some(jobs) = lead {
+            let mut leading = Leading(Some(Box::pin(run(self.shared.clone(), jobs))));
+            leading.finish().await;
+        }
         answer
             .await
             .map_err(|_| BatchFailure::new("batch dropped without an answer"))?
+    }
+}
+
+impl<I, O> Shared<I, O> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<I, O>> {
+        // A panic while holding the lock leaves the queue consistent (pushes and
+        // drains are single calls), so a poisoned lock is still usable.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self, q: &mut Queue<I, O>) -> Vec<Job<I, O>> {
+        let n = q.waiting.len().min(self.max_batch);
+        q.waiting.drain(..n).collect()
+    }
+}
+
+/// A leader's flush, run in the leader's task. Dropped before the end (the caller gave
+/// up), it finishes in a task of its own: a flush is never cut off halfway.
+struct Leading(Option<BoxFuture<()>>);
+
+impl Leading {
+    async fn finish(&mut self) {
+        if let Some(flush) = self.0.as_mut() {
+            flush.await;
+            self.0 = None;
+        }
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        if let Some(flush) = self.0.take() {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(flush);
+            }
+        }
+    }
+}
+
+/// Flushes `jobs` and answers each; then, holding the same slot, flushes whatever
+/// queued meanwhile (in a task of its own, so the leader returns with its answer), or
+/// frees the slot.
+fn run<I: Send + 'static, O: Send + 'static>(
+    shared: Arc<Shared<I, O>>,
+    jobs: Vec<Job<I, O>>,
+) -> impl Future<Output = ()> + Send + 'static {
+    async move {
+        let name = shared.name;
+        let size = jobs.len() as f64;
+        metrics::histogram!("paysaga_batch_ops", "batch" => name).record(size);
+        let in_flight = metrics::gauge!("paysaga_batch_in_flight_ops", "batch" => name);
+        in_flight.increment(size);
+        let (items, replies): (Vec<I>, Vec<_>) =
+            jobs.into_iter().map(|j| (j.item, j.reply)).unzip();
+        let outcome = (shared.flush)(items).await;
+        in_flight.decrement(size);
+        match outcome {
+            Ok(answers) if answers.len() == replies.len() => {
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answer));
+                }
+            }
+            Ok(answers) => {
+                let failure = BatchFailure::new(format!(
+                    "{name}: {} answers for {} operations",
+                    answers.len(),
+                    replies.len()
+                ));
+                for reply in replies {
+                    let _ = reply.send(Err(failure.clone()));
+                }
+            }
+            Err(e) => {
+                let failure = BatchFailure::new(format!("{name}: {e}"));
+                for reply in replies {
+                    let _ = reply.send(Err(failure.clone()));
+                }
+            }
+        }
+        let next = {
+            let mut q = shared.lock();
+            if q.waiting.is_empty() {
+                q.in_flight -= 1;
+                None
+            } else {
+                Some(shared.take(&mut q))
+            }
+        };
+        if let Some(jobs) = next {
+            let continued: BoxFuture<()> = Box::pin(run(shared, jobs));
+            tokio::spawn(continued);
+        }
     }
 }
 
@@ -140,7 +225,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lone_operation_leaves_at_once_and_gets_its_own_answer() {
-        let c = Coalescer::spawn("test", 16, 1, |items: Vec<u32>| async move {
+        let c = Coalescer::new("test", 16, 1, |items: Vec<u32>| async move {
             Ok(items.into_iter().map(|i| i * 2).collect())
         });
         let answer = tokio::time::timeout(Duration::from_secs(1), c.submit(21)).await;
@@ -151,7 +236,7 @@ mod tests {
     async fn operations_arriving_during_a_flush_share_the_next_one() {
         let flushes = Arc::new(AtomicUsize::new(0));
         let f = flushes.clone();
-        let c = Coalescer::spawn("test", 1000, 1, move |items: Vec<u32>| {
+        let c = Coalescer::new("test", 1000, 1, move |items: Vec<u32>| {
             let f = f.clone();
             async move {
                 f.fetch_add(1, Ordering::SeqCst);
@@ -173,7 +258,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_flush_fails_every_operation_in_it_and_nothing_else() {
-        let c = Coalescer::spawn("test", 8, 1, |items: Vec<u32>| async move {
+        let c = Coalescer::new("test", 8, 1, |items: Vec<u32>| async move {
             if items.contains(&13) {
                 Err("unlucky".to_owned())
             } else {
@@ -182,7 +267,7 @@ mod tests {
         });
         assert!(c.submit(13).await.is_err());
         assert_eq!(c.submit(7).await.expect("next batch is fine"), 7);
-        let short = Coalescer::spawn(
+        let short = Coalescer::new(
             "short",
             8,
             1,
@@ -191,6 +276,42 @@ mod tests {
         assert!(
             short.submit(1).await.is_err(),
             "a missing answer is a failure"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_gives_up_does_not_cut_its_flush_short() {
+        let flushed = Arc::new(AtomicUsize::new(0));
+        let f = flushed.clone();
+        let c = Coalescer::new("test", 16, 1, move |items: Vec<u32>| {
+            let f = f.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                f.fetch_add(items.len(), Ordering::SeqCst);
+                Ok(items)
+            }
+        });
+        let leader = {
+            let c = c.clone();
+            tokio::spawn(async move { c.submit(1).await })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Queued behind the leader's flush: answered by the flush that follows it.
+        let follower = {
+            let c = c.clone();
+            tokio::spawn(async move { c.submit(2).await })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        leader.abort();
+        let answer = tokio::time::timeout(Duration::from_secs(2), follower)
+            .await
+            .expect("the follower is answered")
+            .expect("task ran");
+        assert_eq!(answer.expect("answered"), 2);
+        assert_eq!(
+            flushed.load(Ordering::SeqCst),
+            2,
+            "the abandoned flush ran to its end"
         );
     }
 }

@@ -191,7 +191,7 @@ mod tests {
         let handle = metrics_handle();
         let (release, released) = oneshot::channel::<()>();
         let released = std::sync::Arc::new(Mutex::new(Some(released)));
-        let batcher = Coalescer::spawn("faults_evidence_test", 8, 1, move |items: Vec<u8>| {
+        let batcher = Coalescer::new("faults_evidence_test", 8, 1, move |items: Vec<u8>| {
             let released = released.clone();
             async move {
                 if let Some(rx) = released.lock().await.take() {

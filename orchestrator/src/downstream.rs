@@ -115,10 +115,10 @@ fn op_key(action: Action, p: &PaymentRow) -> Result<OperationKey, String> {
 }
 
 impl Downstream {
-    /// Starts the batching tasks (needs a Tokio runtime), with at most `in_flight`
+    /// The batchers to account and order, with at most `in_flight`
     /// batches to each downstream at once.
     pub fn new(account: AccountClient, order: OrderClient, in_flight: usize) -> Self {
-        let account = Coalescer::spawn("account", MAX_BATCH, in_flight, move |ops| {
+        let account = Coalescer::new("account", MAX_BATCH, in_flight, move |ops| {
             let client = account.clone();
             async move {
                 client
@@ -128,7 +128,7 @@ impl Downstream {
                     .map_err(|e| e.to_string())
             }
         });
-        let order = Coalescer::spawn("order", MAX_BATCH, in_flight, move |ops| {
+        let order = Coalescer::new("order", MAX_BATCH, in_flight, move |ops| {
             let client = order.clone();
             async move {
                 client

@@ -56,11 +56,11 @@ pub struct Claims {
 }
 
 impl Claims {
-    /// Starts the flushing task when `max_batch > 1` (needs a Tokio runtime).
+    /// The claims batcher, when `max_batch > 1`.
     pub fn new(pool: PgPool, max_batch: usize, in_flight: usize) -> Self {
         let batcher = (max_batch > 1).then(|| {
             let p = pool.clone();
-            Coalescer::spawn("claims", max_batch, in_flight, move |claims: Vec<NewClaim>| {
+            Coalescer::new("claims", max_batch, in_flight, move |claims: Vec<NewClaim>| {
                 let pool = p.clone();
                 async move {
                     claim_many(&pool, &claims).await.map_err(|e| {

@@ -44,12 +44,12 @@ pub struct Writes {
 }
 
 impl Writes {
-    /// Starts the flushing task (needs a Tokio runtime), with at most `in_flight`
+    /// The batched writer, with at most `in_flight`
     /// flushes at once. Flushes touch disjoint rows (each payment and each key has one
     /// writer at a time), so they do not wait on each other's locks.
     pub fn new(pool: PgPool, in_flight: usize) -> Self {
         let p = pool.clone();
-        let batcher = Coalescer::spawn("saga_writes", MAX_BATCH, in_flight, move |writes| {
+        let batcher = Coalescer::new("saga_writes", MAX_BATCH, in_flight, move |writes| {
             let pool = p.clone();
             async move { flush(&pool, writes).await.map_err(|e| e.to_string()) }
         });
