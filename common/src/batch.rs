@@ -161,6 +161,9 @@ impl Drop for Leading {
 /// Flushes `jobs` and answers each; then, holding the same slot, flushes whatever
 /// queued meanwhile (in a task of its own, so the leader returns with its answer), or
 /// frees the slot.
+// Not an `async fn`: it spawns itself, and only a named `Send` bound breaks the cycle
+// in inferring whether its future is `Send`.
+#[allow(clippy::manual_async_fn)]
 fn run<I: Send + 'static, O: Send + 'static>(
     shared: Arc<Shared<I, O>>,
     jobs: Vec<Job<I, O>>,
