@@ -235,28 +235,71 @@ mod tests {
         assert_eq!(answer.expect("no timer to wait out").expect("answered"), 42);
     }
 
+    /// Operations queued in `c`, waiting for a flush slot.
+    fn waiting<I, O>(c: &Coalescer<I, O>) -> usize {
+        c.shared.lock().waiting.len()
+    }
+
+    /// Yields until `done` holds; the bound only turns a broken test into a failure.
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..100_000 {
+            if done() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("never happened: {what}");
+    }
+
+    /// A flush that holds until `gate` opens (a closed gate: the flush is in progress).
+    fn gated(
+        gate: Arc<tokio::sync::Semaphore>,
+        flushes: Arc<AtomicUsize>,
+        sizes: Arc<AtomicUsize>,
+    ) -> impl Fn(Vec<u32>) -> BoxFuture<Result<Vec<u32>, String>> + Send + Sync {
+        move |items| {
+            let (gate, flushes, sizes) = (gate.clone(), flushes.clone(), sizes.clone());
+            Box::pin(async move {
+                flushes.fetch_add(1, Ordering::SeqCst);
+                let _open = gate.acquire().await.map_err(|e| e.to_string())?;
+                sizes.fetch_add(items.len(), Ordering::SeqCst);
+                Ok(items.into_iter().map(|i| i + 1).collect())
+            })
+        }
+    }
+
     #[tokio::test]
     async fn operations_arriving_during_a_flush_share_the_next_one() {
-        let flushes = Arc::new(AtomicUsize::new(0));
-        let f = flushes.clone();
-        let c = Coalescer::new("test", 1000, 1, move |items: Vec<u32>| {
-            let f = f.clone();
-            async move {
-                f.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Ok(items.into_iter().map(|i| i + 1).collect::<Vec<u32>>())
-            }
-        });
-        let answers = futures::future::join_all((0..200u32).map(|i| {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let (flushes, sizes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let c = Coalescer::new(
+            "test",
+            1000,
+            1,
+            gated(gate.clone(), flushes.clone(), sizes.clone()),
+        );
+        let first = tokio::spawn({
             let c = c.clone();
-            async move { c.submit(i).await }
-        }))
+            async move { c.submit(0).await }
+        });
+        until("the first flush started", || {
+            flushes.load(Ordering::SeqCst) == 1
+        })
         .await;
-        for (i, a) in answers.into_iter().enumerate() {
-            assert_eq!(a.expect("answered"), i as u32 + 1);
+        let rest: Vec<_> = (1..200u32)
+            .map(|i| {
+                let c = c.clone();
+                tokio::spawn(async move { c.submit(i).await })
+            })
+            .collect();
+        until("199 operations queued", || waiting(&c) == 199).await;
+        gate.add_permits(1_000);
+        assert_eq!(first.await.expect("joined").expect("answered"), 1);
+        for (i, r) in rest.into_iter().enumerate() {
+            assert_eq!(r.await.expect("joined").expect("answered"), i as u32 + 2);
         }
-        let n = flushes.load(Ordering::SeqCst);
-        assert!(n <= 3, "200 concurrent operations took {n} flushes");
+        assert_eq!(flushes.load(Ordering::SeqCst), 2, "one flush for the 199");
+        assert_eq!(sizes.load(Ordering::SeqCst), 200);
     }
 
     #[tokio::test]
@@ -284,35 +327,38 @@ mod tests {
 
     #[tokio::test]
     async fn a_leader_that_gives_up_does_not_cut_its_flush_short() {
-        let flushed = Arc::new(AtomicUsize::new(0));
-        let f = flushed.clone();
-        let c = Coalescer::new("test", 16, 1, move |items: Vec<u32>| {
-            let f = f.clone();
-            async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                f.fetch_add(items.len(), Ordering::SeqCst);
-                Ok(items)
-            }
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let (flushes, sizes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let c = Coalescer::new(
+            "test",
+            16,
+            1,
+            gated(gate.clone(), flushes.clone(), sizes.clone()),
+        );
+        let leader = tokio::spawn({
+            let c = c.clone();
+            async move { c.submit(1).await }
         });
-        let leader = {
-            let c = c.clone();
-            tokio::spawn(async move { c.submit(1).await })
-        };
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        until("the leader's flush started", || {
+            flushes.load(Ordering::SeqCst) == 1
+        })
+        .await;
         // Queued behind the leader's flush: answered by the flush that follows it.
-        let follower = {
+        let follower = tokio::spawn({
             let c = c.clone();
-            tokio::spawn(async move { c.submit(2).await })
-        };
-        tokio::time::sleep(Duration::from_millis(5)).await;
+            async move { c.submit(2).await }
+        });
+        until("the follower queued", || waiting(&c) == 1).await;
         leader.abort();
-        let answer = tokio::time::timeout(Duration::from_secs(2), follower)
+        assert!(leader.await.is_err_and(|e| e.is_cancelled()));
+        gate.add_permits(16);
+        let answer = tokio::time::timeout(Duration::from_secs(5), follower)
             .await
             .expect("the follower is answered")
             .expect("task ran");
-        assert_eq!(answer.expect("answered"), 2);
+        assert_eq!(answer.expect("answered"), 3);
         assert_eq!(
-            flushed.load(Ordering::SeqCst),
+            sizes.load(Ordering::SeqCst),
             2,
             "the abandoned flush ran to its end"
         );
