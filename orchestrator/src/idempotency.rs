@@ -11,7 +11,7 @@
 //! - a request that failed before changing anything (validation, a downstream that
 //!   did not answer) releases its key, so a retry executes afresh.
 
-use std::time::Duration;
+use std::{collections::HashSet, time::Duration};
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
@@ -231,7 +231,7 @@ pub struct NewKey {
 /// the key exists (or an earlier request in the batch took it), and [`begin`] decides.
 pub async fn claim_many(conn: &mut PgConnection, keys: &[NewKey]) -> Result<Vec<bool>> {
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    let inserted: Vec<Uuid> = sqlx::query_scalar(
+    let inserted: HashSet<Uuid> = sqlx::query_scalar(
         r#"
         INSERT INTO idempotency_keys (member_id, operation, idem_key, fingerprint, owner_token, lease_until, expires_at)
         SELECT k.member_id, k.operation, k.idem_key, k.fingerprint, k.token,
@@ -250,7 +250,9 @@ pub async fn claim_many(conn: &mut PgConnection, keys: &[NewKey]) -> Result<Vec<
     .bind(keys.iter().map(|k| ms(k.lease)).collect::<Vec<_>>())
     .bind(keys.iter().map(|k| k.retention_hours).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .collect();
     Ok(keys.iter().map(|k| inserted.contains(&k.token)).collect())
 }
 
@@ -290,7 +292,7 @@ pub async fn complete(
 /// beside the join keeps the read on the primary key's index whatever plan the
 /// UNNEST's unknown size suggests.
 pub async fn complete_many(conn: &mut PgConnection, answers: &[Answered]) -> Result<Vec<bool>> {
-    let done: Vec<Uuid> = sqlx::query_scalar(
+    let done: HashSet<Uuid> = sqlx::query_scalar(
         r#"
         UPDATE idempotency_keys k
         SET status = 'COMPLETED', response_status = a.status, response_body = a.body,
@@ -330,7 +332,9 @@ pub async fn complete_many(conn: &mut PgConnection, answers: &[Answered]) -> Res
     )
     .bind(answers.iter().map(|a| a.body.as_str()).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .collect();
     Ok(answers.iter().map(|a| done.contains(&a.token)).collect())
 }
 

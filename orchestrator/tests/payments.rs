@@ -1137,3 +1137,85 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
     assert_eq!(confirms.last(), Some(&"SUCCEEDED"));
     s.check_money().await;
 }
+
+/// A new request is checked before its key is claimed, then key and payment are made in
+/// one group commit: many keys racing for one reservation still make one payment and
+/// one debit, every loser is refused with a code, and no loser's key is left behind
+/// (a retry with it is answered again, not told to wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_racing_for_one_reservation_make_one_payment_and_leave_no_key_behind() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("racer-1", 100_000).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "racer-1").await;
+    let o = s.orchestrator(s.config(), Hooks::default()).await;
+
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let client = o.buyer("racer-1");
+            tokio::spawn(async move {
+                let key = format!("racer-key-{i}");
+                (key.clone(), client.pay(&key, &pay_request(res, acct)).await)
+            })
+        })
+        .collect();
+    let mut paid = Vec::new();
+    let mut refused = Vec::new();
+    for t in tasks {
+        match t.await.expect("task") {
+            (key, Ok(a)) => paid.push((key, a)),
+            (key, Err(CallError::Rejected { status: 409, body })) => {
+                assert!(
+                    matches!(
+                        body.code.as_str(),
+                        "RESERVATION_ALREADY_PAID" | "RESERVATION_NOT_PAYABLE"
+                    ),
+                    "unexpected refusal {}",
+                    body.code
+                );
+                refused.push((key, body.code));
+            }
+            (_, Err(e)) => panic!("unexpected answer: {e}"),
+        }
+    }
+    assert_eq!(paid.len(), 1, "one request pays");
+    assert_eq!(refused.len(), 19);
+    let (winning_key, first) = &paid[0];
+    let id = first.payment.id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+
+    let (payments, unlinked): (i64, i64) = sqlx::query_as(
+        r#"SELECT (SELECT COUNT(*) FROM payment_service.payments WHERE reservation_id = $1),
+                  (SELECT COUNT(*) FROM payment_service.idempotency_keys WHERE payment_id IS NULL)"#,
+    )
+    .bind(res)
+    .fetch_one(&s.admin)
+    .await
+    .expect("counts");
+    assert_eq!(
+        (payments, unlinked),
+        (1, 0),
+        "one payment, no key left behind"
+    );
+    assert_eq!(s.applied_debits(id).await, 1);
+    assert_eq!(s.balance(acct).await, 100_000 - PRICE);
+    assert_eq!(s.unit_state(res).await, "SOLD");
+
+    // A loser's retry is refused again, not told to wait for a key nobody holds.
+    let (key, _) = &refused[0];
+    let again = o.buyer("racer-1").pay(key, &pay_request(res, acct)).await;
+    assert!(
+        matches!(&again, Err(CallError::Rejected { status: 409, body })
+            if matches!(body.code.as_str(), "RESERVATION_ALREADY_PAID" | "RESERVATION_NOT_PAYABLE")),
+        "retry of a refused key: {again:?}"
+    );
+    // The winner's retry is its stored answer.
+    let winner = o
+        .buyer("racer-1")
+        .pay(winning_key, &pay_request(res, acct))
+        .await
+        .expect("replay");
+    assert!(winner.replayed);
+    assert_eq!(winner.payment.id, id);
+    s.check_money().await;
+}

@@ -108,6 +108,40 @@ impl PaymentRow {
     }
 }
 
+/// A row returned by a batch statement, with the index of the request it answers.
+#[derive(sqlx::FromRow)]
+pub(crate) struct Indexed {
+    pub batch_idx: i32,
+    #[sqlx(flatten)]
+    pub row: PaymentRow,
+}
+
+impl Indexed {
+    /// Each request's row in request order; `None` where the statement wrote nothing.
+    pub(crate) fn place(rows: Vec<Indexed>, requests: usize) -> Result<Vec<Option<PaymentRow>>> {
+        let mut answers: Vec<Option<PaymentRow>> = vec![None; requests];
+        for r in rows {
+            let slot = usize::try_from(r.batch_idx)
+                .ok()
+                .and_then(|i| answers.get_mut(i))
+                .ok_or_else(|| {
+                    Error::Invariant(format!("batch index {} out of range", r.batch_idx))
+                })?;
+            *slot = Some(r.row);
+        }
+        Ok(answers)
+    }
+}
+
+/// The payment columns qualified by `alias`, for a `RETURNING` that names other columns too.
+pub(crate) fn returned_columns(alias: &str) -> String {
+    PAYMENT_COLUMNS
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

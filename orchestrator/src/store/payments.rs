@@ -6,7 +6,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 use workflows::{Action, Position};
 
-use super::{millis, PaymentRow, PAYMENT_COLUMNS};
+use super::{millis, returned_columns, Indexed, PaymentRow, PAYMENT_COLUMNS};
 use crate::{
     error::{Error, Result},
     idempotency::Scope,
@@ -130,9 +130,9 @@ pub async fn insert_many(
         FROM inserted i
         JOIN req ON req.id = i.id
         "#,
-        RETURNED = super::steps::returned_columns("i"),
+        RETURNED = returned_columns("i"),
     );
-    let rows = sqlx::query_as::<_, super::steps::Indexed>(&sql)
+    let rows = sqlx::query_as::<_, Indexed>(&sql)
         .bind(idx)
         .bind(payments.iter().map(|p| p.new.id).collect::<Vec<_>>())
         .bind(
@@ -173,15 +173,7 @@ pub async fn insert_many(
         .bind(start.pending().map(Action::as_str))
         .fetch_all(&mut *conn)
         .await?;
-    let mut answers: Vec<Option<PaymentRow>> = vec![None; payments.len()];
-    for r in rows {
-        let slot = usize::try_from(r.batch_idx)
-            .ok()
-            .and_then(|i| answers.get_mut(i))
-            .ok_or_else(|| Error::Invariant(format!("batch index {} out of range", r.batch_idx)))?;
-        *slot = Some(r.row);
-    }
-    Ok(answers)
+    Indexed::place(rows, payments.len())
 }
 
 pub async fn load(pool: &PgPool, id: Uuid) -> Result<Option<PaymentRow>> {

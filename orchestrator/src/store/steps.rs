@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 use workflows::{Action, Outcome, Position};
 
-use super::{millis, PaymentRow, PAYMENT_COLUMNS};
+use super::{millis, returned_columns, Indexed, PaymentRow, PAYMENT_COLUMNS};
 use crate::{
     api::Step,
     error::{Error, Result},
@@ -254,32 +254,7 @@ pub async fn record_many(
         .bind(log.settled_by_query)
         .fetch_all(&mut *conn)
         .await?;
-    let mut answers: Vec<Option<PaymentRow>> = vec![None; moves.len()];
-    for r in rows {
-        let slot = usize::try_from(r.batch_idx)
-            .ok()
-            .and_then(|i| answers.get_mut(i))
-            .ok_or_else(|| Error::Invariant(format!("batch index {} out of range", r.batch_idx)))?;
-        *slot = Some(r.row);
-    }
-    Ok(answers)
-}
-
-/// A row returned by a batch statement, with the index of the request it answers.
-#[derive(sqlx::FromRow)]
-pub(crate) struct Indexed {
-    pub batch_idx: i32,
-    #[sqlx(flatten)]
-    pub row: PaymentRow,
-}
-
-/// The payment columns qualified by `alias`, for a `RETURNING` that names other columns too.
-pub(crate) fn returned_columns(alias: &str) -> String {
-    PAYMENT_COLUMNS
-        .split(',')
-        .map(|c| format!("{alias}.{}", c.trim()))
-        .collect::<Vec<_>>()
-        .join(", ")
+    Indexed::place(rows, moves.len())
 }
 
 /// The per-payment columns of [`record_many`], one array each.
