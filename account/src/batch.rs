@@ -98,7 +98,7 @@ fn reply_to(outcome: Result<Recorded>) -> Reply {
             Err(internal) => {
                 // The whole-response path logs in the middleware; a reply inside a 200
                 // passes no middleware, so its cause is logged here.
-                tracing::error!(error = %error_chain(&internal), "batch operation failed");
+                tracing::error!(error = %paysaga_common::error::cause_chain(&internal), "batch operation failed");
                 Reply::error(
                     500,
                     paysaga_common::error::codes::INTERNAL,
@@ -107,17 +107,6 @@ fn reply_to(outcome: Result<Recorded>) -> Reply {
             }
         },
     }
-}
-
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut chain = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        chain.push_str(": ");
-        chain.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    chain
 }
 
 /// The first debit of the batch under its key, with the row id it gets if it claims

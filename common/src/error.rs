@@ -90,9 +90,8 @@ pub mod codes {
 #[derive(Debug, Clone)]
 pub struct InternalErrorReport(pub String);
 
-/// The response for an internal error: a generic body for the client, the full cause
-/// chain attached for the middleware to log.
-pub fn internal_error_response(err: &(dyn std::error::Error + 'static)) -> Response {
+/// An error and its causes, `outer: inner: innermost`, as the logs show them.
+pub fn cause_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut chain = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
@@ -100,6 +99,13 @@ pub fn internal_error_response(err: &(dyn std::error::Error + 'static)) -> Respo
         chain.push_str(&cause.to_string());
         source = cause.source();
     }
+    chain
+}
+
+/// The response for an internal error: a generic body for the client, the full cause
+/// chain attached for the middleware to log.
+pub fn internal_error_response(err: &(dyn std::error::Error + 'static)) -> Response {
+    let chain = cause_chain(err);
     let mut response = ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         codes::INTERNAL,
