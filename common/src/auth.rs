@@ -19,6 +19,7 @@ use utoipa::ToSchema;
 
 use crate::{
     error::{codes, ApiError},
+    jwks::{self, RemoteKeys},
     keys::{self, DevKey},
 };
 
@@ -75,11 +76,61 @@ pub struct Claims {
     pub exp: i64,
 }
 
+/// Where buyer-token keys come from.
+#[derive(Debug, Clone)]
+pub enum BuyerKeySource {
+    /// One fixed public key (`JWT_PUBLIC_KEY`); tokens need no `kid`.
+    Static(VerifyingKey),
+    /// The member service's key set (`MEMBER_JWKS_URL`); tokens must name their key by
+    /// `kid`. An unknown `kid` fetches the set again at most once per `min_refresh`;
+    /// the set is also refreshed every `refresh_every`.
+    Jwks {
+        url: String,
+        min_refresh: std::time::Duration,
+        refresh_every: std::time::Duration,
+    },
+}
+
+impl BuyerKeySource {
+    /// `MEMBER_JWKS_URL` when set (with `JWKS_MIN_REFRESH_MS`, default 5000, and
+    /// `JWKS_REFRESH_SECS`, default 300), else `JWT_PUBLIC_KEY`, else the development key.
+    pub fn from_env() -> Result<Self, crate::config::ConfigError> {
+        match std::env::var("MEMBER_JWKS_URL") {
+            Ok(url) if !url.trim().is_empty() => {
+                let every: u64 = crate::config::parse("JWKS_REFRESH_SECS", 300)?;
+                Ok(Self::Jwks {
+                    url: url.trim().to_owned(),
+                    min_refresh: crate::config::millis(
+                        "JWKS_MIN_REFRESH_MS",
+                        std::time::Duration::from_secs(5),
+                    )?,
+                    refresh_every: std::time::Duration::from_secs(every.max(1)),
+                })
+            }
+            _ => Ok(Self::Static(keys::verifying_key_from_env(
+                "JWT_PUBLIC_KEY",
+                DevKey::BuyerTokens,
+            )?)),
+        }
+    }
+
+    /// The development buyer key.
+    pub fn development() -> Self {
+        Self::Static(DevKey::BuyerTokens.verifying_key())
+    }
+}
+
+#[derive(Clone)]
+enum BuyerKeys {
+    Static(DecodingKey),
+    Remote(Arc<RemoteKeys>),
+}
+
 /// Verifies both kinds of token. Buyer and service tokens use different keys and
 /// audiences, so one can never stand in for the other.
 #[derive(Clone)]
 pub struct Verifier {
-    buyer_key: DecodingKey,
+    buyer_keys: BuyerKeys,
     service_key: DecodingKey,
     buyer_validation: Validation,
     service_validation: Validation,
@@ -147,7 +198,7 @@ impl TokenCache {
     }
 }
 
-fn decoding_key(k: &VerifyingKey) -> DecodingKey {
+pub(crate) fn decoding_key(k: &VerifyingKey) -> DecodingKey {
     DecodingKey::from_ed_components(&URL_SAFE_NO_PAD.encode(k.as_bytes()))
         .expect("a 32-byte Ed25519 key always encodes")
 }
@@ -164,7 +215,7 @@ fn validation(aud: &str) -> Validation {
 impl Verifier {
     pub fn new(buyer: &VerifyingKey, service: &VerifyingKey) -> Self {
         Self {
-            buyer_key: decoding_key(buyer),
+            buyer_keys: BuyerKeys::Static(decoding_key(buyer)),
             service_key: decoding_key(service),
             buyer_validation: validation(BUYER_AUDIENCE),
             service_validation: validation(SERVICE_AUDIENCE),
@@ -184,12 +235,45 @@ impl Verifier {
         self.buyer_cache.as_ref().map_or(0, |c| c.len())
     }
 
-    /// Keys from `JWT_PUBLIC_KEY` and `SERVICE_JWT_PUBLIC_KEY`, development keys if unset.
+    /// A verifier over `buyer` keys and the `service` key. With a key set, the first
+    /// fetch and the periodic refresh run in a background task (so this needs a Tokio
+    /// runtime); until keys arrive, a buyer token's unknown `kid` fetches them itself.
+    pub fn from_source(buyer: &BuyerKeySource, service: &VerifyingKey) -> Self {
+        let mut this = Self::new(&DevKey::BuyerTokens.verifying_key(), service);
+        this.buyer_keys = match buyer {
+            BuyerKeySource::Static(key) => BuyerKeys::Static(decoding_key(key)),
+            BuyerKeySource::Jwks {
+                url,
+                min_refresh,
+                refresh_every,
+            } => {
+                let remote = RemoteKeys::new(url.clone(), *min_refresh);
+                let started = remote.clone();
+                let every = *refresh_every;
+                tokio::spawn(async move {
+                    started.start(std::time::Duration::ZERO, every).await;
+                });
+                BuyerKeys::Remote(remote)
+            }
+        };
+        this
+    }
+
+    /// Buyer keys from [`BuyerKeySource::from_env`], the service key from
+    /// `SERVICE_JWT_PUBLIC_KEY`; development keys where unset. Needs a Tokio runtime.
     pub fn from_env() -> Result<Self, crate::config::ConfigError> {
-        let buyer = keys::verifying_key_from_env("JWT_PUBLIC_KEY", DevKey::BuyerTokens)?;
+        let buyer = BuyerKeySource::from_env()?;
         let service =
             keys::verifying_key_from_env("SERVICE_JWT_PUBLIC_KEY", DevKey::ServiceTokens)?;
-        Ok(Self::new(&buyer, &service))
+        Ok(Self::from_source(&buyer, &service))
+    }
+
+    /// The member service's key set this verifier follows, if it follows one.
+    pub fn remote_keys(&self) -> Option<&Arc<RemoteKeys>> {
+        match &self.buyer_keys {
+            BuyerKeys::Remote(r) => Some(r),
+            BuyerKeys::Static(_) => None,
+        }
     }
 
     pub fn development() -> Self {
@@ -199,13 +283,40 @@ impl Verifier {
         )
     }
 
+    /// A buyer token checked against the keys held now; never waits on the network.
     pub fn verify_buyer(&self, token: &str) -> Option<MemberId> {
         let now = chrono::Utc::now().timestamp();
         if let Some(member) = self.buyer_cache.as_ref().and_then(|c| c.get(token, now)) {
             return Some(member);
         }
-        let data =
-            jsonwebtoken::decode::<Claims>(token, &self.buyer_key, &self.buyer_validation).ok()?;
+        let key = match &self.buyer_keys {
+            BuyerKeys::Static(key) => key.clone(),
+            BuyerKeys::Remote(remote) => remote.get(&token_kid(token)?)?,
+        };
+        self.verify_buyer_with(token, &key, now)
+    }
+
+    /// Like [`Self::verify_buyer`], but a token naming a key this process has not seen
+    /// fetches the member service's key set first (at most once per the source's
+    /// `min_refresh`), so a rotated-in key works without a restart.
+    pub async fn verify_buyer_fetching(&self, token: &str) -> Option<MemberId> {
+        if let Some(member) = self.verify_buyer(token) {
+            return Some(member);
+        }
+        let BuyerKeys::Remote(remote) = &self.buyer_keys else {
+            return None;
+        };
+        let kid = token_kid(token)?;
+        if remote.get(&kid).is_some() {
+            // The key is known; the token failed on its own merits.
+            return None;
+        }
+        let key = remote.get_or_fetch(&kid).await?;
+        self.verify_buyer_with(token, &key, chrono::Utc::now().timestamp())
+    }
+
+    fn verify_buyer_with(&self, token: &str, key: &DecodingKey, now: i64) -> Option<MemberId> {
+        let data = jsonwebtoken::decode::<Claims>(token, key, &self.buyer_validation).ok()?;
         let member = MemberId::parse(data.claims.sub).ok()?;
         if let Some(cache) = &self.buyer_cache {
             cache.insert(token, &member, data.claims.exp, now);
@@ -220,11 +331,21 @@ impl Verifier {
     }
 }
 
-/// Mints tokens. Production tokens come from the identity provider; this is for
-/// development, tests, and a service's own credential.
+/// The `kid` a token's header names, if it parses and names one. A kid longer than a
+/// thumbprint is refused before any lookup.
+fn token_kid(token: &str) -> Option<String> {
+    jsonwebtoken::decode_header(token)
+        .ok()?
+        .kid
+        .filter(|k| !k.is_empty() && k.len() <= 64)
+}
+
+/// Mints tokens: buyer tokens in the member service (and, with the development key,
+/// in tests), and a service's own credential.
 pub struct Minter {
     key: EncodingKey,
     audience: &'static str,
+    kid: Option<String>,
 }
 
 impl Minter {
@@ -235,7 +356,20 @@ impl Minter {
         Self {
             key: EncodingKey::from_ed_der(der.as_bytes()),
             audience,
+            kid: None,
         }
+    }
+    /// Like [`Self::new`], naming the key in each token's header by its thumbprint
+    /// ([`jwks::kid_of`]), as verifiers following a key set require.
+    pub fn with_kid(key: &SigningKey, audience: &'static str) -> Self {
+        Self {
+            kid: Some(jwks::kid_of(&key.verifying_key())),
+            ..Self::new(key, audience)
+        }
+    }
+    /// The `kid` this minter puts in its tokens.
+    pub fn kid(&self) -> Option<&str> {
+        self.kid.as_deref()
     }
     pub fn dev_buyer() -> Self {
         Self::new(&DevKey::BuyerTokens.signing_key(), BUYER_AUDIENCE)
@@ -252,7 +386,9 @@ impl Minter {
             iat: now,
             exp: now + ttl.as_secs() as i64,
         };
-        jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.key)
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = self.kid.clone();
+        jsonwebtoken::encode(&header, &claims, &self.key)
             .expect("signing with an in-memory Ed25519 key cannot fail")
     }
 }
@@ -300,7 +436,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let verifier = Arc::<Verifier>::from_ref(state);
         let token = bearer(parts)?;
-        if let Some(member) = verifier.verify_buyer(token) {
+        if let Some(member) = verifier.verify_buyer_fetching(token).await {
             return Ok(Buyer(member));
         }
         if verifier.verify_service(token).is_some() {
@@ -371,7 +507,7 @@ where
         if let Some(name) = verifier.verify_service(token) {
             return Ok(Caller::Service(name));
         }
-        if let Some(member) = verifier.verify_buyer(token) {
+        if let Some(member) = verifier.verify_buyer_fetching(token).await {
             return Ok(Caller::Buyer(member));
         }
         Err(ApiError::unauthorized("invalid or expired token"))

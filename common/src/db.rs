@@ -10,10 +10,11 @@ use sqlx::{
 };
 
 /// The service roles and the schema each owns.
-pub const ROLES: [(&str, &str); 3] = [
+pub const ROLES: [(&str, &str); 4] = [
     ("account_app", "account_service"),
     ("order_app", "order_service"),
     ("payment_app", "payment_service"),
+    ("member_app", "member_service"),
 ];
 
 /// DEVELOPMENT ONLY password of every service role created by the bootstrap.

@@ -8,6 +8,7 @@ pub mod db;
 pub mod error;
 pub mod extract;
 pub mod jobs;
+pub mod jwks;
 pub mod keys;
 pub mod money;
 pub mod pass;

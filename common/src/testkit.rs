@@ -54,7 +54,7 @@ impl TestDb {
         format!("{base}/{}", self.name)
     }
 
-    /// URL for a service role (`account_app`, `order_app`, `payment_app`).
+    /// URL for a service role (`account_app`, `order_app`, `payment_app`, `member_app`).
     pub fn role_url(&self, role: &str) -> String {
         db::role_url(&self.admin_url(), role).expect("valid url")
     }

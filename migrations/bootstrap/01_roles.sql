@@ -5,7 +5,7 @@ DO $$
 DECLARE
     r TEXT;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['account_app', 'order_app', 'payment_app'] LOOP
+    FOREACH r IN ARRAY ARRAY['account_app', 'order_app', 'payment_app', 'member_app'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
             EXECUTE format('CREATE ROLE %I LOGIN PASSWORD %L', r, 'paysaga-dev');
         END IF;

@@ -74,6 +74,7 @@ impl Admin {
         let req = OpenAccountRequest {
             member_id,
             opening_balance: balance,
+            open_key: None,
         };
         let account = self
             .account()

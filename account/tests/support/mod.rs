@@ -69,6 +69,7 @@ impl Svc {
         let req = OpenAccountRequest {
             member_id: MemberId::parse(member).expect("member id"),
             opening_balance: opening,
+            open_key: None,
         };
         let answer = self.client.open_account(&req).await.expect("open account");
         assert_eq!(answer.status, 201);

@@ -112,6 +112,7 @@ pub async fn run_once(shards: u16, args: &LedgerArgs) -> anyhow::Result<LedgerRu
                 let req = OpenAccountRequest {
                     member_id: MemberId::parse(format!("bench-{i}")).map_err(anyhow::Error::msg)?,
                     opening_balance: OPENING,
+                    open_key: None,
                 };
                 client
                     .open_account(&req)

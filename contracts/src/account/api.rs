@@ -86,6 +86,22 @@ pub struct OpenAccountRequest {
     pub member_id: MemberId,
     #[schema(example = 100000)]
     pub opening_balance: i64,
+    /// Makes the opening idempotent: the same key opens one account, however often it
+    /// is sent (201 the first time, 200 with the same account after); the key with a
+    /// different member or balance is 409 `OPERATION_KEY_REUSED`. Without a key every
+    /// call opens a new account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_key: Option<OperationKey>,
+}
+
+/// `POST /v1/deposits`: money paid in from outside (an operator's top-up), once per
+/// operation key. A ledger entry of kind `DEPOSIT`; the merchant is not involved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DepositRequest {
+    pub operation_key: OperationKey,
+    pub account_id: i64,
+    pub amount: Amount,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -137,6 +153,7 @@ pub struct CreditRequest {
 pub enum TransactionKind {
     Debit,
     Credit,
+    Deposit,
 }
 
 /// `APPLIED`: money moved. `DECLINED`: a debit refused for insufficient funds; no money

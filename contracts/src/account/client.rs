@@ -5,8 +5,8 @@ use std::time::Duration;
 use paysaga_common::client::{Answer, CallError, ServiceClient};
 
 use super::api::{
-    Account, AccountBatch, AccountView, CreditRequest, DebitRequest, OpenAccountRequest,
-    Transaction,
+    Account, AccountBatch, AccountView, CreditRequest, DebitRequest, DepositRequest,
+    OpenAccountRequest, Transaction,
 };
 use crate::batch::Replies;
 
@@ -41,6 +41,12 @@ impl AccountClient {
         req: &OpenAccountRequest,
     ) -> Result<Answer<Account>, CallError> {
         self.inner.post("/v1/accounts", req).await
+    }
+
+    /// `POST /v1/deposits` -> 201 `Transaction` (200 on replay): a top-up paid in from
+    /// outside. 409 `OPERATION_KEY_REUSED` a different request on the key.
+    pub async fn deposit(&self, req: &DepositRequest) -> Result<Answer<Transaction>, CallError> {
+        self.inner.post("/v1/deposits", req).await
     }
 
     /// `GET /v1/accounts/{id}` -> `AccountView`.

@@ -162,6 +162,7 @@ impl Stack {
         let req = OpenAccountRequest {
             member_id: MemberId::parse(member).expect("member"),
             opening_balance: balance,
+            open_key: None,
         };
         let a = self
             .account_service()
