@@ -24,23 +24,34 @@ pub const MEMBER_RECENT_SQL: &str = r#"SELECT id, operation_key, kind, status, a
 /// The largest opening deposit; keeps every balance far from BIGINT overflow.
 pub const MAX_OPENING_BALANCE: i64 = paysaga_common::money::MAX_AMOUNT;
 
+/// Opens a member account with its opening deposit. With an `open_key` the opening is
+/// idempotent: `Ok((account, false))` when the key already opened this same account.
 #[tracing::instrument(skip_all, fields(member = %req.member_id))]
-pub async fn open(pool: &PgPool, req: &OpenAccountRequest) -> Result<Account> {
+pub async fn open(pool: &PgPool, req: &OpenAccountRequest) -> Result<(Account, bool)> {
     if !(0..=MAX_OPENING_BALANCE).contains(&req.opening_balance) {
         return Err(Error::InvalidOpeningBalance {
             max: MAX_OPENING_BALANCE,
         });
     }
+    let open_key = req.open_key.as_ref().map(|k| k.as_str());
     let mut tx = pool.begin().await?;
-    let row: AccountRow = sqlx::query_as(
-        r#"INSERT INTO accounts (member_id, kind, balance)
-           VALUES ($1, 'MEMBER', $2)
+    // A second opening under the same key waits on the first's row lock, then finds it.
+    let row: Option<AccountRow> = sqlx::query_as(
+        r#"INSERT INTO accounts (member_id, kind, balance, open_key)
+           VALUES ($1, 'MEMBER', $2, $3)
+           ON CONFLICT ON CONSTRAINT accounts_open_key_unique DO NOTHING
            RETURNING id, member_id, kind, balance, created_at"#,
     )
     .bind(req.member_id.as_str())
     .bind(req.opening_balance)
-    .fetch_one(&mut *tx)
+    .bind(open_key)
+    .fetch_optional(&mut *tx)
     .await?;
+    let Some(row) = row else {
+        tx.rollback().await?;
+        let key = open_key.ok_or_else(|| Error::Corrupt("unkeyed opening conflicted".into()))?;
+        return opened_before(pool, key, req).await.map(|a| (a, false));
+    };
     // The deposit is on the ledger too, so every balance is explained by its rows.
     if req.opening_balance > 0 {
         sqlx::query(
@@ -54,7 +65,46 @@ pub async fn open(pool: &PgPool, req: &OpenAccountRequest) -> Result<Account> {
         .await?;
     }
     tx.commit().await?;
-    row.into_api()
+    Ok((row.into_api()?, true))
+}
+
+/// The account `key` opened, if it was opened for the same member with the same deposit;
+/// otherwise the key was reused for a different request.
+async fn opened_before(pool: &PgPool, key: &str, req: &OpenAccountRequest) -> Result<Account> {
+    let found: Option<(AccountRow, i64)> =
+        sqlx::query_as::<_, (i64, String, String, i64, chrono::DateTime<chrono::Utc>, i64)>(
+            r#"SELECT a.id, a.member_id, a.kind, a.balance, a.created_at,
+                  COALESCE((SELECT SUM(t.amount) FROM transactions t
+                            WHERE t.account_id = a.id AND t.kind = 'OPENING'), 0)::BIGINT
+           FROM accounts a
+           WHERE a.open_key = $1"#,
+        )
+        .bind(key)
+        .fetch_optional(pool)
+        .await?
+        .map(|(id, member_id, kind, balance, created_at, opening)| {
+            (
+                AccountRow {
+                    id,
+                    member_id,
+                    kind,
+                    balance,
+                    created_at,
+                },
+                opening,
+            )
+        });
+    match found {
+        Some((row, opening))
+            if row.member_id == req.member_id.as_str() && opening == req.opening_balance =>
+        {
+            row.into_api()
+        }
+        Some(_) => Err(Error::OperationKeyReused(key.to_owned())),
+        None => Err(Error::Corrupt(format!(
+            "opening key {key} conflicted but holds no account"
+        ))),
+    }
 }
 
 /// The account and its recent keyed transactions, or `None` if it does not exist.

@@ -13,7 +13,7 @@ use crate::{
     accounts,
     api::{
         Account, AccountBatch, AccountKind, AccountView, CreditRequest, DebitRequest,
-        OpenAccountRequest, OperationKey, Transaction,
+        DepositRequest, OpenAccountRequest, OperationKey, Transaction,
     },
     batch,
     error::{Error, Result},
@@ -34,6 +34,8 @@ fn recorded(r: Recorded) -> impl IntoResponse {
 #[utoipa::path(post, path = "/v1/accounts", tag = "accounts", request_body = OpenAccountRequest,
     responses(
         (status = 201, body = Account),
+        (status = 200, body = Account, description = "an `open_key` that already opened this account"),
+        (status = 409, body = ErrorBody, description = "OPERATION_KEY_REUSED: the open_key opened a different request"),
         (status = 422, body = ErrorBody, description = "INVALID_OPENING_BALANCE, INVALID_BODY"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "buyer token"),
     ))]
@@ -43,8 +45,32 @@ pub async fn open_account(
     service: Service,
     Json(req): Json<OpenAccountRequest>,
 ) -> Result<impl IntoResponse> {
-    let account = accounts::open(&state.pool, &req).await?;
-    Ok((StatusCode::CREATED, Json(account)))
+    let (account, created) = accounts::open(&state.pool, &req).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(account)))
+}
+
+/// Pay money in from outside (an operator's top-up) to a member account, once per
+/// operation key.
+#[utoipa::path(post, path = "/v1/deposits", tag = "ledger", request_body = DepositRequest,
+    responses(
+        (status = 201, body = Transaction, description = "applied"),
+        (status = 200, body = Transaction, description = "replay of the same request"),
+        (status = 409, body = ErrorBody, description = "OPERATION_KEY_REUSED"),
+        (status = 404, body = ErrorBody, description = "ACCOUNT_NOT_FOUND"),
+        (status = 422, body = ErrorBody, description = "ACCOUNT_NOT_MEMBER, AMOUNT_OUT_OF_RANGE, INVALID_BODY"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0))]
+pub async fn deposit(
+    State(state): State<AppState>,
+    service: Service,
+    Json(req): Json<DepositRequest>,
+) -> Result<impl IntoResponse> {
+    Ok(recorded(ledger::deposit(&state.pool, &req).await?))
 }
 
 /// An account and its recent debits and credits: a buyer sees only their own.

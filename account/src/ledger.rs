@@ -10,7 +10,10 @@ use uuid::Uuid;
 
 use crate::{
     accounts,
-    api::{CreditRequest, DebitRequest, Transaction, TransactionKind, TransactionStatus},
+    api::{
+        CreditRequest, DebitRequest, DepositRequest, Transaction, TransactionKind,
+        TransactionStatus,
+    },
     error::{Error, Result},
     rows::TransactionRow,
     shard::merchant_shard,
@@ -184,6 +187,49 @@ pub async fn credit(pool: &PgPool, req: &CreditRequest) -> Result<Recorded> {
         .await?;
     tx.commit().await?;
     metrics::counter!("account_credits_total", "outcome" => "applied").increment(1);
+    Ok(Recorded {
+        transaction: claimed.into_api()?,
+        created: true,
+    })
+}
+
+/// Pays `amount` into a member account from outside (an operator's top-up), once per
+/// operation key. The merchant is not involved: like an opening, a deposit adds money
+/// to the system, and the ledger explains it.
+#[tracing::instrument(skip_all, fields(operation_key = %req.operation_key, account_id = req.account_id, amount = %req.amount))]
+pub async fn deposit(pool: &PgPool, req: &DepositRequest) -> Result<Recorded> {
+    let key = req.operation_key.as_str();
+    let amount = req.amount.minor();
+    let mut tx = pool.begin().await?;
+    let claimed: Option<TransactionRow> = sqlx::query_as(
+        r#"INSERT INTO transactions (id, operation_key, kind, status, account_id, amount)
+           SELECT $1, $2, 'DEPOSIT', 'APPLIED', a.id, $4
+           FROM accounts a
+           WHERE a.id = $3 AND a.kind = 'MEMBER'
+           ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
+           RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at"#,
+    )
+    .bind(Uuid::now_v7())
+    .bind(key)
+    .bind(req.account_id)
+    .bind(amount)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(claimed) = claimed else {
+        tx.rollback().await?;
+        return replay_or_refuse(pool, key, req.account_id, |t| {
+            t.kind == TransactionKind::Deposit
+                && t.account_id == req.account_id
+                && t.amount == amount
+        })
+        .await;
+    };
+    sqlx::query(r#"UPDATE accounts SET balance = balance + $2 WHERE id = $1"#)
+        .bind(req.account_id)
+        .bind(amount)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
     Ok(Recorded {
         transaction: claimed.into_api()?,
         created: true,

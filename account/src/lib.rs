@@ -83,6 +83,7 @@ impl AppState {
         handlers::get_account,
         handlers::debit,
         handlers::credit,
+        handlers::deposit,
         handlers::transaction_by_key,
         handlers::batch
     ),
@@ -97,6 +98,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/accounts/{id}", get(handlers::get_account))
         .route("/v1/debits", post(handlers::debit))
         .route("/v1/credits", post(handlers::credit))
+        .route("/v1/deposits", post(handlers::deposit))
         .route(
             "/v1/transactions/{operation_key}",
             get(handlers::transaction_by_key),

@@ -58,6 +58,7 @@ impl TransactionRow {
         let kind = match self.kind.as_str() {
             "DEBIT" => TransactionKind::Debit,
             "CREDIT" => TransactionKind::Credit,
+            "DEPOSIT" => TransactionKind::Deposit,
             other => return Err(corrupt(&format!("kind {other} has no wire form"))),
         };
         let status = match self.status.as_str() {

@@ -32,7 +32,7 @@ pub struct InvariantReport {
     // --- money (invariants 2 and 3)
     /// Sum of every balance, merchant shards included.
     pub balance_total: i64,
-    /// Money that entered from outside (opening deposits).
+    /// Money that entered from outside (openings and top-up deposits).
     pub deposits_total: i64,
     /// `balance_total - deposits_total`: money created or destroyed inside. Must be 0.
     pub balance_drift: i64,
@@ -285,7 +285,7 @@ async fn money(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
         r#"
         SELECT COALESCE(SUM(amount), 0)::BIGINT
         FROM account_service.transactions
-        WHERE kind = 'OPENING' AND status = 'APPLIED'
+        WHERE kind IN ('OPENING', 'DEPOSIT') AND status = 'APPLIED'
         "#,
     )
     .await?;

@@ -1,0 +1,84 @@
+//! The schema wall: every service role reaches its own schema and no other, checked for
+//! every ordered pair of roles (reading, writing and creating in the other's schema).
+
+use paysaga_common::{db::ROLES, testkit::TestDb};
+use sqlx::{postgres::PgPoolOptions, PgPool};
+
+fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned())
+}
+
+async fn pool_as(db: &TestDb, role: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.role_url(role))
+        .await
+        .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
+}
+
+#[tokio::test]
+async fn every_role_is_walled_off_from_every_other_schema_in_both_directions() {
+    let db = TestDb::new().await;
+    let admin = db.admin_pool().await;
+    for (_, schema) in ROLES {
+        sqlx::query(&format!("CREATE TABLE {schema}.wall_probe (id INT)"))
+            .execute(&admin)
+            .await
+            .expect("probe table");
+        sqlx::query(&format!("INSERT INTO {schema}.wall_probe VALUES (1)"))
+            .execute(&admin)
+            .await
+            .expect("probe row");
+    }
+
+    let mut refused = 0;
+    for (role, own) in ROLES {
+        let pool = pool_as(&db, role).await;
+        // Its own schema is reachable, so each refusal below is the wall, not a broken login.
+        sqlx::query(&format!("CREATE TABLE {own}.own_probe (id INT)"))
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{role} creates in {own}: {e}"));
+        for (other_role, other) in ROLES {
+            if other_role == role {
+                continue;
+            }
+            for sql in [
+                format!("SELECT id FROM {other}.wall_probe"),
+                format!("INSERT INTO {other}.wall_probe VALUES (2)"),
+                format!("CREATE TABLE {other}.intruder (id INT)"),
+            ] {
+                let err = sqlx::query(&sql)
+                    .execute(&pool)
+                    .await
+                    .expect_err(&format!("{role}: {sql} must be refused"));
+                assert_eq!(
+                    sqlstate(&err).as_deref(),
+                    Some("42501"),
+                    "{role}: {sql}: {err}"
+                );
+                refused += 1;
+            }
+        }
+        pool.close().await;
+    }
+    assert_eq!(refused, ROLES.len() * (ROLES.len() - 1) * 3);
+
+    // Nothing got through: every probe still holds its one row and no intruder exists.
+    for (_, schema) in ROLES {
+        let rows: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {schema}.wall_probe"))
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+        assert_eq!(rows, 1, "{schema}");
+    }
+    let intruders: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM pg_tables WHERE tablename = 'intruder'")
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+    assert_eq!(intruders, 0);
+    admin.close().await;
+}
