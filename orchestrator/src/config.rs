@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
+    auth::BuyerKeySource,
     config::{self, ConfigError, LogFormat},
     keys::{self, DevKey},
 };
@@ -18,8 +19,9 @@ pub struct Config {
     pub account_url: String,
     /// `ORDER_URL`: the order service.
     pub order_url: String,
-    /// `JWT_PUBLIC_KEY`: verifies buyer tokens; the development key if unset.
-    pub jwt_public_key: VerifyingKey,
+    /// Where buyer-token keys come from: the member service's key set
+    /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`, else the development key.
+    pub buyer_keys: BuyerKeySource,
     /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials; the development key if unset.
     pub service_jwt_public_key: VerifyingKey,
     /// `DOWNSTREAM_TIMEOUT_MS`: per call to account or order (default 2000).
@@ -77,7 +79,7 @@ impl Config {
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
-            jwt_public_key: keys::verifying_key_from_env("JWT_PUBLIC_KEY", DevKey::BuyerTokens)?,
+            buyer_keys: BuyerKeySource::from_env()?,
             service_jwt_public_key: keys::verifying_key_from_env(
                 "SERVICE_JWT_PUBLIC_KEY",
                 DevKey::ServiceTokens,
@@ -118,7 +120,7 @@ impl Config {
             listen_addr: DEFAULT_LISTEN_ADDR.to_owned(),
             account_url: account_url.into(),
             order_url: order_url.into(),
-            jwt_public_key: DevKey::BuyerTokens.verifying_key(),
+            buyer_keys: BuyerKeySource::development(),
             service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
             downstream_timeout: Duration::from_millis(2000),
             response_wait: Duration::from_millis(3000),

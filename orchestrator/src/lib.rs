@@ -97,8 +97,8 @@ impl AppState {
         };
         Self {
             pool,
-            verifier: Arc::new(Verifier::new(
-                &config.jwt_public_key,
+            verifier: Arc::new(Verifier::from_source(
+                &config.buyer_keys,
                 &config.service_jwt_public_key,
             )),
             engine: Arc::new(engine),

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
+    auth::BuyerKeySource,
     config::{self, ConfigError, LogFormat},
     keys::{self, DevKey},
 };
@@ -16,8 +17,9 @@ pub struct Config {
     pub listen_addr: String,
     /// `PASS_PUBLIC_KEY`: the gate's Ed25519 public key (base64); the development key if unset.
     pub pass_public_key: VerifyingKey,
-    /// `JWT_PUBLIC_KEY`: verifies buyer tokens; the development key if unset.
-    pub jwt_public_key: VerifyingKey,
+    /// Where buyer-token keys come from: the member service's key set
+    /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`, else the development key.
+    pub buyer_keys: BuyerKeySource,
     /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials; the development key if unset.
     pub service_jwt_public_key: VerifyingKey,
     /// `RESERVATION_TTL_SECS`: how long a reservation holds its unit (default 600).
@@ -112,7 +114,7 @@ impl Config {
             database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             pass_public_key: keys::verifying_key_from_env("PASS_PUBLIC_KEY", DevKey::Passes)?,
-            jwt_public_key: keys::verifying_key_from_env("JWT_PUBLIC_KEY", DevKey::BuyerTokens)?,
+            buyer_keys: BuyerKeySource::from_env()?,
             service_jwt_public_key: keys::verifying_key_from_env(
                 "SERVICE_JWT_PUBLIC_KEY",
                 DevKey::ServiceTokens,
@@ -135,7 +137,7 @@ impl Config {
             database_url: database_url.into(),
             listen_addr: "127.0.0.1:0".to_owned(),
             pass_public_key: DevKey::Passes.verifying_key(),
-            jwt_public_key: DevKey::BuyerTokens.verifying_key(),
+            buyer_keys: BuyerKeySource::development(),
             service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
             reservation_ttl: Duration::from_secs(600),
             sweep_interval: Duration::from_millis(1000),

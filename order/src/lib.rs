@@ -58,8 +58,8 @@ impl AppState {
         Self {
             claims: claims::Claims::new(pool.clone(), config.claim_batch, config.claim_flushes),
             pool,
-            verifier: Arc::new(Verifier::new(
-                &config.jwt_public_key,
+            verifier: Arc::new(Verifier::from_source(
+                &config.buyer_keys,
                 &config.service_jwt_public_key,
             )),
             passes: Arc::new(PassVerifier::new(config.pass_public_key)),
