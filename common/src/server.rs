@@ -1,7 +1,7 @@
 //! The routes every service shares (health, metrics, OpenAPI, docs), the common
 //! middleware stack, and serving with graceful shutdown.
 
-use std::{future::Future, time::Duration};
+use std::{future::Future, net::SocketAddr, time::Duration};
 
 use anyhow::Context;
 
@@ -117,7 +117,10 @@ pub async fn check_db(pool: &sqlx::PgPool) -> Result<(), String> {
     }
 }
 
-/// Serves until `shutdown` resolves, then finishes in-flight requests.
+/// Serves until `shutdown` resolves, then finishes in-flight requests. Each request
+/// carries its peer's address as `ConnectInfo<SocketAddr>` in its extensions, for the
+/// services that read it (a router called without it, as in-process tests may, simply
+/// finds none there).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -126,9 +129,12 @@ pub async fn serve(
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }
 
 /// The socket a service listens on: the one its supervisor handed over (systemd's

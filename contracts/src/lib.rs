@@ -7,6 +7,7 @@
 pub mod account;
 pub mod batch;
 pub mod gate;
+pub mod member;
 pub mod orchestrator;
 pub mod order;
 

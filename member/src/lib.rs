@@ -1,9 +1,228 @@
-//! The member service: sign-up, sign-in and the buyer tokens every other service verifies.
+//! The member service: sign-up, sign-in and the buyer tokens every other service
+//! verifies (published as a JSON Web Key Set), each member's account opened in the
+//! account service, and top-ups of it.
+
+pub(crate) mod bulk;
+pub mod config;
+pub mod email;
+pub(crate) mod error;
+pub(crate) mod handlers;
+pub mod members;
+pub mod password;
+pub(crate) mod sessions;
+pub(crate) mod throttle;
+pub mod tokens;
+
+/// The wire types this service serves, from its contract.
+pub use paysaga_contracts::member::api;
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use axum::{
+    extract::{DefaultBodyLimit, FromRef},
+    routing::{get, post},
+    Router,
+};
+use paysaga_common::{
+    auth::{BuyerKeySource, Verifier},
+    db,
+    jobs::Jobs,
+    jwks::JWKS_PATH,
+    keys::{verifying_key_from_env, DevKey},
+    server,
+};
+use paysaga_contracts::account::client::AccountClient;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use utoipa::OpenApi;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use members::{repair_accounts, Repaired};
+use password::Passwords;
+use tokens::TokenKeys;
 
 /// The schema this service owns.
 pub const SCHEMA: &str = "member_service";
 
-/// The member process, as the `member` binary and `paysaga service member` both run it.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/member_service");
+
+/// A bulk sign-up's body limit, in place of the common 64 KiB: room for the most members
+/// with long addresses.
+pub const BULK_BODY_LIMIT: usize = api::MAX_BULK_MEMBERS * 320;
+
+/// How often expired refresh tokens and sign-in failure counts are deleted.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(300);
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    /// Verifies service credentials (and, for a clear 403, this service's current buyer
+    /// key); buyer endpoints here check tokens against every published key instead.
+    pub verifier: Arc<Verifier>,
+    pub keys: Arc<TokenKeys>,
+    pub passwords: Passwords,
+    pub accounts: AccountClient,
+    pub config: Arc<Config>,
+}
+
+impl FromRef<AppState> for Arc<Verifier> {
+    fn from_ref(state: &AppState) -> Self {
+        state.verifier.clone()
+    }
+}
+
+impl AppState {
+    /// Connects as the service's role, runs its migrations, and makes the dummy
+    /// password hash (one Argon2 run with the configured parameters).
+    pub async fn connect(config: &Config) -> anyhow::Result<Self> {
+        let pool = db::connect(&config.database_url, SCHEMA, config.db_max_connections)
+            .await
+            .context("connecting to PostgreSQL")?;
+        db::migrate(&pool, &MIGRATOR)
+            .await
+            .context("running member_service migrations")?;
+        let service_key = verifying_key_from_env("SERVICE_JWT_PUBLIC_KEY", DevKey::ServiceTokens)
+            .context("reading the service-token public key")?;
+        let current = config.signing_keys.current().verifying_key();
+        let verifier = Verifier::from_source(&BuyerKeySource::Static(current), &service_key);
+        let passwords = Passwords::new(config.argon2, config.argon2_max_concurrent)
+            .await
+            .context("preparing password hashing")?;
+        let accounts = AccountClient::new(
+            &config.account_url,
+            config.service_token.0.clone(),
+            config.account_timeout,
+        );
+        Ok(Self {
+            pool,
+            verifier: Arc::new(verifier),
+            keys: Arc::new(TokenKeys::new(&config.signing_keys)),
+            passwords,
+            accounts,
+            config: Arc::new(config.clone()),
+        })
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "paysaga member service",
+        description = "Sign-up, sign-in, sessions and the buyer-token keys. Errors: {code, message}; codes in docs/members.md."
+    ),
+    paths(
+        handlers::sign_up,
+        handlers::sign_in,
+        handlers::refresh,
+        handlers::sign_out,
+        handlers::me,
+        handlers::get_member,
+        handlers::list_members,
+        handlers::top_up,
+        handlers::bulk_sign_up,
+        handlers::jwks
+    ),
+    components(schemas(paysaga_common::ErrorBody))
+)]
+pub struct ApiDoc;
+
+/// The service's routes with the shared ones (health, metrics, OpenAPI, docs).
+pub fn app(state: AppState) -> Router {
+    let api = Router::new()
+        .route(
+            "/v1/members",
+            post(handlers::sign_up).get(handlers::list_members),
+        )
+        .route("/v1/members/me", get(handlers::me))
+        .route("/v1/members/{id}", get(handlers::get_member))
+        .route("/v1/members/{id}/top-ups", post(handlers::top_up))
+        .route(
+            "/v1/members/bulk",
+            post(handlers::bulk_sign_up).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
+        )
+        .route("/v1/sessions", post(handlers::sign_in))
+        .route("/v1/sessions/refresh", post(handlers::refresh))
+        .route("/v1/sessions/sign-out", post(handlers::sign_out))
+        .route(JWKS_PATH, get(handlers::jwks))
+        .route("/readyz", get(handlers::readyz))
+        .with_state(state);
+    server::finish(api, ApiDoc::openapi())
+}
+
+/// The member process, as the `member` binary and `paysaga service member` both run it:
+/// configuration from the environment, logging, the listening socket (handed over by a
+/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
 pub async fn serve_from_env() -> anyhow::Result<()> {
-    anyhow::bail!("the member service is not built yet")
+    let config = Config::from_env()?;
+    paysaga_common::telemetry::init_tracing(config.log_format);
+    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
+    run(config, listener, paysaga_common::server::shutdown_signal()).await
+}
+
+/// Starts the periodic jobs: the account repair every `ACCOUNT_REPAIR_SECS`, and the
+/// deletion of expired refresh tokens and sign-in failure counts.
+pub async fn start_jobs(state: &AppState) -> anyhow::Result<Jobs> {
+    let jobs = Jobs::start().await?;
+    let repair = state.clone();
+    jobs.every(
+        "account-repair",
+        state.config.account_repair_every,
+        move || {
+            let state = repair.clone();
+            async move {
+                let min_age = state.config.account_repair_min_age;
+                if let Err(e) = repair_accounts(&state, min_age).await {
+                    tracing::warn!(error = %e, "account repair pass failed");
+                }
+            }
+        },
+    )
+    .await?;
+    let housekeeping = state.clone();
+    jobs.every("member-housekeeping", HOUSEKEEPING_EVERY, move || {
+        let state = housekeeping.clone();
+        async move {
+            let tokens = sessions::purge_expired(&state).await;
+            let counts = throttle::purge(&state.pool, &state.config.throttle).await;
+            match (tokens, counts) {
+                (Ok(tokens), Ok(counts)) => {
+                    tracing::debug!(tokens, counts, "expired refresh tokens and counts deleted")
+                }
+                (Err(e), _) | (_, Err(e)) => tracing::warn!(error = %e, "housekeeping failed"),
+            }
+        }
+    })
+    .await?;
+    Ok(jobs)
+}
+
+/// Connects, migrates, starts the jobs, serves until `shutdown` resolves, then stops
+/// the jobs.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    if config.signing_keys.is_development() {
+        tracing::warn!(
+            "MEMBER_SIGNING_KEYS is not set: buyer tokens are signed with the PUBLIC DEVELOPMENT KEY; \
+             anyone can mint them. Never run this way outside development."
+        );
+    }
+    let state = AppState::connect(&config).await?;
+    let jobs = start_jobs(&state).await?;
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        kid = state.keys.current_kid(),
+        published_keys = state.keys.jwks().keys.len(),
+        argon2 = ?config.argon2,
+        "member service listening"
+    );
+    let served = server::serve(listener, app(state), shutdown).await;
+    if let Err(e) = jobs.shutdown().await {
+        tracing::warn!(error = %e, "jobs did not stop cleanly");
+    }
+    served.context("serving HTTP")
 }

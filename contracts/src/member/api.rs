@@ -1,0 +1,233 @@
+//! The member service's wire types, shared by its server and its typed client.
+
+use chrono::{DateTime, Utc};
+use paysaga_common::money::Amount;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+pub use crate::account::api::OperationKey;
+
+/// Error codes this service answers with, beside the common ones in
+/// `paysaga_common::error::codes`. Stable: callers match on them.
+pub mod codes {
+    /// A member with this (normalised) email exists already.
+    pub const EMAIL_TAKEN: &str = "EMAIL_TAKEN";
+    /// Not an email address: one `@`, a non-empty local part, a domain with a dot,
+    /// at most 254 characters.
+    pub const INVALID_EMAIL: &str = "INVALID_EMAIL";
+    /// Fewer than 12 characters.
+    pub const PASSWORD_TOO_SHORT: &str = "PASSWORD_TOO_SHORT";
+    /// More than 128 characters.
+    pub const PASSWORD_TOO_LONG: &str = "PASSWORD_TOO_LONG";
+    /// The password contains the email's local part (when that has 4 characters or more).
+    pub const PASSWORD_CONTAINS_EMAIL: &str = "PASSWORD_CONTAINS_EMAIL";
+    /// The password is on the list of common passwords.
+    pub const PASSWORD_TOO_COMMON: &str = "PASSWORD_TOO_COMMON";
+    /// The member exists but the account service has not opened its account yet (503
+    /// on sign-up: retry it or let the repair job finish; 409 on a top-up).
+    pub const ACCOUNT_PENDING: &str = "ACCOUNT_PENDING";
+    /// Unknown email or wrong password: deliberately the same answer.
+    pub const INVALID_CREDENTIALS: &str = "INVALID_CREDENTIALS";
+    /// Too many failed sign-ins for this email or from this address; see `Retry-After`.
+    pub const TOO_MANY_ATTEMPTS: &str = "TOO_MANY_ATTEMPTS";
+    /// The refresh token was already used: its whole family is now revoked.
+    pub const REFRESH_TOKEN_REUSED: &str = "REFRESH_TOKEN_REUSED";
+    /// Unknown, expired or revoked refresh token.
+    pub const INVALID_REFRESH_TOKEN: &str = "INVALID_REFRESH_TOKEN";
+    /// No such member.
+    pub const MEMBER_NOT_FOUND: &str = "MEMBER_NOT_FOUND";
+    /// A bulk sign-up carries 1 to [`super::MAX_BULK_MEMBERS`] members.
+    pub const BULK_TOO_LARGE: &str = "BULK_TOO_LARGE";
+    /// An opening balance below zero or above the maximum.
+    pub const INVALID_OPENING_BALANCE: &str = "INVALID_OPENING_BALANCE";
+    /// The account service could not be reached or gave no definite answer; nothing is
+    /// known to have happened. Retrying with the same operation key is safe.
+    pub const ACCOUNT_UNAVAILABLE: &str = "ACCOUNT_UNAVAILABLE";
+}
+
+/// The most members one bulk sign-up may carry.
+pub const MAX_BULK_MEMBERS: usize = 5_000;
+
+/// The `token_type` of every session.
+pub const TOKEN_TYPE: &str = "Bearer";
+
+/// `POST /v1/members` (sign-up) and `POST /v1/sessions` (sign-in).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Credentials {
+    #[schema(example = "ada@example.com")]
+    pub email: String,
+    #[schema(example = "plum-orbit-canyon-47")]
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("email", &"<redacted>")
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// A member. `id` is the stable member id: the `sub` of the member's buyer tokens and
+/// the `member_id` of its account. `account_id` is null while the account service has
+/// not opened the account yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Member {
+    pub id: Uuid,
+    #[schema(example = "ada@example.com")]
+    pub email: String,
+    pub account_id: Option<i64>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A signed-in session: a short-lived buyer token and a refresh token that rotates on
+/// every use. Lifetimes in seconds.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Session {
+    pub member_id: Uuid,
+    pub access_token: String,
+    #[schema(example = "Bearer")]
+    pub token_type: String,
+    #[schema(example = 900)]
+    pub expires_in: u64,
+    pub refresh_token: String,
+    #[schema(example = 2592000)]
+    pub refresh_expires_in: u64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("member_id", &self.member_id)
+            .field("access_token", &"<redacted>")
+            .field("expires_in", &self.expires_in)
+            .field("refresh_token", &"<redacted>")
+            .field("refresh_expires_in", &self.refresh_expires_in)
+            .finish()
+    }
+}
+
+/// `POST /v1/sessions/refresh` and `POST /v1/sessions/sign-out`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefreshTokenRequest {
+    pub refresh_token: String,
+}
+
+impl std::fmt::Debug for RefreshTokenRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RefreshTokenRequest { refresh_token: <redacted> }")
+    }
+}
+
+/// `GET /v1/members?limit=&after=`: members ordered by id, after `after`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListMembers {
+    /// 1 to 1000, default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// The last id of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Uuid>,
+}
+
+/// The most members one page holds.
+pub const MAX_PAGE: u32 = 1_000;
+
+/// One page of members; `next_after` is set when more may follow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MemberPage {
+    pub members: Vec<Member>,
+    pub next_after: Option<Uuid>,
+}
+
+/// `POST /v1/members/{id}/top-ups`: money paid into the member's account from outside,
+/// once per operation key (a deposit in the account service).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TopUpRequest {
+    pub operation_key: OperationKey,
+    pub amount: Amount,
+}
+
+/// One member of a bulk sign-up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkMember {
+    pub email: String,
+}
+
+/// `POST /v1/members/bulk` (seeding only): many members sharing one password, each
+/// answered with a signed-in session.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkSignUpRequest {
+    pub password: String,
+    pub members: Vec<BulkMember>,
+    /// Each new member's opening balance (minor units), default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opening_balance: Option<i64>,
+}
+
+impl std::fmt::Debug for BulkSignUpRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BulkSignUpRequest")
+            .field("password", &"<redacted>")
+            .field("members", &self.members.len())
+            .field("opening_balance", &self.opening_balance)
+            .finish()
+    }
+}
+
+/// One member of a bulk sign-up's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BulkSignedUp {
+    pub member: Member,
+    pub session: Session,
+}
+
+/// The answer to a bulk sign-up, in the order of the request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BulkSignUpResponse {
+    pub members: Vec<BulkSignedUp>,
+}
+
+/// The member service's account-opening key for a member: the same for every attempt,
+/// so the account service opens one account per member however often it is asked.
+pub fn account_open_key(member: Uuid) -> OperationKey {
+    OperationKey::parse(format!("member:{member}:account"))
+        .expect("a UUID key is always a valid operation key")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_stay_out_of_debug_output() {
+        let c = Credentials {
+            email: "ada@example.com".into(),
+            password: "hunter2hunter2".into(),
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("ada@"));
+        let r = RefreshTokenRequest {
+            refresh_token: "secret-token".into(),
+        };
+        assert!(!format!("{r:?}").contains("secret-token"));
+    }
+
+    #[test]
+    fn open_keys_are_valid_operation_keys() {
+        let id = Uuid::nil();
+        assert_eq!(
+            account_open_key(id).as_str(),
+            "member:00000000-0000-0000-0000-000000000000:account"
+        );
+    }
+}

@@ -1,0 +1,349 @@
+//! The member service's settings, read from the environment.
+
+use std::time::Duration;
+
+use ed25519_dalek::SigningKey;
+use paysaga_common::{
+    config::{self, ConfigError, LogFormat},
+    jwks::kid_of,
+    keys::{parse_signing_key, DevKey},
+};
+
+/// The keys buyer tokens are signed with: the first signs, all are published.
+#[derive(Clone)]
+pub struct SigningKeys {
+    keys: Vec<SigningKey>,
+    development: bool,
+}
+
+impl SigningKeys {
+    /// `keys[0]` signs; the rest (previous keys) are only published. Panics on none.
+    pub fn new(keys: Vec<SigningKey>) -> Self {
+        assert!(!keys.is_empty(), "at least one signing key");
+        Self {
+            keys,
+            development: false,
+        }
+    }
+
+    /// DEVELOPMENT ONLY: the public development buyer-token key.
+    pub fn development() -> Self {
+        Self {
+            keys: vec![DevKey::BuyerTokens.signing_key()],
+            development: true,
+        }
+    }
+
+    /// Base64 32-byte seeds separated by commas or newlines; blank entries and lines
+    /// starting with `#` are skipped.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let keys = text
+            .split([',', '\n'])
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && !s.starts_with('#'))
+            .enumerate()
+            .map(|(i, s)| parse_signing_key(s).map_err(|e| format!("key {}: {e}", i + 1)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if keys.is_empty() {
+            return Err("no key given".into());
+        }
+        Ok(Self::new(keys))
+    }
+
+    pub fn current(&self) -> &SigningKey {
+        &self.keys[0]
+    }
+
+    pub fn all(&self) -> &[SigningKey] {
+        &self.keys
+    }
+
+    pub fn is_development(&self) -> bool {
+        self.development
+    }
+}
+
+impl std::fmt::Debug for SigningKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kids: Vec<String> = self
+            .keys
+            .iter()
+            .map(|k| kid_of(&k.verifying_key()))
+            .collect();
+        f.debug_struct("SigningKeys")
+            .field("kids", &kids)
+            .field("development", &self.development)
+            .finish()
+    }
+}
+
+/// Argon2id cost: memory in KiB, passes, lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Argon2Params {
+    pub memory_kib: u32,
+    pub iterations: u32,
+    pub parallelism: u32,
+}
+
+impl Argon2Params {
+    /// OWASP's minimum for Argon2id (Password Storage Cheat Sheet): 19 MiB, 2 passes,
+    /// 1 lane.
+    pub const OWASP: Self = Self {
+        memory_kib: 19_456,
+        iterations: 2,
+        parallelism: 1,
+    };
+
+    /// The cheapest parameters argon2 accepts, for tests only.
+    pub const TEST_ONLY_CHEAP: Self = Self {
+        memory_kib: 64,
+        iterations: 1,
+        parallelism: 1,
+    };
+}
+
+/// A sign-in failure limit: `max_failures` within `window` refuses further attempts
+/// until the window has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttle {
+    /// `SIGNIN_MAX_FAILURES_PER_EMAIL`, default 5.
+    pub per_email: u32,
+    /// `SIGNIN_MAX_FAILURES_PER_ADDRESS`, default 50.
+    pub per_address: u32,
+    /// `SIGNIN_FAILURE_WINDOW_SECS`, default 900.
+    pub window: Duration,
+}
+
+impl Default for Throttle {
+    fn default() -> Self {
+        Self {
+            per_email: 5,
+            per_address: 50,
+            window: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// A secret kept out of `Debug` output.
+#[derive(Clone)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `DATABASE_URL`: connects as `member_app`.
+    pub database_url: String,
+    /// `LISTEN_ADDR`, default `127.0.0.1:8081`.
+    pub listen_addr: String,
+    /// `DB_MAX_CONNECTIONS`, default 16.
+    pub db_max_connections: u32,
+    /// `LOG_FORMAT`: `json` or `pretty` (default).
+    pub log_format: LogFormat,
+    /// `ACCOUNT_URL`, default `http://127.0.0.1:8082`.
+    pub account_url: String,
+    /// `ACCOUNT_TIMEOUT_MS`, default 5000: each call to the account service.
+    pub account_timeout: Duration,
+    /// This service's credential toward the account service (`SERVICE_TOKEN`, else a
+    /// development one).
+    pub service_token: Secret,
+    /// `MEMBER_SIGNING_KEYS` (comma-separated base64 seeds) or `MEMBER_SIGNING_KEYS_FILE`
+    /// (one per line); the first signs, all are published. Unset: the development key.
+    pub signing_keys: SigningKeys,
+    /// `ARGON2_MEMORY_KIB`, `ARGON2_ITERATIONS`, `ARGON2_PARALLELISM`; OWASP's minimum
+    /// by default.
+    pub argon2: Argon2Params,
+    /// `ARGON2_MAX_CONCURRENT`, default the number of CPUs: hashes computed at once (each
+    /// holds `ARGON2_MEMORY_KIB` of memory while it runs).
+    pub argon2_max_concurrent: usize,
+    /// `ACCESS_TOKEN_TTL_SECS`, default 900.
+    pub access_ttl: Duration,
+    /// `REFRESH_TOKEN_TTL_SECS`, default 30 days.
+    pub refresh_ttl: Duration,
+    /// Sign-in failure limits.
+    pub throttle: Throttle,
+    /// `TRUST_FORWARDED_FOR=1`: the client address is `X-Forwarded-For`'s first hop
+    /// (only behind a proxy that sets it); otherwise the connection's peer.
+    pub trust_forwarded_for: bool,
+    /// `ACCOUNT_REPAIR_SECS`, default 5: how often accounts still to be opened are opened.
+    pub account_repair_every: Duration,
+    /// `ACCOUNT_REPAIR_MIN_AGE_SECS`, default 5: members younger than this are left to
+    /// their own sign-up request.
+    pub account_repair_min_age: Duration,
+    /// `MEMBER_BULK_SIGNUP=1` enables `POST /v1/members/bulk` (seeding only).
+    pub bulk_signup: bool,
+}
+
+pub const DEFAULT_DATABASE_URL: &str = "postgres://member_app:paysaga-dev@127.0.0.1:5432/paysaga";
+pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8081";
+pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
+
+/// `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`; `default` when unset or empty.
+fn flag(name: &str, default: bool) -> Result<bool, ConfigError> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err(ConfigError {
+                name: name.into(),
+                value: v,
+                reason: "expected 1 or 0".into(),
+            }),
+        },
+        _ => Ok(default),
+    }
+}
+
+fn secs(name: &str, default: u64) -> Result<Duration, ConfigError> {
+    config::parse(name, default).map(Duration::from_secs)
+}
+
+fn positive(name: &str, value: u64) -> Result<(), ConfigError> {
+    if value == 0 {
+        return Err(ConfigError {
+            name: name.into(),
+            value: "0".into(),
+            reason: "must be positive".into(),
+        });
+    }
+    Ok(())
+}
+
+fn signing_keys_from_env() -> Result<SigningKeys, ConfigError> {
+    let invalid = |name: &str, reason: String| ConfigError {
+        name: name.into(),
+        value: "<redacted>".into(),
+        reason,
+    };
+    if let Ok(v) = std::env::var("MEMBER_SIGNING_KEYS") {
+        if !v.trim().is_empty() {
+            return SigningKeys::parse(&v).map_err(|e| invalid("MEMBER_SIGNING_KEYS", e));
+        }
+    }
+    if let Ok(path) = std::env::var("MEMBER_SIGNING_KEYS_FILE") {
+        if !path.trim().is_empty() {
+            let text = std::fs::read_to_string(path.trim()).map_err(|e| ConfigError {
+                name: "MEMBER_SIGNING_KEYS_FILE".into(),
+                value: path.clone(),
+                reason: e.to_string(),
+            })?;
+            return SigningKeys::parse(&text).map_err(|e| invalid("MEMBER_SIGNING_KEYS_FILE", e));
+        }
+    }
+    Ok(SigningKeys::development())
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let argon2 = Argon2Params {
+            memory_kib: config::parse("ARGON2_MEMORY_KIB", Argon2Params::OWASP.memory_kib)?,
+            iterations: config::parse("ARGON2_ITERATIONS", Argon2Params::OWASP.iterations)?,
+            parallelism: config::parse("ARGON2_PARALLELISM", Argon2Params::OWASP.parallelism)?,
+        };
+        if let Err(e) = argon2::Params::new(
+            argon2.memory_kib,
+            argon2.iterations,
+            argon2.parallelism,
+            None,
+        ) {
+            return Err(ConfigError {
+                name: "ARGON2_MEMORY_KIB/ARGON2_ITERATIONS/ARGON2_PARALLELISM".into(),
+                value: format!("{argon2:?}"),
+                reason: e.to_string(),
+            });
+        }
+        let argon2_max_concurrent: usize = config::parse("ARGON2_MAX_CONCURRENT", cpus())?;
+        positive("ARGON2_MAX_CONCURRENT", argon2_max_concurrent as u64)?;
+        let throttle = Throttle {
+            per_email: config::parse("SIGNIN_MAX_FAILURES_PER_EMAIL", 5)?,
+            per_address: config::parse("SIGNIN_MAX_FAILURES_PER_ADDRESS", 50)?,
+            window: secs("SIGNIN_FAILURE_WINDOW_SECS", 900)?,
+        };
+        positive("SIGNIN_MAX_FAILURES_PER_EMAIL", throttle.per_email.into())?;
+        positive(
+            "SIGNIN_MAX_FAILURES_PER_ADDRESS",
+            throttle.per_address.into(),
+        )?;
+        positive("SIGNIN_FAILURE_WINDOW_SECS", throttle.window.as_secs())?;
+        let access_ttl = secs("ACCESS_TOKEN_TTL_SECS", 900)?;
+        let refresh_ttl = secs("REFRESH_TOKEN_TTL_SECS", 30 * 86_400)?;
+        positive("ACCESS_TOKEN_TTL_SECS", access_ttl.as_secs())?;
+        positive("REFRESH_TOKEN_TTL_SECS", refresh_ttl.as_secs())?;
+        Ok(Self {
+            database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
+            listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
+            db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
+            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+            account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
+            account_timeout: config::millis("ACCOUNT_TIMEOUT_MS", Duration::from_secs(5))?,
+            service_token: Secret(paysaga_common::auth::service_token_from_env("member")),
+            signing_keys: signing_keys_from_env()?,
+            argon2,
+            argon2_max_concurrent,
+            access_ttl,
+            refresh_ttl,
+            throttle,
+            trust_forwarded_for: flag("TRUST_FORWARDED_FOR", false)?,
+            account_repair_every: secs("ACCOUNT_REPAIR_SECS", 5)?,
+            account_repair_min_age: secs("ACCOUNT_REPAIR_MIN_AGE_SECS", 5)?,
+            bulk_signup: flag("MEMBER_BULK_SIGNUP", false)?,
+        })
+    }
+
+    /// Defaults for everything but the database and the account service, as tests and
+    /// tools want it: the development signing key and a development service credential.
+    pub fn local(database_url: impl Into<String>, account_url: impl Into<String>) -> Self {
+        Self {
+            database_url: database_url.into(),
+            listen_addr: DEFAULT_LISTEN_ADDR.into(),
+            db_max_connections: 16,
+            log_format: LogFormat::Pretty,
+            account_url: account_url.into(),
+            account_timeout: Duration::from_secs(5),
+            service_token: Secret(
+                paysaga_common::auth::Minter::dev_service()
+                    .mint("member", Duration::from_secs(10 * 365 * 86_400)),
+            ),
+            signing_keys: SigningKeys::development(),
+            argon2: Argon2Params::OWASP,
+            argon2_max_concurrent: cpus(),
+            access_ttl: Duration::from_secs(900),
+            refresh_ttl: Duration::from_secs(30 * 86_400),
+            throttle: Throttle::default(),
+            trust_forwarded_for: false,
+            account_repair_every: Duration::from_secs(5),
+            account_repair_min_age: Duration::from_secs(5),
+            bulk_signup: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_lists_parse_in_order_and_refuse_junk() {
+        let a = paysaga_common::keys::encode_signing_key(&SigningKey::from_bytes(&[1; 32]));
+        let b = paysaga_common::keys::encode_signing_key(&SigningKey::from_bytes(&[2; 32]));
+        let keys = SigningKeys::parse(&format!(" {a} ,{b}")).unwrap();
+        assert_eq!(keys.all().len(), 2);
+        assert_eq!(keys.current().to_bytes(), [1; 32]);
+        let file = SigningKeys::parse(&format!("# current\n{b}\n\n{a}\n")).unwrap();
+        assert_eq!(file.current().to_bytes(), [2; 32]);
+        assert!(SigningKeys::parse("").is_err());
+        assert!(SigningKeys::parse("not-base64!").is_err());
+        assert!(
+            !format!("{keys:?}").contains(&a),
+            "seeds never show in Debug"
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! Starts the real account service and the member service on free ports against a
+//! database of their own, and reads the tables back as an administrator for assertions.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use member::{config::Argon2Params, AppState, Config};
+use paysaga_common::testkit::{service_token, InProcess, TestDb};
+use paysaga_contracts::member::{api::Credentials, client::MemberClient};
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+pub const PASSWORD: &str = "plum-orbit-canyon-47";
+
+pub struct Stack {
+    pub base: String,
+    pub http: reqwest::Client,
+    /// Calls the member service with a service credential.
+    pub client: MemberClient,
+    pub admin: PgPool,
+    /// The settings the member service was started with.
+    pub config: Config,
+    /// Where the account service is (or, with none started, a port nothing listens on).
+    pub account_url: String,
+    pub member: InProcess,
+    pub account: Option<InProcess>,
+    // Last: dropped after the services have stopped using it.
+    pub db: TestDb,
+}
+
+/// A URL nothing listens on: connections are refused at once.
+pub async fn dead_url() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    drop(l);
+    format!("http://{addr}")
+}
+
+pub async fn start_account(db: &TestDb) -> InProcess {
+    let mut config = account::Config::local(db.role_url("account_app"));
+    config.db_max_connections = 8;
+    InProcess::start("account", |listener, shutdown| {
+        account::run(config, listener, shutdown)
+    })
+    .await
+}
+
+pub fn creds(email: &str, password: &str) -> Credentials {
+    Credentials {
+        email: email.into(),
+        password: password.into(),
+    }
+}
+
+/// A unique address for one test.
+pub fn email(name: &str) -> String {
+    format!(
+        "{name}.{}@example.com",
+        &Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+impl Stack {
+    /// Account and member services, cheap Argon2 parameters.
+    pub async fn start() -> Self {
+        Self::start_with(true, |_| {}).await
+    }
+
+    /// With `account` false the member service is pointed at a port nothing listens on.
+    pub async fn start_with(account: bool, tune: impl FnOnce(&mut Config)) -> Self {
+        if std::env::var_os("RUST_LOG").is_some() {
+            paysaga_common::telemetry::init_tracing(paysaga_common::config::LogFormat::Pretty);
+        }
+        let db = TestDb::new().await;
+        let admin = db.admin_pool().await;
+        let (account, account_url) = if account {
+            let a = start_account(&db).await;
+            let url = a.url();
+            (Some(a), url)
+        } else {
+            (None, dead_url().await)
+        };
+        let mut config = Config::local(db.role_url("member_app"), &account_url);
+        config.db_max_connections = 8;
+        config.argon2 = Argon2Params::TEST_ONLY_CHEAP;
+        config.account_timeout = Duration::from_secs(5);
+        tune(&mut config);
+        let (member, client) = Self::start_member(config.clone()).await;
+        Self {
+            base: member.url(),
+            http: paysaga_common::client::http_client(Duration::from_secs(30)),
+            client,
+            admin,
+            config,
+            account_url,
+            member,
+            account,
+            db,
+        }
+    }
+
+    /// Another member service instance with `config`, and a client for it.
+    pub async fn start_member(config: Config) -> (InProcess, MemberClient) {
+        let member = InProcess::start("member", |listener, shutdown| {
+            member::run(config, listener, shutdown)
+        })
+        .await;
+        let client = MemberClient::new(member.url(), service_token("ops"), Duration::from_secs(30));
+        (member, client)
+    }
+
+    /// The member service's state on this database with `config`, for calling its jobs.
+    pub async fn state(config: &Config) -> AppState {
+        AppState::connect(config).await.expect("member state")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// POSTs `body` as JSON; the status, the headers and the JSON body (Null if none).
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("answer");
+        answer(r).await
+    }
+
+    /// Signs up `email` with the standard password; panics unless 201.
+    pub async fn sign_up(&self, email: &str) -> paysaga_contracts::member::api::Member {
+        let a = self
+            .client
+            .sign_up(&creds(email, PASSWORD))
+            .await
+            .expect("sign-up");
+        assert_eq!(a.status, 201);
+        a.body
+    }
+
+    /// Member accounts in the account service for `member`.
+    pub async fn accounts_of(&self, member: Uuid) -> Vec<i64> {
+        sqlx::query_scalar(
+            "SELECT id FROM account_service.accounts WHERE kind = 'MEMBER' AND member_id = $1 ORDER BY id",
+        )
+        .bind(member.to_string())
+        .fetch_all(&self.admin)
+        .await
+        .expect("accounts")
+    }
+
+    pub async fn stored_account_id(&self, member: Uuid) -> Option<i64> {
+        sqlx::query_scalar("SELECT account_id FROM member_service.members WHERE id = $1")
+            .bind(member)
+            .fetch_one(&self.admin)
+            .await
+            .expect("member row")
+    }
+
+    pub async fn member_id_of(&self, email: &str) -> Uuid {
+        sqlx::query_scalar("SELECT id FROM member_service.members WHERE email = $1")
+            .bind(email.trim().to_lowercase())
+            .fetch_one(&self.admin)
+            .await
+            .expect("member row")
+    }
+}
+
+pub async fn answer(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, Value) {
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let bytes = r.bytes().await.expect("body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    };
+    (status, headers, body)
+}
