@@ -1,4 +1,4 @@
-# One image for every paysaga process: the four services and the `paysaga` tool
+# One image for every paysaga process: the five services and the `paysaga` tool
 # (used here for the one-shot database bootstrap). Multi-stage: the toolchain and the
 # build cache stay in the first stage; the runtime image holds only the binaries.
 
@@ -7,10 +7,10 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release -p account -p order -p gate -p orchestrator -p paysaga \
-        --bin account --bin order --bin gate --bin orchestrator --bin paysaga \
+    cargo build --release -p account -p member -p order -p gate -p orchestrator -p paysaga \
+        --bin account --bin member --bin order --bin gate --bin orchestrator --bin paysaga \
  && mkdir -p /out \
- && cp target/release/account target/release/order target/release/gate \
+ && cp target/release/account target/release/member target/release/order target/release/gate \
        target/release/orchestrator target/release/paysaga /out/
 
 FROM debian:bookworm-slim

@@ -21,6 +21,13 @@ pub struct Endpoints {
     #[arg(
         long,
         global = true,
+        env = "MEMBER_URL",
+        default_value = "http://127.0.0.1:8081"
+    )]
+    pub member_url: String,
+    #[arg(
+        long,
+        global = true,
         env = "GATE_URL",
         default_value = "http://127.0.0.1:8085"
     )]
@@ -50,7 +57,7 @@ pub struct Endpoints {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Start PostgreSQL/Redis if needed, the four services, play a demo drop, and keep
+    /// Start PostgreSQL/Redis if needed, the five services, play a demo drop, and keep
     /// everything running until Ctrl-C, restarting a service that exits.
     Up(UpArgs),
     /// Run one service in this process, configured from the environment exactly as its
@@ -70,6 +77,9 @@ pub enum Command {
     Stock { product: i64 },
     /// The gate's quota for a product (passes it may still issue, passes in flight).
     Quota { product: i64 },
+    /// Members (member service): create, list, top up, sign in for a buyer token.
+    #[command(subcommand)]
+    Member(MemberCommand),
     /// Mint a DEVELOPMENT token for trying the API with curl.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -119,6 +129,7 @@ pub struct UpArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ServiceName {
     Account,
+    Member,
     Order,
     Gate,
     Orchestrator,
@@ -146,6 +157,41 @@ pub enum PaymentsCommand {
     Resume { id: uuid::Uuid },
     /// Refund a COMPLETED payment (cancels the order, credits the buyer).
     Refund { id: uuid::Uuid },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemberCommand {
+    /// Sign a member up (the member service opens their account).
+    Create {
+        email: String,
+        /// The password; read from MEMBER_PASSWORD if not given, so it need not appear
+        /// in the shell's history.
+        #[arg(long, env = "MEMBER_PASSWORD", hide_env_values = true)]
+        password: String,
+    },
+    /// Members, oldest first.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Continue after this member id (the last one of the previous page).
+        #[arg(long)]
+        after: Option<uuid::Uuid>,
+    },
+    /// Pay money into a member's account (operator credential, once per operation key).
+    TopUp {
+        member: uuid::Uuid,
+        /// Minor units.
+        amount: i64,
+        /// Names this top-up: sending it again pays nothing twice. Default: a new key.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Sign in and print the access token (for trying the buyer API with curl).
+    SignIn {
+        email: String,
+        #[arg(long, env = "MEMBER_PASSWORD", hide_env_values = true)]
+        password: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

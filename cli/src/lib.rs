@@ -7,6 +7,7 @@
 pub mod args;
 pub mod demo;
 pub mod infra;
+pub mod members;
 pub mod ops;
 pub mod table;
 pub mod up;
@@ -25,6 +26,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Payments(cmd) => ops::payments(&cli.endpoints, cmd).await,
         Command::Products => ops::products(&cli.endpoints).await,
+        Command::Member(cmd) => members::run(&cli.endpoints, cmd).await,
         Command::Stock { product } => ops::stock(&cli.endpoints, product).await,
         Command::Quota { product } => ops::quota(&cli.endpoints, product).await,
         Command::Token(cmd) => ops::token(cmd),
@@ -37,6 +39,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 async fn serve(name: ServiceName) -> anyhow::Result<()> {
     match name {
         ServiceName::Account => account::serve_from_env().await,
+        ServiceName::Member => member::serve_from_env().await,
         ServiceName::Order => order::serve_from_env().await,
         ServiceName::Gate => gate::serve_from_env().await,
         ServiceName::Orchestrator => orchestrator::serve_from_env().await,

@@ -241,7 +241,8 @@ fn print_next_steps(
     let orch = wiring.url(ServiceKind::Orchestrator);
     let flags = if free_ports {
         format!(
-            " --gate-url {} --order-url {} --account-url {} --orchestrator-url {}",
+            " --member-url {} --gate-url {} --order-url {} --account-url {} --orchestrator-url {}",
+            wiring.url(ServiceKind::Member),
             wiring.url(ServiceKind::Gate),
             wiring.url(ServiceKind::Order),
             wiring.url(ServiceKind::Account),
@@ -269,13 +270,17 @@ fn print_next_steps(
     );
     println!("  service logs (JSON lines): {}", log_dir.display());
     println!("  operator commands:  cargo run --release -p paysaga --{flags} payments list");
-    if let Some((id, member, product)) = sample {
+    if let Some((id, _, product)) = sample {
         println!(
             "                      cargo run --release -p paysaga --{flags} payments show {id}"
         );
         println!("                      cargo run --release -p paysaga --{flags} stock {product}");
         println!("                      cargo run --release -p paysaga --{flags} quota {product}");
-        println!("  a buyer token:      cargo run --release -p paysaga -- token buyer {member}");
+        println!("  the demo's members: cargo run --release -p paysaga --{flags} member list");
+        println!(
+            "  a buyer token:      MEMBER_PASSWORD={} cargo run --release -p paysaga --{flags} member sign-in <email from the list>",
+            paysaga_e2e::setup::BUYER_PASSWORD
+        );
     }
     println!("  a DEVELOPMENT service token for curl (valid 24 h; anyone can mint these, never use the development keys in production):");
     println!("    export TOKEN={token}");

@@ -242,6 +242,7 @@ async fn a_killed_service_is_restarted_and_a_killed_run_command_leaves_none() ->
     // A whole purchase through the restarted order service, reached on its old port by
     // the buyer and by the gate and the orchestrator, which were wired to that port.
     let endpoints = Endpoints {
+        member: url("member"),
         gate: url("gate"),
         order: format!("http://{order_addr}"),
         account: url("account"),

@@ -21,6 +21,7 @@ use uuid::Uuid;
 /// Where the services are, as a buyer reaches them.
 #[derive(Debug, Clone)]
 pub struct Endpoints {
+    pub member: String,
     pub gate: String,
     pub order: String,
     pub account: String,
@@ -32,6 +33,7 @@ impl Endpoints {
     pub fn from_wiring(w: &crate::Wiring) -> Self {
         use crate::ServiceKind as K;
         Self {
+            member: w.url(K::Member),
             gate: w.url(K::Gate),
             order: w.url(K::Order),
             account: w.url(K::Account),

@@ -93,6 +93,16 @@ impl ServiceProcess {
         Ok(this)
     }
 
+    /// Sets one variable of the environment the next start uses (a configuration change,
+    /// applied by restarting).
+    pub fn set_env(&mut self, name: &str, value: impl Into<String>) {
+        let value = value.into();
+        match self.spec.env.iter_mut().find(|(k, _)| k == name) {
+            Some((_, v)) => *v = value,
+            None => self.spec.env.push((name.to_owned(), value)),
+        }
+    }
+
     pub fn spec(&self) -> &ServiceSpec {
         &self.spec
     }

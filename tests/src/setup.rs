@@ -1,12 +1,17 @@
-//! Setting up a drop through the services' own APIs: a product with its units, buyer
-//! accounts with opening balances, and waiting until the gate's quota knows the product.
+//! Setting up a drop through the services' own APIs: a product with its units, buyers
+//! signed up and in through the member service with their accounts funded, and waiting
+//! until the gate's quota knows the product.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use paysaga_common::{auth::MemberId, client::ServiceClient, testkit};
-use paysaga_contracts::account::{api::OpenAccountRequest, client::AccountClient};
+use paysaga_common::{client::ServiceClient, money::Amount, testkit};
+use paysaga_contracts::account::{api::OperationKey, client::AccountClient};
 use paysaga_contracts::gate::client::GateClient;
+use paysaga_contracts::member::{
+    api::{BulkMember, BulkSignUpRequest, Credentials, Member, TopUpRequest},
+    client::MemberClient,
+};
 use paysaga_contracts::order::{
     api::{CreateProduct, Product},
     client::OrderClient,
@@ -44,6 +49,10 @@ impl Admin {
         ))
     }
 
+    pub fn member(&self) -> MemberClient {
+        MemberClient::new(&self.endpoints.member, &self.token, Duration::from_secs(60))
+    }
+
     pub fn gate(&self) -> GateClient {
         GateClient::with_http(self.http.clone(), &self.endpoints.gate, &self.token)
     }
@@ -68,29 +77,63 @@ impl Admin {
             .body)
     }
 
-    /// Opens an account for `member` holding `balance` minor units, with a buyer token.
-    pub async fn open_buyer(&self, member: &str, balance: i64) -> anyhow::Result<Buyer> {
-        let member_id = MemberId::parse(member).map_err(|e| anyhow::anyhow!("{member}: {e}"))?;
-        let req = OpenAccountRequest {
-            member_id,
-            opening_balance: balance,
-            open_key: None,
+    /// A buyer named `name` as a real one arrives: signed up with an email and password
+    /// through the member service (which opens the account), topped up to `balance` by
+    /// the operator, and signed in for a buyer token. Each step is idempotent, so a name
+    /// already signed up is signed in again.
+    pub async fn open_buyer(&self, name: &str, balance: i64) -> anyhow::Result<Buyer> {
+        let member_client = self.member();
+        let creds = Credentials {
+            email: buyer_email(name),
+            password: BUYER_PASSWORD.to_owned(),
         };
-        let account = self
-            .account()
-            .open_account(&req)
+        let member = match member_client.sign_up(&creds).await {
+            Ok(a) => Some(a.body),
+            Err(e) if e.code() == Some("EMAIL_TAKEN") => None,
+            Err(e) => return Err(e).with_context(|| format!("signing {name} up")),
+        };
+        let session = member_client
+            .sign_in(&creds)
             .await
-            .with_context(|| format!("opening an account for {member}"))?
+            .with_context(|| format!("signing {name} in"))?
             .body;
+        let member = match member {
+            Some(m) => m,
+            None => member_client.get_member(session.member_id).await?.body,
+        };
+        let account_id = self.fund(&member, balance).await?;
         Ok(Buyer {
-            member: member.to_owned(),
-            account_id: account.id,
+            member: member.id.to_string(),
+            account_id,
             balance,
-            token: testkit::buyer_token(member),
+            token: session.access_token,
         })
     }
 
-    /// Opens `balances.len()` buyer accounts named `<prefix>-<i>`, `parallel` at a time.
+    /// Tops `member`'s account up to hold `balance` (a deposit keyed by member and amount,
+    /// so asking twice pays once); returns the account id.
+    async fn fund(&self, member: &Member, balance: i64) -> anyhow::Result<i64> {
+        let account_id = member
+            .account_id
+            .with_context(|| format!("member {} has no account yet", member.id))?;
+        if balance > 0 {
+            let req = TopUpRequest {
+                operation_key: OperationKey::parse(format!("seed:{}:{balance}", member.id))
+                    .map_err(anyhow::Error::msg)?,
+                amount: Amount::new(balance).map_err(|e| anyhow::anyhow!("{e}"))?,
+            };
+            self.member()
+                .top_up(member.id, &req)
+                .await
+                .with_context(|| format!("topping up member {}", member.id))?;
+        }
+        Ok(account_id)
+    }
+
+    /// `balances.len()` buyers named `<prefix>-<i>`, seeded in bulk through the member
+    /// service (one Argon2 hash for all of them, each with its own account and a signed-in
+    /// session), `parallel` requests at a time. Buyers with the same balance share a
+    /// request; the balance is each account's opening deposit.
     pub async fn open_buyers(
         &self,
         prefix: &str,
@@ -98,11 +141,70 @@ impl Admin {
         parallel: usize,
     ) -> anyhow::Result<Vec<Buyer>> {
         use futures::{StreamExt, TryStreamExt};
-        futures::stream::iter(balances.iter().enumerate())
-            .map(|(i, &balance)| async move { self.open_buyer(&format!("{prefix}-{i}"), balance).await })
+        let mut groups: std::collections::BTreeMap<i64, Vec<usize>> = Default::default();
+        for (i, &b) in balances.iter().enumerate() {
+            groups.entry(b).or_default().push(i);
+        }
+        let requests: Vec<(i64, Vec<usize>)> = groups
+            .into_iter()
+            .flat_map(|(b, idx)| {
+                idx.chunks(1_000)
+                    .map(|c| (b, c.to_vec()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let seeded: Vec<Vec<(usize, Buyer)>> = futures::stream::iter(requests)
+            .map(|(balance, idx)| async move {
+                let req = BulkSignUpRequest {
+                    password: BUYER_PASSWORD.to_owned(),
+                    members: idx
+                        .iter()
+                        .map(|i| BulkMember {
+                            email: buyer_email(&format!("{prefix}-{i}")),
+                        })
+                        .collect(),
+                    opening_balance: Some(balance),
+                };
+                let answer = self
+                    .member()
+                    .bulk_sign_up(&req)
+                    .await
+                    .with_context(|| format!("seeding {} buyers", idx.len()))?
+                    .body;
+                anyhow::ensure!(
+                    answer.members.len() == idx.len(),
+                    "asked for {} buyers, got {}",
+                    idx.len(),
+                    answer.members.len()
+                );
+                idx.iter()
+                    .zip(answer.members)
+                    .map(|(&i, m)| {
+                        Ok((
+                            i,
+                            Buyer {
+                                member: m.member.id.to_string(),
+                                account_id: m.member.account_id.with_context(|| {
+                                    format!("member {} has no account yet", m.member.id)
+                                })?,
+                                balance,
+                                token: m.session.access_token,
+                            },
+                        ))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()
+            })
             .buffered(parallel.max(1))
             .try_collect()
-            .await
+            .await?;
+        let mut buyers: Vec<Option<Buyer>> = vec![None; balances.len()];
+        for (i, b) in seeded.into_iter().flatten() {
+            buyers[i] = Some(b);
+        }
+        buyers
+            .into_iter()
+            .map(|b| b.context("a buyer was not seeded"))
+            .collect()
     }
 
     /// Waits until the gate's shared quota for `product_id` is `expected` (the gate
@@ -126,4 +228,12 @@ impl Admin {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// DEVELOPMENT ONLY: the password every harness buyer signs up with.
+pub const BUYER_PASSWORD: &str = "harness-buyer-DEVELOPMENT-password";
+
+/// The email a harness buyer named `name` signs up with.
+pub fn buyer_email(name: &str) -> String {
+    format!("{}@buyers.paysaga.test", name.to_ascii_lowercase())
 }

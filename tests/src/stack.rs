@@ -287,6 +287,24 @@ impl Stack {
         self.services.restart(kind, how).await
     }
 
+    /// Restarts `kind` (gracefully) with `vars` changed in its environment, as an operator
+    /// applies a configuration change. The other services keep running.
+    pub async fn reconfigure(
+        &mut self,
+        kind: ServiceKind,
+        vars: &[(&str, String)],
+    ) -> anyhow::Result<()> {
+        self.services.stop(kind, Stop::Term).await?;
+        let proc = self
+            .services
+            .process_mut(kind)
+            .with_context(|| format!("{kind} is not part of this system"))?;
+        for (k, v) in vars {
+            proc.set_env(k, v.clone());
+        }
+        self.services.start(kind).await
+    }
+
     /// Log file locations, for a failure message.
     pub fn log_paths(&self) -> String {
         self.services.log_paths()

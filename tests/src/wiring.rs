@@ -1,4 +1,4 @@
-//! How the four services are wired together: each one's environment (database role,
+//! How the five services are wired together: each one's environment (database role,
 //! Redis, listen port, the URLs of the services it calls), built in one place so the
 //! tests, the benchmark and the run command start the system the same way.
 
@@ -46,6 +46,16 @@ pub struct Wiring {
     pub service_env: Vec<(ServiceKind, String, String)>,
     /// What runs each service.
     pub launcher: Launcher,
+    /// `MEMBER_SIGNING_KEYS` of the member service: a key made for this system, so no
+    /// service trusts the development buyer key; every other service verifies buyer
+    /// tokens against the member service's key set.
+    pub member_signing_keys: String,
+}
+
+/// A fresh Ed25519 signing key, base64 of its seed.
+pub fn fresh_signing_key() -> String {
+    let seed: [u8; 32] = rand::random();
+    paysaga_common::keys::encode_signing_key(&ed25519_dalek::SigningKey::from_bytes(&seed))
 }
 
 impl Wiring {
@@ -75,6 +85,7 @@ impl Wiring {
             common_env: Vec::new(),
             service_env: Vec::new(),
             launcher: Launcher::default(),
+            member_signing_keys: fresh_signing_key(),
         }
     }
 
@@ -116,11 +127,26 @@ impl Wiring {
         }
         set("REDIS_URL", self.redis_url.clone());
         set("REDIS_PREFIX", self.redis_prefix.clone());
+        set(
+            "MEMBER_JWKS_URL",
+            format!(
+                "{}{}",
+                self.url(ServiceKind::Member),
+                paysaga_common::jwks::JWKS_PATH
+            ),
+        );
         match kind {
             ServiceKind::Gate => set("ORDER_URL", self.gate_order_url.clone()),
             ServiceKind::Orchestrator => {
                 set("ORDER_URL", self.orchestrator_order_url.clone());
                 set("ACCOUNT_URL", self.orchestrator_account_url.clone());
+            }
+            ServiceKind::Member => {
+                set("MEMBER_SIGNING_KEYS", self.member_signing_keys.clone());
+                // Harnesses seed many buyers at once (one Argon2 hash for all of them),
+                // and their buyers' tokens outlive the longest soak.
+                set("MEMBER_BULK_SIGNUP", "1".into());
+                set("ACCESS_TOKEN_TTL_SECS", "14400".into());
             }
             ServiceKind::Account | ServiceKind::Order => {}
         }
@@ -155,7 +181,7 @@ impl Wiring {
         })
     }
 
-    /// Start specifications for all four services, logging into `log_dir`.
+    /// Start specifications for all five services, logging into `log_dir`.
     pub fn specs(&self, log_dir: &Path) -> anyhow::Result<Vec<ServiceSpec>> {
         ServiceKind::ALL
             .iter()

@@ -1,0 +1,109 @@
+//! The operator's member commands against the member service: create, list, top up, and
+//! sign in for a buyer token.
+
+use std::{process::ExitCode, time::Duration};
+
+use anyhow::Context;
+use paysaga_common::{auth::service_token_from_env, money::Amount};
+use paysaga_contracts::member::{
+    api::{Credentials, ListMembers, Member, OperationKey, TopUpRequest},
+    client::MemberClient,
+};
+
+use crate::{
+    args::{Endpoints, MemberCommand},
+    table,
+};
+
+fn client(endpoints: &Endpoints) -> MemberClient {
+    MemberClient::new(
+        &endpoints.member_url,
+        service_token_from_env("operator"),
+        Duration::from_secs(30),
+    )
+}
+
+fn member_row(m: &Member) -> Vec<String> {
+    vec![
+        m.id.to_string(),
+        m.email.clone(),
+        m.account_id
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "pending".into()),
+        m.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+    ]
+}
+
+const MEMBER_HEADER: [&str; 4] = ["member", "email", "account", "created (UTC)"];
+
+pub async fn run(endpoints: &Endpoints, cmd: MemberCommand) -> anyhow::Result<ExitCode> {
+    let members = client(endpoints);
+    match cmd {
+        MemberCommand::Create { email, password } => {
+            let member = members
+                .sign_up(&Credentials { email, password })
+                .await
+                .context("signing the member up")?
+                .body;
+            println!("{}", table::render(&MEMBER_HEADER, &[member_row(&member)]));
+        }
+        MemberCommand::List { limit, after } => {
+            let page = members
+                .list_members(&ListMembers {
+                    limit: Some(limit),
+                    after,
+                })
+                .await
+                .context("listing members")?
+                .body;
+            let rows: Vec<Vec<String>> = page.members.iter().map(member_row).collect();
+            println!("{}", table::render(&MEMBER_HEADER, &rows));
+            if let Some(next) = page.next_after {
+                println!("more: --after {next}");
+            }
+        }
+        MemberCommand::TopUp {
+            member,
+            amount,
+            key,
+        } => {
+            let key = key.unwrap_or_else(|| format!("topup:{}", uuid::Uuid::now_v7()));
+            let req = TopUpRequest {
+                operation_key: OperationKey::parse(key).map_err(anyhow::Error::msg)?,
+                amount: Amount::new(amount).map_err(|e| anyhow::anyhow!("{e}"))?,
+            };
+            let answer = members
+                .top_up(member, &req)
+                .await
+                .context("topping the member up")?;
+            let t = answer.body;
+            let what = if answer.status == 201 {
+                "paid in"
+            } else {
+                "already paid in under this key"
+            };
+            println!(
+                "{}",
+                table::key_values(&[
+                    ("top-up", what.to_owned()),
+                    ("operation key", t.operation_key),
+                    ("account", t.account_id.to_string()),
+                    ("amount", table::money(t.amount)),
+                ])
+            );
+        }
+        MemberCommand::SignIn { email, password } => {
+            let session = members
+                .sign_in(&Credentials { email, password })
+                .await
+                .context("signing in")?
+                .body;
+            eprintln!(
+                "member {}: access token valid {} s",
+                session.member_id, session.expires_in
+            );
+            println!("{}", session.access_token);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
