@@ -1,4 +1,4 @@
-//! The run command itself: `paysaga up --exit-after-demo` starts the four services,
+//! The run command itself: `paysaga up --exit-after-demo` starts the five services,
 //! plays a demo drop, stops everything and exits 0, and the database it used agrees
 //! with what it printed; `paysaga up` restarts a killed service, and killed itself
 //! leaves no service behind.
@@ -66,8 +66,8 @@ async fn up_plays_the_demo_and_stops_cleanly() -> anyhow::Result<()> {
         .collect();
     assert_eq!(
         addrs.len(),
-        4,
-        "four services reported ready:
+        5,
+        "five services reported ready:
 {stdout}"
     );
     for addr in &addrs {
@@ -207,8 +207,8 @@ async fn a_killed_service_is_restarted_and_a_killed_run_command_leaves_none() ->
     })?;
     assert_eq!(
         started.len(),
-        4,
-        "four services reported ready: {started:?}"
+        5,
+        "five services reported ready: {started:?}"
     );
     let url = |name: &str| format!("http://{}", started[name].0);
     let (order_addr, order_pid) = started["order"].clone();
