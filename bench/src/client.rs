@@ -1,5 +1,5 @@
-//! The buyers' side of HTTP: one pooled client sized to the concurrency, minted buyer
-//! tokens, and the mapping of an answer to an outcome label.
+//! The buyers' side of HTTP: one pooled client sized to the concurrency, the buyers and
+//! their tokens, and the mapping of an answer to an outcome label.
 
 use std::{sync::Arc, time::Duration};
 
@@ -22,7 +22,10 @@ pub fn http_client(connections: usize) -> Result<Client> {
         .build()?)
 }
 
-/// Buyers of one run: member ids and their bearer tokens, minted before any timing starts.
+/// Buyers of one run: member ids and their bearer tokens, ready before any timing starts.
+/// Buyers of a started system are signed up through its member service
+/// ([`crate::system::System::seed_buyers`]), which signs their tokens; the services
+/// refuse any other buyer token.
 #[derive(Clone)]
 pub struct Buyers {
     pub members: Arc<Vec<String>>,
@@ -30,13 +33,21 @@ pub struct Buyers {
 }
 
 impl Buyers {
-    pub fn mint(run_id: &str, count: usize) -> Self {
+    /// DEVELOPMENT KEY ONLY: `count` buyers whose tokens are signed here with the
+    /// development buyer key, for servers of the benchmark's own that verify with it (the
+    /// HTTP ceiling server). A started [`crate::system::System`] refuses these tokens.
+    pub fn development(run_id: &str, count: usize) -> Self {
         let minter = Minter::dev_buyer();
         let members: Vec<String> = (0..count).map(|i| format!("bench-{run_id}-{i}")).collect();
         let tokens = members
             .iter()
             .map(|m| minter.mint(m, Duration::from_secs(4 * 3600)))
             .collect();
+        Self::new(members, tokens)
+    }
+    /// Buyer `i` is `members[i]`, holding `tokens[i]`.
+    pub fn new(members: Vec<String>, tokens: Vec<String>) -> Self {
+        assert_eq!(members.len(), tokens.len(), "one token per member");
         Self {
             members: Arc::new(members),
             tokens: Arc::new(tokens),
@@ -125,8 +136,8 @@ mod tests {
     use paysaga_common::auth::Verifier;
 
     #[test]
-    fn minted_tokens_verify_as_their_member() {
-        let buyers = Buyers::mint("t", 3);
+    fn development_tokens_verify_as_their_member() {
+        let buyers = Buyers::development("t", 3);
         let v = Verifier::development();
         for i in 0..3 {
             assert_eq!(

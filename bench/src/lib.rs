@@ -43,7 +43,12 @@ pub struct Bench {
     pub run_id: String,
     pub db: BenchDb,
     pub redis_prefix: String,
+    /// The buyers of the started system, signed up through its member service once it
+    /// has started ([`scenario::measure::seed_buyers`]); none before.
     pub buyers: Buyers,
+    /// As many buyers with DEVELOPMENT-key tokens, for the HTTP ceiling server only
+    /// (it verifies with the development key; a started system refuses them).
+    pub ceiling_buyers: Buyers,
     pub report: Report,
     pub ceilings: Ceilings,
     pub measured: Measured,
@@ -123,26 +128,15 @@ pub async fn run(settings: Settings) -> Result<Report> {
         .to_owned();
     admin.close().await;
 
-    // The checkout part needs one funded buyer per checkout of a level.
-    let checkout_buyers = if settings.runs(Scenario::Checkout) {
-        settings.checkout_buyers
-    } else {
-        0
-    };
-    let buyers = Buyers::mint(
-        &run_id,
-        settings
-            .buyers
-            .max(settings.concurrency as u64)
-            .max(checkout_buyers) as usize,
-    );
+    let ceiling_buyers = Buyers::development(&run_id, buyer_count(&settings));
     let report = Report::new(settings.clone(), machine);
     let mut bench = Bench {
         settings,
         redis_prefix: format!("bench{run_id}:"),
         run_id,
         db,
-        buyers,
+        buyers: Buyers::new(Vec::new(), Vec::new()),
+        ceiling_buyers,
         report,
         ceilings: Ceilings::default(),
         measured: Measured::default(),
@@ -159,6 +153,20 @@ pub async fn run(settings: Settings) -> Result<Report> {
     Ok(report)
 }
 
+/// Buyers a run uses: the drop's, at least one per client, and, for the checkout part,
+/// one funded buyer per checkout of a level.
+pub fn buyer_count(settings: &Settings) -> usize {
+    let checkout_buyers = if settings.runs(Scenario::Checkout) {
+        settings.checkout_buyers
+    } else {
+        0
+    };
+    settings
+        .buyers
+        .max(settings.concurrency as u64)
+        .max(checkout_buyers) as usize
+}
+
 async fn run_scenarios(bench: &mut Bench) -> Result<()> {
     if bench.settings.runs(Scenario::Ceilings) {
         eprintln!("scenario 5: the machine's limits");
@@ -173,9 +181,9 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
     .iter()
     .any(|s| bench.settings.runs(*s));
     if needs_system {
-        eprintln!("starting the four services (release binaries beside this one)");
+        eprintln!("starting the five services (release binaries beside this one)");
         let sys = System::start("bench", client::http_client(bench.settings.concurrency)?).await?;
-        let accounts = scenario::measure::open_accounts(bench, &sys).await?;
+        let accounts = scenario::measure::seed_buyers(bench, &sys).await?;
         if bench.settings.runs(Scenario::DropGate) {
             eprintln!("scenario 1: drops with the gate, three back to back");
             scenario::measure::drops_with_gate(bench, &sys, &accounts).await?;

@@ -1,10 +1,19 @@
-//! The paysaga system under test: the four real service binaries started by the
-//! end-to-end harness (fresh database, Redis prefix, free ports), plus the setup calls a
-//! drop needs (products, funded accounts, the gate's quota) over the services' own APIs.
+//! The paysaga system under test: the five real service binaries started by the
+//! end-to-end harness (fresh database, Redis prefix, free ports, a fresh buyer-token key
+//! in the member service), plus the setup calls a drop needs (products, buyers signed up
+//! with funded accounts, the gate's quota) over the services' own APIs.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use futures::{stream, StreamExt, TryStreamExt};
+use paysaga_common::client::CallError;
+use paysaga_contracts::member::{
+    api::{BulkMember, BulkSignUpRequest, BulkSignedUp},
+    client::MemberClient,
+};
 use paysaga_e2e::{ServiceKind, Stack, StackOptions};
 use reqwest::Client;
 use serde_json::json;
@@ -24,6 +33,65 @@ pub struct System {
     pub order: String,
     pub account: String,
     pub orchestrator: String,
+    pub member: String,
+}
+
+/// Buyers of a started system and their accounts: buyer `i` pays from `accounts[i]`.
+pub struct Seeded {
+    pub buyers: Buyers,
+    pub accounts: Arc<Vec<i64>>,
+}
+
+/// DEVELOPMENT ONLY: the password every seeded buyer shares (the harness's).
+pub const BUYER_PASSWORD: &str = paysaga_e2e::setup::BUYER_PASSWORD;
+/// Members per bulk sign-up (the service takes up to `MAX_BULK_MEMBERS`).
+const SEED_CHUNK: usize = 1_000;
+/// Bulk sign-ups in flight at once.
+const SEED_PARALLEL: usize = 3;
+/// Tries of one bulk sign-up: it is idempotent (same emails, same password), and asking
+/// again also opens an account the first answer came back without.
+const SEED_TRIES: u32 = 3;
+/// Time allowed for one bulk sign-up (a debug build opening 1,000 accounts).
+const SEED_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The email of buyer `i` of a run labelled `label`.
+fn buyer_email(label: &str, i: usize) -> String {
+    format!("bench-{label}-{i}@buyers.paysaga.test").to_ascii_lowercase()
+}
+
+/// One bulk sign-up, asked again while its outcome is unknown or a member came back
+/// without an account.
+async fn seed_chunk(client: &MemberClient, req: &BulkSignUpRequest) -> Result<Vec<BulkSignedUp>> {
+    let mut last = String::new();
+    for attempt in 1..=SEED_TRIES {
+        match client.bulk_sign_up(req).await {
+            Ok(a) if a.body.members.len() != req.members.len() => {
+                return Err(setup(
+                    "seeding buyers",
+                    format!(
+                        "asked for {} members, got {}",
+                        req.members.len(),
+                        a.body.members.len()
+                    ),
+                ))
+            }
+            Ok(a) if a.body.members.iter().all(|m| m.member.account_id.is_some()) => {
+                return Ok(a.body.members)
+            }
+            Ok(_) => last = "a member came back without an account".into(),
+            Err(e @ CallError::Rejected { .. }) => {
+                return Err(setup("seeding buyers (POST /v1/members/bulk)", e))
+            }
+            Err(e) => last = e.to_string(),
+        }
+        if attempt < SEED_TRIES {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    Err(setup(
+        "seeding buyers (POST /v1/members/bulk)",
+        format!("{SEED_TRIES} tries: {last}"),
+    ))
 }
 
 fn setup(what: &str, e: impl std::fmt::Display) -> Error {
@@ -31,7 +99,7 @@ fn setup(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl System {
-    /// Starts the four services (release binaries beside this one) with logs at `warn`,
+    /// Starts the five services (release binaries beside this one) with logs at `warn`,
     /// so per-request logging does not become the thing measured.
     pub async fn start(label: &str, http: Client) -> Result<Self> {
         let options = StackOptions::new(label).rust_log("warn");
@@ -45,6 +113,7 @@ impl System {
             order: stack.url(ServiceKind::Order),
             account: stack.url(ServiceKind::Account),
             orchestrator: stack.url(ServiceKind::Orchestrator),
+            member: stack.url(ServiceKind::Member),
             stack,
             http,
             service_token,
@@ -108,28 +177,63 @@ impl System {
         Ok(p.id)
     }
 
-    /// One funded account per buyer, opened `concurrency` at a time; ids in buyer order.
-    pub async fn open_accounts(
-        &self,
-        buyers: &Buyers,
-        count: usize,
-        balance: i64,
-        concurrency: usize,
-    ) -> Result<Arc<Vec<i64>>> {
-        let ids: Vec<i64> = stream::iter(0..count)
-            .map(|i| async move {
-                let a: Created = self
-                    .service_post(
-                        format!("{}/v1/accounts", self.account),
-                        json!({"member_id": buyers.member(i), "opening_balance": balance}),
-                    )
-                    .await?;
-                Ok::<_, Error>(a.id)
+    /// `count` buyers signed up through the member service in bulk, each with a funded
+    /// account holding `balance` and a signed-in session, in buyer order: buyer `i` is
+    /// `bench-<label>-<i>@buyers.paysaga.test`, its member id (the token's subject) the
+    /// member's id. Setup, never timed: prints how long it took.
+    pub async fn seed_buyers(&self, label: &str, count: usize, balance: i64) -> Result<Seeded> {
+        let started = Instant::now();
+        let client = MemberClient::new(&self.member, &self.service_token, SEED_TIMEOUT);
+        let chunks: Vec<Vec<usize>> = (0..count)
+            .collect::<Vec<_>>()
+            .chunks(SEED_CHUNK)
+            .map(<[usize]>::to_vec)
+            .collect();
+        let seeded: Vec<Vec<BulkSignedUp>> = stream::iter(chunks)
+            .map(|chunk| {
+                let client = client.clone();
+                async move {
+                    let req = BulkSignUpRequest {
+                        password: BUYER_PASSWORD.to_owned(),
+                        members: chunk
+                            .iter()
+                            .map(|&i| BulkMember {
+                                email: buyer_email(label, i),
+                            })
+                            .collect(),
+                        opening_balance: Some(balance),
+                    };
+                    seed_chunk(&client, &req).await
+                }
             })
-            .buffered(concurrency.clamp(1, 64))
+            .buffered(SEED_PARALLEL)
             .try_collect()
             .await?;
-        Ok(Arc::new(ids))
+        let (mut members, mut tokens, mut accounts) = (
+            Vec::with_capacity(count),
+            Vec::with_capacity(count),
+            Vec::with_capacity(count),
+        );
+        for m in seeded.into_iter().flatten() {
+            let account = m.member.account_id.ok_or_else(|| {
+                setup(
+                    "seeding buyers",
+                    format!("member {} has no account", m.member.id),
+                )
+            })?;
+            members.push(m.member.id.to_string());
+            tokens.push(m.session.access_token);
+            accounts.push(account);
+        }
+        let took = started.elapsed().as_secs_f64();
+        eprintln!(
+            "  setup: seeded {count} buyers through the member service (signed in, accounts opened with {balance}) in {took:.1}s, {:.0} members/s",
+            count as f64 / took.max(1e-9)
+        );
+        Ok(Seeded {
+            buyers: Buyers::new(members, tokens),
+            accounts: Arc::new(accounts),
+        })
     }
 
     pub async fn quota(&self, product: i64) -> Result<Quota> {

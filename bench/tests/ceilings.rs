@@ -48,7 +48,7 @@ async fn the_http_ceiling_authenticates_buyers_as_the_services_do() {
     let (plain, stack) = server::routers().unwrap();
     let (plain, stack) = (serve(plain).await, serve(stack).await);
     let client = http_client(4).unwrap();
-    let buyers = Buyers::mint("ceiling-test", 10);
+    let buyers = Buyers::development("ceiling-test", 10);
 
     for url in [
         format!("{plain}/v1/auth"),

@@ -1,5 +1,6 @@
 //! Payment throughput and latency through the real gate, order, account and orchestrator
-//! processes (started by the end-to-end harness on a fresh database): reservations made
+//! processes (started by the end-to-end harness on a fresh database, with the member
+//! service the buyers are signed up through before anything is timed): reservations made
 //! first, then every one paid until terminal; PostgreSQL commits per payment and the
 //! system's invariants read from the tables afterwards.
 
@@ -10,12 +11,12 @@ use clap::{builder::TypedValueParser as _, Args};
 use paysaga_e2e::InvariantReport;
 
 use crate::{
-    client::{self, Buyers},
+    client,
     flow::{Counters, Endpoints},
     load::Load,
     scenario::{drop::PRICE, saga},
     stats::{self, RunSummary},
-    system::System,
+    system::{Seeded, System},
 };
 
 /// `checkout-bench`'s settings.
@@ -45,9 +46,8 @@ pub async fn run(args: &CheckoutArgs) -> anyhow::Result<CheckoutReport> {
     let http = client::http_client(args.concurrency)?;
     let sys = System::start("checkout-bench", http.clone()).await?;
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
-    let buyers = Buyers::mint(&run_id, args.buyers as usize);
-    let accounts = sys
-        .open_accounts(&buyers, buyers.len(), PRICE * 10, args.concurrency)
+    let Seeded { buyers, accounts } = sys
+        .seed_buyers(&run_id, args.buyers as usize, PRICE * 10)
         .await?;
     let product = sys.create_product("checkout", PRICE, args.buyers).await?;
     let ep = Endpoints {

@@ -1,5 +1,5 @@
-//! `checkout-bench`: payments per second and their latency through the four real
-//! services; prints markdown. Needs the service binaries of the same profile.
+//! `checkout-bench`: payments per second and their latency through the five real
+//! services, buyers signed up through the member service; prints markdown. Needs the service binaries of the same profile.
 
 use anyhow::bail;
 use clap::Parser;

@@ -28,13 +28,14 @@ pub async fn measure(bench: &mut Bench) -> Result<Ceilings> {
             &warmup(&load),
             client.clone(),
             url.clone(),
-            bench.buyers.clone(),
+            bench.ceiling_buyers.clone(),
         )
         .await;
         let server_pid = [("ceiling server".to_owned(), server.pid)];
         let cpu_before = crate::cpu::snapshot(&server_pid);
-        let s =
-            bench.keep(ceiling::http::run(&load, client.clone(), url, bench.buyers.clone()).await);
+        let s = bench.keep(
+            ceiling::http::run(&load, client.clone(), url, bench.ceiling_buyers.clone()).await,
+        );
         let cpu = crate::cpu::between(&cpu_before, &crate::cpu::snapshot(&server_pid));
         if i == 1 {
             cpu.record(
@@ -132,9 +133,9 @@ pub async fn adjacent_http_auth(bench: &mut Bench, label: &str) -> Result<f64> {
         &warmup(&load),
         client.clone(),
         url.clone(),
-        bench.buyers.clone(),
+        bench.ceiling_buyers.clone(),
     )
     .await;
-    let s = bench.keep(ceiling::http::run(&load, client, url, bench.buyers.clone()).await);
+    let s = bench.keep(ceiling::http::run(&load, client, url, bench.ceiling_buyers.clone()).await);
     Ok(s.outcome("ok").map_or(0.0, |o| o.per_s))
 }

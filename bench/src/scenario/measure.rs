@@ -3,7 +3,6 @@
 use std::{sync::Arc, time::Duration};
 
 use crate::{
-    client::Buyers,
     error::Result,
     flow::{Counters, Endpoints},
     invariants,
@@ -213,10 +212,11 @@ pub async fn drop_direct(bench: &mut Bench, sys: &System, accounts: &Arc<Vec<i64
 pub async fn gate_throughput(bench: &mut Bench, sys: &System) -> Result<()> {
     let n: u64 = if bench.settings.quick { 5_000 } else { 60_000 };
     let warm = (bench.settings.concurrency as u64 * 8).min(n / 10);
-    let run_id = format!("{}p", bench.run_id);
-    let pass_buyers = tokio::task::spawn_blocking(move || Buyers::mint(&run_id, n as usize))
-        .await
-        .map_err(|e| crate::error::Error::Setup(format!("minting tokens: {e}")))?;
+    // Every pass goes to a buyer of its own: `n` more members, with accounts but no money.
+    let pass_buyers = sys
+        .seed_buyers(&format!("{}p", bench.run_id), n as usize, 0)
+        .await?
+        .buyers;
     let product = sys.create_product("gate throughput", PRICE, n).await?;
     sys.wait_quota(product, n as i64, gate::QUOTA_WAIT).await?;
     let client = redis::Client::open(bench.settings.redis_url.as_str())?;
@@ -423,21 +423,13 @@ pub async fn saga_throughput(
     Ok(())
 }
 
-/// Opens one funded account per buyer.
-pub async fn open_accounts(bench: &mut Bench, sys: &System) -> Result<Arc<Vec<i64>>> {
-    let started = std::time::Instant::now();
-    let accounts = sys
-        .open_accounts(
-            &bench.buyers,
-            bench.buyers.len(),
-            OPENING_BALANCE,
-            bench.settings.concurrency,
-        )
+/// Signs the run's buyers up through `sys`'s member service, each with a funded account,
+/// and makes them the run's buyers; returns their accounts in buyer order.
+pub async fn seed_buyers(bench: &mut Bench, sys: &System) -> Result<Arc<Vec<i64>>> {
+    let count = crate::buyer_count(&bench.settings);
+    let seeded = sys
+        .seed_buyers(&bench.run_id, count, OPENING_BALANCE)
         .await?;
-    eprintln!(
-        "  opened {} funded accounts in {:.1}s",
-        accounts.len(),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(accounts)
+    bench.buyers = seeded.buyers;
+    Ok(seeded.accounts)
 }
