@@ -17,7 +17,9 @@ use uuid::Uuid;
 use crate::{
     email::Email,
     error::{Error, Result},
-    password, AppState,
+    password,
+    throttle::{self, Subjects},
+    AppState,
 };
 
 /// A member as stored.
@@ -122,11 +124,17 @@ async fn complete_existing(state: &AppState, row: MemberRow, password: String) -
     if row.account_id.is_some() {
         return Err(Error::EmailTaken);
     }
+    // The answer tells whether the password was right: counted like a sign-in, so this
+    // is no way around sign-in throttling.
+    let who = Subjects::new(&row.email, None);
+    let limits = &state.config.throttle;
+    throttle::check(&state.pool, limits, &who).await?;
     if !state
         .passwords
         .verify(password, Some(row.password_hash.clone()))
         .await?
     {
+        throttle::record_failure(&state.pool, limits, &who).await?;
         return Err(Error::EmailTaken);
     }
     tracing::info!(member = %row.id, "sign-up retried; completing its account");

@@ -320,3 +320,32 @@ async fn sign_in_opens_a_pending_account_too() {
         Some(accounts[0])
     );
 }
+
+#[tokio::test]
+async fn retried_sign_ups_cannot_be_used_to_guess_a_pending_members_password() {
+    let s = Stack::start_with(false, |c| c.throttle.per_email = 2).await;
+    let address = email("guess");
+    s.client
+        .sign_up(&creds(&address, PASSWORD))
+        .await
+        .expect_err("pending");
+    for guess in ["first-wrong-guess-1", "second-wrong-guess-2"] {
+        let e = s.client.sign_up(&creds(&address, guess)).await.unwrap_err();
+        assert_eq!(e.code(), Some(codes::EMAIL_TAKEN));
+    }
+    let (status, headers, body) = s
+        .post(
+            "/v1/members",
+            &json!({"email": address, "password": PASSWORD}),
+        )
+        .await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["code"], codes::TOO_MANY_ATTEMPTS);
+    assert!(headers.contains_key("retry-after"));
+    let e = s
+        .client
+        .sign_in(&creds(&address, PASSWORD))
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), Some(429), "and sign-in counts them too");
+}
