@@ -13,5 +13,6 @@ pub mod order;
 
 pub use account::client::AccountClient;
 pub use gate::client::GateClient;
+pub use member::client::MemberClient;
 pub use orchestrator::client::OrchestratorClient;
 pub use order::client::OrderClient;
