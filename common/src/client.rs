@@ -55,12 +55,18 @@ pub struct ServiceClient {
     token: String,
 }
 
+/// How long a pooled connection may sit idle before the client drops it. Shorter than
+/// the servers' `HTTP_HEADER_READ_TIMEOUT_MS` (which also closes idle keep-alive
+/// connections), so the client closes first and never sends a request on a connection
+/// the server is closing.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A connection-pooling HTTP client with the given per-request timeout.
 pub fn http_client(timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(2)))
-        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .pool_max_idle_per_host(256)
         .tcp_nodelay(true)
         .build()

@@ -83,6 +83,8 @@ pub mod codes {
     pub const INTERNAL: &str = "INTERNAL";
     pub const UNAVAILABLE: &str = "UNAVAILABLE";
     pub const TIMEOUT: &str = "TIMEOUT";
+    pub const OVERLOADED: &str = "OVERLOADED";
+    pub const RATE_LIMITED: &str = "RATE_LIMITED";
 }
 
 /// Carried in the response extensions of a 500 so the logging middleware can report

@@ -10,6 +10,7 @@ pub mod extract;
 pub mod jobs;
 pub mod jwks;
 pub mod keys;
+pub mod limits;
 pub mod money;
 pub mod pass;
 pub mod server;

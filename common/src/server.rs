@@ -1,63 +1,116 @@
 //! The routes every service shares (health, metrics, OpenAPI, docs), the common
-//! middleware stack, and serving with graceful shutdown.
+//! middleware stack with its limits (request deadline, global concurrency limit with
+//! load shedding), and serving with connection timers and graceful shutdown.
 
-use std::{future::Future, net::SocketAddr, time::Duration};
+use std::{future::Future, net::SocketAddr, pin::pin, time::Duration};
 
 use anyhow::Context;
 
 use axum::{
-    extract::DefaultBodyLimit,
-    http::{header, StatusCode},
+    error_handling::HandleErrorLayer,
+    extract::{ConnectInfo, DefaultBodyLimit},
+    http::{header, Request, StatusCode},
     middleware,
     response::{IntoResponse, Response},
     routing::get,
-    serve::ListenerExt,
-    Json, Router,
+    serve::{Listener, ListenerExt},
+    BoxError, Json, Router,
+};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    server::graceful::GracefulShutdown,
+    service::TowerToHyperService,
 };
 use serde::Serialize;
 use tokio::net::TcpListener;
+use tower::{
+    limit::GlobalConcurrencyLimitLayer, load_shed::LoadShedLayer, timeout::TimeoutLayer,
+    ServiceBuilder, ServiceExt,
+};
 use utoipa::openapi::OpenApi;
 use utoipa_scalar::{Scalar, Servable};
 
-use crate::{error, telemetry};
+use crate::{
+    error,
+    limits::{self, ServerLimits},
+    telemetry,
+};
 
 /// Request bodies above this are refused with 413; no paysaga request needs more.
 pub const BODY_LIMIT: usize = 64 * 1024;
 
 /// Wraps a service's API router with `/healthz`, `/metrics`, `/openapi.json`, `/docs`,
-/// JSON fallbacks for unknown routes and methods, a body limit and the HTTP middleware.
+/// JSON fallbacks for unknown routes and methods, a body limit, the limits from the
+/// environment ([`ServerLimits`]) and the HTTP middleware.
 /// `/readyz` is the service's own, since only it knows what it depends on.
 pub fn finish(api: Router, openapi: OpenApi) -> Router {
+    finish_with(api, openapi, ServerLimits::from_env_or_default())
+}
+
+/// [`finish`] with the given limits (tests set them small).
+pub fn finish_with(api: Router, openapi: OpenApi, limits: ServerLimits) -> Router {
     let metrics = telemetry::metrics_handle();
     let spec = serde_json::to_string(&openapi).expect("OpenAPI document serialises");
-    api.route(
-        "/healthz",
-        get(|| async { Json(serde_json::json!({"status": "ok"})) }),
-    )
-    .route(
-        "/metrics",
-        get(move || {
-            let metrics = metrics.clone();
-            async move {
-                (
-                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                    metrics.render(),
-                )
-            }
-        }),
-    )
-    .route(
-        "/openapi.json",
-        get(move || {
-            let spec = spec.clone();
-            async move { ([(header::CONTENT_TYPE, "application/json")], spec) }
-        }),
-    )
-    .merge(Scalar::with_url("/docs", openapi))
-    .fallback(error::not_found)
-    .method_not_allowed_fallback(error::method_not_allowed)
-    .layer(DefaultBodyLimit::max(BODY_LIMIT))
-    .layer(middleware::from_fn(telemetry::http_middleware))
+    let limited = api
+        .route(
+            "/openapi.json",
+            get(move || {
+                let spec = spec.clone();
+                async move { ([(header::CONTENT_TYPE, "application/json")], spec) }
+            }),
+        )
+        .merge(Scalar::with_url("/docs", openapi))
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        // Load shedding over one concurrency budget shared by every route (a per-route
+        // limit would multiply it by the number of routes), then the request deadline.
+        // A request over the budget is answered at once instead of queued: a queue would
+        // only add latency to requests whose clients are already timing out.
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(limit_error))
+                .layer(LoadShedLayer::new())
+                .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
+                .layer(TimeoutLayer::new(limits.request_timeout)),
+        );
+    // Liveness and scraping stay outside the limits: an instance at its concurrency
+    // limit is busy, not dead, and its metrics are what shows why.
+    let exempt = Router::new()
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                        metrics.render(),
+                    )
+                }
+            }),
+        )
+        .method_not_allowed_fallback(error::method_not_allowed);
+    limited
+        .merge(exempt)
+        .fallback(error::not_found)
+        .layer(middleware::from_fn(telemetry::http_middleware))
+}
+
+/// The answer for a request the limits stopped: shed (503 `OVERLOADED`) or out of
+/// time (503 `TIMEOUT`), both with `Retry-After`.
+async fn limit_error(err: BoxError) -> Response {
+    if err.is::<tower::load_shed::error::Overloaded>() {
+        metrics::counter!("http_requests_shed_total").increment(1);
+        limits::overloaded()
+    } else if err.is::<tower::timeout::error::Elapsed>() {
+        metrics::counter!("http_requests_timed_out_total").increment(1);
+        limits::timed_out()
+    } else {
+        error::internal_error_response(&*err)
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -71,11 +124,15 @@ struct Check {
     name: &'static str,
     ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    detail: Option<String>,
+    detail: Option<&'static str>,
 }
 
 /// The `/readyz` answer: 200 when every check passed, 503 otherwise. A check may also
 /// be `degraded` (passes, but worth seeing), as the gate is without Redis.
+///
+/// `/readyz` is open to anyone who can reach the port, so a failed check answers only
+/// `"unavailable"`; its cause (a database error names hosts, roles and schemas) is
+/// logged here, once per failed probe, for the operator.
 pub fn readiness(checks: Vec<(&'static str, Result<(), String>)>, degraded: bool) -> Response {
     let all_ok = checks.iter().all(|(_, r)| r.is_ok());
     let body = Readiness {
@@ -88,10 +145,15 @@ pub fn readiness(checks: Vec<(&'static str, Result<(), String>)>, degraded: bool
         },
         checks: checks
             .into_iter()
-            .map(|(name, r)| Check {
-                name,
-                ok: r.is_ok(),
-                detail: r.err(),
+            .map(|(name, r)| {
+                if let Err(cause) = &r {
+                    tracing::warn!(check = name, error = %cause, "readiness check failed");
+                }
+                Check {
+                    name,
+                    ok: r.is_ok(),
+                    detail: r.err().map(|_| "unavailable"),
+                }
             })
             .collect(),
     };
@@ -103,7 +165,8 @@ pub fn readiness(checks: Vec<(&'static str, Result<(), String>)>, degraded: bool
     (status, Json(body)).into_response()
 }
 
-/// A PostgreSQL readiness check with a short timeout.
+/// A PostgreSQL readiness check with a short timeout. The error is for the log only;
+/// [`readiness`] answers the client with a generic reason.
 pub async fn check_db(pool: &sqlx::PgPool) -> Result<(), String> {
     match tokio::time::timeout(
         Duration::from_secs(2),
@@ -120,21 +183,66 @@ pub async fn check_db(pool: &sqlx::PgPool) -> Result<(), String> {
 /// Serves until `shutdown` resolves, then finishes in-flight requests. Each request
 /// carries its peer's address as `ConnectInfo<SocketAddr>` in its extensions, for the
 /// services that read it (a router called without it, as in-process tests may, simply
-/// finds none there).
+/// finds none there). The connection timers come from the environment
+/// ([`ServerLimits`]); an invalid setting stops the service before it serves.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = listener.tap_io(|tcp| {
+    let limits = ServerLimits::from_env()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    serve_with(listener, app, shutdown, limits).await
+}
+
+/// [`serve`] with the given limits.
+///
+/// `axum::serve` sets no timer on its connections, so a client that sends half a
+/// request (or nothing) holds its connection and task forever. This is the same accept
+/// loop with hyper's HTTP/1 header-read timer, which also ends idle keep-alive
+/// connections. HTTP/1 only, as before: nothing in paysaga speaks HTTP/2, and
+/// hyper-util's auto-detecting builder reads the protocol preface before any timer runs.
+pub async fn serve_with(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: ServerLimits,
+) -> std::io::Result<()> {
+    let mut listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(limits.keep_alive);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = pin!(shutdown);
+    loop {
+        // axum's `Listener` retries accept errors itself (pausing on resource
+        // exhaustion such as EMFILE), as `axum::serve` does.
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let service = app
+            .clone()
+            .map_request(move |mut req: Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+                req
+            });
+        let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            // Timeouts and clients hanging up end up here; neither is the server's fault.
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    // Stop accepting, then let every connection finish its request in flight and close.
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 /// The socket a service listens on: the one its supervisor handed over (systemd's

@@ -8,6 +8,7 @@ use std::{
 
 use axum::{
     extract::{MatchedPath, Request},
+    http::Method,
     middleware::Next,
     response::Response,
 };
@@ -77,23 +78,47 @@ pub fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// The `method` label: the standard methods by name, any other (clients may invent
+/// methods at will) as `OTHER`, so the number of series stays bounded.
+pub fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+/// The `route` label of requests that matched no route: their paths are the client's
+/// choice, so they share one label.
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
 /// Records `http_requests_total` and `http_request_duration_seconds` by method, route
-/// and status, and logs a 500's cause chain (never sent to the client) exactly once.
+/// template and status (each from a bounded set, whatever clients send), and logs a
+/// 500's cause chain (never sent to the client) exactly once.
 pub async fn http_middleware(req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let method = req.method().as_str().to_owned();
+    let method = method_label(req.method());
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
+        .unwrap_or_else(|| UNMATCHED_ROUTE.to_owned());
     let response = next.run(req).await;
     let status = response.status().as_u16().to_string();
     let elapsed = start.elapsed().as_secs_f64();
     if let Some(InternalErrorReport(chain)) = response.extensions().get::<InternalErrorReport>() {
         tracing::error!(%method, %route, error = %chain, "internal error");
     }
-    let labels = [("method", method), ("route", route), ("status", status)];
+    let labels = [
+        ("method", method.to_owned()),
+        ("route", route),
+        ("status", status),
+    ];
     metrics::counter!("http_requests_total", &labels).increment(1);
     metrics::histogram!("http_request_duration_seconds", &labels).record(elapsed);
     response
