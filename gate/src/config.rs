@@ -6,6 +6,7 @@ use ed25519_dalek::SigningKey;
 use paysaga_common::{
     config::{self, ConfigError, LogFormat},
     keys::{signing_key_from_env, DevKey},
+    limits::MemberRate,
 };
 
 /// Everything the gate reads from the environment. Names and defaults are listed in
@@ -36,6 +37,8 @@ pub struct Config {
     pub fallback_instances: i64,
     /// Verified buyer tokens kept in memory (0 disables the cache).
     pub auth_cache_capacity: usize,
+    /// `MEMBER_RATE_PER_SEC` / `MEMBER_RATE_BURST`: pass requests per member.
+    pub member_rate: MemberRate,
 }
 
 impl std::fmt::Debug for Config {
@@ -113,6 +116,7 @@ impl Config {
                 config::parse("FALLBACK_INSTANCES", 1i64)?,
             )?,
             auth_cache_capacity: config::parse("AUTH_CACHE_CAPACITY", 100_000usize)?,
+            member_rate: MemberRate::from_env()?,
         })
     }
 
@@ -133,6 +137,7 @@ impl Config {
             clock_skew: Duration::from_secs(2),
             fallback_instances: 1,
             auth_cache_capacity: 100_000,
+            member_rate: MemberRate::default(),
         }
     }
 }

@@ -4,7 +4,7 @@ use axum::{
     http::{header::RETRY_AFTER, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
 };
-use paysaga_common::{error::internal_error_response, ApiError};
+use paysaga_common::{error::internal_error_response, limits::RateLimited, ApiError};
 
 use crate::api::codes;
 
@@ -14,6 +14,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     #[error("{}: {}", .0.code, .0.message)]
     Api(ApiError),
+    /// The member asked for passes faster than `MEMBER_RATE_PER_SEC` allows.
+    #[error(transparent)]
+    RateLimited(#[from] RateLimited),
     #[error("product {0} is sold out")]
     SoldOut(i64),
     #[error("product id must be a positive integer")]
@@ -52,6 +55,7 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         match self {
             Error::Api(e) => e.into_response(),
+            Error::RateLimited(e) => e.into_response(),
             Error::SoldOut(_) => {
                 ApiError::conflict(codes::SOLD_OUT, "no units left for this product")
                     .into_response()

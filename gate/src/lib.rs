@@ -22,7 +22,9 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use paysaga_common::{auth::Verifier, jobs::Jobs, pass::PassSigner, server};
+use paysaga_common::{
+    auth::Verifier, jobs::Jobs, limits::MemberLimiter, pass::PassSigner, server,
+};
 use paysaga_contracts::OrderClient;
 use tokio::net::TcpListener;
 use utoipa::{
@@ -42,6 +44,8 @@ pub struct AppState {
     pub gate: Arc<Gate>,
     pub verifier: Arc<Verifier>,
     pub recompute: Arc<Recompute>,
+    /// Pass requests per member (`MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`).
+    pub limiter: Arc<MemberLimiter>,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -92,6 +96,7 @@ impl AppState {
             gate,
             verifier,
             recompute,
+            limiter: Arc::new(MemberLimiter::new(config.member_rate)),
         })
     }
 }

@@ -27,6 +27,7 @@ use crate::{
         (status = 404, description = "PRODUCT_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "SOLD_OUT", body = ErrorBody),
         (status = 422, description = "INVALID_PRODUCT_ID / INVALID_BODY", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: too many requests from this member (with Retry-After)", body = ErrorBody),
         (status = 503, description = "QUOTA_UNAVAILABLE: retry (never means sold out)", body = ErrorBody),
     ),
     security(("buyer" = []))
@@ -40,6 +41,8 @@ pub async fn issue_pass(
     let span = tracing::Span::current();
     span.record("product_id", req.product_id);
     span.record("member", member.as_str());
+    // Before any work: a member over their rate costs the gate no Redis call.
+    state.limiter.check(&member)?;
     if req.product_id <= 0 {
         return Err(Error::InvalidProductId);
     }

@@ -7,6 +7,7 @@ use paysaga_common::{
     auth::BuyerKeySource,
     config::{self, ConfigError, LogFormat},
     keys::{self, DevKey},
+    limits::MemberRate,
 };
 
 #[derive(Debug, Clone)]
@@ -55,6 +56,9 @@ pub struct Config {
     pub db_max_connections: u32,
     /// `LOG_FORMAT`: `json` or `pretty` (default pretty).
     pub log_format: LogFormat,
+    /// `MEMBER_RATE_PER_SEC` / `MEMBER_RATE_BURST`: a buyer's payment requests
+    /// (`POST /v1/payments`, `GET /v1/payments/{id}`) per member (defaults 20 and 40).
+    pub member_rate: MemberRate,
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://payment_app:paysaga-dev@127.0.0.1:5432/paysaga";
@@ -103,6 +107,7 @@ impl Config {
             write_flushes: config::parse("WRITE_FLUSHES", DEFAULT_BATCHES_IN_FLIGHT)?,
             db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+            member_rate: MemberRate::from_env()?,
         };
         c.validate()?;
         Ok(c)
@@ -135,6 +140,7 @@ impl Config {
             write_flushes: DEFAULT_BATCHES_IN_FLIGHT,
             db_max_connections: 16,
             log_format: LogFormat::Pretty,
+            member_rate: MemberRate::default(),
         }
     }
 

@@ -8,6 +8,7 @@ use axum::{
 use paysaga_common::{
     client::CallError,
     error::{codes as common_codes, internal_error_response},
+    limits::RateLimited,
     ApiError,
 };
 use uuid::Uuid;
@@ -21,6 +22,9 @@ pub enum Error {
     /// A rejection from a common extractor or an input check, already shaped.
     #[error("{}: {}", .0.code, .0.message)]
     Api(ApiError),
+    /// The member called faster than `MEMBER_RATE_PER_SEC` allows; nothing was done.
+    #[error(transparent)]
+    RateLimited(#[from] RateLimited),
     #[error("Idempotency-Key header is required")]
     IdempotencyKeyMissing,
     #[error("Idempotency-Key is invalid: {0}")]
@@ -115,7 +119,7 @@ impl Error {
                 common_codes::UNAVAILABLE,
                 "this instance is stopping; retry with the same Idempotency-Key to get the payment's answer",
             ),
-            Error::Database(_) | Error::Invariant(_) => return None,
+            Error::Database(_) | Error::Invariant(_) | Error::RateLimited(_) => return None,
         };
         Some(e)
     }
@@ -123,6 +127,9 @@ impl Error {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
+        if let Error::RateLimited(limited) = self {
+            return limited.into_response();
+        }
         match self.api() {
             Some(api) => {
                 let mut response = api.into_response();

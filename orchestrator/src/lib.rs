@@ -31,7 +31,9 @@ use axum::{
 };
 use paysaga_common::{
     auth::{service_token_from_env, Verifier},
-    db, server,
+    db,
+    limits::MemberLimiter,
+    server,
 };
 use paysaga_contracts::AccountClient;
 use paysaga_contracts::OrderClient;
@@ -59,6 +61,8 @@ pub struct AppState {
     pub engine: Arc<driver::Engine>,
     pub response_wait: Duration,
     pub retention_hours: i64,
+    /// A buyer's payment requests per member (`MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`).
+    pub limiter: Arc<MemberLimiter>,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -104,6 +108,7 @@ impl AppState {
             engine: Arc::new(engine),
             response_wait: config.response_wait,
             retention_hours: config.idempotency_retention_hours,
+            limiter: Arc::new(MemberLimiter::new(config.member_rate)),
         }
     }
 

@@ -45,6 +45,7 @@ pub const CREATE_PAYMENT: &str = "create_payment";
         (status = 404, description = "RESERVATION_NOT_FOUND, ACCOUNT_NOT_FOUND", body = paysaga_common::ErrorBody),
         (status = 409, description = "IDEMPOTENCY_KEY_IN_PROGRESS (with Retry-After), RESERVATION_NOT_PAYABLE, RESERVATION_ALREADY_PAID", body = paysaga_common::ErrorBody),
         (status = 422, description = "IDEMPOTENCY_KEY_REUSED, INVALID_BODY", body = paysaga_common::ErrorBody),
+        (status = 429, description = "RATE_LIMITED: too many requests from this member (with Retry-After); nothing was done", body = paysaga_common::ErrorBody),
         (status = 503, description = "UNAVAILABLE: a service needed to accept it did not answer; nothing charged", body = paysaga_common::ErrorBody),
     ),
     security(("buyer" = []))
@@ -56,6 +57,9 @@ pub async fn create(
     headers: HeaderMap,
     Json(req): Json<CreatePayment>,
 ) -> Result<Response> {
+    // First, before the key is read or anything is written: a refused request leaves no
+    // idempotency record and no payment behind.
+    state.limiter.check(&member)?;
     let key = IdempotencyKey::from_headers(&headers)?;
     let normalised = serde_json::to_string(&req)
         .map_err(|e| Error::Invariant(format!("request serialises: {e}")))?;
@@ -340,6 +344,7 @@ async fn check(state: &AppState, member: &MemberId, req: &CreatePayment) -> Resu
     responses(
         (status = 200, body = Payment),
         (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
+        (status = 429, description = "RATE_LIMITED: too many requests from this member (with Retry-After)", body = paysaga_common::ErrorBody),
     ),
     security(("buyer" = []), ("service" = []))
 )]
@@ -349,6 +354,10 @@ pub async fn get(
     caller: Caller,
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<Payment>> {
+    // Buyers poll this; services (operators, tools) are not members and not limited.
+    if let Caller::Buyer(member) = &caller {
+        state.limiter.check(member)?;
+    }
     let row = store::load(&state.pool, id)
         .await?
         .ok_or(Error::PaymentNotFound)?;
