@@ -1,13 +1,19 @@
 //! The account service's settings, read from the environment.
 
-use paysaga_common::config::{self, ConfigError, LogFormat};
+use ed25519_dalek::VerifyingKey;
+use paysaga_common::{
+    auth::BuyerKeySource,
+    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    keys::{self, DevKey},
+};
 
 /// How many merchant shard rows the migration creates; `MERCHANT_SHARDS` uses a prefix.
 pub const MAX_MERCHANT_SHARDS: u16 = 16;
 
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `DATABASE_URL`: connects as `account_app`.
+    /// `DATABASE_URL`: connects as `account_app`. Required; the development password
+    /// only with `PAYSAGA_DEV_KEYS=1`.
     pub database_url: String,
     /// `LISTEN_ADDR`, default `127.0.0.1:8082`.
     pub listen_addr: String,
@@ -20,32 +26,55 @@ pub struct Config {
     /// `BATCH_FAST_PATH`, default `true`: a batch's debits first try the one-statement
     /// path; `false` sends every batch down the multi-statement transaction (to compare).
     pub batch_fast_path: bool,
+    /// Where buyer-token keys come from: the member service's key set
+    /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`; one of them is required.
+    pub buyer_keys: BuyerKeySource,
+    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required: it decides who
+    /// may open accounts and move money.
+    pub service_jwt_public_key: VerifyingKey,
+    /// The development keys and password in use (development mode only), warned at start.
+    pub dev_fallbacks: DevFallbacks,
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://account_app:paysaga-dev@127.0.0.1:5432/paysaga";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8082";
 
 impl Config {
-    pub fn from_env() -> Result<Self, ConfigError> {
+    pub fn from_env() -> Result<Self, config::Error> {
+        // Every missing secret is named at once, before any other setting is judged.
+        let mut secrets = Secrets::from_env()?;
+        let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
+        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
+        let service_jwt_public_key = keys::verifying_key(
+            &mut secrets,
+            "SERVICE_JWT_PUBLIC_KEY",
+            DevKey::ServiceTokens,
+        )?;
+        let dev_fallbacks = secrets.finish()?;
         let merchant_shards = config::parse("MERCHANT_SHARDS", MAX_MERCHANT_SHARDS)?;
         if merchant_shards == 0 || merchant_shards > MAX_MERCHANT_SHARDS {
             return Err(ConfigError {
                 name: "MERCHANT_SHARDS".into(),
                 value: merchant_shards.to_string(),
                 reason: format!("must be between 1 and {MAX_MERCHANT_SHARDS}"),
-            });
+            }
+            .into());
         }
         Ok(Self {
-            database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
+            database_url,
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
             merchant_shards,
             batch_fast_path: config::parse("BATCH_FAST_PATH", true)?,
+            buyer_keys,
+            service_jwt_public_key,
+            dev_fallbacks,
         })
     }
 
-    /// Defaults for everything but the database, as tests and tools want it.
+    /// Defaults for everything but the database, as tests and tools want it: the
+    /// development keys.
     pub fn local(database_url: impl Into<String>) -> Self {
         Self {
             database_url: database_url.into(),
@@ -54,6 +83,9 @@ impl Config {
             log_format: LogFormat::Pretty,
             merchant_shards: MAX_MERCHANT_SHARDS,
             batch_fast_path: true,
+            buyer_keys: BuyerKeySource::development(),
+            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            dev_fallbacks: DevFallbacks::default(),
         }
     }
 }

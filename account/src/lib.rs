@@ -62,7 +62,7 @@ impl AppState {
         db::migrate(&pool, &MIGRATOR)
             .await
             .context("running account_service migrations")?;
-        let verifier = Verifier::from_env().context("reading token verification keys")?;
+        let verifier = Verifier::from_source(&config.buyer_keys, &config.service_jwt_public_key);
         Ok(Self {
             pool,
             verifier: Arc::new(verifier),
@@ -118,6 +118,7 @@ pub fn app(state: AppState) -> Router {
 pub async fn serve_from_env() -> anyhow::Result<()> {
     let config = Config::from_env()?;
     paysaga_common::telemetry::init_tracing(config.log_format);
+    config.dev_fallbacks.warn("account");
     let listener = paysaga_common::server::listener(&config.listen_addr).await?;
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }

@@ -4,7 +4,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context;
-use paysaga_common::{auth::service_token_from_env, money::Amount};
+use paysaga_common::money::Amount;
 use paysaga_contracts::member::{
     api::{Credentials, ListMembers, Member, OperationKey, TopUpRequest},
     client::MemberClient,
@@ -15,12 +15,12 @@ use crate::{
     table,
 };
 
-fn client(endpoints: &Endpoints) -> MemberClient {
-    MemberClient::new(
+fn client(endpoints: &Endpoints) -> anyhow::Result<MemberClient> {
+    Ok(MemberClient::new(
         &endpoints.member_url,
-        service_token_from_env("operator"),
+        crate::ops::operator_token()?,
         Duration::from_secs(30),
-    )
+    ))
 }
 
 fn member_row(m: &Member) -> Vec<String> {
@@ -37,7 +37,7 @@ fn member_row(m: &Member) -> Vec<String> {
 const MEMBER_HEADER: [&str; 4] = ["member", "email", "account", "created (UTC)"];
 
 pub async fn run(endpoints: &Endpoints, cmd: MemberCommand) -> anyhow::Result<ExitCode> {
-    let members = client(endpoints);
+    let members = client(endpoints)?;
     match cmd {
         MemberCommand::Create { email, password } => {
             let member = members

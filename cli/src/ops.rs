@@ -20,9 +20,11 @@ use crate::{
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The operator's credential: `SERVICE_TOKEN`, or one minted with the development key.
-fn operator_token() -> String {
+/// The operator's credential: `SERVICE_TOKEN`, or, in development mode
+/// (`PAYSAGA_DEV_KEYS=1`), one minted with the development key.
+pub(crate) fn operator_token() -> anyhow::Result<String> {
     service_token_from_env("operator")
+        .context("the operator commands need a service credential: set SERVICE_TOKEN, or PAYSAGA_DEV_KEYS=1 against a development system")
 }
 
 fn payment_row(p: &PaymentAdmin) -> Vec<String> {
@@ -60,7 +62,7 @@ const PAYMENT_HEADER: [&str; 8] = [
 
 pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Result<ExitCode> {
     let orchestrator =
-        OrchestratorClient::new(&endpoints.orchestrator_url, operator_token(), TIMEOUT);
+        OrchestratorClient::new(&endpoints.orchestrator_url, operator_token()?, TIMEOUT);
     match cmd {
         PaymentsCommand::List {
             state,
@@ -225,7 +227,7 @@ const PRODUCT_HEADER: [&str; 7] = [
 ];
 
 pub async fn products(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
-    let order = OrderClient::new(&endpoints.order_url, operator_token(), TIMEOUT);
+    let order = OrderClient::new(&endpoints.order_url, operator_token()?, TIMEOUT);
     let products = order
         .list_products()
         .await
@@ -239,7 +241,7 @@ pub async fn products(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn stock(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCode> {
-    let order = OrderClient::new(&endpoints.order_url, operator_token(), TIMEOUT);
+    let order = OrderClient::new(&endpoints.order_url, operator_token()?, TIMEOUT);
     let p = order
         .product(product)
         .await
@@ -250,7 +252,7 @@ pub async fn stock(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCo
 }
 
 pub async fn quota(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCode> {
-    let gate = GateClient::new(&endpoints.gate_url, operator_token(), TIMEOUT);
+    let gate = GateClient::new(&endpoints.gate_url, operator_token()?, TIMEOUT);
     let q = gate
         .quota(product)
         .await
@@ -272,10 +274,22 @@ pub async fn quota(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCo
 }
 
 pub fn token(cmd: TokenCommand) -> anyhow::Result<ExitCode> {
+    // Minting with a public key is only for a system that trusts it, which is one run in
+    // development mode; asking for it says so.
+    if !paysaga_common::config::dev_mode()? {
+        anyhow::bail!(
+            "`paysaga token` mints DEVELOPMENT tokens, which only a system in development mode \
+             accepts; set PAYSAGA_DEV_KEYS=1 to use it"
+        );
+    }
     let (minter, subject, ttl) = match cmd {
         TokenCommand::Buyer { member, ttl_secs } => {
             paysaga_common::auth::MemberId::parse(member.as_str())
                 .map_err(|e| anyhow::anyhow!("{member}: {e}"))?;
+            let max = paysaga_common::auth::MAX_BUYER_TOKEN_LIFETIME_SECS;
+            if ttl_secs > max as u64 {
+                anyhow::bail!("--ttl-secs {ttl_secs}: buyer tokens live at most {max} seconds");
+            }
             (Minter::dev_buyer(), member, ttl_secs)
         }
         TokenCommand::Service { name, ttl_secs } => (Minter::dev_service(), name, ttl_secs),

@@ -24,7 +24,11 @@ use crate::{
 
 /// Variables the run command sets itself for each service; the caller's values for
 /// them are not passed through (`DATABASE_URL` names the server, not a role's login).
-const MANAGED: [&str; 10] = [
+const MANAGED: [&str; 11] = [
+    // The system `up` starts is a development one: its roles have the development
+    // password and unset keys are the development keys, so its children always run in
+    // development mode (the wiring sets it), whatever the caller's shell says.
+    "PAYSAGA_DEV_KEYS",
     "DATABASE_URL",
     "ADMIN_DATABASE_URL",
     "REDIS_URL",
@@ -269,16 +273,17 @@ fn print_next_steps(
         table::render(&["service", "API docs", "OpenAPI", "metrics"], &rows)
     );
     println!("  service logs (JSON lines): {}", log_dir.display());
-    println!("  operator commands:  cargo run --release -p paysaga --{flags} payments list");
+    // The operator commands run outside the system, so they need development mode too to
+    // mint their credential with the development key.
+    let run = "PAYSAGA_DEV_KEYS=1 cargo run --release -p paysaga --";
+    println!("  operator commands:  {run}{flags} payments list");
     if let Some((id, _, product)) = sample {
+        println!("                      {run}{flags} payments show {id}");
+        println!("                      {run}{flags} stock {product}");
+        println!("                      {run}{flags} quota {product}");
+        println!("  the demo's members: {run}{flags} member list");
         println!(
-            "                      cargo run --release -p paysaga --{flags} payments show {id}"
-        );
-        println!("                      cargo run --release -p paysaga --{flags} stock {product}");
-        println!("                      cargo run --release -p paysaga --{flags} quota {product}");
-        println!("  the demo's members: cargo run --release -p paysaga --{flags} member list");
-        println!(
-            "  a buyer token:      MEMBER_PASSWORD={} cargo run --release -p paysaga --{flags} member sign-in <email from the list>",
+            "  a buyer token:      MEMBER_PASSWORD={} {run}{flags} member sign-in <email from the list>",
             paysaga_e2e::setup::BUYER_PASSWORD
         );
     }

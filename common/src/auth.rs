@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::{
+    config::{self, ConfigError, Secrets},
     error::{codes, ApiError},
     jwks::{self, RemoteKeys},
     keys::{self, DevKey},
@@ -26,6 +27,11 @@ use crate::{
 pub const ISSUER: &str = "paysaga";
 pub const BUYER_AUDIENCE: &str = "paysaga:buyer";
 pub const SERVICE_AUDIENCE: &str = "paysaga:service";
+
+/// The longest a buyer token may live (`exp - iat`). The member service issues
+/// 15-minute tokens; a leaked key or a mis-set minter must not yield tokens that stay
+/// good for years.
+pub const MAX_BUYER_TOKEN_LIFETIME_SECS: i64 = 24 * 3600;
 
 /// A member (buyer) id: the subject of a buyer token. 1 to 64 characters of
 /// `[A-Za-z0-9_.:-]`.
@@ -93,8 +99,9 @@ pub enum BuyerKeySource {
 
 impl BuyerKeySource {
     /// `MEMBER_JWKS_URL` when set (with `JWKS_MIN_REFRESH_MS`, default 5000, and
-    /// `JWKS_REFRESH_SECS`, default 300), else `JWT_PUBLIC_KEY`, else the development key.
-    pub fn from_env() -> Result<Self, crate::config::ConfigError> {
+    /// `JWKS_REFRESH_SECS`, default 300), else `JWT_PUBLIC_KEY`; with neither, the
+    /// development key in development mode, else missing.
+    pub fn from_secrets(secrets: &mut Secrets) -> Result<Self, ConfigError> {
         match std::env::var("MEMBER_JWKS_URL") {
             Ok(url) if !url.trim().is_empty() => {
                 let every: u64 = crate::config::parse("JWKS_REFRESH_SECS", 300)?;
@@ -107,10 +114,17 @@ impl BuyerKeySource {
                     refresh_every: std::time::Duration::from_secs(every.max(1)),
                 })
             }
-            _ => Ok(Self::Static(keys::verifying_key_from_env(
-                "JWT_PUBLIC_KEY",
-                DevKey::BuyerTokens,
-            )?)),
+            _ => match std::env::var("JWT_PUBLIC_KEY") {
+                Ok(v) if !v.trim().is_empty() => Ok(Self::Static(keys::verifying_key(
+                    secrets,
+                    "JWT_PUBLIC_KEY",
+                    DevKey::BuyerTokens,
+                )?)),
+                _ => {
+                    secrets.unset("MEMBER_JWKS_URL or JWT_PUBLIC_KEY");
+                    Ok(Self::development())
+                }
+            },
         }
     }
 
@@ -208,8 +222,22 @@ fn validation(aud: &str) -> Validation {
     v.set_audience(&[aud]);
     v.set_issuer(&[ISSUER]);
     v.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
+    v.validate_nbf = true;
     v.leeway = 5;
     v
+}
+
+/// How every buyer token is checked, here and in the member service: EdDSA, the buyer
+/// audience, our issuer, `nbf` when present, and `iat` required (for the lifetime cap).
+pub fn buyer_validation() -> Validation {
+    let mut v = validation(BUYER_AUDIENCE);
+    v.set_required_spec_claims(&["exp", "iat", "sub", "aud", "iss"]);
+    v
+}
+
+/// Whether a verified buyer token's lifetime is within [`MAX_BUYER_TOKEN_LIFETIME_SECS`].
+pub fn within_buyer_lifetime(claims: &Claims) -> bool {
+    claims.exp.saturating_sub(claims.iat) <= MAX_BUYER_TOKEN_LIFETIME_SECS
 }
 
 impl Verifier {
@@ -217,7 +245,7 @@ impl Verifier {
         Self {
             buyer_keys: BuyerKeys::Static(decoding_key(buyer)),
             service_key: decoding_key(service),
-            buyer_validation: validation(BUYER_AUDIENCE),
+            buyer_validation: buyer_validation(),
             service_validation: validation(SERVICE_AUDIENCE),
             buyer_cache: None,
         }
@@ -259,12 +287,18 @@ impl Verifier {
         this
     }
 
-    /// Buyer keys from [`BuyerKeySource::from_env`], the service key from
-    /// `SERVICE_JWT_PUBLIC_KEY`; development keys where unset. Needs a Tokio runtime.
-    pub fn from_env() -> Result<Self, crate::config::ConfigError> {
-        let buyer = BuyerKeySource::from_env()?;
-        let service =
-            keys::verifying_key_from_env("SERVICE_JWT_PUBLIC_KEY", DevKey::ServiceTokens)?;
+    /// Buyer keys from [`BuyerKeySource::from_secrets`], the service key from
+    /// `SERVICE_JWT_PUBLIC_KEY`; development keys where unset only in development mode
+    /// (warned), otherwise every unset one is named in the error. Needs a Tokio runtime.
+    pub fn from_env() -> Result<Self, config::Error> {
+        let mut secrets = Secrets::from_env()?;
+        let buyer = BuyerKeySource::from_secrets(&mut secrets)?;
+        let service = keys::verifying_key(
+            &mut secrets,
+            "SERVICE_JWT_PUBLIC_KEY",
+            DevKey::ServiceTokens,
+        )?;
+        secrets.finish()?.warn("verifier");
         Ok(Self::from_source(&buyer, &service))
     }
 
@@ -317,6 +351,9 @@ impl Verifier {
 
     fn verify_buyer_with(&self, token: &str, key: &DecodingKey, now: i64) -> Option<MemberId> {
         let data = jsonwebtoken::decode::<Claims>(token, key, &self.buyer_validation).ok()?;
+        if !within_buyer_lifetime(&data.claims) {
+            return None;
+        }
         let member = MemberId::parse(data.claims.sub).ok()?;
         if let Some(cache) = &self.buyer_cache {
             cache.insert(token, &member, data.claims.exp, now);
@@ -393,16 +430,55 @@ impl Minter {
     }
 }
 
-/// The credential this service presents when it calls another: `SERVICE_TOKEN`, or
-/// (DEVELOPMENT ONLY) one minted with the development service key.
-pub fn service_token_from_env(service_name: &str) -> String {
-    match std::env::var("SERVICE_TOKEN") {
-        Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
-        _ => Minter::dev_service().mint(
-            service_name,
-            std::time::Duration::from_secs(10 * 365 * 86400),
-        ),
+/// The credential this service presents when it calls another: `SERVICE_TOKEN`. Unset,
+/// in development mode one is minted with the development service key; otherwise it is
+/// missing. A configured token signed with the development key is refused.
+pub fn service_token(secrets: &mut Secrets, service_name: &str) -> Result<String, ConfigError> {
+    const VAR: &str = "SERVICE_TOKEN";
+    match std::env::var(VAR) {
+        Ok(t) if !t.trim().is_empty() => {
+            let t = t.trim().to_owned();
+            if signed_by_development_key(&t) {
+                return Err(ConfigError {
+                    name: VAR.to_owned(),
+                    value: "<redacted>".to_owned(),
+                    reason: "is signed with the public DEVELOPMENT service key; mint it with a \
+                             key of your own"
+                        .to_owned(),
+                });
+            }
+            Ok(t)
+        }
+        _ => {
+            secrets.unset(VAR);
+            Ok(Minter::dev_service().mint(
+                service_name,
+                std::time::Duration::from_secs(10 * 365 * 86400),
+            ))
+        }
     }
+}
+
+/// [`service_token`] for a tool outside a service (the operator commands): its own
+/// development-mode reading, the warning, and the error naming `SERVICE_TOKEN`.
+pub fn service_token_from_env(service_name: &str) -> Result<String, config::Error> {
+    let mut secrets = Secrets::from_env()?;
+    let token = service_token(&mut secrets, service_name)?;
+    secrets.finish()?.warn(service_name);
+    Ok(token)
+}
+
+/// Whether any development key's signature verifies on `token`, whatever its claims:
+/// such a credential could have been minted by anyone.
+fn signed_by_development_key(token: &str) -> bool {
+    let mut any = Validation::new(Algorithm::EdDSA);
+    any.required_spec_claims.clear();
+    any.validate_exp = false;
+    any.validate_aud = false;
+    DevKey::ALL.iter().any(|d| {
+        jsonwebtoken::decode::<serde_json::Value>(token, &decoding_key(&d.verifying_key()), &any)
+            .is_ok()
+    })
 }
 
 fn bearer(parts: &Parts) -> Result<&str, ApiError> {
@@ -597,5 +673,77 @@ mod tests {
         let mut tampered = good.clone();
         tampered.insert(good.find('.').unwrap() + 3, 'x');
         assert!(v.verify_buyer(&tampered).is_none());
+    }
+
+    fn buyer_token_with(claims: serde_json::Value) -> String {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::EdDSA),
+            &claims,
+            &Minter::dev_buyer().key,
+        )
+        .unwrap()
+    }
+
+    fn buyer_claims(iat: i64, exp: i64) -> serde_json::Value {
+        serde_json::json!({
+            "sub": "member-1", "aud": BUYER_AUDIENCE, "iss": ISSUER, "iat": iat, "exp": exp,
+        })
+    }
+
+    #[test]
+    fn a_token_not_yet_valid_is_refused() {
+        let v = Verifier::development();
+        let now = chrono::Utc::now().timestamp();
+        let mut later = buyer_claims(now, now + 600);
+        later["nbf"] = (now + 300).into();
+        assert!(v.verify_buyer(&buyer_token_with(later)).is_none());
+        let mut now_valid = buyer_claims(now, now + 600);
+        now_valid["nbf"] = (now - 1).into();
+        assert!(v.verify_buyer(&buyer_token_with(now_valid)).is_some());
+    }
+
+    #[test]
+    fn buyer_tokens_live_at_most_the_maximum_and_need_iat() {
+        let v = Verifier::development();
+        let now = chrono::Utc::now().timestamp();
+        let longest = buyer_claims(now, now + MAX_BUYER_TOKEN_LIFETIME_SECS);
+        assert!(v.verify_buyer(&buyer_token_with(longest)).is_some());
+        let too_long = buyer_claims(now, now + MAX_BUYER_TOKEN_LIFETIME_SECS + 1);
+        assert!(v.verify_buyer(&buyer_token_with(too_long)).is_none());
+        // Backdating `iat` does not help: the lifetime is exp - iat.
+        let decade = buyer_claims(now - 10, now + 10 * 365 * 86_400);
+        assert!(v.verify_buyer(&buyer_token_with(decade)).is_none());
+        let mut no_iat = buyer_claims(now, now + 60);
+        no_iat.as_object_mut().unwrap().remove("iat");
+        assert!(v.verify_buyer(&buyer_token_with(no_iat)).is_none());
+        let minted = Minter::dev_buyer().mint(
+            "m",
+            Duration::from_secs(MAX_BUYER_TOKEN_LIFETIME_SECS as u64 + 60),
+        );
+        assert!(v.verify_buyer(&minted).is_none());
+    }
+
+    #[test]
+    fn service_tokens_keep_their_long_lifetime() {
+        let v = Verifier::development();
+        let svc = Minter::dev_service().mint("gate", Duration::from_secs(10 * 365 * 86_400));
+        assert_eq!(v.verify_service(&svc).as_deref(), Some("gate"));
+    }
+
+    #[test]
+    fn credentials_signed_with_a_development_key_are_recognised() {
+        let dev = Minter::dev_service().mint("gate", Duration::from_secs(60));
+        assert!(signed_by_development_key(&dev));
+        let expired = jsonwebtoken::encode(
+            &Header::new(Algorithm::EdDSA),
+            &serde_json::json!({"sub": "gate", "exp": 1}),
+            &Minter::dev_service().key,
+        )
+        .unwrap();
+        assert!(signed_by_development_key(&expired), "whatever its claims");
+        let own = SigningKey::from_bytes(&[42; 32]);
+        let real = Minter::new(&own, SERVICE_AUDIENCE).mint("gate", Duration::from_secs(60));
+        assert!(!signed_by_development_key(&real));
+        assert!(!signed_by_development_key("not a token"));
     }
 }

@@ -1,5 +1,6 @@
-//! Ed25519 key material from the environment, and the clearly marked development keys
-//! used when none is configured.
+//! Ed25519 key material from the environment, and the clearly marked development keys,
+//! used for an unset key only in development mode (`PAYSAGA_DEV_KEYS=1`) and refused
+//! whenever configured explicitly.
 
 use base64::{
     engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD},
@@ -7,6 +8,8 @@ use base64::{
 };
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
+
+use crate::config::{ConfigError, Secrets};
 
 /// Which development key pair. Each role has its own, so a buyer token can never be a
 /// service credential and a token key can never sign a pass.
@@ -18,6 +21,8 @@ pub enum DevKey {
 }
 
 impl DevKey {
+    pub const ALL: [DevKey; 3] = [DevKey::BuyerTokens, DevKey::ServiceTokens, DevKey::Passes];
+
     /// DEVELOPMENT ONLY: a key derived from a public, fixed string. Anyone can mint
     /// tokens with it; production must configure its own keys.
     pub fn signing_key(self) -> SigningKey {
@@ -72,36 +77,106 @@ pub fn encode_signing_key(k: &SigningKey) -> String {
     STANDARD.encode(k.to_bytes())
 }
 
-/// A verifying key from `var`, or the development key when the variable is unset.
-pub fn verifying_key_from_env(
-    var: &str,
-    dev: DevKey,
-) -> Result<VerifyingKey, crate::config::ConfigError> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => {
-            parse_verifying_key(&v).map_err(|e| crate::config::ConfigError {
-                name: var.to_owned(),
-                value: "<redacted>".to_owned(),
-                reason: e.to_string(),
-            })
-        }
-        _ => Ok(dev.verifying_key()),
+/// Whether `key` is the public half of any development key pair. Anyone can sign for
+/// those, so a configured key never may be one, in any mode.
+pub fn is_development_key(key: &VerifyingKey) -> bool {
+    DevKey::ALL.iter().any(|d| d.verifying_key() == *key)
+}
+
+fn invalid(var: &str, reason: String) -> ConfigError {
+    ConfigError {
+        name: var.to_owned(),
+        value: "<redacted>".to_owned(),
+        reason,
     }
 }
 
-/// A signing key from `var`, or the development key when the variable is unset.
-pub fn signing_key_from_env(
+fn refuse_development(var: &str, key: &VerifyingKey) -> Result<(), ConfigError> {
+    if is_development_key(key) {
+        return Err(invalid(
+            var,
+            "is a public DEVELOPMENT key (anyone can sign with it); configure a key of your own"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// A configured value of `var`, if set and not blank.
+fn configured(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// A verifying key from `var`. Unset, it is `dev`'s key in development mode and missing
+/// otherwise (see [`Secrets`]); set to a development key, it is refused.
+pub fn verifying_key(
+    secrets: &mut Secrets,
     var: &str,
     dev: DevKey,
-) -> Result<SigningKey, crate::config::ConfigError> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => {
-            parse_signing_key(&v).map_err(|e| crate::config::ConfigError {
-                name: var.to_owned(),
-                value: "<redacted>".to_owned(),
-                reason: e.to_string(),
-            })
+) -> Result<VerifyingKey, ConfigError> {
+    match configured(var) {
+        Some(v) => {
+            let key = parse_verifying_key(&v).map_err(|e| invalid(var, e.to_string()))?;
+            refuse_development(var, &key)?;
+            Ok(key)
         }
-        _ => Ok(dev.signing_key()),
+        None => {
+            secrets.unset(var);
+            Ok(dev.verifying_key())
+        }
+    }
+}
+
+/// A signing key from `var`, with the rules of [`verifying_key`].
+pub fn signing_key(
+    secrets: &mut Secrets,
+    var: &str,
+    dev: DevKey,
+) -> Result<SigningKey, ConfigError> {
+    match configured(var) {
+        Some(v) => {
+            let key = parse_signing_key(&v).map_err(|e| invalid(var, e.to_string()))?;
+            refuse_development(var, &key.verifying_key())?;
+            Ok(key)
+        }
+        None => {
+            secrets.unset(var);
+            Ok(dev.signing_key())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fresh() -> SigningKey {
+        SigningKey::from_bytes(&rand::random())
+    }
+
+    #[test]
+    fn development_keys_are_recognised_and_fresh_ones_are_not() {
+        for d in DevKey::ALL {
+            assert!(is_development_key(&d.verifying_key()));
+            assert!(refuse_development("PASS_PUBLIC_KEY", &d.verifying_key())
+                .unwrap_err()
+                .to_string()
+                .contains("PASS_PUBLIC_KEY"));
+        }
+        assert!(!is_development_key(&fresh().verifying_key()));
+        assert!(refuse_development("PASS_PUBLIC_KEY", &fresh().verifying_key()).is_ok());
+    }
+
+    #[test]
+    fn keys_round_trip_through_their_encoding() {
+        let k = fresh();
+        let parsed = parse_signing_key(&encode_signing_key(&k)).unwrap();
+        assert_eq!(parsed.to_bytes(), k.to_bytes());
+        let v = parse_verifying_key(&encode_verifying_key(&k.verifying_key())).unwrap();
+        assert_eq!(v, k.verifying_key());
+        assert!(matches!(
+            parse_verifying_key("AAAA"),
+            Err(KeyError::Length(3))
+        ));
     }
 }

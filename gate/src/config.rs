@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use ed25519_dalek::SigningKey;
+use ed25519_dalek::{SigningKey, VerifyingKey};
 use paysaga_common::{
-    config::{self, ConfigError, LogFormat},
-    keys::{signing_key_from_env, DevKey},
+    auth::{self, BuyerKeySource},
+    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    keys::{self, DevKey},
     limits::MemberRate,
 };
 
@@ -19,7 +20,16 @@ pub struct Config {
     pub order_url: String,
     pub listen_addr: String,
     pub log_format: LogFormat,
+    /// `PASS_SIGNING_KEY`. Required; the development key only with `PAYSAGA_DEV_KEYS=1`.
     pub pass_signing_key: SigningKey,
+    /// `MEMBER_JWKS_URL`, else `JWT_PUBLIC_KEY`: buyer-token keys. One is required.
+    pub buyer_keys: BuyerKeySource,
+    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required.
+    pub service_jwt_public_key: VerifyingKey,
+    /// `SERVICE_TOKEN`: the gate's credential toward the order service. Required.
+    pub service_token: String,
+    /// The development keys in use (development mode only), warned at start.
+    pub dev_fallbacks: DevFallbacks,
     /// How long a pass stays valid (and counts against the quota) after issue.
     pub pass_ttl: Duration,
     /// How often the quota recompute job runs.
@@ -49,6 +59,9 @@ impl std::fmt::Debug for Config {
             .field("order_url", &self.order_url)
             .field("listen_addr", &self.listen_addr)
             .field("pass_signing_key", &"<redacted>")
+            .field("buyer_keys", &self.buyer_keys)
+            .field("service_token", &"<redacted>")
+            .field("dev_fallbacks", &self.dev_fallbacks)
             .field("pass_ttl", &self.pass_ttl)
             .field("recompute_interval", &self.recompute_interval)
             .field("sold_out_cache", &self.sold_out_cache)
@@ -85,14 +98,29 @@ fn nonzero(name: &str, d: Duration) -> Result<Duration, ConfigError> {
 }
 
 impl Config {
-    pub fn from_env() -> Result<Self, ConfigError> {
+    pub fn from_env() -> Result<Self, config::Error> {
+        // Every missing secret is named at once, before any other setting is judged.
+        let mut secrets = Secrets::from_env()?;
+        let pass_signing_key = keys::signing_key(&mut secrets, "PASS_SIGNING_KEY", DevKey::Passes)?;
+        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
+        let service_jwt_public_key = keys::verifying_key(
+            &mut secrets,
+            "SERVICE_JWT_PUBLIC_KEY",
+            DevKey::ServiceTokens,
+        )?;
+        let service_token = auth::service_token(&mut secrets, "gate")?;
+        let dev_fallbacks = secrets.finish()?;
         Ok(Self {
             redis_url: config::string("REDIS_URL", "redis://127.0.0.1:6379/"),
             redis_prefix: config::string("REDIS_PREFIX", "paysaga:"),
             order_url: config::string("ORDER_URL", "http://127.0.0.1:8084"),
             listen_addr: config::string("LISTEN_ADDR", "127.0.0.1:8085"),
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
-            pass_signing_key: signing_key_from_env("PASS_SIGNING_KEY", DevKey::Passes)?,
+            pass_signing_key,
+            buyer_keys,
+            service_jwt_public_key,
+            service_token,
+            dev_fallbacks,
             pass_ttl: Duration::from_secs(positive(
                 "PASS_TTL_SECS",
                 config::parse("PASS_TTL_SECS", 60u64)?,
@@ -120,7 +148,8 @@ impl Config {
         })
     }
 
-    /// Defaults with the given Redis and order service, for tests and benchmarks.
+    /// Defaults with the given Redis and order service, for tests and benchmarks: the
+    /// development keys and a development service credential.
     pub fn local(redis_url: &str, redis_prefix: &str, order_url: &str) -> Self {
         Self {
             redis_url: redis_url.to_owned(),
@@ -129,6 +158,11 @@ impl Config {
             listen_addr: "127.0.0.1:0".into(),
             log_format: LogFormat::Pretty,
             pass_signing_key: DevKey::Passes.signing_key(),
+            buyer_keys: BuyerKeySource::development(),
+            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            service_token: auth::Minter::dev_service()
+                .mint("gate", Duration::from_secs(10 * 365 * 86_400)),
+            dev_fallbacks: DevFallbacks::default(),
             pass_ttl: Duration::from_secs(60),
             recompute_interval: Duration::from_secs(2),
             sold_out_cache: Duration::from_millis(1000),

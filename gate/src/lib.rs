@@ -58,7 +58,10 @@ impl AppState {
     /// Builds the state. Redis is connected lazily, so a gate starts (degraded) even
     /// while Redis is down.
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
-        let verifier = Arc::new(Verifier::from_env()?);
+        let verifier = Arc::new(Verifier::from_source(
+            &config.buyer_keys,
+            &config.service_jwt_public_key,
+        ));
         Ok(Self::with_verifier(config, verifier)?)
     }
 
@@ -84,7 +87,7 @@ impl AppState {
         ));
         let order = OrderClient::new(
             config.order_url.clone(),
-            paysaga_common::auth::service_token_from_env("gate"),
+            config.service_token.clone(),
             config.order_timeout,
         );
         let recompute = Arc::new(Recompute::new(
@@ -143,6 +146,7 @@ pub fn app(state: AppState) -> Router {
 pub async fn serve_from_env() -> anyhow::Result<()> {
     let config = Config::from_env()?;
     paysaga_common::telemetry::init_tracing(config.log_format);
+    config.dev_fallbacks.warn("gate");
     let listener = paysaga_common::server::listener(&config.listen_addr).await?;
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }

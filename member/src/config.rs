@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-use ed25519_dalek::SigningKey;
+use ed25519_dalek::{SigningKey, VerifyingKey};
 use paysaga_common::{
-    config::{self, ConfigError, LogFormat},
+    auth::{self, MAX_BUYER_TOKEN_LIFETIME_SECS},
+    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
     jwks::kid_of,
-    keys::{parse_signing_key, DevKey},
+    keys::{self, is_development_key, parse_signing_key, DevKey},
 };
 
 /// The keys buyer tokens are signed with: the first signs, all are published.
@@ -35,14 +36,25 @@ impl SigningKeys {
     }
 
     /// Base64 32-byte seeds separated by commas or newlines; blank entries and lines
-    /// starting with `#` are skipped.
+    /// starting with `#` are skipped. A development key is refused: anyone could sign
+    /// buyer tokens with it.
     pub fn parse(text: &str) -> Result<Self, String> {
         let keys = text
             .split([',', '\n'])
             .map(str::trim)
             .filter(|s| !s.is_empty() && !s.starts_with('#'))
             .enumerate()
-            .map(|(i, s)| parse_signing_key(s).map_err(|e| format!("key {}: {e}", i + 1)))
+            .map(|(i, s)| {
+                let key = parse_signing_key(s).map_err(|e| format!("key {}: {e}", i + 1))?;
+                if is_development_key(&key.verifying_key()) {
+                    return Err(format!(
+                        "key {} is a public DEVELOPMENT key (anyone can sign with it); \
+                         configure a key of your own",
+                        i + 1
+                    ));
+                }
+                Ok(key)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if keys.is_empty() {
             return Err("no key given".into());
@@ -136,7 +148,8 @@ impl std::fmt::Debug for Secret {
 
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `DATABASE_URL`: connects as `member_app`.
+    /// `DATABASE_URL`: connects as `member_app`. Required; the development password
+    /// only with `PAYSAGA_DEV_KEYS=1`.
     pub database_url: String,
     /// `LISTEN_ADDR`, default `127.0.0.1:8081`.
     pub listen_addr: String,
@@ -148,12 +161,15 @@ pub struct Config {
     pub account_url: String,
     /// `ACCOUNT_TIMEOUT_MS`, default 5000: each call to the account service.
     pub account_timeout: Duration,
-    /// This service's credential toward the account service (`SERVICE_TOKEN`, else a
-    /// development one).
+    /// This service's credential toward the account service (`SERVICE_TOKEN`). Required.
     pub service_token: Secret,
     /// `MEMBER_SIGNING_KEYS` (comma-separated base64 seeds) or `MEMBER_SIGNING_KEYS_FILE`
-    /// (one per line); the first signs, all are published. Unset: the development key.
+    /// (one per line); the first signs, all are published. Required.
     pub signing_keys: SigningKeys,
+    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required.
+    pub service_jwt_public_key: VerifyingKey,
+    /// The development keys and password in use (development mode only), warned at start.
+    pub dev_fallbacks: DevFallbacks,
     /// `ARGON2_MEMORY_KIB`, `ARGON2_ITERATIONS`, `ARGON2_PARALLELISM`; OWASP's minimum
     /// by default.
     pub argon2: Argon2Params,
@@ -213,7 +229,7 @@ fn positive(name: &str, value: u64) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn signing_keys_from_env() -> Result<SigningKeys, ConfigError> {
+fn signing_keys_from_env(secrets: &mut Secrets) -> Result<SigningKeys, ConfigError> {
     let invalid = |name: &str, reason: String| ConfigError {
         name: name.into(),
         value: "<redacted>".into(),
@@ -234,6 +250,7 @@ fn signing_keys_from_env() -> Result<SigningKeys, ConfigError> {
             return SigningKeys::parse(&text).map_err(|e| invalid("MEMBER_SIGNING_KEYS_FILE", e));
         }
     }
+    secrets.unset("MEMBER_SIGNING_KEYS or MEMBER_SIGNING_KEYS_FILE");
     Ok(SigningKeys::development())
 }
 
@@ -242,7 +259,18 @@ fn cpus() -> usize {
 }
 
 impl Config {
-    pub fn from_env() -> Result<Self, ConfigError> {
+    pub fn from_env() -> Result<Self, config::Error> {
+        // Every missing secret is named at once, before any other setting is judged.
+        let mut secrets = Secrets::from_env()?;
+        let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
+        let signing_keys = signing_keys_from_env(&mut secrets)?;
+        let service_jwt_public_key = keys::verifying_key(
+            &mut secrets,
+            "SERVICE_JWT_PUBLIC_KEY",
+            DevKey::ServiceTokens,
+        )?;
+        let service_token = Secret(auth::service_token(&mut secrets, "member")?);
+        let dev_fallbacks = secrets.finish()?;
         let argon2 = Argon2Params {
             memory_kib: config::parse("ARGON2_MEMORY_KIB", Argon2Params::OWASP.memory_kib)?,
             iterations: config::parse("ARGON2_ITERATIONS", Argon2Params::OWASP.iterations)?,
@@ -258,7 +286,8 @@ impl Config {
                 name: "ARGON2_MEMORY_KIB/ARGON2_ITERATIONS/ARGON2_PARALLELISM".into(),
                 value: format!("{argon2:?}"),
                 reason: e.to_string(),
-            });
+            }
+            .into());
         }
         let argon2_max_concurrent: usize = config::parse("ARGON2_MAX_CONCURRENT", cpus())?;
         positive("ARGON2_MAX_CONCURRENT", argon2_max_concurrent as u64)?;
@@ -276,16 +305,27 @@ impl Config {
         let access_ttl = secs("ACCESS_TOKEN_TTL_SECS", 900)?;
         let refresh_ttl = secs("REFRESH_TOKEN_TTL_SECS", 30 * 86_400)?;
         positive("ACCESS_TOKEN_TTL_SECS", access_ttl.as_secs())?;
+        if access_ttl.as_secs() > MAX_BUYER_TOKEN_LIFETIME_SECS as u64 {
+            // Every service refuses a buyer token that lives longer.
+            return Err(ConfigError {
+                name: "ACCESS_TOKEN_TTL_SECS".into(),
+                value: access_ttl.as_secs().to_string(),
+                reason: format!("must be at most {MAX_BUYER_TOKEN_LIFETIME_SECS}"),
+            }
+            .into());
+        }
         positive("REFRESH_TOKEN_TTL_SECS", refresh_ttl.as_secs())?;
         Ok(Self {
-            database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
+            database_url,
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             account_timeout: config::millis("ACCOUNT_TIMEOUT_MS", Duration::from_secs(5))?,
-            service_token: Secret(paysaga_common::auth::service_token_from_env("member")),
-            signing_keys: signing_keys_from_env()?,
+            service_token,
+            signing_keys,
+            service_jwt_public_key,
+            dev_fallbacks,
             argon2,
             argon2_max_concurrent,
             access_ttl,
@@ -313,6 +353,8 @@ impl Config {
                     .mint("member", Duration::from_secs(10 * 365 * 86_400)),
             ),
             signing_keys: SigningKeys::development(),
+            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            dev_fallbacks: DevFallbacks::default(),
             argon2: Argon2Params::OWASP,
             argon2_max_concurrent: cpus(),
             access_ttl: Duration::from_secs(900),
@@ -341,6 +383,12 @@ mod tests {
         assert_eq!(file.current().to_bytes(), [2; 32]);
         assert!(SigningKeys::parse("").is_err());
         assert!(SigningKeys::parse("not-base64!").is_err());
+        let dev = paysaga_common::keys::encode_signing_key(&DevKey::BuyerTokens.signing_key());
+        let refused = SigningKeys::parse(&format!("{a},{dev}")).unwrap_err();
+        assert!(
+            refused.contains("key 2") && refused.contains("DEVELOPMENT"),
+            "{refused}"
+        );
         assert!(
             !format!("{keys:?}").contains(&a),
             "seeds never show in Debug"

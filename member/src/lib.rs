@@ -29,7 +29,6 @@ use paysaga_common::{
     db,
     jobs::Jobs,
     jwks::JWKS_PATH,
-    keys::{verifying_key_from_env, DevKey},
     server,
 };
 use paysaga_contracts::account::client::AccountClient;
@@ -83,10 +82,11 @@ impl AppState {
         db::migrate(&pool, &MIGRATOR)
             .await
             .context("running member_service migrations")?;
-        let service_key = verifying_key_from_env("SERVICE_JWT_PUBLIC_KEY", DevKey::ServiceTokens)
-            .context("reading the service-token public key")?;
         let current = config.signing_keys.current().verifying_key();
-        let verifier = Verifier::from_source(&BuyerKeySource::Static(current), &service_key);
+        let verifier = Verifier::from_source(
+            &BuyerKeySource::Static(current),
+            &config.service_jwt_public_key,
+        );
         let passwords = Passwords::new(config.argon2, config.argon2_max_concurrent)
             .await
             .context("preparing password hashing")?;
@@ -157,6 +157,7 @@ pub fn app(state: AppState) -> Router {
 pub async fn serve_from_env() -> anyhow::Result<()> {
     let config = Config::from_env()?;
     paysaga_common::telemetry::init_tracing(config.log_format);
+    config.dev_fallbacks.warn("member");
     let listener = paysaga_common::server::listener(&config.listen_addr).await?;
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }

@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{DecodingKey, Validation};
 use paysaga_common::{
-    auth::{Claims, Minter, BUYER_AUDIENCE, ISSUER},
+    auth::{buyer_validation, within_buyer_lifetime, Claims, Minter, BUYER_AUDIENCE},
     jwks::{kid_of, JwkSet},
 };
 use rand::RngCore;
@@ -34,16 +34,12 @@ impl TokenKeys {
                 (kid_of(k), key)
             })
             .collect();
-        let mut validation = Validation::new(Algorithm::EdDSA);
-        validation.set_audience(&[BUYER_AUDIENCE]);
-        validation.set_issuer(&[ISSUER]);
-        validation.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
-        validation.leeway = 5;
         Self {
             minter: Minter::with_kid(keys.current(), BUYER_AUDIENCE),
             by_kid,
             jwks: JwkSet::of(&public),
-            validation,
+            // The same checks as every other service's (nbf, iat, the lifetime cap).
+            validation: buyer_validation(),
         }
     }
 
@@ -68,6 +64,9 @@ impl TokenKeys {
         let kid = jsonwebtoken::decode_header(token).ok()?.kid?;
         let key = self.by_kid.get(&kid)?;
         let data = jsonwebtoken::decode::<Claims>(token, key, &self.validation).ok()?;
+        if !within_buyer_lifetime(&data.claims) {
+            return None;
+        }
         Uuid::parse_str(&data.claims.sub).ok()
     }
 }

@@ -4,15 +4,26 @@ use std::time::Duration;
 
 use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
-    auth::BuyerKeySource,
-    config::{self, ConfigError, LogFormat},
+    auth::{self, BuyerKeySource},
+    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
     keys::{self, DevKey},
     limits::MemberRate,
 };
 
+/// A secret kept out of `Debug` output.
+#[derive(Clone)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `DATABASE_URL`: the `payment_app` role.
+    /// `DATABASE_URL`: the `payment_app` role. Required; the development password only
+    /// with `PAYSAGA_DEV_KEYS=1`.
     pub database_url: String,
     /// `LISTEN_ADDR`.
     pub listen_addr: String,
@@ -21,10 +32,14 @@ pub struct Config {
     /// `ORDER_URL`: the order service.
     pub order_url: String,
     /// Where buyer-token keys come from: the member service's key set
-    /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`, else the development key.
+    /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`; one of them is required.
     pub buyer_keys: BuyerKeySource,
-    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials; the development key if unset.
+    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required.
     pub service_jwt_public_key: VerifyingKey,
+    /// `SERVICE_TOKEN`: the orchestrator's credential toward account and order. Required.
+    pub service_token: Secret,
+    /// The development keys and password in use (development mode only), warned at start.
+    pub dev_fallbacks: DevFallbacks,
     /// `DOWNSTREAM_TIMEOUT_MS`: per call to account or order (default 2000).
     pub downstream_timeout: Duration,
     /// `RESPONSE_WAIT_MS`: how long `POST /v1/payments` waits for a terminal state
@@ -77,17 +92,27 @@ fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
 }
 
 impl Config {
-    pub fn from_env() -> Result<Config, ConfigError> {
+    pub fn from_env() -> Result<Config, config::Error> {
+        // Every missing secret is named at once, before any other setting is judged.
+        let mut secrets = Secrets::from_env()?;
+        let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
+        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
+        let service_jwt_public_key = keys::verifying_key(
+            &mut secrets,
+            "SERVICE_JWT_PUBLIC_KEY",
+            DevKey::ServiceTokens,
+        )?;
+        let service_token = Secret(auth::service_token(&mut secrets, "orchestrator")?);
+        let dev_fallbacks = secrets.finish()?;
         let c = Config {
-            database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
+            database_url,
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
-            buyer_keys: BuyerKeySource::from_env()?,
-            service_jwt_public_key: keys::verifying_key_from_env(
-                "SERVICE_JWT_PUBLIC_KEY",
-                DevKey::ServiceTokens,
-            )?,
+            buyer_keys,
+            service_jwt_public_key,
+            service_token,
+            dev_fallbacks,
             downstream_timeout: config::millis(
                 "DOWNSTREAM_TIMEOUT_MS",
                 Duration::from_millis(2000),
@@ -127,6 +152,11 @@ impl Config {
             order_url: order_url.into(),
             buyer_keys: BuyerKeySource::development(),
             service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            service_token: Secret(
+                auth::Minter::dev_service()
+                    .mint("orchestrator", Duration::from_secs(10 * 365 * 86_400)),
+            ),
+            dev_fallbacks: DevFallbacks::default(),
             downstream_timeout: Duration::from_millis(2000),
             response_wait: Duration::from_millis(3000),
             recovery_interval: Duration::from_millis(1000),

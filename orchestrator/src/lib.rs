@@ -30,7 +30,7 @@ use axum::{
     Router,
 };
 use paysaga_common::{
-    auth::{service_token_from_env, Verifier},
+    auth::Verifier,
     db,
     limits::MemberLimiter,
     server,
@@ -80,7 +80,7 @@ pub struct Hooks {
 
 impl AppState {
     pub fn new(pool: PgPool, config: &Config, hooks: Hooks) -> Self {
-        let token = service_token_from_env("orchestrator");
+        let token = config.service_token.0.clone();
         let downstream = downstream::Downstream::new(
             AccountClient::new(
                 config.account_url.clone(),
@@ -202,6 +202,7 @@ impl Drop for AliveGuard {
 pub async fn serve_from_env() -> anyhow::Result<()> {
     let config = Config::from_env()?;
     paysaga_common::telemetry::init_tracing(config.log_format);
+    config.dev_fallbacks.warn("orchestrator");
     let listener = paysaga_common::server::listener(&config.listen_addr).await?;
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }

@@ -5,23 +5,27 @@ use std::time::Duration;
 use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
     auth::BuyerKeySource,
-    config::{self, ConfigError, LogFormat},
+    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
     keys::{self, DevKey},
 };
 
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `DATABASE_URL`: the `order_app` role.
+    /// `DATABASE_URL`: the `order_app` role. Required; the development password only
+    /// with `PAYSAGA_DEV_KEYS=1`.
     pub database_url: String,
     /// `LISTEN_ADDR`.
     pub listen_addr: String,
-    /// `PASS_PUBLIC_KEY`: the gate's Ed25519 public key (base64); the development key if unset.
+    /// `PASS_PUBLIC_KEY`: the gate's Ed25519 public key (base64). Required; the
+    /// development key only with `PAYSAGA_DEV_KEYS=1`.
     pub pass_public_key: VerifyingKey,
     /// Where buyer-token keys come from: the member service's key set
-    /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`, else the development key.
+    /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`; one of them is required.
     pub buyer_keys: BuyerKeySource,
-    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials; the development key if unset.
+    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required.
     pub service_jwt_public_key: VerifyingKey,
+    /// The development keys and password in use (development mode only), warned at start.
+    pub dev_fallbacks: DevFallbacks,
     /// `RESERVATION_TTL_SECS`: how long a reservation holds its unit (default 600).
     pub reservation_ttl: Duration,
     /// `SWEEP_INTERVAL_MS`: how often the expiry sweep runs (default 1000; the scheduler
@@ -55,16 +59,28 @@ pub const DEFAULT_CLAIM_BATCH: usize = 256;
 /// conflict waiting on another transaction) does not stall every claim.
 pub const DEFAULT_CLAIM_FLUSHES: usize = 2;
 
-fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
+fn invalid(name: &str, value: impl ToString, reason: &str) -> config::Error {
     ConfigError {
         name: name.to_owned(),
         value: value.to_string(),
         reason: reason.to_owned(),
     }
+    .into()
 }
 
 impl Config {
-    pub fn from_env() -> Result<Config, ConfigError> {
+    pub fn from_env() -> Result<Config, config::Error> {
+        // Every missing secret is named at once, before any other setting is judged.
+        let mut secrets = Secrets::from_env()?;
+        let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
+        let pass_public_key = keys::verifying_key(&mut secrets, "PASS_PUBLIC_KEY", DevKey::Passes)?;
+        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
+        let service_jwt_public_key = keys::verifying_key(
+            &mut secrets,
+            "SERVICE_JWT_PUBLIC_KEY",
+            DevKey::ServiceTokens,
+        )?;
+        let dev_fallbacks = secrets.finish()?;
         let ttl_secs: u64 = config::parse("RESERVATION_TTL_SECS", 600)?;
         if ttl_secs == 0 || ttl_secs > 86_400 {
             return Err(invalid(
@@ -111,14 +127,12 @@ impl Config {
             return Err(invalid("CLAIM_FLUSHES", claim_flushes, "must be 1 to 64"));
         }
         Ok(Config {
-            database_url: config::string("DATABASE_URL", DEFAULT_DATABASE_URL),
+            database_url,
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
-            pass_public_key: keys::verifying_key_from_env("PASS_PUBLIC_KEY", DevKey::Passes)?,
-            buyer_keys: BuyerKeySource::from_env()?,
-            service_jwt_public_key: keys::verifying_key_from_env(
-                "SERVICE_JWT_PUBLIC_KEY",
-                DevKey::ServiceTokens,
-            )?,
+            pass_public_key,
+            buyer_keys,
+            service_jwt_public_key,
+            dev_fallbacks,
             reservation_ttl: Duration::from_secs(ttl_secs),
             sweep_interval,
             sweep_batch,
@@ -139,6 +153,7 @@ impl Config {
             pass_public_key: DevKey::Passes.verifying_key(),
             buyer_keys: BuyerKeySource::development(),
             service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            dev_fallbacks: DevFallbacks::default(),
             reservation_ttl: Duration::from_secs(600),
             sweep_interval: Duration::from_millis(1000),
             sweep_batch: 500,

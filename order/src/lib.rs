@@ -152,6 +152,7 @@ pub fn app(state: AppState) -> Router {
 pub async fn serve_from_env() -> anyhow::Result<()> {
     let config = Config::from_env()?;
     paysaga_common::telemetry::init_tracing(config.log_format);
+    config.dev_fallbacks.warn("order");
     let listener = paysaga_common::server::listener(&config.listen_addr).await?;
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }

@@ -113,6 +113,10 @@ impl Wiring {
         // first line of a start-up error is what a failure message should show.
         set("RUST_BACKTRACE", "1".into());
         set("RUST_LIB_BACKTRACE", "0".into());
+        // A harness's system is a development one: unset keys are the development keys
+        // and the roles have the development password, which only development mode
+        // accepts. The member signing key is still a fresh one (below).
+        set(paysaga_common::config::DEV_KEYS_VAR, "1".into());
         set("RUST_LOG", self.rust_log.clone());
         set("LOG_FORMAT", self.log_format.clone());
         set("LISTEN_ADDR", format!("127.0.0.1:{}", self.port(kind)));

@@ -92,6 +92,8 @@ impl CeilingProcess {
         let exe = std::env::current_exe()?;
         let mut child = tokio::process::Command::new(exe)
             .arg("ceiling-server")
+            // It verifies the benchmark's development-key buyer tokens, on purpose.
+            .env(paysaga_common::config::DEV_KEYS_VAR, "1")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)

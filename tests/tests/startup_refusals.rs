@@ -1,0 +1,318 @@
+//! A service never runs on keys anyone can sign with unless told to: started bare (no
+//! key variables, no `PAYSAGA_DEV_KEYS`) each of the five binaries exits at once, naming
+//! every variable it misses; a development key configured explicitly is refused by
+//! name; and development mode (`PAYSAGA_DEV_KEYS=1`) starts with one loud warning.
+
+use std::{
+    path::Path,
+    process::{Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
+
+use paysaga_common::{
+    auth::Minter,
+    keys::{encode_signing_key, encode_verifying_key, DevKey},
+    testkit::{self, TestDb},
+};
+use paysaga_e2e::binaries;
+
+/// How long a refusing service may take to exit: it reads its environment and stops,
+/// touching neither PostgreSQL nor Redis.
+const EXIT_WITHIN: Duration = Duration::from_secs(10);
+
+const BUYER_KEYS: &str = "MEMBER_JWKS_URL or JWT_PUBLIC_KEY";
+
+/// What each binary must name when started with nothing configured.
+const REQUIRED: [(&str, &[&str]); 5] = [
+    (
+        "account",
+        &["DATABASE_URL", BUYER_KEYS, "SERVICE_JWT_PUBLIC_KEY"],
+    ),
+    (
+        "order",
+        &[
+            "DATABASE_URL",
+            "PASS_PUBLIC_KEY",
+            BUYER_KEYS,
+            "SERVICE_JWT_PUBLIC_KEY",
+        ],
+    ),
+    (
+        "gate",
+        &[
+            "PASS_SIGNING_KEY",
+            BUYER_KEYS,
+            "SERVICE_JWT_PUBLIC_KEY",
+            "SERVICE_TOKEN",
+        ],
+    ),
+    (
+        "orchestrator",
+        &[
+            "DATABASE_URL",
+            BUYER_KEYS,
+            "SERVICE_JWT_PUBLIC_KEY",
+            "SERVICE_TOKEN",
+        ],
+    ),
+    (
+        "member",
+        &[
+            "DATABASE_URL",
+            "MEMBER_SIGNING_KEYS or MEMBER_SIGNING_KEYS_FILE",
+            "SERVICE_JWT_PUBLIC_KEY",
+            "SERVICE_TOKEN",
+        ],
+    ),
+];
+
+/// What a finished (or killed) run left behind.
+struct Run {
+    status: Option<ExitStatus>,
+    output: String,
+}
+
+/// Starts `name` with only PATH, `LISTEN_ADDR` and `env`, and waits for it to exit; a
+/// process still running after `EXIT_WITHIN` is killed (`status` None).
+fn run_bare(name: &str, env: &[(&str, String)]) -> anyhow::Result<Run> {
+    let dir = binaries::log_dir(&format!("startup-{name}"))?;
+    let (out, err) = (dir.join("stdout.log"), dir.join("stderr.log"));
+    let mut cmd = Command::new(binaries::binary(name)?);
+    cmd.env_clear()
+        .env("LISTEN_ADDR", "127.0.0.1:0")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out)?)
+        .stderr(std::fs::File::create(&err)?);
+    if let Ok(path) = std::env::var("PATH") {
+        cmd.env("PATH", path);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn()?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if started.elapsed() > EXIT_WITHIN {
+            child.kill()?;
+            child.wait()?;
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok(Run {
+        status,
+        output: read(&out) + &read(&err),
+    })
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn refused(name: &str, run: &Run) {
+    match run.status {
+        None => panic!(
+            "{name} was still running after {EXIT_WITHIN:?}; output:\n{}",
+            run.output
+        ),
+        Some(s) => assert!(
+            !s.success(),
+            "{name} exited successfully; output:\n{}",
+            run.output
+        ),
+    }
+}
+
+fn fresh_key() -> ed25519_dalek::SigningKey {
+    ed25519_dalek::SigningKey::from_bytes(&rand::random())
+}
+
+#[test]
+fn every_service_refuses_to_start_without_its_keys_and_names_them_all() -> anyhow::Result<()> {
+    for (name, vars) in REQUIRED {
+        let run = run_bare(name, &[])?;
+        refused(name, &run);
+        let line = run
+            .output
+            .lines()
+            .find(|l| l.contains("missing configuration:"))
+            .unwrap_or_else(|| panic!("{name} did not say what is missing:\n{}", run.output));
+        for var in vars {
+            assert!(line.contains(var), "{name} did not name {var}: {line}");
+        }
+        assert!(
+            line.contains("PAYSAGA_DEV_KEYS=1"),
+            "{name} does not mention development mode: {line}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Result<()> {
+    let service_key = fresh_key();
+    let own = |k: &ed25519_dalek::SigningKey| encode_verifying_key(&k.verifying_key());
+    // Everything order needs, all of its own, but the gate's development key.
+    let order = run_bare(
+        "order",
+        &[
+            (
+                "DATABASE_URL",
+                "postgres://order_app:not-the-dev-one@127.0.0.1:1/paysaga".into(),
+            ),
+            ("JWT_PUBLIC_KEY", own(&fresh_key())),
+            ("SERVICE_JWT_PUBLIC_KEY", own(&service_key)),
+            (
+                "PASS_PUBLIC_KEY",
+                encode_verifying_key(&DevKey::Passes.verifying_key()),
+            ),
+        ],
+    )?;
+    refused("order", &order);
+    assert!(
+        order.output.contains("PASS_PUBLIC_KEY") && order.output.contains("DEVELOPMENT"),
+        "order did not refuse the development pass key by name:\n{}",
+        order.output
+    );
+
+    // Development mode does not make an explicit development key acceptable either.
+    let gate = run_bare(
+        "gate",
+        &[
+            ("PAYSAGA_DEV_KEYS", "1".into()),
+            (
+                "PASS_SIGNING_KEY",
+                encode_signing_key(&DevKey::Passes.signing_key()),
+            ),
+        ],
+    )?;
+    refused("gate", &gate);
+    assert!(
+        gate.output.contains("PASS_SIGNING_KEY") && gate.output.contains("DEVELOPMENT"),
+        "gate did not refuse the development pass key by name:\n{}",
+        gate.output
+    );
+
+    // A service credential minted with the development service key.
+    let gate = run_bare(
+        "gate",
+        &[
+            ("PASS_SIGNING_KEY", encode_signing_key(&fresh_key())),
+            ("JWT_PUBLIC_KEY", own(&fresh_key())),
+            ("SERVICE_JWT_PUBLIC_KEY", own(&service_key)),
+            (
+                "SERVICE_TOKEN",
+                Minter::dev_service().mint("gate", Duration::from_secs(3600)),
+            ),
+        ],
+    )?;
+    refused("gate", &gate);
+    assert!(
+        gate.output.contains("SERVICE_TOKEN") && gate.output.contains("DEVELOPMENT"),
+        "gate did not refuse the development-signed credential by name:\n{}",
+        gate.output
+    );
+
+    // The development database password outside development mode.
+    let account = run_bare(
+        "account",
+        &[
+            (
+                "DATABASE_URL",
+                "postgres://account_app:paysaga-dev@127.0.0.1:1/paysaga".into(),
+            ),
+            ("JWT_PUBLIC_KEY", own(&fresh_key())),
+            ("SERVICE_JWT_PUBLIC_KEY", own(&service_key)),
+        ],
+    )?;
+    refused("account", &account);
+    assert!(
+        account.output.contains("DATABASE_URL") && account.output.contains("development password"),
+        "account did not refuse the development password by name:\n{}",
+        account.output
+    );
+
+    // A member signing-key list holding the development buyer key.
+    let member = run_bare(
+        "member",
+        &[
+            ("PAYSAGA_DEV_KEYS", "1".into()),
+            (
+                "MEMBER_SIGNING_KEYS",
+                format!(
+                    "{},{}",
+                    encode_signing_key(&fresh_key()),
+                    encode_signing_key(&DevKey::BuyerTokens.signing_key())
+                ),
+            ),
+        ],
+    )?;
+    refused("member", &member);
+    assert!(
+        member.output.contains("MEMBER_SIGNING_KEYS") && member.output.contains("DEVELOPMENT"),
+        "member did not refuse the development buyer key by name:\n{}",
+        member.output
+    );
+    Ok(())
+}
+
+#[test]
+fn an_unclear_development_mode_is_refused() -> anyhow::Result<()> {
+    let run = run_bare("account", &[("PAYSAGA_DEV_KEYS", "yes".into())])?;
+    refused("account", &run);
+    assert!(
+        run.output.contains("PAYSAGA_DEV_KEYS"),
+        "account did not name PAYSAGA_DEV_KEYS:\n{}",
+        run.output
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn development_mode_starts_with_one_loud_warning() -> anyhow::Result<()> {
+    let db = TestDb::new().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = binaries::log_dir("startup-dev-mode")?;
+    let log = dir.join("account.log");
+    let mut cmd = tokio::process::Command::new(binaries::binary("account")?);
+    cmd.env_clear()
+        .env("PAYSAGA_DEV_KEYS", "1")
+        .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env("DATABASE_URL", db.role_url("account_app"))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log)?)
+        .stderr(std::fs::File::create(dir.join("account.err"))?)
+        .kill_on_drop(true);
+    if let Ok(path) = std::env::var("PATH") {
+        cmd.env("PATH", path);
+    }
+    let mut child = cmd.spawn()?;
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let ready = testkit::wait_ready(&http, "account", &base, testkit::READY_TIMEOUT, || {
+        child.try_wait().ok().flatten().map(|s| s.to_string())
+    })
+    .await;
+    child.kill().await?;
+    let output = read(&log) + &read(&dir.join("account.err"));
+    ready.map_err(|e| anyhow::anyhow!("{e}\n{output}"))?;
+
+    let warnings: Vec<&str> = output
+        .lines()
+        .filter(|l| l.contains("PAYSAGA_DEV_KEYS=1"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning, not {warnings:?}");
+    for what in [
+        "SERVICE_JWT_PUBLIC_KEY",
+        BUYER_KEYS,
+        "DATABASE_URL (development password)",
+    ] {
+        assert!(warnings[0].contains(what), "{what} not in {}", warnings[0]);
+    }
+    Ok(())
+}
