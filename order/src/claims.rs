@@ -34,6 +34,7 @@ pub struct NewClaim {
     pub member: MemberId,
     pub pass_id: Uuid,
     pub ttl: Duration,
+    pub cap: i64,
 }
 
 impl NewClaim {
@@ -43,6 +44,7 @@ impl NewClaim {
             member: req.member.clone(),
             pass_id: req.pass_id,
             ttl: req.ttl,
+            cap: req.cap,
         }
     }
 }
@@ -148,27 +150,35 @@ pub async fn claim_many(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Claim>
                     member: &lone.member,
                     pass_id: lone.pass_id,
                     ttl: lone.ttl,
+                    cap: lone.cap,
                 },
             )
             .await?,
         ],
         _ => claim_distinct(pool, &sent).await?,
     };
-    let found_nothing: Vec<bool> = outcomes
+    // A repeat of a pass is answered from its first claim: nothing claimable (or the
+    // member's limit) stays that; a reservation made makes the repeat a used pass.
+    let found_nothing: Vec<Option<Claim>> = outcomes
         .iter()
-        .map(|o| matches!(o, Claim::NothingClaimable))
+        .map(|o| match o {
+            Claim::NothingClaimable => Some(Claim::NothingClaimable),
+            Claim::MemberLimit => Some(Claim::MemberLimit),
+            Claim::Created(_) | Claim::PassUsed => None,
+        })
         .collect();
     // The sent claims come in `slots` in the order they were sent, so their outcomes
     // are taken in turn.
     let mut outcomes = outcomes.into_iter();
     let answers = slots
         .iter()
-        .map(|&(at, was_sent)| match (was_sent, found_nothing[at]) {
+        .map(|&(at, was_sent)| match (was_sent, &found_nothing[at]) {
             (true, _) => outcomes.next().ok_or_else(|| {
                 Error::Invariant("claim flush: fewer outcomes than claims sent".into())
             }),
-            (false, true) => Ok(Claim::NothingClaimable),
-            (false, false) => Ok(Claim::PassUsed),
+            (false, Some(Claim::MemberLimit)) => Ok(Claim::MemberLimit),
+            (false, Some(_)) => Ok(Claim::NothingClaimable),
+            (false, None) => Ok(Claim::PassUsed),
         })
         .collect::<Result<Vec<_>>>()?;
     metrics::histogram!("order_claim_flush_seconds").record(start.elapsed().as_secs_f64());
@@ -196,14 +206,23 @@ async fn claim_in(conn: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<C
     let rows = sqlx::query(
         r#"
         WITH req AS MATERIALIZED (
-            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.ttl, r.ord
-            FROM UNNEST($1::UUID[], $2::BIGINT[], $3::TEXT[], $4::UUID[], $5::FLOAT8[])
-                 WITH ORDINALITY AS r (id, product_id, member_id, pass_id, ttl, ord)
-        ), fresh AS MATERIALIZED (
-            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.ttl, r.ord,
-                   row_number() OVER (PARTITION BY r.product_id ORDER BY r.ord) AS k
+            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.ttl, r.cap, r.ord
+            FROM UNNEST($1::UUID[], $2::BIGINT[], $3::TEXT[], $4::UUID[], $5::FLOAT8[], $6::BIGINT[])
+                 WITH ORDINALITY AS r (id, product_id, member_id, pass_id, ttl, cap, ord)
+        ), classified AS MATERIALIZED (
+            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.ttl, r.cap, r.ord,
+                   EXISTS (SELECT 1 FROM reservations x WHERE x.pass_id = r.pass_id) AS pass_used,
+                   (SELECT COUNT(*) FROM reservations x
+                    WHERE x.product_id = r.product_id AND x.member_id = r.member_id
+                      AND x.state IN ('RESERVED', 'CONFIRMED')) AS held,
+                   row_number() OVER (PARTITION BY r.product_id, r.member_id ORDER BY r.ord) AS m
             FROM req r
-            WHERE NOT EXISTS (SELECT 1 FROM reservations x WHERE x.pass_id = r.pass_id)
+        ), fresh AS MATERIALIZED (
+            SELECT c.id, c.product_id, c.member_id, c.pass_id, c.ttl, c.ord,
+                   row_number() OVER (PARTITION BY c.product_id ORDER BY c.ord) AS k
+            FROM classified c
+            -- One claim per member and product per flush, and only under the cap.
+            WHERE NOT c.pass_used AND c.m = 1 AND c.held < c.cap
         ), wanted AS (
             SELECT f.product_id, COUNT(*) AS n
             FROM fresh f
@@ -252,12 +271,20 @@ async fn claim_in(conn: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<C
         )
         SELECT r.ord, t.breach,
                CASE WHEN i.id IS NOT NULL THEN 'CREATED'
-                    WHEN f.id IS NULL OR u.id IS NOT NULL THEN 'PASS_USED'
+                    WHEN r.pass_used THEN 'PASS_USED'
+                    WHEN r.held >= r.cap THEN 'LIMIT'
+                    -- A second claim of one member in the flush: over the limit if the
+                    -- first made a reservation, else nothing was claimable for either.
+                    WHEN r.m > 1 THEN CASE WHEN EXISTS (
+                             SELECT 1 FROM inserted i2
+                             WHERE i2.product_id = r.product_id AND i2.member_id = r.member_id)
+                         THEN 'LIMIT' ELSE 'NOTHING' END
+                    WHEN u.id IS NOT NULL THEN 'PASS_USED'
                     ELSE 'NOTHING' END AS outcome,
                t.units_claimed,
                i.id, i.product_id, i.member_id, i.unit_id, i.price, i.state, i.expires_at,
                i.order_id, i.created_at, i.updated_at
-        FROM req r
+        FROM classified r
         CROSS JOIN tally t
         LEFT JOIN fresh f ON f.ord = r.ord
         LEFT JOIN units u ON u.product_id = f.product_id AND u.k = f.k
@@ -270,6 +297,7 @@ async fn claim_in(conn: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<C
     .bind(claims.iter().map(|c| c.member.as_str()).collect::<Vec<_>>())
     .bind(claims.iter().map(|c| c.pass_id).collect::<Vec<_>>())
     .bind(claims.iter().map(|c| c.ttl.as_secs_f64()).collect::<Vec<_>>())
+    .bind(claims.iter().map(|c| c.cap).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
     .await
     .map_err(error::from_statement)?;
@@ -311,6 +339,7 @@ async fn claim_in(conn: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<C
                 Claim::Created(r)
             }
             "PASS_USED" => Claim::PassUsed,
+            "LIMIT" => Claim::MemberLimit,
             _ => Claim::NothingClaimable,
         });
     }

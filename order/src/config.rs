@@ -28,6 +28,10 @@ pub struct Config {
     pub dev_fallbacks: DevFallbacks,
     /// `RESERVATION_TTL_SECS`: how long a reservation holds its unit (default 600).
     pub reservation_ttl: Duration,
+    /// `PURCHASE_CAP`: how many units of one product a member may hold and buy in all
+    /// (live and confirmed reservations; default 1). A member never holds two live
+    /// reservations of one product whatever the cap.
+    pub purchase_cap: i64,
     /// `SWEEP_INTERVAL_MS`: how often the expiry sweep runs (default 1000; the scheduler
     /// works in whole seconds, so it is rounded up to one).
     pub sweep_interval: Duration,
@@ -81,6 +85,10 @@ impl Config {
             DevKey::ServiceTokens,
         )?;
         let dev_fallbacks = secrets.finish()?;
+        let purchase_cap: i64 = config::parse("PURCHASE_CAP", 1)?;
+        if !(1..=1_000).contains(&purchase_cap) {
+            return Err(invalid("PURCHASE_CAP", purchase_cap, "must be 1 to 1000"));
+        }
         let ttl_secs: u64 = config::parse("RESERVATION_TTL_SECS", 600)?;
         if ttl_secs == 0 || ttl_secs > 86_400 {
             return Err(invalid(
@@ -134,6 +142,7 @@ impl Config {
             service_jwt_public_key,
             dev_fallbacks,
             reservation_ttl: Duration::from_secs(ttl_secs),
+            purchase_cap,
             sweep_interval,
             sweep_batch,
             sweep_max_batches,
@@ -155,6 +164,7 @@ impl Config {
             service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
             dev_fallbacks: DevFallbacks::default(),
             reservation_ttl: Duration::from_secs(600),
+            purchase_cap: 1,
             sweep_interval: Duration::from_millis(1000),
             sweep_batch: 500,
             sweep_max_batches: 20,

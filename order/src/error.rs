@@ -19,6 +19,10 @@ pub enum Error {
     Api(ApiError),
     #[error("no units left")]
     SoldOut,
+    #[error(
+        "the member already holds a live reservation of this product, or bought the most allowed"
+    )]
+    MemberLimit,
     #[error("product {0} not found")]
     ProductNotFound(i64),
     #[error("pass rejected: {0}")]
@@ -62,6 +66,10 @@ impl Error {
         let e = match self {
             Error::Api(e) => e.clone(),
             Error::SoldOut => ApiError::conflict(codes::SOLD_OUT, "no units left for this product"),
+            Error::MemberLimit => ApiError::conflict(
+                codes::MEMBER_LIMIT_REACHED,
+                "you already hold a reservation of this product, or bought as many as allowed",
+            ),
             Error::ProductNotFound(id) => {
                 ApiError::not_found(codes::PRODUCT_NOT_FOUND, format!("product {id} not found"))
             }

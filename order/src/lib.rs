@@ -42,6 +42,8 @@ pub struct AppState {
     pub verifier: Arc<Verifier>,
     pub passes: Arc<PassVerifier>,
     pub ttl: Duration,
+    /// Units of one product a member may hold and buy in all.
+    pub purchase_cap: i64,
     /// Group commit of reservations' claims, one per process.
     pub claims: claims::Claims,
 }
@@ -64,6 +66,7 @@ impl AppState {
             )),
             passes: Arc::new(PassVerifier::new(config.pass_public_key)),
             ttl: config.reservation_ttl,
+            purchase_cap: config.purchase_cap,
         }
     }
 

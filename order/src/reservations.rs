@@ -61,6 +61,9 @@ pub struct ClaimRequest<'a> {
     pub member: &'a MemberId,
     pub pass_id: Uuid,
     pub ttl: Duration,
+    /// How many units of the product a member may hold or have bought at once (their
+    /// `RESERVED` and `CONFIRMED` reservations).
+    pub cap: i64,
 }
 
 /// How a claim ended.
@@ -71,6 +74,9 @@ pub enum Claim {
     NothingClaimable,
     /// The pass id is already on a reservation (a replay racing its original).
     PassUsed,
+    /// The member already holds a live reservation of the product, or has reserved and
+    /// bought as many units as the cap allows.
+    MemberLimit,
 }
 
 /// Claims one AVAILABLE unit and records the reservation, in one statement (so one
@@ -85,6 +91,9 @@ pub async fn claim(pool: &PgPool, req: &ClaimRequest<'_>) -> Result<Claim> {
             SELECT s.id
             FROM product_stock s
             WHERE s.product_id = $1 AND s.state = 'AVAILABLE'
+              AND (SELECT COUNT(*) FROM reservations x
+                   WHERE x.product_id = $1 AND x.member_id = $3
+                     AND x.state IN ('RESERVED', 'CONFIRMED')) < $6
             LIMIT 1
             FOR UPDATE SKIP LOCKED
         ), claimed AS (
@@ -106,16 +115,41 @@ pub async fn claim(pool: &PgPool, req: &ClaimRequest<'_>) -> Result<Claim> {
     .bind(req.member.as_str())
     .bind(req.pass_id)
     .bind(req.ttl.as_secs_f64())
+    .bind(req.cap)
     .fetch_optional(pool)
     .await;
     match row {
         Ok(Some(row)) => Ok(Claim::Created(row.try_into()?)),
+        Ok(None) if at_limit(pool, req).await? => Ok(Claim::MemberLimit),
         Ok(None) => Ok(Claim::NothingClaimable),
         Err(sqlx::Error::Database(e)) if e.constraint() == Some("reservations_pass_id_unique") => {
             Ok(Claim::PassUsed)
         }
+        // Another claim of the same member committed a live reservation first.
+        Err(sqlx::Error::Database(e))
+            if e.constraint() == Some("reservations_one_live_per_member") =>
+        {
+            Ok(Claim::MemberLimit)
+        }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether the member holds or has bought as many units of the product as the cap
+/// allows (asked only when a claim found nothing, to tell this from sold out).
+async fn at_limit(pool: &PgPool, req: &ClaimRequest<'_>) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        r#"
+        SELECT COUNT(*) >= $3
+        FROM reservations
+        WHERE product_id = $1 AND member_id = $2 AND state IN ('RESERVED', 'CONFIRMED')
+        "#,
+    )
+    .bind(req.product_id)
+    .bind(req.member.as_str())
+    .bind(req.cap)
+    .fetch_one(pool)
+    .await?)
 }
 
 /// The reservation made with a pass, if any.

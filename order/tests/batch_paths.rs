@@ -365,6 +365,7 @@ async fn time_per_batch() {
                 member: paysaga_common::auth::MemberId::parse(format!("c-{i}-{k}")).unwrap(),
                 pass_id: Uuid::now_v7(),
                 ttl: Duration::from_secs(600),
+                cap: 1,
             })
             .collect();
         order::claims::claim_many(&pool, &claims).await.unwrap();

@@ -67,9 +67,11 @@ async fn two_hundred_buyers_for_one_hundred_units() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn one_member_retrying_many_passes_concurrently_never_exceeds_stock() {
+async fn members_firing_many_passes_at_once_hold_one_unit_each() {
     // Ten units, fifty passes spread over five members, each member firing all of
-    // theirs at once and replaying each pass twice: still exactly ten units held.
+    // theirs at once and replaying each pass twice: each member ends with one
+    // reservation (replays of its pass get it back), every other pass is refused as
+    // over the member's limit, and five units stay on sale.
     let h = Harness::start().await;
     let product = h.product(10).await;
     let mut calls = Vec::new();
@@ -88,13 +90,23 @@ async fn one_member_retrying_many_passes_concurrently_never_exceeds_stock() {
         .filter_map(|r| r.as_ref().ok())
         .map(|a| a.body.id)
         .collect();
-    assert_eq!(ids.len(), 10);
+    assert_eq!(ids.len(), 5, "one reservation per member");
     for r in &results {
         if let Err(e) = r {
-            assert!(matches!(e.code(), Some("SOLD_OUT")), "unexpected: {e}");
+            assert!(
+                matches!(e.code(), Some("MEMBER_LIMIT_REACHED")),
+                "unexpected: {e}"
+            );
         }
     }
-    assert_eq!(unit_states(&h.admin, product.id).await, (0, 10, 0));
+    let members: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(DISTINCT member_id) FROM order_service.reservations WHERE state = 'RESERVED'"#,
+    )
+    .fetch_one(&h.admin)
+    .await
+    .unwrap();
+    assert_eq!(members, 5);
+    assert_eq!(unit_states(&h.admin, product.id).await, (5, 5, 0));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     h.stop().await;
 }

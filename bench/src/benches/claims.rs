@@ -189,6 +189,7 @@ async fn claim_once(ctx: &Ctx, i: usize) -> anyhow::Result<Outcome> {
                 member: &member,
                 pass_id: Uuid::new_v4(),
                 ttl: Duration::from_secs(600),
+                cap: 1,
             };
             // The same loop the reserve handler runs: look again while locked units may come back.
             for attempt in 0..3 {

@@ -132,6 +132,9 @@ pub struct UsedPasses {
 /// `paysaga_common::error::codes`).
 pub mod codes {
     pub const SOLD_OUT: &str = "SOLD_OUT";
+    /// The member already holds a live reservation of the product, or has reserved and
+    /// bought as many units as the order service's `PURCHASE_CAP` allows.
+    pub const MEMBER_LIMIT_REACHED: &str = "MEMBER_LIMIT_REACHED";
     pub const PASS_MALFORMED: &str = "PASS_MALFORMED";
     pub const PASS_INVALID_SIGNATURE: &str = "PASS_INVALID_SIGNATURE";
     pub const PASS_EXPIRED: &str = "PASS_EXPIRED";

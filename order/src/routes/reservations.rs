@@ -38,7 +38,7 @@ fn replay(existing: Reservation, member: &MemberId) -> Result<(StatusCode, Json<
     responses(
         (status = 201, body = Reservation, description = "a unit is held for you until expires_at"),
         (status = 200, body = Reservation, description = "this pass was already used by you: the same reservation"),
-        (status = 409, body = ErrorBody, description = "SOLD_OUT, PASS_ALREADY_USED"),
+        (status = 409, body = ErrorBody, description = "SOLD_OUT, PASS_ALREADY_USED, MEMBER_LIMIT_REACHED (a live reservation of the product is held, or PURCHASE_CAP units reserved and bought)"),
         (status = 422, body = ErrorBody, description = "PASS_MALFORMED, PASS_INVALID_SIGNATURE, PASS_EXPIRED, PASS_WRONG_PRODUCT, PASS_WRONG_MEMBER"),
         (status = 404, body = ErrorBody, description = "PRODUCT_NOT_FOUND")))]
 #[tracing::instrument(skip_all, fields(member = %member, product_id = req.product_id))]
@@ -87,6 +87,7 @@ async fn reserve(
         member: &member,
         pass_id: claims.pid,
         ttl: state.ttl,
+        cap: state.purchase_cap,
     };
     for _ in 0..CLAIM_ATTEMPTS {
         match state.claims.claim(&claim).await? {
@@ -101,6 +102,16 @@ async fn reserve(
                         Error::Invariant("pass id conflicted but no reservation holds it".into())
                     })?;
                 return replay(existing, &member);
+            }
+            Claim::MemberLimit => {
+                // A replay of the pass that made the member's reservation is that
+                // reservation, not a second one.
+                if let Some(existing) = reservations::by_pass(&state.pool, claims.pid).await? {
+                    return replay(existing, &member);
+                }
+                metrics::counter!("order_reservations_total", "outcome" => "member_limit")
+                    .increment(1);
+                return Err(Error::MemberLimit);
             }
             Claim::NothingClaimable => {
                 if let Some(existing) = reservations::by_pass(&state.pool, claims.pid).await? {

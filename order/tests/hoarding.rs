@@ -1,0 +1,111 @@
+//! Hoarding: a member holds at most one live reservation of a product, and reserves and
+//! buys at most `PURCHASE_CAP` units of it, whatever passes they bring. Refusals write
+//! nothing, checked in the tables.
+
+mod support;
+
+use support::{inconsistencies, pass, snapshot, unit_states, Harness};
+
+async fn refused_without_writing(h: &Harness, product_id: i64, member: &str) {
+    let before = snapshot(&h.admin).await;
+    let err = h
+        .buyer(member)
+        .reserve(product_id, &pass(product_id, member))
+        .await
+        .expect_err("over the member's limit");
+    assert_eq!(
+        (err.status(), err.code()),
+        (Some(409), Some("MEMBER_LIMIT_REACHED")),
+        "{err}"
+    );
+    assert_eq!(snapshot(&h.admin).await, before, "a refusal writes nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_ends() {
+    let h = Harness::start().await;
+    let product = h.product(5).await;
+    let first_pass = pass(product.id, "hoarder");
+    let first = h
+        .buyer("hoarder")
+        .reserve(product.id, &first_pass)
+        .await
+        .unwrap()
+        .body;
+
+    // While it lives, any new pass is refused; the same pass replays the reservation.
+    refused_without_writing(&h, product.id, "hoarder").await;
+    let again = h
+        .buyer("hoarder")
+        .reserve(product.id, &first_pass)
+        .await
+        .unwrap();
+    assert_eq!(again.body.id, first.id);
+    assert_eq!(unit_states(&h.admin, product.id).await, (4, 1, 0));
+
+    // Expired: the unit is back and the member may reserve again.
+    h.make_due(first.id).await;
+    h.service().cancel(first.id).await.unwrap();
+    let second = h
+        .buyer("hoarder")
+        .reserve(product.id, &pass(product.id, "hoarder"))
+        .await
+        .unwrap()
+        .body;
+    assert_ne!(second.id, first.id);
+
+    // Cancelled: the same.
+    h.service().cancel(second.id).await.unwrap();
+    let third = h
+        .buyer("hoarder")
+        .reserve(product.id, &pass(product.id, "hoarder"))
+        .await
+        .unwrap()
+        .body;
+
+    // Bought: with the default cap of one, no further unit.
+    h.service().confirm(third.id).await.unwrap();
+    refused_without_writing(&h, product.id, "hoarder").await;
+    assert_eq!(unit_states(&h.admin, product.id).await, (4, 0, 1));
+
+    // Another product is another limit.
+    let other = h.product(1).await;
+    h.buyer("hoarder")
+        .reserve(other.id, &pass(other.id, "hoarder"))
+        .await
+        .unwrap();
+    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cap_of_two_allows_a_second_purchase_but_never_two_live_reservations() {
+    let h = Harness::start_with(|c| c.purchase_cap = 2).await;
+    let product = h.product(5).await;
+    let first = h
+        .buyer("fan")
+        .reserve(product.id, &pass(product.id, "fan"))
+        .await
+        .unwrap()
+        .body;
+    refused_without_writing(&h, product.id, "fan").await;
+    h.service().confirm(first.id).await.unwrap();
+    let second = h
+        .buyer("fan")
+        .reserve(product.id, &pass(product.id, "fan"))
+        .await
+        .unwrap()
+        .body;
+    refused_without_writing(&h, product.id, "fan").await;
+    h.service().confirm(second.id).await.unwrap();
+    refused_without_writing(&h, product.id, "fan").await;
+    assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 2));
+    let orders: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'fan' AND state = 'CONFIRMED'"#,
+    )
+    .fetch_one(&h.admin)
+    .await
+    .unwrap();
+    assert_eq!(orders, 2);
+    h.stop().await;
+}
