@@ -22,9 +22,7 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use paysaga_common::{
-    auth::Verifier, jobs::Jobs, limits::MemberLimiter, pass::PassSigner, server,
-};
+use paysaga_common::{auth::Verifier, jobs::Jobs, limits::MemberLimiter, pass::PassSigner, server};
 use paysaga_contracts::OrderClient;
 use tokio::net::TcpListener;
 use utoipa::{

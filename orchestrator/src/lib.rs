@@ -29,12 +29,7 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use paysaga_common::{
-    auth::Verifier,
-    db,
-    limits::MemberLimiter,
-    server,
-};
+use paysaga_common::{auth::Verifier, db, limits::MemberLimiter, server};
 use paysaga_contracts::AccountClient;
 use paysaga_contracts::OrderClient;
 use sqlx::{migrate::Migrator, PgPool};
