@@ -201,6 +201,7 @@ async fn claim_once(ctx: &Ctx, i: usize) -> anyhow::Result<Outcome> {
                         })
                     }
                     Claim::PassUsed => anyhow::bail!("fresh pass id reported as used"),
+                    Claim::MemberLimit => anyhow::bail!("a fresh member reported over its limit"),
                     Claim::NothingClaimable => {
                         if stock::probe(pool, product).await? != Some(true) {
                             return Ok(Outcome::SoldOut { retries: attempt });
