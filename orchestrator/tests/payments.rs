@@ -381,7 +381,11 @@ async fn hundred_concurrent_posts_with_one_key_make_one_payment() {
     let product = s.product(2).await;
     let res = s.reserve(product, "eager-1").await;
     let other = s.reserve(product, "eager-1").await;
-    let o = s.orchestrator(s.config(), Hooks::default()).await;
+    // A hundred posts at once from one member: above the per-member rate, which this
+    // test is not about.
+    let mut config = s.config();
+    config.member_rate.burst = std::num::NonZeroU32::new(1_000).expect("non-zero");
+    let o = s.orchestrator(config, Hooks::default()).await;
 
     let mut tasks = Vec::new();
     for _ in 0..100 {
