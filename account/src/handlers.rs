@@ -2,7 +2,10 @@
 
 use axum::{extract::State, http::StatusCode, response::IntoResponse};
 use paysaga_common::{
-    auth::{Caller, Service},
+    auth::{
+        allow::{MEMBER, OPERATOR, ORCHESTRATOR},
+        Caller, Service,
+    },
     extract::{Json, Path},
     ErrorBody,
 };
@@ -42,7 +45,7 @@ fn recorded(r: Recorded) -> impl IntoResponse {
 #[tracing::instrument(skip_all, fields(caller = %service.0))]
 pub async fn open_account(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ MEMBER | OPERATOR }>,
     Json(req): Json<OpenAccountRequest>,
 ) -> Result<impl IntoResponse> {
     let (account, created) = accounts::open(&state.pool, &req).await?;
@@ -67,7 +70,7 @@ pub async fn open_account(
 #[tracing::instrument(skip_all, fields(caller = %service.0))]
 pub async fn deposit(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ MEMBER | OPERATOR }>,
     Json(req): Json<DepositRequest>,
 ) -> Result<impl IntoResponse> {
     Ok(recorded(ledger::deposit(&state.pool, &req).await?))
@@ -84,7 +87,7 @@ pub async fn deposit(
 #[tracing::instrument(skip_all, fields(account_id = id))]
 pub async fn get_account(
     State(state): State<AppState>,
-    caller: Caller,
+    caller: Caller<{ ORCHESTRATOR | OPERATOR }>,
     Path(id): Path<i64>,
 ) -> Result<Json<AccountView>> {
     let view = accounts::view(&state.pool, id)
@@ -116,7 +119,7 @@ pub async fn get_account(
 #[tracing::instrument(skip_all, fields(caller = %service.0))]
 pub async fn debit(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ ORCHESTRATOR }>,
     Json(req): Json<DebitRequest>,
 ) -> Result<impl IntoResponse> {
     Ok(recorded(
@@ -136,7 +139,7 @@ pub async fn debit(
 #[tracing::instrument(skip_all, fields(caller = %service.0))]
 pub async fn credit(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ ORCHESTRATOR }>,
     Json(req): Json<CreditRequest>,
 ) -> Result<impl IntoResponse> {
     Ok(recorded(ledger::credit(&state.pool, &req).await?))
@@ -153,7 +156,7 @@ pub async fn credit(
 #[tracing::instrument(skip_all, fields(caller = %service.0, operation_key = %key))]
 pub async fn transaction_by_key(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ ORCHESTRATOR | OPERATOR }>,
     Path(key): Path<String>,
 ) -> Result<Json<Transaction>> {
     let key = OperationKey::parse(key).map_err(Error::InvalidOperationKey)?;
@@ -177,7 +180,7 @@ pub async fn transaction_by_key(
 #[tracing::instrument(skip_all, fields(caller = %service.0, ops = req.ops.len()))]
 pub async fn batch(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ ORCHESTRATOR }>,
     Json(req): Json<AccountBatch>,
 ) -> Result<Json<Replies>> {
     let results = batch::answer(

@@ -3,7 +3,7 @@
 mod support;
 
 use paysaga_common::testkit::service_token;
-use support::Svc;
+use support::{token_for, Svc};
 
 #[tokio::test]
 async fn malformed_requests_are_answered_with_codes() {
@@ -20,7 +20,7 @@ async fn malformed_requests_are_answered_with_codes() {
     let raw = |path: &'static str, body: String| {
         svc.http
             .post(svc.url(path))
-            .bearer_auth(&token)
+            .bearer_auth(token_for(path))
             .header("content-type", "application/json")
             .body(body)
     };

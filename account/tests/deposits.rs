@@ -21,7 +21,7 @@ fn keyed_opening(member: &str, balance: i64, key: &str) -> OpenAccountRequest {
 async fn a_keyed_opening_opens_one_account_however_often_and_concurrently_it_is_sent() {
     let svc = Svc::start().await;
     let req = keyed_opening("m-1", 500, "member:m-1:account");
-    let sends = (0..8).map(|_| svc.client.open_account(&req));
+    let sends = (0..8).map(|_| svc.operator.open_account(&req));
     let answers = futures::future::join_all(sends).await;
     let mut created = 0;
     let mut ids = std::collections::BTreeSet::new();
@@ -52,7 +52,11 @@ async fn a_keyed_opening_opens_one_account_however_often_and_concurrently_it_is_
         keyed_opening("m-2", 500, "member:m-1:account"),
         keyed_opening("m-1", 900, "member:m-1:account"),
     ] {
-        let err = svc.client.open_account(&other).await.expect_err("refused");
+        let err = svc
+            .operator
+            .open_account(&other)
+            .await
+            .expect_err("refused");
         assert_eq!(err.status(), Some(409));
         assert_eq!(err.code(), Some("OPERATION_KEY_REUSED"));
     }
@@ -75,16 +79,16 @@ async fn a_deposit_pays_in_once_per_key_and_the_ledger_explains_every_balance() 
         account_id: account.id,
         amount: Amount::new(2_500).unwrap(),
     };
-    let first = svc.client.deposit(&req).await.expect("deposited");
+    let first = svc.operator.deposit(&req).await.expect("deposited");
     assert_eq!(first.status, 201);
     assert_eq!(first.body.kind, TransactionKind::Deposit);
-    let again = svc.client.deposit(&req).await.expect("replayed");
+    let again = svc.operator.deposit(&req).await.expect("replayed");
     assert_eq!(again.status, 200);
     assert_eq!(again.body.id, first.body.id);
 
     let mut other = req.clone();
     other.amount = Amount::new(9).unwrap();
-    let err = svc.client.deposit(&other).await.expect_err("reuse");
+    let err = svc.operator.deposit(&other).await.expect_err("reuse");
     assert_eq!(err.code(), Some("OPERATION_KEY_REUSED"));
 
     assert_eq!(svc.balance(account.id).await, 2_600);
@@ -118,7 +122,7 @@ async fn a_deposit_pays_in_once_per_key_and_the_ledger_explains_every_balance() 
             account_id,
             amount: Amount::new(1).unwrap(),
         };
-        let err = svc.client.deposit(&r).await.expect_err("refused");
+        let err = svc.operator.deposit(&r).await.expect_err("refused");
         assert_eq!(err.code(), Some(code));
     }
     assert_eq!(

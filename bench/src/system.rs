@@ -107,7 +107,7 @@ impl System {
             .await
             .map_err(|e| setup("starting the services", format!("{e:#}")))?;
         let service_token = paysaga_common::auth::Minter::dev_service()
-            .mint("paysaga-bench", Duration::from_secs(4 * 3600));
+            .mint("operator", Duration::from_secs(4 * 3600));
         Ok(Self {
             gate: stack.url(ServiceKind::Gate),
             order: stack.url(ServiceKind::Order),

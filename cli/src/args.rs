@@ -202,7 +202,8 @@ pub enum TokenCommand {
         #[arg(long, default_value_t = 86_400)]
         ttl_secs: u64,
     },
-    /// A service credential (internal and operator endpoints).
+    /// A service credential (internal and operator endpoints) of one role: gate,
+    /// orchestrator, member or operator; each service route admits only some roles.
     Service {
         name: String,
         #[arg(long, default_value_t = 86_400)]

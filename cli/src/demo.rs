@@ -191,7 +191,7 @@ pub async fn play(
     settings: &DemoSettings,
 ) -> anyhow::Result<DemoResult> {
     let http = paysaga_common::client::http_client(Duration::from_secs(10));
-    let admin = Admin::new(endpoints.clone(), http, "paysaga-demo");
+    let admin = Admin::new(endpoints.clone(), http);
     let run = chrono::Utc::now().format("%H%M%S").to_string();
     let name = format!("paysaga demo drop {run}");
     let product = admin

@@ -292,7 +292,12 @@ pub fn token(cmd: TokenCommand) -> anyhow::Result<ExitCode> {
             }
             (Minter::dev_buyer(), member, ttl_secs)
         }
-        TokenCommand::Service { name, ttl_secs } => (Minter::dev_service(), name, ttl_secs),
+        TokenCommand::Service { name, ttl_secs } => {
+            // The services refuse any other subject on every route, so say so now.
+            paysaga_common::auth::ServiceRole::parse(&name)
+                .ok_or_else(|| anyhow::anyhow!("{name}: {}", paysaga_common::auth::UnknownRole))?;
+            (Minter::dev_service(), name, ttl_secs)
+        }
     };
     eprintln!("DEVELOPMENT token: signed with the public development key; services configured with their own keys refuse it.");
     println!("{}", minter.mint(&subject, Duration::from_secs(ttl)));

@@ -251,7 +251,6 @@ async fn a_killed_service_is_restarted_and_a_killed_run_command_leaves_none() ->
     let admin = Admin::new(
         endpoints.clone(),
         paysaga_common::client::http_client(Duration::from_secs(10)),
-        "run-command-test",
     );
     let product = admin.create_product("after-restart", 2_500, 3).await?;
     let buyer = admin.open_buyer("after-restart-buyer", 10_000).await?;

@@ -524,12 +524,134 @@ where
     }
 }
 
-/// An authenticated internal caller (another service or an operator tool). Buyer
-/// tokens are refused with 403, whatever they claim.
-#[derive(Debug, Clone)]
-pub struct Service(pub String);
+/// Who may hold a service credential: its `sub` names one of these. Each internal
+/// route admits only the roles that need it; a credential naming anything else is
+/// refused on every service route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceRole {
+    /// The gate's quota recompute job (reads the order service).
+    Gate,
+    /// The payment saga (moves money, confirms and cancels reservations).
+    Orchestrator,
+    /// The member service (opens accounts at sign-up, forwards top-ups).
+    Member,
+    /// People and their tools: the `paysaga` operator commands, the test harness, the
+    /// demo, the benchmark's setup.
+    Operator,
+}
 
-impl<S> FromRequestParts<S> for Service
+impl ServiceRole {
+    pub const ALL: [ServiceRole; 4] = [
+        ServiceRole::Gate,
+        ServiceRole::Orchestrator,
+        ServiceRole::Member,
+        ServiceRole::Operator,
+    ];
+
+    /// The role a credential's `sub` names, if it names one.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// The name a credential of this role carries as its `sub`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ServiceRole::Gate => "gate",
+            ServiceRole::Orchestrator => "orchestrator",
+            ServiceRole::Member => "member",
+            ServiceRole::Operator => "operator",
+        }
+    }
+
+    /// This role's bit in an allow list (see [`allow`]).
+    pub const fn bit(self) -> u8 {
+        match self {
+            ServiceRole::Gate => allow::GATE,
+            ServiceRole::Orchestrator => allow::ORCHESTRATOR,
+            ServiceRole::Member => allow::MEMBER,
+            ServiceRole::Operator => allow::OPERATOR,
+        }
+    }
+
+    /// Whether the allow list `allowed` (bits of [`allow`]) admits this role.
+    pub const fn allowed_by(self, allowed: u8) -> bool {
+        allowed & self.bit() != 0
+    }
+}
+
+impl std::fmt::Display for ServiceRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ServiceRole {
+    type Err = UnknownRole;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s).ok_or(UnknownRole)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not a service role (gate, orchestrator, member, operator)")]
+pub struct UnknownRole;
+
+/// Allow lists: the roles a route admits, as the const parameter of [`Service`] and
+/// [`Caller`], e.g. `Service<{ ORCHESTRATOR | OPERATOR }>`. A bit set in the handler's
+/// signature keeps each route's callers beside its code, and an extractor without one
+/// does not compile.
+pub mod allow {
+    pub const GATE: u8 = 1;
+    pub const ORCHESTRATOR: u8 = 1 << 1;
+    pub const MEMBER: u8 = 1 << 2;
+    pub const OPERATOR: u8 = 1 << 3;
+    /// Every role: no route uses it; for checks over the whole set.
+    pub const ANY: u8 = GATE | ORCHESTRATOR | MEMBER | OPERATOR;
+}
+
+/// The role a verified credential's `sub` names, if the allow list admits it; else
+/// 403 `FORBIDDEN_CALLER` naming the roles that may call the route.
+pub fn admit(subject: &str, allowed: u8) -> Result<ServiceRole, ApiError> {
+    match ServiceRole::parse(subject) {
+        Some(role) if role.allowed_by(allowed) => Ok(role),
+        _ => Err(forbidden_caller(allowed)),
+    }
+}
+
+fn forbidden_caller(allowed: u8) -> ApiError {
+    let names: Vec<&str> = ServiceRole::ALL
+        .into_iter()
+        .filter(|r| r.allowed_by(allowed))
+        .map(ServiceRole::name)
+        .collect();
+    ApiError::new(
+        axum::http::StatusCode::FORBIDDEN,
+        codes::FORBIDDEN_CALLER,
+        format!(
+            "this route accepts service credentials of: {}",
+            names.join(", ")
+        ),
+    )
+}
+
+/// Fails to build (at monomorphization) a route whose allow list is empty or names a
+/// bit that is no role.
+struct AllowList<const ALLOW: u8>;
+impl<const ALLOW: u8> AllowList<ALLOW> {
+    const VALID: () = assert!(
+        ALLOW != 0 && ALLOW & !allow::ANY == 0,
+        "an allow list names at least one role and only roles"
+    );
+}
+
+/// An authenticated internal caller (another service or an operator tool) whose role
+/// the route's allow list admits: `Service<{ ORCHESTRATOR }>`. Buyer tokens are refused
+/// with 403 `FORBIDDEN`, credentials of other roles (or of no role) with 403
+/// `FORBIDDEN_CALLER`, before the handler reads anything.
+#[derive(Debug, Clone, Copy)]
+pub struct Service<const ALLOW: u8>(pub ServiceRole);
+
+impl<S, const ALLOW: u8> FromRequestParts<S> for Service<ALLOW>
 where
     S: Send + Sync,
     Arc<Verifier>: FromRef<S>,
@@ -537,10 +659,11 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let () = AllowList::<ALLOW>::VALID;
         let verifier = Arc::<Verifier>::from_ref(state);
         let token = bearer(parts)?;
         if let Some(name) = verifier.verify_service(token) {
-            return Ok(Service(name));
+            return admit(&name, ALLOW).map(Service);
         }
         if verifier.verify_buyer(token).is_some() {
             return Err(ApiError::new(
@@ -553,14 +676,15 @@ where
     }
 }
 
-/// Either kind of caller, for endpoints both may use (a buyer sees only their own data).
+/// Either kind of caller, for endpoints both may use (a buyer sees only their own
+/// data); a service must be of a role in the allow list, as for [`Service`].
 #[derive(Debug, Clone)]
-pub enum Caller {
+pub enum Caller<const ALLOW: u8> {
     Buyer(MemberId),
-    Service(String),
+    Service(ServiceRole),
 }
 
-impl Caller {
+impl<const ALLOW: u8> Caller<ALLOW> {
     /// Whether this caller may see data owned by `owner`.
     pub fn may_access(&self, owner: &str) -> bool {
         match self {
@@ -570,7 +694,7 @@ impl Caller {
     }
 }
 
-impl<S> FromRequestParts<S> for Caller
+impl<S, const ALLOW: u8> FromRequestParts<S> for Caller<ALLOW>
 where
     S: Send + Sync,
     Arc<Verifier>: FromRef<S>,
@@ -578,10 +702,11 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let () = AllowList::<ALLOW>::VALID;
         let verifier = Arc::<Verifier>::from_ref(state);
         let token = bearer(parts)?;
         if let Some(name) = verifier.verify_service(token) {
-            return Ok(Caller::Service(name));
+            return admit(&name, ALLOW).map(Caller::Service);
         }
         if let Some(member) = verifier.verify_buyer_fetching(token).await {
             return Ok(Caller::Buyer(member));
@@ -721,6 +846,31 @@ mod tests {
             Duration::from_secs(MAX_BUYER_TOKEN_LIFETIME_SECS as u64 + 60),
         );
         assert!(v.verify_buyer(&minted).is_none());
+    }
+
+    #[test]
+    fn roles_are_parsed_from_the_subject_and_admitted_by_their_bit_only() {
+        for role in ServiceRole::ALL {
+            assert_eq!(ServiceRole::parse(role.name()), Some(role));
+            assert_eq!(admit(role.name(), role.bit()).ok(), Some(role));
+            assert!(admit(role.name(), allow::ANY & !role.bit()).is_err());
+        }
+        for name in [
+            "",
+            "Operator",
+            "paysaga-demo",
+            "order",
+            "account",
+            "operator ",
+        ] {
+            let e = admit(name, allow::ANY).expect_err(name);
+            assert_eq!((e.status.as_u16(), e.code), (403, codes::FORBIDDEN_CALLER));
+        }
+        let e = admit("gate", allow::ORCHESTRATOR | allow::OPERATOR).unwrap_err();
+        assert_eq!(
+            e.message,
+            "this route accepts service credentials of: orchestrator, operator"
+        );
     }
 
     #[test]

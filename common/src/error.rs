@@ -80,6 +80,8 @@ pub mod codes {
     pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const FORBIDDEN: &str = "FORBIDDEN";
+    /// A valid service credential whose role the route does not admit.
+    pub const FORBIDDEN_CALLER: &str = "FORBIDDEN_CALLER";
     pub const INTERNAL: &str = "INTERNAL";
     pub const UNAVAILABLE: &str = "UNAVAILABLE";
     pub const TIMEOUT: &str = "TIMEOUT";

@@ -59,7 +59,7 @@ pub async fn run_on(
     let logs = stack.log_paths();
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let http = paysaga_common::client::http_client(REQUEST_TIMEOUT);
-    let admin = Admin::new(endpoints.clone(), http.clone(), "faults");
+    let admin = Admin::new(endpoints.clone(), http.clone());
 
     let product = admin
         .create_product(&format!("{scenario}-drop"), plan.price, plan.units)
@@ -276,7 +276,7 @@ async fn quota_restored(admin: &Admin, product_id: i64) -> anyhow::Result<()> {
     loop {
         let last = match (
             admin.gate().quota(product_id).await,
-            admin.order().availability(product_id).await,
+            admin.order().product(product_id).await,
         ) {
             (Ok(q), Ok(a)) => {
                 let expected = (a.body.available - q.body.in_flight).max(0);

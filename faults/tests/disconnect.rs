@@ -49,7 +49,7 @@ async fn a_client_that_disconnects_mid_request_gets_a_replay_on_retry() -> anyho
     .await?;
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let http = paysaga_common::client::http_client(Duration::from_secs(30));
-    let admin = Admin::new(endpoints.clone(), http, "faults");
+    let admin = Admin::new(endpoints.clone(), http);
     let product = admin.create_product("disconnect", PRICE, 1).await?;
     let buyer = admin.open_buyer("disconnect-buyer", PRICE * 2).await?;
     admin

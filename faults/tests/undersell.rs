@@ -22,7 +22,6 @@ async fn buyers_arriving_one_by_one_get_every_unit() -> anyhow::Result<()> {
     let admin = Admin::new(
         endpoints.clone(),
         paysaga_common::client::http_client(Duration::from_secs(10)),
-        "faults",
     );
     let product = admin.create_product("one-by-one", PRICE, UNITS).await?;
     let buyers = admin
@@ -41,7 +40,7 @@ async fn buyers_arriving_one_by_one_get_every_unit() -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let q = admin.gate().quota(product.id).await?.body;
-            let a = admin.order().availability(product.id).await?.body;
+            let a = admin.order().product(product.id).await?.body;
             if q.quota == (a.available - q.in_flight).max(0) || Instant::now() >= deadline {
                 break;
             }

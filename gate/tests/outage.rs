@@ -122,7 +122,7 @@ async fn gate_survives_a_lost_redis_and_restores_the_quota() {
     assert!(metrics.contains("gate_redis_degraded 1"), "{metrics}");
     let quota = http
         .get(format!("{}/v1/quota/{product}", gate.url()))
-        .bearer_auth(service_token("ops"))
+        .bearer_auth(service_token("operator"))
         .send()
         .await
         .expect("answer");

@@ -133,7 +133,7 @@ async fn bad_requests_get_4xx_with_a_code() {
         (401, "UNAUTHENTICATED".into())
     );
     assert_eq!(
-        send(Some(service_token("order")), r#"{"product_id":1}"#).await,
+        send(Some(service_token("orchestrator")), r#"{"product_id":1}"#).await,
         (403, "FORBIDDEN".into())
     );
     assert_eq!(
@@ -182,14 +182,14 @@ async fn bad_requests_get_4xx_with_a_code() {
     };
     let (status, body) = quota(buyer_token("bob"), format!("/v1/quota/{product}")).await;
     assert_eq!((status, body["code"].as_str()), (403, Some("FORBIDDEN")));
-    let (status, body) = quota(service_token("ops"), "/v1/quota/abc".into()).await;
+    let (status, body) = quota(service_token("operator"), "/v1/quota/abc".into()).await;
     assert_eq!((status, body["code"].as_str()), (400, Some("INVALID_PATH")));
-    let (status, body) = quota(service_token("ops"), "/v1/quota/424242".into()).await;
+    let (status, body) = quota(service_token("operator"), "/v1/quota/424242".into()).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (404, Some("PRODUCT_NOT_FOUND"))
     );
-    let (status, body) = quota(service_token("ops"), format!("/v1/quota/{product}")).await;
+    let (status, body) = quota(service_token("operator"), format!("/v1/quota/{product}")).await;
     assert_eq!(status, 200);
     assert_eq!(
         (body["quota"].as_i64(), body["in_flight"].as_i64()),

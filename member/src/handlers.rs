@@ -8,7 +8,7 @@ use axum::{
     response::IntoResponse,
 };
 use paysaga_common::{
-    auth::Service,
+    auth::{allow::OPERATOR, Service},
     client::CallError,
     extract::{Json, Path, Query},
     jwks::JwkSet,
@@ -175,7 +175,7 @@ pub async fn me(State(state): State<AppState>, me: Me) -> Result<Json<Member>> {
 #[tracing::instrument(skip_all, fields(caller = %service.0, member = %id))]
 pub async fn get_member(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Member>> {
     let row = members::by_id(&state.pool, id)
@@ -194,7 +194,7 @@ pub async fn get_member(
 #[tracing::instrument(skip_all, fields(caller = %service.0))]
 pub async fn list_members(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ OPERATOR }>,
     Query(q): Query<ListMembers>,
 ) -> Result<Json<MemberPage>> {
     let limit = q.limit.unwrap_or(100);
@@ -230,7 +230,7 @@ pub async fn list_members(
 #[tracing::instrument(skip_all, fields(caller = %service.0, member = %id, operation_key = %req.operation_key))]
 pub async fn top_up(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ OPERATOR }>,
     Path(id): Path<Uuid>,
     Json(req): Json<TopUpRequest>,
 ) -> Result<impl IntoResponse> {
@@ -268,7 +268,7 @@ pub async fn top_up(
 #[tracing::instrument(skip_all, fields(caller = %service.0, members = req.members.len()))]
 pub async fn bulk_sign_up(
     State(state): State<AppState>,
-    service: Service,
+    service: Service<{ OPERATOR }>,
     Json(req): Json<BulkSignUpRequest>,
 ) -> Result<Json<BulkSignUpResponse>> {
     Ok(Json(bulk::sign_up(&state, req).await?))

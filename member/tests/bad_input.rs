@@ -98,7 +98,7 @@ async fn service_endpoints_need_a_service_credential() {
     let r = s
         .http
         .get(s.url("/v1/members/not-a-uuid"))
-        .bearer_auth(service_token("ops"))
+        .bearer_auth(service_token("operator"))
         .send()
         .await
         .unwrap();
@@ -113,7 +113,7 @@ async fn service_endpoints_need_a_service_credential() {
         let r = s
             .http
             .get(s.url(&format!("/v1/members?{query}")))
-            .bearer_auth(service_token("ops"))
+            .bearer_auth(service_token("operator"))
             .send()
             .await
             .unwrap();

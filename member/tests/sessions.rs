@@ -179,7 +179,7 @@ async fn me_needs_a_buyer_token_of_this_service() {
         s.client.me(&session.access_token).await.unwrap().body,
         member
     );
-    let service = paysaga_common::testkit::service_token("ops");
+    let service = paysaga_common::testkit::service_token("operator");
     assert_eq!(s.client.me(&service).await.unwrap_err().status(), Some(403));
     assert_eq!(
         s.client.me("garbage").await.unwrap_err().status(),

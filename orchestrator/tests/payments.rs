@@ -378,9 +378,11 @@ async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
 async fn hundred_concurrent_posts_with_one_key_make_one_payment() {
     let mut s = Stack::start().await;
     let acct = s.open_account("eager-1", 100_000).await;
-    let product = s.product(2).await;
+    let product = s.product(1).await;
     let res = s.reserve(product, "eager-1").await;
-    let other = s.reserve(product, "eager-1").await;
+    // A member holds one live reservation per product: the second is of another.
+    let other_product = s.product(1).await;
+    let other = s.reserve(other_product, "eager-1").await;
     // A hundred posts at once from one member: above the per-member rate, which this
     // test is not about.
     let mut config = s.config();
@@ -556,7 +558,7 @@ async fn bad_requests_get_codes_and_change_nothing() {
     assert_eq!(listed.status().as_u16(), 403);
     let bad_filter = http
         .get(format!("{}/v1/payments?state=NOPE", o.url))
-        .bearer_auth(paysaga_common::testkit::service_token("ops"))
+        .bearer_auth(paysaga_common::testkit::service_token("operator"))
         .send()
         .await
         .expect("send");
@@ -710,7 +712,12 @@ async fn two_instances_recover_500_stuck_payments_each_exactly_once() {
     const BUYERS: usize = 100;
     const PER_BUYER: usize = 5;
     let mut s = Stack::start().await;
-    let product = s.product((BUYERS * PER_BUYER) as i64).await;
+    // A member holds one live reservation per product: each of a buyer's units is of
+    // another product.
+    let mut products = Vec::new();
+    for _ in 0..PER_BUYER {
+        products.push(s.product(BUYERS as i64).await);
+    }
     s.migrate_payments().await;
     let mut ids = Vec::new();
     for b in 0..BUYERS {
@@ -718,7 +725,7 @@ async fn two_instances_recover_500_stuck_payments_each_exactly_once() {
         // One buyer in five can afford only four of their five units.
         let units = if b % 5 == 0 { PER_BUYER } else { PER_BUYER - 1 };
         let acct = s.open_account(&member, PRICE * units as i64).await;
-        for _ in 0..PER_BUYER {
+        for &product in &products {
             let res = s.reserve(product, &member).await;
             ids.push(insert_stuck(&s, res, acct, &member, 0).await);
         }

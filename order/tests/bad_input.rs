@@ -3,10 +3,13 @@
 
 mod support;
 
-use paysaga_common::testkit::{buyer_token, service_token};
+use paysaga_common::testkit::buyer_token;
 use reqwest::Method;
 use serde_json::{json, Value};
-use support::{pass, Harness};
+use support::{pass, token_for, Harness};
+
+/// Stands for a credential of the role that calls the probed route ([`token_for`]).
+const SERVICE: &str = "<service>";
 
 struct Probe<'a> {
     method: Method,
@@ -19,6 +22,7 @@ struct Probe<'a> {
 async fn send(h: &Harness, p: Probe<'_>) -> (u16, Value) {
     let mut req = h.http().request(p.method, format!("{}{}", h.base, p.path));
     if let Some(t) = p.token {
+        let t = if t == SERVICE { token_for(&p.path) } else { t };
         req = req.bearer_auth(t);
     }
     if let Some(ct) = p.content_type {
@@ -37,7 +41,7 @@ async fn send(h: &Harness, p: Probe<'_>) -> (u16, Value) {
 async fn bad_requests_get_4xx_codes_and_change_nothing() {
     let h = Harness::start().await;
     let product = h.product(3).await;
-    let svc = Some(service_token("ops"));
+    let svc = Some(SERVICE.to_owned());
     let buyer = Some(buyer_token("alice"));
     let json_ct = Some("application/json");
     let huge = format!(r#"{{"name":"{}","price":1,"units":1}}"#, "x".repeat(70_000));

@@ -34,7 +34,7 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
     assert_eq!(reservation_state(&h.admin, alice.id).await, "EXPIRED");
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 0, 0));
     assert_eq!(
-        h.service()
+        h.gate()
             .availability(product.id)
             .await
             .unwrap()

@@ -10,7 +10,7 @@ use uuid::Uuid;
 #[tokio::test]
 async fn products_units_and_counts() {
     let h = Harness::start().await;
-    let svc = h.service();
+    let svc = h.operator();
     let created = svc
         .create_product(&CreateProduct {
             name: "  Sneaker  ".into(),
@@ -44,7 +44,7 @@ async fn products_units_and_counts() {
         .unwrap()
         .body;
     assert_eq!(r.price, 12_900);
-    svc.confirm(r.id).await.unwrap();
+    h.service().confirm(r.id).await.unwrap();
     h.buyer("bob")
         .reserve(p.id, &pass(p.id, "bob"))
         .await
@@ -55,7 +55,7 @@ async fn products_units_and_counts() {
         (seen.available, seen.reserved, seen.sold, seen.units_total),
         (3, 1, 1, 5)
     );
-    assert_eq!(svc.availability(p.id).await.unwrap().body.available, 3);
+    assert_eq!(h.gate().availability(p.id).await.unwrap().body.available, 3);
     let list = svc.list_products().await.unwrap().body;
     assert_eq!(list.len(), 1);
     assert_eq!(list[0], seen);

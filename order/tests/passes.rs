@@ -186,14 +186,14 @@ async fn the_gate_can_ask_which_passes_made_a_reservation() {
     assert_eq!(e.code(), Some("SOLD_OUT"));
 
     let answer = h
-        .service()
+        .gate()
         .used_passes(&[used.pid, unused.pid, uuid::Uuid::new_v4()])
         .await
         .unwrap()
         .body;
     assert_eq!(answer.used, vec![used.pid]);
     assert!(h
-        .service()
+        .gate()
         .used_passes(&[])
         .await
         .unwrap()
@@ -202,7 +202,7 @@ async fn the_gate_can_ask_which_passes_made_a_reservation() {
         .is_empty());
 
     let too_many: Vec<uuid::Uuid> = (0..1_001).map(|_| uuid::Uuid::new_v4()).collect();
-    let e = h.service().used_passes(&too_many).await.unwrap_err();
+    let e = h.gate().used_passes(&too_many).await.unwrap_err();
     assert_eq!(
         (e.status(), e.code()),
         (Some(422), Some("TOO_MANY_PASS_IDS"))

@@ -28,12 +28,13 @@ pub struct Admin {
 }
 
 impl Admin {
-    /// An operator with a development service credential named `name`.
-    pub fn new(endpoints: Endpoints, http: reqwest::Client, name: &str) -> Self {
+    /// An operator: a development service credential of the `operator` role, which
+    /// the services admit on their operator routes (and no others).
+    pub fn new(endpoints: Endpoints, http: reqwest::Client) -> Self {
         Self {
             endpoints,
             http,
-            token: testkit::service_token(name),
+            token: testkit::service_token("operator"),
         }
     }
 

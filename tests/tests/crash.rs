@@ -30,7 +30,6 @@ async fn orchestrator_killed_mid_drop_and_restarted() -> anyhow::Result<()> {
     let admin = Admin::new(
         endpoints.clone(),
         paysaga_common::client::http_client(Duration::from_secs(10)),
-        "e2e",
     );
     let product = admin.create_product("crash-drop", PRICE, UNITS).await?;
     let balances: Vec<i64> = (0..BUYERS)

@@ -32,7 +32,6 @@ async fn fifty_units_five_hundred_buyers_some_underfunded() -> anyhow::Result<()
     let admin = Admin::new(
         endpoints.clone(),
         paysaga_common::client::http_client(Duration::from_secs(10)),
-        "e2e",
     );
     let product = admin.create_product("drop-50", PRICE, UNITS).await?;
     let balances: Vec<i64> = (0..BUYERS).map(balance).collect();

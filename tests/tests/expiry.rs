@@ -58,7 +58,6 @@ async fn an_expired_reservation_gets_a_definite_answer_and_the_unit_sells_to_som
     let admin = Admin::new(
         endpoints.clone(),
         paysaga_common::client::http_client(Duration::from_secs(10)),
-        "e2e",
     );
     let product = admin.create_product("one-unit", PRICE, 1).await?;
     let late = admin.open_buyer("late-buyer", PRICE * 3).await?;

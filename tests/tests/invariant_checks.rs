@@ -27,7 +27,6 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     let admin = Admin::new(
         endpoints.clone(),
         paysaga_common::client::http_client(Duration::from_secs(10)),
-        "e2e",
     );
     let product = admin.create_product("checked", 1_000, 3).await?;
     let buyers = admin

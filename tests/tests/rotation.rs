@@ -65,7 +65,7 @@ async fn a_signing_key_rotates_without_restarting_the_services_that_verify_it() 
     let mut stack = Stack::start(StackOptions::new("rotation")).await?;
     let ep = Endpoints::from_wiring(stack.wiring());
     let http = paysaga_common::client::http_client(Duration::from_secs(10));
-    let admin = Admin::new(ep.clone(), http.clone(), "rotation-test");
+    let admin = Admin::new(ep.clone(), http.clone());
     let product = admin.create_product("rotation", PRICE, 3).await?;
     admin
         .wait_for_quota(product.id, 3, Duration::from_secs(30))

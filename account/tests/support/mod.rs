@@ -22,7 +22,10 @@ use sqlx::PgPool;
 pub struct Svc {
     pub base: String,
     pub http: reqwest::Client,
+    /// As the orchestrator: debits, credits, batches, look-ups.
     pub client: AccountClient,
+    /// As an operator: opening accounts and deposits.
+    pub operator: AccountClient,
     pub admin: PgPool,
     service: InProcess,
     // Last: dropped after the service has stopped using it.
@@ -50,11 +53,14 @@ impl Svc {
             service_token("orchestrator"),
             Duration::from_secs(30),
         );
+        let operator =
+            AccountClient::new(&base, service_token("operator"), Duration::from_secs(30));
         let admin = db.admin_pool().await;
         Self {
             base,
             http,
             client,
+            operator,
             admin,
             service,
             db,
@@ -71,7 +77,11 @@ impl Svc {
             opening_balance: opening,
             open_key: None,
         };
-        let answer = self.client.open_account(&req).await.expect("open account");
+        let answer = self
+            .operator
+            .open_account(&req)
+            .await
+            .expect("open account");
         assert_eq!(answer.status, 201);
         answer.body
     }
@@ -135,7 +145,7 @@ impl Svc {
         let mut req = self
             .http
             .request(method, self.url(path))
-            .bearer_auth(service_token("orchestrator"));
+            .bearer_auth(token_for(path));
         if let Some(body) = body {
             req = req.json(body);
         }
@@ -161,6 +171,16 @@ impl Svc {
         .fetch_one(&self.admin)
         .await
         .expect("negatives")
+    }
+}
+
+/// A credential of the role that calls `path` in production: accounts are opened and
+/// topped up by the member service or an operator, everything else is the saga's.
+pub fn token_for(path: &str) -> String {
+    if path == "/v1/accounts" || path == "/v1/deposits" {
+        service_token("operator")
+    } else {
+        service_token("orchestrator")
     }
 }
 

@@ -99,15 +99,20 @@ pub async fn run_once(shards: u16, args: &LedgerArgs) -> anyhow::Result<LedgerRu
     let stack = Stack::start(options)
         .await
         .context("starting the account service")?;
-    let token = Minter::dev_service().mint("ledger-bench", Duration::from_secs(3600));
-    let client = AccountClient::new(
-        stack.url(ServiceKind::Account),
-        token,
-        Duration::from_secs(30),
-    );
+    // Accounts are opened as the operator opens them, debits made as the saga makes them:
+    // each role may call only its own routes.
+    let client_as = |role: &str| {
+        AccountClient::new(
+            stack.url(ServiceKind::Account),
+            Minter::dev_service().mint(role, Duration::from_secs(3600)),
+            Duration::from_secs(30),
+        )
+    };
+    let opener = client_as("operator");
+    let client = client_as("orchestrator");
     let buyers: Vec<i64> = stream::iter(0..args.buyers)
         .map(|i| {
-            let client = client.clone();
+            let client = opener.clone();
             async move {
                 let req = OpenAccountRequest {
                     member_id: MemberId::parse(format!("bench-{i}")).map_err(anyhow::Error::msg)?,

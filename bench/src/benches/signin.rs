@@ -164,7 +164,7 @@ async fn measure(db: &BenchDb, args: &SigninArgs) -> anyhow::Result<SigninReport
         .await
     })
     .await?;
-    let token = Minter::dev_service().mint("signin-bench", Duration::from_secs(3600));
+    let token = Minter::dev_service().mint("operator", Duration::from_secs(3600));
     let client = MemberClient::new(&service.url, token, Duration::from_secs(60));
 
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();

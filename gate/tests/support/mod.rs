@@ -44,7 +44,7 @@ pub async fn start_order(db: &TestDb) -> Service {
 pub fn order_client(order: &Service) -> OrderClient {
     OrderClient::new(
         order.url.clone(),
-        service_token("tests"),
+        service_token("operator"),
         Duration::from_secs(10),
     )
 }
@@ -76,7 +76,11 @@ impl Gate {
         GateClient::with_http(http.clone(), self.url(), buyer_token(member))
     }
     pub fn service_client(&self) -> GateClient {
-        GateClient::new(self.url(), service_token("tests"), Duration::from_secs(10))
+        GateClient::new(
+            self.url(),
+            service_token("operator"),
+            Duration::from_secs(10),
+        )
     }
 }
 

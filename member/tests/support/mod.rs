@@ -108,7 +108,11 @@ impl Stack {
             member::run(config, listener, shutdown)
         })
         .await;
-        let client = MemberClient::new(member.url(), service_token("ops"), Duration::from_secs(30));
+        let client = MemberClient::new(
+            member.url(),
+            service_token("operator"),
+            Duration::from_secs(30),
+        );
         (member, client)
     }
 

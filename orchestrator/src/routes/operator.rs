@@ -2,7 +2,7 @@
 
 use axum::{extract::State, Json as AxumJson};
 use paysaga_common::{
-    auth::Service,
+    auth::{allow::OPERATOR, Service},
     error::codes as common_codes,
     extract::{Path, Query},
     ApiError,
@@ -34,7 +34,7 @@ const MAX_LIMIT: i64 = 500;
 #[tracing::instrument(skip_all, fields(operator = %operator))]
 pub async fn list(
     State(state): State<AppState>,
-    Service(operator): Service,
+    Service(operator): Service<{ OPERATOR }>,
     Query(filter): Query<ListPayments>,
 ) -> Result<AxumJson<PaymentPage>> {
     let limit = filter.limit.unwrap_or(DEFAULT_LIMIT);
@@ -85,7 +85,7 @@ pub async fn list(
 #[tracing::instrument(skip_all, fields(payment_id = %id))]
 pub async fn steps(
     State(state): State<AppState>,
-    _operator: Service,
+    _operator: Service<{ OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<AxumJson<PaymentTimeline>> {
     let row = store::load(&state.pool, id)
@@ -112,7 +112,7 @@ pub async fn steps(
 #[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
 pub async fn resume(
     State(state): State<AppState>,
-    Service(operator): Service,
+    Service(operator): Service<{ OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<AxumJson<PaymentAdmin>> {
     let row = store::load(&state.pool, id)
@@ -157,7 +157,7 @@ pub async fn resume(
 #[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
 pub async fn refund(
     State(state): State<AppState>,
-    Service(operator): Service,
+    Service(operator): Service<{ OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<AxumJson<PaymentAdmin>> {
     let row = store::load(&state.pool, id)

@@ -7,7 +7,7 @@ use axum::{
 };
 use chrono::Utc;
 use paysaga_common::{
-    auth::{Buyer, Caller, MemberId},
+    auth::{allow::OPERATOR, Buyer, Caller, MemberId},
     client::CallError,
     extract::{Json, Path},
 };
@@ -351,7 +351,7 @@ async fn check(state: &AppState, member: &MemberId, req: &CreatePayment) -> Resu
 #[tracing::instrument(skip_all, fields(payment_id = %id))]
 pub async fn get(
     State(state): State<AppState>,
-    caller: Caller,
+    caller: Caller<{ OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<Payment>> {
     // Buyers poll this; services (operators, tools) are not members and not limited.

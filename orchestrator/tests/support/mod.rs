@@ -43,7 +43,11 @@ impl Orchestrator {
         OrchestratorClient::new(&self.url, buyer_token(member), Duration::from_secs(30))
     }
     pub fn operator(&self) -> OrchestratorClient {
-        OrchestratorClient::new(&self.url, service_token("ops"), Duration::from_secs(30))
+        OrchestratorClient::new(
+            &self.url,
+            service_token("operator"),
+            Duration::from_secs(30),
+        )
     }
     /// Kills the instance: its server, jobs and drivers stop writing at once.
     pub fn kill(&mut self) {
@@ -144,7 +148,7 @@ impl Stack {
     pub fn account_service(&self) -> AccountClient {
         AccountClient::new(
             &self.account_url,
-            service_token("test"),
+            service_token("operator"),
             Duration::from_secs(30),
         )
     }
@@ -152,7 +156,7 @@ impl Stack {
     pub fn order_service(&self) -> OrderClient {
         OrderClient::new(
             &self.order_url,
-            service_token("test"),
+            service_token("operator"),
             Duration::from_secs(30),
         )
     }

@@ -1,7 +1,11 @@
 //! `POST /v1/batch`: a service's confirms, cancels and lookups in one request.
 
 use axum::extract::State;
-use paysaga_common::{auth::Service, extract::Json, ApiError, ErrorBody};
+use paysaga_common::{
+    auth::{allow::ORCHESTRATOR, Service},
+    extract::Json,
+    ApiError, ErrorBody,
+};
 use paysaga_contracts::batch::{Replies, BATCH_TOO_LARGE, MAX_OPS};
 
 use crate::{
@@ -28,7 +32,7 @@ pub const BODY_LIMIT: usize = 256 * 1024;
 #[tracing::instrument(skip_all, fields(caller = %caller.0, ops = req.ops.len()))]
 pub async fn batch(
     State(state): State<AppState>,
-    caller: Service,
+    caller: Service<{ ORCHESTRATOR }>,
     Json(req): Json<OrderBatch>,
 ) -> Result<Json<Replies>> {
     if req.ops.is_empty() || req.ops.len() > MAX_OPS {

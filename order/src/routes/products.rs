@@ -2,7 +2,10 @@
 
 use axum::{extract::State, http::StatusCode};
 use paysaga_common::{
-    auth::{Caller, Service},
+    auth::{
+        allow::{GATE, OPERATOR},
+        Caller, Service,
+    },
     extract::{Json, Path},
     money::Amount,
     ErrorBody,
@@ -50,7 +53,7 @@ fn known_id(id: i64) -> Result<i64> {
 #[tracing::instrument(skip_all, fields(caller = %caller.0, units = req.units))]
 pub async fn create(
     State(state): State<AppState>,
-    caller: Service,
+    caller: Service<{ OPERATOR }>,
     Json(req): Json<CreateProduct>,
 ) -> Result<(StatusCode, Json<Product>)> {
     let name = product_name(&req.name)?;
@@ -69,7 +72,7 @@ pub async fn create(
 #[tracing::instrument(skip_all, fields(caller = %caller.0, product_id = id, count = req.count))]
 pub async fn add_units(
     State(state): State<AppState>,
-    caller: Service,
+    caller: Service<{ OPERATOR }>,
     Path(id): Path<i64>,
     Json(req): Json<AddUnits>,
 ) -> Result<Json<Product>> {
@@ -84,7 +87,10 @@ pub async fn add_units(
 /// Every product with its unit counts (service).
 #[utoipa::path(get, path = "/v1/products", responses((status = 200, body = [Product])))]
 #[tracing::instrument(skip_all, fields(caller = %_caller.0))]
-pub async fn list(State(state): State<AppState>, _caller: Service) -> Result<Json<Vec<Product>>> {
+pub async fn list(
+    State(state): State<AppState>,
+    _caller: Service<{ GATE | OPERATOR }>,
+) -> Result<Json<Vec<Product>>> {
     Ok(Json(stock::list_products(&state.pool).await?))
 }
 
@@ -94,7 +100,7 @@ pub async fn list(State(state): State<AppState>, _caller: Service) -> Result<Jso
 #[tracing::instrument(skip_all, fields(product_id = id))]
 pub async fn get(
     State(state): State<AppState>,
-    _caller: Caller,
+    _caller: Caller<{ OPERATOR }>,
     Path(id): Path<i64>,
 ) -> Result<Json<Product>> {
     let id = known_id(id)?;
@@ -110,7 +116,7 @@ pub async fn get(
 #[tracing::instrument(skip_all, fields(product_id = id))]
 pub async fn availability(
     State(state): State<AppState>,
-    _caller: Service,
+    _caller: Service<{ GATE }>,
     Path(id): Path<i64>,
 ) -> Result<Json<Availability>> {
     let id = known_id(id)?;

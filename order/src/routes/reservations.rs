@@ -2,7 +2,10 @@
 
 use axum::{extract::State, http::StatusCode};
 use paysaga_common::{
-    auth::{Buyer, Caller, MemberId, Service},
+    auth::{
+        allow::{GATE, OPERATOR, ORCHESTRATOR},
+        Buyer, Caller, MemberId, Service,
+    },
     extract::{Json, Path},
     pass::PassError,
     ErrorBody,
@@ -135,7 +138,7 @@ async fn reserve(
 #[tracing::instrument(skip_all, fields(reservation_id = %id))]
 pub async fn get(
     State(state): State<AppState>,
-    caller: Caller,
+    caller: Caller<{ ORCHESTRATOR | OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Reservation>> {
     match reservations::get(&state.pool, id).await? {
@@ -153,7 +156,7 @@ pub async fn get(
 #[tracing::instrument(skip_all, fields(caller = %caller.0, reservation_id = %id))]
 pub async fn confirm(
     State(state): State<AppState>,
-    caller: Service,
+    caller: Service<{ ORCHESTRATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Reservation>> {
     let outcome =
@@ -176,7 +179,7 @@ pub async fn confirm(
 #[tracing::instrument(skip_all, fields(reservation_id = %id))]
 pub async fn cancel(
     State(state): State<AppState>,
-    caller: Caller,
+    caller: Caller<{ ORCHESTRATOR | OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Reservation>> {
     let outcome = super::detached(async move {
@@ -204,7 +207,7 @@ pub const MAX_PASS_IDS: usize = 1_000;
 #[tracing::instrument(skip_all, fields(caller = %caller.0, asked = req.pass_ids.len()))]
 pub async fn used_passes(
     State(state): State<AppState>,
-    caller: Service,
+    caller: Service<{ GATE }>,
     Json(req): Json<UsedPassesQuery>,
 ) -> Result<Json<UsedPasses>> {
     if req.pass_ids.len() > MAX_PASS_IDS {

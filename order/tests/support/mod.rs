@@ -53,6 +53,16 @@ impl Harness {
         OrderClient::with_http(self.http.clone(), &self.base, service_token("orchestrator"))
     }
 
+    /// As an operator: products, reservation look-ups and cancels.
+    pub fn operator(&self) -> OrderClient {
+        OrderClient::with_http(self.http.clone(), &self.base, service_token("operator"))
+    }
+
+    /// As the gate's recompute job: product list, availability, used passes.
+    pub fn gate(&self) -> OrderClient {
+        OrderClient::with_http(self.http.clone(), &self.base, service_token("gate"))
+    }
+
     pub fn buyer(&self, member: &str) -> OrderClient {
         OrderClient::with_http(self.http.clone(), &self.base, buyer_token(member))
     }
@@ -62,7 +72,7 @@ impl Harness {
     }
 
     pub async fn product(&self, units: i64) -> Product {
-        self.service()
+        self.operator()
             .create_product(&paysaga_contracts::order::api::CreateProduct {
                 name: "drop".into(),
                 price: 12_900,
@@ -94,6 +104,19 @@ impl Harness {
     pub async fn stop(mut self) {
         self.service.stop().await.expect("order stops cleanly");
     }
+}
+
+/// A credential of the role that calls `path` in production: the gate reads
+/// availability and used passes, an operator manages products, the saga the rest.
+pub fn token_for(path: &str) -> String {
+    let role = if path.ends_with("/availability") || path == "/v1/passes/used" {
+        "gate"
+    } else if path.starts_with("/v1/products") {
+        "operator"
+    } else {
+        "orchestrator"
+    };
+    service_token(role)
 }
 
 pub fn signer() -> PassSigner {

@@ -1,0 +1,467 @@
+//! Who may call which internal route: every service route of the five services, called
+//! with a service credential of each role and of a name that is no role. A caller the
+//! route does not admit gets 403 `FORBIDDEN_CALLER` and changes nothing in PostgreSQL;
+//! an admitted one is never refused for who it is. The matrix below is the one in
+//! docs/security.md ("Service credentials"), and every route a service documents in its
+//! OpenAPI must be in it or in the list of routes without a service credential.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use paysaga_common::{
+    auth::{allow, ServiceRole},
+    testkit::service_token,
+};
+use paysaga_e2e::{Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions};
+use reqwest::Method;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+const GATE: u8 = allow::GATE;
+const ORCH: u8 = allow::ORCHESTRATOR;
+const MEMBER: u8 = allow::MEMBER;
+const OPERATOR: u8 = allow::OPERATOR;
+
+/// Routes that take no service credential at all (buyers, sign-in, keys, probes):
+/// `(service, method, OpenAPI path)`.
+const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
+    (ServiceKind::Order, "post", "/v1/reservations"),
+    (ServiceKind::Orchestrator, "post", "/v1/payments"),
+    (ServiceKind::Gate, "post", "/v1/passes"),
+    (ServiceKind::Member, "post", "/v1/members"),
+    (ServiceKind::Member, "get", "/v1/members/me"),
+    (ServiceKind::Member, "post", "/v1/sessions"),
+    (ServiceKind::Member, "post", "/v1/sessions/refresh"),
+    (ServiceKind::Member, "post", "/v1/sessions/sign-out"),
+    (ServiceKind::Member, "get", "/.well-known/jwks.json"),
+];
+
+/// One internal route: where, how, the OpenAPI path it is documented under, a request
+/// that would change something if it were let through, and the roles it admits.
+struct Route {
+    service: ServiceKind,
+    method: Method,
+    template: &'static str,
+    path: String,
+    body: Option<Value>,
+    allowed: u8,
+}
+
+fn route(
+    service: ServiceKind,
+    method: Method,
+    template: &'static str,
+    path: String,
+    body: Option<Value>,
+    allowed: u8,
+) -> Route {
+    Route {
+        service,
+        method,
+        template,
+        path,
+        body,
+        allowed,
+    }
+}
+
+/// Every table of the four schemas, each as the md5 of its rows: any write shows.
+async fn fingerprint(pool: &PgPool) -> Vec<(String, String)> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        r#"SELECT format('%I.%I', table_schema, table_name) FROM information_schema.tables
+           WHERE table_schema IN ('account_service', 'order_service', 'payment_service', 'member_service')
+             AND table_type = 'BASE TABLE'
+             AND table_name NOT LIKE '\_sqlx%'
+           ORDER BY 1"#,
+    )
+    .fetch_all(pool)
+    .await
+    .expect("tables");
+    assert!(tables.len() >= 8, "{tables:?}");
+    let mut out = Vec::with_capacity(tables.len());
+    for table in tables {
+        let digest: Option<String> = sqlx::query_scalar(&format!(
+            "SELECT md5(string_agg(t::text, '|' ORDER BY t::text)) FROM {table} t"
+        ))
+        .fetch_one(pool)
+        .await
+        .expect("digest");
+        out.push((table, digest.unwrap_or_default()));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::new("callers").env(
+        ServiceKind::Gate,
+        "RECOMPUTE_INTERVAL_MS",
+        200,
+    ))
+    .await?;
+    let endpoints = Endpoints::from_wiring(stack.wiring());
+    let http = paysaga_common::client::http_client(Duration::from_secs(10));
+    let admin = Admin::new(endpoints.clone(), http.clone());
+
+    // Something for every route to act on: a product, a completed payment (its debit),
+    // a live reservation, members with accounts.
+    let product = admin.create_product("callers", 1_000, 5).await?;
+    let buyers = admin
+        .open_buyers("callers-buyer", &[5_000, 5_000], 2)
+        .await?;
+    admin
+        .wait_for_quota(product.id, 5, Duration::from_secs(30))
+        .await?;
+    let driver = Driver::new(endpoints.clone(), Duration::from_secs(10));
+    let paid = driver.buy(&buyers[0], product.id).await;
+    assert_eq!(paid.outcome, Outcome::Completed, "{paid:?}");
+    let payment = paid.payment_id.expect("payment id");
+    let mut retries = 0;
+    let pass = driver.pass(&buyers[1], product.id, &mut retries).await?;
+    let live = driver
+        .reserve(&buyers[1], product.id, &pass.pass, &mut retries)
+        .await?
+        .id;
+    let account = buyers[1].account_id;
+    let member = &buyers[1].member;
+    let debit_key = format!("pay:{payment}:debit");
+    let pid = product.id;
+
+    use ServiceKind::{Account as A, Gate as G, Member as M, Orchestrator as P, Order as O};
+    let matrix = vec![
+        // account
+        route(
+            A,
+            Method::POST,
+            "/v1/accounts",
+            "/v1/accounts".into(),
+            Some(json!({"member_id": "callers-new", "opening_balance": 1_000_000})),
+            MEMBER | OPERATOR,
+        ),
+        route(
+            A,
+            Method::GET,
+            "/v1/accounts/{id}",
+            format!("/v1/accounts/{account}"),
+            None,
+            ORCH | OPERATOR,
+        ),
+        route(
+            A,
+            Method::POST,
+            "/v1/debits",
+            "/v1/debits".into(),
+            Some(json!({"operation_key": "callers:debit", "account_id": account, "amount": 100})),
+            ORCH,
+        ),
+        route(
+            A,
+            Method::POST,
+            "/v1/credits",
+            "/v1/credits".into(),
+            Some(
+                json!({"operation_key": "callers:credit", "account_id": buyers[0].account_id, "amount": 100, "refund_of": debit_key}),
+            ),
+            ORCH,
+        ),
+        route(
+            A,
+            Method::POST,
+            "/v1/deposits",
+            "/v1/deposits".into(),
+            Some(json!({"operation_key": "callers:deposit", "account_id": account, "amount": 100})),
+            MEMBER | OPERATOR,
+        ),
+        route(
+            A,
+            Method::GET,
+            "/v1/transactions/{operation_key}",
+            format!("/v1/transactions/{debit_key}"),
+            None,
+            ORCH | OPERATOR,
+        ),
+        route(
+            A,
+            Method::POST,
+            "/v1/batch",
+            "/v1/batch".into(),
+            Some(
+                json!({"ops": [{"op": "debit", "operation_key": "callers:batch", "account_id": account, "amount": 100}]}),
+            ),
+            ORCH,
+        ),
+        // order
+        route(
+            O,
+            Method::POST,
+            "/v1/products",
+            "/v1/products".into(),
+            Some(json!({"name": "callers-new", "price": 100, "units": 3})),
+            OPERATOR,
+        ),
+        route(
+            O,
+            Method::GET,
+            "/v1/products",
+            "/v1/products".into(),
+            None,
+            GATE | OPERATOR,
+        ),
+        route(
+            O,
+            Method::GET,
+            "/v1/products/{id}",
+            format!("/v1/products/{pid}"),
+            None,
+            OPERATOR,
+        ),
+        route(
+            O,
+            Method::POST,
+            "/v1/products/{id}/units",
+            format!("/v1/products/{pid}/units"),
+            Some(json!({"count": 2})),
+            OPERATOR,
+        ),
+        route(
+            O,
+            Method::GET,
+            "/v1/products/{id}/availability",
+            format!("/v1/products/{pid}/availability"),
+            None,
+            GATE,
+        ),
+        route(
+            O,
+            Method::GET,
+            "/v1/reservations/{id}",
+            format!("/v1/reservations/{live}"),
+            None,
+            ORCH | OPERATOR,
+        ),
+        route(
+            O,
+            Method::POST,
+            "/v1/reservations/{id}/confirm",
+            format!("/v1/reservations/{live}/confirm"),
+            None,
+            ORCH,
+        ),
+        route(
+            O,
+            Method::POST,
+            "/v1/reservations/{id}/cancel",
+            format!("/v1/reservations/{live}/cancel"),
+            None,
+            ORCH | OPERATOR,
+        ),
+        route(
+            O,
+            Method::POST,
+            "/v1/passes/used",
+            "/v1/passes/used".into(),
+            Some(json!({"pass_ids": [pass.pass_id]})),
+            GATE,
+        ),
+        route(
+            O,
+            Method::POST,
+            "/v1/batch",
+            "/v1/batch".into(),
+            Some(json!({"ops": [{"op": "cancel", "reservation_id": live}]})),
+            ORCH,
+        ),
+        // orchestrator
+        route(
+            P,
+            Method::GET,
+            "/v1/payments",
+            "/v1/payments".into(),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::GET,
+            "/v1/payments/{id}",
+            format!("/v1/payments/{payment}"),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::GET,
+            "/v1/payments/{id}/steps",
+            format!("/v1/payments/{payment}/steps"),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::POST,
+            "/v1/payments/{id}/resume",
+            format!("/v1/payments/{payment}/resume"),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::POST,
+            "/v1/payments/{id}/refund",
+            format!("/v1/payments/{payment}/refund"),
+            None,
+            OPERATOR,
+        ),
+        // gate
+        route(
+            G,
+            Method::GET,
+            "/v1/quota/{product_id}",
+            format!("/v1/quota/{pid}"),
+            None,
+            OPERATOR,
+        ),
+        // member
+        route(
+            M,
+            Method::GET,
+            "/v1/members",
+            "/v1/members".into(),
+            None,
+            OPERATOR,
+        ),
+        route(
+            M,
+            Method::GET,
+            "/v1/members/{id}",
+            format!("/v1/members/{member}"),
+            None,
+            OPERATOR,
+        ),
+        route(
+            M,
+            Method::POST,
+            "/v1/members/{id}/top-ups",
+            format!("/v1/members/{member}/top-ups"),
+            Some(json!({"operation_key": "callers:top-up", "amount": 100})),
+            OPERATOR,
+        ),
+        route(
+            M,
+            Method::POST,
+            "/v1/members/bulk",
+            "/v1/members/bulk".into(),
+            Some(
+                json!({"password": "callers-password-1", "members": [{"email": "callers-bulk@example.com"}], "opening_balance": 1_000}),
+            ),
+            OPERATOR,
+        ),
+    ];
+
+    // Every documented route is in the matrix or takes no service credential.
+    for kind in [A, O, P, G, M] {
+        let spec: Value = http
+            .get(format!("{}/openapi.json", stack.url(kind)))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let mut documented = BTreeSet::new();
+        for (path, item) in spec["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("path item").keys() {
+                documented.insert((method.to_lowercase(), path.clone()));
+            }
+        }
+        let known: BTreeSet<(String, String)> = matrix
+            .iter()
+            .filter(|r| r.service == kind)
+            .map(|r| (r.method.as_str().to_lowercase(), r.template.to_owned()))
+            .chain(
+                NOT_SERVICE_ROUTES
+                    .iter()
+                    .filter(|(k, _, _)| *k == kind)
+                    .map(|(_, m, p)| ((*m).to_owned(), (*p).to_owned())),
+            )
+            .collect();
+        let missing: Vec<_> = documented
+            .difference(&known)
+            .filter(|(_, p)| !matches!(p.as_str(), "/healthz" | "/readyz" | "/metrics"))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{kind:?}: routes not in the matrix: {missing:?}"
+        );
+        let stale: Vec<_> = known.difference(&documented).collect();
+        assert!(
+            stale.is_empty(),
+            "{kind:?}: matrix rows not documented: {stale:?}"
+        );
+    }
+
+    let send = |r: &Route, who: &str| {
+        let mut req = http
+            .request(
+                r.method.clone(),
+                format!("{}{}", stack.url(r.service), r.path),
+            )
+            .bearer_auth(service_token(who));
+        if let Some(body) = &r.body {
+            req = req.json(body);
+        }
+        req.send()
+    };
+    let callers: Vec<&str> = ServiceRole::ALL
+        .iter()
+        .map(|r| r.name())
+        .chain(["stranger"])
+        .collect();
+
+    // Every refused pair first, all of them inside one window in which nothing may change.
+    let pool = stack.admin_pool().await;
+    let before = fingerprint(&pool).await;
+    let mut refused = 0;
+    for r in &matrix {
+        for who in &callers {
+            if ServiceRole::parse(who).is_some_and(|role| role.allowed_by(r.allowed)) {
+                continue;
+            }
+            let answer = send(r, who).await?;
+            let status = answer.status().as_u16();
+            let body: Value = answer.json().await.unwrap_or(Value::Null);
+            assert_eq!(
+                (status, body["code"].as_str()),
+                (403, Some("FORBIDDEN_CALLER")),
+                "{who} -> {:?} {} {}: {body}",
+                r.service,
+                r.method,
+                r.path
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        fingerprint(&pool).await,
+        before,
+        "a refused request wrote something"
+    );
+    assert!(refused >= 90, "{refused} refusals");
+
+    // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
+    for r in &matrix {
+        for role in ServiceRole::ALL
+            .into_iter()
+            .filter(|role| role.allowed_by(r.allowed))
+        {
+            let answer = send(r, role.name()).await?;
+            let status = answer.status().as_u16();
+            let body: Value = answer.json().await.unwrap_or(Value::Null);
+            assert!(
+                status != 403 && status != 401 && status < 500,
+                "{role} -> {:?} {} {}: {status} {body}",
+                r.service,
+                r.method,
+                r.path
+            );
+        }
+    }
+    Ok(())
+}
