@@ -34,7 +34,7 @@ fn recorded(r: Recorded) -> impl IntoResponse {
 }
 
 /// Open a member account with an opening deposit.
-#[utoipa::path(post, path = "/v1/accounts", tag = "accounts", request_body = OpenAccountRequest,
+#[utoipa::path(post, path = "/v1/accounts", security(("service" = [])), tag = "accounts", request_body = OpenAccountRequest,
     responses(
         (status = 201, body = Account),
         (status = 200, body = Account, description = "an `open_key` that already opened this account"),
@@ -59,7 +59,7 @@ pub async fn open_account(
 
 /// Pay money in from outside (an operator's top-up) to a member account, once per
 /// operation key.
-#[utoipa::path(post, path = "/v1/deposits", tag = "ledger", request_body = DepositRequest,
+#[utoipa::path(post, path = "/v1/deposits", security(("service" = [])), tag = "ledger", request_body = DepositRequest,
     responses(
         (status = 201, body = Transaction, description = "applied"),
         (status = 200, body = Transaction, description = "replay of the same request"),
@@ -77,7 +77,7 @@ pub async fn deposit(
 }
 
 /// An account and its recent debits and credits: a buyer sees only their own.
-#[utoipa::path(get, path = "/v1/accounts/{id}", tag = "accounts",
+#[utoipa::path(get, path = "/v1/accounts/{id}", security(("buyer" = []), ("service" = [])), tag = "accounts",
     params(("id" = i64, Path, description = "account id")),
     responses(
         (status = 200, body = AccountView),
@@ -108,7 +108,7 @@ pub async fn get_account(
 }
 
 /// Debit a member account to the merchant, once per operation key.
-#[utoipa::path(post, path = "/v1/debits", tag = "ledger", request_body = DebitRequest,
+#[utoipa::path(post, path = "/v1/debits", security(("service" = [])), tag = "ledger", request_body = DebitRequest,
     responses(
         (status = 201, body = Transaction, description = "applied"),
         (status = 200, body = Transaction, description = "replay of the same request"),
@@ -128,7 +128,7 @@ pub async fn debit(
 }
 
 /// Refund (part of) a debit, merchant back to the member, once per operation key.
-#[utoipa::path(post, path = "/v1/credits", tag = "ledger", request_body = CreditRequest,
+#[utoipa::path(post, path = "/v1/credits", security(("service" = [])), tag = "ledger", request_body = CreditRequest,
     responses(
         (status = 201, body = Transaction, description = "applied"),
         (status = 200, body = Transaction, description = "replay of the same request"),
@@ -146,8 +146,8 @@ pub async fn credit(
 }
 
 /// What happened under an operation key: how a caller learns the truth after a timeout.
-#[utoipa::path(get, path = "/v1/transactions/{operation_key}", tag = "ledger",
-    params(("operation_key" = String, Path)),
+#[utoipa::path(get, path = "/v1/transactions/{operation_key}", security(("service" = [])), tag = "ledger",
+    params(("operation_key" = String, Path, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]{1,128}$")),
     responses(
         (status = 200, body = Transaction, description = "APPLIED or DECLINED"),
         (status = 404, body = ErrorBody, description = "TRANSACTION_NOT_FOUND: nothing ever happened under this key"),
@@ -168,7 +168,7 @@ pub async fn transaction_by_key(
 
 /// Many operations in one request, each answered as its own endpoint would answer it;
 /// the debits among them commit together in one database transaction.
-#[utoipa::path(post, path = "/v1/batch", tag = "batch", request_body = AccountBatch,
+#[utoipa::path(post, path = "/v1/batch", security(("service" = [])), tag = "batch", request_body = AccountBatch,
     responses(
         (status = 200, body = Replies, description = "one reply {status, body} per operation, in order: debit as POST /v1/debits, credit as POST /v1/credits, account as GET /v1/accounts/{id} (the Account alone), transaction as GET /v1/transactions/{key}"),
         (status = 400, body = ErrorBody, description = "BATCH_TOO_LARGE (no operations, or more than 1000): nothing applied; MALFORMED_JSON"),

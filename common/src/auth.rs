@@ -35,10 +35,29 @@ pub const MAX_BUYER_TOKEN_LIFETIME_SECS: i64 = 24 * 3600;
 
 /// A member (buyer) id: the subject of a buyer token. 1 to 64 characters of
 /// `[A-Za-z0-9_.:-]`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-#[schema(value_type = String, example = "member-42")]
 pub struct MemberId(String);
+
+/// The schema states what [`MemberId::parse`] accepts.
+impl utoipa::PartialSchema for MemberId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(64))
+            .pattern(Some("^[A-Za-z0-9_.:-]{1,64}$"))
+            .examples(["member-42"])
+            .into()
+    }
+}
+
+impl ToSchema for MemberId {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "MemberId".into()
+    }
+}
 
 impl MemberId {
     pub fn parse(s: impl Into<String>) -> Result<Self, &'static str> {

@@ -12,6 +12,7 @@ pub mod jwks;
 pub mod keys;
 pub mod limits;
 pub mod money;
+pub mod openapi;
 pub mod pass;
 pub mod server;
 pub mod telemetry;

@@ -5,12 +5,29 @@ use utoipa::ToSchema;
 
 /// A strictly positive amount in minor units (cents). Parsed at the edge, so the
 /// inside never re-validates.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "i64", into = "i64")]
-#[schema(value_type = i64, example = 12900)]
 pub struct Amount(i64);
+
+/// The schema states the bounds [`Amount::new`] enforces: 1 to [`MAX_AMOUNT`].
+impl utoipa::PartialSchema for Amount {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+            .minimum(Some(1))
+            .maximum(Some(MAX_AMOUNT))
+            .examples([12900])
+            .into()
+    }
+}
+
+impl ToSchema for Amount {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "Amount".into()
+    }
+}
 
 /// The largest amount one operation may move; far above any real price, far below overflow.
 pub const MAX_AMOUNT: i64 = 1_000_000_000_000;

@@ -48,7 +48,11 @@ pub fn finish(api: Router, openapi: OpenApi) -> Router {
 }
 
 /// [`finish`] with the given limits (tests set them small).
-pub fn finish_with(api: Router, openapi: OpenApi, limits: ServerLimits) -> Router {
+///
+/// The OpenAPI document is completed with the answers the shared layers give
+/// ([`crate::openapi::complete`]) before it is served.
+pub fn finish_with(api: Router, mut openapi: OpenApi, limits: ServerLimits) -> Router {
+    crate::openapi::complete(&mut openapi);
     let metrics = telemetry::metrics_handle();
     let spec = serde_json::to_string(&openapi).expect("OpenAPI document serialises");
     let limited = api

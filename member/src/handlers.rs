@@ -149,7 +149,7 @@ pub async fn sign_out(
 }
 
 /// The signed-in member.
-#[utoipa::path(get, path = "/v1/members/me", tag = "members",
+#[utoipa::path(get, path = "/v1/members/me", security(("buyer" = [])), tag = "members",
     responses(
         (status = 200, body = Member),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "service credential"),
@@ -164,7 +164,7 @@ pub async fn me(State(state): State<AppState>, me: Me) -> Result<Json<Member>> {
 }
 
 /// A member by id (service credential).
-#[utoipa::path(get, path = "/v1/members/{id}", tag = "members",
+#[utoipa::path(get, path = "/v1/members/{id}", security(("service" = [])), tag = "members",
     params(("id" = Uuid, Path, description = "member id")),
     responses(
         (status = 200, body = Member),
@@ -185,7 +185,7 @@ pub async fn get_member(
 }
 
 /// Members ordered by id, a page at a time (service credential).
-#[utoipa::path(get, path = "/v1/members", tag = "members", params(ListMembers),
+#[utoipa::path(get, path = "/v1/members", security(("service" = [])), tag = "members", params(ListMembers),
     responses(
         (status = 200, body = MemberPage),
         (status = 400, body = ErrorBody, description = "INVALID_QUERY"),
@@ -217,7 +217,7 @@ pub async fn list_members(
 
 /// Top up a member's account (service credential): a deposit in the account service,
 /// once per operation key.
-#[utoipa::path(post, path = "/v1/members/{id}/top-ups", tag = "members", request_body = TopUpRequest,
+#[utoipa::path(post, path = "/v1/members/{id}/top-ups", security(("service" = [])), tag = "members", request_body = TopUpRequest,
     params(("id" = Uuid, Path, description = "member id")),
     responses(
         (status = 201, body = Transaction, description = "deposited (kind DEPOSIT)"),
@@ -257,7 +257,7 @@ pub async fn top_up(
 
 /// Seeding only (`MEMBER_BULK_SIGNUP=1`, service credential): up to 5,000 members sharing
 /// one password hash, each answered with a signed-in session.
-#[utoipa::path(post, path = "/v1/members/bulk", tag = "members", request_body = BulkSignUpRequest,
+#[utoipa::path(post, path = "/v1/members/bulk", security(("service" = [])), tag = "members", request_body = BulkSignUpRequest,
     responses(
         (status = 200, body = BulkSignUpResponse, description = "one member and session per email, in order"),
         (status = 404, body = ErrorBody, description = "NOT_FOUND: bulk sign-up is off"),

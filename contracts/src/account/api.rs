@@ -37,10 +37,32 @@ pub mod codes {
 
 /// A caller-supplied key naming one movement of money: 1 to 128 characters of
 /// `[A-Za-z0-9_.:-]`, e.g. `pay:0190c2a4-...:debit`. A key has one outcome forever.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-#[schema(value_type = String, example = "pay:0190c2a4-7c1e-7cc0-8a55-3b1f0e6f2d11:debit")]
 pub struct OperationKey(String);
+
+/// The schema states what [`OperationKey::parse`] accepts.
+impl utoipa::PartialSchema for OperationKey {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(MAX_OPERATION_KEY_LEN))
+            .pattern(Some(OPERATION_KEY_PATTERN))
+            .examples(["pay:0190c2a4-7c1e-7cc0-8a55-3b1f0e6f2d11:debit"])
+            .into()
+    }
+}
+
+impl ToSchema for OperationKey {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "OperationKey".into()
+    }
+}
+
+/// [`OperationKey::parse`] as a pattern, for the OpenAPI document.
+pub const OPERATION_KEY_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,128}$";
 
 /// The longest operation key accepted.
 pub const MAX_OPERATION_KEY_LEN: usize = 128;
@@ -84,7 +106,8 @@ impl std::fmt::Display for OperationKey {
 #[serde(deny_unknown_fields)]
 pub struct OpenAccountRequest {
     pub member_id: MemberId,
-    #[schema(example = 100000)]
+    /// 0 to 1,000,000,000,000 minor units.
+    #[schema(example = 100000, minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub opening_balance: i64,
     /// Makes the opening idempotent: the same key opens one account, however often it
     /// is sent (201 the first time, 200 with the same account after); the key with a

@@ -9,7 +9,7 @@ use uuid::Uuid;
 /// `POST /v1/passes`: ask for a pass to reserve one unit of `product_id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct IssuePass {
-    #[schema(example = 42)]
+    #[schema(example = 42, minimum = 1)]
     pub product_id: i64,
 }
 

@@ -56,9 +56,15 @@ pub const TOKEN_TYPE: &str = "Bearer";
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Credentials {
-    #[schema(example = "ada@example.com")]
+    #[schema(
+        example = "ada@example.com",
+        pattern = r"^\s*[^\s@\x00-\x1f\x7f-\x9f]+@[^\s@.\x00-\x1f\x7f-\x9f]+(\.[^\s@.\x00-\x1f\x7f-\x9f]+)+\s*$",
+        max_length = 254
+    )]
     pub email: String,
-    #[schema(example = "plum-orbit-canyon-47")]
+    /// 12 to 128 characters (a sign-up also refuses common passwords and ones holding
+    /// the email's name part).
+    #[schema(example = "plum-orbit-canyon-47", min_length = 12, max_length = 128)]
     pub password: String,
 }
 
@@ -130,6 +136,8 @@ impl std::fmt::Debug for RefreshTokenRequest {
 pub struct ListMembers {
     /// 1 to 1000, default 100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 1000)]
+    #[schema(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
     /// The last id of the previous page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,6 +167,10 @@ pub struct TopUpRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkMember {
+    #[schema(
+        pattern = r"^\s*[^\s@\x00-\x1f\x7f-\x9f]+@[^\s@.\x00-\x1f\x7f-\x9f]+(\.[^\s@.\x00-\x1f\x7f-\x9f]+)+\s*$",
+        max_length = 254
+    )]
     pub email: String,
 }
 
@@ -167,10 +179,13 @@ pub struct BulkMember {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkSignUpRequest {
+    #[schema(min_length = 12, max_length = 128)]
     pub password: String,
+    #[schema(min_items = 1, max_items = 5000)]
     pub members: Vec<BulkMember>,
     /// Each new member's opening balance (minor units), default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub opening_balance: Option<i64>,
 }
 

@@ -113,15 +113,21 @@ pub struct PaymentTimeline {
 #[into_params(parameter_in = Query)]
 pub struct ListPayments {
     /// Only payments in this state.
+    #[param(
+        pattern = "^(PROCESSING|ACCOUNT_DEBITED|ORDER_CONFIRMED|COMPLETED|FAILED|REFUND_PROCESSING|REFUNDED)$"
+    )]
     pub state: Option<String>,
     pub needs_attention: Option<bool>,
     /// Only payments created at least this many seconds ago.
+    #[param(minimum = 0, maximum = 315_360_000)]
     pub min_age_secs: Option<i64>,
     /// Only payments created at most this many seconds ago.
+    #[param(minimum = 0, maximum = 315_360_000)]
     pub max_age_secs: Option<i64>,
     /// Only payments whose last error contains this text.
     pub error_contains: Option<String>,
     /// 1-500, default 50.
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<Uuid>,

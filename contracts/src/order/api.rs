@@ -9,13 +9,19 @@ use uuid::Uuid;
 /// `POST /v1/products`: a new product with `units` sellable units at `price` minor units.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CreateProduct {
-    #[schema(example = "Limited sneaker, size 42")]
+    /// 1 to 200 characters without control characters once surrounding whitespace is
+    /// trimmed.
+    #[schema(
+        example = "Limited sneaker, size 42",
+        max_length = 200,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
     pub name: String,
     /// Minor units (cents), strictly positive.
-    #[schema(example = 12900)]
+    #[schema(example = 12900, minimum = 1, maximum = 1_000_000_000_000_i64)]
     pub price: i64,
     /// Initial number of units, 0 to 1,000,000.
-    #[schema(example = 100)]
+    #[schema(example = 100, minimum = 0, maximum = 1_000_000)]
     pub units: i64,
 }
 
@@ -23,7 +29,7 @@ pub struct CreateProduct {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AddUnits {
     /// 1 to 1,000,000.
-    #[schema(example = 50)]
+    #[schema(example = 50, minimum = 1, maximum = 1_000_000)]
     pub count: i64,
 }
 
@@ -119,6 +125,7 @@ pub struct Reservation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsedPassesQuery {
     /// At most 1,000 ids.
+    #[schema(max_items = 1000)]
     pub pass_ids: Vec<Uuid>,
 }
 

@@ -37,7 +37,7 @@ pub const CREATE_PAYMENT: &str = "create_payment";
 #[utoipa::path(
     post, path = "/v1/payments", tag = "payments",
     request_body = CreatePayment,
-    params(("Idempotency-Key" = String, Header, description = "1-255 visible ASCII characters, unique per payment attempt; reuse it on retries")),
+    params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 255, pattern = "^[!-~]{1,255}$", description = "1-255 visible ASCII characters, unique per payment attempt; reuse it on retries")),
     responses(
         (status = 201, description = "terminal payment", body = Payment),
         (status = 202, description = "still running; poll GET /v1/payments/{id}", body = Payment),

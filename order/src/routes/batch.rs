@@ -23,7 +23,7 @@ pub const BODY_LIMIT: usize = 256 * 1024;
 /// Apply up to 1,000 confirms, cancels and lookups together (service). The confirms and
 /// cancels commit in one transaction; each operation gets the status and body its own
 /// endpoint would have answered. A 5xx means nothing was applied.
-#[utoipa::path(post, path = "/v1/batch", request_body = OrderBatch,
+#[utoipa::path(post, path = "/v1/batch", security(("service" = [])), request_body = OrderBatch,
     responses(
         (status = 200, body = Replies, description = "one reply per operation, in order: the status and body of `POST /v1/reservations/{id}/confirm`, `POST /v1/reservations/{id}/cancel` (as a service) or `GET /v1/reservations/{id}`"),
         (status = 400, body = ErrorBody, description = "BATCH_TOO_LARGE: no operations, or more than 1,000"),

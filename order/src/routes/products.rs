@@ -48,7 +48,7 @@ fn known_id(id: i64) -> Result<i64> {
 }
 
 /// Create a product with its units (service).
-#[utoipa::path(post, path = "/v1/products", request_body = CreateProduct,
+#[utoipa::path(post, path = "/v1/products", security(("service" = [])), request_body = CreateProduct,
     responses((status = 201, body = Product), (status = 422, body = ErrorBody, description = "INVALID_NAME, INVALID_PRICE, INVALID_UNITS")))]
 #[tracing::instrument(skip_all, fields(caller = %caller.0, units = req.units))]
 pub async fn create(
@@ -66,7 +66,7 @@ pub async fn create(
 }
 
 /// Add units to a product (service).
-#[utoipa::path(post, path = "/v1/products/{id}/units", request_body = AddUnits,
+#[utoipa::path(post, path = "/v1/products/{id}/units", security(("service" = [])), request_body = AddUnits,
     params(("id" = i64, Path, description = "product id")),
     responses((status = 200, body = Product), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[tracing::instrument(skip_all, fields(caller = %caller.0, product_id = id, count = req.count))]
@@ -85,7 +85,7 @@ pub async fn add_units(
 }
 
 /// Every product with its unit counts (service).
-#[utoipa::path(get, path = "/v1/products", responses((status = 200, body = [Product])))]
+#[utoipa::path(get, path = "/v1/products", security(("service" = [])), responses((status = 200, body = [Product])))]
 #[tracing::instrument(skip_all, fields(caller = %_caller.0))]
 pub async fn list(
     State(state): State<AppState>,
@@ -95,7 +95,7 @@ pub async fn list(
 }
 
 /// One product with its unit counts (buyer or service).
-#[utoipa::path(get, path = "/v1/products/{id}", params(("id" = i64, Path, description = "product id")),
+#[utoipa::path(get, path = "/v1/products/{id}", security(("buyer" = []), ("service" = [])), params(("id" = i64, Path, description = "product id")),
     responses((status = 200, body = Product), (status = 404, body = ErrorBody)))]
 #[tracing::instrument(skip_all, fields(product_id = id))]
 pub async fn get(
@@ -111,7 +111,7 @@ pub async fn get(
 }
 
 /// Units AVAILABLE now, for the gate's quota job (service).
-#[utoipa::path(get, path = "/v1/products/{id}/availability", params(("id" = i64, Path, description = "product id")),
+#[utoipa::path(get, path = "/v1/products/{id}/availability", security(("service" = [])), params(("id" = i64, Path, description = "product id")),
     responses((status = 200, body = Availability), (status = 404, body = ErrorBody)))]
 #[tracing::instrument(skip_all, fields(product_id = id))]
 pub async fn availability(

@@ -37,7 +37,7 @@ fn replay(existing: Reservation, member: &MemberId) -> Result<(StatusCode, Json<
 }
 
 /// Reserve one unit with a gate pass (buyer).
-#[utoipa::path(post, path = "/v1/reservations", request_body = CreateReservation,
+#[utoipa::path(post, path = "/v1/reservations", security(("buyer" = [])), request_body = CreateReservation,
     responses(
         (status = 201, body = Reservation, description = "a unit is held for you until expires_at"),
         (status = 200, body = Reservation, description = "this pass was already used by you: the same reservation"),
@@ -133,7 +133,7 @@ async fn reserve(
 }
 
 /// One reservation (buyer: own only; service: any).
-#[utoipa::path(get, path = "/v1/reservations/{id}", params(("id" = Uuid, Path, description = "reservation id")),
+#[utoipa::path(get, path = "/v1/reservations/{id}", security(("buyer" = []), ("service" = [])), params(("id" = Uuid, Path, description = "reservation id")),
     responses((status = 200, body = Reservation), (status = 404, body = ErrorBody, description = "RESERVATION_NOT_FOUND")))]
 #[tracing::instrument(skip_all, fields(reservation_id = %id))]
 pub async fn get(
@@ -148,7 +148,7 @@ pub async fn get(
 }
 
 /// Confirm a paid reservation: the unit is sold and an order written (service).
-#[utoipa::path(post, path = "/v1/reservations/{id}/confirm", params(("id" = Uuid, Path, description = "reservation id")),
+#[utoipa::path(post, path = "/v1/reservations/{id}/confirm", security(("service" = [])), params(("id" = Uuid, Path, description = "reservation id")),
     responses(
         (status = 200, body = Reservation, description = "CONFIRMED (the same answer on every repeat)"),
         (status = 409, body = ErrorBody, description = "RESERVATION_EXPIRED, RESERVATION_CANCELLED: definite, refund"),
@@ -171,7 +171,7 @@ pub async fn confirm(
 
 /// Cancel a reservation; its unit goes back on sale (buyer: own, while unpaid; service:
 /// any, also a confirmed one for an operator refund). Idempotent.
-#[utoipa::path(post, path = "/v1/reservations/{id}/cancel", params(("id" = Uuid, Path, description = "reservation id")),
+#[utoipa::path(post, path = "/v1/reservations/{id}/cancel", security(("buyer" = []), ("service" = [])), params(("id" = Uuid, Path, description = "reservation id")),
     responses(
         (status = 200, body = Reservation, description = "CANCELLED, or EXPIRED if expiry came first"),
         (status = 409, body = ErrorBody, description = "RESERVATION_CONFIRMED (buyer only)"),
@@ -202,7 +202,7 @@ pub async fn cancel(
 pub const MAX_PASS_IDS: usize = 1_000;
 
 /// Which of these passes have made a reservation (service; the gate's quota job).
-#[utoipa::path(post, path = "/v1/passes/used", request_body = UsedPassesQuery,
+#[utoipa::path(post, path = "/v1/passes/used", security(("service" = [])), request_body = UsedPassesQuery,
     responses((status = 200, body = UsedPasses), (status = 422, body = ErrorBody, description = "TOO_MANY_PASS_IDS")))]
 #[tracing::instrument(skip_all, fields(caller = %caller.0, asked = req.pass_ids.len()))]
 pub async fn used_passes(
