@@ -11,9 +11,54 @@ use axum::{
 use crate::error::{codes, ApiError};
 
 /// `axum::Json` with rejections mapped to 400/415/413/422 and a code.
-#[derive(Debug, Clone, Copy, Default, FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+///
+/// A number with an integral value is an integer whatever its spelling, as JSON Schema
+/// counts it (`5.0` is an `integer`): the body is read as JSON, such numbers are
+/// rewritten as integers, and only then is the body read into `T`. `5.5` is still
+/// refused where an integer is expected.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let axum::Json(mut value) =
+            axum::Json::<serde_json::Value>::from_request(req, state).await?;
+        integral_numbers_as_integers(&mut value);
+        serde_json::from_value(value).map(Json).map_err(|e| {
+            ApiError::unprocessable(
+                codes::INVALID_BODY,
+                format!("Failed to deserialize the JSON body into the target type: {e}"),
+            )
+        })
+    }
+}
+
+/// Rewrites every float with an integral value in the `i64` range as an integer.
+fn integral_numbers_as_integers(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64() {
+                // -2^63 <= f < 2^63: exactly the floats that fit an i64.
+                if f.fract() == 0.0
+                    && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f)
+                {
+                    *value = serde_json::Value::from(f as i64);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_numbers_as_integers),
+        serde_json::Value::Object(fields) => {
+            fields.values_mut().for_each(integral_numbers_as_integers)
+        }
+        _ => {}
+    }
+}
 
 impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
     fn into_response(self) -> axum::response::Response {
@@ -64,5 +109,43 @@ pub struct Query<T>(pub T);
 impl From<QueryRejection> for ApiError {
     fn from(r: QueryRejection) -> Self {
         ApiError::bad_request(codes::INVALID_QUERY, r.body_text())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::{body::Body, http::Request};
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body1 {
+        n: i64,
+        list: Vec<i64>,
+    }
+
+    async fn read(body: &str) -> Result<Body1, ApiError> {
+        let req = Request::builder()
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        Json::<Body1>::from_request(req, &()).await.map(|Json(b)| b)
+    }
+
+    #[tokio::test]
+    async fn integral_numbers_are_integers_and_fractions_are_refused() {
+        let b = read(r#"{"n": 5.0, "list": [1, 2.0, -3e2]}"#).await.unwrap();
+        assert_eq!((b.n, b.list), (5, vec![1, 2, -300]));
+        let e = read(r#"{"n": 5.5, "list": []}"#).await.unwrap_err();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_BODY)
+        );
+        let e = read(r#"{"n": 1e19, "list": []}"#).await.unwrap_err();
+        assert_eq!(e.code, codes::INVALID_BODY);
+        let e = read(r#"{"n": 1, "list": [], "x": 1}"#).await.unwrap_err();
+        assert_eq!(e.code, codes::INVALID_BODY, "unknown fields still refused");
+        let e = read("{").await.unwrap_err();
+        assert_eq!(e.code, codes::MALFORMED_JSON);
     }
 }

@@ -57,12 +57,13 @@ pub async fn issue_pass(
 #[utoipa::path(
     get,
     path = "/v1/quota/{product_id}",
-    params(("product_id" = i64, Path)),
+    params(("product_id" = i64, Path, minimum = 1)),
     responses(
         (status = 200, body = QuotaView),
         (status = 400, description = "INVALID_PATH", body = ErrorBody),
         (status = 403, description = "FORBIDDEN: a buyer token", body = ErrorBody),
         (status = 404, description = "PRODUCT_NOT_FOUND", body = ErrorBody),
+        (status = 422, description = "INVALID_PRODUCT_ID: not a positive integer", body = ErrorBody),
         (status = 503, description = "QUOTA_UNAVAILABLE: Redis unreachable", body = ErrorBody),
     ),
     security(("service" = []))
