@@ -39,15 +39,16 @@ where
     }
 }
 
+/// 2^63 as a float (exact).
+const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+
 /// Rewrites every float with an integral value in the `i64` range as an integer.
 fn integral_numbers_as_integers(value: &mut serde_json::Value) {
     match value {
         serde_json::Value::Number(n) if !n.is_i64() && !n.is_u64() => {
             if let Some(f) = n.as_f64() {
                 // -2^63 <= f < 2^63: exactly the floats that fit an i64.
-                if f.fract() == 0.0
-                    && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f)
-                {
+                if f.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&f) {
                     *value = serde_json::Value::from(f as i64);
                 }
             }

@@ -35,7 +35,7 @@ pub fn complete(openapi: &mut OpenApi) {
     components
         .schemas
         .entry(ErrorBody::name().into_owned())
-        .or_insert_with(|| RefOr::<Schema>::from(ErrorBody::schema()));
+        .or_insert_with(ErrorBody::schema);
     // The two bearer schemes the routes name: a buyer token from the member service,
     // a service credential (see `auth`).
     for scheme in ["buyer", "service"] {
