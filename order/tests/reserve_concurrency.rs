@@ -61,7 +61,7 @@ async fn two_hundred_buyers_for_one_hundred_units() {
     assert_eq!((live, distinct_units), (100, 100));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
 
-    let view = h.service().availability(product.id).await.unwrap().body;
+    let view = h.gate().availability(product.id).await.unwrap().body;
     assert_eq!(view.available, 0);
     h.stop().await;
 }
