@@ -8,6 +8,7 @@ pub mod batch;
 pub mod claims;
 pub mod config;
 pub(crate) mod error;
+pub mod outbox;
 /// Public because paysaga-bench's claim bench calls the claim itself.
 pub mod reservations;
 pub(crate) mod routes;
@@ -98,6 +99,8 @@ impl AppState {
         routes::reservations::cancel,
         routes::reservations::used_passes,
         routes::batch::batch,
+        routes::events::list,
+        routes::events::ack,
     ),
     components(schemas(
         api::CreateProduct,
@@ -111,6 +114,9 @@ impl AppState {
         api::UsedPasses,
         api::OrderOp,
         api::OrderBatch,
+        api::OutboxEvent,
+        api::OutboxPage,
+        api::AckEvents,
         paysaga_contracts::batch::Reply,
         paysaga_contracts::batch::Replies,
         paysaga_common::ErrorBody,
@@ -126,7 +132,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 pub fn app(state: AppState) -> Router {
-    use routes::{batch, products, reservations};
+    use routes::{batch, events, products, reservations};
     let api = Router::new()
         .route("/v1/products", post(products::create).get(products::list))
         .route("/v1/products/{id}", get(products::get))
@@ -144,6 +150,8 @@ pub fn app(state: AppState) -> Router {
             "/v1/batch",
             post(batch::batch).layer(DefaultBodyLimit::max(batch::BODY_LIMIT)),
         )
+        .route("/v1/events", get(events::list))
+        .route("/v1/events/ack", post(events::ack))
         .route("/readyz", get(readyz))
         .with_state(state);
     server::finish(api, ApiDoc::openapi())

@@ -270,6 +270,22 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Some(json!({"ops": [{"op": "cancel", "reservation_id": live}]})),
             ORCH,
         ),
+        route(
+            O,
+            Method::GET,
+            "/v1/events",
+            "/v1/events?limit=10".into(),
+            None,
+            ORCH,
+        ),
+        route(
+            O,
+            Method::POST,
+            "/v1/events/ack",
+            "/v1/events/ack".into(),
+            Some(json!({"ids": ["0190a5b2-0000-7000-8000-000000000000"]})),
+            ORCH,
+        ),
         // orchestrator
         route(
             P,

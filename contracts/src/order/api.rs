@@ -158,6 +158,8 @@ pub mod codes {
     pub const INVALID_UNITS: &str = "INVALID_UNITS";
     pub const INVALID_PRODUCT_ID: &str = "INVALID_PRODUCT_ID";
     pub const TOO_MANY_PASS_IDS: &str = "TOO_MANY_PASS_IDS";
+    /// `POST /v1/events/ack` named no event id, or more than 1,000.
+    pub const INVALID_EVENT_IDS: &str = "INVALID_EVENT_IDS";
 }
 
 /// One operation of `POST /v1/batch` (service credential). Each is answered as its own
@@ -178,4 +180,99 @@ pub enum OrderOp {
 #[serde(deny_unknown_fields)]
 pub struct OrderBatch {
     pub ops: Vec<OrderOp>,
+}
+
+/// The event types the order service writes to its outbox (`OutboxEvent::kind`).
+pub mod events {
+    /// A reservation expired (by the sweep, or by a confirm or cancel that found it past
+    /// its deadline). Subject: the reservation id. Data: [`super::ReservationExpired`].
+    pub const RESERVATION_EXPIRED: &str = "reservation.expired";
+    /// A returned unit was offered to the head of its product's waitlist. Subject: the
+    /// offer id. Data: [`super::OfferMade`].
+    pub const OFFER_MADE: &str = "waitlist.offer_made";
+    /// An offer passed its deadline untaken; the unit went to the next waiter or back on
+    /// sale. Subject: the offer id. Data: [`super::OfferExpired`].
+    pub const OFFER_EXPIRED: &str = "waitlist.offer_expired";
+}
+
+/// One event of the order service's transactional outbox, written in the same
+/// transaction as the change it tells of.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OutboxEvent {
+    /// Stable (a UUIDv7 assigned when the event was written): a consumer deduplicates on it.
+    pub id: Uuid,
+    /// One of [`events`]: `reservation.expired`, `waitlist.offer_made`,
+    /// `waitlist.offer_expired`.
+    #[serde(rename = "type")]
+    #[schema(example = "reservation.expired")]
+    pub kind: String,
+    /// The ordering key: the reservation id for `reservation.*`, the offer id for
+    /// `waitlist.*`.
+    pub subject: String,
+    pub occurred_at: DateTime<Utc>,
+    /// The payload; ids are strings, timestamps RFC 3339 (see [`ReservationExpired`],
+    /// [`OfferMade`], [`OfferExpired`]).
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
+}
+
+/// `GET /v1/events?limit=N`: events not yet relayed, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OutboxPage {
+    pub events: Vec<OutboxEvent>,
+}
+
+/// The query of `GET /v1/events`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams,
+)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct OutboxQuery {
+    /// 1 to 1,000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
+/// `POST /v1/events/ack`: these events have been taken; they are not served again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckEvents {
+    /// 1 to 1,000 event ids; ids already acknowledged or unknown are ignored.
+    #[schema(min_items = 1, max_items = 1000)]
+    pub ids: Vec<Uuid>,
+}
+
+/// Most events one `GET /v1/events` returns and one ack names.
+pub const MAX_OUTBOX_PAGE: i64 = 1_000;
+/// `GET /v1/events` without `limit`.
+pub const DEFAULT_OUTBOX_PAGE: i64 = 100;
+
+/// `data` of `reservation.expired`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ReservationExpired {
+    pub reservation_id: String,
+    pub product_id: String,
+    pub member_id: String,
+    pub unit_id: String,
+    pub expired_at: DateTime<Utc>,
+}
+
+/// `data` of `waitlist.offer_made`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OfferMade {
+    pub offer_id: String,
+    pub product_id: String,
+    pub member_id: String,
+    pub unit_id: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// `data` of `waitlist.offer_expired`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OfferExpired {
+    pub offer_id: String,
+    pub product_id: String,
+    pub member_id: String,
+    pub unit_id: String,
 }

@@ -1,6 +1,7 @@
 //! HTTP handlers, one module per resource.
 
 pub mod batch;
+pub mod events;
 pub mod products;
 pub mod reservations;
 
