@@ -6,6 +6,7 @@
 
 pub mod account;
 pub mod batch;
+pub mod events;
 pub mod gate;
 pub mod member;
 pub mod orchestrator;

@@ -13,6 +13,7 @@ pub(crate) mod metrics;
 pub(crate) mod recovery;
 pub(crate) mod routes;
 pub mod store;
+pub mod webhooks;
 
 use std::{
     future::Future,
@@ -43,6 +44,7 @@ use uuid::Uuid;
 pub use config::Config;
 pub use driver::AfterCallHook;
 pub use error::{Error, Result};
+use webhooks::openapi::Webhooks as WebhookCatalogue;
 
 /// The schema this service owns.
 pub const SCHEMA: &str = "payment_service";
@@ -138,9 +140,9 @@ impl Modify for SecuritySchemes {
 #[openapi(
     info(
         title = "paysaga orchestrator",
-        description = "The payment saga: idempotent checkout payments, recovery, and the operators' inspection API."
+        description = "The payment saga: idempotent checkout payments, recovery, and the operators' inspection API; the events it publishes as signed webhooks (see `webhooks`) and the operators' webhook API."
     ),
-    modifiers(&SecuritySchemes),
+    modifiers(&SecuritySchemes, &WebhookCatalogue),
     paths(
         routes::payments::create,
         routes::payments::get,
@@ -148,6 +150,12 @@ impl Modify for SecuritySchemes {
         routes::operator::steps,
         routes::operator::resume,
         routes::operator::refund,
+        routes::webhooks::create_endpoint,
+        routes::webhooks::list_endpoints,
+        routes::webhooks::disable_endpoint,
+        routes::webhooks::enable_endpoint,
+        routes::webhooks::list_deliveries,
+        routes::webhooks::replay_delivery,
     ),
     components(schemas(
         api::CreatePayment,
@@ -156,6 +164,12 @@ impl Modify for SecuritySchemes {
         api::Step,
         api::PaymentTimeline,
         api::PaymentPage,
+        api::CreateWebhookEndpoint,
+        api::WebhookEndpoint,
+        api::WebhookEndpointCreated,
+        api::WebhookEndpointList,
+        api::WebhookDelivery,
+        api::WebhookDeliveryPage,
         paysaga_common::ErrorBody,
     ))
 )]
@@ -169,13 +183,30 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 pub fn app(state: AppState) -> Router {
-    use routes::{operator, payments};
+    use routes::{operator, payments, webhooks};
     let api = Router::new()
         .route("/v1/payments", post(payments::create).get(operator::list))
         .route("/v1/payments/{id}", get(payments::get))
         .route("/v1/payments/{id}/steps", get(operator::steps))
         .route("/v1/payments/{id}/resume", post(operator::resume))
         .route("/v1/payments/{id}/refund", post(operator::refund))
+        .route(
+            "/v1/webhook-endpoints",
+            post(webhooks::create_endpoint).get(webhooks::list_endpoints),
+        )
+        .route(
+            "/v1/webhook-endpoints/{id}/disable",
+            post(webhooks::disable_endpoint),
+        )
+        .route(
+            "/v1/webhook-endpoints/{id}/enable",
+            post(webhooks::enable_endpoint),
+        )
+        .route("/v1/webhook-deliveries", get(webhooks::list_deliveries))
+        .route(
+            "/v1/webhook-deliveries/{id}/replay",
+            post(webhooks::replay_delivery),
+        )
         .route("/readyz", get(readyz))
         .with_state(state);
     server::finish(api, ApiDoc::openapi())
@@ -202,8 +233,8 @@ pub async fn serve_from_env() -> anyhow::Result<()> {
     run(config, listener, paysaga_common::server::shutdown_signal()).await
 }
 
-/// Connects, migrates, starts recovery and the idempotency purge, serves until
-/// `shutdown`, then stops the jobs.
+/// Connects, migrates, starts recovery, the idempotency purge, the event ingest and the
+/// webhook delivery worker, serves until `shutdown`, then stops them.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -234,8 +265,16 @@ pub async fn run_with_hooks(
         config.idempotency_purge_interval,
     )
     .await?;
+    let delivery = webhooks::worker::spawn(webhooks::worker::Worker {
+        pool: state.pool.clone(),
+        instance: state.engine.instance,
+        config: config.webhooks.clone(),
+        http: webhooks::worker::http_client(config.webhooks.timeout),
+        alive: state.engine.alive.clone(),
+    });
     tracing::info!(addr = %listener.local_addr()?, instance = %state.engine.instance, "orchestrator listening");
     let served = server::serve(listener, app(state), shutdown).await;
+    delivery.abort();
     if let Err(e) = jobs.shutdown().await {
         tracing::warn!(error = %e, "scheduled jobs did not stop cleanly");
     }

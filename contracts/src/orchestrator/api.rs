@@ -30,6 +30,16 @@ pub mod codes {
     pub const PAYMENT_NOT_REFUNDABLE: &str = "PAYMENT_NOT_REFUNDABLE";
     /// Resume asked for a payment with nothing left to do.
     pub const PAYMENT_NOT_RESUMABLE: &str = "PAYMENT_NOT_RESUMABLE";
+    /// A webhook endpoint's URL is not an absolute http(s) URL with a host (422).
+    pub const WEBHOOK_URL_INVALID: &str = "WEBHOOK_URL_INVALID";
+    /// A subscription names a type that is not in the event catalogue (422).
+    pub const EVENT_TYPE_UNKNOWN: &str = "EVENT_TYPE_UNKNOWN";
+    /// No such webhook endpoint.
+    pub const WEBHOOK_ENDPOINT_NOT_FOUND: &str = "WEBHOOK_ENDPOINT_NOT_FOUND";
+    /// No such webhook delivery.
+    pub const WEBHOOK_DELIVERY_NOT_FOUND: &str = "WEBHOOK_DELIVERY_NOT_FOUND";
+    /// Replay asked for a delivery that is not DEAD (409).
+    pub const WEBHOOK_DELIVERY_NOT_DEAD: &str = "WEBHOOK_DELIVERY_NOT_DEAD";
 }
 
 /// `POST /v1/payments`: pay for a reservation from an account, both the caller's.
@@ -138,4 +148,98 @@ pub struct PaymentPage {
     pub payments: Vec<PaymentAdmin>,
     /// Set when there may be more: pass it as `cursor`.
     pub next_cursor: Option<Uuid>,
+}
+
+/// `POST /v1/webhook-endpoints`: where to deliver events, and which.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWebhookEndpoint {
+    /// An absolute `http` or `https` URL with a host, at most 2048 characters.
+    #[schema(max_length = 2048, example = "https://shipping.example.com/paysaga")]
+    pub url: String,
+    /// Event types to deliver (see the catalogue); empty or absent: every type.
+    #[serde(default)]
+    #[schema(max_items = 32)]
+    pub event_types: Vec<String>,
+    /// Free text for the operator, at most 500 characters.
+    #[serde(default)]
+    #[schema(max_length = 500)]
+    pub description: Option<String>,
+}
+
+/// A webhook endpoint (never with its secret, which is shown once, at creation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WebhookEndpoint {
+    pub id: Uuid,
+    pub url: String,
+    /// Subscribed types; empty: every type.
+    pub event_types: Vec<String>,
+    /// A disabled endpoint gets no new deliveries and its pending ones wait.
+    pub enabled: bool,
+    pub description: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `POST /v1/webhook-endpoints` answer: the endpoint and its signing secret, shown
+/// this once only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WebhookEndpointCreated {
+    #[serde(flatten)]
+    pub endpoint: WebhookEndpoint,
+    /// `whsec_` and 64 hex digits: the HMAC-SHA256 key of this endpoint's signatures.
+    pub secret: String,
+}
+
+/// `GET /v1/webhook-endpoints`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WebhookEndpointList {
+    /// Oldest first.
+    pub endpoints: Vec<WebhookEndpoint>,
+}
+
+/// `GET /v1/webhook-deliveries` filters. Newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListDeliveries {
+    /// Only deliveries in this state.
+    #[param(pattern = "^(PENDING|DELIVERED|DEAD)$")]
+    pub state: Option<String>,
+    /// Only deliveries to this endpoint.
+    pub endpoint_id: Option<Uuid>,
+    /// 1-500, default 50.
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+}
+
+/// One event's delivery to one endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WebhookDelivery {
+    pub id: Uuid,
+    pub event_id: Uuid,
+    pub event_type: String,
+    /// The event's ordering key (a payment, reservation or offer id).
+    pub subject: String,
+    pub endpoint_id: Uuid,
+    /// PENDING, DELIVERED or DEAD.
+    #[schema(example = "DEAD")]
+    pub state: String,
+    /// Attempts started.
+    pub attempts: i32,
+    /// When the next attempt is due (PENDING only).
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// The last attempt's HTTP status, if it got one.
+    pub last_status: Option<i32>,
+    /// The last failed attempt's cause.
+    pub last_error: Option<String>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `GET /v1/webhook-deliveries`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WebhookDeliveryPage {
+    pub deliveries: Vec<WebhookDelivery>,
 }

@@ -6,7 +6,11 @@ use paysaga_common::client::{Answer, CallError, ServiceClient};
 use reqwest::header::{HeaderMap, HeaderValue};
 use uuid::Uuid;
 
-use super::api::{CreatePayment, Payment, PaymentAdmin, PaymentPage, PaymentTimeline};
+use super::api::{
+    CreatePayment, CreateWebhookEndpoint, ListDeliveries, Payment, PaymentAdmin, PaymentPage,
+    PaymentTimeline, WebhookDelivery, WebhookDeliveryPage, WebhookEndpoint,
+    WebhookEndpointCreated, WebhookEndpointList,
+};
 
 /// An answer to `POST /v1/payments`, with whether it was a replay.
 #[derive(Debug, Clone)]
@@ -114,6 +118,75 @@ impl OrchestratorClient {
     pub async fn refund(&self, id: Uuid) -> Result<Answer<PaymentAdmin>, CallError> {
         self.inner
             .post(&format!("/v1/payments/{id}/refund"), &serde_json::json!({}))
+            .await
+    }
+
+    /// `POST /v1/webhook-endpoints`: 201 with the endpoint's secret (shown this once).
+    pub async fn create_webhook_endpoint(
+        &self,
+        req: &CreateWebhookEndpoint,
+    ) -> Result<Answer<WebhookEndpointCreated>, CallError> {
+        self.inner.post("/v1/webhook-endpoints", req).await
+    }
+
+    /// `GET /v1/webhook-endpoints`, oldest first.
+    pub async fn webhook_endpoints(&self) -> Result<Answer<WebhookEndpointList>, CallError> {
+        self.inner.get("/v1/webhook-endpoints").await
+    }
+
+    /// `POST /v1/webhook-endpoints/{id}/disable` (`enabled: false`) or `/enable`.
+    pub async fn set_webhook_endpoint_enabled(
+        &self,
+        id: Uuid,
+        enabled: bool,
+    ) -> Result<Answer<WebhookEndpoint>, CallError> {
+        let verb = if enabled { "enable" } else { "disable" };
+        self.inner
+            .post(
+                &format!("/v1/webhook-endpoints/{id}/{verb}"),
+                &serde_json::json!({}),
+            )
+            .await
+    }
+
+    /// `GET /v1/webhook-deliveries` with the given filters, newest first.
+    pub async fn webhook_deliveries(
+        &self,
+        filter: &ListDeliveries,
+    ) -> Result<Answer<WebhookDeliveryPage>, CallError> {
+        let mut url = reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
+            status: None,
+            reason: e.to_string(),
+        })?;
+        {
+            let mut q = url.query_pairs_mut();
+            if let Some(s) = &filter.state {
+                q.append_pair("state", s);
+            }
+            if let Some(e) = filter.endpoint_id {
+                q.append_pair("endpoint_id", &e.to_string());
+            }
+            if let Some(l) = filter.limit {
+                q.append_pair("limit", &l.to_string());
+            }
+        }
+        let query = url.query().unwrap_or_default().to_owned();
+        self.inner
+            .get(&format!("/v1/webhook-deliveries?{query}"))
+            .await
+    }
+
+    /// `POST /v1/webhook-deliveries/{id}/replay`: a DEAD delivery is due again, its
+    /// attempts counted afresh.
+    pub async fn replay_webhook_delivery(
+        &self,
+        id: Uuid,
+    ) -> Result<Answer<WebhookDelivery>, CallError> {
+        self.inner
+            .post(
+                &format!("/v1/webhook-deliveries/{id}/replay"),
+                &serde_json::json!({}),
+            )
             .await
     }
 }

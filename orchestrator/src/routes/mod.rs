@@ -1,7 +1,9 @@
-//! HTTP handlers: the buyer's payment endpoints and the operators' inspection API.
+//! HTTP handlers: the buyer's payment endpoints, the operators' inspection API and
+//! their webhook API.
 
 pub mod operator;
 pub mod payments;
+pub mod webhooks;
 
 use std::{sync::Arc, time::Duration};
 

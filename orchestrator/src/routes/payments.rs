@@ -334,6 +334,7 @@ async fn check(state: &AppState, member: &MemberId, req: &CreatePayment) -> Resu
         account_id: account.id,
         reservation_id: reservation.id,
         amount: reservation.price,
+        product_id: Some(reservation.product_id),
     })
 }
 

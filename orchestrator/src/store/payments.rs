@@ -20,6 +20,8 @@ pub struct NewPayment {
     pub account_id: i64,
     pub reservation_id: Uuid,
     pub amount: i64,
+    /// The reservation's product, for the payment's events.
+    pub product_id: Option<i64>,
 }
 
 /// Inserts a payment in PROCESSING, owing the debit, leased to `driver` so nobody
@@ -99,9 +101,9 @@ pub async fn insert_many(
         WITH req AS (
             SELECT *
             FROM UNNEST($1::INTEGER[], $2::UUID[], $3::TEXT[], $4::BIGINT[], $5::UUID[], $6::BIGINT[],
-                        $7::UUID[], $8::BIGINT[], $9::TEXT[], $10::TEXT[], $11::UUID[])
+                        $7::UUID[], $8::BIGINT[], $9::TEXT[], $10::TEXT[], $11::UUID[], $14::BIGINT[])
                 AS r(idx, id, member_id, account_id, reservation_id, amount, driver, lease_ms,
-                     operation, idem_key, token)
+                     operation, idem_key, token, product_id)
         ), owned AS (
             SELECT req.*
             FROM req
@@ -112,9 +114,9 @@ pub async fn insert_many(
             FOR UPDATE OF k
         ), inserted AS (
             INSERT INTO payments (id, member_id, account_id, reservation_id, amount, state, pending_action,
-                                  next_attempt_at, lease_owner, lease_until)
+                                  next_attempt_at, lease_owner, lease_until, product_id)
             SELECT id, member_id, account_id, reservation_id, amount, $12, $13, now(), driver,
-                   now() + lease_ms * INTERVAL '1 millisecond'
+                   now() + lease_ms * INTERVAL '1 millisecond', product_id
             FROM owned
             ON CONFLICT ON CONSTRAINT payments_reservation_unique DO NOTHING
             RETURNING {PAYMENT_COLUMNS}
@@ -171,6 +173,12 @@ pub async fn insert_many(
         .bind(payments.iter().map(|p| p.token).collect::<Vec<_>>())
         .bind(start.state().as_str())
         .bind(start.pending().map(Action::as_str))
+        .bind(
+            payments
+                .iter()
+                .map(|p| p.new.product_id)
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut *conn)
         .await?;
     Indexed::place(rows, payments.len())

@@ -1,0 +1,319 @@
+//! The operators' webhook API (service credential): endpoints (create, list, disable,
+//! enable) and deliveries (list, replay a DEAD one).
+
+use axum::{extract::State, http::StatusCode, Json as AxumJson};
+use paysaga_common::{
+    auth::{allow::OPERATOR, Service},
+    error::codes as common_codes,
+    extract::{Json, Path, Query},
+    ApiError,
+};
+use paysaga_contracts::events::types;
+use rand::RngCore;
+use uuid::Uuid;
+
+use crate::{
+    api::{
+        CreateWebhookEndpoint, ListDeliveries, WebhookDelivery, WebhookDeliveryPage,
+        WebhookEndpoint, WebhookEndpointCreated, WebhookEndpointList,
+    },
+    error::{Error, Result},
+    webhooks::store,
+    AppState,
+};
+
+const MAX_URL_CHARS: usize = 2048;
+const MAX_DESCRIPTION_CHARS: usize = 500;
+const MAX_EVENT_TYPES: usize = 32;
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 500;
+
+/// An endpoint's URL, as deliveries will use it: absolute `http` or `https` with a
+/// host, no credentials (they would show in every listing; the signature is what
+/// authenticates a delivery) and no fragment.
+pub fn check_url(raw: &str) -> Result<String> {
+    let bad = |why: &str| Error::WebhookUrlInvalid(why.to_owned());
+    if raw.chars().count() > MAX_URL_CHARS {
+        return Err(bad("longer than 2048 characters"));
+    }
+    let url = reqwest::Url::parse(raw.trim()).map_err(|e| bad(&format!("not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("a host is required"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(bad("credentials in the URL are not accepted"));
+    }
+    if url.fragment().is_some() {
+        return Err(bad("a fragment is not sent with a request; leave it out"));
+    }
+    Ok(url.to_string())
+}
+
+/// The subscribed types: each in the catalogue, each once, in catalogue order.
+pub fn check_event_types(asked: &[String]) -> Result<Vec<String>> {
+    if asked.len() > MAX_EVENT_TYPES {
+        return Err(ApiError::unprocessable(
+            common_codes::INVALID_BODY,
+            format!("at most {MAX_EVENT_TYPES} event types"),
+        )
+        .into());
+    }
+    if let Some(unknown) = asked.iter().find(|t| !types::is_known(t)) {
+        return Err(Error::EventTypeUnknown(unknown.clone()));
+    }
+    Ok(types::ALL
+        .iter()
+        .filter(|t| asked.iter().any(|a| a == *t))
+        .map(|t| (*t).to_owned())
+        .collect())
+}
+
+/// A new endpoint's signing secret: `whsec_` and 32 random bytes from the operating
+/// system, in hex.
+fn new_secret() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("whsec_{hex}")
+}
+
+/// Register an endpoint; its signing secret is in this answer only.
+#[utoipa::path(
+    post, path = "/v1/webhook-endpoints", tag = "webhooks",
+    request_body = CreateWebhookEndpoint,
+    responses(
+        (status = 201, description = "created and enabled; `secret` is shown this once", body = WebhookEndpointCreated),
+        (status = 422, description = "WEBHOOK_URL_INVALID, EVENT_TYPE_UNKNOWN, INVALID_BODY (too many types, description too long)", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(operator = %operator))]
+pub async fn create_endpoint(
+    State(state): State<AppState>,
+    Service(operator): Service<{ OPERATOR }>,
+    Json(req): Json<CreateWebhookEndpoint>,
+) -> Result<(StatusCode, AxumJson<WebhookEndpointCreated>)> {
+    let url = check_url(&req.url)?;
+    let event_types = check_event_types(&req.event_types)?;
+    let description = req.description.unwrap_or_default();
+    if description.chars().count() > MAX_DESCRIPTION_CHARS {
+        return Err(ApiError::unprocessable(
+            common_codes::INVALID_BODY,
+            format!("description: at most {MAX_DESCRIPTION_CHARS} characters"),
+        )
+        .into());
+    }
+    let secret = new_secret();
+    let row = store::create_endpoint(
+        &state.pool,
+        Uuid::now_v7(),
+        &url,
+        &secret,
+        &event_types,
+        &description,
+    )
+    .await?;
+    tracing::info!(endpoint_id = %row.id, url = %row.url, "webhook endpoint created");
+    Ok((
+        StatusCode::CREATED,
+        AxumJson(WebhookEndpointCreated {
+            endpoint: row.to_api(),
+            secret,
+        }),
+    ))
+}
+
+/// Every endpoint, oldest first (secrets are never shown again).
+#[utoipa::path(
+    get, path = "/v1/webhook-endpoints", tag = "webhooks",
+    responses((status = 200, body = WebhookEndpointList)),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all)]
+pub async fn list_endpoints(
+    State(state): State<AppState>,
+    _operator: Service<{ OPERATOR }>,
+) -> Result<AxumJson<WebhookEndpointList>> {
+    let rows = store::list_endpoints(&state.pool).await?;
+    Ok(AxumJson(WebhookEndpointList {
+        endpoints: rows.iter().map(store::EndpointRow::to_api).collect(),
+    }))
+}
+
+async fn set_enabled(state: &AppState, id: Uuid, enabled: bool) -> Result<WebhookEndpoint> {
+    let row = store::set_enabled(&state.pool, id, enabled)
+        .await?
+        .ok_or(Error::WebhookEndpointNotFound)?;
+    tracing::info!(endpoint_id = %id, enabled, "webhook endpoint switched");
+    Ok(row.to_api())
+}
+
+/// Disable an endpoint: no new deliveries are made for it, and its pending ones wait
+/// until it is enabled again. Repeating it changes nothing.
+#[utoipa::path(
+    post, path = "/v1/webhook-endpoints/{id}/disable", tag = "webhooks",
+    params(("id" = Uuid, Path, description = "endpoint id")),
+    responses(
+        (status = 200, body = WebhookEndpoint),
+        (status = 404, description = "WEBHOOK_ENDPOINT_NOT_FOUND", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(endpoint_id = %id, operator = %operator))]
+pub async fn disable_endpoint(
+    State(state): State<AppState>,
+    Service(operator): Service<{ OPERATOR }>,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<WebhookEndpoint>> {
+    Ok(AxumJson(set_enabled(&state, id, false).await?))
+}
+
+/// Enable an endpoint again: its waiting deliveries go out, and new events are
+/// delivered to it. Repeating it changes nothing.
+#[utoipa::path(
+    post, path = "/v1/webhook-endpoints/{id}/enable", tag = "webhooks",
+    params(("id" = Uuid, Path, description = "endpoint id")),
+    responses(
+        (status = 200, body = WebhookEndpoint),
+        (status = 404, description = "WEBHOOK_ENDPOINT_NOT_FOUND", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(endpoint_id = %id, operator = %operator))]
+pub async fn enable_endpoint(
+    State(state): State<AppState>,
+    Service(operator): Service<{ OPERATOR }>,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<WebhookEndpoint>> {
+    Ok(AxumJson(set_enabled(&state, id, true).await?))
+}
+
+/// Deliveries, most recently changed first, by state and endpoint.
+#[utoipa::path(
+    get, path = "/v1/webhook-deliveries", tag = "webhooks",
+    params(ListDeliveries),
+    responses(
+        (status = 200, body = WebhookDeliveryPage),
+        (status = 400, description = "INVALID_QUERY", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all)]
+pub async fn list_deliveries(
+    State(state): State<AppState>,
+    _operator: Service<{ OPERATOR }>,
+    Query(filter): Query<ListDeliveries>,
+) -> Result<AxumJson<WebhookDeliveryPage>> {
+    let limit = filter.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(
+            common_codes::INVALID_QUERY,
+            format!("limit must be 1 to {MAX_LIMIT}"),
+        )
+        .into());
+    }
+    if let Some(s) = &filter.state {
+        if !matches!(s.as_str(), "PENDING" | "DELIVERED" | "DEAD") {
+            return Err(ApiError::bad_request(
+                common_codes::INVALID_QUERY,
+                format!("unknown state {s:?}: PENDING, DELIVERED or DEAD"),
+            )
+            .into());
+        }
+    }
+    let rows =
+        store::list_deliveries(&state.pool, filter.state.as_deref(), filter.endpoint_id, limit)
+            .await?;
+    Ok(AxumJson(WebhookDeliveryPage {
+        deliveries: rows.iter().map(store::DeliveryRow::to_api).collect(),
+    }))
+}
+
+/// Replay a DEAD delivery: PENDING again, attempts counted afresh, due at once. The
+/// receiver gets the same event id it may have seen before.
+#[utoipa::path(
+    post, path = "/v1/webhook-deliveries/{id}/replay", tag = "webhooks",
+    params(("id" = Uuid, Path, description = "delivery id")),
+    responses(
+        (status = 200, description = "PENDING and due", body = WebhookDelivery),
+        (status = 404, description = "WEBHOOK_DELIVERY_NOT_FOUND", body = paysaga_common::ErrorBody),
+        (status = 409, description = "WEBHOOK_DELIVERY_NOT_DEAD", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(delivery_id = %id, operator = %operator))]
+pub async fn replay_delivery(
+    State(state): State<AppState>,
+    Service(operator): Service<{ OPERATOR }>,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<WebhookDelivery>> {
+    let replayed = store::replay(&state.pool, id).await?;
+    let row = store::load_delivery(&state.pool, id)
+        .await?
+        .ok_or(Error::WebhookDeliveryNotFound)?;
+    if !replayed {
+        return Err(Error::WebhookDeliveryNotDead(row.state));
+    }
+    tracing::info!(event_id = %row.event_id, endpoint_id = %row.endpoint_id, "webhook delivery replayed");
+    Ok(AxumJson(row.to_api()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_http_urls_with_a_host_are_taken() {
+        for good in [
+            "http://127.0.0.1:9000/hook",
+            "https://shipping.example.com/paysaga?x=1",
+        ] {
+            assert!(check_url(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "shipping.example.com/hook",
+            "ftp://example.com/hook",
+            "file:///etc/passwd",
+            "javascript:alert(1)",
+            "http://user:pw@example.com/",
+            "https://example.com/#frag",
+            "http:///nohost",
+        ] {
+            assert!(
+                matches!(check_url(bad), Err(Error::WebhookUrlInvalid(_))),
+                "{bad}"
+            );
+        }
+        let long = format!("https://example.com/{}", "a".repeat(2048));
+        assert!(check_url(&long).is_err());
+    }
+
+    #[test]
+    fn event_types_are_from_the_catalogue_once_each() {
+        let asked = vec![
+            "payment.refunded".to_owned(),
+            "payment.completed".to_owned(),
+            "payment.completed".to_owned(),
+        ];
+        assert_eq!(
+            check_event_types(&asked).expect("known"),
+            vec!["payment.completed", "payment.refunded"]
+        );
+        assert!(check_event_types(&[]).expect("empty").is_empty());
+        assert!(matches!(
+            check_event_types(&["payment.created".to_owned()]),
+            Err(Error::EventTypeUnknown(_))
+        ));
+    }
+
+    #[test]
+    fn secrets_are_whsec_and_32_random_bytes() {
+        let a = new_secret();
+        assert!(a.starts_with("whsec_") && a.len() == 6 + 64, "{a}");
+        assert_ne!(a, new_secret());
+    }
+}

@@ -1,0 +1,446 @@
+//! The webhook tables in PostgreSQL: endpoints, the fan-out of events into deliveries,
+//! the delivery claim and its outcome, the operators' views, the gauges' numbers, and
+//! the order service's events coming in.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::{
+    api::{WebhookDelivery, WebhookEndpoint},
+    error::Result,
+    store::millis,
+};
+
+/// Held (for one transaction) by the instance that fans events out. Dispatch is one
+/// set-based statement per batch, so one dispatcher at a time costs nothing, and it is
+/// what keeps a subject's deliveries in seq order: two dispatchers taking disjoint
+/// batches at once could create a later event's delivery before an earlier one's.
+const DISPATCH_LOCK: i64 = 0x7061_7973_6167_6177; // "paysagaw"
+
+/// A webhook endpoint as stored (without its secret).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EndpointRow {
+    pub id: Uuid,
+    pub url: String,
+    pub event_types: Vec<String>,
+    pub enabled: bool,
+    pub description: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl EndpointRow {
+    pub fn to_api(&self) -> WebhookEndpoint {
+        WebhookEndpoint {
+            id: self.id,
+            url: self.url.clone(),
+            event_types: self.event_types.clone(),
+            enabled: self.enabled,
+            description: self.description.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+const ENDPOINT_COLUMNS: &str =
+    r#"id, url, event_types, enabled, description, created_at, updated_at"#;
+
+/// A new endpoint, enabled.
+pub async fn create_endpoint(
+    pool: &PgPool,
+    id: Uuid,
+    url: &str,
+    secret: &str,
+    event_types: &[String],
+    description: &str,
+) -> Result<EndpointRow> {
+    let sql = format!(
+        r#"
+        INSERT INTO webhook_endpoints (id, url, secret, event_types, description)
+        VALUES ($1, $2, $3, $4, $5)
+        RETURNING {ENDPOINT_COLUMNS}
+        "#
+    );
+    Ok(sqlx::query_as::<_, EndpointRow>(&sql)
+        .bind(id)
+        .bind(url)
+        .bind(secret)
+        .bind(event_types)
+        .bind(description)
+        .fetch_one(pool)
+        .await?)
+}
+
+/// Every endpoint, oldest first.
+pub async fn list_endpoints(pool: &PgPool) -> Result<Vec<EndpointRow>> {
+    let sql = format!(
+        r#"SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints ORDER BY created_at, id"#
+    );
+    Ok(sqlx::query_as::<_, EndpointRow>(&sql)
+        .fetch_all(pool)
+        .await?)
+}
+
+/// Enables or disables an endpoint; `None` if there is no such endpoint.
+pub async fn set_enabled(pool: &PgPool, id: Uuid, enabled: bool) -> Result<Option<EndpointRow>> {
+    let sql = format!(
+        r#"
+        UPDATE webhook_endpoints
+        SET enabled = $2,
+            updated_at = CASE WHEN enabled = $2 THEN updated_at ELSE now() END
+        WHERE id = $1
+        RETURNING {ENDPOINT_COLUMNS}
+        "#
+    );
+    Ok(sqlx::query_as::<_, EndpointRow>(&sql)
+        .bind(id)
+        .bind(enabled)
+        .fetch_optional(pool)
+        .await?)
+}
+
+/// A delivery as the operator sees it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeliveryRow {
+    pub id: Uuid,
+    pub event_id: Uuid,
+    pub event_type: String,
+    pub subject: String,
+    pub endpoint_id: Uuid,
+    pub state: String,
+    pub attempts: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub last_status: Option<i32>,
+    pub last_error: Option<String>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl DeliveryRow {
+    pub fn to_api(&self) -> WebhookDelivery {
+        WebhookDelivery {
+            id: self.id,
+            event_id: self.event_id,
+            event_type: self.event_type.clone(),
+            subject: self.subject.clone(),
+            endpoint_id: self.endpoint_id,
+            state: self.state.clone(),
+            attempts: self.attempts,
+            next_attempt_at: self.next_attempt_at,
+            last_status: self.last_status,
+            last_error: self.last_error.clone(),
+            delivered_at: self.delivered_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+const DELIVERY_COLUMNS: &str = r#"d.id, d.event_id, ev.type AS event_type, d.subject, d.endpoint_id, d.state,
+    d.attempts, d.next_attempt_at, d.last_status, d.last_error, d.delivered_at, d.created_at, d.updated_at"#;
+
+/// Deliveries, newest first (by when they last changed), filtered.
+pub async fn list_deliveries(
+    pool: &PgPool,
+    state: Option<&str>,
+    endpoint_id: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<DeliveryRow>> {
+    let sql = format!(
+        r#"
+        SELECT {DELIVERY_COLUMNS}
+        FROM webhook_deliveries d
+        JOIN events ev ON ev.id = d.event_id
+        WHERE ($1::TEXT IS NULL OR d.state = $1)
+          AND ($2::UUID IS NULL OR d.endpoint_id = $2)
+        ORDER BY d.updated_at DESC, d.id DESC
+        LIMIT $3
+        "#
+    );
+    Ok(sqlx::query_as::<_, DeliveryRow>(&sql)
+        .bind(state)
+        .bind(endpoint_id)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+pub async fn load_delivery(pool: &PgPool, id: Uuid) -> Result<Option<DeliveryRow>> {
+    let sql = format!(
+        r#"
+        SELECT {DELIVERY_COLUMNS}
+        FROM webhook_deliveries d
+        JOIN events ev ON ev.id = d.event_id
+        WHERE d.id = $1
+        "#
+    );
+    Ok(sqlx::query_as::<_, DeliveryRow>(&sql)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?)
+}
+
+/// A DEAD delivery made PENDING again, its attempts counted afresh, due at once.
+/// `false`: no such delivery, or it is not DEAD (the caller tells which).
+pub async fn replay(pool: &PgPool, id: Uuid) -> Result<bool> {
+    let replayed = sqlx::query(
+        r#"
+        UPDATE webhook_deliveries
+        SET state = 'PENDING', attempts = 0, next_attempt_at = now(),
+            lease_owner = NULL, lease_until = NULL, updated_at = now()
+        WHERE id = $1 AND state = 'DEAD'
+        "#,
+    )
+    .bind(id)
+    .execute(pool)
+    .await?;
+    Ok(replayed.rows_affected() == 1)
+}
+
+/// What one dispatch did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dispatched {
+    pub events: i64,
+    pub deliveries: i64,
+}
+
+/// Fans up to `batch` undispatched events (oldest first) out into one PENDING delivery
+/// per enabled, subscribed endpoint, and marks them dispatched, in one transaction.
+/// `None`: another instance is dispatching right now (this one skips its turn).
+#[tracing::instrument(skip_all, fields(batch))]
+pub async fn dispatch(pool: &PgPool, batch: i64) -> Result<Option<Dispatched>> {
+    let mut tx = pool.begin().await?;
+    let got: bool = sqlx::query_scalar(r#"SELECT pg_try_advisory_xact_lock($1)"#)
+        .bind(DISPATCH_LOCK)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got {
+        return Ok(None);
+    }
+    let (events, deliveries): (i64, i64) = sqlx::query_as(
+        r#"
+        WITH batch AS (
+            SELECT seq, id, type, subject
+            FROM events
+            WHERE dispatched_at IS NULL
+            ORDER BY seq
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        ), fanned AS (
+            INSERT INTO webhook_deliveries (id, event_id, endpoint_id, event_seq, subject, next_attempt_at)
+            SELECT uuid_v7(), b.id, ep.id, b.seq, b.subject, now()
+            FROM batch b
+            JOIN webhook_endpoints ep
+              ON ep.enabled AND (cardinality(ep.event_types) = 0 OR b.type = ANY (ep.event_types))
+            ORDER BY b.seq, ep.id
+            ON CONFLICT ON CONSTRAINT webhook_deliveries_event_endpoint_unique DO NOTHING
+            RETURNING 1
+        ), marked AS (
+            UPDATE events ev
+            SET dispatched_at = now()
+            FROM batch
+            WHERE ev.seq = batch.seq
+            RETURNING 1
+        )
+        SELECT (SELECT COUNT(*) FROM marked), (SELECT COUNT(*) FROM fanned)
+        "#,
+    )
+    .bind(batch)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(Dispatched { events, deliveries }))
+}
+
+/// A delivery claimed for an attempt, with what the attempt needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Claimed {
+    pub id: Uuid,
+    /// Attempts started, this one included.
+    pub attempts: i32,
+    pub event_id: Uuid,
+    pub event_type: String,
+    pub occurred_at: DateTime<Utc>,
+    pub data: serde_json::Value,
+    pub url: String,
+    pub secret: String,
+}
+
+/// Claims up to `n` due deliveries to enabled endpoints, leased to `owner` for `lease`,
+/// counting the attempt. A delivery waits while an earlier one (by event seq) of the
+/// same endpoint and subject is PENDING, so one subject's events arrive in order.
+/// `SKIP LOCKED` lets many instances claim at once without taking the same delivery.
+#[tracing::instrument(skip_all, fields(n))]
+pub async fn claim(pool: &PgPool, owner: Uuid, lease: Duration, n: i64) -> Result<Vec<Claimed>> {
+    Ok(sqlx::query_as::<_, Claimed>(
+        r#"
+        WITH due AS (
+            SELECT d.id
+            FROM webhook_deliveries d
+            JOIN webhook_endpoints ep ON ep.id = d.endpoint_id
+            WHERE d.state = 'PENDING'
+              AND d.next_attempt_at <= now()
+              AND (d.lease_until IS NULL OR d.lease_until < now())
+              AND ep.enabled
+              AND NOT EXISTS (
+                  SELECT 1
+                  FROM webhook_deliveries earlier
+                  WHERE earlier.endpoint_id = d.endpoint_id
+                    AND earlier.subject = d.subject
+                    AND earlier.state = 'PENDING'
+                    AND earlier.event_seq < d.event_seq)
+            ORDER BY d.next_attempt_at
+            LIMIT $3
+            FOR UPDATE OF d SKIP LOCKED
+        ), claimed AS (
+            UPDATE webhook_deliveries d
+            SET lease_owner = $1,
+                lease_until = now() + $2 * INTERVAL '1 millisecond',
+                attempts = d.attempts + 1,
+                updated_at = now()
+            FROM due
+            WHERE d.id = due.id
+            RETURNING d.id, d.attempts, d.event_id, d.endpoint_id
+        )
+        SELECT c.id, c.attempts, ev.id AS event_id, ev.type AS event_type, ev.occurred_at, ev.data,
+               ep.url, ep.secret
+        FROM claimed c
+        JOIN events ev ON ev.id = c.event_id
+        JOIN webhook_endpoints ep ON ep.id = c.endpoint_id
+        "#,
+    )
+    .bind(owner)
+    .bind(millis(lease))
+    .bind(n)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// An attempt's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A 2xx.
+    Delivered { status: i32 },
+    /// Anything else; retried after `retry_in`, or DEAD when `None`.
+    Failed {
+        status: Option<i32>,
+        error: String,
+        retry_in: Option<Duration>,
+    },
+}
+
+/// Records an attempt's outcome if `owner` still holds the claim (a delivery whose
+/// lease ran out and was claimed again is the new owner's to record). Returns whether
+/// it was recorded.
+pub async fn record(pool: &PgPool, id: Uuid, owner: Uuid, outcome: &Outcome) -> Result<bool> {
+    let done = match outcome {
+        Outcome::Delivered { status } => {
+            sqlx::query(
+                r#"
+                UPDATE webhook_deliveries
+                SET state = 'DELIVERED', delivered_at = now(), next_attempt_at = NULL,
+                    last_status = $3, last_error = NULL,
+                    lease_owner = NULL, lease_until = NULL, updated_at = now()
+                WHERE id = $1 AND lease_owner = $2 AND state = 'PENDING'
+                "#,
+            )
+            .bind(id)
+            .bind(owner)
+            .bind(status)
+            .execute(pool)
+            .await?
+        }
+        Outcome::Failed {
+            status,
+            error,
+            retry_in,
+        } => {
+            sqlx::query(
+                r#"
+                UPDATE webhook_deliveries
+                SET state = CASE WHEN $5::BIGINT IS NULL THEN 'DEAD' ELSE 'PENDING' END,
+                    next_attempt_at = now() + $5 * INTERVAL '1 millisecond',
+                    last_status = $3, last_error = $4,
+                    lease_owner = NULL, lease_until = NULL, updated_at = now()
+                WHERE id = $1 AND lease_owner = $2 AND state = 'PENDING'
+                "#,
+            )
+            .bind(id)
+            .bind(owner)
+            .bind(status)
+            .bind(error)
+            .bind(retry_in.map(millis))
+            .execute(pool)
+            .await?
+        }
+    };
+    Ok(done.rows_affected() == 1)
+}
+
+/// The gauges' numbers: the age in seconds of the oldest event not yet delivered (not
+/// yet dispatched, or with a PENDING delivery to an enabled endpoint; 0 when there is
+/// none), and the number of DEAD deliveries.
+pub async fn census(pool: &PgPool) -> Result<(f64, i64)> {
+    let (lag, dead): (Option<f64>, i64) = sqlx::query_as(
+        r#"
+        SELECT EXTRACT(EPOCH FROM now() - LEAST(
+                   (SELECT occurred_at FROM events WHERE dispatched_at IS NULL ORDER BY seq LIMIT 1),
+                   (SELECT ev.occurred_at FROM events ev
+                    WHERE ev.seq = (SELECT MIN(d.event_seq)
+                                    FROM webhook_deliveries d
+                                    JOIN webhook_endpoints ep ON ep.id = d.endpoint_id AND ep.enabled
+                                    WHERE d.state = 'PENDING'))))::FLOAT8,
+               (SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'DEAD')
+        "#,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((lag.unwrap_or(0.0).max(0.0), dead))
+}
+
+/// An event pulled from the order service's outbox.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    pub id: Uuid,
+    pub event_type: String,
+    pub subject: String,
+    pub data: serde_json::Value,
+    pub occurred_at: DateTime<Utc>,
+}
+
+/// Inserts the order service's events in the order given (their seq follows it), each
+/// once: an id already here (pulled before, or by another instance) is skipped.
+/// Returns how many were new.
+pub async fn ingest(pool: &PgPool, events: &[Incoming]) -> Result<u64> {
+    if events.is_empty() {
+        return Ok(0);
+    }
+    let inserted = sqlx::query(
+        r#"
+        INSERT INTO events (id, type, subject, data, occurred_at, source)
+        SELECT e.id, e.type, e.subject, e.data, e.occurred_at, 'order'
+        FROM UNNEST($1::UUID[], $2::TEXT[], $3::TEXT[], $4::JSONB[], $5::TIMESTAMPTZ[])
+             WITH ORDINALITY AS e(id, type, subject, data, occurred_at, n)
+        ORDER BY e.n
+        ON CONFLICT ON CONSTRAINT events_id_unique DO NOTHING
+        "#,
+    )
+    .bind(events.iter().map(|e| e.id).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|e| e.event_type.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(events.iter().map(|e| e.subject.as_str()).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.data.clone()).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.occurred_at).collect::<Vec<_>>())
+    .execute(pool)
+    .await?;
+    Ok(inserted.rows_affected())
+}
