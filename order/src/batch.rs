@@ -49,6 +49,8 @@ struct Counts {
     expired_on_touch: u64,
     cancelled: u64,
     order_cancelled: u64,
+    /// Units that came back and were offered to a waitlist (the handoff trigger).
+    offers_made: u64,
 }
 
 /// The unit state a reservation in `state` implies.
@@ -119,6 +121,10 @@ fn record(ops: &[OrderOp], counts: &Counts, start: Instant) {
         if n > 0 {
             metrics::counter!("order_units_returned_total", "reason" => reason).increment(n);
         }
+    }
+    if counts.offers_made > 0 {
+        metrics::counter!("order_waitlist_offers_total", "outcome" => "made")
+            .increment(counts.offers_made);
     }
     for op in ops {
         let name = match op {
@@ -215,7 +221,7 @@ async fn fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<(Vec<Reply>, Coun
                 updated_at = now()
             FROM moves m
             WHERE s.id = m.unit_id AND s.state = 'RESERVED'
-            RETURNING s.id
+            RETURNING s.id, s.state
         ), sold AS (
             INSERT INTO orders (id, reservation_id, product_id, unit_id, member_id, price)
             SELECT m.new_order_id, m.id, m.product_id, m.unit_id, m.member_id, m.price
@@ -236,9 +242,10 @@ async fn fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<(Vec<Reply>, Coun
                    (SELECT COUNT(*) FROM units) AS units,
                    (SELECT COUNT(*) FROM sold) AS sold,
                    (SELECT COUNT(*) FROM moved) AS moved,
-                   (SELECT COUNT(*) FROM plan WHERE to_state = 'REFUND') AS refunds
+                   (SELECT COUNT(*) FROM plan WHERE to_state = 'REFUND') AS refunds,
+                   (SELECT COUNT(*) FROM units WHERE state = 'OFFERED') AS offered
         ), tally AS MATERIALIZED (
-            SELECT t.refunds,
+            SELECT t.refunds, t.offered,
                    CASE WHEN t.units = t.planned AND t.sold = t.selling AND t.moved = t.planned THEN 0
                         ELSE CAST('order batch invariant breach: ' || t.planned || ' reservations to move, '
                                   || t.units || ' units moved, ' || t.selling || ' sales, '
@@ -247,7 +254,7 @@ async fn fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<(Vec<Reply>, Coun
                    END AS breach
             FROM counted t
         )
-        SELECT q.ord, l.state AS initial, t.refunds, t.breach,
+        SELECT q.ord, l.state AS initial, t.refunds, t.offered, t.breach,
                l.id, l.product_id, l.member_id, l.unit_id, l.price,
                COALESCE(m.state, l.state) AS state, l.expires_at,
                COALESCE(m.order_id, l.order_id) AS order_id, l.created_at,
@@ -282,7 +289,10 @@ async fn fast(pool: &PgPool, ops: &[OrderOp]) -> Result<Option<(Vec<Reply>, Coun
     if rows[0].try_get::<i64, _>("refunds")? > 0 {
         return Ok(None);
     }
-    let mut counts = Counts::default();
+    let mut counts = Counts {
+        offers_made: u64::try_from(rows[0].try_get::<i64, _>("offered")?).unwrap_or(0),
+        ..Counts::default()
+    };
     let mut replies = Vec::with_capacity(ops.len());
     for (at, (op, row)) in ops.iter().zip(&rows).enumerate() {
         let ord: i64 = row.try_get("ord")?;
@@ -372,7 +382,7 @@ async fn general(pool: &PgPool, ops: &[OrderOp]) -> Result<(Vec<Reply>, Counts)>
         .map(|op| decide(op, rows.get_mut(&id_of(op)), tx_now, &mut counts))
         .collect();
 
-    write(&mut tx, rows.values()).await?;
+    counts.offers_made = write(&mut tx, rows.values()).await?;
     tx.commit().await?;
     Ok((replies, counts))
 }
@@ -472,22 +482,24 @@ fn decide(
 
 /// Writes the net change of every reservation the batch moved. Each statement must
 /// touch exactly the rows expected, or the tables disagree with the locked rows and
-/// the whole batch is abandoned, as `move_unit` abandons a single transition.
+/// the whole batch is abandoned, as `move_unit` abandons a single transition. Returns
+/// how many returned units the handoff offered to a waitlist instead of the sale.
 async fn write<'a>(
     tx: &mut Transaction<'_, Postgres>,
     rows: impl Iterator<Item = &'a Tracked>,
-) -> Result<()> {
+) -> Result<u64> {
     let changed: Vec<&Tracked> = rows.filter(|t| t.current.state != t.initial).collect();
     if changed.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
 
-    let moved = sqlx::query(
+    let landed: Vec<String> = sqlx::query_scalar(
         r#"
         UPDATE product_stock s
         SET state = m.to_state, updated_at = now()
         FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::TEXT[]) AS m (id, from_state, to_state)
         WHERE s.id = m.id AND s.state = m.from_state
+        RETURNING s.state
         "#,
     )
     .bind(
@@ -508,10 +520,10 @@ async fn write<'a>(
             .map(|t| unit_state(t.current.state))
             .collect::<Vec<_>>(),
     )
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
-    expect_rows("units moved", moved, changed.len())?;
+    .fetch_all(&mut **tx)
+    .await?;
+    expect_rows("units moved", landed.len() as u64, changed.len())?;
+    let offers_made = landed.iter().filter(|s| *s == "OFFERED").count() as u64;
 
     let confirmed: Vec<(Uuid, &Reservation)> = changed
         .iter()
@@ -581,7 +593,8 @@ async fn write<'a>(
     .execute(&mut **tx)
     .await?
     .rows_affected();
-    expect_rows("reservations moved", updated, changed.len())
+    expect_rows("reservations moved", updated, changed.len())?;
+    Ok(offers_made)
 }
 
 fn expect_rows(what: &str, got: u64, expected: usize) -> Result<()> {

@@ -32,6 +32,9 @@ pub struct Config {
     /// (live and confirmed reservations; default 1). A member never holds two live
     /// reservations of one product whatever the cap.
     pub purchase_cap: i64,
+    /// `WAITLIST_OFFER_TTL_SECS`: how long a unit offered to the head of a waitlist is
+    /// held for that member (default 120). Kept with each entry when it joins.
+    pub waitlist_offer_ttl: Duration,
     /// `SWEEP_INTERVAL_MS`: how often the expiry sweep runs (default 1000; the scheduler
     /// works in whole seconds, so it is rounded up to one).
     pub sweep_interval: Duration,
@@ -97,6 +100,14 @@ impl Config {
                 "must be 1 to 86400 seconds",
             ));
         }
+        let offer_ttl_secs: u64 = config::parse("WAITLIST_OFFER_TTL_SECS", 120)?;
+        if offer_ttl_secs == 0 || offer_ttl_secs > 86_400 {
+            return Err(invalid(
+                "WAITLIST_OFFER_TTL_SECS",
+                offer_ttl_secs,
+                "must be 1 to 86400 seconds",
+            ));
+        }
         let sweep_interval = config::millis("SWEEP_INTERVAL_MS", Duration::from_millis(1000))?;
         if sweep_interval < Duration::from_millis(10) {
             return Err(invalid(
@@ -143,6 +154,7 @@ impl Config {
             dev_fallbacks,
             reservation_ttl: Duration::from_secs(ttl_secs),
             purchase_cap,
+            waitlist_offer_ttl: Duration::from_secs(offer_ttl_secs),
             sweep_interval,
             sweep_batch,
             sweep_max_batches,
@@ -165,6 +177,7 @@ impl Config {
             dev_fallbacks: DevFallbacks::default(),
             reservation_ttl: Duration::from_secs(600),
             purchase_cap: 1,
+            waitlist_offer_ttl: Duration::from_secs(120),
             sweep_interval: Duration::from_millis(1000),
             sweep_batch: 500,
             sweep_max_batches: 20,

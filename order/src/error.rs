@@ -35,6 +35,18 @@ pub enum Error {
     PassAlreadyUsed,
     #[error("reservation not found")]
     ReservationNotFound,
+    #[error("units of the product are on sale")]
+    NotSoldOut,
+    #[error("no unit of the product is held")]
+    NothingToWaitFor,
+    #[error("not on the product's waitlist")]
+    NotOnWaitlist,
+    #[error("offer not found")]
+    OfferNotFound,
+    #[error("offer expired")]
+    OfferExpired,
+    #[error("offer released")]
+    OfferReleased,
     #[error("reservation has expired")]
     ReservationExpired,
     #[error("reservation was cancelled")]
@@ -89,6 +101,26 @@ impl Error {
             Error::ReservationNotFound => {
                 ApiError::not_found(codes::RESERVATION_NOT_FOUND, "reservation not found")
             }
+            Error::NotSoldOut => ApiError::conflict(
+                codes::NOT_SOLD_OUT,
+                "units of this product are on sale: reserve one instead of waiting",
+            ),
+            Error::NothingToWaitFor => ApiError::conflict(
+                codes::NOTHING_TO_WAIT_FOR,
+                "no unit of this product is held by anyone, so none can come back",
+            ),
+            Error::NotOnWaitlist => {
+                ApiError::not_found(codes::NOT_ON_WAITLIST, "you are not on this waitlist")
+            }
+            Error::OfferNotFound => ApiError::not_found(codes::OFFER_NOT_FOUND, "offer not found"),
+            Error::OfferExpired => ApiError::conflict(
+                codes::OFFER_EXPIRED,
+                "the offer's deadline passed; the unit went to the next in line",
+            ),
+            Error::OfferReleased => ApiError::conflict(
+                codes::OFFER_RELEASED,
+                "the offer was given up when you left the waitlist",
+            ),
             Error::ReservationExpired => ApiError::conflict(
                 codes::RESERVATION_EXPIRED,
                 "the reservation expired; its unit is back on sale",

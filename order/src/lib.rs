@@ -1,6 +1,7 @@
 //! The order service: products with one row per unit, reservations claimed with
 //! `FOR UPDATE SKIP LOCKED` (concurrent claims sharing one statement), expiry, and
-//! idempotent confirm and cancel, one at a time or group-committed in batches.
+//! idempotent confirm and cancel, one at a time or group-committed in batches; the FIFO
+//! waitlist that returned units are offered to; the transactional outbox of its events.
 
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::order::api;
@@ -15,6 +16,7 @@ pub(crate) mod routes;
 /// Public because paysaga-bench's claim bench stocks products directly.
 pub mod stock;
 pub mod sweep;
+pub mod waitlist;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
@@ -45,6 +47,8 @@ pub struct AppState {
     pub ttl: Duration,
     /// Units of one product a member may hold and buy in all.
     pub purchase_cap: i64,
+    /// How long a unit offered to a waitlist member is held for them.
+    pub offer_ttl: Duration,
     /// Group commit of reservations' claims, one per process.
     pub claims: claims::Claims,
 }
@@ -68,6 +72,7 @@ impl AppState {
             passes: Arc::new(PassVerifier::new(config.pass_public_key)),
             ttl: config.reservation_ttl,
             purchase_cap: config.purchase_cap,
+            offer_ttl: config.waitlist_offer_ttl,
         }
     }
 
@@ -99,6 +104,10 @@ impl AppState {
         routes::reservations::cancel,
         routes::reservations::used_passes,
         routes::batch::batch,
+        routes::waitlist::join,
+        routes::waitlist::me,
+        routes::waitlist::leave,
+        routes::waitlist::take,
         routes::events::list,
         routes::events::ack,
     ),
@@ -114,6 +123,10 @@ impl AppState {
         api::UsedPasses,
         api::OrderOp,
         api::OrderBatch,
+        api::WaitlistEntry,
+        api::WaitlistState,
+        api::WaitlistOffer,
+        api::OfferState,
         api::OutboxEvent,
         api::OutboxPage,
         api::AckEvents,
@@ -132,7 +145,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 pub fn app(state: AppState) -> Router {
-    use routes::{batch, events, products, reservations};
+    use routes::{batch, events, products, reservations, waitlist};
     let api = Router::new()
         .route("/v1/products", post(products::create).get(products::list))
         .route("/v1/products/{id}", get(products::get))
@@ -141,6 +154,12 @@ pub fn app(state: AppState) -> Router {
             "/v1/products/{id}/availability",
             get(products::availability),
         )
+        .route("/v1/products/{id}/waitlist", post(waitlist::join))
+        .route(
+            "/v1/products/{id}/waitlist/me",
+            get(waitlist::me).delete(waitlist::leave),
+        )
+        .route("/v1/offers/{offer_id}/reservation", post(waitlist::take))
         .route("/v1/reservations", post(reservations::create))
         .route("/v1/reservations/{id}", get(reservations::get))
         .route("/v1/reservations/{id}/confirm", post(reservations::confirm))

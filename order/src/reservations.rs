@@ -152,6 +152,24 @@ async fn at_limit(pool: &PgPool, req: &ClaimRequest<'_>) -> Result<bool> {
     .await?)
 }
 
+/// The reservation made by taking an offer, if any.
+pub(crate) async fn by_offer(
+    tx: &mut Transaction<'_, Postgres>,
+    offer_id: Uuid,
+) -> Result<Option<Reservation>> {
+    let row = sqlx::query_as::<_, ReservationRow>(
+        r#"
+        SELECT id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at
+        FROM reservations
+        WHERE offer_id = $1
+        "#,
+    )
+    .bind(offer_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    row.map(Reservation::try_from).transpose()
+}
+
 /// The reservation made with a pass, if any.
 pub async fn by_pass(pool: &PgPool, pass_id: Uuid) -> Result<Option<Reservation>> {
     let row = sqlx::query_as::<_, ReservationRow>(
@@ -239,6 +257,31 @@ async fn move_unit(
     Ok(())
 }
 
+/// Puts a reservation's unit back on sale (from `from`), as [`move_unit`]. With someone
+/// waiting for the product the unit lands `OFFERED` instead (the waitlist's handoff, in
+/// the same row version and transaction), counted here.
+async fn return_unit(tx: &mut Transaction<'_, Postgres>, unit_id: i64, from: &str) -> Result<()> {
+    let landed: Option<String> = sqlx::query_scalar(
+        r#"
+        UPDATE product_stock
+        SET state = 'AVAILABLE', updated_at = now()
+        WHERE id = $1 AND state = $2
+        RETURNING state
+        "#,
+    )
+    .bind(unit_id)
+    .bind(from)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(landed) = landed else {
+        return Err(Error::Invariant(format!(
+            "unit {unit_id} was not {from} when putting it back on sale"
+        )));
+    };
+    crate::waitlist::count_handoffs([landed.as_str()]);
+    Ok(())
+}
+
 async fn set_state(
     tx: &mut Transaction<'_, Postgres>,
     id: Uuid,
@@ -264,7 +307,7 @@ async fn set_state(
 /// A live reservation whose deadline passed: expire it here and now, so the answer and
 /// the tables agree without waiting for the sweep.
 async fn expire_locked(tx: &mut Transaction<'_, Postgres>, r: &Reservation) -> Result<Reservation> {
-    move_unit(tx, r.unit_id, "RESERVED", "AVAILABLE").await?;
+    return_unit(tx, r.unit_id, "RESERVED").await?;
     let expired = set_state(tx, r.id, ReservationState::Expired, None).await?;
     metrics::counter!("order_units_returned_total", "reason" => "expired_on_touch").increment(1);
     Ok(expired)
@@ -354,7 +397,7 @@ pub async fn cancel(pool: &PgPool, id: Uuid, who: Canceller<'_>) -> Result<Cance
         (ReservationState::Cancelled | ReservationState::Expired, _) => CancelOutcome::Done(r),
         (ReservationState::Confirmed, Canceller::Buyer(_)) => CancelOutcome::Confirmed,
         (ReservationState::Confirmed, Canceller::Service) => {
-            move_unit(&mut tx, r.unit_id, "SOLD", "AVAILABLE").await?;
+            return_unit(&mut tx, r.unit_id, "SOLD").await?;
             sqlx::query(
                 r#"
                 UPDATE orders
@@ -374,7 +417,7 @@ pub async fn cancel(pool: &PgPool, id: Uuid, who: Canceller<'_>) -> Result<Cance
             CancelOutcome::Done(expire_locked(&mut tx, &r).await?)
         }
         (ReservationState::Reserved, _) => {
-            move_unit(&mut tx, r.unit_id, "RESERVED", "AVAILABLE").await?;
+            return_unit(&mut tx, r.unit_id, "RESERVED").await?;
             let cancelled = set_state(&mut tx, r.id, ReservationState::Cancelled, None).await?;
             metrics::counter!("order_units_returned_total", "reason" => "cancelled").increment(1);
             CancelOutcome::Done(cancelled)

@@ -17,7 +17,9 @@ struct ProductRow {
     units_total: i64,
     available: i64,
     reserved: i64,
+    offered: i64,
     sold: i64,
+    waiting: i64,
 }
 
 impl From<ProductRow> for Product {
@@ -29,7 +31,9 @@ impl From<ProductRow> for Product {
             units_total: r.units_total,
             available: r.available,
             reserved: r.reserved,
+            offered: r.offered,
             sold: r.sold,
+            waiting: r.waiting,
             created_at: r.created_at,
         }
     }
@@ -103,7 +107,10 @@ pub async fn product(pool: &PgPool, product_id: i64) -> Result<Option<Product>> 
                COUNT(s.id) AS units_total,
                COUNT(s.id) FILTER (WHERE s.state = 'AVAILABLE') AS available,
                COUNT(s.id) FILTER (WHERE s.state = 'RESERVED') AS reserved,
-               COUNT(s.id) FILTER (WHERE s.state = 'SOLD') AS sold
+               COUNT(s.id) FILTER (WHERE s.state = 'OFFERED') AS offered,
+               COUNT(s.id) FILTER (WHERE s.state = 'SOLD') AS sold,
+               (SELECT COUNT(*) FROM waitlist_entries w
+                WHERE w.product_id = p.id AND w.state = 'WAITING') AS waiting
         FROM products p
         LEFT JOIN product_stock s ON s.product_id = p.id
         WHERE p.id = $1
@@ -124,7 +131,10 @@ pub async fn list_products(pool: &PgPool) -> Result<Vec<Product>> {
                COUNT(s.id) AS units_total,
                COUNT(s.id) FILTER (WHERE s.state = 'AVAILABLE') AS available,
                COUNT(s.id) FILTER (WHERE s.state = 'RESERVED') AS reserved,
-               COUNT(s.id) FILTER (WHERE s.state = 'SOLD') AS sold
+               COUNT(s.id) FILTER (WHERE s.state = 'OFFERED') AS offered,
+               COUNT(s.id) FILTER (WHERE s.state = 'SOLD') AS sold,
+               (SELECT COUNT(*) FROM waitlist_entries w
+                WHERE w.product_id = p.id AND w.state = 'WAITING') AS waiting
         FROM products p
         LEFT JOIN product_stock s ON s.product_id = p.id
         GROUP BY p.id

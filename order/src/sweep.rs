@@ -1,5 +1,6 @@
-//! The expiry sweep: returns the units of reservations past their deadline to
-//! AVAILABLE, in bounded batches that several instances can run at once.
+//! The expiry sweeps: reservations past their deadline give their units back (to the
+//! head of the product's waitlist, else on sale), and offers past theirs pass their
+//! units on; both in bounded batches that several instances can run at once.
 
 use std::time::{Duration, Instant};
 
@@ -9,12 +10,13 @@ use sqlx::PgPool;
 use crate::error::{Error, Result};
 
 /// Expires up to `batch` due reservations in one transaction and returns how many units
-/// went back on sale. Rows are claimed with `SKIP LOCKED`: a reservation being
+/// came back (each offered to the head of its product's waitlist by the handoff
+/// trigger, in this transaction, or else on sale). Rows are claimed with `SKIP LOCKED`: a reservation being
 /// confirmed or cancelled right now, or swept by another instance, is left to them.
 #[tracing::instrument(skip_all, fields(batch))]
 pub async fn sweep_batch(pool: &PgPool, batch: i64) -> Result<u64> {
     let mut tx = pool.begin().await?;
-    let (expired, released): (i64, i64) = sqlx::query_as(
+    let (expired, released, offered): (i64, i64, i64) = sqlx::query_as(
         r#"
         WITH due AS (
             SELECT id
@@ -34,9 +36,10 @@ pub async fn sweep_batch(pool: &PgPool, batch: i64) -> Result<u64> {
             SET state = 'AVAILABLE', updated_at = now()
             FROM expired
             WHERE s.id = expired.unit_id AND s.state = 'RESERVED'
-            RETURNING s.id
+            RETURNING s.id, s.state
         )
-        SELECT (SELECT COUNT(*) FROM expired), (SELECT COUNT(*) FROM released)
+        SELECT (SELECT COUNT(*) FROM expired), (SELECT COUNT(*) FROM released),
+               (SELECT COUNT(*) FROM released WHERE state = 'OFFERED')
         "#,
     )
     .bind(batch)
@@ -49,6 +52,10 @@ pub async fn sweep_batch(pool: &PgPool, batch: i64) -> Result<u64> {
         )));
     }
     tx.commit().await?;
+    crate::waitlist::count_handoffs(std::iter::repeat_n(
+        "OFFERED",
+        usize::try_from(offered).unwrap_or(0),
+    ));
     let released = u64::try_from(released).unwrap_or(0);
     metrics::counter!("order_units_returned_total", "reason" => "expired").increment(released);
     Ok(released)
@@ -73,8 +80,9 @@ pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
     Ok(total)
 }
 
-/// Schedules the sweep every `interval` (whole seconds; see `paysaga_common::jobs`). A
-/// run still going when the next is due is not doubled: the later tick is skipped.
+/// Schedules the sweeps every `interval` (whole seconds; see `paysaga_common::jobs`):
+/// reservations and, beside them, waitlist offers. A run still going when the next is
+/// due is not doubled: the later tick is skipped.
 pub async fn start(
     pool: PgPool,
     interval: Duration,
@@ -82,12 +90,23 @@ pub async fn start(
     max_batches: u32,
 ) -> anyhow::Result<Jobs> {
     let jobs = Jobs::start().await?;
+    let offers_pool = pool.clone();
     jobs.every("expiry_sweep", interval, move || {
         let pool = pool.clone();
         async move {
             if let Err(e) = sweep(&pool, batch, max_batches).await {
                 metrics::counter!("order_sweep_errors_total").increment(1);
                 tracing::warn!(error = %e, "expiry sweep failed; the next run retries");
+            }
+        }
+    })
+    .await?;
+    jobs.every("offer_sweep", interval, move || {
+        let pool = offers_pool.clone();
+        async move {
+            if let Err(e) = crate::waitlist::sweep(&pool, batch, max_batches).await {
+                metrics::counter!("order_sweep_errors_total").increment(1);
+                tracing::warn!(error = %e, "offer sweep failed; the next run retries");
             }
         }
     })

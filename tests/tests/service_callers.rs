@@ -25,6 +25,10 @@ const OPERATOR: u8 = allow::OPERATOR;
 /// `(service, method, OpenAPI path)`.
 const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
     (ServiceKind::Order, "post", "/v1/reservations"),
+    (ServiceKind::Order, "post", "/v1/products/{id}/waitlist"),
+    (ServiceKind::Order, "get", "/v1/products/{id}/waitlist/me"),
+    (ServiceKind::Order, "delete", "/v1/products/{id}/waitlist/me"),
+    (ServiceKind::Order, "post", "/v1/offers/{offer_id}/reservation"),
     (ServiceKind::Orchestrator, "post", "/v1/payments"),
     (ServiceKind::Gate, "post", "/v1/passes"),
     (ServiceKind::Member, "post", "/v1/members"),

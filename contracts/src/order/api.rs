@@ -40,11 +40,15 @@ pub struct Product {
     pub name: String,
     /// Minor units (cents).
     pub price: i64,
-    /// Every unit ever created for the product: `available + reserved + sold`.
+    /// Every unit ever created for the product: `available + reserved + offered + sold`.
     pub units_total: i64,
     pub available: i64,
     pub reserved: i64,
+    /// Held for a member of the waitlist until their offer is taken or expires.
+    pub offered: i64,
     pub sold: i64,
+    /// Members waiting in the product's waitlist (not yet offered a unit).
+    pub waiting: i64,
     pub created_at: DateTime<Utc>,
 }
 
@@ -158,6 +162,19 @@ pub mod codes {
     pub const INVALID_UNITS: &str = "INVALID_UNITS";
     pub const INVALID_PRODUCT_ID: &str = "INVALID_PRODUCT_ID";
     pub const TOO_MANY_PASS_IDS: &str = "TOO_MANY_PASS_IDS";
+    /// Joining a waitlist while units are on sale: buy one instead.
+    pub const NOT_SOLD_OUT: &str = "NOT_SOLD_OUT";
+    /// Joining a waitlist of a product none of whose units is held by a reservation or
+    /// an offer: no unit can come back.
+    pub const NOTHING_TO_WAIT_FOR: &str = "NOTHING_TO_WAIT_FOR";
+    /// The member has no entry in the product's waitlist (leave), or never had one (read).
+    pub const NOT_ON_WAITLIST: &str = "NOT_ON_WAITLIST";
+    /// No such offer, or it is another member's.
+    pub const OFFER_NOT_FOUND: &str = "OFFER_NOT_FOUND";
+    /// The offer's deadline passed; its unit went to the next waiter or back on sale.
+    pub const OFFER_EXPIRED: &str = "OFFER_EXPIRED";
+    /// The offer was given up by leaving the waitlist.
+    pub const OFFER_RELEASED: &str = "OFFER_RELEASED";
     /// `POST /v1/events/ack` named no event id, or more than 1,000.
     pub const INVALID_EVENT_IDS: &str = "INVALID_EVENT_IDS";
 }
@@ -180,6 +197,109 @@ pub enum OrderOp {
 #[serde(deny_unknown_fields)]
 pub struct OrderBatch {
     pub ops: Vec<OrderOp>,
+}
+
+/// Where a waitlist entry is. `WAITING` and `OFFERED` are live (at most one live entry
+/// per member and product); the others are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum WaitlistState {
+    /// In line; `position` says where.
+    Waiting,
+    /// A unit is held for the member until the offer's `expires_at`.
+    Offered,
+    /// The offer became a reservation.
+    Taken,
+    /// The offer was not taken in time; the member is not offered again.
+    Expired,
+    /// The member was at the purchase cap when a unit came their way.
+    Skipped,
+    /// The member left.
+    Left,
+}
+
+impl WaitlistState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitlistState::Waiting => "WAITING",
+            WaitlistState::Offered => "OFFERED",
+            WaitlistState::Taken => "TAKEN",
+            WaitlistState::Expired => "EXPIRED",
+            WaitlistState::Skipped => "SKIPPED",
+            WaitlistState::Left => "LEFT",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "WAITING" => WaitlistState::Waiting,
+            "OFFERED" => WaitlistState::Offered,
+            "TAKEN" => WaitlistState::Taken,
+            "EXPIRED" => WaitlistState::Expired,
+            "SKIPPED" => WaitlistState::Skipped,
+            "LEFT" => WaitlistState::Left,
+            _ => return None,
+        })
+    }
+}
+
+/// Where an offer is: `OFFERED` (live, held until `expires_at`), then `TAKEN`,
+/// `EXPIRED` or `RELEASED` (the member left the waitlist).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OfferState {
+    Offered,
+    Taken,
+    Expired,
+    Released,
+}
+
+impl OfferState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OfferState::Offered => "OFFERED",
+            OfferState::Taken => "TAKEN",
+            OfferState::Expired => "EXPIRED",
+            OfferState::Released => "RELEASED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "OFFERED" => OfferState::Offered,
+            "TAKEN" => OfferState::Taken,
+            "EXPIRED" => OfferState::Expired,
+            "RELEASED" => OfferState::Released,
+            _ => return None,
+        })
+    }
+}
+
+/// A unit held for one waitlist member until `expires_at`: take it with
+/// `POST /v1/offers/{offer_id}/reservation`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WaitlistOffer {
+    pub offer_id: Uuid,
+    pub unit_id: i64,
+    pub state: OfferState,
+    pub expires_at: DateTime<Utc>,
+    /// The reservation made from it, once `TAKEN`.
+    pub reservation_id: Option<Uuid>,
+}
+
+/// A member's place in a product's waitlist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WaitlistEntry {
+    pub id: Uuid,
+    pub product_id: i64,
+    pub member_id: MemberId,
+    pub state: WaitlistState,
+    /// While `WAITING`: 1 for the head of the line, 2 for the next, and so on.
+    pub position: Option<i64>,
+    /// The unit offered to this entry, if one was (held while its state is `OFFERED`).
+    pub offer: Option<WaitlistOffer>,
+    pub joined_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
 }
 
 /// The event types the order service writes to its outbox (`OutboxEvent::kind`).

@@ -11,7 +11,7 @@ use crate::batch::Replies;
 
 use super::api::{
     AckEvents, AddUnits, Availability, CreateProduct, CreateReservation, OrderBatch, OutboxPage,
-    Product, Reservation, UsedPasses, UsedPassesQuery,
+    Product, Reservation, UsedPasses, UsedPassesQuery, WaitlistEntry,
 };
 
 /// Calls the order service with one bearer token: a service credential for the
@@ -142,6 +142,53 @@ impl OrderClient {
                     pass_ids: pass_ids.to_vec(),
                 },
             )
+            .await
+    }
+
+    /// `POST /v1/products/{id}/waitlist` (buyer): 201 a new entry, 200 the member's live
+    /// one. Refusals: 409 `NOT_SOLD_OUT` (units on sale: buy one), `NOTHING_TO_WAIT_FOR`
+    /// (no unit held by anyone), `MEMBER_LIMIT_REACHED`; 404 `PRODUCT_NOT_FOUND`.
+    pub async fn join_waitlist(&self, product_id: i64) -> Result<Answer<WaitlistEntry>, CallError> {
+        self.inner
+            .post(&format!("/v1/products/{product_id}/waitlist"), &Empty {})
+            .await
+    }
+
+    /// `GET /v1/products/{id}/waitlist/me` (buyer): the member's latest entry of the
+    /// product (live if any), its position while `WAITING` and its offer if one was
+    /// made. 404 `NOT_ON_WAITLIST` if the member never joined.
+    pub async fn waitlist_entry(
+        &self,
+        product_id: i64,
+    ) -> Result<Answer<WaitlistEntry>, CallError> {
+        self.inner
+            .get(&format!("/v1/products/{product_id}/waitlist/me"))
+            .await
+    }
+
+    /// `DELETE /v1/products/{id}/waitlist/me` (buyer): leave; a unit offered to the
+    /// member passes to the next in line. 200 the entry, `LEFT`; 404 `NOT_ON_WAITLIST`
+    /// when no live entry.
+    pub async fn leave_waitlist(
+        &self,
+        product_id: i64,
+    ) -> Result<Answer<WaitlistEntry>, CallError> {
+        self.inner
+            .call(
+                Method::DELETE,
+                &format!("/v1/products/{product_id}/waitlist/me"),
+                None::<&()>,
+            )
+            .await
+    }
+
+    /// `POST /v1/offers/{offer_id}/reservation` (buyer, the offer's member, before its
+    /// deadline): the offered unit becomes the member's reservation, paid like any other.
+    /// 201 new, 200 when already taken (the same reservation). Refusals: 409
+    /// `OFFER_EXPIRED`, `OFFER_RELEASED`, `MEMBER_LIMIT_REACHED`; 404 `OFFER_NOT_FOUND`.
+    pub async fn take_offer(&self, offer_id: Uuid) -> Result<Answer<Reservation>, CallError> {
+        self.inner
+            .post(&format!("/v1/offers/{offer_id}/reservation"), &Empty {})
             .await
     }
 

@@ -4,6 +4,7 @@ pub mod batch;
 pub mod events;
 pub mod products;
 pub mod reservations;
+pub mod waitlist;
 
 use std::future::Future;
 

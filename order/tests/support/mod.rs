@@ -159,7 +159,7 @@ pub async fn inconsistencies(admin: &PgPool) -> Vec<String> {
         LEFT JOIN order_service.reservations r
                ON r.unit_id = s.id AND r.state IN ('RESERVED', 'CONFIRMED')
         GROUP BY s.id, s.state
-        HAVING (s.state = 'AVAILABLE' AND COUNT(r.id) <> 0)
+        HAVING (s.state IN ('AVAILABLE', 'OFFERED') AND COUNT(r.id) <> 0)
             OR (s.state IN ('RESERVED', 'SOLD') AND COUNT(r.id) <> 1)
         "#,
     )
@@ -180,7 +180,73 @@ pub async fn inconsistencies(admin: &PgPool) -> Vec<String> {
     .await
     .expect("reservation vs orders");
     problems.extend(orders);
+    problems.extend(waitlist_problems(admin).await);
     problems
+}
+
+/// Every way the waitlist tables could disagree with the units and reservations, as
+/// human-readable lines; empty when consistent.
+pub async fn waitlist_problems(admin: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        r#"
+        SELECT format('unit %s is OFFERED with %s live offers', s.id, COUNT(o.id))
+        FROM order_service.product_stock s
+        LEFT JOIN order_service.waitlist_offers o ON o.unit_id = s.id AND o.state = 'OFFERED'
+        WHERE s.state = 'OFFERED'
+        GROUP BY s.id
+        HAVING COUNT(o.id) <> 1
+        UNION ALL
+        SELECT format('live offer %s holds unit %s, which is %s', o.id, s.id, s.state)
+        FROM order_service.waitlist_offers o
+        JOIN order_service.product_stock s ON s.id = o.unit_id
+        WHERE o.state = 'OFFERED' AND s.state <> 'OFFERED'
+        UNION ALL
+        SELECT format('member %s holds %s live offers of product %s', member_id, COUNT(*), product_id)
+        FROM order_service.waitlist_offers
+        WHERE state = 'OFFERED'
+        GROUP BY product_id, member_id
+        HAVING COUNT(*) > 1
+        UNION ALL
+        SELECT format('entry %s is %s but its offer is %s', e.id, e.state, COALESCE(o.state, 'missing'))
+        FROM order_service.waitlist_entries e
+        LEFT JOIN order_service.waitlist_offers o ON o.entry_id = e.id
+        WHERE (e.state = 'OFFERED') <> (o.state IS NOT DISTINCT FROM 'OFFERED')
+           OR (e.state IN ('WAITING', 'SKIPPED') AND o.id IS NOT NULL)
+           OR (e.state IN ('TAKEN', 'EXPIRED') AND o.state IS DISTINCT FROM e.state)
+        UNION ALL
+        SELECT format('product %s has %s units AVAILABLE while %s members wait', s.product_id,
+                      COUNT(DISTINCT s.id), COUNT(DISTINCT w.id))
+        FROM order_service.product_stock s
+        JOIN order_service.waitlist_entries w ON w.product_id = s.product_id AND w.state = 'WAITING'
+        WHERE s.state = 'AVAILABLE'
+        GROUP BY s.product_id
+        UNION ALL
+        SELECT format('reservation %s of offer %s disagrees with it', r.id, r.offer_id)
+        FROM order_service.reservations r
+        LEFT JOIN order_service.waitlist_offers o ON o.id = r.offer_id
+        WHERE r.offer_id IS NOT NULL
+          AND (o.id IS NULL OR o.state <> 'TAKEN' OR o.unit_id <> r.unit_id OR o.member_id <> r.member_id)
+        UNION ALL
+        SELECT format('offer %s is TAKEN without a reservation', o.id)
+        FROM order_service.waitlist_offers o
+        WHERE o.state = 'TAKEN'
+          AND NOT EXISTS (SELECT 1 FROM order_service.reservations r WHERE r.offer_id = o.id)
+        "#,
+    )
+    .fetch_all(admin)
+    .await
+    .expect("waitlist consistency")
+}
+
+/// Units of a product that are OFFERED, from the table.
+pub async fn offered_units(admin: &PgPool, product_id: i64) -> i64 {
+    sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'OFFERED'"#,
+    )
+    .bind(product_id)
+    .fetch_one(admin)
+    .await
+    .expect("offered units")
 }
 
 /// Units of a product per state, from the table.
