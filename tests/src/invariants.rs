@@ -14,6 +14,8 @@ pub struct InvariantReport {
     pub units_total: i64,
     pub units_available: i64,
     pub units_reserved: i64,
+    /// Units held for a waitlist member's live offer.
+    pub units_offered: i64,
     pub units_sold: i64,
     /// Units sold or held by a live reservation beyond a product's stock, summed over products.
     pub oversold_units: i64,
@@ -28,6 +30,26 @@ pub struct InvariantReport {
     pub reservations_confirmed: i64,
     pub reservations_cancelled: i64,
     pub reservations_expired: i64,
+
+    // --- waitlist (a returned unit is offered to the head of the line, never on sale
+    // while someone waits)
+    /// Members waiting (not yet offered a unit), over every product.
+    pub waitlist_waiting: i64,
+    /// Offers by state.
+    pub offers_live: i64,
+    pub offers_taken: i64,
+    pub offers_expired: i64,
+    /// OFFERED units without exactly one live offer, plus live offers whose unit is not
+    /// OFFERED.
+    pub offered_units_without_one_live_offer: i64,
+    /// (product, member) pairs with more than one live offer.
+    pub members_with_two_live_offers: i64,
+    /// Products with an AVAILABLE unit while someone is WAITING: a unit on sale that
+    /// should have been offered.
+    pub available_while_waiting: i64,
+    /// Live offers whose unit is in a live reservation, and reservations made from an
+    /// offer that hold another unit or belong to another member than the offer's.
+    pub offer_units_reserved_by_others: i64,
 
     // --- money (invariants 2 and 3)
     /// Sum of every balance, merchant shards included.
@@ -115,6 +137,22 @@ impl InvariantReport {
                 "confirmed orders without a COMPLETED payment",
             ),
             (self.payments_not_terminal, "payments not terminal"),
+            (
+                self.offered_units_without_one_live_offer,
+                "OFFERED units without exactly one live offer (or offers on other units)",
+            ),
+            (
+                self.members_with_two_live_offers,
+                "members holding two live offers of a product",
+            ),
+            (
+                self.available_while_waiting,
+                "products with units on sale while members wait",
+            ),
+            (
+                self.offer_units_reserved_by_others,
+                "offered units in someone else's reservation",
+            ),
         ];
         checks
             .iter()
@@ -171,6 +209,7 @@ async fn scalar(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
 pub async fn check(pool: &PgPool) -> anyhow::Result<InvariantReport> {
     let mut r = InvariantReport::default();
     stock(pool, &mut r).await?;
+    waitlist(pool, &mut r).await?;
     money(pool, &mut r).await?;
     payments(pool, &mut r).await?;
     Ok(r)
@@ -184,6 +223,7 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
             COUNT(*) AS total,
             COUNT(*) FILTER (WHERE state = 'AVAILABLE') AS available,
             COUNT(*) FILTER (WHERE state = 'RESERVED') AS reserved,
+            COUNT(*) FILTER (WHERE state = 'OFFERED') AS offered,
             COUNT(*) FILTER (WHERE state = 'SOLD') AS sold
         FROM order_service.product_stock
         "#,
@@ -195,6 +235,7 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
     r.units_total = row.try_get("total")?;
     r.units_available = row.try_get("available")?;
     r.units_reserved = row.try_get("reserved")?;
+    r.units_offered = row.try_get("offered")?;
     r.units_sold = row.try_get("sold")?;
 
     let row = sqlx::query(
@@ -262,9 +303,93 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
         FROM order_service.product_stock AS u
         LEFT JOIN order_service.reservations AS live
             ON live.unit_id = u.id AND live.state IN ('RESERVED', 'CONFIRMED')
-        WHERE (u.state = 'AVAILABLE' AND live.id IS NOT NULL)
+        WHERE (u.state IN ('AVAILABLE', 'OFFERED') AND live.id IS NOT NULL)
            OR (u.state = 'RESERVED' AND (live.id IS NULL OR live.state <> 'RESERVED'))
            OR (u.state = 'SOLD' AND (live.id IS NULL OR live.state <> 'CONFIRMED'))
+        "#,
+    )
+    .await?;
+    Ok(())
+}
+
+async fn waitlist(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
+    let row = sqlx::query(
+        r#"
+        SELECT
+            (SELECT COUNT(*) FROM order_service.waitlist_entries WHERE state = 'WAITING') AS waiting,
+            COUNT(*) FILTER (WHERE state = 'OFFERED') AS live,
+            COUNT(*) FILTER (WHERE state = 'TAKEN') AS taken,
+            COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
+        FROM order_service.waitlist_offers
+        "#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("reading the waitlist")?;
+    r.waitlist_waiting = row.try_get("waiting")?;
+    r.offers_live = row.try_get("live")?;
+    r.offers_taken = row.try_get("taken")?;
+    r.offers_expired = row.try_get("expired")?;
+
+    r.offered_units_without_one_live_offer = scalar(
+        pool,
+        r#"
+        SELECT
+            (SELECT COUNT(*) FROM (
+                SELECT u.id
+                FROM order_service.product_stock AS u
+                LEFT JOIN order_service.waitlist_offers AS o ON o.unit_id = u.id AND o.state = 'OFFERED'
+                WHERE u.state = 'OFFERED'
+                GROUP BY u.id
+                HAVING COUNT(o.id) <> 1
+            ) AS bad)
+          + (SELECT COUNT(*)
+             FROM order_service.waitlist_offers AS o
+             JOIN order_service.product_stock AS u ON u.id = o.unit_id
+             WHERE o.state = 'OFFERED' AND u.state <> 'OFFERED')
+        "#,
+    )
+    .await?;
+
+    r.members_with_two_live_offers = scalar(
+        pool,
+        r#"
+        SELECT COUNT(*) FROM (
+            SELECT product_id, member_id
+            FROM order_service.waitlist_offers
+            WHERE state = 'OFFERED'
+            GROUP BY product_id, member_id
+            HAVING COUNT(*) > 1
+        ) AS doubled
+        "#,
+    )
+    .await?;
+
+    r.available_while_waiting = scalar(
+        pool,
+        r#"
+        SELECT COUNT(*) FROM order_service.products AS p
+        WHERE EXISTS (SELECT 1 FROM order_service.product_stock AS u
+                      WHERE u.product_id = p.id AND u.state = 'AVAILABLE')
+          AND EXISTS (SELECT 1 FROM order_service.waitlist_entries AS w
+                      WHERE w.product_id = p.id AND w.state = 'WAITING')
+        "#,
+    )
+    .await?;
+
+    r.offer_units_reserved_by_others = scalar(
+        pool,
+        r#"
+        SELECT
+            (SELECT COUNT(*)
+             FROM order_service.waitlist_offers AS o
+             JOIN order_service.reservations AS res
+               ON res.unit_id = o.unit_id AND res.state IN ('RESERVED', 'CONFIRMED')
+             WHERE o.state = 'OFFERED')
+          + (SELECT COUNT(*)
+             FROM order_service.reservations AS res
+             JOIN order_service.waitlist_offers AS o ON o.id = res.offer_id
+             WHERE o.unit_id <> res.unit_id OR o.member_id <> res.member_id)
         "#,
     )
     .await?;
