@@ -71,6 +71,10 @@ pub enum Command {
     /// List, inspect, resume or refund payments (orchestrator inspection API).
     #[command(subcommand)]
     Payments(PaymentsCommand),
+    /// Webhook endpoints and deliveries: add, list, disable, enable, list DEAD
+    /// deliveries, replay them.
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
     /// List products with their stock.
     Products,
     /// A product's stock as the order service counts it (units available, reserved, sold).
@@ -157,6 +161,40 @@ pub enum PaymentsCommand {
     Resume { id: uuid::Uuid },
     /// Refund a COMPLETED payment (cancels the order, credits the buyer).
     Refund { id: uuid::Uuid },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WebhooksCommand {
+    /// Register an endpoint; prints its signing secret, which is shown this once.
+    Add {
+        /// Where deliveries are POSTed: an http or https URL.
+        url: String,
+        /// Only this event type (repeat for more; default: every type), e.g. payment.completed.
+        #[arg(long = "event")]
+        events: Vec<String>,
+        /// A note for operators.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Every endpoint.
+    List,
+    /// Stop delivering to an endpoint (its pending deliveries wait).
+    Disable { id: uuid::Uuid },
+    /// Deliver to an endpoint again.
+    Enable { id: uuid::Uuid },
+    /// Deliveries that ran out of attempts, newest first.
+    Dead {
+        /// Only this endpoint's.
+        #[arg(long)]
+        endpoint: Option<uuid::Uuid>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// Make DEAD deliveries due again (attempts counted afresh).
+    Replay {
+        #[arg(required = true)]
+        ids: Vec<uuid::Uuid>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,5 +1,6 @@
 //! The `paysaga` command as a library: the run command (`up`), each service in-process
-//! (`service <name>`, what `up` starts), the demo drop, and the operator's subcommands.
+//! (`service <name>`, what `up` starts), the demo drop, and the operator's subcommands
+//! (payments, webhooks, members, stock).
 //! Process supervision, the buyer flow and the invariant checks come from the
 //! end-to-end harness (`paysaga-e2e`), so the run command starts and checks the system
 //! exactly as the tests do.
@@ -11,6 +12,7 @@ pub mod members;
 pub mod ops;
 pub mod table;
 pub mod up;
+pub mod webhooks;
 
 use std::process::ExitCode;
 
@@ -25,6 +27,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Payments(cmd) => ops::payments(&cli.endpoints, cmd).await,
+        Command::Webhooks(cmd) => webhooks::run(&cli.endpoints, cmd).await,
         Command::Products => ops::products(&cli.endpoints).await,
         Command::Member(cmd) => members::run(&cli.endpoints, cmd).await,
         Command::Stock { product } => ops::stock(&cli.endpoints, product).await,

@@ -265,6 +265,18 @@ pub async fn run_with_hooks(
         config.idempotency_purge_interval,
     )
     .await?;
+    webhooks::ingest::schedule(
+        &jobs,
+        state.pool.clone(),
+        OrderClient::new(
+            config.order_url.clone(),
+            config.service_token.0.clone(),
+            config.downstream_timeout,
+        ),
+        &config.webhooks,
+        state.engine.alive.clone(),
+    )
+    .await?;
     let delivery = webhooks::worker::spawn(webhooks::worker::Worker {
         pool: state.pool.clone(),
         instance: state.engine.instance,

@@ -2,6 +2,7 @@
 //! a trigger in the payment's own transaction, order events pulled from the order
 //! service's outbox), endpoints, and the delivery worker every instance runs.
 
+pub mod ingest;
 pub mod openapi;
 pub mod store;
 pub mod worker;
