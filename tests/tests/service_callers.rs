@@ -129,6 +129,24 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
     let member = &buyers[1].member;
     let debit_key = format!("pay:{payment}:debit");
     let pid = product.id;
+    // A webhook endpoint for the switch routes, subscribed to a type this test never
+    // makes, so no delivery to it writes anything while refusals are checked.
+    let operator = paysaga_contracts::OrchestratorClient::new(
+        stack.url(ServiceKind::Orchestrator),
+        service_token("operator"),
+        Duration::from_secs(10),
+    );
+    let hook = operator
+        .create_webhook_endpoint(&paysaga_contracts::orchestrator::api::CreateWebhookEndpoint {
+            url: "http://127.0.0.1:9/callers".into(),
+            event_types: vec!["waitlist.offer_expired".into()],
+            description: None,
+        })
+        .await?
+        .body
+        .endpoint
+        .id;
+    let hook_body = json!({"url": "http://127.0.0.1:9/callers-new", "event_types": ["waitlist.offer_expired"]});
 
     use ServiceKind::{Account as A, Gate as G, Member as M, Orchestrator as P, Order as O};
     let matrix = vec![
@@ -331,6 +349,54 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             None,
             OPERATOR,
         ),
+        route(
+            P,
+            Method::POST,
+            "/v1/webhook-endpoints",
+            "/v1/webhook-endpoints".into(),
+            Some(hook_body),
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::GET,
+            "/v1/webhook-endpoints",
+            "/v1/webhook-endpoints".into(),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::POST,
+            "/v1/webhook-endpoints/{id}/disable",
+            format!("/v1/webhook-endpoints/{hook}/disable"),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::POST,
+            "/v1/webhook-endpoints/{id}/enable",
+            format!("/v1/webhook-endpoints/{hook}/enable"),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::GET,
+            "/v1/webhook-deliveries",
+            "/v1/webhook-deliveries?state=DEAD".into(),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::POST,
+            "/v1/webhook-deliveries/{id}/replay",
+            format!("/v1/webhook-deliveries/{}/replay", uuid::Uuid::now_v7()),
+            None,
+            OPERATOR,
+        ),
         // gate
         route(
             G,
@@ -435,8 +501,21 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         .chain(["stranger"])
         .collect();
 
-    // Every refused pair first, all of them inside one window in which nothing may change.
+    // Every refused pair first, all of them inside one window in which nothing may change
+    // (once the orchestrator's worker has dispatched the payment's event: it writes on
+    // its own schedule, not for any caller).
     let pool = stack.admin_pool().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sqlx::query_scalar::<_, i64>(
+        r#"SELECT COUNT(*) FROM payment_service.events WHERE dispatched_at IS NULL"#,
+    )
+    .fetch_one(&pool)
+    .await?
+        > 0
+    {
+        assert!(std::time::Instant::now() < deadline, "events never dispatched");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let before = fingerprint(&pool).await;
     let mut refused = 0;
     for r in &matrix {
