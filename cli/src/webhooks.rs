@@ -16,7 +16,14 @@ use crate::{
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-const ENDPOINT_HEADER: [&str; 6] = ["endpoint", "enabled", "url", "events", "created (UTC)", "description"];
+const ENDPOINT_HEADER: [&str; 6] = [
+    "endpoint",
+    "enabled",
+    "url",
+    "events",
+    "created (UTC)",
+    "description",
+];
 
 fn endpoint_row(e: &WebhookEndpoint) -> Vec<String> {
     vec![

@@ -234,7 +234,7 @@ pub fn verify(
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if hex.len() % 2 == 1 {
         return None;
     }
     (0..hex.len())

@@ -22,7 +22,9 @@ use paysaga_contracts::{
         client::OrchestratorClient,
     },
 };
-use paysaga_e2e::{invariants, Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions, Stop};
+use paysaga_e2e::{
+    invariants, Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions, Stop,
+};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -260,7 +262,13 @@ fn verified(receiver: &Receiver, secret: &str) -> BTreeMap<Uuid, EventEnvelope> 
             .and_then(|t| t.parse().ok())
             .unwrap_or_else(|| panic!("no timestamp in {:?}", r.signature));
         assert_eq!(
-            events::verify(secret, &r.signature, &r.body, t, events::DEFAULT_TOLERANCE_SECS),
+            events::verify(
+                secret,
+                &r.signature,
+                &r.body,
+                t,
+                events::DEFAULT_TOLERANCE_SECS
+            ),
             Ok(t),
             "request {} ({}) is not signed with the endpoint's secret",
             r.n,
@@ -278,7 +286,10 @@ fn verified(receiver: &Receiver, secret: &str) -> BTreeMap<Uuid, EventEnvelope> 
             Err(SignatureError::TooOld { .. })
         ));
         let envelope: EventEnvelope = serde_json::from_slice(&r.body).expect("envelope");
-        assert_eq!(envelope.id, r.event_id, "header and body name the same event");
+        assert_eq!(
+            envelope.id, r.event_id,
+            "header and body name the same event"
+        );
         assert_eq!(envelope.event_type, r.event_type);
         if let Some(earlier) = envelopes.get(&r.event_id) {
             assert_eq!(earlier, &envelope, "a retry carries the same event");
@@ -294,7 +305,11 @@ fn fast_webhooks(options: StackOptions) -> StackOptions {
         .env(ServiceKind::Orchestrator, "WEBHOOK_POLL_INTERVAL_MS", 100)
         .env(ServiceKind::Orchestrator, "WEBHOOK_BACKOFF_BASE_MS", 50)
         .env(ServiceKind::Orchestrator, "WEBHOOK_BACKOFF_CAP_MS", 200)
-        .env(ServiceKind::Orchestrator, "WEBHOOK_INGEST_INTERVAL_MS", 1000)
+        .env(
+            ServiceKind::Orchestrator,
+            "WEBHOOK_INGEST_INTERVAL_MS",
+            1000,
+        )
         .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
 }
 
@@ -337,15 +352,23 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     .await?;
     let pool = stack.admin_pool().await;
     let orchestrator_url = stack.url(ServiceKind::Orchestrator);
-    let operator =
-        OrchestratorClient::new(&orchestrator_url, service_token("operator"), Duration::from_secs(10));
+    let operator = OrchestratorClient::new(
+        &orchestrator_url,
+        service_token("operator"),
+        Duration::from_secs(10),
+    );
 
     // Bad endpoints are refused with their codes and write nothing.
     for (url, types, code) in [
         ("ftp://example.com/hook", vec![], "WEBHOOK_URL_INVALID"),
+        ("https://example.com/hook", vec![], "WEBHOOK_URL_INVALID"),
         ("not a url", vec![], "WEBHOOK_URL_INVALID"),
         ("http://user:pw@example.com/", vec![], "WEBHOOK_URL_INVALID"),
-        ("http://example.com/", vec!["payment.created".to_owned()], "EVENT_TYPE_UNKNOWN"),
+        (
+            "http://example.com/",
+            vec!["payment.created".to_owned()],
+            "EVENT_TYPE_UNKNOWN",
+        ),
     ] {
         let refused = operator
             .create_webhook_endpoint(&CreateWebhookEndpoint {
@@ -355,10 +378,18 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
             })
             .await
             .expect_err("refused");
-        assert_eq!((refused.status(), refused.code()), (Some(422), Some(code)), "{url}");
+        assert_eq!(
+            (refused.status(), refused.code()),
+            (Some(422), Some(code)),
+            "{url}"
+        );
     }
     assert_eq!(
-        scalar(&pool, "SELECT COUNT(*) FROM payment_service.webhook_endpoints").await?,
+        scalar(
+            &pool,
+            "SELECT COUNT(*) FROM payment_service.webhook_endpoints"
+        )
+        .await?,
         0
     );
 
@@ -411,11 +442,14 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     report.assert_holds();
 
     // The switched-off endpoint has had everything so far; then it is disabled.
-    eventually("the switched endpoint caught up", Duration::from_secs(20), || {
-        let pool = pool.clone();
-        let id = ep_switched.endpoint.id;
-        async move {
-            let behind = sqlx::query_scalar::<_, i64>(
+    eventually(
+        "the switched endpoint caught up",
+        Duration::from_secs(20),
+        || {
+            let pool = pool.clone();
+            let id = ep_switched.endpoint.id;
+            async move {
+                let behind = sqlx::query_scalar::<_, i64>(
                 r#"SELECT (SELECT COUNT(*) FROM payment_service.events WHERE dispatched_at IS NULL)
                         + (SELECT COUNT(*) FROM payment_service.webhook_deliveries
                            WHERE endpoint_id = $1 AND state <> 'DELIVERED')"#,
@@ -423,9 +457,10 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
             .bind(id)
             .fetch_one(&pool)
             .await?;
-            Ok(behind == 0)
-        }
-    })
+                Ok(behind == 0)
+            }
+        },
+    )
     .await?;
     let disabled = operator
         .set_webhook_endpoint_enabled(ep_switched.endpoint.id, false)
@@ -445,19 +480,23 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
 
     // The reservation that was never paid expires in the order service; its event comes
     // over through the order service's outbox.
-    eventually("reservation.expired taken in", Duration::from_secs(20), || {
-        let pool = pool.clone();
-        async move {
-            Ok(sqlx::query_scalar::<_, i64>(
-                r#"SELECT COUNT(*) FROM payment_service.events
+    eventually(
+        "reservation.expired taken in",
+        Duration::from_secs(20),
+        || {
+            let pool = pool.clone();
+            async move {
+                Ok(sqlx::query_scalar::<_, i64>(
+                    r#"SELECT COUNT(*) FROM payment_service.events
                    WHERE type = 'reservation.expired' AND subject = $1 AND source = 'order'"#,
-            )
-            .bind(expiring.to_string())
-            .fetch_one(&pool)
-            .await?
-                == 1)
-        }
-    })
+                )
+                .bind(expiring.to_string())
+                .fetch_one(&pool)
+                .await?
+                    == 1)
+            }
+        },
+    )
     .await?;
 
     // Everything settles: every delivery DELIVERED or DEAD, except those waiting for the
@@ -595,9 +634,14 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     let timed_out = deliveries(&pool, ep_hung.endpoint.id).await?;
     assert_eq!(timed_out.len(), 3);
     for r in &timed_out {
-        assert_eq!((r.state.as_str(), r.attempts, r.last_status), ("DEAD", 3, None));
+        assert_eq!(
+            (r.state.as_str(), r.attempts, r.last_status),
+            ("DEAD", 3, None)
+        );
         assert!(
-            r.last_error.as_deref().is_some_and(|e| e.contains("no answer within 800 ms")),
+            r.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("no answer within 800 ms")),
             "{r:?}"
         );
     }
@@ -611,7 +655,10 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
         .collect();
     for r in deliveries(&pool, ep_switched.endpoint.id).await? {
         assert!(r.state == "DELIVERED" || r.attempts == 0, "{r:?}");
-        assert!(!refunds.contains(&r.event_id), "made after it was disabled: {r:?}");
+        assert!(
+            !refunds.contains(&r.event_id),
+            "made after it was disabled: {r:?}"
+        );
     }
 
     // The operator lists the DEAD and replays one: delivered, the same event id.
@@ -781,7 +828,11 @@ async fn nothing_is_lost_when_the_worker_is_killed_mid_delivery() -> anyhow::Res
         "SELECT COUNT(*) FROM payment_service.payments WHERE state IN ('COMPLETED', 'FAILED', 'REFUNDED')",
     )
     .await?;
-    assert_eq!(events.len() as i64, terminal, "one event per settled payment");
+    assert_eq!(
+        events.len() as i64,
+        terminal,
+        "one event per settled payment"
+    );
     let rows = deliveries(&pool, ep.endpoint.id).await?;
     assert_eq!(
         rows.iter().map(|r| r.event_id).collect::<BTreeSet<_>>(),
@@ -797,7 +848,11 @@ async fn nothing_is_lost_when_the_worker_is_killed_mid_delivery() -> anyhow::Res
     );
     // The deliveries cut off by the kill were sent again, under their own ids.
     let requests = slow.got().len();
-    assert!(requests > envelopes.len(), "{requests} requests, {} events", envelopes.len());
+    assert!(
+        requests > envelopes.len(),
+        "{requests} requests, {} events",
+        envelopes.len()
+    );
     assert!(at_kill < requests);
     assert_eq!(
         stack

@@ -27,8 +27,16 @@ const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
     (ServiceKind::Order, "post", "/v1/reservations"),
     (ServiceKind::Order, "post", "/v1/products/{id}/waitlist"),
     (ServiceKind::Order, "get", "/v1/products/{id}/waitlist/me"),
-    (ServiceKind::Order, "delete", "/v1/products/{id}/waitlist/me"),
-    (ServiceKind::Order, "post", "/v1/offers/{offer_id}/reservation"),
+    (
+        ServiceKind::Order,
+        "delete",
+        "/v1/products/{id}/waitlist/me",
+    ),
+    (
+        ServiceKind::Order,
+        "post",
+        "/v1/offers/{offer_id}/reservation",
+    ),
     (ServiceKind::Orchestrator, "post", "/v1/payments"),
     (ServiceKind::Gate, "post", "/v1/passes"),
     (ServiceKind::Member, "post", "/v1/members"),
@@ -137,16 +145,19 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         Duration::from_secs(10),
     );
     let hook = operator
-        .create_webhook_endpoint(&paysaga_contracts::orchestrator::api::CreateWebhookEndpoint {
-            url: "http://127.0.0.1:9/callers".into(),
-            event_types: vec!["waitlist.offer_expired".into()],
-            description: None,
-        })
+        .create_webhook_endpoint(
+            &paysaga_contracts::orchestrator::api::CreateWebhookEndpoint {
+                url: "http://127.0.0.1:9/callers".into(),
+                event_types: vec!["waitlist.offer_expired".into()],
+                description: None,
+            },
+        )
         .await?
         .body
         .endpoint
         .id;
-    let hook_body = json!({"url": "http://127.0.0.1:9/callers-new", "event_types": ["waitlist.offer_expired"]});
+    let hook_body =
+        json!({"url": "http://127.0.0.1:9/callers-new", "event_types": ["waitlist.offer_expired"]});
 
     use ServiceKind::{Account as A, Gate as G, Member as M, Orchestrator as P, Order as O};
     let matrix = vec![
@@ -513,7 +524,10 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
     .await?
         > 0
     {
-        assert!(std::time::Instant::now() < deadline, "events never dispatched");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "events never dispatched"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let before = fingerprint(&pool).await;

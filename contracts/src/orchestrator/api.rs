@@ -30,7 +30,7 @@ pub mod codes {
     pub const PAYMENT_NOT_REFUNDABLE: &str = "PAYMENT_NOT_REFUNDABLE";
     /// Resume asked for a payment with nothing left to do.
     pub const PAYMENT_NOT_RESUMABLE: &str = "PAYMENT_NOT_RESUMABLE";
-    /// A webhook endpoint's URL is not an absolute http(s) URL with a host (422).
+    /// A webhook endpoint's URL is not an absolute http URL with a host (422).
     pub const WEBHOOK_URL_INVALID: &str = "WEBHOOK_URL_INVALID";
     /// A subscription names a type that is not in the event catalogue (422).
     pub const EVENT_TYPE_UNKNOWN: &str = "EVENT_TYPE_UNKNOWN";
@@ -154,8 +154,9 @@ pub struct PaymentPage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateWebhookEndpoint {
-    /// An absolute `http` or `https` URL with a host, at most 2048 characters.
-    #[schema(max_length = 2048, example = "https://shipping.example.com/paysaga")]
+    /// An absolute `http` URL with a host, at most 2048 characters (`https` is refused
+    /// until the orchestrator's HTTP client has TLS).
+    #[schema(max_length = 2048, example = "http://shipping.internal:8080/paysaga")]
     pub url: String,
     /// Event types to deliver (see the catalogue); empty or absent: every type.
     #[serde(default)]

@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::api::{
     CreatePayment, CreateWebhookEndpoint, ListDeliveries, Payment, PaymentAdmin, PaymentPage,
-    PaymentTimeline, WebhookDelivery, WebhookDeliveryPage, WebhookEndpoint,
-    WebhookEndpointCreated, WebhookEndpointList,
+    PaymentTimeline, WebhookDelivery, WebhookDeliveryPage, WebhookEndpoint, WebhookEndpointCreated,
+    WebhookEndpointList,
 };
 
 /// An answer to `POST /v1/payments`, with whether it was a replay.
@@ -154,10 +154,11 @@ impl OrchestratorClient {
         &self,
         filter: &ListDeliveries,
     ) -> Result<Answer<WebhookDeliveryPage>, CallError> {
-        let mut url = reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
-            status: None,
-            reason: e.to_string(),
-        })?;
+        let mut url =
+            reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
+                status: None,
+                reason: e.to_string(),
+            })?;
         {
             let mut q = url.query_pairs_mut();
             if let Some(s) = &filter.state {

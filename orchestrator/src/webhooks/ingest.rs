@@ -10,7 +10,10 @@ use paysaga_contracts::{order::api::AckEvents, OrderClient};
 use sqlx::PgPool;
 
 use super::{metrics, store};
-use crate::{config::WebhookConfig, error::{Error, Result}};
+use crate::{
+    config::WebhookConfig,
+    error::{Error, Result},
+};
 
 /// Pulls per run at most: a run drains a backlog of this many pages, the next run the rest.
 const MAX_PAGES: u32 = 20;

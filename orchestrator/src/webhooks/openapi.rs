@@ -159,7 +159,9 @@ impl Modify for Webhooks {
                 Ok(v) => {
                     webhooks.insert(event_type.to_owned(), v);
                 }
-                Err(e) => tracing::error!(error = %e, event_type, "webhook operation does not serialise"),
+                Err(e) => {
+                    tracing::error!(error = %e, event_type, "webhook operation does not serialise")
+                }
             }
         }
         debug_assert_eq!(webhooks.len(), events::types::ALL.len());

@@ -77,9 +77,8 @@ pub async fn create_endpoint(
 
 /// Every endpoint, oldest first.
 pub async fn list_endpoints(pool: &PgPool) -> Result<Vec<EndpointRow>> {
-    let sql = format!(
-        r#"SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints ORDER BY created_at, id"#
-    );
+    let sql =
+        format!(r#"SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints ORDER BY created_at, id"#);
     Ok(sqlx::query_as::<_, EndpointRow>(&sql)
         .fetch_all(pool)
         .await?)
@@ -437,7 +436,12 @@ pub async fn ingest(pool: &PgPool, events: &[Incoming]) -> Result<u64> {
             .map(|e| e.event_type.as_str())
             .collect::<Vec<_>>(),
     )
-    .bind(events.iter().map(|e| e.subject.as_str()).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|e| e.subject.as_str())
+            .collect::<Vec<_>>(),
+    )
     .bind(events.iter().map(|e| e.data.clone()).collect::<Vec<_>>())
     .bind(events.iter().map(|e| e.occurred_at).collect::<Vec<_>>())
     .execute(pool)

@@ -41,7 +41,9 @@ const MAX_ERROR_CHARS: usize = 500;
 /// wait spreads out the retries of many deliveries that failed together (a receiver
 /// that was down), instead of sending them back at it in waves.
 pub fn backoff(base: Duration, cap: Duration, attempts: i32, rng: &mut impl Rng) -> Duration {
-    let doublings = u32::try_from(attempts.saturating_sub(1)).unwrap_or(0).min(40);
+    let doublings = u32::try_from(attempts.saturating_sub(1))
+        .unwrap_or(0)
+        .min(40);
     let ceiling = base.saturating_mul(1u32 << doublings.min(31)).min(cap);
     let ceiling_ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
     Duration::from_millis(rng.gen_range(0..=ceiling_ms))
@@ -239,7 +241,12 @@ impl Worker {
                     tracing::debug!(error = %e, "answer body cut off after a 2xx");
                     break;
                 }
-                Err(e) => return Err(format!("answered {status}, then {}", describe(&e, self.config.timeout))),
+                Err(e) => {
+                    return Err(format!(
+                        "answered {status}, then {}",
+                        describe(&e, self.config.timeout)
+                    ))
+                }
             }
         }
         Ok(status)
@@ -280,7 +287,10 @@ mod tests {
             assert!(waits.iter().all(|w| *w <= ceiling), "attempt {attempts}");
             // Spread over the whole range, not clustered at the ceiling.
             assert!(waits.iter().any(|w| *w < ceiling / 4), "attempt {attempts}");
-            assert!(waits.iter().any(|w| *w > ceiling * 3 / 4), "attempt {attempts}");
+            assert!(
+                waits.iter().any(|w| *w > ceiling * 3 / 4),
+                "attempt {attempts}"
+            );
         }
     }
 
