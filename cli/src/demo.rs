@@ -1,18 +1,33 @@
 //! The demo drop: a product with a few units, a crowd of buyers (some of whom cannot
-//! afford it) arriving at once, and a result table whose money and stock figures are
-//! read back from PostgreSQL.
+//! afford it) arriving at once, every buyer told SOLD_OUT waiting in the product's
+//! waitlist for a unit that comes back, and a result table whose money, stock and
+//! waitlist figures are read back from PostgreSQL.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use paysaga_e2e::{
-    invariants, stats::Latency, Admin, Attempt, Driver, Endpoints, InvariantReport, Outcome,
+    invariants,
+    sell_through::{self, SellThrough},
+    stats::Latency,
+    Admin, Attempt, Driver, Endpoints, InvariantReport, Outcome, WaitEnd, WaitlistPolicy,
 };
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::table;
+
+/// How often a waiting demo buyer reads its entry near the head of the line: a unit
+/// that comes back is taken within about this long.
+pub const WAITLIST_POLL: Duration = Duration::from_millis(250);
+/// How long a demo buyer stays in line at most. Buyers leave long before, as soon as no
+/// unit is held any more; this only bounds a drop that goes wrong.
+pub const WAITLIST_PATIENCE: Duration = Duration::from_secs(30);
+/// `WAITLIST_OFFER_TTL_SECS` for the services `up` starts, unless the caller sets it: a
+/// unit offered to a buyer who went away is passed on after this long, so a demo never
+/// waits minutes for one.
+pub const DEMO_OFFER_TTL_SECS: u64 = 10;
 
 /// What the demo plays.
 #[derive(Debug, Clone)]
@@ -29,11 +44,8 @@ pub struct DemoResult {
     pub product_name: String,
     pub attempts: Vec<Attempt>,
     pub underfunded: usize,
-    /// Units of the demo product SOLD, from `order_service.product_stock`.
-    pub units_sold: i64,
-    /// Units of the demo product AVAILABLE again (their payment failed after every
-    /// other buyer had already been told sold out).
-    pub units_available: i64,
+    /// The demo product's units, waitlist and payments, from PostgreSQL.
+    pub stock: SellThrough,
     /// Money moved by the demo's payments, net of refunds, from the ledger.
     pub money_moved: i64,
     /// Every invariant over the whole database, after the demo.
@@ -61,8 +73,8 @@ impl DemoResult {
     /// oversold, every invariant holding in PostgreSQL, the sum of balances unchanged.
     pub fn ok(&self) -> bool {
         self.unanswered() == 0
-            && self.units_sold == self.completed() as i64
-            && self.units_sold >= 1
+            && self.stock.units_sold == self.completed() as i64
+            && self.stock.units_sold >= 1
             && self.report.holds()
             && self.report.balance_total == self.balance_before
     }
@@ -77,63 +89,93 @@ impl DemoResult {
 
     /// The result table.
     pub fn render(&self, settings: &DemoSettings) -> String {
-        let n = |f: &dyn Fn(&Attempt) -> bool| {
-            self.attempts.iter().filter(|a| f(a)).count().to_string()
+        let n = |f: &dyn Fn(&Attempt) -> bool| self.attempts.iter().filter(|a| f(a)).count();
+        let times = |f: &dyn Fn(&Attempt) -> bool| -> Vec<Duration> {
+            self.attempts
+                .iter()
+                .filter(|a| f(a))
+                .map(|a| a.time_to_answer)
+                .collect()
         };
-        let times: Vec<Duration> = self.attempts.iter().map(|a| a.time_to_answer).collect();
-        let sold_out_times: Vec<Duration> = self
-            .attempts
-            .iter()
-            .filter(|a| a.outcome.is_sold_out())
-            .map(|a| a.time_to_answer)
-            .collect();
-        let paid_times: Vec<Duration> = self
-            .attempts
-            .iter()
-            .filter(|a| a.outcome == Outcome::Completed)
-            .map(|a| a.time_to_answer)
-            .collect();
         let pq = |v: &[Duration]| match Latency::of_durations(v) {
             l if l.count == 0 => "-".to_owned(),
             l => format!("{} / {}", table::millis(l.p50()), table::millis(l.p95())),
+        };
+        let refused = |code: &str| {
+            n(&|a| {
+                a.waitlist
+                    .as_ref()
+                    .is_some_and(|w| matches!(&w.end, WaitEnd::Refused { code: c } if c == code))
+            })
         };
         let holds = if self.report.holds() {
             "hold".to_owned()
         } else {
             format!("VIOLATED: {}", self.report.violations().join("; "))
         };
+        let st = &self.stock;
+        let back = &st.return_to_completed;
         let rows = vec![
-            ("passes issued by the gate", n(&|a| a.pass_id.is_some())),
             (
-                "sold out at the gate",
-                n(&|a| a.outcome == Outcome::SoldOutAtGate),
+                "passes issued by the gate",
+                n(&|a| a.pass_id.is_some()).to_string(),
             ),
             (
-                "sold out at the order service",
-                n(&|a| a.outcome == Outcome::SoldOutAtOrder),
+                "told sold out, joined the waitlist",
+                n(&|a| a.waitlist.as_ref().is_some_and(|w| w.entry_id.is_some())).to_string(),
             ),
-            ("reserved", n(&|a| a.reservation_id.is_some())),
-            ("paid (COMPLETED)", n(&|a| a.outcome == Outcome::Completed)),
+            (
+                "  join refused: nothing held / on sale",
+                format!(
+                    "{} / {}",
+                    refused(paysaga_contracts::order::api::codes::NOTHING_TO_WAIT_FOR),
+                    refused(paysaga_contracts::order::api::codes::NOT_SOLD_OUT)
+                ),
+            ),
+            (
+                "offers made / taken / expired (PostgreSQL)",
+                format!(
+                    "{} / {} / {}",
+                    st.offers_made, st.offers_taken, st.offers_expired
+                ),
+            ),
+            ("paid (COMPLETED)", self.completed().to_string()),
+            (
+                "  of them through the waitlist",
+                n(&Attempt::via_waitlist).to_string(),
+            ),
             (
                 "failed (FAILED: insufficient funds)",
-                n(&|a| matches!(a.outcome, Outcome::Failed { .. })),
+                n(&|a| matches!(a.outcome, Outcome::Failed { .. })).to_string(),
+            ),
+            (
+                "  of them on a waitlist offer",
+                n(&|a| matches!(a.outcome, Outcome::Failed { .. }) && a.took_offer()).to_string(),
             ),
             (
                 "refunded (REFUNDED)",
-                n(&|a| a.outcome == Outcome::Refunded),
+                n(&|a| a.outcome == Outcome::Refunded).to_string(),
             ),
             (
                 "other definite rejections",
-                n(&|a| matches!(a.outcome, Outcome::Rejected { .. })),
+                n(&|a| matches!(a.outcome, Outcome::Rejected { .. })).to_string(),
+            ),
+            (
+                "sold out in the end: at the gate / at order",
+                format!(
+                    "{} / {}",
+                    n(&|a| a.outcome == Outcome::SoldOutAtGate),
+                    n(&|a| a.outcome == Outcome::SoldOutAtOrder)
+                ),
             ),
             ("no definite answer", self.unanswered().to_string()),
             (
                 "units sold (PostgreSQL)",
-                format!("{} of {}", self.units_sold, settings.units),
+                format!("{} of {}", st.units_sold, st.units_total),
             ),
             (
-                "units back on sale (their payment failed)",
-                self.units_available.to_string(),
+                "units left unsold: on sale / on offer",
+                format!("{} / {}", st.units_available, st.units_offered),
             ),
             (
                 "oversold units (PostgreSQL)",
@@ -148,9 +190,30 @@ impl DemoResult {
                     table::money(self.report.balance_total)
                 ),
             ),
-            ("time to answer p50 / p95, all buyers", pq(&times)),
-            ("  buyers told sold out", pq(&sold_out_times)),
-            ("  buyers who paid", pq(&paid_times)),
+            (
+                "unit back to next waiter's COMPLETED, p50 / max",
+                if back.count == 0 {
+                    "-".to_owned()
+                } else {
+                    format!(
+                        "{} / {}",
+                        table::millis(back.p50()),
+                        table::millis(back.max())
+                    )
+                },
+            ),
+            (
+                "time to answer p50 / p95, all buyers",
+                pq(&times(&|_| true)),
+            ),
+            (
+                "  buyers sold out in the end",
+                pq(&times(&|a| a.outcome.is_sold_out())),
+            ),
+            (
+                "  buyers who paid",
+                pq(&times(&|a| a.outcome == Outcome::Completed)),
+            ),
             ("whole drop", table::millis(self.elapsed)),
             ("invariants (PostgreSQL, all products)", holds),
         ];
@@ -227,7 +290,13 @@ pub async fn play(
         .context("waiting for the gate to learn the demo product")?;
     let balance_before = invariants::check(pool).await?.balance_total;
 
-    let driver = Driver::new(endpoints.clone(), Duration::from_secs(10));
+    // Buyers told SOLD_OUT wait in line: a unit whose payment fails comes back to the
+    // first of them instead of going back on sale after everyone was turned away.
+    let driver =
+        Driver::new(endpoints.clone(), Duration::from_secs(10)).with_waitlist(WaitlistPolicy {
+            poll: WAITLIST_POLL,
+            wait_for: WAITLIST_PATIENCE,
+        });
     let pb = bar(
         settings.buyers as u64,
         "  {spinner} buyers answered [{bar:40}] {pos}/{len} {msg}",
@@ -252,17 +321,7 @@ pub async fn play(
     // Payments whose buyer gave up are still finished by the orchestrator's recovery;
     // the figures below are read once every payment of the demo is terminal.
     let report = invariants::settled(pool, Duration::from_secs(60)).await?;
-    let units_sold: i64 =
-        sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'SOLD'"#)
-            .bind(product.id)
-            .fetch_one(pool)
-            .await?;
-    let units_available: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'AVAILABLE'"#,
-    )
-    .bind(product.id)
-    .fetch_one(pool)
-    .await?;
+    let stock = sell_through::read(pool, product.id).await?;
     let debit_keys: Vec<String> = attempts
         .iter()
         .filter_map(|a| a.payment_id)
@@ -284,8 +343,7 @@ pub async fn play(
         product_name: name,
         attempts,
         underfunded,
-        units_sold,
-        units_available,
+        stock,
         money_moved,
         report,
         balance_before,

@@ -149,6 +149,15 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
             "1000".into(),
         ));
     }
+    if !args.no_demo && std::env::var("WAITLIST_OFFER_TTL_SECS").is_err() {
+        // A unit offered to a demo buyer who went away passes on within seconds, not
+        // the default two minutes, so the demo always ends quickly.
+        wiring.service_env.push((
+            ServiceKind::Order,
+            "WAITLIST_OFFER_TTL_SECS".into(),
+            demo::DEMO_OFFER_TTL_SECS.to_string(),
+        ));
+    }
     let log_dir = data
         .join("logs")
         .join(chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string());

@@ -101,6 +101,7 @@ async fn buy(
         payment: None,
         time_to_answer: Duration::ZERO,
         retries: 0,
+        waitlist: None,
     };
     a.outcome = buy_steps(driver, buyer, product_id, rng, stats, &mut a).await;
     a.time_to_answer = start.elapsed();

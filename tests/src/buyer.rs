@@ -2,6 +2,11 @@
 //! ask the gate for a pass, reserve with it, pay with an Idempotency-Key, and follow
 //! the payment until it is final. Unknown outcomes (timeouts, 5xx, dropped connections)
 //! are retried with the same pass or the same key, never turned into a new attempt.
+//!
+//! With a [`WaitlistPolicy`] (off by default) a buyer told SOLD_OUT joins the product's
+//! waitlist, reads its entry until a unit is offered, takes the offer and pays for it
+//! like any reservation; it leaves the line when no unit is held any more (none can
+//! come back) or its patience runs out, and is then sold out.
 
 use std::{
     sync::Arc,
@@ -15,7 +20,11 @@ use paysaga_contracts::orchestrator::{
     api::{CreatePayment, Payment},
     client::{OrchestratorClient, PaymentAnswer},
 };
-use paysaga_contracts::order::{api::Reservation, client::OrderClient};
+use paysaga_contracts::order::{
+    api::{codes, Reservation, WaitlistEntry, WaitlistState},
+    client::OrderClient,
+};
+use rand::Rng;
 use uuid::Uuid;
 
 /// Where the services are, as a buyer reaches them.
@@ -59,6 +68,10 @@ pub enum Step {
     Reserve,
     Pay,
     Follow,
+    /// Joining, reading or leaving the waitlist.
+    Wait,
+    /// Taking an offered unit as a reservation.
+    Take,
 }
 
 /// How a buyer's attempt ended.
@@ -107,6 +120,117 @@ pub struct Attempt {
     pub time_to_answer: Duration,
     /// Requests retried after an unknown outcome.
     pub retries: u32,
+    /// The buyer's time in the waitlist, if a SOLD_OUT sent it there (only for a driver
+    /// with a [`WaitlistPolicy`]).
+    pub waitlist: Option<Waitlisted>,
+}
+
+impl Attempt {
+    /// Whether the buyer went to the waitlist and took an offered unit (whatever the
+    /// payment for it then did).
+    pub fn took_offer(&self) -> bool {
+        self.waitlist
+            .as_ref()
+            .is_some_and(|w| w.end == WaitEnd::Taken)
+    }
+
+    /// Paid (COMPLETED) for a unit offered through the waitlist.
+    pub fn via_waitlist(&self) -> bool {
+        self.outcome == Outcome::Completed && self.took_offer()
+    }
+}
+
+/// Waiting in a product's line after SOLD_OUT, for a driver built with
+/// [`Driver::with_waitlist`].
+#[derive(Debug, Clone)]
+pub struct WaitlistPolicy {
+    /// Interval between reads of the buyer's entry near the head of the line. A buyer
+    /// further back reads less often (up to four times less), since several units must
+    /// come back before its turn; every interval is jittered by ±25 % so a crowd that
+    /// joined together does not poll in step.
+    pub poll: Duration,
+    /// The longest a buyer waits, from its first SOLD_OUT, before it leaves the line.
+    pub wait_for: Duration,
+}
+
+impl Default for WaitlistPolicy {
+    fn default() -> Self {
+        Self {
+            poll: Duration::from_millis(250),
+            wait_for: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Positions per step of the slower polling of a buyer far back in the line.
+const LINE_STRIDE: u32 = 50;
+
+impl WaitlistPolicy {
+    /// How long to wait before reading the entry again, at `position` in the line.
+    fn interval(&self, position: Option<i64>) -> Duration {
+        let behind = u32::try_from(position.unwrap_or(1).max(1)).unwrap_or(u32::MAX);
+        let base = self.poll * (1 + (behind - 1) / LINE_STRIDE).min(4);
+        base.mul_f64(rand::thread_rng().gen_range(0.75..=1.25))
+    }
+}
+
+/// What the waitlist did for one buyer told SOLD_OUT.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Waitlisted {
+    /// The SOLD_OUT that sent the buyer to the line (at the gate or the order service);
+    /// the attempt's outcome when the wait brings no unit.
+    pub told: Outcome,
+    /// The buyer's entry, once a join was accepted.
+    pub entry_id: Option<Uuid>,
+    /// The unit offered to the buyer, if one was.
+    pub offer_id: Option<Uuid>,
+    /// Joins refused with NOT_SOLD_OUT: units were on sale (a return not yet offered
+    /// when the buyer was told sold out, or passes not yet used), so it tried to buy
+    /// again.
+    pub not_sold_out: u32,
+    /// Reads of the entry after the join.
+    pub polls: u32,
+    /// From the first SOLD_OUT until the wait ended.
+    pub waited: Duration,
+    pub end: WaitEnd,
+}
+
+/// How a buyer's wait ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum WaitEnd {
+    /// Not ended: the attempt stopped without a definite answer.
+    Waiting,
+    /// The offer became the buyer's reservation; the attempt's outcome is its payment's.
+    Taken,
+    /// Sent back to the sale by NOT_SOLD_OUT, the buyer reserved a unit there.
+    ReservedOnSale,
+    /// A definite refusal to join: `NOTHING_TO_WAIT_FOR` (no unit held by anyone),
+    /// `NOT_SOLD_OUT` (units still on sale when the buyer's patience ran out),
+    /// `MEMBER_LIMIT_REACHED`.
+    Refused { code: String },
+    /// Left while WAITING once no unit was held by a reservation or an offer: none
+    /// could come back.
+    NothingHeld,
+    /// Left while WAITING when [`WaitlistPolicy::wait_for`] ran out.
+    OutOfPatience,
+    /// The entry or its offer ended without a unit for the buyer: the entry's state
+    /// (`EXPIRED`, `SKIPPED`, `LEFT`) or the refusal of the take (`OFFER_EXPIRED`,
+    /// `OFFER_RELEASED`).
+    Ended { state: String },
+}
+
+impl Waitlisted {
+    fn new(told: Outcome) -> Self {
+        Self {
+            told,
+            entry_id: None,
+            offer_id: None,
+            not_sold_out: 0,
+            polls: 0,
+            waited: Duration::ZERO,
+            end: WaitEnd::Waiting,
+        }
+    }
 }
 
 /// How patient a buyer is.
@@ -141,11 +265,36 @@ pub struct Driver {
     /// Per-request timeout.
     pub timeout: Duration,
     pub patience: Patience,
+    /// Whether (and how) a buyer told SOLD_OUT waits in the product's waitlist; `None`
+    /// (the default): SOLD_OUT is the buyer's answer.
+    pub waitlist: Option<WaitlistPolicy>,
 }
 
-enum Step1<T> {
-    Done(T),
+/// How the sale part of an attempt (pass, reservation) ended.
+enum Sale {
+    Reserved(Uuid),
+    SoldOut(Outcome),
     End(Outcome),
+}
+
+impl Sale {
+    fn ended(outcome: Outcome) -> Self {
+        if outcome.is_sold_out() {
+            Sale::SoldOut(outcome)
+        } else {
+            Sale::End(outcome)
+        }
+    }
+}
+
+/// How a wait in the line ended.
+enum Line {
+    /// The buyer's reservation made from its offer: pay for it.
+    Reservation(Uuid),
+    /// Refused with NOT_SOLD_OUT with patience left: units are on sale, buy one.
+    OnSale,
+    /// The attempt's final outcome.
+    Done(Outcome),
 }
 
 impl Driver {
@@ -156,7 +305,14 @@ impl Driver {
             http: paysaga_common::client::http_client(timeout),
             timeout,
             patience: Patience::default(),
+            waitlist: None,
         }
+    }
+
+    /// Buyers told SOLD_OUT wait in the product's waitlist under `policy`.
+    pub fn with_waitlist(mut self, policy: WaitlistPolicy) -> Self {
+        self.waitlist = Some(policy);
+        self
     }
 
     pub fn with_patience(mut self, patience: Patience) -> Self {
@@ -312,7 +468,8 @@ impl Driver {
         Ok(current)
     }
 
-    /// One buyer's whole attempt: pass, reserve, pay, follow.
+    /// One buyer's whole attempt: pass, reserve, pay, follow (and, with a waitlist
+    /// policy, wait in line after SOLD_OUT).
     pub async fn buy(&self, buyer: &Buyer, product_id: i64) -> Attempt {
         let start = Instant::now();
         let mut attempt = Attempt {
@@ -327,41 +484,80 @@ impl Driver {
             payment: None,
             time_to_answer: Duration::ZERO,
             retries: 0,
+            waitlist: None,
         };
-        attempt.outcome = match self.buy_steps(buyer, product_id, &mut attempt).await {
-            Step1::Done(outcome) | Step1::End(outcome) => outcome,
-        };
+        attempt.outcome = self.buy_steps(buyer, product_id, &mut attempt).await;
         attempt.time_to_answer = start.elapsed();
         attempt
     }
 
-    async fn buy_steps(&self, buyer: &Buyer, product_id: i64, a: &mut Attempt) -> Step1<Outcome> {
+    async fn buy_steps(&self, buyer: &Buyer, product_id: i64, a: &mut Attempt) -> Outcome {
+        let mut first_sold_out: Option<Instant> = None;
+        loop {
+            let told = match self.sale(buyer, product_id, a).await {
+                Sale::Reserved(id) => {
+                    if let (Some(w), Some(since)) = (a.waitlist.as_mut(), first_sold_out) {
+                        w.end = WaitEnd::ReservedOnSale;
+                        w.waited = since.elapsed();
+                    }
+                    return self.pay_for(buyer, id, a).await;
+                }
+                Sale::End(outcome) => return outcome,
+                Sale::SoldOut(told) => told,
+            };
+            let Some(policy) = self.waitlist.clone() else {
+                return told;
+            };
+            let since = *first_sold_out.get_or_insert_with(Instant::now);
+            a.waitlist
+                .get_or_insert_with(|| Waitlisted::new(told.clone()))
+                .told = told.clone();
+            let line = self
+                .wait_in_line(buyer, product_id, &policy, since + policy.wait_for, a)
+                .await;
+            if let Some(w) = a.waitlist.as_mut() {
+                w.waited = since.elapsed();
+            }
+            match line {
+                Line::Reservation(id) => return self.pay_for(buyer, id, a).await,
+                Line::Done(outcome) => return outcome,
+                Line::OnSale => tokio::time::sleep(policy.interval(None)).await,
+            }
+        }
+    }
+
+    /// A pass, then a reservation with it.
+    async fn sale(&self, buyer: &Buyer, product_id: i64, a: &mut Attempt) -> Sale {
         let pass = match self.pass(buyer, product_id, &mut a.retries).await {
             Ok(p) => p,
-            Err(e) => return Step1::End(classify(Step::Pass, e, Outcome::SoldOutAtGate)),
+            Err(e) => return Sale::ended(classify(Step::Pass, e, Outcome::SoldOutAtGate)),
         };
         a.pass_id = Some(pass.pass_id);
-        let reservation = match self
+        match self
             .reserve(buyer, product_id, &pass.pass, &mut a.retries)
             .await
         {
-            Ok(r) => r,
-            Err(e) => return Step1::End(classify(Step::Reserve, e, Outcome::SoldOutAtOrder)),
-        };
-        a.reservation_id = Some(reservation.id);
+            Ok(r) => Sale::Reserved(r.id),
+            Err(e) => Sale::ended(classify(Step::Reserve, e, Outcome::SoldOutAtOrder)),
+        }
+    }
+
+    /// Pays for the reservation and follows the payment to its end.
+    async fn pay_for(&self, buyer: &Buyer, reservation_id: Uuid, a: &mut Attempt) -> Outcome {
+        a.reservation_id = Some(reservation_id);
         // One key per payment attempt, reused on every retry of it.
-        let key = format!("buy-{}", reservation.id);
-        let payment = match self.pay(buyer, reservation.id, &key, &mut a.retries).await {
+        let key = format!("buy-{reservation_id}");
+        let payment = match self.pay(buyer, reservation_id, &key, &mut a.retries).await {
             Ok(p) => p,
             Err(e) => {
-                return Step1::End(classify(
+                return classify(
                     Step::Pay,
                     e,
                     Outcome::Unanswered {
                         step: Step::Pay,
                         reason: "sold out?".into(),
                     },
-                ))
+                )
             }
         };
         a.payment_id = Some(payment.id);
@@ -369,15 +565,199 @@ impl Driver {
             Ok(p) => {
                 let outcome = payment_outcome(&p);
                 a.payment = Some(p);
-                Step1::Done(outcome)
+                outcome
             }
             Err((p, reason)) => {
                 a.payment = Some(p);
-                Step1::End(Outcome::Unanswered {
+                Outcome::Unanswered {
                     step: Step::Follow,
                     reason,
-                })
+                }
             }
+        }
+    }
+
+    /// One order-service call, asked again with the same arguments while its outcome is
+    /// unknown (every waitlist call is idempotent: a join finds the live entry, a take
+    /// the reservation it made, a second leave finds no live entry).
+    async fn retried<T, F, Fut>(&self, retries: &mut u32, mut call: F) -> Result<T, CallError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Answer<T>, CallError>>,
+    {
+        let mut n = 0;
+        loop {
+            match call().await {
+                Ok(a) => return Ok(a.body),
+                Err(CallError::Unknown { .. }) if n < self.patience.retries => {}
+                Err(e) => return Err(e),
+            }
+            n += 1;
+            *retries += 1;
+            self.pause(n).await;
+        }
+    }
+
+    /// Joins the product's waitlist and waits until a unit is offered and taken, the
+    /// entry ends without one, or the buyer gives up (nothing held, or `deadline`).
+    async fn wait_in_line(
+        &self,
+        buyer: &Buyer,
+        product_id: i64,
+        policy: &WaitlistPolicy,
+        deadline: Instant,
+        a: &mut Attempt,
+    ) -> Line {
+        let order = self.order(buyer);
+        let Some(told) = a.waitlist.as_ref().map(|w| w.told.clone()) else {
+            return Line::Done(Outcome::Unanswered {
+                step: Step::Wait,
+                reason: "waiting without a record".into(),
+            });
+        };
+        let joined = self
+            .retried(&mut a.retries, || order.join_waitlist(product_id))
+            .await;
+        let mut entry = match joined {
+            Ok(e) => e,
+            Err(CallError::Rejected { status: 409, body }) => {
+                let on_sale = body.code == codes::NOT_SOLD_OUT;
+                if let Some(w) = a.waitlist.as_mut() {
+                    if on_sale {
+                        w.not_sold_out += 1;
+                    }
+                    w.end = WaitEnd::Refused { code: body.code };
+                }
+                return if on_sale && Instant::now() < deadline {
+                    Line::OnSale
+                } else {
+                    Line::Done(told)
+                };
+            }
+            Err(e) => return Line::Done(classify(Step::Wait, e, told)),
+        };
+        if let Some(w) = a.waitlist.as_mut() {
+            w.entry_id = Some(entry.id);
+            w.end = WaitEnd::Waiting;
+        }
+        loop {
+            match entry.state {
+                WaitlistState::Offered => {
+                    let Some(offer) = entry.offer.as_ref().map(|o| o.offer_id) else {
+                        return Line::Done(Outcome::Unanswered {
+                            step: Step::Wait,
+                            reason: "an OFFERED entry without its offer".into(),
+                        });
+                    };
+                    if let Some(w) = a.waitlist.as_mut() {
+                        w.offer_id = Some(offer);
+                    }
+                    let taken = self
+                        .retried(&mut a.retries, || order.take_offer(offer))
+                        .await;
+                    return match taken {
+                        Ok(r) => end_wait(a, WaitEnd::Taken, Line::Reservation(r.id)),
+                        Err(CallError::Rejected { status: 409, body })
+                            if body.code == codes::OFFER_EXPIRED
+                                || body.code == codes::OFFER_RELEASED =>
+                        {
+                            let end = WaitEnd::Ended { state: body.code };
+                            end_wait(a, end, Line::Done(told))
+                        }
+                        Err(e) => Line::Done(classify(Step::Take, e, told)),
+                    };
+                }
+                WaitlistState::Taken => {
+                    // A take whose answer was lost: the reservation it made.
+                    return match entry.offer.as_ref().and_then(|o| o.reservation_id) {
+                        Some(id) => end_wait(a, WaitEnd::Taken, Line::Reservation(id)),
+                        None => Line::Done(Outcome::Unanswered {
+                            step: Step::Wait,
+                            reason: "a TAKEN entry without its reservation".into(),
+                        }),
+                    };
+                }
+                WaitlistState::Expired | WaitlistState::Skipped | WaitlistState::Left => {
+                    let end = WaitEnd::Ended {
+                        state: entry.state.as_str().to_owned(),
+                    };
+                    return end_wait(a, end, Line::Done(told));
+                }
+                WaitlistState::Waiting => {
+                    if Instant::now() >= deadline {
+                        return self
+                            .leave(&order, product_id, WaitEnd::OutOfPatience, told, a)
+                            .await;
+                    }
+                    // Read after the entry: an offer made to this buyer in between
+                    // shows here as a unit held, so the buyer never leaves with one.
+                    if let Ok(p) = order.product(product_id).await {
+                        if p.body.reserved + p.body.offered == 0 {
+                            return self
+                                .leave(&order, product_id, WaitEnd::NothingHeld, told, a)
+                                .await;
+                        }
+                    }
+                    tokio::time::sleep(policy.interval(entry.position)).await;
+                }
+            }
+            entry = match self.read_entry(&order, product_id, deadline).await {
+                Ok(e) => e,
+                Err(e) => return Line::Done(classify(Step::Wait, e, told)),
+            };
+            if let Some(w) = a.waitlist.as_mut() {
+                w.polls += 1;
+            }
+        }
+    }
+
+    /// The buyer's entry, read again while the answer is unknown until a while past
+    /// `deadline` (the buyer still has to leave the line then).
+    async fn read_entry(
+        &self,
+        order: &OrderClient,
+        product_id: i64,
+        deadline: Instant,
+    ) -> Result<WaitlistEntry, CallError> {
+        let give_up = deadline + self.patience.follow_for;
+        let mut n = 0;
+        loop {
+            match order.waitlist_entry(product_id).await {
+                Ok(a) => return Ok(a.body),
+                Err(e @ CallError::Unknown { .. }) if Instant::now() >= give_up => return Err(e),
+                Err(CallError::Unknown { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            n += 1;
+            self.pause(n).await;
+        }
+    }
+
+    /// Leaves the line (an offer made in the meantime passes to the next in line).
+    async fn leave(
+        &self,
+        order: &OrderClient,
+        product_id: i64,
+        why: WaitEnd,
+        told: Outcome,
+        a: &mut Attempt,
+    ) -> Line {
+        let left = self
+            .retried(&mut a.retries, || order.leave_waitlist(product_id))
+            .await;
+        match left {
+            Ok(_) => end_wait(a, why, Line::Done(told)),
+            // No live entry any more: it ended on its own (an offer expired, a skip).
+            Err(CallError::Rejected { status: 404, body })
+                if body.code == codes::NOT_ON_WAITLIST =>
+            {
+                let state = match order.waitlist_entry(product_id).await {
+                    Ok(e) => e.body.state.as_str().to_owned(),
+                    Err(_) => body.code,
+                };
+                end_wait(a, WaitEnd::Ended { state }, Line::Done(told))
+            }
+            Err(e) => Line::Done(classify(Step::Wait, e, told)),
         }
     }
 
@@ -412,6 +792,14 @@ impl Driver {
             .collect()
             .await
     }
+}
+
+/// Records how the buyer's wait ended and passes `line` on.
+fn end_wait(a: &mut Attempt, end: WaitEnd, line: Line) -> Line {
+    if let Some(w) = a.waitlist.as_mut() {
+        w.end = end;
+    }
+    line
 }
 
 /// The outcome a terminal payment means for its buyer.

@@ -10,6 +10,7 @@ pub mod invariants;
 pub mod private_redis;
 pub mod process;
 pub mod proxy;
+pub mod sell_through;
 pub mod service;
 pub mod services;
 pub mod setup;
@@ -17,7 +18,9 @@ pub mod stack;
 pub mod stats;
 pub mod wiring;
 
-pub use buyer::{Attempt, Buyer, Driver, Endpoints, Outcome, Patience};
+pub use buyer::{
+    Attempt, Buyer, Driver, Endpoints, Outcome, Patience, WaitEnd, WaitlistPolicy, Waitlisted,
+};
 pub use invariants::InvariantReport;
 pub use process::{ServiceProcess, ServiceSpec, Stop};
 pub use proxy::{FaultProxy, Faults, ProxyCounts};

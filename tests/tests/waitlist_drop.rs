@@ -1,0 +1,230 @@
+//! A drop through the real processes in which buyers told SOLD_OUT wait in the waitlist:
+//! every unit whose buyer cannot pay comes back to the next in line, so the drop sells
+//! out however many payments fail. Checked from the answers buyers got and from
+//! PostgreSQL.
+//!
+//! Three underfunded buyers reserve first and pay only once the crowd is in line, so
+//! at least three units are certain to go through the waitlist; the crowd itself (every
+//! fourth of it underfunded too) arrives at once.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use paysaga_e2e::{
+    invariants, sell_through, Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions,
+    WaitEnd, WaitlistPolicy,
+};
+
+const UNITS: i64 = 10;
+const BUYERS: usize = 40;
+const PRICE: i64 = 5_000;
+/// Buyers 0, 4 and 8 (underfunded) reserve before the crowd arrives.
+const EARLY: [usize; 3] = [0, 4, 8];
+/// The crowd is in line deeply enough that every unit that comes back finds a waiter:
+/// at most one return per underfunded buyer, and only a return takes a waiter.
+const LINE_BEFORE_RETURNS: i64 = (BUYERS / 4) as i64;
+
+/// Every fourth buyer holds half the price.
+fn balance(i: usize) -> i64 {
+    if i.is_multiple_of(4) {
+        PRICE / 2
+    } else {
+        PRICE * 2
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Result<()> {
+    let stack = Stack::start(
+        StackOptions::new("waitlist-drop")
+            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
+            .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+            .env(ServiceKind::Order, "RESERVATION_TTL_SECS", 30)
+            .env(ServiceKind::Order, "WAITLIST_OFFER_TTL_SECS", 5),
+    )
+    .await?;
+    let endpoints = Endpoints::from_wiring(stack.wiring());
+    let admin = Admin::new(
+        endpoints.clone(),
+        paysaga_common::client::http_client(Duration::from_secs(10)),
+    );
+    let product = admin.create_product("waitlist-drop", PRICE, UNITS).await?;
+    let balances: Vec<i64> = (0..BUYERS).map(balance).collect();
+    let buyers = admin.open_buyers("waitlist-buyer", &balances, 8).await?;
+    admin
+        .wait_for_quota(product.id, UNITS, Duration::from_secs(30))
+        .await?;
+    let pool = stack.admin_pool().await;
+    let deposits = invariants::check(&pool).await?.balance_total;
+
+    // The early buyers hold three units, unpaid.
+    let plain = Driver::new(endpoints.clone(), Duration::from_secs(10));
+    let mut early = Vec::new();
+    for &i in &EARLY {
+        let mut retries = 0;
+        let pass = plain.pass(&buyers[i], product.id, &mut retries).await?;
+        let r = plain
+            .reserve(&buyers[i], product.id, &pass.pass, &mut retries)
+            .await?;
+        early.push((i, r.id));
+    }
+
+    // The crowd arrives at once; whoever is told SOLD_OUT joins the line.
+    let crowd: Vec<_> = (0..BUYERS)
+        .filter(|i| !EARLY.contains(i))
+        .map(|i| buyers[i].clone())
+        .collect();
+    let waiting =
+        Driver::new(endpoints.clone(), Duration::from_secs(10)).with_waitlist(WaitlistPolicy {
+            poll: Duration::from_millis(200),
+            wait_for: Duration::from_secs(20),
+        });
+    let drop = {
+        let crowd = crowd.clone();
+        tokio::spawn(async move { waiting.run_drop(&crowd, product.id, 0, |_| {}).await })
+    };
+
+    // Once the line is long enough, the early buyers pay, and fail.
+    let guard = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            r#"SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1 AND state = 'WAITING'"#,
+        )
+        .bind(product.id)
+        .fetch_one(&pool)
+        .await?;
+        if waiting >= LINE_BEFORE_RETURNS {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < guard,
+            "only {waiting} in line (hang guard)\nlogs:\n{}",
+            stack.log_paths()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for &(i, reservation) in &early {
+        let mut retries = 0;
+        let key = format!("early-{reservation}");
+        let p = plain
+            .pay(&buyers[i], reservation, &key, &mut retries)
+            .await?;
+        let p = plain
+            .follow(&buyers[i], p)
+            .await
+            .map_err(|(p, why)| anyhow::anyhow!("early payment {} not final: {why}", p.id))?;
+        assert_eq!(p.state, "FAILED", "{p:?}");
+        assert_eq!(p.failure_code.as_deref(), Some("INSUFFICIENT_FUNDS"));
+    }
+    let attempts = drop.await?;
+    assert_eq!(attempts.len(), crowd.len());
+
+    // What the buyers were told: a definite answer each; the funded ones that paid,
+    // the underfunded ones that reserved or took an offer FAILED, the rest sold out.
+    let funded: HashMap<&str, bool> = buyers
+        .iter()
+        .map(|b| (b.member.as_str(), b.balance >= PRICE))
+        .collect();
+    let (mut completed, mut failed, mut via_waitlist) = (0i64, 0i64, 0i64);
+    for a in &attempts {
+        match &a.outcome {
+            Outcome::Completed => {
+                assert!(
+                    funded[a.member.as_str()],
+                    "{} paid without the money",
+                    a.member
+                );
+                completed += 1;
+                if a.via_waitlist() {
+                    via_waitlist += 1;
+                }
+            }
+            Outcome::Failed { code } => {
+                assert!(!funded[a.member.as_str()], "{} FAILED funded", a.member);
+                assert_eq!(code.as_deref(), Some("INSUFFICIENT_FUNDS"));
+                failed += 1;
+            }
+            o if o.is_sold_out() => {
+                let w = a
+                    .waitlist
+                    .as_ref()
+                    .expect("a sold-out buyer went to the line");
+                assert!(
+                    matches!(
+                        &w.end,
+                        WaitEnd::NothingHeld | WaitEnd::Refused { .. } | WaitEnd::Ended { .. }
+                    ),
+                    "{}: {w:?}",
+                    a.member
+                );
+            }
+            other => panic!(
+                "{} got an unexpected answer: {other:?}\nlogs:\n{}",
+                a.member,
+                stack.log_paths()
+            ),
+        }
+    }
+    eprintln!("completed {completed} ({via_waitlist} through the waitlist), failed {failed}");
+
+    // What the tables say: sold out, nothing left on sale or on offer, nobody in line.
+    let report = invariants::settled(&pool, Duration::from_secs(60)).await?;
+    report.assert_holds();
+    let st = sell_through::read(&pool, product.id).await?;
+    eprintln!("{st:#?}");
+    assert_eq!(st.units_sold, UNITS, "every unit sold");
+    assert_eq!(st.units_total, UNITS);
+    assert_eq!(
+        (st.units_available, st.units_offered, st.units_reserved),
+        (0, 0, 0),
+        "no unit on sale, on offer or held at the end"
+    );
+    assert_eq!(st.entries_waiting, 0, "nobody left in line");
+    assert_eq!(st.offers_live, 0);
+    assert_eq!(completed, UNITS, "one COMPLETED buyer per unit");
+    assert_eq!(st.payments_completed, UNITS);
+    assert_eq!(
+        st.payments_failed,
+        failed + EARLY.len() as i64,
+        "every FAILED payment is one the buyers saw"
+    );
+    assert_eq!(st.sold_via_waitlist, via_waitlist);
+    assert!(
+        via_waitlist >= EARLY.len() as i64,
+        "the early buyers' units were sold through the line ({via_waitlist})"
+    );
+    assert_eq!(
+        st.offers_made,
+        st.offers_taken + st.offers_expired + st.offers_released,
+        "every offer ended"
+    );
+    assert_eq!(st.return_to_completed.count as i64, via_waitlist);
+
+    // Money: each buyer's balance is its opening balance, less the price once if and
+    // only if it paid; the sum of balances did not change.
+    assert_eq!(report.balance_total, deposits);
+    assert_eq!(report.money_moved, UNITS * PRICE);
+    let paid: HashMap<&str, bool> = attempts
+        .iter()
+        .map(|a| (a.member.as_str(), a.outcome == Outcome::Completed))
+        .collect();
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        r#"SELECT member_id, balance FROM account_service.accounts WHERE kind = 'MEMBER'"#,
+    )
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(rows.len(), BUYERS);
+    for (member, balance) in rows {
+        let opening = buyers
+            .iter()
+            .find(|b| b.member == member)
+            .map(|b| b.balance)
+            .unwrap_or_default();
+        let won = paid.get(member.as_str()).copied().unwrap_or(false);
+        let expected = if won { opening - PRICE } else { opening };
+        assert_eq!(balance, expected, "{member}'s balance");
+    }
+    Ok(())
+}
