@@ -43,16 +43,21 @@ pub enum Scenario {
     /// 6: whole checkouts (reserve + pay until terminal) timed as one operation, at each
     /// level of `--checkout-clients`: the figure the peers print.
     Checkout,
+    /// 7: a drop to ten buyers per unit, every eighth underfunded, every buyer told
+    /// SOLD_OUT waiting in the waitlist: units sold of units on sale, sales through the
+    /// waitlist, and the time from a unit's return to the next waiter's COMPLETED.
+    SellThrough,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Ceilings,
         Scenario::DropGate,
         Scenario::DropDirect,
         Scenario::Claims,
         Scenario::Saga,
         Scenario::Checkout,
+        Scenario::SellThrough,
     ];
 }
 
@@ -88,6 +93,10 @@ pub struct RunArgs {
     /// Buyers per level of the checkout part, one checkout each (at least 3000 unless --quick).
     #[arg(long)]
     pub checkout_buyers: Option<u64>,
+    /// Units of the sell-through part, 1 to 500 (ten buyers per unit; default 200, 50 with
+    /// --quick).
+    #[arg(long)]
+    pub sell_through_units: Option<u64>,
     /// Run only these parts (repeatable); all of them by default.
     #[arg(long, value_enum)]
     pub only: Vec<Scenario>,
@@ -126,6 +135,8 @@ pub struct Settings {
     /// Concurrency levels of the checkout part, in the order given.
     pub checkout_clients: Vec<usize>,
     pub checkout_buyers: u64,
+    /// Units of the sell-through part (ten buyers per unit).
+    pub sell_through_units: u64,
     pub scenarios: Vec<Scenario>,
     pub out_dir: PathBuf,
     #[serde(skip)]
@@ -185,6 +196,14 @@ impl Settings {
                 "--checkout-buyers must be at least {CHECKOUT_MIN_BUYERS} (any positive number with --quick), got {checkout_buyers}"
             )));
         }
+        let sell_through_units = a
+            .sell_through_units
+            .unwrap_or(if a.quick { 50 } else { 200 });
+        if !(1..=500).contains(&sell_through_units) {
+            return Err(Error::Config(format!(
+                "--sell-through-units must be 1..=500, got {sell_through_units}"
+            )));
+        }
         // PostgreSQL allows 100 connections here and the services need theirs.
         let pg_connections = a.pg_connections.unwrap_or(32).clamp(1, 64);
         require_loopback(&a.admin_database_url)?;
@@ -207,6 +226,7 @@ impl Settings {
             pg_connections,
             checkout_clients,
             checkout_buyers,
+            sell_through_units,
             scenarios,
             out_dir: a.out_dir.clone(),
             admin_database_url: a.admin_database_url.clone(),
@@ -320,6 +340,21 @@ mod tests {
             );
         }
         assert!(Cli::try_parse_from(["paysaga-bench", "--checkout-clients", "64,x"]).is_err());
+    }
+
+    #[test]
+    fn sell_through_is_its_own_part() {
+        let s = Settings::from_args(&args(&["--only", "sell-through"])).unwrap();
+        assert_eq!(s.scenarios, vec![Scenario::SellThrough]);
+        assert_eq!(s.sell_through_units, 200);
+        let quick = Settings::from_args(&args(&["--quick", "--sell-through-units", "12"])).unwrap();
+        assert_eq!(quick.sell_through_units, 12);
+        for bad in ["0", "501"] {
+            assert!(matches!(
+                Settings::from_args(&args(&["--sell-through-units", bad])),
+                Err(Error::Config(_))
+            ));
+        }
     }
 
     #[test]

@@ -204,6 +204,10 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
             scenario::checkout::measure(bench, &sys, &accounts).await?;
         }
     }
+    if bench.settings.runs(Scenario::SellThrough) {
+        eprintln!("scenario 7: sell-through, every buyer told SOLD_OUT waiting in the waitlist");
+        scenario::sell_through::measure(bench).await?;
+    }
     if bench.settings.runs(Scenario::Claims) {
         eprintln!("scenario 3: claim strategies (the order service's claim bench)");
         scenario::claims::measure(bench).await?;

@@ -7,3 +7,4 @@ pub mod gate;
 pub mod gate_bench;
 pub mod measure;
 pub mod saga;
+pub mod sell_through;
