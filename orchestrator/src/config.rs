@@ -105,6 +105,11 @@ pub struct WebhookConfig {
     pub ingest_interval: Duration,
     /// `WEBHOOK_INGEST_BATCH`: events pulled per request (default 500, 1 to 1000).
     pub ingest_batch: u32,
+    /// `EVENT_RETENTION_HOURS`: how long events and their settled deliveries are kept
+    /// (default 720, 30 days; 1 to 87600). PENDING deliveries and their events stay.
+    pub retention_hours: i64,
+    /// `EVENT_PURGE_INTERVAL_MS`: how often old events are purged (default 60000).
+    pub purge_interval: Duration,
 }
 
 impl Default for WebhookConfig {
@@ -119,6 +124,8 @@ impl Default for WebhookConfig {
             lease: Duration::from_millis(30_000),
             ingest_interval: Duration::from_millis(1000),
             ingest_batch: 500,
+            retention_hours: 720,
+            purge_interval: Duration::from_millis(60_000),
         }
     }
 }
@@ -136,6 +143,8 @@ impl WebhookConfig {
             lease: config::millis("WEBHOOK_LEASE_MS", d.lease)?,
             ingest_interval: config::millis("WEBHOOK_INGEST_INTERVAL_MS", d.ingest_interval)?,
             ingest_batch: config::parse("WEBHOOK_INGEST_BATCH", d.ingest_batch)?,
+            retention_hours: config::parse("EVENT_RETENTION_HOURS", d.retention_hours)?,
+            purge_interval: config::millis("EVENT_PURGE_INTERVAL_MS", d.purge_interval)?,
         })
     }
 
@@ -197,6 +206,13 @@ impl WebhookConfig {
                 "WEBHOOK_INGEST_BATCH",
                 self.ingest_batch,
                 "must be 1 to 1000",
+            ));
+        }
+        if !(1..=87_600).contains(&self.retention_hours) {
+            return Err(invalid(
+                "EVENT_RETENTION_HOURS",
+                self.retention_hours,
+                "must be 1 to 87600",
             ));
         }
         Ok(())

@@ -277,6 +277,13 @@ pub async fn run_with_hooks(
         state.engine.alive.clone(),
     )
     .await?;
+    webhooks::schedule_purge(
+        &jobs,
+        state.pool.clone(),
+        &config.webhooks,
+        state.engine.alive.clone(),
+    )
+    .await?;
     let delivery = webhooks::worker::spawn(webhooks::worker::Worker {
         pool: state.pool.clone(),
         instance: state.engine.instance,

@@ -171,3 +171,49 @@ impl Modify for Webhooks {
             .insert("webhooks".to_owned(), serde_json::Value::Object(webhooks));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use utoipa::OpenApi;
+
+    #[test]
+    fn every_event_type_is_a_webhook_whose_body_is_a_component() {
+        let doc = serde_json::to_value(crate::ApiDoc::openapi()).expect("serialises");
+        let webhooks = doc["webhooks"].as_object().expect("webhooks");
+        assert_eq!(webhooks.len(), super::events::types::ALL.len());
+        for t in super::events::types::ALL {
+            let post = &webhooks[t]["post"];
+            assert_eq!(post["operationId"], t);
+            let reference = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+                .as_str()
+                .expect("body schema");
+            let name = reference
+                .strip_prefix("#/components/schemas/")
+                .expect("a component");
+            let envelope = &doc["components"]["schemas"][name];
+            assert_eq!(envelope["properties"]["type"]["enum"][0], t);
+            let payload = envelope["properties"]["data"]["$ref"]
+                .as_str()
+                .and_then(|r| r.strip_prefix("#/components/schemas/"))
+                .expect("payload");
+            assert!(
+                doc["components"]["schemas"][payload].is_object(),
+                "{payload}"
+            );
+            let headers: Vec<&str> = post["parameters"]
+                .as_array()
+                .expect("headers")
+                .iter()
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            assert_eq!(
+                headers,
+                [
+                    "Paysaga-Event-Id",
+                    "Paysaga-Event-Type",
+                    "Paysaga-Signature"
+                ]
+            );
+        }
+    }
+}

@@ -448,3 +448,41 @@ pub async fn ingest(pool: &PgPool, events: &[Incoming]) -> Result<u64> {
     .await?;
     Ok(inserted.rows_affected())
 }
+
+/// Deletes up to `batch` events recorded more than `retention` ago, oldest first, with
+/// their DELIVERED and DEAD deliveries. An event with a PENDING delivery, or not yet
+/// dispatched, is kept (with its settled deliveries) until it is done. Returns the
+/// deliveries and events deleted.
+pub async fn purge(pool: &PgPool, retention: Duration, batch: i64) -> Result<(i64, i64)> {
+    Ok(sqlx::query_as(
+        r#"
+        WITH old AS (
+            SELECT e.seq, e.id
+            FROM events e
+            WHERE e.recorded_at < now() - $1 * INTERVAL '1 millisecond'
+              AND e.dispatched_at IS NOT NULL
+              AND NOT EXISTS (
+                  SELECT 1 FROM webhook_deliveries d
+                  WHERE d.event_id = e.id AND d.state = 'PENDING')
+            ORDER BY e.seq
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED
+        ), deliveries_gone AS (
+            DELETE FROM webhook_deliveries d
+            USING old
+            WHERE d.event_id = old.id AND d.state <> 'PENDING'
+            RETURNING d.event_id
+        ), events_gone AS (
+            DELETE FROM events e
+            USING old
+            WHERE e.seq = old.seq
+            RETURNING 1
+        )
+        SELECT (SELECT COUNT(*) FROM deliveries_gone), (SELECT COUNT(*) FROM events_gone)
+        "#,
+    )
+    .bind(millis(retention))
+    .bind(batch)
+    .fetch_one(pool)
+    .await?)
+}
