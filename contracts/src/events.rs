@@ -44,6 +44,23 @@ pub mod types {
     }
 }
 
+/// The catalogue's types as a schema (`type`, `event_types`); the wire carries strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum EventType {
+    #[serde(rename = "payment.completed")]
+    PaymentCompleted,
+    #[serde(rename = "payment.failed")]
+    PaymentFailed,
+    #[serde(rename = "payment.refunded")]
+    PaymentRefunded,
+    #[serde(rename = "reservation.expired")]
+    ReservationExpired,
+    #[serde(rename = "waitlist.offer_made")]
+    WaitlistOfferMade,
+    #[serde(rename = "waitlist.offer_expired")]
+    WaitlistOfferExpired,
+}
+
 /// The header naming the event (its id, stable across retries: deduplicate on it).
 pub const EVENT_ID_HEADER: &str = "Paysaga-Event-Id";
 /// The header naming the event's type.
@@ -60,7 +77,7 @@ pub struct EventEnvelope {
     pub id: Uuid,
     /// One of the catalogue's types.
     #[serde(rename = "type")]
-    #[schema(example = "payment.completed")]
+    #[schema(value_type = EventType)]
     pub event_type: String,
     /// When the event happened (the state change committed).
     pub created_at: DateTime<Utc>,
@@ -308,6 +325,28 @@ mod tests {
             sign(SECRET, 42, b"{}"),
             "8f9045386fa4c80fcde22b8b4ff67932c2cfa54f01d6191c708a4ffe7b55c6c2"
         );
+    }
+
+    #[test]
+    fn the_schema_enum_spells_the_catalogue() {
+        let spelled: Vec<String> = [
+            EventType::PaymentCompleted,
+            EventType::PaymentFailed,
+            EventType::PaymentRefunded,
+            EventType::ReservationExpired,
+            EventType::WaitlistOfferMade,
+            EventType::WaitlistOfferExpired,
+        ]
+        .iter()
+        .map(|t| {
+            serde_json::to_value(t)
+                .expect("serialises")
+                .as_str()
+                .expect("a string")
+                .to_owned()
+        })
+        .collect();
+        assert_eq!(spelled, types::ALL);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! `PaymentCompletedEvent`, ...), which tools that skip `webhooks` still show.
 
 use paysaga_contracts::events::{
-    self, types, EventEnvelope, PaymentCompleted, PaymentFailed, PaymentRefunded,
+    self, types, EventEnvelope, EventType, PaymentCompleted, PaymentFailed, PaymentRefunded,
     ReservationExpired, WaitlistOfferExpired, WaitlistOfferMade, EVENT_ID_HEADER,
     EVENT_TYPE_HEADER, SIGNATURE_HEADER,
 };
@@ -71,6 +71,7 @@ impl Modify for Webhooks {
             (WaitlistOfferMade::name(), WaitlistOfferMade::schema()),
             (WaitlistOfferExpired::name(), WaitlistOfferExpired::schema()),
             (EventEnvelope::name(), EventEnvelope::schema()),
+            (EventType::name(), EventType::schema()),
         ] {
             components.schemas.insert(name.into_owned(), schema);
         }
