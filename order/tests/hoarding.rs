@@ -1,10 +1,14 @@
 //! Hoarding: a member holds at most one live reservation of a product, and reserves and
-//! buys at most `PURCHASE_CAP` units of it, whatever passes they bring. Refusals write
-//! nothing, checked in the tables.
+//! buys at most `PURCHASE_CAP` units of it, whatever passes they bring, fresh or expired.
+//! Refusals write nothing, checked in the tables.
 
 mod support;
 
-use support::{inconsistencies, pass, snapshot, unit_states, Harness};
+use std::time::Duration;
+
+use support::{
+    claims, inconsistencies, pass, reservation_state, signer, snapshot, unit_states, Harness,
+};
 
 async fn refused_without_writing(h: &Harness, product_id: i64, member: &str) {
     let before = snapshot(&h.admin).await;
@@ -107,5 +111,108 @@ async fn a_cap_of_two_allows_a_second_purchase_but_never_two_live_reservations()
     .await
     .unwrap();
     assert_eq!(orders, 2);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
+    // A cap of two, so "only up to the cap" is seen after the first reservation ends.
+    let h = Harness::start_with(|c| {
+        c.sweep_interval = Duration::from_secs(3600);
+        c.purchase_cap = 2;
+    })
+    .await;
+    let product = h.product(5).await;
+    let mut short = claims(product.id, "hoarder");
+    short.exp = chrono::Utc::now().timestamp() + 2;
+    let first_pass = signer().sign(&short);
+    let first = h
+        .buyer("hoarder")
+        .reserve(product.id, &first_pass)
+        .await
+        .unwrap();
+    assert_eq!(first.status, 201);
+    let first = first.body;
+
+    // The pass expires while its reservation lives; the service sees it expired: the
+    // same expiry on a pass that reserved nothing is refused as expired.
+    while chrono::Utc::now().timestamp() < short.exp {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut twin = claims(product.id, "bystander");
+    twin.exp = short.exp;
+    let expired = h
+        .buyer("bystander")
+        .reserve(product.id, &signer().sign(&twin))
+        .await
+        .expect_err("an expired pass");
+    assert_eq!(expired.code(), Some("PASS_EXPIRED"), "{expired}");
+
+    // A fresh pass does not get round the live reservation, and writes nothing.
+    refused_without_writing(&h, product.id, "hoarder").await;
+    // The expired pass itself still answers with the reservation it made.
+    let again = h
+        .buyer("hoarder")
+        .reserve(product.id, &first_pass)
+        .await
+        .unwrap();
+    assert_eq!((again.status, again.body.id), (200, first.id));
+    assert_eq!(unit_states(&h.admin, product.id).await, (4, 1, 0));
+
+    // The reservation expires: the member may reserve again.
+    h.make_due(first.id).await;
+    assert_eq!(
+        order::sweep::sweep(&h.service_pool().await, 100, 10)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(reservation_state(&h.admin, first.id).await, "EXPIRED");
+    let second = h
+        .buyer("hoarder")
+        .reserve(product.id, &pass(product.id, "hoarder"))
+        .await
+        .unwrap()
+        .body;
+    refused_without_writing(&h, product.id, "hoarder").await;
+
+    // Cancelled: again; then bought twice, up to the cap and no further.
+    h.service().cancel(second.id).await.unwrap();
+    let mut bought = Vec::new();
+    for _ in 0..2 {
+        let r = h
+            .buyer("hoarder")
+            .reserve(product.id, &pass(product.id, "hoarder"))
+            .await
+            .unwrap()
+            .body;
+        refused_without_writing(&h, product.id, "hoarder").await;
+        h.service().confirm(r.id).await.unwrap();
+        bought.push(r.id);
+    }
+    refused_without_writing(&h, product.id, "hoarder").await;
+
+    let states: Vec<(String, i64)> = sqlx::query_as(
+        r#"
+        SELECT state, COUNT(*) FROM order_service.reservations
+        WHERE member_id = 'hoarder' GROUP BY state ORDER BY state
+        "#,
+    )
+    .fetch_all(&h.admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        states,
+        [("CANCELLED", 1), ("CONFIRMED", 2), ("EXPIRED", 1)].map(|(s, n)| (s.to_owned(), n))
+    );
+    let orders: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'hoarder' AND state = 'CONFIRMED'"#,
+    )
+    .fetch_one(&h.admin)
+    .await
+    .unwrap();
+    assert_eq!(orders, 2);
+    assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 2));
+    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     h.stop().await;
 }

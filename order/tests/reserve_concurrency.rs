@@ -91,14 +91,27 @@ async fn members_firing_many_passes_at_once_hold_one_unit_each() {
         .map(|a| a.body.id)
         .collect();
     assert_eq!(ids.len(), 5, "one reservation per member");
+    // Each member's winning pass is answered twice (made, then replayed); the other
+    // nine passes of each member, both times, are refused.
+    let (mut created, mut replayed, mut refused) = (0, 0, 0);
     for r in &results {
-        if let Err(e) = r {
-            assert!(
-                matches!(e.code(), Some("MEMBER_LIMIT_REACHED")),
-                "unexpected: {e}"
-            );
+        match r {
+            Ok(a) if a.status == 201 => created += 1,
+            Ok(a) => {
+                assert_eq!(a.status, 200, "a replay");
+                replayed += 1;
+            }
+            Err(e) => {
+                assert_eq!(
+                    (e.status(), e.code()),
+                    (Some(409), Some("MEMBER_LIMIT_REACHED")),
+                    "unexpected: {e}"
+                );
+                refused += 1;
+            }
         }
     }
+    assert_eq!((created, replayed, refused), (5, 5, 90));
     let members: i64 = sqlx::query_scalar(
         r#"SELECT COUNT(DISTINCT member_id) FROM order_service.reservations WHERE state = 'RESERVED'"#,
     )
