@@ -1,5 +1,5 @@
-//! Bad input gets a 4xx with a code, never a 500; service endpoints need a service
-//! credential; members list in id order, a page at a time.
+//! Bad input gets a 4xx with a code, never a 500, and writes nothing; service endpoints
+//! need a service credential; members list in id order, a page at a time.
 
 mod support;
 
@@ -8,11 +8,53 @@ use std::time::Duration;
 use paysaga_common::testkit::{buyer_token, service_token};
 use paysaga_contracts::member::{api::ListMembers, client::MemberClient};
 use serde_json::json;
-use support::{email, Stack, PASSWORD};
+use support::{answer, creds, email, Stack, PASSWORD};
+
+/// Each table a refused body could have written (a member, a session's refresh token,
+/// a failed sign-in, the account a sign-up opens), with its row count and the md5 of its
+/// rows.
+async fn written(s: &Stack) -> Vec<(&'static str, i64, String)> {
+    let mut out = Vec::new();
+    for table in [
+        "member_service.members",
+        "member_service.refresh_tokens",
+        "member_service.sign_in_failures",
+        "account_service.accounts",
+    ] {
+        let (rows, digest): (i64, Option<String>) = sqlx::query_as(&format!(
+            "SELECT COUNT(*), md5(string_agg(t::TEXT, '|' ORDER BY t::TEXT)) FROM {table} t"
+        ))
+        .fetch_one(&s.admin)
+        .await
+        .expect(table);
+        out.push((table, rows, digest.unwrap_or_default()));
+    }
+    out
+}
 
 #[tokio::test]
 async fn malformed_bodies_are_refused_with_codes() {
     let s = Stack::start().await;
+    // A member with a live session: bodies that name them would sign in, rotate or
+    // revoke if they were read leniently.
+    let known = email("known");
+    s.sign_up(&known).await;
+    let session = s
+        .client
+        .sign_in(&creds(&known, PASSWORD))
+        .await
+        .expect("sign-in")
+        .body;
+    let refresh = session.refresh_token;
+    let before = written(&s).await;
+    let rows: Vec<i64> = before.iter().map(|(_, n, _)| *n).collect();
+    assert_eq!(
+        rows[..3],
+        [1, 1, 0],
+        "one member, one refresh token, no failed sign-in"
+    );
+
+    // Over 64 KiB: a huge password, and a valid sign-up padded with whitespace.
     let huge = "x".repeat(70 * 1024);
     let (status, _, body) = s
         .post(
@@ -22,6 +64,24 @@ async fn malformed_bodies_are_refused_with_codes() {
         .await;
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["code"], "PAYLOAD_TOO_LARGE");
+    let padded = format!(
+        "{}{}",
+        json!({"email": email("padded"), "password": PASSWORD}),
+        " ".repeat(70 * 1024)
+    );
+    let r = s
+        .http
+        .post(s.url("/v1/members"))
+        .header("content-type", "application/json")
+        .body(padded)
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = answer(r).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (413, Some("PAYLOAD_TOO_LARGE"))
+    );
 
     for (path, payload) in [
         (
@@ -30,15 +90,19 @@ async fn malformed_bodies_are_refused_with_codes() {
         ),
         (
             "/v1/sessions",
-            json!({"email": email("u"), "password": PASSWORD, "remember": 1}),
+            json!({"email": known, "password": PASSWORD, "remember": 1}),
+        ),
+        (
+            "/v1/sessions",
+            json!({"email": known, "password": "wrong-password-1", "remember": 1}),
         ),
         (
             "/v1/sessions/refresh",
-            json!({"refresh_token": "t", "extra": 1}),
+            json!({"refresh_token": refresh, "extra": 1}),
         ),
         (
             "/v1/sessions/sign-out",
-            json!({"refresh_token": "t", "extra": 1}),
+            json!({"refresh_token": refresh, "extra": 1}),
         ),
         ("/v1/members", json!({"email": email("u")})),
         ("/v1/members", json!({"email": 7, "password": PASSWORD})),
@@ -55,15 +119,28 @@ async fn malformed_bodies_are_refused_with_codes() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 400);
+    let (status, _, body) = answer(r).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("MALFORMED_JSON"))
+    );
+    // Valid credentials, but not declared as JSON.
     let r = s
         .http
         .post(s.url("/v1/sessions"))
-        .body("email=a")
+        .body(json!({"email": known, "password": PASSWORD}).to_string())
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 415);
+    let (status, _, body) = answer(r).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (415, Some("UNSUPPORTED_MEDIA_TYPE"))
+    );
+
+    assert_eq!(written(&s).await, before, "a refused body wrote something");
+    // The session is untouched: its refresh token still works, once.
+    s.client.refresh(&refresh).await.expect("refresh");
 }
 
 #[tokio::test]
