@@ -27,6 +27,18 @@ async fn malformed_requests_are_answered_with_codes() {
     let id = a.id;
     let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
         (raw("/v1/debits", "{not json".into()), 400, "MALFORMED_JSON"),
+        // A valid debit, refused only for its size: whitespace past 64 KiB.
+        (
+            raw(
+                "/v1/debits",
+                format!(
+                    r#"{{"operation_key": "padded", "account_id": {id}, "amount": 5}}{}"#,
+                    " ".repeat(70_000)
+                ),
+            ),
+            413,
+            "PAYLOAD_TOO_LARGE",
+        ),
         (
             raw(
                 "/v1/debits",
