@@ -141,12 +141,14 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
     }
     let mut twin = claims(product.id, "bystander");
     twin.exp = short.exp;
+    let before = snapshot(&h.admin).await;
     let expired = h
         .buyer("bystander")
         .reserve(product.id, &signer().sign(&twin))
         .await
         .expect_err("an expired pass");
     assert_eq!(expired.code(), Some("PASS_EXPIRED"), "{expired}");
+    assert_eq!(snapshot(&h.admin).await, before, "a refusal writes nothing");
 
     // A fresh pass does not get round the live reservation, and writes nothing.
     refused_without_writing(&h, product.id, "hoarder").await;
