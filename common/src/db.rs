@@ -56,6 +56,8 @@ pub const DEV_ROLE_PASSWORD: &str = "paysaga-dev";
 
 const ROLES_SQL: &str = include_str!("../../migrations/bootstrap/01_roles.sql");
 const SCHEMAS_SQL: &str = include_str!("../../migrations/bootstrap/02_schemas.sql");
+/// Arbitrary, fixed: with a schema's hash, serialises re-applying its grants.
+const GRANTS_LOCK: i32 = 0x7061_7973;
 /// Arbitrary, fixed: serialises bootstraps across processes.
 const BOOTSTRAP_LOCK: i64 = 0x0070_6179_7361_6761;
 
@@ -200,7 +202,16 @@ pub async fn migrate(
         .map_err(MigrationError::Connect)?;
     let migrated = async {
         migrator.run(&pool).await.map_err(MigrationError::Migrate)?;
+        // Concurrent GRANTs on one table fail ("tuple concurrently updated"), so
+        // instances starting together take turns, like sqlx does for migrations.
         let mut tx = pool.begin().await.map_err(MigrationError::Grant)?;
+        tx.execute(
+            sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+                .bind(GRANTS_LOCK)
+                .bind(schema),
+        )
+        .await
+        .map_err(MigrationError::Grant)?;
         tx.execute(grants).await.map_err(MigrationError::Grant)?;
         tx.commit().await.map_err(MigrationError::Grant)
     }
