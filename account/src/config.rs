@@ -15,6 +15,12 @@ pub struct Config {
     /// `DATABASE_URL`: connects as `account_app`. Required; the development password
     /// only with `PAYSAGA_DEV_KEYS=1`.
     pub database_url: String,
+    /// `MIGRATION_DATABASE_URL`: the schema's migrator role, to apply migrations and
+    /// grants at start; see `paysaga_common::config::migration_database_url`.
+    pub migration_database_url: Option<String>,
+    /// `DB_STATEMENT_TIMEOUT_MS`, `DB_IDLE_IN_TRANSACTION_MS`: limits on every
+    /// connection of the service.
+    pub db_limits: paysaga_common::db::Limits,
     /// `LISTEN_ADDR`, default `127.0.0.1:8082`.
     pub listen_addr: String,
     /// `DB_MAX_CONNECTIONS`, default 16.
@@ -44,6 +50,7 @@ impl Config {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
         let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
+        let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
         let service_jwt_public_key = keys::verifying_key(
             &mut secrets,
@@ -62,6 +69,8 @@ impl Config {
         }
         Ok(Self {
             database_url,
+            migration_database_url,
+            db_limits: config::db_limits()?,
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
@@ -76,8 +85,11 @@ impl Config {
     /// Defaults for everything but the database, as tests and tools want it: the
     /// development keys.
     pub fn local(database_url: impl Into<String>) -> Self {
+        let database_url: String = database_url.into();
         Self {
-            database_url: database_url.into(),
+            migration_database_url: paysaga_common::db::dev_migrator_url(&database_url),
+            database_url,
+            db_limits: paysaga_common::db::Limits::default(),
             listen_addr: DEFAULT_LISTEN_ADDR.into(),
             db_max_connections: 16,
             log_format: LogFormat::Pretty,

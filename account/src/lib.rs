@@ -56,12 +56,15 @@ impl FromRef<AppState> for Arc<Verifier> {
 impl AppState {
     /// Connects as the service's role and runs its migrations.
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
-        let pool = db::connect(&config.database_url, SCHEMA, config.db_max_connections)
-            .await
-            .context("connecting to PostgreSQL")?;
-        db::migrate(&pool, &MIGRATOR)
-            .await
-            .context("running account_service migrations")?;
+        let pool = db::open(
+            &config.database_url,
+            config.migration_database_url.as_deref(),
+            SCHEMA,
+            config.db_max_connections,
+            config.db_limits,
+            &MIGRATOR,
+        )
+        .await?;
         let verifier = Verifier::from_source(&config.buyer_keys, &config.service_jwt_public_key);
         Ok(Self {
             pool,

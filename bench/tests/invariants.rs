@@ -17,10 +17,12 @@ fn report() -> Report {
 /// A product with `units` unit rows, the first `sold` of them SOLD through confirmed
 /// reservations, written as the order service's role into its migrated schema.
 async fn product(db: &TestDb, units: i64, sold: i64) -> i64 {
+    db::migrate(&db.role_url("order_migrator"), order::SCHEMA, &order::MIGRATOR)
+        .await
+        .unwrap();
     let pool = db::connect(&db.role_url("order_app"), order::SCHEMA, 2)
         .await
         .unwrap();
-    db::migrate(&pool, &order::MIGRATOR).await.unwrap();
     let id: i64 =
         sqlx::query_scalar(r#"INSERT INTO products (name, price) VALUES ('p', 1000) RETURNING id"#)
             .fetch_one(&pool)

@@ -222,6 +222,51 @@ pub fn database_url(secrets: &mut Secrets, dev_default: &str) -> Result<String, 
     }
 }
 
+/// `MIGRATION_DATABASE_URL`: the role that owns the service's schema, used once at
+/// start to apply migrations and grants. Unset, a development system derives it from a
+/// development `DATABASE_URL` (`account_app` -> `account_migrator`); elsewhere the
+/// service does not migrate and refuses to start on a schema older than its code, so
+/// production runs migrations with their own credential (a deploy job, or one instance
+/// given the variable) while serving instances never hold DDL rights.
+pub fn migration_database_url(
+    secrets: &mut Secrets,
+    database_url: &str,
+) -> Result<Option<String>, ConfigError> {
+    const VAR: &str = "MIGRATION_DATABASE_URL";
+    match std::env::var(VAR) {
+        Ok(v) if !v.trim().is_empty() => {
+            if has_dev_password(&v) {
+                if !secrets.is_dev() {
+                    return Err(ConfigError {
+                        name: VAR.to_owned(),
+                        value: "<redacted>".to_owned(),
+                        reason: format!(
+                            "its password is the public development password; give the role \
+                             its own password (or set {DEV_KEYS_VAR}=1 for development)"
+                        ),
+                    });
+                }
+                secrets.development_value("MIGRATION_DATABASE_URL (development password)");
+            }
+            Ok(Some(v))
+        }
+        _ if secrets.is_dev() && has_dev_password(database_url) => {
+            Ok(crate::db::dev_migrator_url(database_url))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// `DB_STATEMENT_TIMEOUT_MS` (default 5000) and `DB_IDLE_IN_TRANSACTION_MS` (default
+/// 30000): the limits on every connection a service makes as its runtime role.
+pub fn db_limits() -> Result<crate::db::Limits, ConfigError> {
+    let d = crate::db::Limits::default();
+    Ok(crate::db::Limits {
+        statement_timeout_ms: parse("DB_STATEMENT_TIMEOUT_MS", d.statement_timeout_ms)?,
+        idle_in_transaction_ms: parse("DB_IDLE_IN_TRANSACTION_MS", d.idle_in_transaction_ms)?,
+    })
+}
+
 /// Whether a `postgres://user:password@host/...` URL's password is the development
 /// one (percent-encoding decoded).
 pub fn has_dev_password(url: &str) -> bool {

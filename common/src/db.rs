@@ -9,7 +9,7 @@ use sqlx::{
     ConnectOptions, Connection, Executor, PgConnection, PgPool,
 };
 
-/// The service roles and the schema each owns.
+/// The service roles and the schema each runs in.
 pub const ROLES: [(&str, &str); 4] = [
     ("account_app", "account_service"),
     ("order_app", "order_service"),
@@ -17,11 +17,47 @@ pub const ROLES: [(&str, &str); 4] = [
     ("member_app", "member_service"),
 ];
 
+/// The roles that own each schema and run its migrations. A running service logs in as
+/// its `_app` role, which has only the table rights its grants file lists.
+pub const MIGRATORS: [(&str, &str); 4] = [
+    ("account_migrator", "account_service"),
+    ("order_migrator", "order_service"),
+    ("payment_migrator", "payment_service"),
+    ("member_migrator", "member_service"),
+];
+
+/// Per schema: what its runtime role may do, re-applied after every migration run.
+const GRANTS: [(&str, &str); 4] = [
+    (
+        "account_service",
+        include_str!("../../migrations/grants/account_service.sql"),
+    ),
+    (
+        "order_service",
+        include_str!("../../migrations/grants/order_service.sql"),
+    ),
+    (
+        "payment_service",
+        include_str!("../../migrations/grants/payment_service.sql"),
+    ),
+    (
+        "member_service",
+        include_str!("../../migrations/grants/member_service.sql"),
+    ),
+];
+
+/// The migrator role that owns `schema`.
+pub fn migrator_of(schema: &str) -> Option<&'static str> {
+    MIGRATORS.iter().find(|(_, s)| *s == schema).map(|(r, _)| *r)
+}
+
 /// DEVELOPMENT ONLY password of every service role created by the bootstrap.
 pub const DEV_ROLE_PASSWORD: &str = "paysaga-dev";
 
 const ROLES_SQL: &str = include_str!("../../migrations/bootstrap/01_roles.sql");
 const SCHEMAS_SQL: &str = include_str!("../../migrations/bootstrap/02_schemas.sql");
+/// Arbitrary, fixed: with a schema's hash, serialises re-applying its grants.
+const GRANTS_LOCK: i32 = 0x7061_7973;
 /// Arbitrary, fixed: serialises bootstraps across processes.
 const BOOTSTRAP_LOCK: i64 = 0x0070_6179_7361_6761;
 
@@ -47,6 +83,15 @@ const BOOTSTRAP_LOCK: i64 = 0x0070_6179_7361_6761;
 /// execution. The batch statements are large, so that planning was a lone checkout's
 /// largest database cost (3.7 ms of PostgreSQL CPU against 2.5 ms with generic plans).
 pub async fn connect(url: &str, schema: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    pool_with(url, schema, max_connections, &[]).await
+}
+
+async fn pool_with(
+    url: &str,
+    schema: &str,
+    max_connections: u32,
+    extra: &[(&str, &str)],
+) -> Result<PgPool, sqlx::Error> {
     let options = PgConnectOptions::from_str(url)?
         .options([
             ("search_path", schema),
@@ -54,6 +99,7 @@ pub async fn connect(url: &str, schema: &str, max_connections: u32) -> Result<Pg
             ("jit", "off"),
             ("plan_cache_mode", "force_generic_plan"),
         ])
+        .options(extra.iter().copied())
         .application_name(schema)
         .log_statements(tracing::log::LevelFilter::Debug)
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_millis(500));
@@ -65,13 +111,167 @@ pub async fn connect(url: &str, schema: &str, max_connections: u32) -> Result<Pg
         .await
 }
 
-/// Runs a service's migrations. sqlx holds an advisory lock while it migrates, so two
-/// processes starting at once do not collide, and applied migrations are skipped.
+/// How a service's own connections are limited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `statement_timeout`: a statement running longer is cancelled (57014). 0: none.
+    pub statement_timeout_ms: u64,
+    /// `idle_in_transaction_session_timeout`: a session that holds a transaction open
+    /// without running anything is ended, so a stalled task cannot keep row locks.
+    pub idle_in_transaction_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            statement_timeout_ms: 5_000,
+            idle_in_transaction_ms: 30_000,
+        }
+    }
+}
+
+/// A service's pool, connected as its runtime role, with [`Limits`] on every
+/// connection; see [`connect`] for the planner settings it also carries.
+pub async fn connect_limited(
+    url: &str,
+    schema: &str,
+    max_connections: u32,
+    limits: Limits,
+) -> Result<PgPool, sqlx::Error> {
+    let statement = limits.statement_timeout_ms.to_string();
+    let idle = limits.idle_in_transaction_ms.to_string();
+    pool_with(
+        url,
+        schema,
+        max_connections,
+        &[
+            ("statement_timeout", statement.as_str()),
+            ("idle_in_transaction_session_timeout", idle.as_str()),
+        ],
+    )
+    .await
+}
+
+/// Why a service's schema could not be brought up to date.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    #[error("connecting as the schema's migrator")]
+    Connect(#[source] sqlx::Error),
+    #[error("running migrations")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    #[error("granting the runtime role its rights")]
+    Grant(#[source] sqlx::Error),
+    #[error("reading which migrations are applied")]
+    Read(#[source] sqlx::Error),
+    #[error(
+        "{pending} migration(s) of schema {schema} are not applied; run this service once \
+         with MIGRATION_DATABASE_URL (the schema's migrator role) to apply them"
+    )]
+    Pending { schema: String, pending: usize },
+    #[error("no grants are defined for schema {0}")]
+    UnknownSchema(String),
+}
+
+/// Brings `schema` up to date as its migrator (`migration_url` logs in as the role that
+/// owns the schema), then re-applies the schema's grants file in one transaction, so
+/// the runtime role has exactly the rights listed there on every table that exists.
+/// sqlx holds an advisory lock while it migrates, so two processes starting at once do
+/// not collide, and applied migrations are skipped. No statement timeout: a migration
+/// may rightly take long.
 pub async fn migrate(
-    pool: &PgPool,
+    migration_url: &str,
+    schema: &str,
     migrator: &Migrator,
-) -> Result<(), sqlx::migrate::MigrateError> {
-    migrator.run(pool).await
+) -> Result<(), MigrationError> {
+    let grants = GRANTS
+        .iter()
+        .find(|(s, _)| *s == schema)
+        .map(|(_, sql)| *sql)
+        .ok_or_else(|| MigrationError::UnknownSchema(schema.to_owned()))?;
+    let options = PgConnectOptions::from_str(migration_url)
+        .map_err(MigrationError::Connect)?
+        .options([("search_path", schema)])
+        .application_name("paysaga-migrator");
+    // A pool of one rather than a bare connection: sqlx's migrator future over a
+    // `&mut PgConnection` is not `Send` for every lifetime, which a service's start
+    // (spawned on the runtime) needs.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .map_err(MigrationError::Connect)?;
+    let migrated = async {
+        migrator.run(&pool).await.map_err(MigrationError::Migrate)?;
+        // Concurrent GRANTs on one table fail ("tuple concurrently updated"), so
+        // instances starting together take turns, like sqlx does for migrations.
+        let mut tx = pool.begin().await.map_err(MigrationError::Grant)?;
+        tx.execute(
+            sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+                .bind(GRANTS_LOCK)
+                .bind(schema),
+        )
+        .await
+        .map_err(MigrationError::Grant)?;
+        tx.execute(grants).await.map_err(MigrationError::Grant)?;
+        tx.commit().await.map_err(MigrationError::Grant)
+    }
+    .await;
+    pool.close().await;
+    migrated
+}
+
+/// Fails unless every migration `migrator` holds is applied to the pool's schema: a
+/// service started without migration rights refuses to run on a schema older than
+/// its code.
+pub async fn ensure_migrated(
+    pool: &PgPool,
+    schema: &str,
+    migrator: &Migrator,
+) -> Result<(), MigrationError> {
+    let applied: Vec<i64> = sqlx::query_scalar(
+        r#"
+        SELECT version
+        FROM _sqlx_migrations
+        WHERE success
+        "#,
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(MigrationError::Read)?;
+    let pending = migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+        .count();
+    if pending > 0 {
+        return Err(MigrationError::Pending {
+            schema: schema.to_owned(),
+            pending,
+        });
+    }
+    Ok(())
+}
+
+/// A service's start: migrate as the schema's migrator when given its URL, connect as
+/// the runtime role with `limits`, and refuse a schema that is not up to date.
+pub async fn open(
+    url: &str,
+    migration_url: Option<&str>,
+    schema: &str,
+    max_connections: u32,
+    limits: Limits,
+    migrator: &Migrator,
+) -> anyhow::Result<PgPool> {
+    use anyhow::Context;
+    if let Some(m) = migration_url {
+        migrate(m, schema, migrator)
+            .await
+            .with_context(|| format!("migrating schema {schema}"))?;
+    }
+    let pool = connect_limited(url, schema, max_connections, limits)
+        .await
+        .with_context(|| format!("connecting to schema {schema}"))?;
+    ensure_migrated(&pool, schema, migrator).await?;
+    Ok(pool)
 }
 
 /// Creates the service roles (cluster-wide) and, in the database `admin_url` names,
@@ -118,6 +318,16 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), sqlx::Er
         }
     }
     conn.close().await
+}
+
+/// The development URL of the migrator that owns the schema `app_url`'s runtime role
+/// works in: `account_app` -> `account_migrator`, same host and database. `None` when
+/// the URL's user is not one of the runtime roles.
+pub fn dev_migrator_url(app_url: &str) -> Option<String> {
+    let options = PgConnectOptions::from_str(app_url).ok()?;
+    let user = options.get_username();
+    let schema = ROLES.iter().find(|(r, _)| *r == user).map(|(_, s)| *s)?;
+    role_url(app_url, migrator_of(schema)?).ok()
 }
 
 /// `url` with its user and password replaced by the development credentials of `role`.

@@ -151,6 +151,12 @@ pub struct Config {
     /// `DATABASE_URL`: connects as `member_app`. Required; the development password
     /// only with `PAYSAGA_DEV_KEYS=1`.
     pub database_url: String,
+    /// `MIGRATION_DATABASE_URL`: the schema's migrator role, to apply migrations and
+    /// grants at start; see `paysaga_common::config::migration_database_url`.
+    pub migration_database_url: Option<String>,
+    /// `DB_STATEMENT_TIMEOUT_MS`, `DB_IDLE_IN_TRANSACTION_MS`: limits on every
+    /// connection of the service.
+    pub db_limits: paysaga_common::db::Limits,
     /// `LISTEN_ADDR`, default `127.0.0.1:8081`.
     pub listen_addr: String,
     /// `DB_MAX_CONNECTIONS`, default 16.
@@ -263,6 +269,7 @@ impl Config {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
         let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
+        let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
         let signing_keys = signing_keys_from_env(&mut secrets)?;
         let service_jwt_public_key = keys::verifying_key(
             &mut secrets,
@@ -317,6 +324,8 @@ impl Config {
         positive("REFRESH_TOKEN_TTL_SECS", refresh_ttl.as_secs())?;
         Ok(Self {
             database_url,
+            migration_database_url,
+            db_limits: config::db_limits()?,
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
@@ -341,8 +350,11 @@ impl Config {
     /// Defaults for everything but the database and the account service, as tests and
     /// tools want it: the development signing key and a development service credential.
     pub fn local(database_url: impl Into<String>, account_url: impl Into<String>) -> Self {
+        let database_url: String = database_url.into();
         Self {
-            database_url: database_url.into(),
+            migration_database_url: paysaga_common::db::dev_migrator_url(&database_url),
+            database_url,
+            db_limits: paysaga_common::db::Limits::default(),
             listen_addr: DEFAULT_LISTEN_ADDR.into(),
             db_max_connections: 16,
             log_format: LogFormat::Pretty,

@@ -76,12 +76,15 @@ impl AppState {
     /// Connects as the service's role, runs its migrations, and makes the dummy
     /// password hash (one Argon2 run with the configured parameters).
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
-        let pool = db::connect(&config.database_url, SCHEMA, config.db_max_connections)
-            .await
-            .context("connecting to PostgreSQL")?;
-        db::migrate(&pool, &MIGRATOR)
-            .await
-            .context("running member_service migrations")?;
+        let pool = db::open(
+            &config.database_url,
+            config.migration_database_url.as_deref(),
+            SCHEMA,
+            config.db_max_connections,
+            config.db_limits,
+            &MIGRATOR,
+        )
+        .await?;
         let current = config.signing_keys.current().verifying_key();
         let verifier = Verifier::from_source(
             &BuyerKeySource::Static(current),

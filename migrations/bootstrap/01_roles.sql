@@ -1,11 +1,16 @@
--- Cluster-wide roles, one per service. Run by an administrator (superuser or
--- CREATEROLE) under an advisory lock, so concurrent bootstraps do not race.
+-- Cluster-wide roles, two per service: `<service>_migrator` owns the service's schema
+-- and runs its migrations; `<service>_app` is what the running service logs in as, and
+-- may only use what migrations/grants/<schema>.sql grants it. Run by an administrator
+-- (superuser or CREATEROLE) under an advisory lock, so concurrent bootstraps do not race.
 -- DEVELOPMENT ONLY passwords: production sets its own with ALTER ROLE ... PASSWORD.
 DO $$
 DECLARE
     r TEXT;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['account_app', 'order_app', 'payment_app', 'member_app'] LOOP
+    FOREACH r IN ARRAY ARRAY[
+        'account_app', 'order_app', 'payment_app', 'member_app',
+        'account_migrator', 'order_migrator', 'payment_migrator', 'member_migrator'
+    ] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
             EXECUTE format('CREATE ROLE %I LOGIN PASSWORD %L', r, 'paysaga-dev');
         END IF;

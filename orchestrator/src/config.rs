@@ -25,6 +25,12 @@ pub struct Config {
     /// `DATABASE_URL`: the `payment_app` role. Required; the development password only
     /// with `PAYSAGA_DEV_KEYS=1`.
     pub database_url: String,
+    /// `MIGRATION_DATABASE_URL`: the schema's migrator role, to apply migrations and
+    /// grants at start; see `paysaga_common::config::migration_database_url`.
+    pub migration_database_url: Option<String>,
+    /// `DB_STATEMENT_TIMEOUT_MS`, `DB_IDLE_IN_TRANSACTION_MS`: limits on every
+    /// connection of the service.
+    pub db_limits: paysaga_common::db::Limits,
     /// `LISTEN_ADDR`.
     pub listen_addr: String,
     /// `ACCOUNT_URL`: the account service.
@@ -239,6 +245,7 @@ impl Config {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
         let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
+        let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
         let service_jwt_public_key = keys::verifying_key(
             &mut secrets,
@@ -249,6 +256,8 @@ impl Config {
         let dev_fallbacks = secrets.finish()?;
         let c = Config {
             database_url,
+            migration_database_url,
+            db_limits: config::db_limits()?,
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
@@ -289,8 +298,11 @@ impl Config {
         account_url: impl Into<String>,
         order_url: impl Into<String>,
     ) -> Config {
+        let database_url: String = database_url.into();
         Config {
-            database_url: database_url.into(),
+            migration_database_url: paysaga_common::db::dev_migrator_url(&database_url),
+            database_url,
+            db_limits: paysaga_common::db::Limits::default(),
             listen_addr: DEFAULT_LISTEN_ADDR.to_owned(),
             account_url: account_url.into(),
             order_url: order_url.into(),

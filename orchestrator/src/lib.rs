@@ -111,8 +111,15 @@ impl AppState {
 
     /// Connects as the service role and brings the schema up to date.
     pub async fn connect(config: &Config, hooks: Hooks) -> anyhow::Result<Self> {
-        let pool = db::connect(&config.database_url, SCHEMA, config.db_max_connections).await?;
-        db::migrate(&pool, &MIGRATOR).await?;
+        let pool = db::open(
+            &config.database_url,
+            config.migration_database_url.as_deref(),
+            SCHEMA,
+            config.db_max_connections,
+            config.db_limits,
+            &MIGRATOR,
+        )
+        .await?;
         Ok(Self::new(pool, config, hooks))
     }
 }

@@ -13,13 +13,16 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 async fn pool(db: &TestDb) -> PgPool {
-    let pool = db::connect(&db.role_url("payment_app"), orchestrator::SCHEMA, 4)
+    db::migrate(
+        &db.role_url("payment_migrator"),
+        orchestrator::SCHEMA,
+        &orchestrator::MIGRATOR,
+    )
+    .await
+    .expect("migrate");
+    db::connect(&db.role_url("payment_app"), orchestrator::SCHEMA, 4)
         .await
-        .expect("connect");
-    db::migrate(&pool, &orchestrator::MIGRATOR)
-        .await
-        .expect("migrate");
-    pool
+        .expect("connect")
 }
 
 async fn new_payment(pool: &PgPool) -> Uuid {

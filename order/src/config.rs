@@ -14,6 +14,12 @@ pub struct Config {
     /// `DATABASE_URL`: the `order_app` role. Required; the development password only
     /// with `PAYSAGA_DEV_KEYS=1`.
     pub database_url: String,
+    /// `MIGRATION_DATABASE_URL`: the schema's migrator role, to apply migrations and
+    /// grants at start; see `paysaga_common::config::migration_database_url`.
+    pub migration_database_url: Option<String>,
+    /// `DB_STATEMENT_TIMEOUT_MS`, `DB_IDLE_IN_TRANSACTION_MS`: limits on every
+    /// connection of the service.
+    pub db_limits: paysaga_common::db::Limits,
     /// `LISTEN_ADDR`.
     pub listen_addr: String,
     /// `PASS_PUBLIC_KEY`: the gate's Ed25519 public key (base64). Required; the
@@ -44,10 +50,6 @@ pub struct Config {
     pub sweep_max_batches: u32,
     /// `DB_MAX_CONNECTIONS` (default 16).
     pub db_max_connections: u32,
-    /// `DB_STATEMENT_TIMEOUT_MS`: PostgreSQL `statement_timeout` for the service's
-    /// connections (default 5000; 0 leaves the server's setting), so a stuck statement
-    /// becomes a definite 503 instead of a request that never answers.
-    pub db_statement_timeout_ms: u64,
     /// `CLAIM_BATCH`: the most claims one group-commit flush carries (default 256,
     /// 1 to 10000); 1 turns group commit off, each claim then its own statement.
     pub claim_batch: usize,
@@ -80,6 +82,7 @@ impl Config {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
         let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
+        let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
         let pass_public_key = keys::verifying_key(&mut secrets, "PASS_PUBLIC_KEY", DevKey::Passes)?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
         let service_jwt_public_key = keys::verifying_key(
@@ -136,7 +139,6 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        let db_statement_timeout_ms: u64 = config::parse("DB_STATEMENT_TIMEOUT_MS", 5000)?;
         let claim_batch: usize = config::parse("CLAIM_BATCH", DEFAULT_CLAIM_BATCH)?;
         if !(1..=10_000).contains(&claim_batch) {
             return Err(invalid("CLAIM_BATCH", claim_batch, "must be 1 to 10000"));
@@ -147,6 +149,8 @@ impl Config {
         }
         Ok(Config {
             database_url,
+            migration_database_url,
+            db_limits: config::db_limits()?,
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             pass_public_key,
             buyer_keys,
@@ -159,7 +163,6 @@ impl Config {
             sweep_batch,
             sweep_max_batches,
             db_max_connections,
-            db_statement_timeout_ms,
             claim_batch,
             claim_flushes,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
@@ -168,8 +171,11 @@ impl Config {
 
     /// Defaults for a given database, for tests and tools (development pass key).
     pub fn local(database_url: impl Into<String>) -> Config {
+        let database_url: String = database_url.into();
         Config {
-            database_url: database_url.into(),
+            migration_database_url: paysaga_common::db::dev_migrator_url(&database_url),
+            database_url,
+            db_limits: paysaga_common::db::Limits::default(),
             listen_addr: "127.0.0.1:0".to_owned(),
             pass_public_key: DevKey::Passes.verifying_key(),
             buyer_keys: BuyerKeySource::development(),
@@ -182,40 +188,9 @@ impl Config {
             sweep_batch: 500,
             sweep_max_batches: 20,
             db_max_connections: 16,
-            db_statement_timeout_ms: 5000,
             claim_batch: DEFAULT_CLAIM_BATCH,
             claim_flushes: DEFAULT_CLAIM_FLUSHES,
             log_format: LogFormat::Pretty,
         }
-    }
-}
-
-/// `url` with a `statement_timeout` startup option, unless it already sets one.
-pub fn with_statement_timeout(url: &str, ms: u64) -> String {
-    if ms == 0 || url.contains("statement_timeout") {
-        return url.to_owned();
-    }
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}options[statement_timeout]={ms}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statement_timeout_is_added_once() {
-        let base = "postgres://u:p@h:5432/db";
-        assert_eq!(
-            with_statement_timeout(base, 250),
-            format!("{base}?options[statement_timeout]=250")
-        );
-        assert_eq!(
-            with_statement_timeout(&format!("{base}?sslmode=disable"), 250),
-            format!("{base}?sslmode=disable&options[statement_timeout]=250")
-        );
-        let set = format!("{base}?options[statement_timeout]=9");
-        assert_eq!(with_statement_timeout(&set, 250), set);
-        assert_eq!(with_statement_timeout(base, 0), base);
     }
 }

@@ -85,12 +85,16 @@ impl Error {
             Error::ProductNotFound(id) => {
                 ApiError::not_found(codes::PRODUCT_NOT_FOUND, format!("product {id} not found"))
             }
-            Error::Pass(e) => ApiError::unprocessable(e.code(), e.to_string()),
-            Error::PassWrongProduct { pass, asked } => ApiError::unprocessable(
+            // A pass is an admission credential: one that does not admit this member to
+            // this product now is refused as a credential is (403), however it failed.
+            Error::Pass(e) => ApiError::new(StatusCode::FORBIDDEN, e.code(), e.to_string()),
+            Error::PassWrongProduct { pass, asked } => ApiError::new(
+                StatusCode::FORBIDDEN,
                 codes::PASS_WRONG_PRODUCT,
                 format!("the pass is for product {pass}, not product {asked}"),
             ),
-            Error::PassWrongMember => ApiError::unprocessable(
+            Error::PassWrongMember => ApiError::new(
+                StatusCode::FORBIDDEN,
                 codes::PASS_WRONG_MEMBER,
                 "the pass was issued to another member",
             ),

@@ -78,10 +78,15 @@ impl AppState {
 
     /// Connects as the service role and brings the schema up to date.
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
-        let url =
-            config::with_statement_timeout(&config.database_url, config.db_statement_timeout_ms);
-        let pool = db::connect(&url, SCHEMA, config.db_max_connections).await?;
-        db::migrate(&pool, &MIGRATOR).await?;
+        let pool = db::open(
+            &config.database_url,
+            config.migration_database_url.as_deref(),
+            SCHEMA,
+            config.db_max_connections,
+            config.db_limits,
+            &MIGRATOR,
+        )
+        .await?;
         Ok(Self::new(pool, config))
     }
 }

@@ -6,7 +6,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use crate::{api::Product, error::Result};
 
 /// Most units one request may create; bigger stock is added in several calls.
-pub const MAX_UNITS_PER_CALL: i64 = 1_000_000;
+pub const MAX_UNITS_PER_CALL: i64 = 100_000;
 
 #[derive(sqlx::FromRow)]
 struct ProductRow {

@@ -96,7 +96,7 @@ async fn bad_passes_are_refused_with_distinct_codes_and_write_nothing() {
         alice
             .reserve(product.id, &format!("{forged_body}.{sig}"))
             .await,
-        422,
+        403,
         "PASS_INVALID_SIGNATURE",
     );
 
@@ -106,20 +106,20 @@ async fn bad_passes_are_refused_with_distinct_codes_and_write_nothing() {
         alice
             .reserve(product.id, &wrong_key.sign(&claims(product.id, "alice")))
             .await,
-        422,
+        403,
         "PASS_INVALID_SIGNATURE",
     );
 
     // Not a pass at all.
     expect(
         alice.reserve(product.id, "v1.not-a-pass").await,
-        422,
+        403,
         "PASS_MALFORMED",
     );
-    expect(alice.reserve(product.id, "").await, 422, "PASS_MALFORMED");
+    expect(alice.reserve(product.id, "").await, 403, "PASS_MALFORMED");
     expect(
         alice.reserve(product.id, &"x".repeat(5000)).await,
-        422,
+        403,
         "PASS_MALFORMED",
     );
 
@@ -128,21 +128,21 @@ async fn bad_passes_are_refused_with_distinct_codes_and_write_nothing() {
     c.exp = chrono::Utc::now().timestamp() - 1;
     expect(
         alice.reserve(product.id, &signer().sign(&c)).await,
-        422,
+        403,
         "PASS_EXPIRED",
     );
 
     // For another product.
     expect(
         alice.reserve(product.id, &pass(other.id, "alice")).await,
-        422,
+        403,
         "PASS_WRONG_PRODUCT",
     );
 
     // For another member (unused).
     expect(
         alice.reserve(product.id, &pass(product.id, "bob")).await,
-        422,
+        403,
         "PASS_WRONG_MEMBER",
     );
 

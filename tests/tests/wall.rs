@@ -1,7 +1,11 @@
-//! The schema wall: every service role reaches its own schema and no other, checked for
-//! every ordered pair of roles (reading, writing and creating in the other's schema).
+//! The schema wall: every service role, runtime and migrator, reaches its own schema
+//! and no other, checked for every ordered pair (reading, writing and creating in the
+//! other's schema); and no runtime role can change even its own schema.
 
-use paysaga_common::{db::ROLES, testkit::TestDb};
+use paysaga_common::{
+    db::{MIGRATORS, ROLES},
+    testkit::TestDb,
+};
 use sqlx::{postgres::PgPoolOptions, PgPool};
 
 fn sqlstate(e: &sqlx::Error) -> Option<String> {
@@ -34,15 +38,36 @@ async fn every_role_is_walled_off_from_every_other_schema_in_both_directions() {
     }
 
     let mut refused = 0;
-    for (role, own) in ROLES {
+    for (role, own) in MIGRATORS.into_iter().chain(ROLES) {
         let pool = pool_as(&db, role).await;
-        // Its own schema is reachable, so each refusal below is the wall, not a broken login.
-        sqlx::query(&format!("CREATE TABLE {own}.own_probe (id INT)"))
-            .execute(&pool)
-            .await
-            .unwrap_or_else(|e| panic!("{role} creates in {own}: {e}"));
-        for (other_role, other) in ROLES {
-            if other_role == role {
+        // Its own schema is reachable, so each refusal below is the wall, not a broken
+        // login: the migrator creates there (migrators come first), the runtime role
+        // reads what its migrator granted it.
+        if role.ends_with("_migrator") {
+            let app = ROLES.iter().find(|(_, s)| *s == own).map(|(r, _)| *r).unwrap();
+            for sql in [
+                format!("CREATE TABLE {own}.own_probe (id INT)"),
+                format!("GRANT SELECT ON {own}.own_probe TO {app}"),
+            ] {
+                sqlx::query(&sql)
+                    .execute(&pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("{role}: {sql}: {e}"));
+            }
+        } else {
+            sqlx::query(&format!("SELECT id FROM {own}.own_probe"))
+                .execute(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{role} reads in {own}: {e}"));
+            let err = sqlx::query(&format!("CREATE TABLE {own}.own_change (id INT)"))
+                .execute(&pool)
+                .await
+                .expect_err(&format!("{role} must not change its own schema"));
+            assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{role}: {err}");
+            refused += 1;
+        }
+        for (_, other) in ROLES {
+            if other == own {
                 continue;
             }
             for sql in [
@@ -64,7 +89,8 @@ async fn every_role_is_walled_off_from_every_other_schema_in_both_directions() {
         }
         pool.close().await;
     }
-    assert_eq!(refused, ROLES.len() * (ROLES.len() - 1) * 3);
+    let roles = ROLES.len() + MIGRATORS.len();
+    assert_eq!(refused, roles * (ROLES.len() - 1) * 3 + ROLES.len());
 
     // Nothing got through: every probe still holds its one row and no intruder exists.
     for (_, schema) in ROLES {
@@ -74,8 +100,9 @@ async fn every_role_is_walled_off_from_every_other_schema_in_both_directions() {
             .unwrap();
         assert_eq!(rows, 1, "{schema}");
     }
-    let intruders: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM pg_tables WHERE tablename = 'intruder'")
+    let intruders: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_tables WHERE tablename IN ('intruder', 'own_change')",
+    )
             .fetch_one(&admin)
             .await
             .unwrap();

@@ -499,10 +499,12 @@ async fn run_on(
     progress: &mut impl FnMut(&RunResult),
 ) -> anyhow::Result<Vec<RunResult>> {
     // As the service's own role, with its own migrations: the claim is the real one.
-    let url = bench_db.role_url("order_app")?;
-    let pool = db::connect(&url, order::SCHEMA, cfg.connections).await?;
-    db::migrate(&pool, &order::MIGRATOR).await?;
-    pool.execute(
+    // The alternatives' tables are made by the schema's owner, as a migration would,
+    // and the second migrate run grants the service role its rights on them.
+    let migrator_url = bench_db.role_url("order_migrator")?;
+    db::migrate(&migrator_url, order::SCHEMA, &order::MIGRATOR).await?;
+    let owner = db::connect(&migrator_url, order::SCHEMA, 1).await?;
+    owner.execute(
         r#"
         CREATE TABLE bench_counter (
             product_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -518,6 +520,10 @@ async fn run_on(
         "#,
     )
     .await?;
+    owner.close().await;
+    db::migrate(&migrator_url, order::SCHEMA, &order::MIGRATOR).await?;
+    let url = bench_db.role_url("order_app")?;
+    let pool = db::connect(&url, order::SCHEMA, cfg.connections).await?;
 
     let mut rows = Vec::new();
     let strategies: &[Strategy] = if cfg.only_cycles { &[] } else { &Strategy::ALL };

@@ -58,7 +58,7 @@ pub const TOKEN_TYPE: &str = "Bearer";
 pub struct Credentials {
     #[schema(
         example = "ada@example.com",
-        pattern = r"^\s*[^\s@\x00-\x1f\x7f-\x9f]+@[^\s@.\x00-\x1f\x7f-\x9f]+(\.[^\s@.\x00-\x1f\x7f-\x9f]+)+\s*$",
+        pattern = r"^[ \t\r\n]*[\x21-\x3f\x41-\x7e]+@[\x21-\x2d\x2f-\x3f\x41-\x7e]+(\.[\x21-\x2d\x2f-\x3f\x41-\x7e]+)+[ \t\r\n]*$",
         max_length = 254
     )]
     pub email: String,
@@ -173,7 +173,7 @@ pub struct TopUpRequest {
 #[serde(deny_unknown_fields)]
 pub struct BulkMember {
     #[schema(
-        pattern = r"^\s*[^\s@\x00-\x1f\x7f-\x9f]+@[^\s@.\x00-\x1f\x7f-\x9f]+(\.[^\s@.\x00-\x1f\x7f-\x9f]+)+\s*$",
+        pattern = r"^[ \t\r\n]*[\x21-\x3f\x41-\x7e]+@[\x21-\x2d\x2f-\x3f\x41-\x7e]+(\.[\x21-\x2d\x2f-\x3f\x41-\x7e]+)+[ \t\r\n]*$",
         max_length = 254
     )]
     pub email: String,

@@ -20,16 +20,16 @@ pub struct CreateProduct {
     /// Minor units (cents), strictly positive.
     #[schema(example = 12900, minimum = 1, maximum = 1_000_000_000_000_i64)]
     pub price: i64,
-    /// Initial number of units, 0 to 1,000,000.
-    #[schema(example = 100, minimum = 0, maximum = 1_000_000)]
+    /// Initial number of units, 0 to 100,000 (more are added in further calls).
+    #[schema(example = 100, minimum = 0, maximum = 100_000)]
     pub units: i64,
 }
 
 /// `POST /v1/products/{id}/units`: add `count` more units.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AddUnits {
-    /// 1 to 1,000,000.
-    #[schema(example = 50, minimum = 1, maximum = 1_000_000)]
+    /// 1 to 100,000.
+    #[schema(example = 50, minimum = 1, maximum = 100_000)]
     pub count: i64,
 }
 

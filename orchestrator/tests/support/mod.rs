@@ -135,14 +135,13 @@ impl Stack {
     /// Brings the payment schema up as the orchestrator would, without running one
     /// (for tests that plant rows a crashed instance would have left).
     pub async fn migrate_payments(&self) {
-        let pool =
-            paysaga_common::db::connect(&self.db.role_url("payment_app"), orchestrator::SCHEMA, 2)
-                .await
-                .expect("connect as payment_app");
-        paysaga_common::db::migrate(&pool, &orchestrator::MIGRATOR)
-            .await
-            .expect("migrate");
-        pool.close().await;
+        paysaga_common::db::migrate(
+            &self.db.role_url("payment_migrator"),
+            orchestrator::SCHEMA,
+            &orchestrator::MIGRATOR,
+        )
+        .await
+        .expect("migrate");
     }
 
     pub fn account_service(&self) -> AccountClient {

@@ -42,7 +42,7 @@ fn replay(existing: Reservation, member: &MemberId) -> Result<(StatusCode, Json<
         (status = 201, body = Reservation, description = "a unit is held for you until expires_at"),
         (status = 200, body = Reservation, description = "this pass was already used by you: the same reservation"),
         (status = 409, body = ErrorBody, description = "SOLD_OUT, PASS_ALREADY_USED, MEMBER_LIMIT_REACHED (a live reservation of the product is held, or PURCHASE_CAP units reserved and bought)"),
-        (status = 422, body = ErrorBody, description = "PASS_MALFORMED, PASS_INVALID_SIGNATURE, PASS_EXPIRED, PASS_WRONG_PRODUCT, PASS_WRONG_MEMBER"),
+        (status = 403, body = ErrorBody, description = "the pass does not admit this member to this product now: PASS_MALFORMED, PASS_INVALID_SIGNATURE, PASS_EXPIRED, PASS_WRONG_PRODUCT, PASS_WRONG_MEMBER"),
         (status = 404, body = ErrorBody, description = "PRODUCT_NOT_FOUND")))]
 #[tracing::instrument(skip_all, fields(member = %member, product_id = req.product_id))]
 pub async fn create(

@@ -1,0 +1,7 @@
+-- What payment_app, the running payment service, may do in its schema. Applied by
+-- payment_migrator after every migration run, in one transaction, so it always matches
+-- the tables that exist; a table a migration adds is covered by the first line.
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA payment_service TO payment_app;
+GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA payment_service TO payment_app;
+REVOKE ALL ON payment_service._sqlx_migrations FROM payment_app;
+GRANT SELECT ON payment_service._sqlx_migrations TO payment_app;
