@@ -167,7 +167,7 @@ pub enum PaymentsCommand {
 pub enum WebhooksCommand {
     /// Register an endpoint; prints its signing secret, which is shown this once.
     Add {
-        /// Where deliveries are POSTed: an http or https URL.
+        /// Where deliveries are POSTed: an http URL (https is not delivered yet).
         url: String,
         /// Only this event type (repeat for more; default: every type), e.g. payment.completed.
         #[arg(long = "event")]
