@@ -17,9 +17,13 @@ fn report() -> Report {
 /// A product with `units` unit rows, the first `sold` of them SOLD through confirmed
 /// reservations, written as the order service's role into its migrated schema.
 async fn product(db: &TestDb, units: i64, sold: i64) -> i64 {
-    db::migrate(&db.role_url("order_migrator"), order::SCHEMA, &order::MIGRATOR)
-        .await
-        .unwrap();
+    db::migrate(
+        &db.role_url("order_migrator"),
+        order::SCHEMA,
+        &order::MIGRATOR,
+    )
+    .await
+    .unwrap();
     let pool = db::connect(&db.role_url("order_app"), order::SCHEMA, 2)
         .await
         .unwrap();

@@ -48,7 +48,10 @@ const GRANTS: [(&str, &str); 4] = [
 
 /// The migrator role that owns `schema`.
 pub fn migrator_of(schema: &str) -> Option<&'static str> {
-    MIGRATORS.iter().find(|(_, s)| *s == schema).map(|(r, _)| *r)
+    MIGRATORS
+        .iter()
+        .find(|(_, s)| *s == schema)
+        .map(|(r, _)| *r)
 }
 
 /// DEVELOPMENT ONLY password of every service role created by the bootstrap.

@@ -44,7 +44,11 @@ async fn every_role_is_walled_off_from_every_other_schema_in_both_directions() {
         // login: the migrator creates there (migrators come first), the runtime role
         // reads what its migrator granted it.
         if role.ends_with("_migrator") {
-            let app = ROLES.iter().find(|(_, s)| *s == own).map(|(r, _)| *r).unwrap();
+            let app = ROLES
+                .iter()
+                .find(|(_, s)| *s == own)
+                .map(|(r, _)| *r)
+                .unwrap();
             for sql in [
                 format!("CREATE TABLE {own}.own_probe (id INT)"),
                 format!("GRANT SELECT ON {own}.own_probe TO {app}"),
@@ -103,9 +107,9 @@ async fn every_role_is_walled_off_from_every_other_schema_in_both_directions() {
     let intruders: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM pg_tables WHERE tablename IN ('intruder', 'own_change')",
     )
-            .fetch_one(&admin)
-            .await
-            .unwrap();
+    .fetch_one(&admin)
+    .await
+    .unwrap();
     assert_eq!(intruders, 0);
     admin.close().await;
 }

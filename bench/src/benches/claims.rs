@@ -504,8 +504,9 @@ async fn run_on(
     let migrator_url = bench_db.role_url("order_migrator")?;
     db::migrate(&migrator_url, order::SCHEMA, &order::MIGRATOR).await?;
     let owner = db::connect(&migrator_url, order::SCHEMA, 1).await?;
-    owner.execute(
-        r#"
+    owner
+        .execute(
+            r#"
         CREATE TABLE bench_counter (
             product_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
             stock      BIGINT NOT NULL,
@@ -518,8 +519,8 @@ async fn run_on(
             created_at TIMESTAMPTZ NOT NULL DEFAULT now()
         );
         "#,
-    )
-    .await?;
+        )
+        .await?;
     owner.close().await;
     db::migrate(&migrator_url, order::SCHEMA, &order::MIGRATOR).await?;
     let url = bench_db.role_url("order_app")?;
