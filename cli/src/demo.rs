@@ -191,7 +191,14 @@ impl DemoResult {
                 ),
             ),
             (
-                "unit back to next waiter's COMPLETED, p50 / max",
+                "units back from failed payments: to the line / on sale",
+                format!(
+                    "{} / {}",
+                    st.returns_next_via_offer, st.returns_next_on_sale
+                ),
+            ),
+            (
+                "unit back to next buyer's COMPLETED, p50 / max",
                 if back.count == 0 {
                     "-".to_owned()
                 } else {

@@ -184,9 +184,12 @@ pub struct Waitlisted {
     pub entry_id: Option<Uuid>,
     /// The unit offered to the buyer, if one was.
     pub offer_id: Option<Uuid>,
-    /// Joins refused with NOT_SOLD_OUT: units were on sale (a return not yet offered
-    /// when the buyer was told sold out, or passes not yet used), so it tried to buy
-    /// again.
+    /// Times the product showed units on sale when the buyer, refused NOT_SOLD_OUT
+    /// before, was told SOLD_OUT again (passes not used yet, a return the gate had not
+    /// counted yet): it went back to the sale instead of joining again.
+    pub on_sale_seen: u32,
+    /// Joins refused with NOT_SOLD_OUT (units on sale after all): the buyer went back
+    /// to the sale.
     pub not_sold_out: u32,
     /// Reads of the entry after the join.
     pub polls: u32,
@@ -202,7 +205,8 @@ pub enum WaitEnd {
     Waiting,
     /// The offer became the buyer's reservation; the attempt's outcome is its payment's.
     Taken,
-    /// Sent back to the sale by NOT_SOLD_OUT, the buyer reserved a unit there.
+    /// Sent back to the sale (units on sale, or NOT_SOLD_OUT), the buyer reserved a
+    /// unit there.
     ReservedOnSale,
     /// A definite refusal to join: `NOTHING_TO_WAIT_FOR` (no unit held by anyone),
     /// `NOT_SOLD_OUT` (units still on sale when the buyer's patience ran out),
@@ -211,7 +215,8 @@ pub enum WaitEnd {
     /// Left while WAITING once no unit was held by a reservation or an offer: none
     /// could come back.
     NothingHeld,
-    /// Left while WAITING when [`WaitlistPolicy::wait_for`] ran out.
+    /// Left while WAITING, or gave up while units stayed on sale, when
+    /// [`WaitlistPolicy::wait_for`] ran out.
     OutOfPatience,
     /// The entry or its offer ended without a unit for the buyer: the entry's state
     /// (`EXPIRED`, `SKIPPED`, `LEFT`) or the refusal of the take (`OFFER_EXPIRED`,
@@ -225,6 +230,7 @@ impl Waitlisted {
             told,
             entry_id: None,
             offer_id: None,
+            on_sale_seen: 0,
             not_sold_out: 0,
             polls: 0,
             waited: Duration::ZERO,
@@ -615,6 +621,26 @@ impl Driver {
                 reason: "waiting without a record".into(),
             });
         };
+        // Once refused NOT_SOLD_OUT, join again only when no unit is on sale any more
+        // (passes used, returns counted by the gate): every join takes the product's
+        // waitlist lock, this read none. Until then, the sale again.
+        let refused_before = a.waitlist.as_ref().is_some_and(|w| w.not_sold_out > 0);
+        let read = if refused_before {
+            order.product(product_id).await.ok()
+        } else {
+            None
+        };
+        if let Some(p) = read {
+            if p.body.available > 0 {
+                if let Some(w) = a.waitlist.as_mut() {
+                    w.on_sale_seen += 1;
+                }
+                if Instant::now() < deadline {
+                    return Line::OnSale;
+                }
+                return end_wait(a, WaitEnd::OutOfPatience, Line::Done(told));
+            }
+        }
         let joined = self
             .retried(&mut a.retries, || order.join_waitlist(product_id))
             .await;

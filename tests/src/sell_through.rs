@@ -1,13 +1,16 @@
 //! What became of one product's units and of its waitlist, read from PostgreSQL: units
 //! sold of units on sale, sales through an offer, offers by state, failed payments, and
-//! how long a unit that came back took to be paid for by the next waiter.
+//! how long a unit that came back took to be paid for by the next buyer.
 //!
-//! The clock of a return starts at the offer's `created_at`: a returned unit is offered
-//! to the head of the line by a trigger in the very transaction that returns it, so the
-//! offer's creation is the unit's return. It stops at the payment's step into
-//! `COMPLETED`. A unit whose first taker cannot pay comes back again and starts a new
-//! clock with its next offer; [`SellThrough::unit_return_to_completed`] measures the
-//! whole way instead, from a sold unit's first offer.
+//! A unit comes back when a reservation of it ends unpaid (CANCELLED, e.g. its payment
+//! failed, or EXPIRED): the clock starts at that reservation's `updated_at`. With
+//! someone waiting, the unit is offered to the head of the line by a trigger in that
+//! same transaction, so the offer's `created_at` is the same instant. The next
+//! reservation of the unit is the next buyer's (taken from the offer, or made with a
+//! pass once the unit was back on sale); the clock stops at its payment's step into
+//! `COMPLETED`. If that buyer cannot pay, the unit comes back again and the next return
+//! starts a new clock, so each unit sold after a return counts once, from its last
+//! return.
 
 use anyhow::Context;
 use sqlx::{PgPool, Row};
@@ -37,12 +40,17 @@ pub struct SellThrough {
     pub payments_completed: i64,
     pub payments_failed: i64,
     pub payments_refunded: i64,
-    /// Per offer that ended in a COMPLETED payment: from the offer (the unit's return)
-    /// to that payment's COMPLETED.
+    /// Units that came back (reservations of the product ended unpaid).
+    pub returns: i64,
+    /// Returns whose next reservation was taken from a waitlist offer, and those whose
+    /// next reservation was made with a pass (the unit was back on sale).
+    pub returns_next_via_offer: i64,
+    pub returns_next_on_sale: i64,
+    /// Per unit sold after a return: from its last return to the next buyer's
+    /// COMPLETED, however that buyer got it.
     pub return_to_completed: Latency,
-    /// Per unit sold through an offer: from its first offer to its COMPLETED sale,
-    /// through any offers whose taker could not pay.
-    pub unit_return_to_completed: Latency,
+    /// The same, for the units the next buyer took from a waitlist offer.
+    pub return_to_completed_via_offer: Latency,
 }
 
 impl SellThrough {
@@ -124,42 +132,52 @@ pub async fn read(pool: &PgPool, product_id: i64) -> anyhow::Result<SellThrough>
     s.payments_failed = row.try_get("failed")?;
     s.payments_refunded = row.try_get("refunded")?;
 
-    // (offer made, first offer of its unit, payment COMPLETED) per sale through an offer.
+    // Per return: the unit's next reservation, and when its payment COMPLETED if it did.
     let rows = sqlx::query(
         r#"
-        SELECT (EXTRACT(EPOCH FROM (done.at - o.created_at)) * 1000000)::BIGINT AS from_offer,
-               (EXTRACT(EPOCH FROM (done.at - first.at)) * 1000000)::BIGINT AS from_first
-        FROM order_service.waitlist_offers AS o
-        JOIN order_service.reservations AS r ON r.offer_id = o.id
-        JOIN payment_service.payments AS p ON p.reservation_id = r.id AND p.state = 'COMPLETED'
-        CROSS JOIN LATERAL (
+        SELECT CASE WHEN nxt.id IS NOT NULL THEN nxt.offer_id IS NOT NULL END AS via_offer,
+               (EXTRACT(EPOCH FROM (done.at - e.updated_at)) * 1000000)::BIGINT AS micros
+        FROM order_service.reservations AS e
+        LEFT JOIN LATERAL (
+            SELECT n.id, n.offer_id
+            FROM order_service.reservations AS n
+            WHERE n.unit_id = e.unit_id AND n.created_at > e.created_at
+            ORDER BY n.created_at
+            LIMIT 1
+        ) AS nxt ON TRUE
+        LEFT JOIN payment_service.payments AS p
+            ON p.reservation_id = nxt.id AND p.state = 'COMPLETED'
+        LEFT JOIN LATERAL (
             SELECT MIN(st.created_at) AS at
             FROM payment_service.payment_steps AS st
             WHERE st.payment_id = p.id AND st.to_state = 'COMPLETED'
-        ) AS done
-        CROSS JOIN LATERAL (
-            SELECT MIN(f.created_at) AS at
-            FROM order_service.waitlist_offers AS f
-            WHERE f.unit_id = o.unit_id
-        ) AS first
-        WHERE o.product_id = $1 AND done.at IS NOT NULL
+        ) AS done ON TRUE
+        WHERE e.product_id = $1 AND e.state IN ('CANCELLED', 'EXPIRED')
         "#,
     )
     .bind(product_id)
     .fetch_all(pool)
     .await
     .context("timing returns to sales")?;
-    let micros = |name: &str| -> anyhow::Result<Vec<std::time::Duration>> {
-        rows.iter()
-            .map(|r| {
-                let us: i64 = r.try_get(name)?;
-                Ok(std::time::Duration::from_micros(
-                    u64::try_from(us).unwrap_or(0),
-                ))
-            })
-            .collect()
-    };
-    s.return_to_completed = Latency::of_durations(&micros("from_offer")?);
-    s.unit_return_to_completed = Latency::of_durations(&micros("from_first")?);
+    let (mut all, mut via_offer) = (Vec::new(), Vec::new());
+    for row in &rows {
+        s.returns += 1;
+        let offered: Option<bool> = row.try_get("via_offer")?;
+        match offered {
+            Some(true) => s.returns_next_via_offer += 1,
+            Some(false) => s.returns_next_on_sale += 1,
+            None => {}
+        }
+        let micros: Option<i64> = row.try_get("micros")?;
+        if let Some(us) = micros {
+            let d = std::time::Duration::from_micros(u64::try_from(us).unwrap_or(0));
+            all.push(d);
+            if offered == Some(true) {
+                via_offer.push(d);
+            }
+        }
+    }
+    s.return_to_completed = Latency::of_durations(&all);
+    s.return_to_completed_via_offer = Latency::of_durations(&via_offer);
     Ok(s)
 }

@@ -200,7 +200,16 @@ async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Resu
         st.offers_taken + st.offers_expired + st.offers_released,
         "every offer ended"
     );
-    assert_eq!(st.return_to_completed.count as i64, via_waitlist);
+    assert_eq!(
+        st.returns, st.payments_failed,
+        "each FAILED payment gave its unit back"
+    );
+    assert_eq!(
+        st.returns_next_via_offer + st.returns_next_on_sale,
+        st.returns,
+        "every unit that came back was reserved again"
+    );
+    assert_eq!(st.return_to_completed_via_offer.count as i64, via_waitlist);
 
     // Money: each buyer's balance is its opening balance, less the price once if and
     // only if it paid; the sum of balances did not change.

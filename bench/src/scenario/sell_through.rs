@@ -152,6 +152,16 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     );
     fig(
         r,
+        "told SOLD_OUT while units were on sale (buyer went back to the sale)",
+        attempts
+            .iter()
+            .filter_map(|a| a.waitlist.as_ref())
+            .map(|w| f64::from(w.on_sale_seen))
+            .sum(),
+        "times",
+    );
+    fig(
+        r,
         "joins refused NOT_SOLD_OUT (buyer went back to the sale)",
         attempts
             .iter()
@@ -176,15 +186,33 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
             r.figure(SCENARIO, &format!("{what}: {q}"), ms(v), "ms");
         }
     };
+    fig(
+        r,
+        "units back from failed payments",
+        st.returns as f64,
+        "units",
+    );
+    fig(
+        r,
+        "  next taken from a waitlist offer",
+        st.returns_next_via_offer as f64,
+        "units",
+    );
+    fig(
+        r,
+        "  next reserved on sale (nobody waiting yet)",
+        st.returns_next_on_sale as f64,
+        "units",
+    );
     times(
         r,
-        "unit's return (its offer) to that waiter's COMPLETED",
+        "unit's return to the next buyer's COMPLETED",
         &st.return_to_completed,
     );
     times(
         r,
-        "unit's first return to its COMPLETED sale",
-        &st.unit_return_to_completed,
+        "unit's return to the next buyer's COMPLETED, through an offer",
+        &st.return_to_completed_via_offer,
     );
     let paid: Vec<Duration> = attempts
         .iter()
