@@ -148,45 +148,24 @@ struct JoinCheck {
 /// offers the unit to the line.
 #[tracing::instrument(skip_all, fields(product_id = req.product_id))]
 pub async fn join(pool: &PgPool, req: &JoinRequest<'_>) -> Result<Joined> {
+    // First without the lock: in a crowd most joins are refused (units still on sale,
+    // nothing held) or find the member already in line, and answering those under the
+    // product's exclusive lock made every join wait for every other, each holding a
+    // pooled connection that claims and confirms then lacked. A refusal read a moment
+    // early is as good as one read under the lock (the buyer asks again); only a join
+    // that would insert takes the lock and checks again.
+    let mut conn = pool.acquire().await?;
+    if let Some(answer) = judge(&mut conn, req).await? {
+        return answer;
+    }
+    drop(conn);
     let mut tx = pool.begin().await?;
     sqlx::query(r#"SELECT waitlist_lock($1, TRUE)"#)
         .bind(req.product_id)
         .execute(&mut *tx)
         .await?;
-    let check = sqlx::query_as::<_, JoinCheck>(
-        r#"
-        SELECT EXISTS (SELECT 1 FROM product_stock s
-                       WHERE s.product_id = p.id AND s.state = 'AVAILABLE') AS available,
-               EXISTS (SELECT 1 FROM product_stock s
-                       WHERE s.product_id = p.id AND s.state IN ('RESERVED', 'OFFERED')) AS held,
-               (SELECT COUNT(*) FROM reservations r
-                WHERE r.product_id = p.id AND r.member_id = $2
-                  AND r.state IN ('RESERVED', 'CONFIRMED')) AS mine
-        FROM products p
-        WHERE p.id = $1
-        "#,
-    )
-    .bind(req.product_id)
-    .bind(req.member.as_str())
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or(Error::ProductNotFound(req.product_id))?;
-    if let Some(existing) = latest(&mut tx, req.product_id, req.member).await? {
-        if matches!(
-            existing.state,
-            WaitlistState::Waiting | WaitlistState::Offered
-        ) {
-            return Ok(Joined::Existing(existing));
-        }
-    }
-    if check.mine >= req.cap {
-        return Err(Error::MemberLimit);
-    }
-    if check.available {
-        return Err(Error::NotSoldOut);
-    }
-    if !check.held {
-        return Err(Error::NothingToWaitFor);
+    if let Some(answer) = judge(&mut tx, req).await? {
+        return answer;
     }
     sqlx::query(
         r#"
@@ -207,6 +186,50 @@ pub async fn join(pool: &PgPool, req: &JoinRequest<'_>) -> Result<Joined> {
     tx.commit().await?;
     metrics::counter!("order_waitlist_joins_total").increment(1);
     Ok(Joined::Created(created))
+}
+
+/// The answer to a join that does not insert: the member's live entry, or a refusal.
+/// `None`: the member may join.
+async fn judge(
+    conn: &mut sqlx::PgConnection,
+    req: &JoinRequest<'_>,
+) -> Result<Option<Result<Joined>>> {
+    let check = sqlx::query_as::<_, JoinCheck>(
+        r#"
+        SELECT EXISTS (SELECT 1 FROM product_stock s
+                       WHERE s.product_id = p.id AND s.state = 'AVAILABLE') AS available,
+               EXISTS (SELECT 1 FROM product_stock s
+                       WHERE s.product_id = p.id AND s.state IN ('RESERVED', 'OFFERED')) AS held,
+               (SELECT COUNT(*) FROM reservations r
+                WHERE r.product_id = p.id AND r.member_id = $2
+                  AND r.state IN ('RESERVED', 'CONFIRMED')) AS mine
+        FROM products p
+        WHERE p.id = $1
+        "#,
+    )
+    .bind(req.product_id)
+    .bind(req.member.as_str())
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(Error::ProductNotFound(req.product_id))?;
+    if let Some(existing) = latest(conn, req.product_id, req.member).await? {
+        if matches!(
+            existing.state,
+            WaitlistState::Waiting | WaitlistState::Offered
+        ) {
+            return Ok(Some(Ok(Joined::Existing(existing))));
+        }
+    }
+    if check.mine >= req.cap {
+        return Ok(Some(Err(Error::MemberLimit)));
+    }
+    if check.available {
+        return Ok(Some(Err(Error::NotSoldOut)));
+    }
+    if !check.held {
+        return Ok(Some(Err(Error::NothingToWaitFor)));
+    }
+    Ok(None)
 }
 
 /// Leaves the line. An offer the member holds is released and its unit passes on (to
