@@ -450,13 +450,13 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
             let id = ep_switched.endpoint.id;
             async move {
                 let behind = sqlx::query_scalar::<_, i64>(
-                r#"SELECT (SELECT COUNT(*) FROM payment_service.events WHERE dispatched_at IS NULL)
+                    r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
                         + (SELECT COUNT(*) FROM payment_service.webhook_deliveries
                            WHERE endpoint_id = $1 AND state <> 'DELIVERED')"#,
-            )
-            .bind(id)
-            .fetch_one(&pool)
-            .await?;
+                )
+                .bind(id)
+                .fetch_one(&pool)
+                .await?;
                 Ok(behind == 0)
             }
         },
@@ -506,7 +506,7 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
         let switched_id = ep_switched.endpoint.id;
         async move {
             let open = sqlx::query_scalar::<_, i64>(
-                r#"SELECT (SELECT COUNT(*) FROM payment_service.events WHERE dispatched_at IS NULL)
+                r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
                         + (SELECT COUNT(*) FROM payment_service.webhook_deliveries
                            WHERE state = 'PENDING' AND endpoint_id <> $1)"#,
             )
@@ -812,7 +812,7 @@ async fn nothing_is_lost_when_the_worker_is_killed_mid_delivery() -> anyhow::Res
         let pool = pool.clone();
         async move {
             let open = sqlx::query_scalar::<_, i64>(
-                r#"SELECT (SELECT COUNT(*) FROM payment_service.events WHERE dispatched_at IS NULL)
+                r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
                         + (SELECT COUNT(*) FROM payment_service.webhook_deliveries WHERE state <> 'DELIVERED')"#,
             )
             .fetch_one(&pool)

@@ -150,6 +150,25 @@ async fn endpoint(pool: &PgPool, types: &[&str]) -> Uuid {
     .id
 }
 
+/// Dispatches until `events` events have gone (transactions anywhere on the server
+/// hold the dispatch horizon back for a moment), returning (events, deliveries).
+async fn dispatch_until(pool: &PgPool, events: i64) -> (i64, i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (mut e, mut d) = (0, 0);
+    while e < events && std::time::Instant::now() < deadline {
+        let got = store::dispatch(pool, 500)
+            .await
+            .expect("dispatch")
+            .expect("lock free");
+        e += got.events;
+        d += got.deliveries;
+        if e < events {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    (e, d)
+}
+
 fn incoming(subject: &str, event_type: &str) -> Incoming {
     Incoming {
         id: Uuid::now_v7(),
@@ -189,11 +208,7 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
 
     // Fan-out: every event to the catch-all, offers made to the subscriber, nothing to
     // the disabled endpoint.
-    let d = store::dispatch(&pool, 500)
-        .await
-        .expect("dispatch")
-        .expect("lock free");
-    assert_eq!((d.events, d.deliveries), (3, 5));
+    assert_eq!(dispatch_until(&pool, 3).await, (3, 5));
     let again = store::dispatch(&pool, 500)
         .await
         .expect("dispatch")
@@ -309,7 +324,7 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
     store::ingest(&pool, std::slice::from_ref(&c1))
         .await
         .expect("ingest");
-    store::dispatch(&pool, 500).await.expect("dispatch");
+    assert_eq!(dispatch_until(&pool, 1).await.0, 1);
     store::set_enabled(&pool, offers_only, false)
         .await
         .expect("disable");
@@ -344,7 +359,7 @@ async fn old_settled_events_are_purged_and_pending_ones_kept() {
     store::ingest(&pool, &[done.clone(), waiting.clone()])
         .await
         .expect("ingest");
-    store::dispatch(&pool, 500).await.expect("dispatch");
+    assert_eq!(dispatch_until(&pool, 2).await.0, 2);
     let me = Uuid::new_v4();
     for c in store::claim(&pool, me, Duration::from_secs(30), 100)
         .await
@@ -385,4 +400,54 @@ async fn old_settled_events_are_purged_and_pending_ones_kept() {
         .await
         .expect("left");
     assert_eq!(left, vec![waiting.id], "the pending one stays");
+}
+
+/// An event whose transaction commits after a later-numbered one is never left behind
+/// the dispatch cursor: dispatch waits for every older transaction to end.
+#[tokio::test]
+async fn an_event_committed_late_is_never_skipped_by_the_cursor() {
+    let db = TestDb::new().await;
+    let pool = pool(&db).await;
+    let ep = endpoint(&pool, &[]).await;
+
+    let early = new_payment(&pool).await;
+    let late = new_payment(&pool).await;
+    // `early` moves first (its transaction takes its id first) but commits last.
+    let mut slow = pool.begin().await.expect("begin");
+    sqlx::query(r#"UPDATE payments SET state = 'COMPLETED', pending_action = NULL, next_attempt_at = NULL, updated_at = now() WHERE id = $1"#)
+        .bind(early)
+        .execute(&mut *slow)
+        .await
+        .expect("early completes");
+    move_to(&pool, late, "COMPLETED", None).await;
+
+    let d = store::dispatch(&pool, 500)
+        .await
+        .expect("dispatch")
+        .expect("lock");
+    assert_eq!(
+        (d.events, d.deliveries),
+        (0, 0),
+        "nothing goes while an older transaction is open"
+    );
+    slow.commit().await.expect("commit");
+
+    assert_eq!(dispatch_until(&pool, 2).await, (2, 2));
+    let subjects: Vec<String> = sqlx::query_scalar(
+        r#"SELECT subject FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY event_seq"#,
+    )
+    .bind(ep)
+    .fetch_all(&pool)
+    .await
+    .expect("deliveries");
+    assert_eq!(
+        subjects,
+        vec![early.to_string(), late.to_string()],
+        "both delivered, each once"
+    );
+    let left: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM events_undispatched"#)
+        .fetch_one(&pool)
+        .await
+        .expect("left");
+    assert_eq!(left, 0);
 }

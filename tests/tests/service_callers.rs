@@ -609,7 +609,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
     let pool = stack.admin_pool().await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while sqlx::query_scalar::<_, i64>(
-        r#"SELECT COUNT(*) FROM payment_service.events WHERE dispatched_at IS NULL"#,
+        r#"SELECT COUNT(*) FROM payment_service.events_undispatched"#,
     )
     .fetch_one(&pool)
     .await?

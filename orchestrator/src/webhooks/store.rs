@@ -208,9 +208,11 @@ pub struct Dispatched {
     pub deliveries: i64,
 }
 
-/// Fans up to `batch` undispatched events (oldest first) out into one PENDING delivery
-/// per enabled, subscribed endpoint, and marks them dispatched, in one transaction.
-/// `None`: another instance is dispatching right now (this one skips its turn).
+/// Fans up to `batch` events after the dispatch cursor (in (xid, seq) order, only those
+/// whose transaction is older than every one still running) out into one PENDING
+/// delivery per enabled, subscribed endpoint, and moves the cursor past them, in one
+/// transaction. `None`: another instance is dispatching right now (this one skips its
+/// turn).
 #[tracing::instrument(skip_all, fields(batch))]
 pub async fn dispatch(pool: &PgPool, batch: i64) -> Result<Option<Dispatched>> {
     let mut tx = pool.begin().await?;
@@ -224,29 +226,28 @@ pub async fn dispatch(pool: &PgPool, batch: i64) -> Result<Option<Dispatched>> {
     let (events, deliveries): (i64, i64) = sqlx::query_as(
         r#"
         WITH batch AS (
-            SELECT seq, id, type, subject
-            FROM events
-            WHERE dispatched_at IS NULL
-            ORDER BY seq
+            SELECT e.xid, e.seq, e.id, e.type, e.subject
+            FROM events e, event_dispatch_cursor c
+            WHERE (e.xid, e.seq) > (c.xid, c.seq)
+              AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
+            ORDER BY e.xid, e.seq
             LIMIT $1
-            FOR UPDATE SKIP LOCKED
         ), fanned AS (
             INSERT INTO webhook_deliveries (id, event_id, endpoint_id, event_seq, subject, next_attempt_at)
             SELECT uuid_v7(), b.id, ep.id, b.seq, b.subject, now()
             FROM batch b
             JOIN webhook_endpoints ep
               ON ep.enabled AND (cardinality(ep.event_types) = 0 OR b.type = ANY (ep.event_types))
-            ORDER BY b.seq, ep.id
+            ORDER BY b.xid, b.seq, ep.id
             ON CONFLICT ON CONSTRAINT webhook_deliveries_event_endpoint_unique DO NOTHING
             RETURNING 1
-        ), marked AS (
-            UPDATE events ev
-            SET dispatched_at = now()
-            FROM batch
-            WHERE ev.seq = batch.seq
+        ), moved AS (
+            UPDATE event_dispatch_cursor c
+            SET xid = last.xid, seq = last.seq
+            FROM (SELECT xid, seq FROM batch ORDER BY xid DESC, seq DESC LIMIT 1) last
             RETURNING 1
         )
-        SELECT (SELECT COUNT(*) FROM marked), (SELECT COUNT(*) FROM fanned)
+        SELECT (SELECT COUNT(*) FROM batch), (SELECT COUNT(*) FROM fanned)
         "#,
     )
     .bind(batch)
@@ -388,7 +389,7 @@ pub async fn census(pool: &PgPool) -> Result<(f64, i64)> {
     let (lag, dead): (Option<f64>, i64) = sqlx::query_as(
         r#"
         SELECT EXTRACT(EPOCH FROM now() - LEAST(
-                   (SELECT occurred_at FROM events WHERE dispatched_at IS NULL ORDER BY seq LIMIT 1),
+                   (SELECT occurred_at FROM events_undispatched ORDER BY xid, seq LIMIT 1),
                    (SELECT ev.occurred_at FROM events ev
                     WHERE ev.seq = (SELECT MIN(d.event_seq)
                                     FROM webhook_deliveries d
@@ -460,7 +461,7 @@ pub async fn purge(pool: &PgPool, retention: Duration, batch: i64) -> Result<(i6
             SELECT e.seq, e.id
             FROM events e
             WHERE e.recorded_at < now() - $1 * INTERVAL '1 millisecond'
-              AND e.dispatched_at IS NOT NULL
+              AND (e.xid, e.seq) <= (SELECT c.xid, c.seq FROM event_dispatch_cursor c)
               AND NOT EXISTS (
                   SELECT 1 FROM webhook_deliveries d
                   WHERE d.event_id = e.id AND d.state = 'PENDING')
