@@ -81,8 +81,8 @@ pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
 }
 
 /// Schedules the sweeps every `interval` (whole seconds; see `paysaga_common::jobs`):
-/// reservations (then the outbox lag gauge) and, beside them, waitlist offers. A run still going when the next is
-/// due is not doubled: the later tick is skipped.
+/// reservations (then the outbox lag gauge) and, beside them, waitlist offers. A run
+/// still going when the next is due is not doubled: the later tick is skipped.
 pub async fn start(
     pool: PgPool,
     interval: Duration,
