@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use workflows::{Action, Outcome};
 
+use crate::store::Census;
+
 /// Step latency by step and outcome (`orchestrator_step_seconds`).
 pub fn step(action: Action, outcome: Outcome, latency: Duration) {
     metrics::histogram!("orchestrator_step_seconds", "step" => action.as_str(), "outcome" => outcome.as_str())
@@ -36,17 +38,20 @@ pub fn recovered(n: usize) {
     metrics::counter!("orchestrator_recoveries_total").increment(n as u64);
 }
 
-/// Open payments (work left) per state and the attention count, refreshed by the recovery job.
-pub fn census(by_state: &[(String, i64)], attention: i64) {
+/// Open payments (work left) per state, the attention count and the recovery lag,
+/// refreshed by the recovery job after each run.
+pub fn census(census: &Census) {
     for state in workflows::State::ALL {
-        let n = by_state
+        let n = census
+            .by_state
             .iter()
             .find(|(s, _)| s == state.as_str())
             .map(|(_, n)| *n)
             .unwrap_or(0);
         metrics::gauge!("orchestrator_open_payments", "state" => state.as_str()).set(n as f64);
     }
-    metrics::gauge!("orchestrator_payments_needing_attention").set(attention as f64);
+    metrics::gauge!("orchestrator_payments_needing_attention").set(census.attention as f64);
+    metrics::gauge!("orchestrator_recovery_lag_seconds").set(census.recovery_lag_seconds);
 }
 
 /// A recovery run that failed (database trouble); the next run retries.

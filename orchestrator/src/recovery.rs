@@ -78,7 +78,7 @@ pub async fn start(
                 tracing::warn!(error = %e, "recovery run failed; the next run retries");
             }
             match store::census(&engine.pool).await {
-                Ok((by_state, attention)) => metrics::census(&by_state, attention),
+                Ok(census) => metrics::census(&census),
                 Err(e) => tracing::debug!(error = %e, "census failed"),
             }
         }

@@ -341,10 +341,24 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
         1
     );
 
-    // The lag gauge sees the oldest undelivered event; DEAD ones are counted apart.
-    let (lag, dead) = store::census(&pool).await.expect("census");
-    assert!(lag >= 0.0);
-    assert_eq!(dead, 0);
+    // The lag gauge sees the oldest undelivered event; DEAD ones are counted apart, and
+    // the backlog is every PENDING delivery to an enabled endpoint.
+    let census = store::census(&pool).await.expect("census");
+    assert!(census.lag_seconds >= 0.0);
+    assert_eq!(census.dead, 0);
+    let pending: i64 = sqlx::query_scalar(
+        r#"
+        SELECT COUNT(*)
+        FROM webhook_deliveries d
+        JOIN webhook_endpoints ep ON ep.id = d.endpoint_id AND ep.enabled
+        WHERE d.state = 'PENDING'
+        "#,
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("pending");
+    assert!(pending > 0, "the two claimed deliveries are still PENDING");
+    assert_eq!(census.pending, pending);
 }
 
 #[tokio::test]

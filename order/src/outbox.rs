@@ -63,3 +63,21 @@ pub async fn ack(pool: &PgPool, ids: &[Uuid]) -> Result<u64> {
     metrics::counter!("order_outbox_relayed_total").increment(marked);
     Ok(marked)
 }
+
+/// The age in seconds of the oldest event not yet relayed (0 when none is): how far the
+/// orchestrator's ingest is behind. The first entry of the partial index of unrelayed
+/// events, so it costs the same whatever the history.
+pub async fn lag_seconds(pool: &PgPool) -> Result<f64> {
+    let lag: Option<f64> = sqlx::query_scalar(
+        r#"
+        SELECT EXTRACT(EPOCH FROM now() - occurred_at)::FLOAT8
+        FROM outbox_events
+        WHERE relayed_at IS NULL
+        ORDER BY seq
+        LIMIT 1
+        "#,
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(lag.unwrap_or(0.0).max(0.0))
+}

@@ -81,8 +81,8 @@ pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
 }
 
 /// Schedules the sweeps every `interval` (whole seconds; see `paysaga_common::jobs`):
-/// reservations and, beside them, waitlist offers. A run still going when the next is
-/// due is not doubled: the later tick is skipped.
+/// reservations (then the outbox lag gauge) and, beside them, waitlist offers. A run
+/// still going when the next is due is not doubled: the later tick is skipped.
 pub async fn start(
     pool: PgPool,
     interval: Duration,
@@ -97,6 +97,11 @@ pub async fn start(
             if let Err(e) = sweep(&pool, batch, max_batches).await {
                 metrics::counter!("order_sweep_errors_total").increment(1);
                 tracing::warn!(error = %e, "expiry sweep failed; the next run retries");
+            }
+            // The outbox gauge rides on this job: one indexed read per run.
+            match crate::outbox::lag_seconds(&pool).await {
+                Ok(lag) => metrics::gauge!("order_outbox_lag_seconds").set(lag),
+                Err(e) => tracing::debug!(error = %e, "outbox lag unavailable"),
             }
         }
     })

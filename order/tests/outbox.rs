@@ -62,6 +62,23 @@ async fn expiries_write_events_served_until_acknowledged() {
     .unwrap();
     assert_eq!(relayed, 1);
 
+    // The lag gauge's number is the age of the oldest event not yet relayed, 0 once
+    // every one is.
+    sqlx::query(
+        r#"UPDATE order_service.outbox_events SET occurred_at = now() - INTERVAL '1 hour' WHERE id = $1"#,
+    )
+    .bind(rest[0].id)
+    .execute(&h.admin)
+    .await
+    .unwrap();
+    let lag = order::outbox::lag_seconds(&pool).await.unwrap();
+    assert!(lag >= 3600.0, "{lag}");
+    let ack = AckEvents {
+        ids: vec![rest[0].id],
+    };
+    assert_eq!(orch.ack_outbox(&ack).await.unwrap().status, 204);
+    assert_eq!(order::outbox::lag_seconds(&pool).await.unwrap(), 0.0);
+
     // Bad limits and id lists are 4xx; only the orchestrator may call.
     for limit in [0, 1001] {
         let e = orch.outbox(limit).await.unwrap_err();

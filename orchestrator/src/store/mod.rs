@@ -22,7 +22,7 @@ use crate::{
 
 pub use group::Writes;
 pub use leases::{claim_due, claim_one, release};
-pub use listing::{census, list};
+pub use listing::{census, list, Census};
 pub use payments::{
     by_reservation, explain_missing, insert_linked_payment, insert_many, load, Linked, NewPayment,
 };

@@ -79,10 +79,12 @@ pub(crate) mod metrics {
         metrics::histogram!("paysaga_webhook_attempt_seconds").record(took.as_secs_f64());
     }
 
-    /// The age of the oldest event not yet delivered, and the DEAD deliveries.
-    pub fn census(lag_seconds: f64, dead: i64) {
-        metrics::gauge!("paysaga_outbox_lag_seconds").set(lag_seconds);
-        metrics::gauge!("paysaga_webhook_dead_deliveries").set(dead as f64);
+    /// The age of the oldest event not yet delivered, the DEAD deliveries and the
+    /// PENDING ones (refreshed by the delivery worker's census).
+    pub fn census(c: &super::store::Census) {
+        metrics::gauge!("paysaga_outbox_lag_seconds").set(c.lag_seconds);
+        metrics::gauge!("paysaga_webhook_dead_deliveries").set(c.dead as f64);
+        metrics::gauge!("paysaga_webhook_pending_deliveries").set(c.pending as f64);
     }
 
     /// Events taken in from the order service's outbox (new ones only).

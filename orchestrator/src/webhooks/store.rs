@@ -382,11 +382,21 @@ pub async fn record(pool: &PgPool, id: Uuid, owner: Uuid, outcome: &Outcome) -> 
     Ok(done.rows_affected() == 1)
 }
 
-/// The gauges' numbers: the age in seconds of the oldest event not yet delivered (not
-/// yet dispatched, or with a PENDING delivery to an enabled endpoint; 0 when there is
-/// none), and the number of DEAD deliveries.
-pub async fn census(pool: &PgPool) -> Result<(f64, i64)> {
-    let (lag, dead): (Option<f64>, i64) = sqlx::query_as(
+/// The webhook gauges' numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Census {
+    /// The age in seconds of the oldest event not yet delivered (not yet dispatched, or
+    /// with a PENDING delivery to an enabled endpoint); 0 when there is none.
+    pub lag_seconds: f64,
+    /// DEAD deliveries (until replayed or purged).
+    pub dead: i64,
+    /// PENDING deliveries to enabled endpoints: the delivery backlog.
+    pub pending: i64,
+}
+
+/// The gauges' numbers, in one statement (each part through a partial index).
+pub async fn census(pool: &PgPool) -> Result<Census> {
+    let (lag, dead, pending): (Option<f64>, i64, i64) = sqlx::query_as(
         r#"
         SELECT EXTRACT(EPOCH FROM now() - LEAST(
                    (SELECT occurred_at FROM events_undispatched ORDER BY xid, seq LIMIT 1),
@@ -395,12 +405,20 @@ pub async fn census(pool: &PgPool) -> Result<(f64, i64)> {
                                     FROM webhook_deliveries d
                                     JOIN webhook_endpoints ep ON ep.id = d.endpoint_id AND ep.enabled
                                     WHERE d.state = 'PENDING'))))::FLOAT8,
-               (SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'DEAD')
+               (SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'DEAD'),
+               (SELECT COUNT(*)
+                FROM webhook_deliveries d
+                JOIN webhook_endpoints ep ON ep.id = d.endpoint_id AND ep.enabled
+                WHERE d.state = 'PENDING')
         "#,
     )
     .fetch_one(pool)
     .await?;
-    Ok((lag.unwrap_or(0.0).max(0.0), dead))
+    Ok(Census {
+        lag_seconds: lag.unwrap_or(0.0).max(0.0),
+        dead,
+        pending,
+    })
 }
 
 /// An event pulled from the order service's outbox.

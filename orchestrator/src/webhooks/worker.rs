@@ -126,7 +126,7 @@ impl Worker {
             if Instant::now() >= census_due {
                 census_due = Instant::now() + CENSUS_INTERVAL;
                 match store::census(&self.pool).await {
-                    Ok((lag, dead)) => metrics::census(lag, dead),
+                    Ok(census) => metrics::census(&census),
                     Err(e) => tracing::debug!(error = %e, "webhook census failed"),
                 }
             }
