@@ -8,6 +8,7 @@ pub mod binaries;
 pub mod buyer;
 pub mod invariants;
 pub mod private_redis;
+pub mod redis_cluster;
 pub mod process;
 pub mod proxy;
 pub mod sell_through;
