@@ -203,7 +203,8 @@ async fn buy(
                 tally.sold_out_at_gate.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            Err(e) if e.code() == Some("QUOTA_UNAVAILABLE") => {
+            // 503 `QUOTA_UNAVAILABLE` (the client reports a 503 as an unknown outcome).
+            Err(e) if e.status() == Some(503) => {
                 tally.unavailable.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -349,9 +350,9 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
     loop {
         let q = gate.service_client().quota(product).await.expect("quota").body;
         let available = order_ops
-            .availability(product)
+            .product(product)
             .await
-            .expect("availability")
+            .expect("product")
             .body
             .available;
         if q.quota == (available - q.in_flight).max(0) {
