@@ -11,8 +11,8 @@ use std::{
 };
 
 use paysaga_e2e::{
-    invariants, private_redis::PrivateRedis, redis_cluster::RedisCluster, stats::Latency, Admin, Attempt, Buyer, Driver,
-    Endpoints, Outcome, ServiceKind, Stack, StackOptions,
+    invariants, private_redis::PrivateRedis, redis_cluster::RedisCluster, stats::Latency, Admin,
+    Attempt, Buyer, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions,
 };
 use rand::{rngs::StdRng, SeedableRng};
 

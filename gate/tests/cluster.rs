@@ -77,10 +77,7 @@ async fn products_on_different_masters_never_get_more_passes_than_stock() {
     let mut by_master: BTreeMap<u16, i64> = BTreeMap::new();
     for _ in 0..40 {
         let product = create_product(&order, 10).await;
-        let slot = cluster
-            .keyslot(&quota_key(product))
-            .await
-            .expect("keyslot");
+        let slot = cluster.keyslot(&quota_key(product)).await.expect("keyslot");
         assert_eq!(cluster.keyslot(&holders_key(product)).await.unwrap(), slot);
         let master = cluster.master_of(slot).await.expect("master");
         by_master.entry(master).or_insert(product);
@@ -95,7 +92,10 @@ async fn products_on_different_masters_never_get_more_passes_than_stock() {
     config.recompute_interval = Duration::from_secs(3600);
     config.redis_timeout = Duration::from_secs(10);
     let gate = start_gate(config).await;
-    assert_eq!(wait_ready_status(gate.url(), "ready").await["status"], "ready");
+    assert_eq!(
+        wait_ready_status(gate.url(), "ready").await["status"],
+        "ready"
+    );
 
     // The scripts were loaded by the first recompute; flush them on every master: the
     // next EVALSHA hears NOSCRIPT and the script is loaded again on its node.
@@ -149,7 +149,11 @@ async fn products_on_different_masters_never_get_more_passes_than_stock() {
 
         // Every pass buys a unit at the real order service; PostgreSQL agrees.
         for (member, pass) in &passes[&product] {
-            let buyer = OrderClient::new(order.url.clone(), buyer_token(member), Duration::from_secs(10));
+            let buyer = OrderClient::new(
+                order.url.clone(),
+                buyer_token(member),
+                Duration::from_secs(10),
+            );
             buyer.reserve(product, pass).await.expect("reservation");
         }
         let (taken, rows, live, units) = stock(&pool, product).await;
@@ -239,7 +243,10 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
     config.recompute_interval = Duration::from_millis(200);
     config.redis_timeout = Duration::from_millis(500);
     let gate = start_gate(config).await;
-    assert_eq!(wait_ready_status(gate.url(), "ready").await["status"], "ready");
+    assert_eq!(
+        wait_ready_status(gate.url(), "ready").await["status"],
+        "ready"
+    );
 
     // 400 buyers, 24 at a time; the master holding the product's slot is SIGKILLed
     // once a third of the stock has passes.
@@ -288,7 +295,9 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
         tokio::spawn(async move {
             let mut degraded_at = None;
             let deadline = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < deadline && !(drop_done.load(Ordering::Relaxed) && degraded_at.is_none()) {
+            while Instant::now() < deadline
+                && !(drop_done.load(Ordering::Relaxed) && degraded_at.is_none())
+            {
                 let r = http
                     .get(format!("{url}/readyz"))
                     .timeout(Duration::from_secs(2))
@@ -348,7 +357,12 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
     let order_ops = support::order_client(&order);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let q = gate.service_client().quota(product).await.expect("quota").body;
+        let q = gate
+            .service_client()
+            .quota(product)
+            .await
+            .expect("quota")
+            .body;
         let available = order_ops
             .product(product)
             .await
@@ -358,7 +372,10 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
         if q.quota == (available - q.in_flight).max(0) {
             break;
         }
-        assert!(Instant::now() < deadline, "quota not rebuilt: {q:?}, available {available}");
+        assert!(
+            Instant::now() < deadline,
+            "quota not rebuilt: {q:?}, available {available}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 

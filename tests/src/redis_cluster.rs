@@ -207,7 +207,10 @@ impl RedisCluster {
             if let Some(child) = node.child.as_mut() {
                 if let Some(status) = child.try_wait()? {
                     node.child = None;
-                    bail!("redis-server on port {} exited at start ({status})", node.port);
+                    bail!(
+                        "redis-server on port {} exited at start ({status})",
+                        node.port
+                    );
                 }
             }
             if let Ok(mut c) = connect(node.port).await {
@@ -432,11 +435,13 @@ fn entries(v: &redis::Value) -> Vec<(String, &redis::Value)> {
     };
     match v {
         Value::Map(m) => m.iter().map(|(k, v)| (name(k), v)).collect(),
-        Value::Array(items) => items.chunks(2).filter_map(|c| match c {
-            [k, v] => Some((name(k), v)),
-            _ => None,
-        })
-        .collect(),
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|c| match c {
+                [k, v] => Some((name(k), v)),
+                _ => None,
+            })
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -485,7 +490,9 @@ fn parse_shards(v: &redis::Value) -> anyhow::Result<Vec<Shard>> {
                     for node in nodes {
                         let f = entries(node);
                         let get = |name: &str| f.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
-                        let port = get("port").and_then(int).and_then(|p| u16::try_from(p).ok());
+                        let port = get("port")
+                            .and_then(int)
+                            .and_then(|p| u16::try_from(p).ok());
                         let role = get("role").map(text);
                         let health = get("health").map(text);
                         match (port, role.as_deref(), health.as_deref()) {

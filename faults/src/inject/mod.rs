@@ -20,8 +20,8 @@ use std::{
 
 use anyhow::Context as _;
 use paysaga_e2e::{
-    private_redis::PrivateRedis, redis_cluster::RedisCluster, FaultProxy, Link, ServiceKind,
-    Stack, Stop,
+    private_redis::PrivateRedis, redis_cluster::RedisCluster, FaultProxy, Link, ServiceKind, Stack,
+    Stop,
 };
 use rand::{rngs::StdRng, Rng};
 use sqlx::PgPool;

@@ -29,7 +29,11 @@ async fn gate_status(http: &reqwest::Client, gate: &str) -> Option<String> {
 /// Waits until the gate reports `degraded`, then `ready`; returns the time from `since`
 /// to `ready`, or `None` if the gate never showed the outage (it had no call in flight
 /// and its job ran after the promotion) or did not come back within [`GATE_WAIT`].
-async fn gate_back_on_redis(http: &reqwest::Client, gate: &str, since: Instant) -> Option<Duration> {
+async fn gate_back_on_redis(
+    http: &reqwest::Client,
+    gate: &str,
+    since: Instant,
+) -> Option<Duration> {
     let deadline = Instant::now() + GATE_WAIT;
     let mut degraded = false;
     while Instant::now() < deadline {
