@@ -11,8 +11,8 @@ use std::{
 };
 
 use paysaga_e2e::{
-    invariants, private_redis::PrivateRedis, stats::Latency, Admin, Attempt, Buyer, Driver,
-    Endpoints, Outcome, Stack, StackOptions,
+    invariants, private_redis::PrivateRedis, redis_cluster::RedisCluster, stats::Latency, Admin,
+    Attempt, Buyer, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions,
 };
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -54,6 +54,13 @@ pub async fn run_on(
     };
     if let Some(r) = &private_redis {
         options = options.redis(r.url());
+    }
+    let mut cluster = match scenario {
+        Scenario::RedisClusterMasterLoss => Some(RedisCluster::start().await?),
+        _ => None,
+    };
+    if let Some(c) = &cluster {
+        options = options.env(ServiceKind::Gate, "REDIS_CLUSTER_NODES", c.nodes_env());
     }
     let mut stack = Stack::start(options).await?;
     let logs = stack.log_paths();
@@ -107,6 +114,8 @@ pub async fn run_on(
         rng: StdRng::seed_from_u64(plan.seed),
         drop_done: drop_done.clone(),
         redis: private_redis.as_mut(),
+        cluster: cluster.as_mut(),
+        product: product.id,
         http: paysaga_common::client::http_client(METRICS_TIMEOUT),
         orchestrator: endpoints.orchestrator.clone(),
     };

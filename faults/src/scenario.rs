@@ -15,6 +15,9 @@ pub const LEASE: Duration = Duration::from_millis(3000);
 /// debited payments find their reservation expired when the link heals (refund path).
 pub const PARTITION_RESERVATION_TTL: Duration = Duration::from_secs(4);
 
+/// Evidence name: masters SIGKILLed whose replica the cluster promoted.
+pub const MASTERS_FAILED_OVER: &str = "masters killed and failed over";
+
 /// Pool size of each database-backed service.
 pub const DB_MAX_CONNECTIONS: u32 = 8;
 
@@ -29,10 +32,11 @@ pub enum Scenario {
     DatabaseDrops,
     ImpatientClients,
     OrderCrash,
+    RedisClusterMasterLoss,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::OrchestratorCrash,
         Scenario::SlowAccount,
         Scenario::OrderPartition,
@@ -41,6 +45,7 @@ impl Scenario {
         Scenario::DatabaseDrops,
         Scenario::ImpatientClients,
         Scenario::OrderCrash,
+        Scenario::RedisClusterMasterLoss,
     ];
 
     pub fn name(self) -> &'static str {
@@ -53,6 +58,7 @@ impl Scenario {
             Scenario::DatabaseDrops => "database-drops",
             Scenario::ImpatientClients => "impatient-clients",
             Scenario::OrderCrash => "order-crash",
+            Scenario::RedisClusterMasterLoss => "redis-cluster-master-loss",
         }
     }
 
@@ -96,6 +102,12 @@ impl Scenario {
                 "SIGKILLs the order service while confirms are in flight (aimed at a moment when \
                  the orchestrator's order batch is in flight), restarts it, repeatedly"
             }
+            Scenario::RedisClusterMasterLoss => {
+                "the gate runs on a Redis Cluster (3 masters, 3 replicas, node timeout 1 s); \
+                 SIGKILLs the master holding the drop's product mid-drop, lets the cluster \
+                 promote its replica, then restarts the killed node empty (it rejoins as a \
+                 replica), repeatedly"
+            }
         }
     }
 
@@ -135,6 +147,11 @@ impl Scenario {
                  saga learns which after restart by looking the reservations up: no unit sold \
                  twice, no money kept without an order"
             }
+            Scenario::RedisClusterMasterLoss => {
+                "the gate covers the failover with its fallback limiter, comes back on the \
+                 promoted replica by itself and rebuilds the quota there (re-adding passes the \
+                 replica may have missed); the order service never oversells"
+            }
         }
     }
 
@@ -167,8 +184,9 @@ impl Scenario {
                     PARTITION_RESERVATION_TTL.as_secs(),
                 );
             }
-            // Its own Redis, killed and restarted by the injector (see `run`).
-            Scenario::RedisLoss => {}
+            // Its own Redis (or Redis Cluster), killed and restarted by the injector
+            // (see `run`).
+            Scenario::RedisLoss | Scenario::RedisClusterMasterLoss => {}
             Scenario::DatabaseDrops => {
                 for kind in [
                     ServiceKind::Account,
@@ -192,6 +210,7 @@ impl Scenario {
             Scenario::DatabaseDrops => "database connections reset",
             Scenario::ImpatientClients => "client timeouts",
             Scenario::OrderCrash => "confirm calls with an unknown outcome",
+            Scenario::RedisClusterMasterLoss => MASTERS_FAILED_OVER,
         }
     }
 

@@ -62,3 +62,8 @@ async fn clients_time_out_and_retry_with_the_same_key() -> anyhow::Result<()> {
 async fn order_service_killed_while_confirms_are_in_flight() -> anyhow::Result<()> {
     clean(Scenario::OrderCrash).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster_master_killed_mid_drop_and_failed_over() -> anyhow::Result<()> {
+    clean(Scenario::RedisClusterMasterLoss).await
+}

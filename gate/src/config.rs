@@ -10,11 +10,17 @@ use paysaga_common::{
     limits::MemberRate,
 };
 
+pub use crate::store::RedisTarget;
+
 /// Everything the gate reads from the environment. Names and defaults are listed in
 /// `docs/gate.md`.
 #[derive(Clone)]
 pub struct Config {
+    /// `REDIS_URL`: the one Redis server, unless `REDIS_CLUSTER_NODES` is set.
     pub redis_url: String,
+    /// `REDIS_CLUSTER_NODES`: comma-separated node URLs of a Redis Cluster. When not
+    /// empty the gate uses the cluster and ignores `redis_url`.
+    pub redis_cluster_nodes: Vec<String>,
     /// Namespace of every Redis key (`paysaga:` by default).
     pub redis_prefix: String,
     pub order_url: String,
@@ -55,6 +61,7 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("redis_url", &self.redis_url)
+            .field("redis_cluster_nodes", &self.redis_cluster_nodes)
             .field("redis_prefix", &self.redis_prefix)
             .field("order_url", &self.order_url)
             .field("listen_addr", &self.listen_addr)
@@ -97,7 +104,39 @@ fn nonzero(name: &str, d: Duration) -> Result<Duration, ConfigError> {
     }
 }
 
+/// `REDIS_CLUSTER_NODES` split at commas, blanks dropped.
+fn node_list(raw: &str) -> Vec<String> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The prefix goes in front of the `{p:<id>}` hash tag; a brace in it would move the
+/// tag (every product into one cluster slot, or keys of one product apart).
+fn key_prefix(prefix: String) -> Result<String, ConfigError> {
+    if prefix.contains(['{', '}']) {
+        Err(ConfigError {
+            name: "REDIS_PREFIX".into(),
+            value: prefix,
+            reason: "must not contain '{' or '}' (the product's hash tag follows it)".into(),
+        })
+    } else {
+        Ok(prefix)
+    }
+}
+
 impl Config {
+    /// Where the shared quota lives: the cluster when nodes are listed, else `redis_url`.
+    pub fn redis_target(&self) -> RedisTarget {
+        if self.redis_cluster_nodes.is_empty() {
+            RedisTarget::Single(self.redis_url.clone())
+        } else {
+            RedisTarget::Cluster(self.redis_cluster_nodes.clone())
+        }
+    }
+
     pub fn from_env() -> Result<Self, config::Error> {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
@@ -112,7 +151,8 @@ impl Config {
         let dev_fallbacks = secrets.finish()?;
         Ok(Self {
             redis_url: config::string("REDIS_URL", "redis://127.0.0.1:6379/"),
-            redis_prefix: config::string("REDIS_PREFIX", "paysaga:"),
+            redis_cluster_nodes: node_list(&config::string("REDIS_CLUSTER_NODES", "")),
+            redis_prefix: key_prefix(config::string("REDIS_PREFIX", "paysaga:"))?,
             order_url: config::string("ORDER_URL", "http://127.0.0.1:8084"),
             listen_addr: config::string("LISTEN_ADDR", "127.0.0.1:8085"),
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
@@ -153,6 +193,7 @@ impl Config {
     pub fn local(redis_url: &str, redis_prefix: &str, order_url: &str) -> Self {
         Self {
             redis_url: redis_url.to_owned(),
+            redis_cluster_nodes: Vec::new(),
             redis_prefix: redis_prefix.to_owned(),
             order_url: order_url.to_owned(),
             listen_addr: "127.0.0.1:0".into(),
@@ -173,5 +214,36 @@ impl Config {
             auth_cache_capacity: 100_000,
             member_rate: MemberRate::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_nodes_are_a_comma_separated_list() {
+        assert!(node_list("").is_empty());
+        assert_eq!(
+            node_list("redis://127.0.0.1:7000, redis://127.0.0.1:7001,,"),
+            ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]
+        );
+        let mut c = Config::local("redis://127.0.0.1:6379/", "p:", "http://127.0.0.1:1");
+        assert_eq!(
+            c.redis_target(),
+            RedisTarget::Single("redis://127.0.0.1:6379/".into())
+        );
+        c.redis_cluster_nodes = node_list("redis://127.0.0.1:7000");
+        assert_eq!(
+            c.redis_target(),
+            RedisTarget::Cluster(vec!["redis://127.0.0.1:7000".into()])
+        );
+    }
+
+    #[test]
+    fn a_prefix_with_a_brace_is_refused() {
+        assert!(key_prefix("paysaga:".into()).is_ok());
+        assert!(key_prefix("pay{saga}:".into()).is_err());
+        assert!(key_prefix("pay{".into()).is_err());
     }
 }

@@ -38,4 +38,24 @@ mod tests {
         assert_eq!(k.holders, "paysaga:{p:42}:holders");
         assert_eq!(k.used, "paysaga:{p:42}:used");
     }
+
+    /// Every script takes the keys of one product only (quota, holders, used), so each
+    /// call lands in a single Redis Cluster slot; products spread over all slots.
+    #[test]
+    fn a_products_keys_are_in_one_cluster_slot() {
+        use redis::cluster_routing::Slot;
+        let mut slots = std::collections::HashSet::new();
+        for prefix in ["paysaga:", "t0123456789ab:", ""] {
+            for id in [1, 2, 3, 42, 1_000_000, i64::MAX] {
+                let k = ProductKeys::new(prefix, id);
+                let slot = Slot::for_key(&k.quota);
+                assert_eq!(Slot::for_key(&k.holders), slot, "{k:?}");
+                assert_eq!(Slot::for_key(&k.used), slot, "{k:?}");
+                // The slot is the hash tag's alone: the prefix does not move it.
+                assert_eq!(Slot::for_key(format!("{{p:{id}}}")), slot);
+                slots.insert(format!("{slot:?}"));
+            }
+        }
+        assert_eq!(slots.len(), 6, "six products, six slots");
+    }
 }

@@ -30,7 +30,7 @@ use utoipa::{
     Modify, OpenApi,
 };
 
-pub use crate::config::Config;
+pub use crate::config::{Config, RedisTarget};
 use crate::{
     admission::{Gate, Policy},
     recompute::Recompute,
@@ -68,8 +68,8 @@ impl AppState {
     pub fn with_verifier(config: &Config, verifier: Arc<Verifier>) -> error::Result<Self> {
         let verifier =
             Arc::new(Verifier::clone(&verifier).with_buyer_cache(config.auth_cache_capacity));
-        let store = QuotaStore::new(
-            &config.redis_url,
+        let store = QuotaStore::open(
+            &config.redis_target(),
             &config.redis_prefix,
             config.redis_timeout,
         )?;

@@ -159,7 +159,16 @@ impl Recompute {
                 return Ok(());
             }
         };
-        let resync = local.unsynced(cutoff);
+        // Coming back from an outage, every live pass this instance issued is written
+        // again, not only those issued without Redis: a Redis Cluster replica promoted
+        // after its master died may lack the master's last writes (replication is
+        // asynchronous), passes this instance issued through Redis among them. Writing
+        // a pass Redis still holds changes nothing (`ZADD GT`, same expiry).
+        let resync = if self.gate.health.is_degraded() {
+            local.live(cutoff)
+        } else {
+            local.unsynced(cutoff)
+        };
         let mut r = self
             .gate
             .store

@@ -1,11 +1,13 @@
-//! The shared quota in Redis: a connection that reconnects on its own, a hard timeout
-//! on every call, and typed answers from the scripts.
+//! The shared quota in Redis (one server or a Redis Cluster): a connection that
+//! reconnects on its own, a hard timeout on every call, and typed answers from the scripts.
 
 use std::{future::Future, time::Duration};
 
 use redis::{
-    aio::{ConnectionManager, ConnectionManagerConfig},
-    Value,
+    aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
+    cluster::ClusterClientBuilder,
+    cluster_async::ClusterConnection,
+    Cmd, Pipeline, RedisFuture, Value,
 };
 
 use crate::{
@@ -45,9 +47,60 @@ pub struct Snapshot {
     pub holders: Vec<(String, i64)>,
 }
 
+/// The two kinds of connection the gate can hold. Every call goes through one `match`
+/// to the inner connection's own boxed future: no extra allocation, no extra round trip
+/// on the single-server path.
+#[derive(Clone)]
+enum Conn {
+    /// One Redis server, reconnecting on its own.
+    Single(ConnectionManager),
+    /// A Redis Cluster: commands are routed by the slot of their first key (a script's
+    /// keys share one hash tag, so one slot), topology refreshed on MOVED or a lost
+    /// node, `SCRIPT LOAD` sent to every master on NOSCRIPT.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Where the shared quota lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server (`REDIS_URL`).
+    Single(String),
+    /// A Redis Cluster reached through any of these nodes (`REDIS_CLUSTER_NODES`); the
+    /// client learns the rest of the topology from them.
+    Cluster(Vec<String>),
+}
+
 #[derive(Clone)]
 pub struct QuotaStore {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     timeout: Duration,
 }
@@ -65,10 +118,50 @@ impl QuotaStore {
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_lazy_with_config(client, config)?;
         Ok(Self {
-            conn,
+            conn: Conn::Single(conn),
             prefix: prefix.to_owned(),
             timeout,
         })
+    }
+
+    /// A store on a Redis Cluster reached through `nodes` (any subset of its nodes).
+    /// Like [`Self::new`] it does not wait for the cluster: the topology is loaded in
+    /// the background, and a call before it is known (or while a master is lost and its
+    /// replica not yet promoted) fails within the timeout, which degrades the gate.
+    pub fn cluster(nodes: &[String], prefix: &str, timeout: Duration) -> Result<Self> {
+        let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            // A call that finds its master gone is retried after a topology refresh,
+            // but only briefly: the gate's own timeout bounds it anyway, and the
+            // fallback limiter answers better than a buyer waiting on a failover.
+            .retries(2)
+            .min_retry_wait(20)
+            .max_retry_wait(100)
+            .build()?;
+        let conn = client.get_pending_async_connection_with_config(
+            redis::cluster::ClusterConfig::new()
+                .set_connection_timeout(timeout)
+                .set_response_timeout(timeout),
+        );
+        Ok(Self {
+            conn: Conn::Cluster(conn),
+            prefix: prefix.to_owned(),
+            timeout,
+        })
+    }
+
+    /// [`Self::new`] or [`Self::cluster`], as `target` says.
+    pub fn open(target: &RedisTarget, prefix: &str, timeout: Duration) -> Result<Self> {
+        match target {
+            RedisTarget::Single(url) => Self::new(url, prefix, timeout),
+            RedisTarget::Cluster(nodes) => Self::cluster(nodes, prefix, timeout),
+        }
+    }
+
+    /// Whether this store talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
     }
 
     pub fn keys(&self, product_id: i64) -> ProductKeys {

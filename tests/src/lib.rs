@@ -10,6 +10,7 @@ pub mod invariants;
 pub mod private_redis;
 pub mod process;
 pub mod proxy;
+pub mod redis_cluster;
 pub mod sell_through;
 pub mod service;
 pub mod services;

@@ -16,7 +16,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     rounds: u32,
     /// Only these scenarios (repeatable): orchestrator-crash, slow-account, order-partition,
-    /// account-crash, redis-loss, database-drops, impatient-clients, order-crash.
+    /// account-crash, redis-loss, database-drops, impatient-clients, order-crash,
+    /// redis-cluster-master-loss.
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
     /// Buyers per drop.

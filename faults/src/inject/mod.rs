@@ -6,6 +6,7 @@ mod database_drops;
 mod orchestrator_crash;
 mod order_crash;
 mod order_partition;
+mod redis_cluster;
 mod redis_loss;
 mod slow_account;
 
@@ -18,7 +19,10 @@ use std::{
 };
 
 use anyhow::Context as _;
-use paysaga_e2e::{private_redis::PrivateRedis, FaultProxy, Link, ServiceKind, Stack, Stop};
+use paysaga_e2e::{
+    private_redis::PrivateRedis, redis_cluster::RedisCluster, FaultProxy, Link, ServiceKind, Stack,
+    Stop,
+};
 use rand::{rngs::StdRng, Rng};
 use sqlx::PgPool;
 
@@ -52,6 +56,10 @@ pub struct Ctx<'a> {
     pub drop_done: Arc<AtomicBool>,
     /// The scenario's own Redis, for a scenario that kills it.
     pub redis: Option<&'a mut PrivateRedis>,
+    /// The scenario's own Redis Cluster, for a scenario that kills one of its masters.
+    pub cluster: Option<&'a mut RedisCluster>,
+    /// The drop's product.
+    pub product: i64,
     /// A client for the orchestrator's `/metrics`, polled to aim kills at batches.
     pub http: reqwest::Client,
     /// The orchestrator's address (the same across its restarts).
@@ -272,5 +280,6 @@ pub async fn inject(scenario: Scenario, ctx: &mut Ctx<'_>) -> anyhow::Result<Inj
         Scenario::DatabaseDrops => database_drops::inject(ctx).await,
         Scenario::ImpatientClients => Ok(Injection::default()),
         Scenario::OrderCrash => order_crash::inject(ctx).await,
+        Scenario::RedisClusterMasterLoss => redis_cluster::inject(ctx).await,
     }
 }
