@@ -34,6 +34,20 @@ pub const RISE: u32 = 2;
 /// it without an answer, each on another instance (`option redispatch 1`).
 pub const RETRIES: u32 = 3;
 
+/// `POST` routes of each service that take no key (operator set-up, sign-in and token
+/// refresh): a retry after an instance died mid-request could create a second product
+/// or endpoint, add units twice, or present a consumed refresh token (which revokes its
+/// family). HAProxy retries these only when the connection failed, never after an
+/// empty response.
+pub fn unkeyed_posts(kind: ServiceKind) -> &'static [&'static str] {
+    match kind {
+        ServiceKind::Order => &["^/v1/products$", "^/v1/products/[^/]+/units$"],
+        ServiceKind::Member => &["^/v1/sessions$", "^/v1/sessions/refresh$"],
+        ServiceKind::Orchestrator => &["^/v1/webhook-endpoints$"],
+        ServiceKind::Account | ServiceKind::Gate => &[],
+    }
+}
+
 /// The `haproxy` executable: on `PATH`, or where distributions put it (`/usr/sbin` is
 /// not on an ordinary user's `PATH`).
 pub fn find() -> Option<PathBuf> {
@@ -53,7 +67,8 @@ pub fn find() -> Option<PathBuf> {
 /// without any answer (`empty-response`, an instance killed mid-request) may have been
 /// carried out; it is tried again on another instance only because every mutating
 /// route takes an `Idempotency-Key` or an operation key (a pass, a reservation, a
-/// payment's operation key), so the second instance answers with what the first did.
+/// payment's operation key), so the second instance answers with what the first did;
+/// the few `POST` routes without a key ([`unkeyed_posts`]) are excluded.
 /// A request that timed out is not retried here: the caller owns that decision.
 pub fn config(wiring: &Wiring) -> String {
     let mut c = String::new();
@@ -96,6 +111,12 @@ pub fn config(wiring: &Wiring) -> String {
              http-check expect status 200\n",
             wiring.port(kind)
         );
+        for route in unkeyed_posts(kind) {
+            let _ = writeln!(
+                c,
+                "    http-request disable-l7-retry if METH_POST {{ path_reg {route} }}"
+            );
+        }
         for index in 0..wiring.instances.len() {
             if let Some(port) = wiring.instance_port(kind, index) {
                 let _ = writeln!(c, "    server {name}-{index} 127.0.0.1:{port} check");
@@ -164,7 +185,10 @@ impl Haproxy {
         for kind in ServiceKind::ALL {
             let addr = ("127.0.0.1", wiring.port(kind));
             loop {
-                if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+                if let Some(status) = self
+                    .child
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten())
                 {
                     bail!(
                         "HAProxy exited with {status}\nlog: {}\n{}",
@@ -223,7 +247,10 @@ mod tests {
 
     #[test]
     fn every_instance_is_a_checked_server_behind_its_service_port() {
-        let ports = ServiceKind::ALL.iter().map(|&k| (k, k.default_port())).collect();
+        let ports = ServiceKind::ALL
+            .iter()
+            .map(|&k| (k, k.default_port()))
+            .collect();
         let mut w = Wiring::direct(BTreeMap::new(), "redis://127.0.0.1:6379/", "p:", ports);
         w.instances = (0..2)
             .map(|i| {
@@ -240,5 +267,9 @@ mod tests {
         assert!(c.contains("server order-1 127.0.0.1:20012 check"), "{c}");
         assert_eq!(c.matches("option httpchk GET /readyz").count(), 5);
         assert!(c.contains("retry-on conn-failure empty-response"), "{c}");
+        assert!(
+            c.contains("http-request disable-l7-retry if METH_POST { path_reg ^/v1/products$ }"),
+            "{c}"
+        );
     }
 }

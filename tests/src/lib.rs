@@ -20,7 +20,8 @@ pub mod stats;
 pub mod wiring;
 
 pub use buyer::{
-    Attempt, ErrorLog, Buyer, Driver, Endpoints, Outcome, Patience, WaitEnd, WaitlistPolicy, Waitlisted,
+    Attempt, Buyer, Driver, Endpoints, ErrorLog, Outcome, Patience, WaitEnd, WaitlistPolicy,
+    Waitlisted,
 };
 pub use haproxy::Haproxy;
 pub use invariants::InvariantReport;

@@ -378,7 +378,7 @@ impl Services {
                             Readiness::Ready => {
                                 report(Event::Ready {
                                     kind: *kind,
-                                instance,
+                                    instance,
                                     pid: proc.pid().unwrap_or_default(),
                                     attempt: *attempt,
                                 });

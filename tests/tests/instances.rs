@@ -55,7 +55,10 @@ async fn two_instances_each_one_of_each_killed_mid_drop() -> anyhow::Result<()> 
             .env(ServiceKind::Orchestrator, "LEASE_MS", 6000),
     )
     .await?;
-    let lb = stack.haproxy.as_ref().expect("two instances run behind HAProxy");
+    let lb = stack
+        .haproxy
+        .as_ref()
+        .expect("two instances run behind HAProxy");
     eprintln!(
         "haproxy pid {:?}, config {}",
         lb.pid(),
@@ -152,7 +155,11 @@ async fn two_instances_each_one_of_each_killed_mid_drop() -> anyhow::Result<()> 
     for a in &attempts {
         match &a.outcome {
             Outcome::Completed => {
-                assert!(funded[a.member.as_str()], "{} paid without the money", a.member);
+                assert!(
+                    funded[a.member.as_str()],
+                    "{} paid without the money",
+                    a.member
+                );
                 completed += 1;
             }
             Outcome::Failed { .. } => {
@@ -208,8 +215,12 @@ async fn two_instances_each_one_of_each_killed_mid_drop() -> anyhow::Result<()> 
     let two = Driver::new(direct(&stack, 1), Duration::from_secs(10));
     let mut retries = 0;
     let pass = one.pass(buyer, second.id, &mut retries).await?;
-    let r1 = one.reserve(buyer, second.id, &pass.pass, &mut retries).await?;
-    let r2 = two.reserve(buyer, second.id, &pass.pass, &mut retries).await?;
+    let r1 = one
+        .reserve(buyer, second.id, &pass.pass, &mut retries)
+        .await?;
+    let r2 = two
+        .reserve(buyer, second.id, &pass.pass, &mut retries)
+        .await?;
     assert_eq!(r1.id, r2.id, "one pass, one reservation on both instances");
 
     let key = format!("instances-{}", uuid::Uuid::new_v4());
@@ -226,7 +237,10 @@ async fn two_instances_each_one_of_each_killed_mid_drop() -> anyhow::Result<()> 
         (a1.status, a1.payment.id, &a1.payment.state, a1.replayed),
         "the same Idempotency-Key gets the same answer from both instances"
     );
-    assert!(a2.replayed, "the second instance replays the first's answer");
+    assert!(
+        a2.replayed,
+        "the second instance replays the first's answer"
+    );
     assert_eq!(a2.payment.state, followed.state);
     let rows: i64 = sqlx::query_scalar(
         r#"SELECT COUNT(*) FROM payment_service.payments WHERE reservation_id = $1"#,
@@ -241,7 +255,10 @@ async fn two_instances_each_one_of_each_killed_mid_drop() -> anyhow::Result<()> 
     .bind(second.id)
     .fetch_one(&pool)
     .await?;
-    assert_eq!(reservations, 1, "one reservation for the pass in PostgreSQL");
+    assert_eq!(
+        reservations, 1,
+        "one reservation for the pass in PostgreSQL"
+    );
 
     let last = invariants::settled(&pool, RECOVERY_BOUND).await?;
     last.assert_holds();
