@@ -108,6 +108,11 @@ pub struct UpArgs {
     /// Listen on free ports instead of 8082-8085 (e.g. beside another running system).
     #[arg(long)]
     pub free_ports: bool,
+    /// Instances of every service. Above 1, each instance listens on its own loopback
+    /// port and one HAProxy (installed separately) balances each service's usual port
+    /// over them; the services call each other through it.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub instances: u16,
     /// No effect, kept so older scripts still run: the services run from this binary
     /// (`paysaga service <name>`), so there is nothing else to build.
     #[arg(long, hide = true)]

@@ -1,6 +1,7 @@
-//! `paysaga up`: PostgreSQL and Redis, the schema bootstrap, the four services as
-//! separate processes (this binary, `paysaga service <name>`), the demo drop, then
-//! every service supervised (restarted with backoff when it exits) until Ctrl-C.
+//! `paysaga up`: PostgreSQL and Redis, the schema bootstrap, the five services as
+//! separate processes (this binary, `paysaga service <name>`; with `--instances N`, N of
+//! each behind one HAProxy), the demo drop, then every service supervised (restarted
+//! with backoff when it exits) until Ctrl-C.
 
 use std::{
     collections::BTreeMap,
@@ -11,8 +12,11 @@ use std::{
 
 use anyhow::{anyhow, Context};
 use paysaga_e2e::{
-    process::reserve_port, services::Backoff, wiring::Launcher, Endpoints, ServiceKind, Services,
-    Wiring,
+    haproxy,
+    process::{label, reserve_port},
+    services::Backoff,
+    wiring::Launcher,
+    Endpoints, Haproxy, ServiceKind, Services, Wiring,
 };
 
 use crate::{
@@ -57,23 +61,44 @@ fn data_dir(args: &UpArgs) -> PathBuf {
 }
 
 /// Binds every service's port now and keeps the sockets until each service is started
-/// with its own, so no other process can take a port in between.
-fn ports(free: bool) -> anyhow::Result<BTreeMap<ServiceKind, u16>> {
+/// with its own, so no other process can take a port in between. With `balanced`, the
+/// ports are HAProxy's, which binds them itself: they are only checked to be free.
+fn ports(free: bool, balanced: bool) -> anyhow::Result<BTreeMap<ServiceKind, u16>> {
     let mut ports = BTreeMap::new();
     for kind in ServiceKind::ALL {
-        let port = if free {
-            reserve_port(0)?
-        } else {
-            let p = kind.default_port();
-            reserve_port(p).map_err(|_| {
-                anyhow!(
-                    "port {p} ({kind}) is in use: is another paysaga running? Stop it, or run `paysaga up --free-ports`"
-                )
-            })?
+        let port = match (free, balanced) {
+            (true, false) => reserve_port(0)?,
+            (true, true) => paysaga_e2e::process::free_port()?,
+            (false, _) => {
+                let p = kind.default_port();
+                let in_use = || {
+                    anyhow!(
+                        "port {p} ({kind}) is in use: is another paysaga running? Stop it, or run `paysaga up --free-ports`"
+                    )
+                };
+                if balanced {
+                    std::net::TcpListener::bind(("127.0.0.1", p)).map_err(|_| in_use())?;
+                    p
+                } else {
+                    reserve_port(p).map_err(|_| in_use())?
+                }
+            }
         };
         ports.insert(kind, port);
     }
     Ok(ports)
+}
+
+/// Each instance's own ports (free ones, reserved until the instance starts).
+fn instance_ports(n: u16) -> anyhow::Result<Vec<BTreeMap<ServiceKind, u16>>> {
+    (0..n)
+        .map(|_| {
+            ServiceKind::ALL
+                .iter()
+                .map(|&k| Ok((k, reserve_port(0)?)))
+                .collect()
+        })
+        .collect()
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
@@ -108,6 +133,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<ExitCode> {
+    let balanced = args.instances > 1;
+    // Before anything is created: a missing HAProxy is the user's to install.
+    let haproxy_program = if balanced {
+        Some(haproxy::find().ok_or_else(|| anyhow!("{}", haproxy::INSTALL_HINT))?)
+    } else {
+        None
+    };
     let database = reqwest::Url::parse(&infra.admin_url)?
         .path()
         .trim_start_matches('/')
@@ -129,8 +161,11 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
         database_urls,
         infra.redis_url.clone(),
         args.redis_prefix.clone(),
-        ports(args.free_ports)?,
+        ports(args.free_ports, balanced)?,
     );
+    if balanced {
+        wiring.instances = instance_ports(args.instances)?;
+    }
     // Each service runs from this very binary, so `cargo run -p paysaga -- up` builds
     // everything once, in one feature resolution, and never starts a stale service.
     wiring.launcher = Launcher::MultiCall {
@@ -163,18 +198,48 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
         .join(chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string());
     std::fs::create_dir_all(&log_dir)?;
 
-    println!("paysaga: starting account, order, gate and orchestrator…");
+    // HAProxy first: the services reach each other through it from their first request.
+    let mut lb = match &haproxy_program {
+        Some(program) => {
+            println!(
+                "paysaga: starting HAProxy in front of {} instances of every service…",
+                args.instances
+            );
+            let lb = Haproxy::start(program, &wiring, &log_dir).await?;
+            println!(
+                "  haproxy       pid {:<7}  config {}",
+                lb.pid().unwrap_or_default(),
+                lb.config_path().display()
+            );
+            Some(lb)
+        }
+        None => None,
+    };
+
+    println!("paysaga: starting account, member, order, gate and orchestrator…");
     let mut services = Services::launch(wiring.specs(&log_dir)?, log_dir.clone()).await?;
-    for kind in ServiceKind::ALL {
-        let pid = services
-            .process(kind)
-            .and_then(|p| p.pid())
-            .unwrap_or_default();
-        println!(
-            "  {:<13} {}  pid {pid:<7}  ready",
-            kind.name(),
-            wiring.url(kind)
-        );
+    if balanced {
+        for p in services.all() {
+            println!(
+                "  {:<15} {}  pid {:<7}  ready  (behind {})",
+                p.spec().label(),
+                p.url(),
+                p.pid().unwrap_or_default(),
+                wiring.url(p.kind())
+            );
+        }
+    } else {
+        for kind in ServiceKind::ALL {
+            let pid = services
+                .process(kind)
+                .and_then(|p| p.pid())
+                .unwrap_or_default();
+            println!(
+                "  {:<13} {}  pid {pid:<7}  ready",
+                label(kind, None),
+                wiring.url(kind)
+            );
+        }
     }
     println!("  logs          {}", log_dir.display());
 
@@ -209,6 +274,9 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
     if args.exit_after_demo {
         println!("paysaga: stopping the services (--exit-after-demo)…");
         services.shutdown().await?;
+        if let Some(lb) = lb.as_mut() {
+            lb.stop();
+        }
         println!(
             "paysaga: demo {}",
             if ok {
@@ -235,6 +303,9 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
     }
     println!("\npaysaga: stopping the services…");
     services.shutdown().await?;
+    if let Some(lb) = lb.as_mut() {
+        lb.stop();
+    }
     println!("paysaga: stopped.");
     Ok(if ok {
         ExitCode::SUCCESS

@@ -9,7 +9,7 @@
 //! come back) or its patience runs out, and is then sold out.
 
 use std::{
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -274,6 +274,31 @@ pub struct Driver {
     /// Whether (and how) a buyer told SOLD_OUT waits in the product's waitlist; `None`
     /// (the default): SOLD_OUT is the buyer's answer.
     pub waitlist: Option<WaitlistPolicy>,
+    /// When each unknown outcome (timeout, 5xx, dropped connection) happened, across
+    /// every clone of this driver: the drop's error rate over time.
+    pub errors: ErrorLog,
+}
+
+/// When requests ended in an unknown outcome. Cheap to clone; clones share the log.
+#[derive(Debug, Clone, Default)]
+pub struct ErrorLog(Arc<Mutex<Vec<Instant>>>);
+
+impl ErrorLog {
+    fn note(&self) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(Instant::now());
+        }
+    }
+
+    /// Every unknown outcome so far, in the order they happened.
+    pub fn times(&self) -> Vec<Instant> {
+        self.0.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// The last unknown outcome so far, if any.
+    pub fn last(&self) -> Option<Instant> {
+        self.0.lock().ok().and_then(|v| v.last().copied())
+    }
 }
 
 /// How the sale part of an attempt (pass, reservation) ended.
@@ -312,6 +337,7 @@ impl Driver {
             timeout,
             patience: Patience::default(),
             waitlist: None,
+            errors: ErrorLog::default(),
         }
     }
 
@@ -352,6 +378,7 @@ impl Driver {
             match client.issue_pass(product_id).await {
                 Ok(a) => return Ok(a.body),
                 Err(e @ CallError::Unknown { .. }) if n < self.patience.retries => {
+                    self.errors.note();
                     tracing::debug!(member = %buyer.member, error = %e, "pass: unknown outcome, retrying");
                 }
                 Err(e) => return Err(e),
@@ -376,7 +403,7 @@ impl Driver {
         loop {
             match client.reserve(product_id, pass).await {
                 Ok(a) => return Ok(a.body),
-                Err(CallError::Unknown { .. }) if n < self.patience.retries => {}
+                Err(CallError::Unknown { .. }) if n < self.patience.retries => self.errors.note(),
                 Err(e) => return Err(e),
             }
             n += 1;
@@ -435,7 +462,7 @@ impl Driver {
                     status: 409,
                     ref body,
                 }) if body.code == "IDEMPOTENCY_KEY_IN_PROGRESS" && n < self.patience.retries => {}
-                Err(CallError::Unknown { .. }) if n < self.patience.retries => {}
+                Err(CallError::Unknown { .. }) if n < self.patience.retries => self.errors.note(),
                 Err(e) => return Err(e),
             }
             n += 1;
@@ -468,7 +495,12 @@ impl Driver {
             tokio::time::sleep(self.patience.poll).await;
             match client.payment(current.id).await {
                 Ok(a) => current = a.body,
-                Err(e) => last_error = e.to_string(),
+                Err(e) => {
+                    if matches!(e, CallError::Unknown { .. }) {
+                        self.errors.note();
+                    }
+                    last_error = e.to_string();
+                }
             }
         }
         Ok(current)
@@ -595,7 +627,7 @@ impl Driver {
         loop {
             match call().await {
                 Ok(a) => return Ok(a.body),
-                Err(CallError::Unknown { .. }) if n < self.patience.retries => {}
+                Err(CallError::Unknown { .. }) if n < self.patience.retries => self.errors.note(),
                 Err(e) => return Err(e),
             }
             n += 1;

@@ -6,6 +6,7 @@
 
 pub mod binaries;
 pub mod buyer;
+pub mod haproxy;
 pub mod invariants;
 pub mod private_redis;
 pub mod process;
@@ -20,8 +21,10 @@ pub mod stats;
 pub mod wiring;
 
 pub use buyer::{
-    Attempt, Buyer, Driver, Endpoints, Outcome, Patience, WaitEnd, WaitlistPolicy, Waitlisted,
+    Attempt, Buyer, Driver, Endpoints, ErrorLog, Outcome, Patience, WaitEnd, WaitlistPolicy,
+    Waitlisted,
 };
+pub use haproxy::Haproxy;
 pub use invariants::InvariantReport;
 pub use process::{ServiceProcess, ServiceSpec, Stop};
 pub use proxy::{FaultProxy, Faults, ProxyCounts};

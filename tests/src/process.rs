@@ -34,6 +34,9 @@ pub enum Stop {
 #[derive(Debug, Clone)]
 pub struct ServiceSpec {
     pub kind: ServiceKind,
+    /// Which of several instances of `kind` this is; `None` when the service runs as one
+    /// process.
+    pub instance: Option<usize>,
     /// The executable: the service's own binary, or a multi-call one such as `paysaga`.
     pub program: PathBuf,
     /// Its arguments (`["service", "order"]` for `paysaga service order`; none for a
@@ -48,6 +51,12 @@ pub struct ServiceSpec {
 }
 
 impl ServiceSpec {
+    /// The service's name, with the instance number when there are several
+    /// (`order`, or `order-1`).
+    pub fn label(&self) -> String {
+        label(self.kind, self.instance)
+    }
+
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
@@ -58,6 +67,14 @@ impl ServiceSpec {
             .chain(self.args.iter().cloned())
             .collect::<Vec<_>>()
             .join(" ")
+    }
+}
+
+/// `kind`, or `kind-<instance>` for one of several instances.
+pub fn label(kind: ServiceKind, instance: Option<usize>) -> String {
+    match instance {
+        Some(i) => format!("{kind}-{i}"),
+        None => kind.name().to_owned(),
     }
 }
 
@@ -147,7 +164,7 @@ impl ServiceProcess {
             log,
             "===== paysaga harness: start #{} of {} on port {} at {} =====",
             self.starts,
-            self.spec.kind,
+            self.spec.label(),
             self.spec.port,
             chrono::Utc::now().to_rfc3339()
         );
@@ -229,7 +246,7 @@ impl ServiceProcess {
         timeout: Duration,
     ) -> anyhow::Result<()> {
         let base = self.url();
-        let name = self.spec.kind.to_string();
+        let name = self.spec.label();
         let ready = paysaga_common::testkit::wait_ready(http, &name, &base, timeout, || {
             self.exit_status()
                 .map(|status| format!("exit status {status}"))
@@ -242,7 +259,7 @@ impl ServiceProcess {
     pub fn failure(&self, what: &str) -> anyhow::Error {
         anyhow!(
             "{} {what}\nlog: {}\n--- last lines ---\n{}",
-            self.spec.kind,
+            self.spec.label(),
             self.spec.log_path.display(),
             tail(&self.spec.log_path, 40)
         )

@@ -1,6 +1,7 @@
-//! The four service processes as one unit: started together, waited on until ready,
-//! stopped and restarted one at a time, supervised (restarted with backoff when one
-//! exits), and all stopped (or killed on drop) together.
+//! The service processes as one unit (one of each service, or several instances of
+//! each): started together, waited on until ready, stopped and restarted one at a time,
+//! supervised (restarted with backoff when one exits), and all stopped (or killed on
+//! drop) together.
 
 use std::{
     collections::BTreeMap,
@@ -14,15 +15,18 @@ use std::{
 use anyhow::Context;
 
 use crate::{
-    process::{Readiness, ServiceProcess, ServiceSpec, Stop, READY_TIMEOUT},
+    process::{label, Readiness, ServiceProcess, ServiceSpec, Stop, READY_TIMEOUT},
     service::ServiceKind,
 };
 
 /// Time a service gets to finish in-flight work after SIGTERM before it is killed.
 pub const TERM_GRACE: Duration = Duration::from_secs(15);
 
+/// A process's key: its service and its instance number (0 when it runs as one).
+type Key = (ServiceKind, usize);
+
 pub struct Services {
-    procs: BTreeMap<ServiceKind, ServiceProcess>,
+    procs: BTreeMap<Key, ServiceProcess>,
     http: reqwest::Client,
     log_dir: PathBuf,
 }
@@ -38,8 +42,8 @@ impl Services {
             .context("cannot build an HTTP client")?;
         let mut procs = BTreeMap::new();
         for spec in specs {
-            let kind = spec.kind;
-            procs.insert(kind, ServiceProcess::spawn(spec)?);
+            let key = (spec.kind, spec.instance.unwrap_or(0));
+            procs.insert(key, ServiceProcess::spawn(spec)?);
         }
         let mut this = Self {
             procs,
@@ -52,19 +56,31 @@ impl Services {
         Ok(this)
     }
 
+    /// The URL of `kind` (its first instance when there are several).
     pub fn url(&self, kind: ServiceKind) -> String {
         self.procs
-            .get(&kind)
+            .get(&(kind, 0))
             .map(ServiceProcess::url)
             .unwrap_or_default()
     }
 
+    /// The process of `kind` (its first instance when there are several).
     pub fn process(&self, kind: ServiceKind) -> Option<&ServiceProcess> {
-        self.procs.get(&kind)
+        self.instance(kind, 0)
     }
 
     pub fn process_mut(&mut self, kind: ServiceKind) -> Option<&mut ServiceProcess> {
-        self.procs.get_mut(&kind)
+        self.procs.get_mut(&(kind, 0))
+    }
+
+    /// Instance `index` of `kind`.
+    pub fn instance(&self, kind: ServiceKind, index: usize) -> Option<&ServiceProcess> {
+        self.procs.get(&(kind, index))
+    }
+
+    /// Every process, in start order of their services.
+    pub fn all(&self) -> impl Iterator<Item = &ServiceProcess> {
+        self.procs.values()
     }
 
     /// Where the log files are.
@@ -76,27 +92,42 @@ impl Services {
     pub fn log_paths(&self) -> String {
         self.procs
             .values()
-            .map(|p| format!("  {}: {}", p.kind(), p.log_path().display()))
+            .map(|p| format!("  {}: {}", p.spec().label(), p.log_path().display()))
             .collect::<Vec<_>>()
             .join("\n")
     }
 
-    fn get_mut(&mut self, kind: ServiceKind) -> anyhow::Result<&mut ServiceProcess> {
+    fn get_mut(&mut self, kind: ServiceKind, index: usize) -> anyhow::Result<&mut ServiceProcess> {
         self.procs
-            .get_mut(&kind)
-            .with_context(|| format!("{kind} is not part of this system"))
+            .get_mut(&(kind, index))
+            .with_context(|| format!("{kind} instance {index} is not part of this system"))
     }
 
     /// Stops one service (SIGKILL for a crash, SIGTERM for a graceful stop).
     pub async fn stop(&mut self, kind: ServiceKind, how: Stop) -> anyhow::Result<()> {
-        self.get_mut(kind)?.stop(how, TERM_GRACE).await?;
+        self.stop_instance(kind, 0, how).await
+    }
+
+    /// Stops instance `index` of `kind`.
+    pub async fn stop_instance(
+        &mut self,
+        kind: ServiceKind,
+        index: usize,
+        how: Stop,
+    ) -> anyhow::Result<()> {
+        self.get_mut(kind, index)?.stop(how, TERM_GRACE).await?;
         Ok(())
     }
 
     /// Starts a stopped service again (same port, same environment) and waits until ready.
     pub async fn start(&mut self, kind: ServiceKind) -> anyhow::Result<()> {
+        self.start_instance(kind, 0).await
+    }
+
+    /// Starts instance `index` of `kind` again and waits until it is ready.
+    pub async fn start_instance(&mut self, kind: ServiceKind, index: usize) -> anyhow::Result<()> {
         let http = self.http.clone();
-        let proc = self.get_mut(kind)?;
+        let proc = self.get_mut(kind, index)?;
         proc.start()?;
         proc.wait_ready(&http, READY_TIMEOUT).await
     }
@@ -121,8 +152,10 @@ impl Services {
     /// account), so no request is cut by its downstream going away first.
     pub async fn shutdown(&mut self) -> anyhow::Result<()> {
         for kind in ServiceKind::ALL.iter().rev() {
-            if let Some(proc) = self.procs.get_mut(kind) {
-                proc.stop(Stop::Term, TERM_GRACE).await?;
+            for ((k, _), proc) in self.procs.iter_mut() {
+                if k == kind {
+                    proc.stop(Stop::Term, TERM_GRACE).await?;
+                }
             }
         }
         Ok(())
@@ -173,6 +206,8 @@ pub enum Event {
     /// A service exited on its own or was killed; it is started again after `delay`.
     Exited {
         kind: ServiceKind,
+        /// Which instance, when the service runs as several.
+        instance: Option<usize>,
         pid: Option<u32>,
         status: ExitStatus,
         attempt: u32,
@@ -181,12 +216,16 @@ pub enum Event {
     /// A restarted process was spawned; it is not ready yet.
     Restarted {
         kind: ServiceKind,
+        /// Which instance, when the service runs as several.
+        instance: Option<usize>,
         pid: u32,
         attempt: u32,
     },
     /// A restarted process answers `/readyz`.
     Ready {
         kind: ServiceKind,
+        /// Which instance, when the service runs as several.
+        instance: Option<usize>,
         pid: u32,
         attempt: u32,
     },
@@ -194,6 +233,8 @@ pub enum Event {
     /// was not ready in time); the next try is after `delay`.
     RestartFailed {
         kind: ServiceKind,
+        /// Which instance, when the service runs as several.
+        instance: Option<usize>,
         attempt: u32,
         error: String,
         delay: Duration,
@@ -205,35 +246,53 @@ impl fmt::Display for Event {
         match self {
             Event::Exited {
                 kind,
+                instance,
                 pid,
                 status,
                 attempt,
                 delay,
             } => {
                 let pid = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                let name = label(*kind, *instance);
                 write!(
                     f,
-                    "{kind}{pid} exited: {status}; restart #{attempt} in {delay:?}"
+                    "{name}{pid} exited: {status}; restart #{attempt} in {delay:?}"
                 )
             }
-            Event::Restarted { kind, pid, attempt } => {
+            Event::Restarted {
+                kind,
+                instance,
+                pid,
+                attempt,
+            } => {
+                let name = label(*kind, *instance);
                 write!(
                     f,
-                    "{kind} restarted as pid {pid} (restart #{attempt}); waiting until ready"
+                    "{name} restarted as pid {pid} (restart #{attempt}); waiting until ready"
                 )
             }
-            Event::Ready { kind, pid, attempt } => {
-                write!(f, "{kind} pid {pid} ready again (restart #{attempt})")
+            Event::Ready {
+                kind,
+                instance,
+                pid,
+                attempt,
+            } => {
+                let name = label(*kind, *instance);
+                write!(f, "{name} pid {pid} ready again (restart #{attempt})")
             }
             Event::RestartFailed {
                 kind,
+                instance,
                 attempt,
                 error,
                 delay,
-            } => write!(
-                f,
-                "{kind} restart #{attempt} failed; next try in {delay:?}: {error}"
-            ),
+            } => {
+                let name = label(*kind, *instance);
+                write!(
+                    f,
+                    "{name} restart #{attempt} failed; next try in {delay:?}: {error}"
+                )
+            }
         }
     }
 }
@@ -262,17 +321,18 @@ impl Services {
         mut report: impl FnMut(Event),
     ) -> Infallible {
         let now = Instant::now();
-        let mut phases: BTreeMap<ServiceKind, (Phase, u32)> = self
+        let mut phases: BTreeMap<Key, (Phase, u32)> = self
             .procs
             .keys()
             .map(|&k| (k, (Phase::Ready { since: now }, 0)))
             .collect();
         loop {
             tokio::time::sleep(SUPERVISE_TICK).await;
-            for (kind, (phase, attempt)) in phases.iter_mut() {
-                let Some(proc) = self.procs.get_mut(kind) else {
+            for (key, (phase, attempt)) in phases.iter_mut() {
+                let Some(proc) = self.procs.get_mut(key) else {
                     continue;
                 };
+                let (kind, instance) = (&key.0, proc.spec().instance);
                 let now = Instant::now();
                 match *phase {
                     Phase::Ready { since } => {
@@ -281,6 +341,7 @@ impl Services {
                             let delay = backoff.delay(*attempt);
                             report(Event::Exited {
                                 kind: *kind,
+                                instance,
                                 pid: proc.pid(),
                                 status,
                                 attempt: *attempt,
@@ -293,6 +354,7 @@ impl Services {
                         Ok(()) => {
                             report(Event::Restarted {
                                 kind: *kind,
+                                instance,
                                 pid: proc.pid().unwrap_or_default(),
                                 attempt: *attempt,
                             });
@@ -301,7 +363,13 @@ impl Services {
                             };
                         }
                         Err(e) => {
-                            *phase = retry(&backoff, *kind, attempt, format!("{e:#}"), &mut report);
+                            *phase = retry(
+                                &backoff,
+                                (*kind, instance),
+                                attempt,
+                                format!("{e:#}"),
+                                &mut report,
+                            );
                         }
                     },
                     Phase::Waiting { .. } => {}
@@ -310,6 +378,7 @@ impl Services {
                             Readiness::Ready => {
                                 report(Event::Ready {
                                     kind: *kind,
+                                    instance,
                                     pid: proc.pid().unwrap_or_default(),
                                     attempt: *attempt,
                                 });
@@ -322,7 +391,7 @@ impl Services {
                                     .failure(&format!("exited with {status} before it was ready"));
                                 *phase = retry(
                                     &backoff,
-                                    *kind,
+                                    (*kind, instance),
                                     attempt,
                                     format!("{error:#}"),
                                     &mut report,
@@ -335,7 +404,7 @@ impl Services {
                                 ));
                                 *phase = retry(
                                     &backoff,
-                                    *kind,
+                                    (*kind, instance),
                                     attempt,
                                     format!("{error:#}"),
                                     &mut report,
@@ -353,7 +422,7 @@ impl Services {
 /// After a failed restart: counts it and schedules the next one.
 fn retry(
     backoff: &Backoff,
-    kind: ServiceKind,
+    (kind, instance): (ServiceKind, Option<usize>),
     attempt: &mut u32,
     error: String,
     report: &mut impl FnMut(Event),
@@ -363,6 +432,7 @@ fn retry(
     let delay = backoff.delay(*attempt);
     report(Event::RestartFailed {
         kind,
+        instance,
         attempt: failed,
         error,
         delay,

@@ -8,8 +8,9 @@ use paysaga_common::testkit::{TestDb, TestRedis};
 use sqlx::PgPool;
 
 use crate::{
-    binaries,
-    process::{reserve_port, Stop},
+    binaries, haproxy,
+    haproxy::Haproxy,
+    process::{free_port, reserve_port, Stop},
     proxy::FaultProxy,
     service::ServiceKind,
     services::Services,
@@ -53,6 +54,9 @@ pub struct StackOptions {
     /// A Redis of the test's own (e.g. one it stops and restarts) instead of the shared
     /// `TEST_REDIS_URL`; the key prefix is fresh either way.
     pub redis_url: Option<String>,
+    /// Instances of every service; more than one puts a real HAProxy in front of them
+    /// (on the ports [`Stack::url`] names), through which the services call each other.
+    pub instances: usize,
 }
 
 impl Default for StackOptions {
@@ -72,12 +76,20 @@ impl StackOptions {
             rust_log: "info".into(),
             services: ServiceKind::ALL.into_iter().collect(),
             redis_url: None,
+            instances: 1,
         }
     }
 
     /// Uses the Redis at `url` instead of the shared one.
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.redis_url = Some(url.into());
+        self
+    }
+
+    /// Runs `n` instances of every service behind HAProxy (needs `haproxy` installed;
+    /// not combined with fault proxies).
+    pub fn instances(mut self, n: usize) -> Self {
+        self.instances = n.max(1);
         self
     }
 
@@ -137,6 +149,8 @@ impl StackOptions {
 /// the database and the Redis keys, in that order (field order is drop order).
 pub struct Stack {
     pub services: Services,
+    /// The load balancer, when every service runs as several instances.
+    pub haproxy: Option<Haproxy>,
     proxies: BTreeMap<Link, FaultProxy>,
     wiring: Wiring,
     pub redis: TestRedis,
@@ -184,9 +198,30 @@ impl Stack {
             },
             None => TestRedis::new(),
         };
+        let several = options.instances > 1;
+        anyhow::ensure!(
+            !several || options.proxied.is_empty(),
+            "fault proxies and several instances are not combined"
+        );
         let mut ports = BTreeMap::new();
         for kind in ServiceKind::ALL {
-            ports.insert(kind, reserve_port(0)?);
+            // HAProxy binds its own ports; a service is handed the socket reserved here.
+            let port = if several {
+                free_port()?
+            } else {
+                reserve_port(0)?
+            };
+            ports.insert(kind, port);
+        }
+        let mut instances = Vec::new();
+        if several {
+            for _ in 0..options.instances {
+                let mut own = BTreeMap::new();
+                for kind in ServiceKind::ALL {
+                    own.insert(kind, reserve_port(0)?);
+                }
+                instances.push(own);
+            }
         }
         let mut proxies = BTreeMap::new();
         for &link in &options.proxied {
@@ -221,6 +256,7 @@ impl Stack {
             None => redis.url.clone(),
         };
         let mut wiring = Wiring::direct(database_urls, redis_url, redis.prefix.clone(), ports);
+        wiring.instances = instances;
         if let Some(p) = proxies.get(&Link::GateToOrder) {
             wiring.gate_order_url = p.http_url();
         }
@@ -241,14 +277,27 @@ impl Stack {
             redis.prefix,
             log_dir.display()
         );
-        let specs = options
-            .services
-            .iter()
-            .map(|&kind| wiring.spec(kind, &log_dir))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (haproxy, specs) = if several {
+            let program = haproxy::find().context(haproxy::INSTALL_HINT)?;
+            let lb = Haproxy::start(&program, &wiring, &log_dir).await?;
+            let specs = wiring
+                .specs(&log_dir)?
+                .into_iter()
+                .filter(|s| options.services.contains(&s.kind))
+                .collect();
+            (Some(lb), specs)
+        } else {
+            let specs = options
+                .services
+                .iter()
+                .map(|&kind| wiring.spec(kind, &log_dir))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            (None, specs)
+        };
         let services = Services::launch(specs, log_dir).await?;
         Ok(Self {
             services,
+            haproxy,
             proxies,
             wiring,
             redis,
@@ -256,7 +305,8 @@ impl Stack {
         })
     }
 
-    /// The URL buyers and operators use for `kind` (never through a proxy).
+    /// The URL buyers and operators use for `kind` (never through a fault proxy; through
+    /// HAProxy when there are several instances).
     pub fn url(&self, kind: ServiceKind) -> String {
         self.wiring.url(kind)
     }

@@ -30,6 +30,10 @@ pub struct Wiring {
     /// Key prefix for everything the gate stores in Redis.
     pub redis_prefix: String,
     pub ports: BTreeMap<ServiceKind, u16>,
+    /// Several instances of every service: each instance's own ports, with `ports` then
+    /// the load balancer's (every URL above names it). Empty: one process of each
+    /// service, listening on `ports` itself.
+    pub instances: Vec<BTreeMap<ServiceKind, u16>>,
     /// `ORDER_URL` as the gate sees it.
     pub gate_order_url: String,
     /// `ORDER_URL` as the orchestrator sees it.
@@ -80,6 +84,7 @@ impl Wiring {
             redis_url: redis_url.into(),
             redis_prefix: redis_prefix.into(),
             ports,
+            instances: Vec::new(),
             rust_log: "info".into(),
             log_format: "json".into(),
             common_env: Vec::new(),
@@ -102,6 +107,16 @@ impl Wiring {
 
     /// The complete environment of one service.
     pub fn env(&self, kind: ServiceKind) -> Vec<(String, String)> {
+        self.env_listening(kind, self.port(kind))
+    }
+
+    /// The port instance `index` of `kind` listens on, if there are several instances.
+    pub fn instance_port(&self, kind: ServiceKind, index: usize) -> Option<u16> {
+        self.instances.get(index)?.get(&kind).copied()
+    }
+
+    /// The environment of one service listening on `listen` (one of its instances).
+    fn env_listening(&self, kind: ServiceKind, listen: u16) -> Vec<(String, String)> {
         let mut env: BTreeMap<String, String> = BTreeMap::new();
         let mut set = |k: &str, v: String| {
             env.insert(k.to_owned(), v);
@@ -119,7 +134,7 @@ impl Wiring {
         set(paysaga_common::config::DEV_KEYS_VAR, "1".into());
         set("RUST_LOG", self.rust_log.clone());
         set("LOG_FORMAT", self.log_format.clone());
-        set("LISTEN_ADDR", format!("127.0.0.1:{}", self.port(kind)));
+        set("LISTEN_ADDR", format!("127.0.0.1:{listen}"));
         for k in ServiceKind::ALL {
             set(
                 &format!("{}_URL", k.name().to_ascii_uppercase()),
@@ -167,6 +182,29 @@ impl Wiring {
 
     /// The start specification of one service, logging into `log_dir`.
     pub fn spec(&self, kind: ServiceKind, log_dir: &Path) -> anyhow::Result<ServiceSpec> {
+        self.spec_listening(kind, None, self.port(kind), log_dir)
+    }
+
+    /// The start specification of instance `index` of `kind` (see `instances`).
+    pub fn instance_spec(
+        &self,
+        kind: ServiceKind,
+        index: usize,
+        log_dir: &Path,
+    ) -> anyhow::Result<ServiceSpec> {
+        let port = self
+            .instance_port(kind, index)
+            .ok_or_else(|| anyhow::anyhow!("{kind} has no instance {index}"))?;
+        self.spec_listening(kind, Some(index), port, log_dir)
+    }
+
+    fn spec_listening(
+        &self,
+        kind: ServiceKind,
+        instance: Option<usize>,
+        port: u16,
+        log_dir: &Path,
+    ) -> anyhow::Result<ServiceSpec> {
         let (program, args) = match &self.launcher {
             Launcher::Binaries => (binaries::binary(kind.name())?, Vec::new()),
             Launcher::MultiCall { program, args } => {
@@ -175,21 +213,36 @@ impl Wiring {
                 (program.clone(), args)
             }
         };
-        Ok(ServiceSpec {
+        let spec = ServiceSpec {
             kind,
+            instance,
             program,
             args,
-            port: self.port(kind),
-            env: self.env(kind),
-            log_path: log_dir.join(format!("{}.log", kind.name())),
+            port,
+            env: self.env_listening(kind, port),
+            log_path: PathBuf::new(),
+        };
+        Ok(ServiceSpec {
+            log_path: log_dir.join(format!("{}.log", spec.label())),
+            ..spec
         })
     }
 
-    /// Start specifications for all five services, logging into `log_dir`.
+    /// Start specifications for all five services (every instance of each, when there
+    /// are several), logging into `log_dir`.
     pub fn specs(&self, log_dir: &Path) -> anyhow::Result<Vec<ServiceSpec>> {
-        ServiceKind::ALL
-            .iter()
-            .map(|&kind| self.spec(kind, log_dir))
-            .collect()
+        if self.instances.is_empty() {
+            return ServiceKind::ALL
+                .iter()
+                .map(|&kind| self.spec(kind, log_dir))
+                .collect();
+        }
+        let mut specs = Vec::new();
+        for kind in ServiceKind::ALL {
+            for index in 0..self.instances.len() {
+                specs.push(self.instance_spec(kind, index, log_dir)?);
+            }
+        }
+        Ok(specs)
     }
 }
