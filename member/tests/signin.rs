@@ -21,7 +21,7 @@ fn jwks_verifier(base: &str) -> Verifier {
             min_refresh: Duration::from_millis(100),
             refresh_every: Duration::from_secs(300),
         },
-        &DevKey::ServiceTokens.verifying_key(),
+        &paysaga_common::credentials::ServiceKeys::development(),
     )
 }
 
