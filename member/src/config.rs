@@ -2,13 +2,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use ed25519_dalek::{SigningKey, VerifyingKey};
+use ed25519_dalek::SigningKey;
 use paysaga_common::{
-    auth::{self, ServiceRole, MAX_BUYER_TOKEN_LIFETIME_SECS},
+    auth::{ServiceRole, MAX_BUYER_TOKEN_LIFETIME_SECS},
     config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
     credentials::{ServiceKeys, TokenSource},
     jwks::kid_of,
-    keys::{self, is_development_key, parse_signing_key, DevKey},
+    keys::{is_development_key, parse_signing_key, DevKey},
 };
 
 /// The keys buyer tokens are signed with: the first signs, all are published.

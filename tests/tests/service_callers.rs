@@ -100,6 +100,8 @@ enum Forged {
     UnknownKid,
     /// The orchestrator's key, naming no key.
     NoKid,
+    /// Not forged: built the same way, but right (the control, which is admitted).
+    Valid,
 }
 
 const FORGED: [Forged; 7] = [
@@ -141,6 +143,7 @@ fn forged_token(how: Forged) -> String {
         Forged::NoKid => Minter::new(&key(ServiceRole::Orchestrator), SERVICE_AUDIENCE)
             .naming(None)
             .sign(&valid),
+        Forged::Valid => orchestrator.sign(&valid),
     }
 }
 
@@ -601,6 +604,14 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
     }
     let buyer_token = buyers[1].token.clone();
     let forged: Vec<String> = FORGED.into_iter().map(forged_token).collect();
+    // The forged credentials are built as a right one is, which is admitted: each is
+    // refused for what is wrong with it alone.
+    let control = http
+        .get(format!("{}/v1/events?limit=1", stack.url(O)))
+        .bearer_auth(forged_token(Forged::Valid))
+        .send()
+        .await?;
+    assert_eq!(control.status().as_u16(), 200, "{}", control.text().await?);
     let send = |r: &Route, who: Who| {
         let mut req = http.request(
             r.method.clone(),
@@ -642,7 +653,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
                 .map(move |how| (r, Who::Forged(how), 401, "UNAUTHENTICATED"));
             callers
                 .iter()
-                .filter_map(|who| match ServiceRole::parse(who) {
+                .filter_map(move |who| match ServiceRole::parse(who) {
                     Some(role) if role.allowed_by(r.allowed) => None,
                     Some(_) => Some((r, Who::Service(who), 403, "FORBIDDEN_CALLER")),
                     None => Some((r, Who::Service(who), 401, "UNAUTHENTICATED")),
