@@ -241,9 +241,13 @@ impl System {
 
     pub async fn quota(&self, product: i64) -> Result<Quota> {
         let url = format!("{}/v1/quota/{product}", self.gate);
-        let reply = send(self.http.get(&url).bearer_auth(self.service_credential.bearer()))
-            .await
-            .map_err(|o| setup(&url, o.0))?;
+        let reply = send(
+            self.http
+                .get(&url)
+                .bearer_auth(self.service_credential.bearer()),
+        )
+        .await
+        .map_err(|o| setup(&url, o.0))?;
         if reply.status != 200 {
             return Err(setup(&url, format!("answered {}", reply.status)));
         }

@@ -25,8 +25,12 @@ pub fn run(args: &KeygenArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("{} does not hold a key", private.display()))?;
     let verifying = encode_verifying_key(&key.verifying_key());
     println!(
-        "{} the {role} key pair: {} (private), {} (public)",
-        if created { "created" } else { "kept the existing" },
+        "{} {role} key pair: {} (private), {} (public)",
+        if created {
+            "created the"
+        } else {
+            "kept the existing"
+        },
         private.display(),
         public.display()
     );

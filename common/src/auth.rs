@@ -773,7 +773,7 @@ mod tests {
             &DevKey::Service(ServiceRole::Gate).signing_key(),
             BUYER_AUDIENCE,
         )
-            .mint("member-1", Duration::from_secs(60));
+        .mint("member-1", Duration::from_secs(60));
         assert!(v.verify_buyer(&forged).is_none());
         let mut tampered = token.clone();
         tampered.push('x');

@@ -116,7 +116,7 @@ impl ServiceClient {
         let mut req = self
             .http
             .request(method, format!("{}{}", self.base, path))
-            .bearer_auth(&self.credential.bearer());
+            .bearer_auth(self.credential.bearer());
         if let Some(b) = body {
             req = req.json(b);
         }

@@ -92,8 +92,9 @@ impl ServiceKeys {
             let (role, key) = entry
                 .split_once(':')
                 .ok_or_else(|| format!("`{entry}` is not role:<base64 public key>"))?;
-            let role = ServiceRole::parse(role)
-                .ok_or_else(|| format!("`{role}` is not a role (gate, orchestrator, member, operator)"))?;
+            let role = ServiceRole::parse(role).ok_or_else(|| {
+                format!("`{role}` is not a role (gate, orchestrator, member, operator)")
+            })?;
             let key = keys::parse_verifying_key(key).map_err(|e| format!("{role}: {e}"))?;
             entries.push((role, key));
         }
@@ -102,10 +103,8 @@ impl ServiceKeys {
 
     /// DEVELOPMENT ONLY: each role's public development key.
     pub fn development() -> Self {
-        Self::new(
-            ServiceRole::ALL.map(|role| (role, DevKey::Service(role).verifying_key())),
-        )
-        .expect("the development keys are distinct")
+        Self::new(ServiceRole::ALL.map(|role| (role, DevKey::Service(role).verifying_key())))
+            .expect("the development keys are distinct")
     }
 
     /// `SERVICE_KEYS`. Unset, the development keys in development mode, else missing;
@@ -137,7 +136,9 @@ impl ServiceKeys {
 
     /// Every `(kid, role, key)`.
     pub fn iter(&self) -> impl Iterator<Item = (&str, ServiceRole, &VerifyingKey)> {
-        self.by_kid.iter().map(|(kid, (r, k))| (kid.as_str(), *r, k))
+        self.by_kid
+            .iter()
+            .map(|(kid, (r, k))| (kid.as_str(), *r, k))
     }
 }
 
@@ -224,7 +225,9 @@ impl TokenSource {
 
     /// The `kid` every token of this source carries.
     pub fn kid(&self) -> &str {
-        self.minter.kid().expect("a token source's minter names its key")
+        self.minter
+            .kid()
+            .expect("a token source's minter names its key")
     }
 
     pub fn lifetime(&self) -> Duration {
@@ -396,7 +399,10 @@ mod tests {
         ))
         .unwrap();
         let kid = jwks::kid_of(&b.verifying_key());
-        assert_eq!(set.get(&kid).map(|(r, _)| r), Some(ServiceRole::Orchestrator));
+        assert_eq!(
+            set.get(&kid).map(|(r, _)| r),
+            Some(ServiceRole::Orchestrator)
+        );
         assert_eq!(set.iter().count(), 3);
         // Two keys for one role (rotation) are fine; one key for two roles is not.
         assert!(ServiceKeys::parse(&format!("gate:{},gate:{}", enc(&a), enc(&b))).is_ok());
@@ -412,7 +418,10 @@ mod tests {
     fn a_source_hands_out_one_token_until_renewal_is_due() {
         let source = TokenSource::development(ServiceRole::Member);
         let first = source.token();
-        assert!(Arc::ptr_eq(&source.token(), &first), "cached, not minted per request");
+        assert!(
+            Arc::ptr_eq(&source.token(), &first),
+            "cached, not minted per request"
+        );
         let v = Verifier::development();
         assert_eq!(v.verify_service(&first), Some(ServiceRole::Member));
         let renew_at = |s: &TokenSource| s.current.read().unwrap().renew_at_ms;
@@ -434,7 +443,8 @@ mod tests {
     #[test]
     fn operator_tokens_must_be_short_lived_and_not_development_signed() {
         let own = fresh();
-        let ok = Minter::with_kid(&own, SERVICE_AUDIENCE).mint("operator", Duration::from_secs(600));
+        let ok =
+            Minter::with_kid(&own, SERVICE_AUDIENCE).mint("operator", Duration::from_secs(600));
         assert!(check_operator_token(&ok).is_ok());
         let long =
             Minter::with_kid(&own, SERVICE_AUDIENCE).mint("operator", Duration::from_secs(86_400));
@@ -442,7 +452,8 @@ mod tests {
             .unwrap_err()
             .reason
             .contains("longer"));
-        let dev = Minter::dev_service(ServiceRole::Operator).mint("operator", Duration::from_secs(60));
+        let dev =
+            Minter::dev_service(ServiceRole::Operator).mint("operator", Duration::from_secs(60));
         assert!(check_operator_token(&dev)
             .unwrap_err()
             .reason

@@ -209,7 +209,11 @@ mod tests {
             .iter()
             .map(|d| d.verifying_key().to_bytes())
             .collect();
-        assert_eq!(distinct.len(), DevKey::ALL.len(), "one key per use and role");
+        assert_eq!(
+            distinct.len(),
+            DevKey::ALL.len(),
+            "one key per use and role"
+        );
         assert!(refuse_development("PASS_PUBLIC_KEY", &fresh().verifying_key()).is_ok());
     }
 

@@ -156,8 +156,8 @@ pub fn buyer_token(member: &str) -> String {
 /// signed with its own development key; any other name with the operator's, which no
 /// verifier accepts for it.
 pub fn service_token(service: &str) -> String {
-    let signer = crate::auth::ServiceRole::parse(service)
-        .unwrap_or(crate::auth::ServiceRole::Operator);
+    let signer =
+        crate::auth::ServiceRole::parse(service).unwrap_or(crate::auth::ServiceRole::Operator);
     Minter::dev_service(signer).mint(
         service,
         Duration::from_secs(crate::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS as u64),

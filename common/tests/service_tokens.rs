@@ -91,9 +91,10 @@ async fn a_holder_with_a_short_lifetime_keeps_working_across_many_lifetimes() {
             handed.exp * 1000 > before_ms,
             "the source handed out an expired token"
         );
-        let answer = client.get::<String>("/who").await.unwrap_or_else(|e| {
-            panic!("call {calls} after {:?} refused: {e}", start.elapsed())
-        });
+        let answer = client
+            .get::<String>("/who")
+            .await
+            .unwrap_or_else(|e| panic!("call {calls} after {:?} refused: {e}", start.elapsed()));
         assert_eq!(answer.body, "gate");
         calls += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -86,10 +86,8 @@ impl AppState {
         )
         .await?;
         let current = config.signing_keys.current().verifying_key();
-        let verifier = Verifier::from_source(
-            &BuyerKeySource::Static(current),
-            &config.service_keys,
-        );
+        let verifier =
+            Verifier::from_source(&BuyerKeySource::Static(current), &config.service_keys);
         let passwords = Passwords::new(config.argon2, config.argon2_max_concurrent)
             .await
             .context("preparing password hashing")?;

@@ -8,7 +8,6 @@ use std::time::Duration;
 use paysaga_common::{
     auth::{BuyerKeySource, Verifier},
     jwks::JWKS_PATH,
-    keys::DevKey,
 };
 use paysaga_contracts::member::api::{codes, TOKEN_TYPE};
 use serde_json::json;

@@ -84,7 +84,11 @@ impl AppState {
                 credential,
                 config.downstream_timeout,
             ),
-            OrderClient::new(config.order_url.clone(), credential, config.downstream_timeout),
+            OrderClient::new(
+                config.order_url.clone(),
+                credential,
+                config.downstream_timeout,
+            ),
             config.downstream_batches,
         );
         let engine = driver::Engine {

@@ -29,7 +29,12 @@ const REQUIRED: [(&str, &[&str]); 5] = [
     ("account", &["DATABASE_URL", BUYER_KEYS, "SERVICE_KEYS"]),
     (
         "order",
-        &["DATABASE_URL", "PASS_PUBLIC_KEY", BUYER_KEYS, "SERVICE_KEYS"],
+        &[
+            "DATABASE_URL",
+            "PASS_PUBLIC_KEY",
+            BUYER_KEYS,
+            "SERVICE_KEYS",
+        ],
     ),
     (
         "gate",
@@ -263,7 +268,8 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
     )?;
     refused("order", &order);
     assert!(
-        order.output.contains("SERVICE_KEYS") && order.output.contains("both gate and orchestrator"),
+        order.output.contains("SERVICE_KEYS")
+            && order.output.contains("both gate and orchestrator"),
         "order did not refuse a key shared by two roles:\n{}",
         order.output
     );

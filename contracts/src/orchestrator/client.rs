@@ -58,7 +58,7 @@ impl OrchestratorClient {
         let response = self
             .http
             .post(format!("{}/v1/payments", self.base))
-            .bearer_auth(&self.token.bearer())
+            .bearer_auth(self.token.bearer())
             .headers(headers)
             .json(req)
             .send()
