@@ -1,10 +1,9 @@
 //! The account service's settings, read from the environment.
 
-use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
     auth::BuyerKeySource,
     config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
-    keys::{self, DevKey},
+    credentials::ServiceKeys,
 };
 
 /// How many merchant shard rows the migration creates; `MERCHANT_SHARDS` uses a prefix.
@@ -35,9 +34,9 @@ pub struct Config {
     /// Where buyer-token keys come from: the member service's key set
     /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`; one of them is required.
     pub buyer_keys: BuyerKeySource,
-    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required: it decides who
-    /// may open accounts and move money.
-    pub service_jwt_public_key: VerifyingKey,
+    /// `SERVICE_KEYS`: each caller role's public keys, verifying service credentials.
+    /// Required: it decides who may open accounts and move money.
+    pub service_keys: ServiceKeys,
     /// The development keys and password in use (development mode only), warned at start.
     pub dev_fallbacks: DevFallbacks,
 }
@@ -52,11 +51,7 @@ impl Config {
         let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
         let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_jwt_public_key = keys::verifying_key(
-            &mut secrets,
-            "SERVICE_JWT_PUBLIC_KEY",
-            DevKey::ServiceTokens,
-        )?;
+        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
         let dev_fallbacks = secrets.finish()?;
         let merchant_shards = config::parse("MERCHANT_SHARDS", MAX_MERCHANT_SHARDS)?;
         if merchant_shards == 0 || merchant_shards > MAX_MERCHANT_SHARDS {
@@ -77,7 +72,7 @@ impl Config {
             merchant_shards,
             batch_fast_path: config::parse("BATCH_FAST_PATH", true)?,
             buyer_keys,
-            service_jwt_public_key,
+            service_keys,
             dev_fallbacks,
         })
     }
@@ -96,7 +91,7 @@ impl Config {
             merchant_shards: MAX_MERCHANT_SHARDS,
             batch_fast_path: true,
             buyer_keys: BuyerKeySource::development(),
-            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            service_keys: ServiceKeys::development(),
             dev_fallbacks: DevFallbacks::default(),
         }
     }

@@ -65,7 +65,7 @@ impl AppState {
             &MIGRATOR,
         )
         .await?;
-        let verifier = Verifier::from_source(&config.buyer_keys, &config.service_jwt_public_key);
+        let verifier = Verifier::from_source(&config.buyer_keys, &config.service_keys);
         Ok(Self {
             pool,
             verifier: Arc::new(verifier),

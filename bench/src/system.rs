@@ -9,7 +9,11 @@ use std::{
 };
 
 use futures::{stream, StreamExt, TryStreamExt};
-use paysaga_common::client::CallError;
+use paysaga_common::{
+    auth::ServiceRole,
+    client::{CallError, Credential},
+    credentials::TokenSource,
+};
 use paysaga_contracts::member::{
     api::{BulkMember, BulkSignUpRequest, BulkSignedUp},
     client::MemberClient,
@@ -28,7 +32,7 @@ use crate::{
 pub struct System {
     pub stack: Stack,
     pub http: Client,
-    pub service_token: String,
+    pub service_credential: Credential,
     pub gate: String,
     pub order: String,
     pub account: String,
@@ -106,8 +110,7 @@ impl System {
         let stack = Stack::start(options)
             .await
             .map_err(|e| setup("starting the services", format!("{e:#}")))?;
-        let service_token = paysaga_common::auth::Minter::dev_service()
-            .mint("operator", Duration::from_secs(4 * 3600));
+        let service_credential = TokenSource::development(ServiceRole::Operator).into();
         Ok(Self {
             gate: stack.url(ServiceKind::Gate),
             order: stack.url(ServiceKind::Order),
@@ -116,7 +119,7 @@ impl System {
             member: stack.url(ServiceKind::Member),
             stack,
             http,
-            service_token,
+            service_credential,
         })
     }
 
@@ -150,7 +153,7 @@ impl System {
         let req = self
             .http
             .post(&url)
-            .bearer_auth(&self.service_token)
+            .bearer_auth(self.service_credential.bearer())
             .json(&body);
         let reply = send(req).await.map_err(|o| setup(&url, o.0))?;
         if !(200..300).contains(&reply.status) {
@@ -183,7 +186,7 @@ impl System {
     /// member's id. Setup, never timed: prints how long it took.
     pub async fn seed_buyers(&self, label: &str, count: usize, balance: i64) -> Result<Seeded> {
         let started = Instant::now();
-        let client = MemberClient::new(&self.member, &self.service_token, SEED_TIMEOUT);
+        let client = MemberClient::new(&self.member, &self.service_credential, SEED_TIMEOUT);
         let chunks: Vec<Vec<usize>> = (0..count)
             .collect::<Vec<_>>()
             .chunks(SEED_CHUNK)
@@ -238,9 +241,13 @@ impl System {
 
     pub async fn quota(&self, product: i64) -> Result<Quota> {
         let url = format!("{}/v1/quota/{product}", self.gate);
-        let reply = send(self.http.get(&url).bearer_auth(&self.service_token))
-            .await
-            .map_err(|o| setup(&url, o.0))?;
+        let reply = send(
+            self.http
+                .get(&url)
+                .bearer_auth(self.service_credential.bearer()),
+        )
+        .await
+        .map_err(|o| setup(&url, o.0))?;
         if reply.status != 200 {
             return Err(setup(&url, format!("answered {}", reply.status)));
         }

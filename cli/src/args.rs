@@ -87,6 +87,10 @@ pub enum Command {
     /// Mint a DEVELOPMENT token for trying the API with curl.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Generate a role's service-credential key pair (unless one exists in --dir): the
+    /// private key for that caller's SERVICE_SIGNING_KEY, the public one for the
+    /// verifiers' SERVICE_KEYS.
+    Keygen(KeygenArgs),
     /// Create the database, the service roles and their schemas (one-shot, as an
     /// administrator: ADMIN_DATABASE_URL), as `up` does before it starts the services.
     Bootstrap(CheckArgs),
@@ -237,6 +241,16 @@ pub enum MemberCommand {
     },
 }
 
+#[derive(Debug, Clone, Args)]
+pub struct KeygenArgs {
+    /// The role the key signs for: gate, orchestrator, member or operator.
+    pub role: String,
+    /// Where the pair is kept: `<role>.key` (private, base64 seed, readable by the owner
+    /// only) and `<role>.pub`. An existing pair is kept and printed, never replaced.
+    #[arg(long, default_value = "service-keys")]
+    pub dir: std::path::PathBuf,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
     /// A buyer token (subject = member id).
@@ -246,10 +260,11 @@ pub enum TokenCommand {
         ttl_secs: u64,
     },
     /// A service credential (internal and operator endpoints) of one role: gate,
-    /// orchestrator, member or operator; each service route admits only some roles.
+    /// orchestrator, member or operator, signed with that role's development key; each
+    /// service route admits only some roles. At most 900 seconds.
     Service {
         name: String,
-        #[arg(long, default_value_t = 86_400)]
+        #[arg(long, default_value_t = 900)]
         ttl_secs: u64,
     },
 }

@@ -8,6 +8,7 @@
 pub mod args;
 pub mod demo;
 pub mod infra;
+pub mod keygen;
 pub mod members;
 pub mod ops;
 pub mod table;
@@ -33,6 +34,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Stock { product } => ops::stock(&cli.endpoints, product).await,
         Command::Quota { product } => ops::quota(&cli.endpoints, product).await,
         Command::Token(cmd) => ops::token(cmd),
+        Command::Keygen(args) => keygen::run(&args),
         Command::Bootstrap(args) => ops::bootstrap(args).await,
         Command::Check(check) => ops::check(check).await,
     }

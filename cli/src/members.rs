@@ -18,7 +18,7 @@ use crate::{
 fn client(endpoints: &Endpoints) -> anyhow::Result<MemberClient> {
     Ok(MemberClient::new(
         &endpoints.member_url,
-        crate::ops::operator_token()?,
+        crate::ops::operator_credential()?,
         Duration::from_secs(30),
     ))
 }

@@ -5,7 +5,11 @@
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context;
-use paysaga_common::auth::{service_token_from_env, Minter};
+use paysaga_common::{
+    auth::{Minter, ServiceRole},
+    client::Credential,
+    credentials::{operator_credential_from_env, MAX_SERVICE_TOKEN_LIFETIME_SECS},
+};
 use paysaga_contracts::gate::client::GateClient;
 use paysaga_contracts::orchestrator::{
     api::{PaymentAdmin, PaymentPage, PaymentTimeline},
@@ -20,11 +24,16 @@ use crate::{
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The operator's credential: `SERVICE_TOKEN`, or, in development mode
-/// (`PAYSAGA_DEV_KEYS=1`), one minted with the development key.
-pub(crate) fn operator_token() -> anyhow::Result<String> {
-    service_token_from_env("operator")
-        .context("the operator commands need a service credential: set SERVICE_TOKEN, or PAYSAGA_DEV_KEYS=1 against a development system")
+/// The operator's credential: short-lived tokens minted and renewed with the operator's
+/// own `SERVICE_SIGNING_KEY`, or a short-lived `SERVICE_TOKEN` minted elsewhere, or, in
+/// development mode (`PAYSAGA_DEV_KEYS=1`), tokens minted with the operator's
+/// development key.
+pub(crate) fn operator_credential() -> anyhow::Result<Credential> {
+    operator_credential_from_env().context(
+        "the operator commands need a service credential: set SERVICE_SIGNING_KEY (the \
+         operator's key, see `paysaga keygen operator`) or a short-lived SERVICE_TOKEN, or \
+         PAYSAGA_DEV_KEYS=1 against a development system",
+    )
 }
 
 fn payment_row(p: &PaymentAdmin) -> Vec<String> {
@@ -62,7 +71,7 @@ const PAYMENT_HEADER: [&str; 8] = [
 
 pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Result<ExitCode> {
     let orchestrator =
-        OrchestratorClient::new(&endpoints.orchestrator_url, operator_token()?, TIMEOUT);
+        OrchestratorClient::new(&endpoints.orchestrator_url, operator_credential()?, TIMEOUT);
     match cmd {
         PaymentsCommand::List {
             state,
@@ -227,7 +236,7 @@ const PRODUCT_HEADER: [&str; 7] = [
 ];
 
 pub async fn products(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
-    let order = OrderClient::new(&endpoints.order_url, operator_token()?, TIMEOUT);
+    let order = OrderClient::new(&endpoints.order_url, operator_credential()?, TIMEOUT);
     let products = order
         .list_products()
         .await
@@ -241,7 +250,7 @@ pub async fn products(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn stock(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCode> {
-    let order = OrderClient::new(&endpoints.order_url, operator_token()?, TIMEOUT);
+    let order = OrderClient::new(&endpoints.order_url, operator_credential()?, TIMEOUT);
     let p = order
         .product(product)
         .await
@@ -252,7 +261,7 @@ pub async fn stock(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCo
 }
 
 pub async fn quota(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCode> {
-    let gate = GateClient::new(&endpoints.gate_url, operator_token()?, TIMEOUT);
+    let gate = GateClient::new(&endpoints.gate_url, operator_credential()?, TIMEOUT);
     let q = gate
         .quota(product)
         .await
@@ -293,13 +302,20 @@ pub fn token(cmd: TokenCommand) -> anyhow::Result<ExitCode> {
             (Minter::dev_buyer(), member, ttl_secs)
         }
         TokenCommand::Service { name, ttl_secs } => {
-            // The services refuse any other subject on every route, so say so now.
-            paysaga_common::auth::ServiceRole::parse(&name)
+            // The services refuse any other subject and any longer lifetime, so say so now.
+            let role = ServiceRole::parse(&name)
                 .ok_or_else(|| anyhow::anyhow!("{name}: {}", paysaga_common::auth::UnknownRole))?;
-            (Minter::dev_service(), name, ttl_secs)
+            let max = MAX_SERVICE_TOKEN_LIFETIME_SECS;
+            if ttl_secs > max as u64 {
+                anyhow::bail!(
+                    "--ttl-secs {ttl_secs}: service credentials live at most {max} seconds; \
+                     mint another when it runs out"
+                );
+            }
+            (Minter::dev_service(role), name, ttl_secs)
         }
     };
-    eprintln!("DEVELOPMENT token: signed with the public development key; services configured with their own keys refuse it.");
+    eprintln!("DEVELOPMENT token: signed with a public development key; services configured with their own keys refuse it.");
     println!("{}", minter.mint(&subject, Duration::from_secs(ttl)));
     Ok(ExitCode::SUCCESS)
 }

@@ -320,8 +320,11 @@ fn print_next_steps(
     log_dir: &Path,
     free_ports: bool,
 ) {
-    let token =
-        paysaga_common::auth::Minter::dev_service().mint("operator", Duration::from_secs(86_400));
+    let operator = paysaga_common::auth::ServiceRole::Operator;
+    let token = paysaga_common::auth::Minter::dev_service(operator).mint(
+        operator.name(),
+        Duration::from_secs(paysaga_common::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS as u64),
+    );
     let orch = wiring.url(ServiceKind::Orchestrator);
     let flags = if free_ports {
         format!(
@@ -367,7 +370,7 @@ fn print_next_steps(
             paysaga_e2e::setup::BUYER_PASSWORD
         );
     }
-    println!("  a DEVELOPMENT service token for curl (valid 24 h; anyone can mint these, never use the development keys in production):");
+    println!("  a DEVELOPMENT operator credential for curl (valid 15 minutes, the most a service credential may live; `{run} token service operator` mints another; anyone can mint these, never use the development keys in production):");
     println!("    export TOKEN={token}");
     if let Some((id, _, _)) = sample {
         println!("    curl -s -H \"Authorization: Bearer $TOKEN\" {orch}/v1/payments/{id}/steps");

@@ -19,6 +19,7 @@ use utoipa::ToSchema;
 
 use crate::{
     config::{self, ConfigError, Secrets},
+    credentials::{ServiceKeys, MAX_SERVICE_TOKEN_LIFETIME_SECS},
     error::{codes, ApiError},
     jwks::{self, RemoteKeys},
     keys::{self, DevKey},
@@ -99,6 +100,10 @@ pub struct Claims {
     pub iss: String,
     pub iat: i64,
     pub exp: i64,
+    /// Not valid before (unix seconds). Every token minted here carries it; service
+    /// credentials must.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
 }
 
 /// Where buyer-token keys come from.
@@ -160,11 +165,13 @@ enum BuyerKeys {
 }
 
 /// Verifies both kinds of token. Buyer and service tokens use different keys and
-/// audiences, so one can never stand in for the other.
+/// audiences, so one can never stand in for the other; each service credential is
+/// checked under the key its `kid` names, which must be registered for the role its
+/// `sub` names.
 #[derive(Clone)]
 pub struct Verifier {
     buyer_keys: BuyerKeys,
-    service_key: DecodingKey,
+    service_keys: Arc<HashMap<String, (ServiceRole, DecodingKey)>>,
     buyer_validation: Validation,
     service_validation: Validation,
     buyer_cache: Option<Arc<TokenCache>>,
@@ -259,13 +266,26 @@ pub fn within_buyer_lifetime(claims: &Claims) -> bool {
     claims.exp.saturating_sub(claims.iat) <= MAX_BUYER_TOKEN_LIFETIME_SECS
 }
 
+/// How every service credential is checked: EdDSA, the service audience, our issuer,
+/// `iat` (for the lifetime cap) and `nbf` required.
+pub fn service_validation() -> Validation {
+    let mut v = validation(SERVICE_AUDIENCE);
+    v.set_required_spec_claims(&["exp", "nbf", "iat", "sub", "aud", "iss"]);
+    v
+}
+
 impl Verifier {
-    pub fn new(buyer: &VerifyingKey, service: &VerifyingKey) -> Self {
+    pub fn new(buyer: &VerifyingKey, service: &ServiceKeys) -> Self {
         Self {
             buyer_keys: BuyerKeys::Static(decoding_key(buyer)),
-            service_key: decoding_key(service),
+            service_keys: Arc::new(
+                service
+                    .iter()
+                    .map(|(kid, role, key)| (kid.to_owned(), (role, decoding_key(key))))
+                    .collect(),
+            ),
             buyer_validation: buyer_validation(),
-            service_validation: validation(SERVICE_AUDIENCE),
+            service_validation: service_validation(),
             buyer_cache: None,
         }
     }
@@ -282,10 +302,10 @@ impl Verifier {
         self.buyer_cache.as_ref().map_or(0, |c| c.len())
     }
 
-    /// A verifier over `buyer` keys and the `service` key. With a key set, the first
-    /// fetch and the periodic refresh run in a background task (so this needs a Tokio
-    /// runtime); until keys arrive, a buyer token's unknown `kid` fetches them itself.
-    pub fn from_source(buyer: &BuyerKeySource, service: &VerifyingKey) -> Self {
+    /// A verifier over `buyer` keys and the `service` key set. With a buyer key set, the
+    /// first fetch and the periodic refresh run in a background task (so this needs a
+    /// Tokio runtime); until keys arrive, a buyer token's unknown `kid` fetches them itself.
+    pub fn from_source(buyer: &BuyerKeySource, service: &ServiceKeys) -> Self {
         let mut this = Self::new(&DevKey::BuyerTokens.verifying_key(), service);
         this.buyer_keys = match buyer {
             BuyerKeySource::Static(key) => BuyerKeys::Static(decoding_key(key)),
@@ -306,17 +326,13 @@ impl Verifier {
         this
     }
 
-    /// Buyer keys from [`BuyerKeySource::from_secrets`], the service key from
-    /// `SERVICE_JWT_PUBLIC_KEY`; development keys where unset only in development mode
-    /// (warned), otherwise every unset one is named in the error. Needs a Tokio runtime.
+    /// Buyer keys from [`BuyerKeySource::from_secrets`], service keys from
+    /// `SERVICE_KEYS`; development keys where unset only in development mode (warned),
+    /// otherwise every unset one is named in the error. Needs a Tokio runtime.
     pub fn from_env() -> Result<Self, config::Error> {
         let mut secrets = Secrets::from_env()?;
         let buyer = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service = keys::verifying_key(
-            &mut secrets,
-            "SERVICE_JWT_PUBLIC_KEY",
-            DevKey::ServiceTokens,
-        )?;
+        let service = ServiceKeys::from_secrets(&mut secrets)?;
         secrets.finish()?.warn("verifier");
         Ok(Self::from_source(&buyer, &service))
     }
@@ -332,7 +348,7 @@ impl Verifier {
     pub fn development() -> Self {
         Self::new(
             &DevKey::BuyerTokens.verifying_key(),
-            &DevKey::ServiceTokens.verifying_key(),
+            &ServiceKeys::development(),
         )
     }
 
@@ -380,10 +396,18 @@ impl Verifier {
         Some(member)
     }
 
-    pub fn verify_service(&self, token: &str) -> Option<String> {
-        jsonwebtoken::decode::<Claims>(token, &self.service_key, &self.service_validation)
-            .ok()
-            .map(|d| d.claims.sub)
+    /// The role of a service credential: signed under the key its `kid` names, that key
+    /// registered for the role its `sub` names, within its validity (`nbf`, `exp`) and no
+    /// longer-lived than [`MAX_SERVICE_TOKEN_LIFETIME_SECS`]. Anything else is `None`,
+    /// whatever it claims.
+    pub fn verify_service(&self, token: &str) -> Option<ServiceRole> {
+        let kid = token_kid(token)?;
+        let (role, key) = self.service_keys.get(&kid)?;
+        let claims = jsonwebtoken::decode::<Claims>(token, key, &self.service_validation)
+            .ok()?
+            .claims;
+        let lifetime = claims.exp.saturating_sub(claims.iat);
+        (claims.sub == role.name() && lifetime <= MAX_SERVICE_TOKEN_LIFETIME_SECS).then_some(*role)
     }
 }
 
@@ -423,6 +447,12 @@ impl Minter {
             ..Self::new(key, audience)
         }
     }
+    /// Names `kid` in each token's header whatever key signs them (for tests of what
+    /// verifiers refuse: a verifier checks the signature under the key `kid` names).
+    pub fn naming(mut self, kid: Option<String>) -> Self {
+        self.kid = kid;
+        self
+    }
     /// The `kid` this minter puts in its tokens.
     pub fn kid(&self) -> Option<&str> {
         self.kid.as_deref()
@@ -430,10 +460,16 @@ impl Minter {
     pub fn dev_buyer() -> Self {
         Self::new(&DevKey::BuyerTokens.signing_key(), BUYER_AUDIENCE)
     }
-    pub fn dev_service() -> Self {
-        Self::new(&DevKey::ServiceTokens.signing_key(), SERVICE_AUDIENCE)
+    /// DEVELOPMENT ONLY: service credentials signed with `role`'s development key,
+    /// naming it by `kid`.
+    pub fn dev_service(role: ServiceRole) -> Self {
+        Self::with_kid(&DevKey::Service(role).signing_key(), SERVICE_AUDIENCE)
     }
     pub fn mint(&self, subject: &str, ttl: std::time::Duration) -> String {
+        self.mint_with_claims(subject, ttl).0
+    }
+    /// [`Self::mint`], also returning the claims signed.
+    pub fn mint_with_claims(&self, subject: &str, ttl: std::time::Duration) -> (String, Claims) {
         let now = chrono::Utc::now().timestamp();
         let claims = Claims {
             sub: subject.to_owned(),
@@ -441,55 +477,22 @@ impl Minter {
             iss: ISSUER.to_owned(),
             iat: now,
             exp: now + ttl.as_secs() as i64,
+            nbf: Some(now),
         };
+        (self.sign(&claims), claims)
+    }
+    /// Signs `claims` as they are (tests of what verifiers refuse use it too).
+    pub fn sign(&self, claims: &impl Serialize) -> String {
         let mut header = Header::new(Algorithm::EdDSA);
         header.kid = self.kid.clone();
-        jsonwebtoken::encode(&header, &claims, &self.key)
+        jsonwebtoken::encode(&header, claims, &self.key)
             .expect("signing with an in-memory Ed25519 key cannot fail")
     }
 }
 
-/// The credential this service presents when it calls another: `SERVICE_TOKEN`. Unset,
-/// in development mode one is minted with the development service key; otherwise it is
-/// missing. A configured token signed with the development key is refused.
-pub fn service_token(secrets: &mut Secrets, service_name: &str) -> Result<String, ConfigError> {
-    const VAR: &str = "SERVICE_TOKEN";
-    match std::env::var(VAR) {
-        Ok(t) if !t.trim().is_empty() => {
-            let t = t.trim().to_owned();
-            if signed_by_development_key(&t) {
-                return Err(ConfigError {
-                    name: VAR.to_owned(),
-                    value: "<redacted>".to_owned(),
-                    reason: "is signed with the public DEVELOPMENT service key; mint it with a \
-                             key of your own"
-                        .to_owned(),
-                });
-            }
-            Ok(t)
-        }
-        _ => {
-            secrets.unset(VAR);
-            Ok(Minter::dev_service().mint(
-                service_name,
-                std::time::Duration::from_secs(10 * 365 * 86400),
-            ))
-        }
-    }
-}
-
-/// [`service_token`] for a tool outside a service (the operator commands): its own
-/// development-mode reading, the warning, and the error naming `SERVICE_TOKEN`.
-pub fn service_token_from_env(service_name: &str) -> Result<String, config::Error> {
-    let mut secrets = Secrets::from_env()?;
-    let token = service_token(&mut secrets, service_name)?;
-    secrets.finish()?.warn(service_name);
-    Ok(token)
-}
-
 /// Whether any development key's signature verifies on `token`, whatever its claims:
 /// such a credential could have been minted by anyone.
-fn signed_by_development_key(token: &str) -> bool {
+pub(crate) fn signed_by_development_key(token: &str) -> bool {
     let mut any = Validation::new(Algorithm::EdDSA);
     any.required_spec_claims.clear();
     any.validate_exp = false;
@@ -681,8 +684,8 @@ where
         let () = AllowList::<ALLOW>::VALID;
         let verifier = Arc::<Verifier>::from_ref(state);
         let token = bearer(parts)?;
-        if let Some(name) = verifier.verify_service(token) {
-            return admit(&name, ALLOW).map(Service);
+        if let Some(role) = verifier.verify_service(token) {
+            return admit(role.name(), ALLOW).map(Service);
         }
         if verifier.verify_buyer(token).is_some() {
             return Err(ApiError::new(
@@ -724,8 +727,8 @@ where
         let () = AllowList::<ALLOW>::VALID;
         let verifier = Arc::<Verifier>::from_ref(state);
         let token = bearer(parts)?;
-        if let Some(name) = verifier.verify_service(token) {
-            return admit(&name, ALLOW).map(Caller::Service);
+        if let Some(role) = verifier.verify_service(token) {
+            return admit(role.name(), ALLOW).map(Caller::Service);
         }
         if let Some(member) = verifier.verify_buyer_fetching(token).await {
             return Ok(Caller::Buyer(member));
@@ -743,9 +746,10 @@ mod tests {
     fn buyer_and_service_tokens_do_not_cross() {
         let v = Verifier::development();
         let buyer = Minter::dev_buyer().mint("member-1", Duration::from_secs(60));
-        let svc = Minter::dev_service().mint("orchestrator", Duration::from_secs(60));
+        let svc = Minter::dev_service(ServiceRole::Orchestrator)
+            .mint("orchestrator", Duration::from_secs(60));
         assert_eq!(v.verify_buyer(&buyer).map(|m| m.0), Some("member-1".into()));
-        assert_eq!(v.verify_service(&svc).as_deref(), Some("orchestrator"));
+        assert_eq!(v.verify_service(&svc), Some(ServiceRole::Orchestrator));
         assert!(v.verify_service(&buyer).is_none());
         assert!(v.verify_buyer(&svc).is_none());
     }
@@ -765,13 +769,16 @@ mod tests {
             "past its expiry the entry no longer answers"
         );
 
-        let forged = Minter::new(&DevKey::ServiceTokens.signing_key(), BUYER_AUDIENCE)
-            .mint("member-1", Duration::from_secs(60));
+        let forged = Minter::new(
+            &DevKey::Service(ServiceRole::Gate).signing_key(),
+            BUYER_AUDIENCE,
+        )
+        .mint("member-1", Duration::from_secs(60));
         assert!(v.verify_buyer(&forged).is_none());
         let mut tampered = token.clone();
         tampered.push('x');
         assert!(v.verify_buyer(&tampered).is_none());
-        let svc = Minter::dev_service().mint("order", Duration::from_secs(60));
+        let svc = Minter::dev_service(ServiceRole::Gate).mint("gate", Duration::from_secs(60));
         assert!(v.verify_buyer(&svc).is_none());
         assert_eq!(
             v.cached_buyer_tokens(),
@@ -790,7 +797,7 @@ mod tests {
     #[test]
     fn buyer_key_signing_a_service_audience_is_refused() {
         let v = Verifier::development();
-        let forged = Minter::new(&DevKey::BuyerTokens.signing_key(), SERVICE_AUDIENCE)
+        let forged = Minter::with_kid(&DevKey::BuyerTokens.signing_key(), SERVICE_AUDIENCE)
             .mint("orchestrator", Duration::from_secs(60));
         assert!(v.verify_service(&forged).is_none());
     }
@@ -808,6 +815,7 @@ mod tests {
                 iss: ISSUER.into(),
                 iat: now - 100,
                 exp: now - 60,
+                nbf: None,
             },
             &m.key,
         )
@@ -892,21 +900,79 @@ mod tests {
         );
     }
 
+    fn service_claims(sub: &str, iat: i64, exp: i64) -> serde_json::Value {
+        serde_json::json!({
+            "sub": sub, "aud": SERVICE_AUDIENCE, "iss": ISSUER, "iat": iat, "nbf": iat, "exp": exp,
+        })
+    }
+
     #[test]
-    fn service_tokens_keep_their_long_lifetime() {
+    fn a_service_credential_verifies_only_under_a_key_of_the_role_it_names() {
         let v = Verifier::development();
-        let svc = Minter::dev_service().mint("gate", Duration::from_secs(10 * 365 * 86_400));
-        assert_eq!(v.verify_service(&svc).as_deref(), Some("gate"));
+        let now = chrono::Utc::now().timestamp();
+        let gate = Minter::dev_service(ServiceRole::Gate);
+        let orchestrator = Minter::dev_service(ServiceRole::Orchestrator);
+        let ok = service_claims("orchestrator", now, now + 300);
+        assert_eq!(
+            v.verify_service(&orchestrator.sign(&ok)),
+            Some(ServiceRole::Orchestrator)
+        );
+        // The gate's key claiming another role, under its own kid or the other's.
+        assert!(v.verify_service(&gate.sign(&ok)).is_none());
+        let borrowed_kid = Minter::new(
+            &DevKey::Service(ServiceRole::Gate).signing_key(),
+            SERVICE_AUDIENCE,
+        )
+        .naming(orchestrator.kid.clone());
+        assert!(v.verify_service(&borrowed_kid.sign(&ok)).is_none());
+        // A name that is no role has no key at all.
+        assert!(v
+            .verify_service(&gate.sign(&service_claims("stranger", now, now + 60)))
+            .is_none());
+        // Unknown key, or none named.
+        let stranger = SigningKey::from_bytes(&[7; 32]);
+        assert!(v
+            .verify_service(&Minter::with_kid(&stranger, SERVICE_AUDIENCE).sign(&ok))
+            .is_none());
+        let unnamed = Minter::new(
+            &DevKey::Service(ServiceRole::Orchestrator).signing_key(),
+            SERVICE_AUDIENCE,
+        );
+        assert!(v.verify_service(&unnamed.sign(&ok)).is_none());
+    }
+
+    #[test]
+    fn service_credentials_are_short_lived_and_not_early() {
+        let v = Verifier::development();
+        let now = chrono::Utc::now().timestamp();
+        let m = Minter::dev_service(ServiceRole::Gate);
+        let longest = service_claims("gate", now, now + MAX_SERVICE_TOKEN_LIFETIME_SECS);
+        assert!(v.verify_service(&m.sign(&longest)).is_some());
+        let too_long = service_claims("gate", now, now + MAX_SERVICE_TOKEN_LIFETIME_SECS + 1);
+        assert!(v.verify_service(&m.sign(&too_long)).is_none());
+        let decade = m.mint("gate", Duration::from_secs(10 * 365 * 86_400));
+        assert!(v.verify_service(&decade).is_none());
+        let expired = service_claims("gate", now - 300, now - 60);
+        assert!(v.verify_service(&m.sign(&expired)).is_none());
+        let mut early = service_claims("gate", now, now + 600);
+        early["nbf"] = (now + 300).into();
+        assert!(v.verify_service(&m.sign(&early)).is_none());
+        let mut no_nbf = service_claims("gate", now, now + 60);
+        no_nbf.as_object_mut().unwrap().remove("nbf");
+        assert!(v.verify_service(&m.sign(&no_nbf)).is_none());
+        let mut no_iat = service_claims("gate", now, now + 60);
+        no_iat.as_object_mut().unwrap().remove("iat");
+        assert!(v.verify_service(&m.sign(&no_iat)).is_none());
     }
 
     #[test]
     fn credentials_signed_with_a_development_key_are_recognised() {
-        let dev = Minter::dev_service().mint("gate", Duration::from_secs(60));
+        let dev = Minter::dev_service(ServiceRole::Gate).mint("gate", Duration::from_secs(60));
         assert!(signed_by_development_key(&dev));
         let expired = jsonwebtoken::encode(
             &Header::new(Algorithm::EdDSA),
             &serde_json::json!({"sub": "gate", "exp": 1}),
-            &Minter::dev_service().key,
+            &Minter::dev_service(ServiceRole::Gate).key,
         )
         .unwrap();
         assert!(signed_by_development_key(&expired), "whatever its claims");

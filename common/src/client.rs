@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde::{de::DeserializeOwned, Serialize};
 
+pub use crate::credentials::Credential;
 use crate::error::ErrorBody;
 
 /// What came of a call that did not succeed.
@@ -47,12 +48,13 @@ pub struct Answer<T> {
     pub latency: Duration,
 }
 
-/// A typed client's transport: base URL, service credential, per-request timeout.
+/// A typed client's transport: base URL, credential (fixed, or renewed by its holder),
+/// per-request timeout.
 #[derive(Clone, Debug)]
 pub struct ServiceClient {
     http: reqwest::Client,
     base: String,
-    token: String,
+    credential: Credential,
 }
 
 /// How long a pooled connection may sit idle before the client drops it. Shorter than
@@ -74,20 +76,29 @@ pub fn http_client(timeout: Duration) -> reqwest::Client {
 }
 
 impl ServiceClient {
-    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
-        Self::with_http(http_client(timeout), base, token)
+    pub fn new(
+        base: impl Into<String>,
+        credential: impl Into<Credential>,
+        timeout: Duration,
+    ) -> Self {
+        Self::with_http(http_client(timeout), base, credential)
     }
 
     pub fn with_http(
         http: reqwest::Client,
         base: impl Into<String>,
-        token: impl Into<String>,
+        credential: impl Into<Credential>,
     ) -> Self {
         Self {
             http,
             base: base.into().trim_end_matches('/').to_owned(),
-            token: token.into(),
+            credential: credential.into(),
         }
+    }
+
+    /// The credential this client presents.
+    pub fn credential(&self) -> &Credential {
+        &self.credential
     }
 
     pub fn base_url(&self) -> &str {
@@ -105,7 +116,7 @@ impl ServiceClient {
         let mut req = self
             .http
             .request(method, format!("{}{}", self.base, path))
-            .bearer_auth(&self.token);
+            .bearer_auth(self.credential.bearer());
         if let Some(b) = body {
             req = req.json(b);
         }

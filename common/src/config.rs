@@ -323,20 +323,20 @@ mod tests {
     #[test]
     fn missing_variables_are_named_together() {
         let mut s = Secrets::new(false);
-        assert!(!s.unset("SERVICE_JWT_PUBLIC_KEY"));
+        assert!(!s.unset("SERVICE_KEYS"));
         assert!(!s.unset("PASS_PUBLIC_KEY"));
         let e = s.finish().unwrap_err();
         assert_eq!(
             e.to_string(),
-            "missing configuration: SERVICE_JWT_PUBLIC_KEY, PASS_PUBLIC_KEY \
+            "missing configuration: SERVICE_KEYS, PASS_PUBLIC_KEY \
              (set them, or PAYSAGA_DEV_KEYS=1 for development)"
         );
 
         let mut dev = Secrets::new(true);
-        assert!(dev.unset("SERVICE_JWT_PUBLIC_KEY"));
+        assert!(dev.unset("SERVICE_KEYS"));
         assert_eq!(
             dev.finish().unwrap(),
-            DevFallbacks(vec!["SERVICE_JWT_PUBLIC_KEY".into()])
+            DevFallbacks(vec!["SERVICE_KEYS".into()])
         );
         assert_eq!(
             Secrets::new(false).finish().unwrap(),

@@ -9,34 +9,63 @@ use base64::{
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
-use crate::config::{ConfigError, Secrets};
+use crate::{
+    auth::ServiceRole,
+    config::{ConfigError, Secrets},
+};
 
-/// Which development key pair. Each role has its own, so a buyer token can never be a
-/// service credential and a token key can never sign a pass.
-#[derive(Debug, Clone, Copy)]
+/// Which development key pair. Each use has its own, and each service role its own
+/// credential key, so a buyer token can never be a service credential, a token key can
+/// never sign a pass, and even in development one role cannot sign for another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DevKey {
     BuyerTokens,
-    ServiceTokens,
     Passes,
+    /// The key a caller of this role signs its own service credentials with.
+    Service(ServiceRole),
 }
 
+/// The label of the single service-credential key every caller once shared. Nothing
+/// signs with it any more; it stays recognised so it can never be configured.
+const RETIRED_SHARED_SERVICE_LABEL: &str = "paysaga DEVELOPMENT ONLY service-token key";
+
 impl DevKey {
-    pub const ALL: [DevKey; 3] = [DevKey::BuyerTokens, DevKey::ServiceTokens, DevKey::Passes];
+    pub const ALL: [DevKey; 6] = [
+        DevKey::BuyerTokens,
+        DevKey::Passes,
+        DevKey::Service(ServiceRole::Gate),
+        DevKey::Service(ServiceRole::Orchestrator),
+        DevKey::Service(ServiceRole::Member),
+        DevKey::Service(ServiceRole::Operator),
+    ];
 
     /// DEVELOPMENT ONLY: a key derived from a public, fixed string. Anyone can mint
     /// tokens with it; production must configure its own keys.
     pub fn signing_key(self) -> SigningKey {
         let label = match self {
             DevKey::BuyerTokens => "paysaga DEVELOPMENT ONLY buyer-token key",
-            DevKey::ServiceTokens => "paysaga DEVELOPMENT ONLY service-token key",
             DevKey::Passes => "paysaga DEVELOPMENT ONLY gate-pass key",
+            DevKey::Service(ServiceRole::Gate) => "paysaga DEVELOPMENT ONLY gate credential key",
+            DevKey::Service(ServiceRole::Orchestrator) => {
+                "paysaga DEVELOPMENT ONLY orchestrator credential key"
+            }
+            DevKey::Service(ServiceRole::Member) => {
+                "paysaga DEVELOPMENT ONLY member credential key"
+            }
+            DevKey::Service(ServiceRole::Operator) => {
+                "paysaga DEVELOPMENT ONLY operator credential key"
+            }
         };
-        let seed: [u8; 32] = Sha256::digest(label.as_bytes()).into();
-        SigningKey::from_bytes(&seed)
+        seeded(label)
     }
     pub fn verifying_key(self) -> VerifyingKey {
         self.signing_key().verifying_key()
     }
+}
+
+fn seeded(label: &str) -> SigningKey {
+    let seed: [u8; 32] = Sha256::digest(label.as_bytes()).into();
+    SigningKey::from_bytes(&seed)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +98,14 @@ pub fn parse_signing_key(s: &str) -> Result<SigningKey, KeyError> {
     Ok(SigningKey::from_bytes(&decode32(s)?))
 }
 
+/// A fresh key from the operating system's random source.
+pub fn generate_signing_key() -> SigningKey {
+    use rand::RngCore;
+    let mut seed = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut seed);
+    SigningKey::from_bytes(&seed)
+}
+
 pub fn encode_verifying_key(k: &VerifyingKey) -> String {
     STANDARD.encode(k.as_bytes())
 }
@@ -81,9 +118,10 @@ pub fn encode_signing_key(k: &SigningKey) -> String {
 /// those, so a configured key never may be one, in any mode.
 pub fn is_development_key(key: &VerifyingKey) -> bool {
     DevKey::ALL.iter().any(|d| d.verifying_key() == *key)
+        || seeded(RETIRED_SHARED_SERVICE_LABEL).verifying_key() == *key
 }
 
-fn invalid(var: &str, reason: String) -> ConfigError {
+pub(crate) fn invalid(var: &str, reason: String) -> ConfigError {
     ConfigError {
         name: var.to_owned(),
         value: "<redacted>".to_owned(),
@@ -91,7 +129,7 @@ fn invalid(var: &str, reason: String) -> ConfigError {
     }
 }
 
-fn refuse_development(var: &str, key: &VerifyingKey) -> Result<(), ConfigError> {
+pub(crate) fn refuse_development(var: &str, key: &VerifyingKey) -> Result<(), ConfigError> {
     if is_development_key(key) {
         return Err(invalid(
             var,
@@ -103,7 +141,7 @@ fn refuse_development(var: &str, key: &VerifyingKey) -> Result<(), ConfigError> 
 }
 
 /// A configured value of `var`, if set and not blank.
-fn configured(var: &str) -> Option<String> {
+pub(crate) fn configured(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty())
 }
 
@@ -163,7 +201,19 @@ mod tests {
                 .to_string()
                 .contains("PASS_PUBLIC_KEY"));
         }
+        assert!(is_development_key(
+            &seeded(RETIRED_SHARED_SERVICE_LABEL).verifying_key()
+        ));
         assert!(!is_development_key(&fresh().verifying_key()));
+        let distinct: std::collections::HashSet<_> = DevKey::ALL
+            .iter()
+            .map(|d| d.verifying_key().to_bytes())
+            .collect();
+        assert_eq!(
+            distinct.len(),
+            DevKey::ALL.len(),
+            "one key per use and role"
+        );
         assert!(refuse_development("PASS_PUBLIC_KEY", &fresh().verifying_key()).is_ok());
     }
 

@@ -4,6 +4,7 @@ pub mod auth;
 pub mod batch;
 pub mod client;
 pub mod config;
+pub mod credentials;
 pub mod db;
 pub mod error;
 pub mod extract;

@@ -151,9 +151,22 @@ pub fn buyer_token(member: &str) -> String {
     Minter::dev_buyer().mint(member, Duration::from_secs(3600))
 }
 
-/// A development service credential for `service`, valid for an hour.
+/// A development service credential naming `service`, living the longest a service
+/// credential may ([`crate::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS`]). A role is
+/// signed with its own development key; any other name with the operator's, which no
+/// verifier accepts for it.
 pub fn service_token(service: &str) -> String {
-    Minter::dev_service().mint(service, Duration::from_secs(3600))
+    let signer =
+        crate::auth::ServiceRole::parse(service).unwrap_or(crate::auth::ServiceRole::Operator);
+    Minter::dev_service(signer).mint(
+        service,
+        Duration::from_secs(crate::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS as u64),
+    )
+}
+
+/// A development credential of `role` renewed by its holder, as a service presents one.
+pub fn service_credential(role: crate::auth::ServiceRole) -> crate::client::Credential {
+    crate::credentials::TokenSource::development(role).into()
 }
 
 /// How long a started service may take to answer `/readyz` with 200.

@@ -17,7 +17,6 @@ use ed25519_dalek::SigningKey;
 use paysaga_common::{
     auth::{BuyerKeySource, Minter, Verifier, BUYER_AUDIENCE},
     jwks::{JwkSet, JWKS_PATH},
-    keys::DevKey,
 };
 
 #[derive(Clone)]
@@ -61,7 +60,10 @@ async fn a_rotated_key_is_picked_up_without_a_restart_and_the_old_one_keeps_work
         min_refresh,
         refresh_every: Duration::from_secs(3600),
     };
-    let verifier = Verifier::from_source(&source, &DevKey::ServiceTokens.verifying_key());
+    let verifier = Verifier::from_source(
+        &source,
+        &paysaga_common::credentials::ServiceKeys::development(),
+    );
 
     let old_minter = Minter::with_kid(&old, BUYER_AUDIENCE);
     let before = old_minter.mint("member-a", Duration::from_secs(60));

@@ -1,11 +1,12 @@
 //! The gate's typed configuration, read from the environment.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use ed25519_dalek::{SigningKey, VerifyingKey};
+use ed25519_dalek::SigningKey;
 use paysaga_common::{
-    auth::{self, BuyerKeySource},
+    auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    credentials::{ServiceKeys, TokenSource},
     keys::{self, DevKey},
     limits::MemberRate,
 };
@@ -30,10 +31,12 @@ pub struct Config {
     pub pass_signing_key: SigningKey,
     /// `MEMBER_JWKS_URL`, else `JWT_PUBLIC_KEY`: buyer-token keys. One is required.
     pub buyer_keys: BuyerKeySource,
-    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required.
-    pub service_jwt_public_key: VerifyingKey,
-    /// `SERVICE_TOKEN`: the gate's credential toward the order service. Required.
-    pub service_token: String,
+    /// `SERVICE_KEYS`: each caller role's public keys, verifying service credentials.
+    /// Required.
+    pub service_keys: ServiceKeys,
+    /// `SERVICE_SIGNING_KEY` (and `SERVICE_TOKEN_LIFETIME_SECS`): the gate's own key,
+    /// minting and renewing its credentials toward the order service. Required.
+    pub service_credential: Arc<TokenSource>,
     /// The development keys in use (development mode only), warned at start.
     pub dev_fallbacks: DevFallbacks,
     /// How long a pass stays valid (and counts against the quota) after issue.
@@ -67,7 +70,8 @@ impl std::fmt::Debug for Config {
             .field("listen_addr", &self.listen_addr)
             .field("pass_signing_key", &"<redacted>")
             .field("buyer_keys", &self.buyer_keys)
-            .field("service_token", &"<redacted>")
+            .field("service_keys", &self.service_keys)
+            .field("service_credential", &self.service_credential)
             .field("dev_fallbacks", &self.dev_fallbacks)
             .field("pass_ttl", &self.pass_ttl)
             .field("recompute_interval", &self.recompute_interval)
@@ -142,12 +146,9 @@ impl Config {
         let mut secrets = Secrets::from_env()?;
         let pass_signing_key = keys::signing_key(&mut secrets, "PASS_SIGNING_KEY", DevKey::Passes)?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_jwt_public_key = keys::verifying_key(
-            &mut secrets,
-            "SERVICE_JWT_PUBLIC_KEY",
-            DevKey::ServiceTokens,
-        )?;
-        let service_token = auth::service_token(&mut secrets, "gate")?;
+        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let service_credential =
+            Arc::new(TokenSource::from_secrets(&mut secrets, ServiceRole::Gate)?);
         let dev_fallbacks = secrets.finish()?;
         Ok(Self {
             redis_url: config::string("REDIS_URL", "redis://127.0.0.1:6379/"),
@@ -158,8 +159,8 @@ impl Config {
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
             pass_signing_key,
             buyer_keys,
-            service_jwt_public_key,
-            service_token,
+            service_keys,
+            service_credential,
             dev_fallbacks,
             pass_ttl: Duration::from_secs(positive(
                 "PASS_TTL_SECS",
@@ -200,9 +201,8 @@ impl Config {
             log_format: LogFormat::Pretty,
             pass_signing_key: DevKey::Passes.signing_key(),
             buyer_keys: BuyerKeySource::development(),
-            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
-            service_token: auth::Minter::dev_service()
-                .mint("gate", Duration::from_secs(10 * 365 * 86_400)),
+            service_keys: ServiceKeys::development(),
+            service_credential: Arc::new(TokenSource::development(ServiceRole::Gate)),
             dev_fallbacks: DevFallbacks::default(),
             pass_ttl: Duration::from_secs(60),
             recompute_interval: Duration::from_secs(2),

@@ -58,7 +58,7 @@ impl AppState {
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
         let verifier = Arc::new(Verifier::from_source(
             &config.buyer_keys,
-            &config.service_jwt_public_key,
+            &config.service_keys,
         ));
         Ok(Self::with_verifier(config, verifier)?)
     }
@@ -85,7 +85,7 @@ impl AppState {
         ));
         let order = OrderClient::new(
             config.order_url.clone(),
-            config.service_token.clone(),
+            &config.service_credential,
             config.order_timeout,
         );
         let recompute = Arc::new(Recompute::new(

@@ -1,13 +1,14 @@
 //! The member service's settings, read from the environment.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use ed25519_dalek::{SigningKey, VerifyingKey};
+use ed25519_dalek::SigningKey;
 use paysaga_common::{
-    auth::{self, MAX_BUYER_TOKEN_LIFETIME_SECS},
+    auth::{ServiceRole, MAX_BUYER_TOKEN_LIFETIME_SECS},
     config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    credentials::{ServiceKeys, TokenSource},
     jwks::kid_of,
-    keys::{self, is_development_key, parse_signing_key, DevKey},
+    keys::{is_development_key, parse_signing_key, DevKey},
 };
 
 /// The keys buyer tokens are signed with: the first signs, all are published.
@@ -136,16 +137,6 @@ impl Default for Throttle {
     }
 }
 
-/// A secret kept out of `Debug` output.
-#[derive(Clone)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `DATABASE_URL`: connects as `member_app`. Required; the development password
@@ -167,13 +158,15 @@ pub struct Config {
     pub account_url: String,
     /// `ACCOUNT_TIMEOUT_MS`, default 5000: each call to the account service.
     pub account_timeout: Duration,
-    /// This service's credential toward the account service (`SERVICE_TOKEN`). Required.
-    pub service_token: Secret,
+    /// `SERVICE_SIGNING_KEY` (and `SERVICE_TOKEN_LIFETIME_SECS`): this service's own
+    /// key, minting and renewing its credentials toward the account service. Required.
+    pub service_credential: Arc<TokenSource>,
     /// `MEMBER_SIGNING_KEYS` (comma-separated base64 seeds) or `MEMBER_SIGNING_KEYS_FILE`
     /// (one per line); the first signs, all are published. Required.
     pub signing_keys: SigningKeys,
-    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required.
-    pub service_jwt_public_key: VerifyingKey,
+    /// `SERVICE_KEYS`: each caller role's public keys, verifying service credentials.
+    /// Required.
+    pub service_keys: ServiceKeys,
     /// The development keys and password in use (development mode only), warned at start.
     pub dev_fallbacks: DevFallbacks,
     /// `ARGON2_MEMORY_KIB`, `ARGON2_ITERATIONS`, `ARGON2_PARALLELISM`; OWASP's minimum
@@ -271,12 +264,11 @@ impl Config {
         let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
         let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
         let signing_keys = signing_keys_from_env(&mut secrets)?;
-        let service_jwt_public_key = keys::verifying_key(
+        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let service_credential = Arc::new(TokenSource::from_secrets(
             &mut secrets,
-            "SERVICE_JWT_PUBLIC_KEY",
-            DevKey::ServiceTokens,
-        )?;
-        let service_token = Secret(auth::service_token(&mut secrets, "member")?);
+            ServiceRole::Member,
+        )?);
         let dev_fallbacks = secrets.finish()?;
         let argon2 = Argon2Params {
             memory_kib: config::parse("ARGON2_MEMORY_KIB", Argon2Params::OWASP.memory_kib)?,
@@ -331,9 +323,9 @@ impl Config {
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             account_timeout: config::millis("ACCOUNT_TIMEOUT_MS", Duration::from_secs(5))?,
-            service_token,
+            service_credential,
             signing_keys,
-            service_jwt_public_key,
+            service_keys,
             dev_fallbacks,
             argon2,
             argon2_max_concurrent,
@@ -360,12 +352,9 @@ impl Config {
             log_format: LogFormat::Pretty,
             account_url: account_url.into(),
             account_timeout: Duration::from_secs(5),
-            service_token: Secret(
-                paysaga_common::auth::Minter::dev_service()
-                    .mint("member", Duration::from_secs(10 * 365 * 86_400)),
-            ),
+            service_credential: Arc::new(TokenSource::development(ServiceRole::Member)),
             signing_keys: SigningKeys::development(),
-            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            service_keys: ServiceKeys::development(),
             dev_fallbacks: DevFallbacks::default(),
             argon2: Argon2Params::OWASP,
             argon2_max_concurrent: cpus(),

@@ -86,16 +86,14 @@ impl AppState {
         )
         .await?;
         let current = config.signing_keys.current().verifying_key();
-        let verifier = Verifier::from_source(
-            &BuyerKeySource::Static(current),
-            &config.service_jwt_public_key,
-        );
+        let verifier =
+            Verifier::from_source(&BuyerKeySource::Static(current), &config.service_keys);
         let passwords = Passwords::new(config.argon2, config.argon2_max_concurrent)
             .await
             .context("preparing password hashing")?;
         let accounts = AccountClient::new(
             &config.account_url,
-            config.service_token.0.clone(),
+            &config.service_credential,
             config.account_timeout,
         );
         Ok(Self {

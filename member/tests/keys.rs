@@ -62,7 +62,7 @@ async fn the_key_set_publishes_the_current_and_previous_keys() {
             min_refresh: Duration::from_millis(50),
             refresh_every: Duration::from_secs(300),
         },
-        &DevKey::ServiceTokens.verifying_key(),
+        &paysaga_common::credentials::ServiceKeys::development(),
     );
     for token in [&session.access_token, &by_old] {
         let who = verifier

@@ -8,7 +8,6 @@ use std::time::Duration;
 use paysaga_common::{
     auth::{BuyerKeySource, Verifier},
     jwks::JWKS_PATH,
-    keys::DevKey,
 };
 use paysaga_contracts::member::api::{codes, TOKEN_TYPE};
 use serde_json::json;
@@ -21,7 +20,7 @@ fn jwks_verifier(base: &str) -> Verifier {
             min_refresh: Duration::from_millis(100),
             refresh_every: Duration::from_secs(300),
         },
-        &DevKey::ServiceTokens.verifying_key(),
+        &paysaga_common::credentials::ServiceKeys::development(),
     )
 }
 

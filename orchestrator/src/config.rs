@@ -1,24 +1,13 @@
 //! The orchestrator's settings, read from the environment with local defaults.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
-    auth::{self, BuyerKeySource},
+    auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
-    keys::{self, DevKey},
+    credentials::{ServiceKeys, TokenSource},
     limits::MemberRate,
 };
-
-/// A secret kept out of `Debug` output.
-#[derive(Clone)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -40,10 +29,12 @@ pub struct Config {
     /// Where buyer-token keys come from: the member service's key set
     /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`; one of them is required.
     pub buyer_keys: BuyerKeySource,
-    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required.
-    pub service_jwt_public_key: VerifyingKey,
-    /// `SERVICE_TOKEN`: the orchestrator's credential toward account and order. Required.
-    pub service_token: Secret,
+    /// `SERVICE_KEYS`: each caller role's public keys, verifying service credentials.
+    /// Required.
+    pub service_keys: ServiceKeys,
+    /// `SERVICE_SIGNING_KEY` (and `SERVICE_TOKEN_LIFETIME_SECS`): the orchestrator's own
+    /// key, minting and renewing its credentials toward account and order. Required.
+    pub service_credential: Arc<TokenSource>,
     /// The development keys and password in use (development mode only), warned at start.
     pub dev_fallbacks: DevFallbacks,
     /// `DOWNSTREAM_TIMEOUT_MS`: per call to account or order (default 2000).
@@ -247,12 +238,11 @@ impl Config {
         let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
         let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_jwt_public_key = keys::verifying_key(
+        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let service_credential = Arc::new(TokenSource::from_secrets(
             &mut secrets,
-            "SERVICE_JWT_PUBLIC_KEY",
-            DevKey::ServiceTokens,
-        )?;
-        let service_token = Secret(auth::service_token(&mut secrets, "orchestrator")?);
+            ServiceRole::Orchestrator,
+        )?);
         let dev_fallbacks = secrets.finish()?;
         let c = Config {
             database_url,
@@ -262,8 +252,8 @@ impl Config {
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
             buyer_keys,
-            service_jwt_public_key,
-            service_token,
+            service_keys,
+            service_credential,
             dev_fallbacks,
             downstream_timeout: config::millis(
                 "DOWNSTREAM_TIMEOUT_MS",
@@ -307,11 +297,8 @@ impl Config {
             account_url: account_url.into(),
             order_url: order_url.into(),
             buyer_keys: BuyerKeySource::development(),
-            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
-            service_token: Secret(
-                auth::Minter::dev_service()
-                    .mint("orchestrator", Duration::from_secs(10 * 365 * 86_400)),
-            ),
+            service_keys: ServiceKeys::development(),
+            service_credential: Arc::new(TokenSource::development(ServiceRole::Orchestrator)),
             dev_fallbacks: DevFallbacks::default(),
             downstream_timeout: Duration::from_millis(2000),
             response_wait: Duration::from_millis(3000),

@@ -77,14 +77,18 @@ pub struct Hooks {
 
 impl AppState {
     pub fn new(pool: PgPool, config: &Config, hooks: Hooks) -> Self {
-        let token = config.service_token.0.clone();
+        let credential = &config.service_credential;
         let downstream = downstream::Downstream::new(
             AccountClient::new(
                 config.account_url.clone(),
-                token.clone(),
+                credential,
                 config.downstream_timeout,
             ),
-            OrderClient::new(config.order_url.clone(), token, config.downstream_timeout),
+            OrderClient::new(
+                config.order_url.clone(),
+                credential,
+                config.downstream_timeout,
+            ),
             config.downstream_batches,
         );
         let engine = driver::Engine {
@@ -100,7 +104,7 @@ impl AppState {
             pool,
             verifier: Arc::new(Verifier::from_source(
                 &config.buyer_keys,
-                &config.service_jwt_public_key,
+                &config.service_keys,
             )),
             engine: Arc::new(engine),
             response_wait: config.response_wait,
@@ -277,7 +281,7 @@ pub async fn run_with_hooks(
         state.pool.clone(),
         OrderClient::new(
             config.order_url.clone(),
-            config.service_token.0.clone(),
+            &config.service_credential,
             config.downstream_timeout,
         ),
         &config.webhooks,

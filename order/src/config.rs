@@ -6,6 +6,7 @@ use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
     auth::BuyerKeySource,
     config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    credentials::ServiceKeys,
     keys::{self, DevKey},
 };
 
@@ -28,8 +29,9 @@ pub struct Config {
     /// Where buyer-token keys come from: the member service's key set
     /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`; one of them is required.
     pub buyer_keys: BuyerKeySource,
-    /// `SERVICE_JWT_PUBLIC_KEY`: verifies service credentials. Required.
-    pub service_jwt_public_key: VerifyingKey,
+    /// `SERVICE_KEYS`: each caller role's public keys, verifying service credentials.
+    /// Required.
+    pub service_keys: ServiceKeys,
     /// The development keys and password in use (development mode only), warned at start.
     pub dev_fallbacks: DevFallbacks,
     /// `RESERVATION_TTL_SECS`: how long a reservation holds its unit (default 600).
@@ -85,11 +87,7 @@ impl Config {
         let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
         let pass_public_key = keys::verifying_key(&mut secrets, "PASS_PUBLIC_KEY", DevKey::Passes)?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_jwt_public_key = keys::verifying_key(
-            &mut secrets,
-            "SERVICE_JWT_PUBLIC_KEY",
-            DevKey::ServiceTokens,
-        )?;
+        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
         let dev_fallbacks = secrets.finish()?;
         let purchase_cap: i64 = config::parse("PURCHASE_CAP", 1)?;
         if !(1..=1_000).contains(&purchase_cap) {
@@ -154,7 +152,7 @@ impl Config {
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             pass_public_key,
             buyer_keys,
-            service_jwt_public_key,
+            service_keys,
             dev_fallbacks,
             reservation_ttl: Duration::from_secs(ttl_secs),
             purchase_cap,
@@ -179,7 +177,7 @@ impl Config {
             listen_addr: "127.0.0.1:0".to_owned(),
             pass_public_key: DevKey::Passes.verifying_key(),
             buyer_keys: BuyerKeySource::development(),
-            service_jwt_public_key: DevKey::ServiceTokens.verifying_key(),
+            service_keys: ServiceKeys::development(),
             dev_fallbacks: DevFallbacks::default(),
             reservation_ttl: Duration::from_secs(600),
             purchase_cap: 1,

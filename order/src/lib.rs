@@ -67,7 +67,7 @@ impl AppState {
             pool,
             verifier: Arc::new(Verifier::from_source(
                 &config.buyer_keys,
-                &config.service_jwt_public_key,
+                &config.service_keys,
             )),
             passes: Arc::new(PassVerifier::new(config.pass_public_key)),
             ttl: config.reservation_ttl,

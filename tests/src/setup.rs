@@ -5,7 +5,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use paysaga_common::{client::ServiceClient, money::Amount, testkit};
+use paysaga_common::{
+    auth::ServiceRole,
+    client::{Credential, ServiceClient},
+    money::Amount,
+    testkit,
+};
 use paysaga_contracts::account::{api::OperationKey, client::AccountClient};
 use paysaga_contracts::gate::client::GateClient;
 use paysaga_contracts::member::{
@@ -24,17 +29,18 @@ use crate::buyer::{Buyer, Endpoints};
 pub struct Admin {
     pub endpoints: Endpoints,
     pub http: reqwest::Client,
-    pub token: String,
+    pub token: Credential,
 }
 
 impl Admin {
-    /// An operator: a development service credential of the `operator` role, which
-    /// the services admit on their operator routes (and no others).
+    /// An operator: development service credentials of the `operator` role, minted and
+    /// renewed as the operator commands do, which the services admit on their operator
+    /// routes (and no others).
     pub fn new(endpoints: Endpoints, http: reqwest::Client) -> Self {
         Self {
             endpoints,
             http,
-            token: testkit::service_token("operator"),
+            token: testkit::service_credential(ServiceRole::Operator),
         }
     }
 

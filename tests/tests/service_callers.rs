@@ -1,12 +1,15 @@
 //! Who may call which internal route: every service route of the five services, called
 //! with a service credential of each role and of a name that is no role, with a buyer
-//! token, with no credential and with a bearer that is no token. A credential the route
-//! does not admit gets 403 `FORBIDDEN_CALLER`, a buyer on a route only services may call
-//! 403 `FORBIDDEN`, a missing or unreadable credential 401 `UNAUTHENTICATED`, and none
-//! of them changes anything in PostgreSQL; an admitted role is never refused for who it
-//! is. The matrix below is the one in docs/security.md ("Service credentials"), and every
-//! route a service documents in its OpenAPI must be in it or in the list of routes
-//! without a service credential.
+//! token, with no credential and with a bearer that is no token; and every route the
+//! orchestrator may call, with credentials claiming to be the orchestrator that no
+//! verifier may accept (signed with the gate's key, expired, too long-lived, not yet
+//! valid, under an unknown key or none named). A role the route does not admit gets 403
+//! `FORBIDDEN_CALLER`, a buyer on a route only services may call 403 `FORBIDDEN`, a
+//! missing, unreadable or unverifiable credential (a name that is no role has no key)
+//! 401 `UNAUTHENTICATED`, and none of them changes anything in PostgreSQL; an admitted
+//! role is never refused for who it is. The matrix below is the one in docs/security.md
+//! ("Service credentials"), and every route a service documents in its OpenAPI must be
+//! in it or in the list of routes without a service credential.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -14,7 +17,9 @@ use std::{
 };
 
 use paysaga_common::{
-    auth::{allow, ServiceRole},
+    auth::{allow, Minter, ServiceRole, ISSUER, SERVICE_AUDIENCE},
+    credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS,
+    keys::DevKey,
     testkit::service_token,
 };
 use paysaga_e2e::{Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions};
@@ -74,6 +79,72 @@ enum Who<'a> {
     Nobody,
     /// `Authorization: Bearer` followed by something that is no token.
     Garbage,
+    /// A credential claiming `sub: orchestrator` that must not verify.
+    Forged(Forged),
+}
+
+/// How a credential claiming to be the orchestrator can be wrong.
+#[derive(Debug, Clone, Copy)]
+enum Forged {
+    /// Signed with the gate's key, naming it: a gate key holder minting another role.
+    GateKey,
+    /// Signed with the gate's key, naming the orchestrator's.
+    GateKeyOrchestratorKid,
+    /// The orchestrator's key, expired a minute ago.
+    Expired,
+    /// The orchestrator's key, living a minute longer than a service credential may.
+    TooLong,
+    /// The orchestrator's key, not valid for another five minutes.
+    NotYet,
+    /// A key no service knows, named by its thumbprint.
+    UnknownKid,
+    /// The orchestrator's key, naming no key.
+    NoKid,
+    /// Not forged: built the same way, but right (the control, which is admitted).
+    Valid,
+}
+
+const FORGED: [Forged; 7] = [
+    Forged::GateKey,
+    Forged::GateKeyOrchestratorKid,
+    Forged::Expired,
+    Forged::TooLong,
+    Forged::NotYet,
+    Forged::UnknownKid,
+    Forged::NoKid,
+];
+
+fn forged_token(how: Forged) -> String {
+    let now = chrono::Utc::now().timestamp();
+    let claims = |iat: i64, nbf: i64, exp: i64| {
+        json!({"sub": "orchestrator", "aud": SERVICE_AUDIENCE, "iss": ISSUER,
+               "iat": iat, "nbf": nbf, "exp": exp})
+    };
+    let valid = claims(now, now, now + 300);
+    let key = |role| DevKey::Service(role).signing_key();
+    let orchestrator = Minter::dev_service(ServiceRole::Orchestrator);
+    match how {
+        Forged::GateKey => Minter::dev_service(ServiceRole::Gate).sign(&valid),
+        Forged::GateKeyOrchestratorKid => Minter::new(&key(ServiceRole::Gate), SERVICE_AUDIENCE)
+            .naming(orchestrator.kid().map(str::to_owned))
+            .sign(&valid),
+        Forged::Expired => orchestrator.sign(&claims(now - 360, now - 360, now - 60)),
+        Forged::TooLong => orchestrator.sign(&claims(
+            now,
+            now,
+            now + MAX_SERVICE_TOKEN_LIFETIME_SECS + 60,
+        )),
+        Forged::NotYet => orchestrator.sign(&claims(now, now + 300, now + 600)),
+        Forged::UnknownKid => Minter::with_kid(
+            &ed25519_dalek::SigningKey::from_bytes(&rand::random()),
+            SERVICE_AUDIENCE,
+        )
+        .sign(&valid),
+        Forged::NoKid => Minter::new(&key(ServiceRole::Orchestrator), SERVICE_AUDIENCE)
+            .naming(None)
+            .sign(&valid),
+        Forged::Valid => orchestrator.sign(&valid),
+    }
 }
 
 /// One internal route: where, how, the OpenAPI path it is documented under, a request
@@ -532,6 +603,15 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         );
     }
     let buyer_token = buyers[1].token.clone();
+    let forged: Vec<String> = FORGED.into_iter().map(forged_token).collect();
+    // The forged credentials are built as a right one is, which is admitted: each is
+    // refused for what is wrong with it alone.
+    let control = http
+        .get(format!("{}/v1/events?limit=1", stack.url(O)))
+        .bearer_auth(forged_token(Forged::Valid))
+        .send()
+        .await?;
+    assert_eq!(control.status().as_u16(), 200, "{}", control.text().await?);
     let send = |r: &Route, who: Who| {
         let mut req = http.request(
             r.method.clone(),
@@ -542,6 +622,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Who::Buyer => req.bearer_auth(&buyer_token),
             Who::Nobody => req,
             Who::Garbage => req.bearer_auth("not-a-token"),
+            Who::Forged(how) => req.bearer_auth(&forged[how as usize]),
         };
         if let Some(body) = &r.body {
             req = req.json(body);
@@ -555,53 +636,65 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         .collect();
     // The answer each refused caller of a route must get, computed from the matrix; the
     // admitted pairs (a role the route names, a buyer where buyers are served) are left
-    // out.
+    // out. A name that is no role has no key, so its credential does not verify at all.
+    // Forged orchestrator credentials go to every route the orchestrator may call, where
+    // a verifier that believed them would let them through.
     let refusals: Vec<(&Route, Who, u16, &str)> = matrix
         .iter()
         .flat_map(|r| {
             let buyers_too = BUYERS_TOO.iter().any(|(k, m, t)| {
                 *k == r.service && r.method.as_str().eq_ignore_ascii_case(m) && *t == r.template
             });
+            let forged = ServiceRole::Orchestrator
+                .allowed_by(r.allowed)
+                .then_some(FORGED)
+                .into_iter()
+                .flatten()
+                .map(move |how| (r, Who::Forged(how), 401, "UNAUTHENTICATED"));
             callers
                 .iter()
-                .filter(|who| {
-                    !ServiceRole::parse(who).is_some_and(|role| role.allowed_by(r.allowed))
+                .filter_map(move |who| match ServiceRole::parse(who) {
+                    Some(role) if role.allowed_by(r.allowed) => None,
+                    Some(_) => Some((r, Who::Service(who), 403, "FORBIDDEN_CALLER")),
+                    None => Some((r, Who::Service(who), 401, "UNAUTHENTICATED")),
                 })
-                .map(move |who| (r, Who::Service(who), 403, "FORBIDDEN_CALLER"))
                 .chain((!buyers_too).then_some((r, Who::Buyer, 403, "FORBIDDEN")))
                 .chain([
                     (r, Who::Nobody, 401, "UNAUTHENTICATED"),
                     (r, Who::Garbage, 401, "UNAUTHENTICATED"),
                 ])
+                .chain(forged)
         })
         .collect();
-    // Per service: (wrong service credentials, buyer tokens, missing or unreadable
-    // credentials). Pinned, so a row lost from the matrix or a role's reach widened
-    // shows here as well as in the answers.
-    let mut expected: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    // Per service: (service credentials of other roles or of no role, buyer tokens,
+    // missing or unreadable credentials, forged orchestrator credentials). Pinned, so a
+    // row lost from the matrix or a role's reach widened shows here as well as in the
+    // answers.
+    let mut expected: BTreeMap<String, (usize, usize, usize, usize)> = BTreeMap::new();
     for (r, who, _, _) in &refusals {
         let row = expected.entry(format!("{:?}", r.service)).or_default();
         match who {
             Who::Service(_) => row.0 += 1,
             Who::Buyer => row.1 += 1,
             Who::Nobody | Who::Garbage => row.2 += 1,
+            Who::Forged(_) => row.3 += 1,
         }
     }
     assert_eq!(
         expected,
         BTreeMap::from(
             [
-                ("Account", (24, 6, 14)),
-                ("Gate", (4, 1, 2)),
-                ("Member", (16, 4, 8)),
-                ("Orchestrator", (44, 10, 22)),
-                ("Order", (45, 9, 24)),
+                ("Account", (24, 6, 14, 35)),
+                ("Gate", (4, 1, 2, 0)),
+                ("Member", (16, 4, 8, 0)),
+                ("Orchestrator", (44, 10, 22, 0)),
+                ("Order", (45, 9, 24, 42)),
             ]
             .map(|(k, v)| (k.to_owned(), v))
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 233);
+    assert_eq!(refusals.len(), 310);
 
     // Every refused pair first, all of them inside one window in which nothing may change
     // (once the orchestrator's worker has dispatched the payment's event: it writes on
@@ -642,7 +735,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 233, "every refusal was sent and answered");
+    assert_eq!(refused, 310, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {

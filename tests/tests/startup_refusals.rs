@@ -10,7 +10,7 @@ use std::{
 };
 
 use paysaga_common::{
-    auth::Minter,
+    auth::ServiceRole,
     keys::{encode_signing_key, encode_verifying_key, DevKey},
     testkit::{self, TestDb},
 };
@@ -22,19 +22,18 @@ const EXIT_WITHIN: Duration = Duration::from_secs(10);
 
 const BUYER_KEYS: &str = "MEMBER_JWKS_URL or JWT_PUBLIC_KEY";
 
-/// What each binary must name when started with nothing configured.
+/// What each binary must name when started with nothing configured: every service
+/// verifies callers (`SERVICE_KEYS`); the callers also sign their own credentials
+/// (`SERVICE_SIGNING_KEY`).
 const REQUIRED: [(&str, &[&str]); 5] = [
-    (
-        "account",
-        &["DATABASE_URL", BUYER_KEYS, "SERVICE_JWT_PUBLIC_KEY"],
-    ),
+    ("account", &["DATABASE_URL", BUYER_KEYS, "SERVICE_KEYS"]),
     (
         "order",
         &[
             "DATABASE_URL",
             "PASS_PUBLIC_KEY",
             BUYER_KEYS,
-            "SERVICE_JWT_PUBLIC_KEY",
+            "SERVICE_KEYS",
         ],
     ),
     (
@@ -42,8 +41,8 @@ const REQUIRED: [(&str, &[&str]); 5] = [
         &[
             "PASS_SIGNING_KEY",
             BUYER_KEYS,
-            "SERVICE_JWT_PUBLIC_KEY",
-            "SERVICE_TOKEN",
+            "SERVICE_KEYS",
+            "SERVICE_SIGNING_KEY",
         ],
     ),
     (
@@ -51,8 +50,8 @@ const REQUIRED: [(&str, &[&str]); 5] = [
         &[
             "DATABASE_URL",
             BUYER_KEYS,
-            "SERVICE_JWT_PUBLIC_KEY",
-            "SERVICE_TOKEN",
+            "SERVICE_KEYS",
+            "SERVICE_SIGNING_KEY",
         ],
     ),
     (
@@ -60,8 +59,8 @@ const REQUIRED: [(&str, &[&str]); 5] = [
         &[
             "DATABASE_URL",
             "MEMBER_SIGNING_KEYS or MEMBER_SIGNING_KEYS_FILE",
-            "SERVICE_JWT_PUBLIC_KEY",
-            "SERVICE_TOKEN",
+            "SERVICE_KEYS",
+            "SERVICE_SIGNING_KEY",
         ],
     ),
 ];
@@ -130,6 +129,25 @@ fn fresh_key() -> ed25519_dalek::SigningKey {
     ed25519_dalek::SigningKey::from_bytes(&rand::random())
 }
 
+/// `SERVICE_KEYS` with a fresh key per role, `role` given `key` instead.
+fn service_keys_with(role: ServiceRole, key: &ed25519_dalek::VerifyingKey) -> String {
+    ServiceRole::ALL
+        .map(|r| {
+            let k = if r == role {
+                *key
+            } else {
+                fresh_key().verifying_key()
+            };
+            format!("{r}:{}", encode_verifying_key(&k))
+        })
+        .join(",")
+}
+
+/// `SERVICE_KEYS` with keys of their own for every role.
+fn own_service_keys() -> String {
+    service_keys_with(ServiceRole::Gate, &fresh_key().verifying_key())
+}
+
 #[test]
 fn every_service_refuses_to_start_without_its_keys_and_names_them_all() -> anyhow::Result<()> {
     for (name, vars) in REQUIRED {
@@ -153,7 +171,6 @@ fn every_service_refuses_to_start_without_its_keys_and_names_them_all() -> anyho
 
 #[test]
 fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Result<()> {
-    let service_key = fresh_key();
     let own = |k: &ed25519_dalek::SigningKey| encode_verifying_key(&k.verifying_key());
     // Everything order needs, all of its own, but the gate's development key.
     let order = run_bare(
@@ -164,7 +181,7 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
                 "postgres://order_app:not-the-dev-one@127.0.0.1:1/paysaga".into(),
             ),
             ("JWT_PUBLIC_KEY", own(&fresh_key())),
-            ("SERVICE_JWT_PUBLIC_KEY", own(&service_key)),
+            ("SERVICE_KEYS", own_service_keys()),
             (
                 "PASS_PUBLIC_KEY",
                 encode_verifying_key(&DevKey::Passes.verifying_key()),
@@ -196,24 +213,65 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
         gate.output
     );
 
-    // A service credential minted with the development service key.
+    // A caller's own signing key that is its role's development key.
     let gate = run_bare(
         "gate",
         &[
             ("PASS_SIGNING_KEY", encode_signing_key(&fresh_key())),
             ("JWT_PUBLIC_KEY", own(&fresh_key())),
-            ("SERVICE_JWT_PUBLIC_KEY", own(&service_key)),
+            ("SERVICE_KEYS", own_service_keys()),
             (
-                "SERVICE_TOKEN",
-                Minter::dev_service().mint("gate", Duration::from_secs(3600)),
+                "SERVICE_SIGNING_KEY",
+                encode_signing_key(&DevKey::Service(ServiceRole::Gate).signing_key()),
             ),
         ],
     )?;
     refused("gate", &gate);
     assert!(
-        gate.output.contains("SERVICE_TOKEN") && gate.output.contains("DEVELOPMENT"),
-        "gate did not refuse the development-signed credential by name:\n{}",
+        gate.output.contains("SERVICE_SIGNING_KEY") && gate.output.contains("DEVELOPMENT"),
+        "gate did not refuse its development signing key by name:\n{}",
         gate.output
+    );
+
+    // A verifier's key set holding one role's development key, in development mode too.
+    let orchestrator_dev = DevKey::Service(ServiceRole::Orchestrator).verifying_key();
+    let account = run_bare(
+        "account",
+        &[
+            ("PAYSAGA_DEV_KEYS", "1".into()),
+            (
+                "SERVICE_KEYS",
+                service_keys_with(ServiceRole::Orchestrator, &orchestrator_dev),
+            ),
+        ],
+    )?;
+    refused("account", &account);
+    assert!(
+        account.output.contains("SERVICE_KEYS")
+            && account.output.contains("orchestrator")
+            && account.output.contains("DEVELOPMENT"),
+        "account did not refuse the development orchestrator key by name:\n{}",
+        account.output
+    );
+
+    // One key registered for two roles: its holder could sign as either.
+    let shared = encode_verifying_key(&fresh_key().verifying_key());
+    let order = run_bare(
+        "order",
+        &[
+            ("PAYSAGA_DEV_KEYS", "1".into()),
+            (
+                "SERVICE_KEYS",
+                format!("gate:{shared},orchestrator:{shared}"),
+            ),
+        ],
+    )?;
+    refused("order", &order);
+    assert!(
+        order.output.contains("SERVICE_KEYS")
+            && order.output.contains("both gate and orchestrator"),
+        "order did not refuse a key shared by two roles:\n{}",
+        order.output
     );
 
     // The development database password outside development mode.
@@ -225,7 +283,7 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
                 "postgres://account_app:paysaga-dev@127.0.0.1:1/paysaga".into(),
             ),
             ("JWT_PUBLIC_KEY", own(&fresh_key())),
-            ("SERVICE_JWT_PUBLIC_KEY", own(&service_key)),
+            ("SERVICE_KEYS", own_service_keys()),
         ],
     )?;
     refused("account", &account);
@@ -308,7 +366,7 @@ async fn development_mode_starts_with_one_loud_warning() -> anyhow::Result<()> {
         .collect();
     assert_eq!(warnings.len(), 1, "one warning, not {warnings:?}");
     for what in [
-        "SERVICE_JWT_PUBLIC_KEY",
+        "SERVICE_KEYS",
         BUYER_KEYS,
         "DATABASE_URL (development password)",
     ] {

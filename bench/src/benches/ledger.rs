@@ -9,8 +9,9 @@ use anyhow::{bail, Context};
 use clap::{builder::TypedValueParser as _, Args};
 use futures::{stream, StreamExt, TryStreamExt};
 use paysaga_common::{
-    auth::{MemberId, Minter},
+    auth::{MemberId, ServiceRole},
     client::CallError,
+    credentials::TokenSource,
     money::Amount,
 };
 use paysaga_contracts::account::{
@@ -101,15 +102,15 @@ pub async fn run_once(shards: u16, args: &LedgerArgs) -> anyhow::Result<LedgerRu
         .context("starting the account service")?;
     // Accounts are opened as the operator opens them, debits made as the saga makes them:
     // each role may call only its own routes.
-    let client_as = |role: &str| {
+    let client_as = |role: ServiceRole| {
         AccountClient::new(
             stack.url(ServiceKind::Account),
-            Minter::dev_service().mint(role, Duration::from_secs(3600)),
+            TokenSource::development(role),
             Duration::from_secs(30),
         )
     };
-    let opener = client_as("operator");
-    let client = client_as("orchestrator");
+    let opener = client_as(ServiceRole::Operator);
+    let client = client_as(ServiceRole::Orchestrator);
     let buyers: Vec<i64> = stream::iter(0..args.buyers)
         .map(|i| {
             let client = opener.clone();

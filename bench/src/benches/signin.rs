@@ -9,7 +9,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use anyhow::{bail, Context as _};
 use clap::{builder::TypedValueParser as _, Args};
 use member::config::{Argon2Params, Throttle};
-use paysaga_common::{auth::Minter, client::CallError};
+use paysaga_common::{auth::ServiceRole, client::CallError, credentials::TokenSource};
 use paysaga_contracts::member::{
     api::{BulkMember, BulkSignUpRequest, Credentials},
     client::MemberClient,
@@ -164,8 +164,11 @@ async fn measure(db: &BenchDb, args: &SigninArgs) -> anyhow::Result<SigninReport
         .await
     })
     .await?;
-    let token = Minter::dev_service().mint("operator", Duration::from_secs(3600));
-    let client = MemberClient::new(&service.url, token, Duration::from_secs(60));
+    let client = MemberClient::new(
+        &service.url,
+        TokenSource::development(ServiceRole::Operator),
+        Duration::from_secs(60),
+    );
 
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let emails: Vec<String> = (0..args.members)

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use paysaga_common::client::{Answer, CallError, ServiceClient};
+use paysaga_common::client::{Answer, CallError, Credential, ServiceClient};
 
 use super::api::{
     Account, AccountBatch, AccountView, CreditRequest, DebitRequest, DepositRequest,
@@ -21,7 +21,7 @@ pub struct AccountClient {
 
 impl AccountClient {
     /// `base` is e.g. `http://127.0.0.1:8082`; `token` a service credential.
-    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
+    pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
         Self {
             inner: ServiceClient::new(base, token, timeout),
         }

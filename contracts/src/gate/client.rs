@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use paysaga_common::client::{Answer, CallError, ServiceClient};
+use paysaga_common::client::{Answer, CallError, Credential, ServiceClient};
 
 use super::api::{IssuePass, PassIssued, QuotaView};
 
@@ -14,7 +14,7 @@ pub struct GateClient {
 }
 
 impl GateClient {
-    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
+    pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
         Self {
             inner: ServiceClient::new(base, token, timeout),
         }
@@ -24,7 +24,7 @@ impl GateClient {
     pub fn with_http(
         http: reqwest::Client,
         base: impl Into<String>,
-        token: impl Into<String>,
+        token: impl Into<Credential>,
     ) -> Self {
         Self {
             inner: ServiceClient::with_http(http, base, token),

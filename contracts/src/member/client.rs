@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use paysaga_common::{
-    client::{http_client, Answer, CallError, ServiceClient},
+    client::{http_client, Answer, CallError, Credential, ServiceClient},
     jwks::{JwkSet, JWKS_PATH},
     ErrorBody,
 };
@@ -29,7 +29,7 @@ pub struct MemberClient {
 
 impl MemberClient {
     /// `base` is e.g. `http://127.0.0.1:8081`; `token` a service credential.
-    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
+    pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
         let http = http_client(timeout);
         Self {
             inner: ServiceClient::with_http(http.clone(), base, token),

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use paysaga_common::client::{Answer, CallError, ServiceClient};
+use paysaga_common::client::{Answer, CallError, Credential, ServiceClient};
 use reqwest::header::{HeaderMap, HeaderValue};
 use uuid::Uuid;
 
@@ -25,12 +25,12 @@ pub struct OrchestratorClient {
     http: reqwest::Client,
     inner: ServiceClient,
     base: String,
-    token: String,
+    token: Credential,
 }
 
 impl OrchestratorClient {
     /// `token`: a buyer token for `pay`/`payment`, a service credential for the rest.
-    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
+    pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
         let base = base.into().trim_end_matches('/').to_owned();
         let token = token.into();
         let http = paysaga_common::client::http_client(timeout);
@@ -58,7 +58,7 @@ impl OrchestratorClient {
         let response = self
             .http
             .post(format!("{}/v1/payments", self.base))
-            .bearer_auth(&self.token)
+            .bearer_auth(self.token.bearer())
             .headers(headers)
             .json(req)
             .send()

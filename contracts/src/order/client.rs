@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use paysaga_common::client::{Answer, CallError, ServiceClient};
+use paysaga_common::client::{Answer, CallError, Credential, ServiceClient};
 use reqwest::Method;
 use uuid::Uuid;
 
@@ -26,7 +26,7 @@ pub struct OrderClient {
 struct Empty {}
 
 impl OrderClient {
-    pub fn new(base: impl Into<String>, token: impl Into<String>, timeout: Duration) -> Self {
+    pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
         Self {
             inner: ServiceClient::new(base, token, timeout),
         }
@@ -36,7 +36,7 @@ impl OrderClient {
     pub fn with_http(
         http: reqwest::Client,
         base: impl Into<String>,
-        token: impl Into<String>,
+        token: impl Into<Credential>,
     ) -> Self {
         Self {
             inner: ServiceClient::with_http(http, base, token),
