@@ -183,9 +183,8 @@ pub async fn batch(
     service: Service<{ ORCHESTRATOR }>,
     Json(req): Json<AccountBatch>,
 ) -> Result<Json<Replies>> {
-    let spans = telemetry::batch_op_spans(&req.traceparents, req.ops.len(), |i| {
-        op_span(&req.ops[i])
-    });
+    let spans =
+        telemetry::batch_op_spans(&req.traceparents, req.ops.len(), |i| op_span(&req.ops[i]));
     let results = batch::answer(
         &state.pool,
         state.merchant_shards,

@@ -133,7 +133,8 @@ pub fn flush_traces() {
 /// parent context; `None` for anything malformed, which then simply starts a new trace.
 pub fn context_from_traceparent(value: &str) -> Option<Context> {
     let mut parts = value.trim().split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     // Version 00 has exactly four parts; a later version may append more.
     if version.len() != 2
         || version == "ff"
@@ -323,10 +324,7 @@ pub async fn http_middleware(req: Request, next: Next) -> Response {
             http.response.status_code = field::Empty,
             trace_id = field::Empty,
         );
-        let parent = req
-            .headers()
-            .get(TRACEPARENT)
-            .and_then(|v| v.to_str().ok());
+        let parent = req.headers().get(TRACEPARENT).and_then(|v| v.to_str().ok());
         continue_trace(&span, parent);
         let response = next.run(req).instrument(span.clone()).await;
         span.record("http.response.status_code", response.status().as_u16());
@@ -358,7 +356,10 @@ mod tests {
         let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let cx = context_from_traceparent(ok).expect("valid");
         let sc = cx.span().span_context().clone();
-        assert_eq!(sc.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(
+            sc.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
         assert_eq!(sc.span_id().to_string(), "00f067aa0ba902b7");
         assert!(sc.is_sampled() && sc.is_remote());
         for bad in [

@@ -253,7 +253,10 @@ async fn reserve(
     )
     .await?;
     assert_eq!(status, 201, "{reservation}");
-    Ok(reservation["id"].as_str().expect("reservation id").to_owned())
+    Ok(reservation["id"]
+        .as_str()
+        .expect("reservation id")
+        .to_owned())
 }
 
 fn route_span<'a>(spans: &'a [Collected], service: &str, route: &str) -> Option<&'a Collected> {
@@ -317,7 +320,10 @@ async fn one_checkout_is_one_trace_across_the_services() -> anyhow::Result<()> {
         ("orchestrator", "/v1/payments"),
     ] {
         let s = route_span(&spans, service, route).expect("collected");
-        assert_eq!(s.parent, buyer_span, "{service} {route} continues the buyer's span");
+        assert_eq!(
+            s.parent, buyer_span,
+            "{service} {route} continues the buyer's span"
+        );
     }
     let payment_request = route_span(&spans, "orchestrator", "/v1/payments").expect("collected");
     let drive = find(&spans, "orchestrator", "drive").expect("collected");
@@ -336,7 +342,11 @@ async fn one_checkout_is_one_trace_across_the_services() -> anyhow::Result<()> {
     for (service, name) in [("account", "account debit"), ("order", "order confirm")] {
         let op = find(&spans, service, name).expect("collected");
         let chain = ancestors(&spans, op);
-        assert_eq!(chain.first(), Some(&drive.span_id), "{name}'s parent is the drive");
+        assert_eq!(
+            chain.first(),
+            Some(&drive.span_id),
+            "{name}'s parent is the drive"
+        );
         assert!(chain.contains(&payment_request.span_id), "{name}");
         assert_eq!(chain.last(), Some(&buyer_span), "{name} ends at the buyer");
         assert_eq!(op.links.len(), 1, "{name} links to its batch request");
@@ -390,11 +400,17 @@ async fn a_payment_recovered_after_a_crash_stays_in_the_buyers_trace() -> anyhow
         if let Some(id) = debited {
             break id;
         }
-        assert!(Instant::now() < deadline, "the debit never reached the ledger");
+        assert!(
+            Instant::now() < deadline,
+            "the debit never reached the ledger"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     stack.stop(ServiceKind::Orchestrator, Stop::Kill).await?;
-    assert!(pay.await?.is_err(), "the buyer's request died with the process");
+    assert!(
+        pay.await?.is_err(),
+        "the buyer's request died with the process"
+    );
     stack
         .proxy(Link::OrchestratorToAccount)
         .expect("proxied")
@@ -412,7 +428,10 @@ async fn a_payment_recovered_after_a_crash_stays_in_the_buyers_trace() -> anyhow
         if state == "COMPLETED" {
             break (state, stored);
         }
-        assert!(Instant::now() < deadline, "recovery never finished {payment_id}: {state}");
+        assert!(
+            Instant::now() < deadline,
+            "recovery never finished {payment_id}: {state}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(state, "COMPLETED");

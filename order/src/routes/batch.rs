@@ -44,9 +44,8 @@ pub async fn batch(
             ),
         )));
     }
-    let spans = telemetry::batch_op_spans(&req.traceparents, req.ops.len(), |i| {
-        op_span(&req.ops[i])
-    });
+    let spans =
+        telemetry::batch_op_spans(&req.traceparents, req.ops.len(), |i| op_span(&req.ops[i]));
     let results = super::detached(async move { batch::apply(&state.pool, &req.ops).await }).await?;
     for (span, reply) in spans.iter().zip(&results) {
         span.record("status", reply.status);
