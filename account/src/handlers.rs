@@ -7,7 +7,7 @@ use paysaga_common::{
         Caller, Service,
     },
     extract::{Json, Path},
-    ErrorBody,
+    telemetry, ErrorBody,
 };
 
 use paysaga_contracts::batch::Replies;
@@ -15,7 +15,7 @@ use paysaga_contracts::batch::Replies;
 use crate::{
     accounts,
     api::{
-        Account, AccountBatch, AccountKind, AccountView, CreditRequest, DebitRequest,
+        Account, AccountBatch, AccountKind, AccountOp, AccountView, CreditRequest, DebitRequest,
         DepositRequest, OpenAccountRequest, OperationKey, Transaction,
     },
     batch,
@@ -183,6 +183,8 @@ pub async fn batch(
     service: Service<{ ORCHESTRATOR }>,
     Json(req): Json<AccountBatch>,
 ) -> Result<Json<Replies>> {
+    let spans =
+        telemetry::batch_op_spans(&req.traceparents, req.ops.len(), |i| op_span(&req.ops[i]));
     let results = batch::answer(
         &state.pool,
         state.merchant_shards,
@@ -190,7 +192,36 @@ pub async fn batch(
         req.ops,
     )
     .await?;
+    for (span, reply) in spans.iter().zip(&results) {
+        span.record("status", reply.status);
+    }
     Ok(Json(Replies { results }))
+}
+
+/// The span of one batch operation in its payment's trace (see
+/// [`telemetry::batch_op_spans`]), named like the endpoint it stands for.
+fn op_span(op: &AccountOp) -> tracing::Span {
+    let (name, key) = match op {
+        AccountOp::Debit(d) => ("account debit", Some(d.operation_key.as_str())),
+        AccountOp::Credit(c) => ("account credit", Some(c.operation_key.as_str())),
+        AccountOp::Account { .. } => ("account lookup", None),
+        AccountOp::Transaction { operation_key } => {
+            ("account transaction by key", Some(operation_key.as_str()))
+        }
+    };
+    tracing::info_span!(
+        "batch op",
+        otel.name = name,
+        operation_key = key,
+        payment_id = key.and_then(payment_of),
+        status = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    )
+}
+
+/// The payment an operation key of the saga names (`pay:{id}:{step}`).
+fn payment_of(key: &str) -> Option<&str> {
+    key.strip_prefix("pay:")?.split(':').next()
 }
 
 /// Ready when PostgreSQL answers.

@@ -1,5 +1,6 @@
-//! Calling another paysaga service: timeouts, the service credential, and the one
-//! distinction a saga needs: a definite answer versus an unknown outcome.
+//! Calling another paysaga service: timeouts, the service credential, the caller's
+//! trace context (`traceparent`, when tracing is on), and the one distinction a saga
+//! needs: a definite answer versus an unknown outcome.
 
 use std::time::{Duration, Instant};
 
@@ -119,6 +120,9 @@ impl ServiceClient {
             .bearer_auth(self.credential.bearer());
         if let Some(b) = body {
             req = req.json(b);
+        }
+        if let Some(parent) = crate::telemetry::current_traceparent() {
+            req = req.header(crate::telemetry::TRACEPARENT, parent);
         }
         let response = req.send().await.map_err(|e| CallError::Unknown {
             status: None,

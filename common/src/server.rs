@@ -246,6 +246,10 @@ pub async fn serve_with(
     // Stop accepting, then let every connection finish its request in flight and close.
     drop(listener);
     graceful.shutdown().await;
+    // The last requests' spans leave now rather than with a batch that never comes.
+    if telemetry::tracing_enabled() {
+        let _ = tokio::task::spawn_blocking(telemetry::flush_traces).await;
+    }
     Ok(())
 }
 

@@ -1,5 +1,7 @@
-//! Logs (tracing, JSON or pretty) and Prometheus metrics, with the HTTP middleware that
-//! records every request and logs internal errors once with their cause chain.
+//! Logs (tracing, JSON or pretty), traces (OpenTelemetry over OTLP/HTTP, off unless
+//! configured) and Prometheus metrics, with the HTTP middleware that records every
+//! request, continues the caller's trace and logs internal errors once with their
+//! cause chain.
 
 use std::{
     sync::OnceLock,
@@ -13,27 +15,230 @@ use axum::{
     response::Response,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter};
+use opentelemetry::{
+    trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState},
+    Context,
+};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::{field, Instrument, Span};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer};
 
 use crate::{config::LogFormat, error::InternalErrorReport};
 
-/// Installs the tracing subscriber once per process; later calls are no-ops (tests
-/// start several services in one process).
+/// The W3C trace-context header every paysaga client sends and every service reads.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// The OTLP endpoint variables; traces are exported only when one of them is set.
+const OTLP_ENDPOINT_VARS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+];
+
+/// The tracer provider, set once when traces are exported. Its absence is the cheap
+/// check every hot path makes first: no header is read or written, no span context
+/// built, when tracing is off.
+static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+/// Whether this process exports traces (an OTLP endpoint was configured at start).
+#[inline]
+pub fn tracing_enabled() -> bool {
+    PROVIDER.get().is_some()
+}
+
+/// [`init_tracing_for`] with the service name from `OTEL_SERVICE_NAME`, else `paysaga`.
 pub fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry = tracing_subscriber::registry().with(filter);
-    let _ = match format {
-        LogFormat::Json => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_current_span(false),
-            )
-            .try_init(),
-        LogFormat::Pretty => registry
-            .with(tracing_subscriber::fmt::layer().compact())
-            .try_init(),
+    init_tracing_for("paysaga", format);
+}
+
+/// Installs the tracing subscriber once per process; later calls are no-ops (tests
+/// start several services in one process). Logs go to stdout; spans are also exported
+/// over OTLP/HTTP (protobuf) as `service` (unless `OTEL_SERVICE_NAME` says otherwise)
+/// when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set,
+/// batched by the SDK (`OTEL_BSP_SCHEDULE_DELAY`, `OTEL_BSP_MAX_QUEUE_SIZE`, ...).
+pub fn init_tracing_for(service: &'static str, format: LogFormat) {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let otel = otel_layer(service);
+        let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+        let fmt = match format {
+            LogFormat::Json => tracing_subscriber::fmt::layer()
+                .json()
+                .with_current_span(false)
+                .boxed(),
+            LogFormat::Pretty => tracing_subscriber::fmt::layer().compact().boxed(),
+        };
+        let installed = tracing_subscriber::registry()
+            .with(filter)
+            .with(fmt)
+            .with(otel)
+            .try_init();
+        if installed.is_err() {
+            // Another subscriber was there first: ours, and its exporter, stay unused.
+            if let Some(provider) = PROVIDER.get() {
+                let _ = provider.shutdown();
+            }
+        }
+    });
+}
+
+/// The OpenTelemetry layer, when an OTLP endpoint is configured; `None` (and no
+/// exporter, thread or buffer) otherwise.
+fn otel_layer<S>(service: &'static str) -> Option<impl Layer<S>>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use opentelemetry::trace::TracerProvider as _;
+    let configured = OTLP_ENDPOINT_VARS
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()));
+    if !configured {
+        return None;
+    }
+    let exporter = match opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .build()
+    {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("traces are not exported: the OTLP exporter cannot be built: {e}");
+            return None;
+        }
     };
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if std::env::var("OTEL_SERVICE_NAME").is_err() {
+        resource = resource.with_service_name(service);
+    }
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource.build())
+        .build();
+    let tracer = provider.tracer("paysaga");
+    let provider = PROVIDER.get_or_init(|| provider);
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    Some(tracing_opentelemetry::layer().with_tracer(tracer))
+}
+
+/// Exports the spans still buffered (a stopping service calls this after its last
+/// request). Nothing to do when tracing is off.
+pub fn flush_traces() {
+    if let Some(provider) = PROVIDER.get() {
+        if let Err(e) = provider.force_flush() {
+            tracing::debug!(error = %e, "flushing traces failed");
+        }
+    }
+}
+
+/// Parses a W3C `traceparent` (`00-<trace id>-<parent span id>-<flags>`) into a remote
+/// parent context; `None` for anything malformed, which then simply starts a new trace.
+pub fn context_from_traceparent(value: &str) -> Option<Context> {
+    let mut parts = value.trim().split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    // Version 00 has exactly four parts; a later version may append more.
+    if version.len() != 2
+        || version == "ff"
+        || (version == "00" && parts.next().is_some())
+        || trace.len() != 32
+        || span.len() != 16
+        || flags.len() != 2
+    {
+        return None;
+    }
+    u8::from_str_radix(version, 16).ok()?;
+    let trace_id = TraceId::from_hex(trace).ok()?;
+    let span_id = SpanId::from_hex(span).ok()?;
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    let cx = SpanContext::new(
+        trace_id,
+        span_id,
+        TraceFlags::new(flags) & TraceFlags::SAMPLED,
+        true,
+        TraceState::default(),
+    );
+    cx.is_valid()
+        .then(|| Context::new().with_remote_span_context(cx))
+}
+
+/// The `traceparent` naming `span` as the parent; `None` when tracing is off.
+pub fn traceparent(span: &Span) -> Option<String> {
+    if !tracing_enabled() {
+        return None;
+    }
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8()
+        )
+    })
+}
+
+/// The `traceparent` of the current span ([`traceparent`]).
+pub fn current_traceparent() -> Option<String> {
+    traceparent(&Span::current())
+}
+
+/// Makes the context named by `traceparent` the parent of `span` (which must not have
+/// been entered yet) and records the span's `trace_id` field, so logs inside it can be
+/// found by trace. A missing or malformed `traceparent` leaves the span's own parent.
+pub fn continue_trace(span: &Span, traceparent: Option<&str>) {
+    if !tracing_enabled() {
+        return;
+    }
+    if let Some(cx) = traceparent.and_then(context_from_traceparent) {
+        let _ = span.set_parent(cx);
+    }
+    record_trace_id(span);
+}
+
+/// Records the span's trace id in its `trace_id` field (declared `field::Empty`).
+pub fn record_trace_id(span: &Span) {
+    if !tracing_enabled() {
+        return;
+    }
+    let trace_id = span.context().span().span_context().trace_id();
+    if trace_id != TraceId::INVALID {
+        span.record("trace_id", field::display(trace_id));
+    }
+}
+
+/// Links `span` to the span named by `traceparent` (a batch request to the payments
+/// riding in it).
+pub fn link(span: &Span, traceparent: &str) {
+    if let Some(cx) = context_from_traceparent(traceparent) {
+        span.add_link(cx.span().span_context().clone());
+    }
+}
+
+/// One span per operation of a batch request, each the child of the trace context its
+/// operation carried (`traceparents[i]`, from the payment it belongs to) and linked to
+/// the batch request's span, so every payment's trace shows its own operation. Empty
+/// (nothing made) when tracing is off or the batch carried no contexts.
+///
+/// The operations of a batch commit together, so each span lasts as long as the
+/// batch's work: create them before it, record the outcome, drop them after.
+pub fn batch_op_spans(
+    traceparents: &[Option<String>],
+    ops: usize,
+    mut make: impl FnMut(usize) -> Span,
+) -> Vec<Span> {
+    if !tracing_enabled() || traceparents.is_empty() {
+        return Vec::new();
+    }
+    let request = Span::current().context().span().span_context().clone();
+    (0..ops)
+        .map(|i| {
+            let span = make(i);
+            span.add_link(request.clone());
+            // An operation without a context of its own stays a child of the request.
+            continue_trace(&span, traceparents.get(i).and_then(|t| t.as_deref()));
+            span
+        })
+        .collect()
 }
 
 /// Latency buckets in seconds, from 100µs to 10s.
@@ -99,7 +304,8 @@ pub const UNMATCHED_ROUTE: &str = "unmatched";
 
 /// Records `http_requests_total` and `http_request_duration_seconds` by method, route
 /// template and status (each from a bounded set, whatever clients send), and logs a
-/// 500's cause chain (never sent to the client) exactly once.
+/// 500's cause chain (never sent to the client) exactly once. With tracing on, each
+/// request runs in a server span continuing the caller's `traceparent`.
 pub async fn http_middleware(req: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = method_label(req.method());
@@ -108,7 +314,24 @@ pub async fn http_middleware(req: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| UNMATCHED_ROUTE.to_owned());
-    let response = next.run(req).await;
+    let response = if tracing_enabled() {
+        let span = tracing::info_span!(
+            "http request",
+            otel.name = %format_args!("{method} {route}"),
+            otel.kind = "server",
+            http.request.method = method,
+            http.route = %route,
+            http.response.status_code = field::Empty,
+            trace_id = field::Empty,
+        );
+        let parent = req.headers().get(TRACEPARENT).and_then(|v| v.to_str().ok());
+        continue_trace(&span, parent);
+        let response = next.run(req).instrument(span.clone()).await;
+        span.record("http.response.status_code", response.status().as_u16());
+        response
+    } else {
+        next.run(req).await
+    };
     let status = response.status().as_u16().to_string();
     let elapsed = start.elapsed().as_secs_f64();
     if let Some(InternalErrorReport(chain)) = response.extensions().get::<InternalErrorReport>() {
@@ -122,4 +345,46 @@ pub async fn http_middleware(req: Request, next: Next) -> Response {
     metrics::counter!("http_requests_total", &labels).increment(1);
     metrics::histogram!("http_request_duration_seconds", &labels).record(elapsed);
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparents_parse_strictly() {
+        let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let cx = context_from_traceparent(ok).expect("valid");
+        let sc = cx.span().span_context().clone();
+        assert_eq!(
+            sc.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(sc.span_id().to_string(), "00f067aa0ba902b7");
+        assert!(sc.is_sampled() && sc.is_remote());
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-zzf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert!(context_from_traceparent(bad).is_none(), "{bad:?}");
+        }
+        assert!(
+            context_from_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-x")
+                .is_some(),
+            "a later version may carry more"
+        );
+    }
+
+    #[test]
+    fn tracing_off_costs_nothing() {
+        assert!(!tracing_enabled());
+        assert_eq!(current_traceparent(), None);
+        assert!(batch_op_spans(&[Some("x".into())], 1, |_| Span::none()).is_empty());
+    }
 }

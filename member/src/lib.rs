@@ -157,7 +157,7 @@ pub fn app(state: AppState) -> Router {
 /// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
 pub async fn serve_from_env() -> anyhow::Result<()> {
     let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing(config.log_format);
+    paysaga_common::telemetry::init_tracing_for("member", config.log_format);
     config.dev_fallbacks.warn("member");
     let listener = paysaga_common::server::listener(&config.listen_addr).await?;
     run(config, listener, paysaga_common::server::shutdown_signal()).await

@@ -5,7 +5,8 @@
 //! Every call rides in a batch (`POST /v1/batch`): the calls of concurrent payments
 //! that arrive while earlier batches are in flight leave together, one HTTP request
 //! and one downstream transaction for all of them, each answered on its own. A lone
-//! call leaves at once, so at low load nothing waits.
+//! call leaves at once, so at low load nothing waits. With tracing on, each operation
+//! carries its payment's trace context in the batch body (`traceparents`).
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use paysaga_common::{
     batch::Coalescer,
     client::{Answer, CallError},
     money::Amount,
+    telemetry,
 };
 use paysaga_contracts::account::{
     api::{
@@ -27,6 +29,7 @@ use paysaga_contracts::order::{
     client::OrderClient,
 };
 use serde::de::DeserializeOwned;
+use tracing::{Instrument, Span};
 use uuid::Uuid;
 use workflows::{Action, Outcome};
 
@@ -86,28 +89,56 @@ impl Attempt {
 /// The most operations one batch to a downstream carries.
 const MAX_BATCH: usize = 256;
 
+/// An operation and the trace context of the payment it belongs to (`None` when
+/// tracing is off).
+type Traced<O> = (O, Option<String>);
+
 #[derive(Clone, Debug)]
 pub struct Downstream {
-    account: Coalescer<AccountOp, Reply>,
-    order: Coalescer<OrderOp, Reply>,
+    account: Coalescer<Traced<AccountOp>, Reply>,
+    order: Coalescer<Traced<OrderOp>, Reply>,
 }
 
-/// A batch's operation answered as if it had been its own call.
+/// A batch's operation answered as if it had been its own call. With tracing on, the
+/// operation carries the current span's context, so its span downstream joins the
+/// payment's trace whichever payment's task sends the batch.
 async fn answer<O, T: DeserializeOwned>(
-    batcher: &Coalescer<O, Reply>,
+    batcher: &Coalescer<Traced<O>, Reply>,
     op: O,
 ) -> Result<Answer<T>, CallError>
 where
     O: Send + 'static,
 {
     let start = Instant::now();
-    match batcher.submit(op).await {
+    match batcher.submit((op, telemetry::current_traceparent())).await {
         Ok(reply) => reply.into_answer(start.elapsed()),
         Err(failure) => Err(CallError::Unknown {
             status: None,
             reason: failure.to_string(),
         }),
     }
+}
+
+/// Splits traced operations into the operations and their contexts (an empty list
+/// when none has one, so an untraced batch is sent exactly as before), and the span
+/// the batch request is sent in: with tracing on, a span of its own linked to each
+/// payment's context, since the batch belongs to no one payment; otherwise none.
+fn untrace<O>(traced: Vec<Traced<O>>, target: &'static str) -> (Vec<O>, Vec<Option<String>>, Span) {
+    let (ops, traceparents): (Vec<O>, Vec<Option<String>>) = traced.into_iter().unzip();
+    if traceparents.iter().all(Option::is_none) {
+        return (ops, Vec::new(), Span::none());
+    }
+    let span = tracing::info_span!(
+        parent: None,
+        "downstream batch",
+        otel.name = %format_args!("batch to {target}"),
+        otel.kind = "client",
+        ops = ops.len(),
+    );
+    for tp in traceparents.iter().flatten() {
+        telemetry::link(&span, tp);
+    }
+    (ops, traceparents, span)
 }
 
 fn op_key(action: Action, p: &PaymentRow) -> Result<OperationKey, String> {
@@ -118,25 +149,29 @@ impl Downstream {
     /// The batchers to account and order, with at most `in_flight`
     /// batches to each downstream at once.
     pub fn new(account: AccountClient, order: OrderClient, in_flight: usize) -> Self {
-        let account = Coalescer::new("account", MAX_BATCH, in_flight, move |ops| {
+        let account = Coalescer::new("account", MAX_BATCH, in_flight, move |traced| {
             let client = account.clone();
+            let (ops, traceparents, span) = untrace(traced, "account");
             async move {
                 client
-                    .batch(&AccountBatch { ops })
+                    .batch(&AccountBatch { ops, traceparents })
                     .await
                     .map(|a| a.body.results)
                     .map_err(|e| e.to_string())
             }
+            .instrument(span)
         });
-        let order = Coalescer::new("order", MAX_BATCH, in_flight, move |ops| {
+        let order = Coalescer::new("order", MAX_BATCH, in_flight, move |traced| {
             let client = order.clone();
+            let (ops, traceparents, span) = untrace(traced, "order");
             async move {
                 client
-                    .batch(&OrderBatch { ops })
+                    .batch(&OrderBatch { ops, traceparents })
                     .await
                     .map(|a| a.body.results)
                     .map_err(|e| e.to_string())
             }
+            .instrument(span)
         });
         Self { account, order }
     }

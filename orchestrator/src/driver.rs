@@ -306,8 +306,9 @@ impl Engine {
 
     /// Drives a payment this instance holds the lease on until it settles, waits for a
     /// retry, needs an operator, or the lease is lost. Returns the last row it saw.
-    #[tracing::instrument(skip_all, fields(payment_id = %row.id))]
+    #[tracing::instrument(skip_all, fields(payment_id = %row.id, trace_id = tracing::field::Empty))]
     pub async fn drive(&self, mut row: PaymentRow) -> Result<PaymentRow> {
+        paysaga_common::telemetry::record_trace_id(&tracing::Span::current());
         let mut inline_retries = 0;
         let mut pause = None;
         loop {

@@ -238,7 +238,7 @@ impl Drop for AliveGuard {
 /// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
 pub async fn serve_from_env() -> anyhow::Result<()> {
     let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing(config.log_format);
+    paysaga_common::telemetry::init_tracing_for("orchestrator", config.log_format);
     config.dev_fallbacks.warn("orchestrator");
     let listener = paysaga_common::server::listener(&config.listen_addr).await?;
     run(config, listener, paysaga_common::server::shutdown_signal()).await

@@ -7,7 +7,8 @@ use std::{
 };
 
 use futures::StreamExt;
-use paysaga_common::jobs::Jobs;
+use paysaga_common::{jobs::Jobs, telemetry};
+use tracing::Instrument;
 
 use crate::{driver::Engine, error::Result, idempotency, metrics, store};
 
@@ -38,12 +39,21 @@ pub async fn recover(engine: &Arc<Engine>, policy: RecoveryPolicy) -> Result<usi
         futures::stream::iter(claimed)
             .for_each_concurrent(policy.concurrency, |row| {
                 let engine = engine.clone();
+                // Recovery continues the trace of the request that created the
+                // payment, so a step run after a crash shows in the buyer's trace.
+                let span = tracing::info_span!(
+                    "recover payment",
+                    payment_id = %row.id,
+                    trace_id = tracing::field::Empty,
+                );
+                telemetry::continue_trace(&span, row.traceparent.as_deref());
                 async move {
                     let id = row.id;
                     if let Err(e) = engine.drive(row).await {
                         tracing::warn!(payment_id = %id, error = %e, "recovery could not drive payment; its lease expires and it is retried");
                     }
                 }
+                .instrument(span)
             })
             .await;
         if i64::try_from(n).unwrap_or(i64::MAX) < policy.batch {

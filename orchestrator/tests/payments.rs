@@ -869,6 +869,7 @@ async fn stale_owners_cannot_write_and_expired_keys_are_purged() {
         reservation_id,
         amount: 12_900,
         product_id: None,
+        traceparent: None,
     };
     let stale = new_payment(Uuid::new_v4());
     assert!(

@@ -64,7 +64,7 @@ async fn single(svc: &OrderClient, op: OrderOp) -> Said {
 
 async fn batch(svc: &OrderClient, ops: &[OrderOp]) -> Vec<Said> {
     let replies = svc
-        .batch(&OrderBatch { ops: ops.to_vec() })
+        .batch(&OrderBatch::new(ops.to_vec()))
         .await
         .expect("batch answered 200")
         .body
@@ -519,7 +519,7 @@ async fn empty_and_oversized_batches_are_refused_whole() {
 
     for n in [0, MAX_OPS + 1] {
         let ops = vec![confirm(r.id); n];
-        let e = svc.batch(&OrderBatch { ops }).await.unwrap_err();
+        let e = svc.batch(&OrderBatch::new(ops)).await.unwrap_err();
         assert_eq!(
             (e.status(), e.code()),
             (Some(400), Some("BATCH_TOO_LARGE")),
@@ -546,9 +546,7 @@ async fn a_buyer_token_is_forbidden() {
     let r = &h.reserve_many(product.id, 1, "alice").await[0];
     let e = h
         .buyer("alice-0")
-        .batch(&OrderBatch {
-            ops: vec![confirm(r.id), cancel(r.id)],
-        })
+        .batch(&OrderBatch::new(vec![confirm(r.id), cancel(r.id)]))
         .await
         .unwrap_err();
     assert_eq!((e.status(), e.code()), (Some(403), Some("FORBIDDEN")));
@@ -572,9 +570,7 @@ async fn a_broken_invariant_fails_the_whole_batch_and_writes_nothing() {
         .unwrap();
     let before = snapshot(&h.admin).await;
     let e = svc
-        .batch(&OrderBatch {
-            ops: vec![confirm(rs[0].id), confirm(rs[1].id)],
-        })
+        .batch(&OrderBatch::new(vec![confirm(rs[0].id), confirm(rs[1].id)]))
         .await
         .unwrap_err();
     assert_eq!(e.status(), Some(500), "{e}");

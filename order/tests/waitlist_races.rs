@@ -103,7 +103,7 @@ async fn many_units_back_at_once_each_to_exactly_one_waiter_first_in_line() {
             })
             .collect();
         tasks.push(tokio::spawn(async move {
-            let replies = h.service().batch(&OrderBatch { ops }).await.unwrap().body;
+            let replies = h.service().batch(&OrderBatch::new(ops)).await.unwrap().body;
             assert!(replies.results.iter().all(|r| r.status == 200));
             replies.results.len() as u64
         }));
@@ -172,7 +172,7 @@ async fn a_sweep_racing_batch_cancels_of_the_same_reservations() {
                 })
                 .collect();
             tasks.push(tokio::spawn(async move {
-                let replies = h.service().batch(&OrderBatch { ops }).await.unwrap().body;
+                let replies = h.service().batch(&OrderBatch::new(ops)).await.unwrap().body;
                 assert!(
                     replies.results.iter().all(|r| r.status == 200),
                     "{replies:?}"

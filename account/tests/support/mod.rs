@@ -127,7 +127,7 @@ impl Svc {
     pub async fn batch(&self, ops: Vec<AccountOp>) -> Vec<Reply> {
         let answer = self
             .client
-            .batch(&AccountBatch { ops })
+            .batch(&AccountBatch::new(ops))
             .await
             .expect("batch answered 200");
         assert_eq!(answer.status, 200);

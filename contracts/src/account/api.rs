@@ -223,6 +223,21 @@ pub enum AccountOp {
 #[serde(deny_unknown_fields)]
 pub struct AccountBatch {
     pub ops: Vec<AccountOp>,
+    /// The W3C `traceparent` of the payment each operation belongs to, by position
+    /// (`null` for one without): each operation's span joins its own payment's trace.
+    /// Sent only when tracing is on; absent, the batch is answered the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traceparents: Vec<Option<String>>,
+}
+
+impl AccountBatch {
+    /// A batch of `ops` without trace contexts.
+    pub fn new(ops: Vec<AccountOp>) -> Self {
+        Self {
+            ops,
+            traceparents: Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]

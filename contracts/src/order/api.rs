@@ -197,6 +197,21 @@ pub enum OrderOp {
 #[serde(deny_unknown_fields)]
 pub struct OrderBatch {
     pub ops: Vec<OrderOp>,
+    /// The W3C `traceparent` of the payment each operation belongs to, by position
+    /// (`null` for one without): each operation's span joins its own payment's trace.
+    /// Sent only when tracing is on; absent, the batch is answered the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traceparents: Vec<Option<String>>,
+}
+
+impl OrderBatch {
+    /// A batch of `ops` without trace contexts.
+    pub fn new(ops: Vec<OrderOp>) -> Self {
+        Self {
+            ops,
+            traceparents: Vec::new(),
+        }
+    }
 }
 
 /// Where a waitlist entry is. `WAITING` and `OFFERED` are live (at most one live entry

@@ -12,6 +12,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::{
@@ -41,7 +42,10 @@ pub(crate) fn spawn_drive(
     }
     let engine = engine.clone();
     let row = row.clone();
-    Some(tokio::spawn(async move { engine.drive(row).await }))
+    // In the caller's span: the drive is part of the request that started it.
+    Some(tokio::spawn(
+        async move { engine.drive(row).await }.in_current_span(),
+    ))
 }
 
 /// Waits up to `wait` for the payment to reach a terminal state: on the driver this

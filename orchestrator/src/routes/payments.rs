@@ -335,6 +335,8 @@ async fn check(state: &AppState, member: &MemberId, req: &CreatePayment) -> Resu
         reservation_id: reservation.id,
         amount: reservation.price,
         product_id: Some(reservation.product_id),
+        // The request's span: recovery, should this process die, continues under it.
+        traceparent: paysaga_common::telemetry::current_traceparent(),
     })
 }
 

@@ -33,7 +33,7 @@ pub use steps::{
 
 pub(crate) const PAYMENT_COLUMNS: &str = r#"id, member_id, account_id, reservation_id, amount, state, pending_action,
     attempts, next_attempt_at, needs_attention, last_error, failure_code, lease_owner, lease_until,
-    version, created_at, updated_at"#;
+    version, created_at, updated_at, traceparent"#;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct PaymentRow {
@@ -54,6 +54,9 @@ pub struct PaymentRow {
     pub version: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The W3C trace context of the request that created the payment (`None` when
+    /// tracing was off): every later drive of it, by recovery too, joins that trace.
+    pub traceparent: Option<String>,
 }
 
 impl PaymentRow {

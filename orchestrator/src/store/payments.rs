@@ -22,6 +22,8 @@ pub struct NewPayment {
     pub amount: i64,
     /// The reservation's product, for the payment's events.
     pub product_id: Option<i64>,
+    /// The creating request's trace context, kept with the payment.
+    pub traceparent: Option<String>,
 }
 
 /// Inserts a payment in PROCESSING, owing the debit, leased to `driver` so nobody
@@ -101,9 +103,9 @@ pub async fn insert_many(
         WITH req AS (
             SELECT *
             FROM UNNEST($1::INTEGER[], $2::UUID[], $3::TEXT[], $4::BIGINT[], $5::UUID[], $6::BIGINT[],
-                        $7::UUID[], $8::BIGINT[], $9::TEXT[], $10::TEXT[], $11::UUID[], $14::BIGINT[])
+                        $7::UUID[], $8::BIGINT[], $9::TEXT[], $10::TEXT[], $11::UUID[], $14::BIGINT[], $15::TEXT[])
                 AS r(idx, id, member_id, account_id, reservation_id, amount, driver, lease_ms,
-                     operation, idem_key, token, product_id)
+                     operation, idem_key, token, product_id, traceparent)
         ), owned AS (
             SELECT req.*
             FROM req
@@ -114,9 +116,9 @@ pub async fn insert_many(
             FOR UPDATE OF k
         ), inserted AS (
             INSERT INTO payments (id, member_id, account_id, reservation_id, amount, state, pending_action,
-                                  next_attempt_at, lease_owner, lease_until, product_id)
+                                  next_attempt_at, lease_owner, lease_until, product_id, traceparent)
             SELECT id, member_id, account_id, reservation_id, amount, $12, $13, now(), driver,
-                   now() + lease_ms * INTERVAL '1 millisecond', product_id
+                   now() + lease_ms * INTERVAL '1 millisecond', product_id, traceparent
             FROM owned
             ON CONFLICT ON CONSTRAINT payments_reservation_unique DO NOTHING
             RETURNING {PAYMENT_COLUMNS}
@@ -177,6 +179,12 @@ pub async fn insert_many(
             payments
                 .iter()
                 .map(|p| p.new.product_id)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            payments
+                .iter()
+                .map(|p| p.new.traceparent.as_deref())
                 .collect::<Vec<_>>(),
         )
         .fetch_all(&mut *conn)

@@ -4,12 +4,12 @@ use axum::extract::State;
 use paysaga_common::{
     auth::{allow::ORCHESTRATOR, Service},
     extract::Json,
-    ApiError, ErrorBody,
+    telemetry, ApiError, ErrorBody,
 };
 use paysaga_contracts::batch::{Replies, BATCH_TOO_LARGE, MAX_OPS};
 
 use crate::{
-    api::OrderBatch,
+    api::{OrderBatch, OrderOp},
     batch,
     error::{Error, Result},
     AppState,
@@ -44,6 +44,28 @@ pub async fn batch(
             ),
         )));
     }
+    let spans =
+        telemetry::batch_op_spans(&req.traceparents, req.ops.len(), |i| op_span(&req.ops[i]));
     let results = super::detached(async move { batch::apply(&state.pool, &req.ops).await }).await?;
+    for (span, reply) in spans.iter().zip(&results) {
+        span.record("status", reply.status);
+    }
     Ok(Json(Replies { results }))
+}
+
+/// The span of one batch operation in its payment's trace (see
+/// [`telemetry::batch_op_spans`]), named like the endpoint it stands for.
+fn op_span(op: &OrderOp) -> tracing::Span {
+    let (name, reservation_id) = match op {
+        OrderOp::Confirm { reservation_id } => ("order confirm", reservation_id),
+        OrderOp::Cancel { reservation_id } => ("order cancel", reservation_id),
+        OrderOp::Reservation { reservation_id } => ("order reservation lookup", reservation_id),
+    };
+    tracing::info_span!(
+        "batch op",
+        otel.name = name,
+        reservation_id = %reservation_id,
+        status = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    )
 }

@@ -1,0 +1,471 @@
+//! One checkout is one trace: the real processes export their spans over OTLP/HTTP to
+//! a collector this test runs, and the spans chain from the buyer's own context through
+//! gate, order and the orchestrator down to each batched debit and confirm. A payment
+//! that recovery finishes after the orchestrator is SIGKILLed stays in the same trace.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router};
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::ExportTraceServiceRequest, common::v1::any_value::Value,
+};
+use paysaga_e2e::{Admin, Buyer, Endpoints, Link, ServiceKind, Stack, StackOptions, Stop};
+use prost::Message;
+use serde_json::{json, Value as Json};
+use uuid::Uuid;
+
+const PRICE: i64 = 4_200;
+
+/// A span as the collector received it; ids in lowercase hex, no parent as "".
+#[derive(Debug, Clone)]
+struct Collected {
+    service: String,
+    name: String,
+    trace_id: String,
+    span_id: String,
+    parent: String,
+    attributes: HashMap<String, String>,
+    links: Vec<String>,
+}
+
+/// A minimal OTLP/HTTP receiver on loopback: `POST /v1/traces`, protobuf bodies.
+#[derive(Clone, Default)]
+struct Collector {
+    spans: Arc<Mutex<Vec<Collected>>>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::IntValue(i)) => i.to_string(),
+        Some(Value::BoolValue(b)) => b.to_string(),
+        Some(Value::DoubleValue(d)) => d.to_string(),
+        _ => String::new(),
+    }
+}
+
+async fn receive(State(c): State<Collector>, body: Bytes) -> (StatusCode, Vec<u8>) {
+    let Ok(req) = ExportTraceServiceRequest::decode(body) else {
+        return (StatusCode::BAD_REQUEST, Vec::new());
+    };
+    let mut got = Vec::new();
+    for rs in req.resource_spans {
+        let service = rs
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == "service.name")
+            .map(|kv| text(kv.value.as_ref().and_then(|v| v.value.as_ref())))
+            .unwrap_or_default();
+        for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
+            got.push(Collected {
+                service: service.clone(),
+                name: span.name,
+                trace_id: hex(&span.trace_id),
+                span_id: hex(&span.span_id),
+                parent: hex(&span.parent_span_id),
+                attributes: span
+                    .attributes
+                    .iter()
+                    .map(|kv| {
+                        (
+                            kv.key.clone(),
+                            text(kv.value.as_ref().and_then(|v| v.value.as_ref())),
+                        )
+                    })
+                    .collect(),
+                links: span.links.iter().map(|l| hex(&l.span_id)).collect(),
+            });
+        }
+    }
+    c.spans.lock().expect("collector lock").extend(got);
+    // An empty ExportTraceServiceResponse encodes to no bytes.
+    (StatusCode::OK, Vec::new())
+}
+
+impl Collector {
+    /// Serves on 127.0.0.1:0; returns the endpoint to give the services.
+    async fn start(&self) -> anyhow::Result<String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let app = Router::new()
+            .route("/v1/traces", post(receive))
+            .with_state(self.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(format!("http://{addr}"))
+    }
+
+    fn trace(&self, trace_id: &str) -> Vec<Collected> {
+        self.spans
+            .lock()
+            .expect("collector lock")
+            .iter()
+            .filter(|s| s.trace_id == trace_id)
+            .cloned()
+            .collect()
+    }
+
+    /// Waits until `done` holds for the spans of `trace_id` (the services export in
+    /// batches), failing after a generous bound with what arrived.
+    async fn wait_for(
+        &self,
+        trace_id: &str,
+        what: &str,
+        done: impl Fn(&[Collected]) -> bool,
+    ) -> Vec<Collected> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let spans = self.trace(trace_id);
+            if done(&spans) {
+                return spans;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never collected {what}; trace {trace_id} has {:#?}",
+                spans
+                    .iter()
+                    .map(|s| format!("{} {} {}<-{}", s.service, s.name, s.span_id, s.parent))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn find<'a>(spans: &'a [Collected], service: &str, name: &str) -> Option<&'a Collected> {
+    spans
+        .iter()
+        .find(|s| s.service == service && s.name == name)
+}
+
+/// The span ids from `span`'s parent up to the root of what was collected, then the
+/// first parent id not collected (the buyer's own span, outside every service).
+fn ancestors(spans: &[Collected], span: &Collected) -> Vec<String> {
+    let by_id: HashMap<&str, &Collected> = spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let mut chain = Vec::new();
+    let mut parent = span.parent.clone();
+    while !parent.is_empty() && !chain.contains(&parent) {
+        chain.push(parent.clone());
+        match by_id.get(parent.as_str()) {
+            Some(p) => parent = p.parent.clone(),
+            None => break,
+        }
+    }
+    chain
+}
+
+/// The buyer's own trace context: a fresh trace id and the id of the buyer's span.
+fn buyer_context() -> (String, String, String) {
+    let trace_id = Uuid::new_v4().simple().to_string();
+    let span_id = Uuid::new_v4().simple().to_string()[..16].to_owned();
+    let traceparent = format!("00-{trace_id}-{span_id}-01");
+    (trace_id, span_id, traceparent)
+}
+
+async fn start_stack(label: &str, collector: &str, proxy: bool) -> anyhow::Result<Stack> {
+    let mut options = StackOptions::new(label)
+        .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", collector)
+        .env_all("OTEL_BSP_SCHEDULE_DELAY", 100)
+        .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
+        .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+        // The restarted orchestrator takes the dead one's payment once its lease ends;
+        // the lease must outlast a call and its probe.
+        .env(ServiceKind::Orchestrator, "LEASE_MS", 9000)
+        .env(ServiceKind::Orchestrator, "DOWNSTREAM_TIMEOUT_MS", 3000);
+    if proxy {
+        options = options.proxy(Link::OrchestratorToAccount);
+    }
+    Stack::start(options).await
+}
+
+/// A product with one unit and a buyer who can pay for it.
+async fn setup(stack: &Stack, name: &str) -> anyhow::Result<(Endpoints, i64, Buyer)> {
+    let endpoints = Endpoints::from_wiring(stack.wiring());
+    let admin = Admin::new(
+        endpoints.clone(),
+        paysaga_common::client::http_client(Duration::from_secs(10)),
+    );
+    let product = admin.create_product(name, PRICE, 1).await?;
+    let buyer = admin.open_buyer(&format!("{name}-buyer"), PRICE).await?;
+    admin
+        .wait_for_quota(product.id, 1, Duration::from_secs(30))
+        .await?;
+    Ok((endpoints, product.id, buyer))
+}
+
+/// A buyer's request carrying the buyer's `traceparent`; the JSON answer.
+async fn call(
+    http: &reqwest::Client,
+    url: String,
+    buyer: &Buyer,
+    traceparent: &str,
+    body: Json,
+    idempotency_key: Option<&str>,
+) -> anyhow::Result<(u16, Json)> {
+    let mut req = http
+        .post(url)
+        .bearer_auth(&buyer.token)
+        .header("traceparent", traceparent)
+        .json(&body);
+    if let Some(key) = idempotency_key {
+        req = req.header("idempotency-key", key);
+    }
+    let response = req.send().await?;
+    let status = response.status().as_u16();
+    Ok((status, response.json().await?))
+}
+
+/// Pass and reservation, as the buyer: the reservation's id.
+async fn reserve(
+    http: &reqwest::Client,
+    endpoints: &Endpoints,
+    buyer: &Buyer,
+    product_id: i64,
+    traceparent: &str,
+) -> anyhow::Result<String> {
+    let (status, pass) = call(
+        http,
+        format!("{}/v1/passes", endpoints.gate),
+        buyer,
+        traceparent,
+        json!({ "product_id": product_id }),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 201, "{pass}");
+    let (status, reservation) = call(
+        http,
+        format!("{}/v1/reservations", endpoints.order),
+        buyer,
+        traceparent,
+        json!({ "product_id": product_id, "pass": pass["pass"] }),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 201, "{reservation}");
+    Ok(reservation["id"]
+        .as_str()
+        .expect("reservation id")
+        .to_owned())
+}
+
+fn route_span<'a>(spans: &'a [Collected], service: &str, route: &str) -> Option<&'a Collected> {
+    spans.iter().find(|s| {
+        s.service == service
+            && s.name.starts_with("POST ")
+            && s.attributes.get("http.route").map(String::as_str) == Some(route)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_checkout_is_one_trace_across_the_services() -> anyhow::Result<()> {
+    let collector = Collector::default();
+    let endpoint = collector.start().await?;
+    let stack = start_stack("traces", &endpoint, false).await?;
+    let (endpoints, product_id, buyer) = setup(&stack, "traced").await?;
+    let http = reqwest::Client::new();
+    let (trace_id, buyer_span, traceparent) = buyer_context();
+
+    let reservation_id = reserve(&http, &endpoints, &buyer, product_id, &traceparent).await?;
+    let (status, payment) = call(
+        &http,
+        format!("{}/v1/payments", endpoints.orchestrator),
+        &buyer,
+        &traceparent,
+        json!({ "reservation_id": reservation_id, "account_id": buyer.account_id }),
+        Some("traced-checkout"),
+    )
+    .await?;
+    assert_eq!(status, 201, "{payment}");
+    assert_eq!(payment["state"], "COMPLETED");
+    let payment_id = payment["id"].as_str().expect("payment id").to_owned();
+
+    // The payment keeps the context of the request that created it, from PostgreSQL.
+    let pool = stack.admin_pool().await;
+    let (state, stored): (String, Option<String>) = sqlx::query_as(
+        r#"SELECT state, traceparent FROM payment_service.payments WHERE id = $1::UUID"#,
+    )
+    .bind(&payment_id)
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(state, "COMPLETED");
+    let stored = stored.expect("the payment keeps its trace context");
+    assert!(stored.starts_with(&format!("00-{trace_id}-")), "{stored}");
+
+    let spans = collector
+        .wait_for(&trace_id, "the whole checkout", |spans| {
+            route_span(spans, "gate", "/v1/passes").is_some()
+                && route_span(spans, "order", "/v1/reservations").is_some()
+                && route_span(spans, "orchestrator", "/v1/payments").is_some()
+                && find(spans, "account", "account debit").is_some()
+                && find(spans, "order", "order confirm").is_some()
+                && find(spans, "orchestrator", "drive").is_some()
+        })
+        .await;
+
+    // The buyer called gate, order and the orchestrator: three children of its span.
+    for (service, route) in [
+        ("gate", "/v1/passes"),
+        ("order", "/v1/reservations"),
+        ("orchestrator", "/v1/payments"),
+    ] {
+        let s = route_span(&spans, service, route).expect("collected");
+        assert_eq!(
+            s.parent, buyer_span,
+            "{service} {route} continues the buyer's span"
+        );
+    }
+    let payment_request = route_span(&spans, "orchestrator", "/v1/payments").expect("collected");
+    let drive = find(&spans, "orchestrator", "drive").expect("collected");
+    assert_eq!(drive.attributes.get("payment_id"), Some(&payment_id));
+    assert!(
+        ancestors(&spans, drive).contains(&payment_request.span_id),
+        "the saga's drive runs under the payment request"
+    );
+    // The stored context names a span of the payment request (its handler span).
+    let stored_span = stored.split('-').nth(2).expect("span id part");
+    let drive_chain = ancestors(&spans, drive);
+    assert!(drive_chain.iter().any(|id| id == stored_span));
+
+    // The batched debit and confirm each sit in this payment's trace, under its drive,
+    // linked to the batch request that carried them.
+    for (service, name) in [("account", "account debit"), ("order", "order confirm")] {
+        let op = find(&spans, service, name).expect("collected");
+        let chain = ancestors(&spans, op);
+        assert_eq!(
+            chain.first(),
+            Some(&drive.span_id),
+            "{name}'s parent is the drive"
+        );
+        assert!(chain.contains(&payment_request.span_id), "{name}");
+        assert_eq!(chain.last(), Some(&buyer_span), "{name} ends at the buyer");
+        assert_eq!(op.links.len(), 1, "{name} links to its batch request");
+    }
+    let debit = find(&spans, "account", "account debit").expect("collected");
+    assert_eq!(debit.attributes.get("payment_id"), Some(&payment_id));
+    assert_eq!(
+        debit.attributes.get("operation_key"),
+        Some(&format!("pay:{payment_id}:debit"))
+    );
+    // Before paying, the orchestrator checked the reservation: that lookup is in the
+    // trace too, under the payment request.
+    let lookup = find(&spans, "order", "order reservation lookup").expect("collected");
+    assert!(ancestors(&spans, lookup).contains(&payment_request.span_id));
+    drop(stack);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_payment_recovered_after_a_crash_stays_in_the_buyers_trace() -> anyhow::Result<()> {
+    let collector = Collector::default();
+    let endpoint = collector.start().await?;
+    let mut stack = start_stack("traces-crash", &endpoint, true).await?;
+    let (endpoints, product_id, buyer) = setup(&stack, "traced-crash").await?;
+    let http = reqwest::Client::new();
+    let (trace_id, buyer_span, traceparent) = buyer_context();
+    let reservation_id = reserve(&http, &endpoints, &buyer, product_id, &traceparent).await?;
+
+    // The debit is applied but its answer held, so the orchestrator dies waiting for it.
+    let proxy = stack.proxy(Link::OrchestratorToAccount).expect("proxied");
+    proxy.set_slow_answers(br#""op":"debit""#, Duration::from_secs(60));
+    let pay = {
+        let (http, buyer, traceparent) = (http.clone(), buyer.clone(), traceparent.clone());
+        let url = format!("{}/v1/payments", endpoints.orchestrator);
+        let body = json!({ "reservation_id": reservation_id, "account_id": buyer.account_id });
+        tokio::spawn(async move {
+            call(&http, url, &buyer, &traceparent, body, Some("traced-crash")).await
+        })
+    };
+    let pool = stack.admin_pool().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let payment_id: Uuid = loop {
+        let debited: Option<Uuid> = sqlx::query_scalar(
+            r#"SELECT p.id FROM payment_service.payments p
+               JOIN account_service.transactions t ON t.operation_key = 'pay:' || p.id || ':debit'
+               WHERE p.reservation_id = $1::UUID"#,
+        )
+        .bind(&reservation_id)
+        .fetch_optional(&pool)
+        .await?;
+        if let Some(id) = debited {
+            break id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the debit never reached the ledger"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    stack.stop(ServiceKind::Orchestrator, Stop::Kill).await?;
+    assert!(
+        pay.await?.is_err(),
+        "the buyer's request died with the process"
+    );
+    stack
+        .proxy(Link::OrchestratorToAccount)
+        .expect("proxied")
+        .heal();
+    stack.start_service(ServiceKind::Orchestrator).await?;
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (state, stored) = loop {
+        let (state, stored): (String, Option<String>) = sqlx::query_as(
+            r#"SELECT state, traceparent FROM payment_service.payments WHERE id = $1"#,
+        )
+        .bind(payment_id)
+        .fetch_one(&pool)
+        .await?;
+        if state == "COMPLETED" {
+            break (state, stored);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "recovery never finished {payment_id}: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(state, "COMPLETED");
+    let stored = stored.expect("the payment keeps its trace context");
+    let stored_span = stored.split('-').nth(2).expect("span id part").to_owned();
+    let payment_id = payment_id.to_string();
+
+    let spans = collector
+        .wait_for(&trace_id, "the recovery's spans", |spans| {
+            find(spans, "orchestrator", "recover payment").is_some()
+                && find(spans, "order", "order confirm").is_some()
+        })
+        .await;
+    let recover = find(&spans, "orchestrator", "recover payment").expect("collected");
+    assert_eq!(recover.attributes.get("payment_id"), Some(&payment_id));
+    assert_eq!(
+        recover.parent, stored_span,
+        "recovery continues the stored context of the payment request"
+    );
+    // What recovery did downstream (the debit replayed or looked up, the confirm) is in
+    // the same trace, under the recovery span.
+    let confirm = find(&spans, "order", "order confirm").expect("collected");
+    assert!(ancestors(&spans, confirm).contains(&recover.span_id));
+    let account_ops: Vec<_> = spans
+        .iter()
+        .filter(|s| s.service == "account" && ancestors(&spans, s).contains(&recover.span_id))
+        .collect();
+    assert!(
+        !account_ops.is_empty(),
+        "recovery settled the debit in the trace"
+    );
+    // The buyer's spans from before the crash are in the same trace.
+    let reservation = route_span(&spans, "order", "/v1/reservations").expect("collected");
+    assert_eq!(reservation.parent, buyer_span);
+    drop(stack);
+    Ok(())
+}
