@@ -264,7 +264,9 @@ impl Config {
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
-            gate_url: std::env::var("GATE_URL").ok().filter(|u| !u.trim().is_empty()),
+            gate_url: std::env::var("GATE_URL")
+                .ok()
+                .filter(|u| !u.trim().is_empty()),
             buyer_keys,
             service_jwt_public_key,
             service_token,

@@ -104,7 +104,9 @@ async fn receiver(accept: Arc<AtomicBool>) -> anyhow::Result<u16> {
                 let mut chunk = [0u8; 4096];
                 // Read the head and the body it announces, then answer.
                 loop {
-                    let Ok(n) = socket.read(&mut chunk).await else { return };
+                    let Ok(n) = socket.read(&mut chunk).await else {
+                        return;
+                    };
                     if n == 0 {
                         return;
                     }
@@ -129,8 +131,10 @@ async fn receiver(accept: Arc<AtomicBool>) -> anyhow::Result<u16> {
                 };
                 let _ = socket
                     .write_all(
-                        format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                            .as_bytes(),
+                        format!(
+                            "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        )
+                        .as_bytes(),
                     )
                     .await;
             });
@@ -184,8 +188,10 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
         eprintln!("SKIPPED operator_console_in_headless_chromium: chromedriver not installed (apt-get install chromium chromium-driver)");
         return Ok(());
     };
-    let Some(chromium) = program("CHROME_BIN", &["chromium", "chromium-browser", "google-chrome"])
-    else {
+    let Some(chromium) = program(
+        "CHROME_BIN",
+        &["chromium", "chromium-browser", "google-chrome"],
+    ) else {
         eprintln!("SKIPPED operator_console_in_headless_chromium: chromium not installed (apt-get install chromium chromium-driver)");
         return Ok(());
     };
@@ -248,11 +254,11 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
     let reservation = driver
         .reserve(&stuck_buyer, stuck_product.id, &pass.pass, &mut retries)
         .await?;
-    let account = stack
-        .proxy(Link::OrchestratorToAccount)
-        .expect("proxied");
-    account.set_refuse(true);
-    let max_attempts = workflows::RetryPolicy::for_action(workflows::Action::Debit).max_attempts as i32;
+    let account = stack.proxy(Link::OrchestratorToAccount).expect("proxied");
+    // Open connections too: the orchestrator keeps its pooled ones to account.
+    account.cut();
+    let max_attempts =
+        workflows::RetryPolicy::for_action(workflows::Action::Debit).max_attempts as i32;
     let stuck = Uuid::now_v7();
     sqlx::query(
         r#"
@@ -306,12 +312,10 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
                      "--window-size=1360,1000", "--hide-scrollbars"],
         }),
     );
-    let client = ClientBuilder::new(
-        hyper_util::client::legacy::connect::HttpConnector::new(),
-    )
-    .capabilities(caps)
-    .connect(&format!("http://127.0.0.1:{}", chromedriver.port))
-    .await?;
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", chromedriver.port))
+        .await?;
     let outcome = browse(
         &client,
         &pool,
@@ -319,6 +323,7 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
         &orchestrator,
         &shots,
         Figures {
+            buyer_token: stuck_buyer.token.clone(),
             product: product.id,
             stuck_product: stuck_product.id,
             stuck,
@@ -342,6 +347,8 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
 }
 
 struct Figures {
+    /// A real buyer's token, which must not sign in.
+    buyer_token: String,
     product: i64,
     stuck_product: i64,
     stuck: Uuid,
@@ -364,14 +371,26 @@ async fn browse(
     // Not signed in: the console sends the browser to the sign-in page.
     client.goto(&console).await?;
     client.wait().for_element(Locator::Css("#token")).await?;
-    assert!(client.current_url().await?.path().ends_with("/console/login"));
+    assert!(client
+        .current_url()
+        .await?
+        .path()
+        .ends_with("/console/login"));
     screenshot(client, shots, "sign-in").await?;
     // A buyer token is refused.
-    let buyer = paysaga_common::testkit::buyer_token("console-intruder");
-    client.find(Locator::Css("#token")).await?.send_keys(&buyer).await?;
+    client
+        .find(Locator::Css("#token"))
+        .await?
+        .send_keys(&f.buyer_token)
+        .await?;
     client.find(Locator::Css("#sign-in")).await?.click().await?;
     let refused = client.find(Locator::Css("p.error")).await?.text().await?;
     assert!(refused.contains("buyer token"), "{refused}");
+    assert!(client
+        .current_url()
+        .await?
+        .path()
+        .ends_with("/console/login"));
     client.find(Locator::Css("#token")).await?.clear().await?;
     client
         .find(Locator::Css("#token"))
@@ -458,7 +477,10 @@ async fn browse(
         1
     );
     assert!(client
-        .find(Locator::Css(&format!("#attention a[href='/console/payments/{}']", f.stuck)))
+        .find(Locator::Css(&format!(
+            "#attention a[href='/console/payments/{}']",
+            f.stuck
+        )))
         .await
         .is_ok());
     screenshot(client, shots, "drop").await?;
@@ -470,8 +492,15 @@ async fn browse(
         .await?
         .select_by_value("FAILED")
         .await?;
-    client.find(Locator::Css("#filter-apply")).await?.click().await?;
-    client.wait().for_element(Locator::Css("#filter-state")).await?;
+    client
+        .find(Locator::Css("#filter-apply"))
+        .await?
+        .click()
+        .await?;
+    client
+        .wait()
+        .for_element(Locator::Css("#filter-state"))
+        .await?;
     assert!(client
         .current_url()
         .await?
@@ -495,7 +524,10 @@ async fn browse(
         .goto(&format!("{console}/payments?attention=yes"))
         .await?;
     client
-        .find(Locator::Css(&format!("a[href='/console/payments/{}']", f.stuck)))
+        .find(Locator::Css(&format!(
+            "a[href='/console/payments/{}']",
+            f.stuck
+        )))
         .await?
         .click()
         .await?;
@@ -526,7 +558,11 @@ async fn browse(
     .bind(f.stuck)
     .fetch_one(pool)
     .await?;
-    assert_eq!(still, ("PROCESSING".into(), true), "nothing moved before the confirmation");
+    assert_eq!(
+        still,
+        ("PROCESSING".into(), true),
+        "nothing moved before the confirmation"
+    );
     client.find(Locator::Css("#confirm")).await?.click().await?;
     client.wait().for_element(Locator::Css("#flash")).await?;
     wait_for(
@@ -561,7 +597,9 @@ async fn browse(
         .parse()?;
     screenshot(client, shots, "webhooks").await?;
     client
-        .find(Locator::Css(&format!("a[href='/console/webhooks/{delivery}/replay']")))
+        .find(Locator::Css(&format!(
+            "a[href='/console/webhooks/{delivery}/replay']"
+        )))
         .await?
         .click()
         .await?;

@@ -107,12 +107,7 @@ pub fn error_page(
 /// An error of the operator logic, with the code and message the API would answer.
 pub fn failed(err: Error, section: Section) -> Response {
     match err.api() {
-        Some(api) => error_page(
-            api.status,
-            api.code,
-            &api.message,
-            Some(section),
-        ),
+        Some(api) => error_page(api.status, api.code, &api.message, Some(section)),
         None => {
             tracing::error!(error = %err, "console request failed");
             error_page(

@@ -161,7 +161,8 @@ pub async fn list(
                 .unwrap_or_else(|| "the list could not be read".into());
             let body = html! { (form) p.error { (message) } };
             return (
-                e.api().map_or(StatusCode::INTERNAL_SERVER_ERROR, |a| a.status),
+                e.api()
+                    .map_or(StatusCode::INTERNAL_SERVER_ERROR, |a| a.status),
                 layout::page(Section::Payments, "Payments", body),
             )
                 .into_response();
@@ -277,7 +278,10 @@ pub async fn timeline(
     let p = &t.payment;
     let flash = match done.done.as_deref() {
         Some("resume") => Some(format!("Resumed: the payment is now {}.", p.payment.state)),
-        Some("refund") => Some(format!("Refund requested: the payment is now {}.", p.payment.state)),
+        Some("refund") => Some(format!(
+            "Refund requested: the payment is now {}.",
+            p.payment.state
+        )),
         _ => None,
     };
     let resumable = p.pending_action.is_some() && !p.payment.terminal;
@@ -383,7 +387,9 @@ async fn act(state: AppState, headers: HeaderMap, raw: String, action: Action) -
     };
     let result = match action {
         Action::Resume => resume_payment(&state, "resumed by operator (console)", id).await,
-        Action::Refund => refund_payment(&state, "refund requested by operator (console)", id).await,
+        Action::Refund => {
+            refund_payment(&state, "refund requested by operator (console)", id).await
+        }
     };
     match result {
         Ok(row) => {

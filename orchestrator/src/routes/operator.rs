@@ -152,7 +152,6 @@ pub(crate) async fn list_payments(state: &AppState, filter: &ListPayments) -> Re
     })
 }
 
-
 /// Resume: clear the attention flag and the attempt count, drive the payment now and
 /// wait up to `RESPONSE_WAIT_MS` for it to settle. `note` is recorded on the step.
 pub(crate) async fn resume_payment(state: &AppState, note: &str, id: Uuid) -> Result<PaymentRow> {
@@ -180,7 +179,6 @@ pub(crate) async fn resume_payment(state: &AppState, note: &str, id: Uuid) -> Re
     };
     wait_for_terminal(&state.engine, id, handle, state.response_wait).await
 }
-
 
 /// Refund a settled COMPLETED payment through the saga (a refund already under way is
 /// returned as it is); waits up to `RESPONSE_WAIT_MS`. `note` is recorded on the step.

@@ -332,7 +332,6 @@ pub(crate) async fn deliveries(
     })
 }
 
-
 /// Replay a DEAD delivery (PENDING again, attempts afresh, due at once).
 pub(crate) async fn replay(state: &AppState, id: Uuid) -> Result<WebhookDelivery> {
     let replayed = store::replay(&state.pool, id).await?;
