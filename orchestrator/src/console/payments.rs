@@ -205,15 +205,13 @@ fn row(p: &PaymentAdmin) -> Markup {
     }
 }
 
-fn payment_id(raw: &str) -> Result<Uuid, Response> {
-    raw.parse().map_err(|_| {
-        layout::error_page(
-            StatusCode::NOT_FOUND,
-            "PAYMENT_NOT_FOUND",
-            "no such payment",
-            Some(Section::Payments),
-        )
-    })
+fn payment_not_found() -> Response {
+    layout::error_page(
+        StatusCode::NOT_FOUND,
+        "PAYMENT_NOT_FOUND",
+        "no such payment",
+        Some(Section::Payments),
+    )
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -260,9 +258,8 @@ pub async fn timeline(
     Path(raw): Path<String>,
     Query(done): Query<Done>,
 ) -> Response {
-    let id = match payment_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return payment_not_found();
     };
     let t = match load_timeline(&state, id).await {
         Ok(t) => t,
@@ -341,9 +338,8 @@ impl Action {
 }
 
 async fn confirm(state: AppState, raw: String, action: Action) -> Response {
-    let id = match payment_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return payment_not_found();
     };
     let t = match load_timeline(&state, id).await {
         Ok(t) => t,
@@ -381,9 +377,8 @@ async fn act(state: AppState, headers: HeaderMap, raw: String, action: Action) -
     if !auth::same_origin(&headers) {
         return auth::cross_origin();
     }
-    let id = match payment_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return payment_not_found();
     };
     let result = match action {
         Action::Resume => resume_payment(&state, "resumed by operator (console)", id).await,

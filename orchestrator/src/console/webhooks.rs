@@ -92,22 +92,19 @@ pub async fn dead(
     layout::page(Section::Webhooks, "Webhook deliveries", body).into_response()
 }
 
-fn delivery_id(raw: &str) -> Result<Uuid, Response> {
-    raw.parse().map_err(|_| {
-        layout::error_page(
-            StatusCode::NOT_FOUND,
-            "WEBHOOK_DELIVERY_NOT_FOUND",
-            "no such webhook delivery",
-            Some(Section::Webhooks),
-        )
-    })
+fn delivery_not_found() -> Response {
+    layout::error_page(
+        StatusCode::NOT_FOUND,
+        "WEBHOOK_DELIVERY_NOT_FOUND",
+        "no such webhook delivery",
+        Some(Section::Webhooks),
+    )
 }
 
 #[tracing::instrument(skip_all, fields(operator = %op.role, delivery_id = %raw))]
 pub async fn confirm_replay(op: Operator, Path(raw): Path<String>) -> Response {
-    let id = match delivery_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return delivery_not_found();
     };
     let body = html! {
         p { "Delivery " code { (id) } " is made PENDING again, its attempts counted afresh, and due now. \
@@ -131,9 +128,8 @@ pub async fn replay(
     if !auth::same_origin(&headers) {
         return auth::cross_origin();
     }
-    let id = match delivery_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return delivery_not_found();
     };
     match replay_delivery(&state, id).await {
         Ok(d) => {
