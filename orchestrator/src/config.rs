@@ -26,6 +26,9 @@ pub struct Config {
     pub account_url: String,
     /// `ORDER_URL`: the order service.
     pub order_url: String,
+    /// `GATE_URL`: the gate, read only by the operator console for its quota view;
+    /// unset, the console says "not configured".
+    pub gate_url: Option<String>,
     /// Where buyer-token keys come from: the member service's key set
     /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`; one of them is required.
     pub buyer_keys: BuyerKeySource,
@@ -251,6 +254,9 @@ impl Config {
             listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
+            gate_url: std::env::var("GATE_URL")
+                .ok()
+                .filter(|u| !u.trim().is_empty()),
             buyer_keys,
             service_keys,
             service_credential,
@@ -296,6 +302,7 @@ impl Config {
             listen_addr: DEFAULT_LISTEN_ADDR.to_owned(),
             account_url: account_url.into(),
             order_url: order_url.into(),
+            gate_url: None,
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),
             service_credential: Arc::new(TokenSource::development(ServiceRole::Orchestrator)),

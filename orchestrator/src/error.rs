@@ -83,7 +83,8 @@ impl From<ApiError> for Error {
 }
 
 impl Error {
-    fn api(&self) -> Option<ApiError> {
+    /// The client-facing shape of this error (code, message), if it has one.
+    pub(crate) fn api(&self) -> Option<ApiError> {
         use StatusCode as S;
         let e = match self {
             Error::Api(e) => e.clone(),

@@ -5,6 +5,7 @@
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::orchestrator::api;
 pub mod config;
+pub mod console;
 pub(crate) mod downstream;
 pub mod driver;
 pub(crate) mod error;
@@ -60,6 +61,8 @@ pub struct AppState {
     pub retention_hours: i64,
     /// A buyer's payment requests per member (`MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`).
     pub limiter: Arc<MemberLimiter>,
+    /// The operator console's downstream settings (`/console`).
+    pub console: Arc<console::Console>,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -110,6 +113,7 @@ impl AppState {
             response_wait: config.response_wait,
             retention_hours: config.idempotency_retention_hours,
             limiter: Arc::new(MemberLimiter::new(config.member_rate)),
+            console: Arc::new(console::Console::new(config)),
         }
     }
 
@@ -219,6 +223,8 @@ pub fn app(state: AppState) -> Router {
             post(webhooks::replay_delivery),
         )
         .route("/readyz", get(readyz))
+        // HTML pages for operators; deliberately not in the OpenAPI document.
+        .merge(console::routes())
         .with_state(state);
     server::finish(api, ApiDoc::openapi())
 }

@@ -14,7 +14,8 @@ use crate::{
     api::{ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline},
     error::{Error, Result},
     routes::{spawn_drive, wait_for_terminal},
-    store, AppState,
+    store::{self, PaymentRow},
+    AppState,
 };
 
 const DEFAULT_LIMIT: i64 = 50;
@@ -37,6 +38,85 @@ pub async fn list(
     Service(operator): Service<{ OPERATOR }>,
     Query(filter): Query<ListPayments>,
 ) -> Result<AxumJson<PaymentPage>> {
+    Ok(AxumJson(list_payments(&state, &filter).await?))
+}
+
+/// One payment with its full step timeline.
+#[utoipa::path(
+    get, path = "/v1/payments/{id}/steps", tag = "operator",
+    params(("id" = Uuid, Path, description = "payment id")),
+    responses(
+        (status = 200, body = PaymentTimeline),
+        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(payment_id = %id))]
+pub async fn steps(
+    State(state): State<AppState>,
+    _operator: Service<{ OPERATOR }>,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<PaymentTimeline>> {
+    Ok(AxumJson(timeline(&state, id).await?))
+}
+
+/// One payment and its step log.
+pub(crate) async fn timeline(state: &AppState, id: Uuid) -> Result<PaymentTimeline> {
+    let row = store::load(&state.pool, id)
+        .await?
+        .ok_or(Error::PaymentNotFound)?;
+    let steps = store::steps(&state.pool, id).await?;
+    Ok(PaymentTimeline {
+        payment: row.to_admin(),
+        steps,
+    })
+}
+
+/// Resume a payment: clears the attention flag and its attempt count and drives it now.
+#[utoipa::path(
+    post, path = "/v1/payments/{id}/resume", tag = "operator",
+    params(("id" = Uuid, Path, description = "payment id")),
+    responses(
+        (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
+        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
+        (status = 409, description = "PAYMENT_NOT_RESUMABLE: nothing left to do", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
+pub async fn resume(
+    State(state): State<AppState>,
+    Service(operator): Service<{ OPERATOR }>,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<PaymentAdmin>> {
+    let row = resume_payment(&state, &format!("resumed by {operator}"), id).await?;
+    Ok(AxumJson(row.to_admin()))
+}
+
+/// Refund a COMPLETED payment: cancel the order, then credit the buyer, through the
+/// saga (REFUND_PROCESSING -> REFUNDED). Repeating it returns the refund in progress.
+#[utoipa::path(
+    post, path = "/v1/payments/{id}/refund", tag = "operator",
+    params(("id" = Uuid, Path, description = "payment id")),
+    responses(
+        (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
+        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
+        (status = 409, description = "PAYMENT_NOT_REFUNDABLE", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
+pub async fn refund(
+    State(state): State<AppState>,
+    Service(operator): Service<{ OPERATOR }>,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<PaymentAdmin>> {
+    let row = refund_payment(&state, &format!("refund requested by {operator}"), id).await?;
+    Ok(AxumJson(row.to_admin()))
+}
+
+/// The operator's list with its checks: what `GET /v1/payments` and the console show.
+pub(crate) async fn list_payments(state: &AppState, filter: &ListPayments) -> Result<PaymentPage> {
     let limit = filter.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request(
@@ -62,59 +142,19 @@ pub async fn list(
             .into());
         }
     }
-    let rows = store::list(&state.pool, &filter, limit).await?;
+    let rows = store::list(&state.pool, filter, limit).await?;
     let next_cursor = (rows.len() as i64 == limit)
         .then(|| rows.last().map(|r| r.id))
         .flatten();
-    Ok(AxumJson(PaymentPage {
+    Ok(PaymentPage {
         payments: rows.iter().map(store::PaymentRow::to_admin).collect(),
         next_cursor,
-    }))
+    })
 }
 
-/// One payment with its full step timeline.
-#[utoipa::path(
-    get, path = "/v1/payments/{id}/steps", tag = "operator",
-    params(("id" = Uuid, Path, description = "payment id")),
-    responses(
-        (status = 200, body = PaymentTimeline),
-        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
-    ),
-    security(("service" = []))
-)]
-#[tracing::instrument(skip_all, fields(payment_id = %id))]
-pub async fn steps(
-    State(state): State<AppState>,
-    _operator: Service<{ OPERATOR }>,
-    Path(id): Path<Uuid>,
-) -> Result<AxumJson<PaymentTimeline>> {
-    let row = store::load(&state.pool, id)
-        .await?
-        .ok_or(Error::PaymentNotFound)?;
-    let steps = store::steps(&state.pool, id).await?;
-    Ok(AxumJson(PaymentTimeline {
-        payment: row.to_admin(),
-        steps,
-    }))
-}
-
-/// Resume a payment: clears the attention flag and its attempt count and drives it now.
-#[utoipa::path(
-    post, path = "/v1/payments/{id}/resume", tag = "operator",
-    params(("id" = Uuid, Path, description = "payment id")),
-    responses(
-        (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
-        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
-        (status = 409, description = "PAYMENT_NOT_RESUMABLE: nothing left to do", body = paysaga_common::ErrorBody),
-    ),
-    security(("service" = []))
-)]
-#[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
-pub async fn resume(
-    State(state): State<AppState>,
-    Service(operator): Service<{ OPERATOR }>,
-    Path(id): Path<Uuid>,
-) -> Result<AxumJson<PaymentAdmin>> {
+/// Resume: clear the attention flag and the attempt count, drive the payment now and
+/// wait up to `RESPONSE_WAIT_MS` for it to settle. `note` is recorded on the step.
+pub(crate) async fn resume_payment(state: &AppState, note: &str, id: Uuid) -> Result<PaymentRow> {
     let row = store::load(&state.pool, id)
         .await?
         .ok_or(Error::PaymentNotFound)?;
@@ -122,7 +162,6 @@ pub async fn resume(
     let Some(action) = pos.pending() else {
         return Err(Error::NotResumable(row.state.clone()));
     };
-    let note = format!("resumed by {operator}");
     let handle = match store::operator_move(
         &state.pool,
         &row,
@@ -130,7 +169,7 @@ pub async fn resume(
         state.engine.lease,
         pos,
         action,
-        &note,
+        note,
     )
     .await?
     {
@@ -138,28 +177,12 @@ pub async fn resume(
         // Someone holds a live lease: it is being driven already.
         None => None,
     };
-    let row = wait_for_terminal(&state.engine, id, handle, state.response_wait).await?;
-    Ok(AxumJson(row.to_admin()))
+    wait_for_terminal(&state.engine, id, handle, state.response_wait).await
 }
 
-/// Refund a COMPLETED payment: cancel the order, then credit the buyer, through the
-/// saga (REFUND_PROCESSING -> REFUNDED). Repeating it returns the refund in progress.
-#[utoipa::path(
-    post, path = "/v1/payments/{id}/refund", tag = "operator",
-    params(("id" = Uuid, Path, description = "payment id")),
-    responses(
-        (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
-        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
-        (status = 409, description = "PAYMENT_NOT_REFUNDABLE", body = paysaga_common::ErrorBody),
-    ),
-    security(("service" = []))
-)]
-#[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
-pub async fn refund(
-    State(state): State<AppState>,
-    Service(operator): Service<{ OPERATOR }>,
-    Path(id): Path<Uuid>,
-) -> Result<AxumJson<PaymentAdmin>> {
+/// Refund a settled COMPLETED payment through the saga (a refund already under way is
+/// returned as it is); waits up to `RESPONSE_WAIT_MS`. `note` is recorded on the step.
+pub(crate) async fn refund_payment(state: &AppState, note: &str, id: Uuid) -> Result<PaymentRow> {
     let row = store::load(&state.pool, id)
         .await?
         .ok_or(Error::PaymentNotFound)?;
@@ -168,13 +191,12 @@ pub async fn refund(
         pos.state(),
         SagaState::RefundProcessing | SagaState::Refunded
     ) {
-        return Ok(AxumJson(row.to_admin()));
+        return Ok(row);
     }
     let to = request_refund(pos).map_err(|_| Error::NotRefundable(row.state.clone()))?;
     let action = to
         .pending()
         .ok_or_else(|| Error::Invariant("refund position owes nothing".into()))?;
-    let note = format!("refund requested by {operator}");
     let Some(moved) = store::operator_move(
         &state.pool,
         &row,
@@ -182,7 +204,7 @@ pub async fn refund(
         state.engine.lease,
         to,
         action,
-        &note,
+        note,
     )
     .await?
     else {
@@ -192,11 +214,10 @@ pub async fn refund(
         if now.state == SagaState::RefundProcessing.as_str()
             || now.state == SagaState::Refunded.as_str()
         {
-            return Ok(AxumJson(now.to_admin()));
+            return Ok(now);
         }
         return Err(Error::NotRefundable(now.state));
     };
     let handle = spawn_drive(&state.engine, &moved);
-    let row = wait_for_terminal(&state.engine, id, handle, state.response_wait).await?;
-    Ok(AxumJson(row.to_admin()))
+    wait_for_terminal(&state.engine, id, handle, state.response_wait).await
 }

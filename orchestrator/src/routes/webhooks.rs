@@ -273,6 +273,36 @@ pub async fn list_deliveries(
     _operator: Service<{ OPERATOR }>,
     Query(filter): Query<ListDeliveries>,
 ) -> Result<AxumJson<WebhookDeliveryPage>> {
+    Ok(AxumJson(deliveries(&state, &filter).await?))
+}
+
+/// Replay a DEAD delivery: PENDING again, attempts counted afresh, due at once. The
+/// receiver gets the same event id it may have seen before.
+#[utoipa::path(
+    post, path = "/v1/webhook-deliveries/{id}/replay", tag = "webhooks",
+    params(("id" = Uuid, Path, description = "delivery id")),
+    responses(
+        (status = 200, description = "PENDING and due", body = WebhookDelivery),
+        (status = 404, description = "WEBHOOK_DELIVERY_NOT_FOUND", body = paysaga_common::ErrorBody),
+        (status = 409, description = "WEBHOOK_DELIVERY_NOT_DEAD", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(delivery_id = %id, operator = %operator))]
+pub async fn replay_delivery(
+    State(state): State<AppState>,
+    Service(operator): Service<{ OPERATOR }>,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<WebhookDelivery>> {
+    Ok(AxumJson(replay(&state, id).await?))
+}
+
+/// The deliveries list with its checks: what `GET /v1/webhook-deliveries` and the
+/// console show.
+pub(crate) async fn deliveries(
+    state: &AppState,
+    filter: &ListDeliveries,
+) -> Result<WebhookDeliveryPage> {
     let limit = filter.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request(
@@ -297,29 +327,13 @@ pub async fn list_deliveries(
         limit,
     )
     .await?;
-    Ok(AxumJson(WebhookDeliveryPage {
+    Ok(WebhookDeliveryPage {
         deliveries: rows.iter().map(store::DeliveryRow::to_api).collect(),
-    }))
+    })
 }
 
-/// Replay a DEAD delivery: PENDING again, attempts counted afresh, due at once. The
-/// receiver gets the same event id it may have seen before.
-#[utoipa::path(
-    post, path = "/v1/webhook-deliveries/{id}/replay", tag = "webhooks",
-    params(("id" = Uuid, Path, description = "delivery id")),
-    responses(
-        (status = 200, description = "PENDING and due", body = WebhookDelivery),
-        (status = 404, description = "WEBHOOK_DELIVERY_NOT_FOUND", body = paysaga_common::ErrorBody),
-        (status = 409, description = "WEBHOOK_DELIVERY_NOT_DEAD", body = paysaga_common::ErrorBody),
-    ),
-    security(("service" = []))
-)]
-#[tracing::instrument(skip_all, fields(delivery_id = %id, operator = %operator))]
-pub async fn replay_delivery(
-    State(state): State<AppState>,
-    Service(operator): Service<{ OPERATOR }>,
-    Path(id): Path<Uuid>,
-) -> Result<AxumJson<WebhookDelivery>> {
+/// Replay a DEAD delivery (PENDING again, attempts afresh, due at once).
+pub(crate) async fn replay(state: &AppState, id: Uuid) -> Result<WebhookDelivery> {
     let replayed = store::replay(&state.pool, id).await?;
     let row = store::load_delivery(&state.pool, id)
         .await?
@@ -328,7 +342,7 @@ pub async fn replay_delivery(
         return Err(Error::WebhookDeliveryNotDead(row.state));
     }
     tracing::info!(event_id = %row.event_id, endpoint_id = %row.endpoint_id, "webhook delivery replayed");
-    Ok(AxumJson(row.to_api()))
+    Ok(row.to_api())
 }
 
 #[cfg(test)]

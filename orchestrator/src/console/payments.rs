@@ -1,0 +1,434 @@
+//! The payments pages: the filtered list, one payment's timeline, and resume and refund behind a confirmation, through the operator API's own functions.
+
+use axum::{
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Redirect, Response},
+};
+use maud::{html, Markup};
+use serde::Deserialize;
+use uuid::Uuid;
+use workflows::State as SagaState;
+
+use super::{
+    auth::{self, Operator},
+    layout::{self, Section},
+    queries,
+};
+use crate::{
+    api::{ListPayments, PaymentAdmin},
+    routes::operator::{list_payments, refund_payment, resume_payment, timeline as load_timeline},
+    AppState,
+};
+
+const PAGE_SIZE: i64 = 50;
+
+/// The list's filters as the form sends them: every field a string, empty meaning
+/// "any", so a half-filled form is never a 400.
+#[derive(Debug, Default, Deserialize)]
+pub struct Filter {
+    state: Option<String>,
+    attention: Option<String>,
+    min_age_secs: Option<String>,
+    max_age_secs: Option<String>,
+    error: Option<String>,
+    cursor: Option<String>,
+}
+
+fn given(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+impl Filter {
+    fn to_query(&self) -> Result<ListPayments, String> {
+        let secs = |name: &str, v: &Option<String>| -> Result<Option<i64>, String> {
+            given(v)
+                .map(|s| {
+                    s.parse::<i64>()
+                        .map_err(|_| format!("{name} must be a whole number of seconds"))
+                })
+                .transpose()
+        };
+        Ok(ListPayments {
+            state: given(&self.state).map(str::to_ascii_uppercase),
+            needs_attention: match given(&self.attention) {
+                None => None,
+                Some("yes") => Some(true),
+                Some("no") => Some(false),
+                Some(other) => return Err(format!("attention {other:?}: yes, no or empty")),
+            },
+            min_age_secs: secs("minimum age", &self.min_age_secs)?,
+            max_age_secs: secs("maximum age", &self.max_age_secs)?,
+            error_contains: given(&self.error).map(str::to_owned),
+            limit: Some(PAGE_SIZE),
+            cursor: given(&self.cursor)
+                .map(|c| c.parse::<Uuid>().map_err(|_| "bad page cursor".to_owned()))
+                .transpose()?,
+        })
+    }
+
+    /// The same filters as a query string, with another cursor.
+    fn with_cursor(&self, cursor: Uuid) -> String {
+        let mut q = url_pairs(&[
+            ("state", given(&self.state)),
+            ("attention", given(&self.attention)),
+            ("min_age_secs", given(&self.min_age_secs)),
+            ("max_age_secs", given(&self.max_age_secs)),
+            ("error", given(&self.error)),
+        ]);
+        if !q.is_empty() {
+            q.push('&');
+        }
+        q.push_str(&format!("cursor={cursor}"));
+        q
+    }
+}
+
+/// `k=v&...` with values percent-encoded (everything but unreserved characters).
+fn url_pairs(pairs: &[(&str, Option<&str>)]) -> String {
+    pairs
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={}", encode(v))))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn filter_form(f: &Filter) -> Markup {
+    let state = given(&f.state).map(str::to_ascii_uppercase);
+    let attention = given(&f.attention);
+    html! {
+        form.filters method="get" action="/console/payments" {
+            label { "state"
+                select name="state" id="filter-state" {
+                    option value="" { "any" }
+                    @for s in SagaState::ALL {
+                        option value=(s.as_str()) selected[state.as_deref() == Some(s.as_str())] { (s.as_str()) }
+                    }
+                }
+            }
+            label { "needs attention"
+                select name="attention" id="filter-attention" {
+                    option value="" { "any" }
+                    option value="yes" selected[attention == Some("yes")] { "yes" }
+                    option value="no" selected[attention == Some("no")] { "no" }
+                }
+            }
+            label { "older than (s)" input type="number" min="0" name="min_age_secs" id="filter-min-age" value=[given(&f.min_age_secs)]; }
+            label { "younger than (s)" input type="number" min="0" name="max_age_secs" id="filter-max-age" value=[given(&f.max_age_secs)]; }
+            label { "error contains" input type="text" name="error" id="filter-error" value=[given(&f.error)]; }
+            button.primary type="submit" id="filter-apply" { "Filter" }
+            a href="/console/payments" { "Clear" }
+        }
+    }
+}
+
+#[tracing::instrument(skip_all, fields(operator = %op.role))]
+pub async fn list(
+    State(state): State<AppState>,
+    op: Operator,
+    Query(filter): Query<Filter>,
+) -> Response {
+    let form = filter_form(&filter);
+    let query = match filter.to_query() {
+        Ok(q) => q,
+        Err(e) => {
+            let body = html! { (form) p.error { (e) } };
+            return (
+                StatusCode::BAD_REQUEST,
+                layout::page(Section::Payments, "Payments", body),
+            )
+                .into_response();
+        }
+    };
+    let page = match list_payments(&state, &query).await {
+        Ok(p) => p,
+        Err(e) => {
+            let message = e
+                .api()
+                .map(|a| a.message)
+                .unwrap_or_else(|| "the list could not be read".into());
+            let body = html! { (form) p.error { (message) } };
+            return (
+                e.api()
+                    .map_or(StatusCode::INTERNAL_SERVER_ERROR, |a| a.status),
+                layout::page(Section::Payments, "Payments", body),
+            )
+                .into_response();
+        }
+    };
+    let body = html! {
+        (form)
+        @if page.payments.is_empty() {
+            p #no-payments { "No payments match." }
+        } @else {
+            table #payments {
+                tr {
+                    th { "payment" } th { "state" } th { "pending" } th { "attention" }
+                    th.num { "attempts" } th.num { "amount" } th { "member" } th { "age" } th { "last error" }
+                }
+                @for p in &page.payments { (row(p)) }
+            }
+        }
+        @if let Some(c) = page.next_cursor {
+            p { a #next-page href=(format!("/console/payments?{}", filter.with_cursor(c))) { "Older →" } }
+        }
+    };
+    layout::page(Section::Payments, "Payments", body).into_response()
+}
+
+fn row(p: &PaymentAdmin) -> Markup {
+    let id = p.payment.id;
+    html! {
+        tr.payment data-id=(id) data-state=(p.payment.state) {
+            td.mono { a href=(format!("/console/payments/{id}")) { (id) } }
+            td.state { (p.payment.state) }
+            td { (p.pending_action.as_deref().unwrap_or("")) }
+            td { @if p.needs_attention { span.bad { "yes" } } }
+            td.num { (p.attempts) }
+            td.num { (layout::money(p.payment.amount)) }
+            td.mono { (p.payment.member_id) }
+            td { (layout::age(p.payment.created_at)) }
+            td.mono { (p.last_error.as_deref().unwrap_or("")) }
+        }
+    }
+}
+
+fn payment_not_found() -> Response {
+    layout::error_page(
+        StatusCode::NOT_FOUND,
+        "PAYMENT_NOT_FOUND",
+        "no such payment",
+        Some(Section::Payments),
+    )
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Done {
+    done: Option<String>,
+}
+
+/// The payment's fields; `trace` is `Some` on the timeline (the trace id or none).
+fn facts(p: &PaymentAdmin, trace: Option<Option<&str>>) -> Markup {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
+    html! {
+        dl.facts #facts {
+            dt { "state" } dd #state { (p.payment.state) @if p.payment.terminal { " (terminal)" } }
+            dt { "pending action" } dd #pending { (opt(p.pending_action.clone())) }
+            dt { "needs attention" } dd #needs-attention { @if p.needs_attention { span.bad { "yes" } } @else { "no" } }
+            dt { "last error" } dd.mono { (opt(p.last_error.clone())) }
+            dt { "failure code" } dd { (opt(p.payment.failure_code.clone())) }
+            dt { "amount" } dd { (layout::money(p.payment.amount)) }
+            dt { "member, account" } dd.mono { (p.payment.member_id) ", " (p.payment.account_id) }
+            dt { "reservation" } dd.mono { (p.payment.reservation_id) }
+            dt { "attempts" } dd { (p.attempts) }
+            dt { "next attempt" } dd { (opt(p.next_attempt_at.map(layout::at))) }
+            dt { "lease" } dd.mono { (opt(p.lease_owner.map(|o| o.to_string()))) " until " (opt(p.lease_until.map(layout::at))) }
+            dt { "version" } dd { (p.version) }
+            dt { "created, updated" } dd { (layout::at(p.payment.created_at)) ", " (layout::at(p.payment.updated_at)) " UTC" }
+            // The trace id comes from the payment's `traceparent` when the row carries
+            // one; payments recorded without trace context show none.
+            @if let Some(trace_id) = trace {
+                dt { "trace id" } dd #trace-id {
+                    @match trace_id {
+                        Some(t) => code { (t) },
+                        None => span.muted { "none recorded" },
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+pub async fn timeline(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(raw): Path<String>,
+    Query(done): Query<Done>,
+) -> Response {
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return payment_not_found();
+    };
+    let t = match load_timeline(&state, id).await {
+        Ok(t) => t,
+        Err(e) => return layout::failed(e, Section::Payments),
+    };
+    let traceparent = queries::traceparent(&state.pool, id)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "console: traceparent");
+            None
+        });
+    let trace_id = traceparent.as_deref().and_then(queries::trace_id);
+    let p = &t.payment;
+    let flash = match done.done.as_deref() {
+        Some("resume") => Some(format!("Resumed: the payment is now {}.", p.payment.state)),
+        Some("refund") => Some(format!(
+            "Refund requested: the payment is now {}.",
+            p.payment.state
+        )),
+        _ => None,
+    };
+    let resumable = p.pending_action.is_some() && !p.payment.terminal;
+    let refundable = p.payment.state == SagaState::Completed.as_str();
+    let body = html! {
+        @if let Some(f) = flash { p.flash #flash { (f) } }
+        p.mono { (id) }
+        (facts(p, Some(trace_id)))
+        p {
+            @if resumable { a #resume href=(format!("/console/payments/{id}/resume")) { button type="button" { "Resume…" } } " " }
+            @if refundable { a #refund href=(format!("/console/payments/{id}/refund")) { button type="button" { "Refund…" } } }
+        }
+        h2 { "Steps" }
+        @if t.steps.is_empty() {
+            p.muted { "No step recorded yet." }
+        } @else {
+            table #steps {
+                tr {
+                    th.num { "seq" } th { "action" } th { "operation key" } th { "outcome" } th { "move" }
+                    th.num { "status" } th.num { "latency ms" } th { "error" } th { "settled by query" } th { "driver" } th { "at (UTC)" }
+                }
+                @for s in &t.steps {
+                    tr.step {
+                        td.num { (s.seq) }
+                        td { (s.action) }
+                        td.mono { (s.operation_key) }
+                        td class=[(s.outcome != "SUCCEEDED").then_some("warn")] { (s.outcome) }
+                        td { (s.from_state) " → " (s.to_state) }
+                        td.num { (s.downstream_status.map(|v| v.to_string()).unwrap_or_default()) }
+                        td.num { (s.latency_ms) }
+                        td.mono { (s.error.as_deref().unwrap_or("")) }
+                        td { @if s.settled_by_query { "yes" } }
+                        td.mono title=(s.driver) { (s.driver.to_string().get(..8).unwrap_or("")) }
+                        td { (layout::at(s.created_at)) }
+                    }
+                }
+            }
+        }
+    };
+    layout::page(Section::Payments, "Payment", body).into_response()
+}
+
+/// Which operator action a confirmation is for.
+#[derive(Clone, Copy)]
+enum Action {
+    Resume,
+    Refund,
+}
+
+impl Action {
+    fn path(self) -> &'static str {
+        match self {
+            Action::Resume => "resume",
+            Action::Refund => "refund",
+        }
+    }
+}
+
+async fn confirm(state: AppState, raw: String, action: Action) -> Response {
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return payment_not_found();
+    };
+    let t = match load_timeline(&state, id).await {
+        Ok(t) => t,
+        Err(e) => return layout::failed(e, Section::Payments),
+    };
+    let p = &t.payment;
+    let (title, what, button) = match action {
+        Action::Resume => (
+            "Resume payment?",
+            "The attention flag and the attempt count are cleared and the payment is driven now, \
+             from where it stands, with the same operation keys (a step that already took \
+             effect downstream is not repeated).",
+            "Resume payment",
+        ),
+        Action::Refund => (
+            "Refund payment?",
+            "The order is cancelled and the buyer's money is credited back, through the saga \
+             (REFUND_PROCESSING → REFUNDED). This cannot be undone.",
+            "Refund payment",
+        ),
+    };
+    let body = html! {
+        (facts(p, None))
+        p { (what) }
+        form method="post" action=(format!("/console/payments/{id}/{}", action.path())) {
+            button.danger type="submit" id="confirm" { (button) }
+            " "
+            a href=(format!("/console/payments/{id}")) { "Cancel" }
+        }
+    };
+    layout::page(Section::Payments, title, body).into_response()
+}
+
+async fn act(state: AppState, headers: HeaderMap, raw: String, action: Action) -> Response {
+    if !auth::same_origin(&headers) {
+        return auth::cross_origin();
+    }
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return payment_not_found();
+    };
+    let result = match action {
+        Action::Resume => resume_payment(&state, "resumed by operator (console)", id).await,
+        Action::Refund => {
+            refund_payment(&state, "refund requested by operator (console)", id).await
+        }
+    };
+    match result {
+        Ok(row) => {
+            tracing::info!(payment_id = %id, state = %row.state, action = action.path(), "console action");
+            Redirect::to(&format!("/console/payments/{id}?done={}", action.path())).into_response()
+        }
+        Err(e) => layout::failed(e, Section::Payments),
+    }
+}
+
+#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+pub async fn confirm_resume(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(raw): Path<String>,
+) -> Response {
+    confirm(state, raw, Action::Resume).await
+}
+
+#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+pub async fn confirm_refund(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(raw): Path<String>,
+) -> Response {
+    confirm(state, raw, Action::Refund).await
+}
+
+#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+pub async fn resume(
+    State(state): State<AppState>,
+    op: Operator,
+    headers: HeaderMap,
+    Path(raw): Path<String>,
+) -> Response {
+    act(state, headers, raw, Action::Resume).await
+}
+
+#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+pub async fn refund(
+    State(state): State<AppState>,
+    op: Operator,
+    headers: HeaderMap,
+    Path(raw): Path<String>,
+) -> Response {
+    act(state, headers, raw, Action::Refund).await
+}

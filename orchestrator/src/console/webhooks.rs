@@ -1,0 +1,141 @@
+//! Webhook deliveries in the console: the DEAD ones (or another state) and replay behind a confirmation, through the webhook API's own functions.
+
+use axum::{
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Redirect, Response},
+};
+use maud::html;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::{
+    auth::{self, Operator},
+    layout::{self, Section},
+};
+use crate::{
+    api::ListDeliveries,
+    routes::webhooks::{deliveries, replay as replay_delivery},
+    AppState,
+};
+
+const SHOWN: i64 = 200;
+const STATES: [&str; 3] = ["DEAD", "PENDING", "DELIVERED"];
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Filter {
+    state: Option<String>,
+    replayed: Option<String>,
+}
+
+#[tracing::instrument(skip_all, fields(operator = %op.role))]
+pub async fn dead(
+    State(state): State<AppState>,
+    op: Operator,
+    Query(filter): Query<Filter>,
+) -> Response {
+    let shown = filter
+        .state
+        .as_deref()
+        .map(str::to_ascii_uppercase)
+        .filter(|s| STATES.contains(&s.as_str()))
+        .unwrap_or_else(|| "DEAD".into());
+    let page = deliveries(
+        &state,
+        &ListDeliveries {
+            state: Some(shown.clone()),
+            endpoint_id: None,
+            limit: Some(SHOWN),
+        },
+    )
+    .await;
+    let page = match page {
+        Ok(p) => p,
+        Err(e) => return layout::failed(e, Section::Webhooks),
+    };
+    let body = html! {
+        @if let Some(id) = filter.replayed.as_deref() {
+            p.flash #flash { "Delivery " code { (id) } " replayed: PENDING and due now." }
+        }
+        p {
+            "Show: "
+            @for s in STATES {
+                @if s == shown { strong { (s) } } @else { a href=(format!("/console/webhooks?state={s}")) { (s) } }
+                " "
+            }
+        }
+        @if page.deliveries.is_empty() {
+            p #no-deliveries { "No " (shown) " deliveries." }
+        } @else {
+            table #deliveries {
+                tr {
+                    th { "delivery" } th { "event" } th { "subject" } th { "endpoint" } th.num { "attempts" }
+                    th.num { "last status" } th { "last error" } th { "updated (UTC)" } th { "" }
+                }
+                @for d in &page.deliveries {
+                    tr.delivery data-id=(d.id) {
+                        td.mono { (d.id) }
+                        td { (d.event_type) br; span.mono.muted { (d.event_id) } }
+                        td.mono { (d.subject) }
+                        td.mono { (d.endpoint_id) }
+                        td.num { (d.attempts) }
+                        td.num { (d.last_status.map(|s| s.to_string()).unwrap_or_default()) }
+                        td.mono { (d.last_error.as_deref().unwrap_or("")) }
+                        td { (layout::at(d.updated_at)) }
+                        td { @if d.state == "DEAD" { a href=(format!("/console/webhooks/{}/replay", d.id)) { "Replay…" } } }
+                    }
+                }
+            }
+            @if page.deliveries.len() as i64 == SHOWN { p.muted { "The newest " (SHOWN) " are shown." } }
+        }
+    };
+    layout::page(Section::Webhooks, "Webhook deliveries", body).into_response()
+}
+
+fn delivery_not_found() -> Response {
+    layout::error_page(
+        StatusCode::NOT_FOUND,
+        "WEBHOOK_DELIVERY_NOT_FOUND",
+        "no such webhook delivery",
+        Some(Section::Webhooks),
+    )
+}
+
+#[tracing::instrument(skip_all, fields(operator = %op.role, delivery_id = %raw))]
+pub async fn confirm_replay(op: Operator, Path(raw): Path<String>) -> Response {
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return delivery_not_found();
+    };
+    let body = html! {
+        p { "Delivery " code { (id) } " is made PENDING again, its attempts counted afresh, and due now. \
+             The receiver gets the same event id it may have seen before." }
+        form method="post" action=(format!("/console/webhooks/{id}/replay")) {
+            button.danger type="submit" id="confirm" { "Replay delivery" }
+            " "
+            a href="/console/webhooks" { "Cancel" }
+        }
+    };
+    layout::page(Section::Webhooks, "Replay delivery?", body).into_response()
+}
+
+#[tracing::instrument(skip_all, fields(operator = %op.role, delivery_id = %raw))]
+pub async fn replay(
+    State(state): State<AppState>,
+    op: Operator,
+    headers: HeaderMap,
+    Path(raw): Path<String>,
+) -> Response {
+    if !auth::same_origin(&headers) {
+        return auth::cross_origin();
+    }
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return delivery_not_found();
+    };
+    match replay_delivery(&state, id).await {
+        Ok(d) => {
+            tracing::info!(event_id = %d.event_id, "console: webhook delivery replayed");
+            Redirect::to(&format!("/console/webhooks?replayed={id}")).into_response()
+        }
+        Err(e) => layout::failed(e, Section::Webhooks),
+    }
+}

@@ -1,0 +1,618 @@
+//! The operator console in a real browser: a small drop through the real processes, one payment needing attention and dead webhook deliveries, then headless Chromium (through chromedriver) signs in, reads the drop page against PostgreSQL, filters payments, opens a timeline, resumes the flagged payment and replays a delivery, each checked in PostgreSQL.
+//!
+//! Skipped, with a message, where Chromium or chromedriver is not installed
+//! (`apt-get install chromium chromium-driver`). Screenshots go to the directory named by
+//! `CONSOLE_SCREENSHOT_DIR` (the documentation's are made with `docs/console`), else to
+//! a temporary directory.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use paysaga_contracts::{orchestrator::api::CreateWebhookEndpoint, OrchestratorClient};
+use paysaga_e2e::{invariants, Admin, Driver, Endpoints, Link, ServiceKind, Stack, StackOptions};
+use sqlx::PgPool;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
+use uuid::Uuid;
+
+const UNITS: i64 = 8;
+const BUYERS: usize = 16;
+const PRICE: i64 = 4_900;
+
+/// A program on `PATH` (or at the path an environment variable names).
+fn program(var: &str, names: &[&str]) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(var).map(PathBuf::from) {
+        return p.is_file().then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
+        .find(|p| p.is_file())
+}
+
+/// chromedriver as a child process, stopped (with its browsers) when dropped.
+struct ChromeDriver {
+    child: Child,
+    port: u16,
+}
+
+impl ChromeDriver {
+    async fn start(program: &Path) -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new(program)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let driver = ChromeDriver { child, port };
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = http
+                .get(format!("http://127.0.0.1:{port}/status"))
+                .send()
+                .await
+                .ok()
+                .map(|r| r.status().is_success())
+                .unwrap_or(false);
+            if ready {
+                return Ok(driver);
+            }
+            anyhow::ensure!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for ChromeDriver {
+    fn drop(&mut self) {
+        // SIGTERM first: chromedriver then ends the browsers it started.
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A webhook receiver that answers 500 until told to accept, then 204.
+async fn receiver(accept: Arc<AtomicBool>) -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let accept = accept.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // Read the head and the body it announces, then answer.
+                loop {
+                    let Ok(n) = socket.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let length = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                let status = if accept.load(Ordering::SeqCst) {
+                    "204 No Content"
+                } else {
+                    "500 Internal Server Error"
+                };
+                let _ = socket
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            });
+        }
+    });
+    Ok(port)
+}
+
+/// Polls `query` (a COUNT or a boolean as 0/1) until it returns `want`.
+async fn wait_for(pool: &PgPool, what: &str, query: &str, want: i64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got: i64 = sqlx::query_scalar(query).fetch_one(pool).await?;
+        if got == want {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{what}: {got}, expected {want}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The text of the element with `id`, read in one script call (the drop page replaces
+/// its figures every few seconds, so a held element reference could go stale).
+async fn text_of(client: &Client, id: &str) -> anyhow::Result<String> {
+    let v = client
+        .execute(
+            "const e = document.getElementById(arguments[0]); return e ? e.textContent.trim() : null;",
+            vec![serde_json::json!(id)],
+        )
+        .await?;
+    v.as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("no element #{id} on {}", "the page"))
+}
+
+async fn number_of(client: &Client, id: &str) -> anyhow::Result<i64> {
+    let t = text_of(client, id).await?;
+    t.parse()
+        .map_err(|_| anyhow::anyhow!("#{id} is {t:?}, not a number"))
+}
+
+async fn screenshot(client: &Client, dir: &Path, name: &str) -> anyhow::Result<()> {
+    let png = client.screenshot().await?;
+    std::fs::write(dir.join(format!("{name}.png")), png)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
+    let Some(chromedriver) = program("CHROMEDRIVER", &["chromedriver"]) else {
+        eprintln!("SKIPPED operator_console_in_headless_chromium: chromedriver not installed (apt-get install chromium chromium-driver)");
+        return Ok(());
+    };
+    let Some(chromium) = program(
+        "CHROME_BIN",
+        &["chromium", "chromium-browser", "google-chrome"],
+    ) else {
+        eprintln!("SKIPPED operator_console_in_headless_chromium: chromium not installed (apt-get install chromium chromium-driver)");
+        return Ok(());
+    };
+
+    let mut stack_options = StackOptions::new("console")
+        .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
+        .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+        // One failed attempt makes a delivery DEAD, so the test has some to replay.
+        .env(ServiceKind::Orchestrator, "WEBHOOK_MAX_ATTEMPTS", 1)
+        .proxy(Link::OrchestratorToAccount);
+    stack_options = stack_options.env(ServiceKind::Orchestrator, "WEBHOOK_POLL_INTERVAL_MS", 200);
+    let stack = Stack::start(stack_options).await?;
+    let endpoints = Endpoints::from_wiring(stack.wiring());
+    let orchestrator = endpoints.orchestrator.clone();
+    let admin = Admin::new(
+        endpoints.clone(),
+        paysaga_common::client::http_client(Duration::from_secs(10)),
+    );
+    let pool = stack.admin_pool().await;
+
+    // A webhook endpoint that refuses at first: each payment event's delivery goes DEAD.
+    let accept = Arc::new(AtomicBool::new(false));
+    let hook_port = receiver(accept.clone()).await?;
+    OrchestratorClient::new(&orchestrator, &admin.token, Duration::from_secs(10))
+        .create_webhook_endpoint(&CreateWebhookEndpoint {
+            url: format!("http://127.0.0.1:{hook_port}/hook"),
+            event_types: vec!["payment.completed".into()],
+            description: Some("console test".into()),
+        })
+        .await?;
+
+    // A small drop: every fourth buyer cannot pay.
+    let product = admin.create_product("console-drop", PRICE, UNITS).await?;
+    let balances: Vec<i64> = (0..BUYERS)
+        .map(|i| if i % 4 == 3 { PRICE - 1 } else { PRICE * 2 })
+        .collect();
+    let buyers = admin.open_buyers("console-buyer", &balances, 8).await?;
+    admin
+        .wait_for_quota(product.id, UNITS, Duration::from_secs(30))
+        .await?;
+    let driver = Driver::new(endpoints.clone(), Duration::from_secs(10));
+    let attempts = driver.run_drop(&buyers, product.id, 0, |_| {}).await;
+    assert_eq!(attempts.len(), BUYERS);
+    let report = invariants::settled(&pool, Duration::from_secs(60)).await?;
+    report.assert_holds();
+    assert!(report.payments_completed > 0, "{report:#?}");
+
+    // One payment needing attention: a buyer's reservation whose payment was left at
+    // its debit by a crashed instance, with one attempt left, while the account
+    // service cannot be reached; recovery's last attempt fails and flags it.
+    let stuck_product = admin.create_product("console-stuck", PRICE, 1).await?;
+    admin
+        .wait_for_quota(stuck_product.id, 1, Duration::from_secs(30))
+        .await?;
+    let stuck_buyer = admin.open_buyer("console-stuck-buyer", PRICE * 2).await?;
+    let mut retries = 0;
+    let pass = driver
+        .pass(&stuck_buyer, stuck_product.id, &mut retries)
+        .await?;
+    let reservation = driver
+        .reserve(&stuck_buyer, stuck_product.id, &pass.pass, &mut retries)
+        .await?;
+    let account = stack.proxy(Link::OrchestratorToAccount).expect("proxied");
+    // Open connections too: the orchestrator keeps its pooled ones to account.
+    account.cut();
+    let max_attempts =
+        workflows::RetryPolicy::for_action(workflows::Action::Debit).max_attempts as i32;
+    let stuck = Uuid::now_v7();
+    sqlx::query(
+        r#"
+        INSERT INTO payment_service.payments
+            (id, member_id, account_id, reservation_id, amount, state, pending_action, attempts,
+             next_attempt_at, lease_owner, lease_until, product_id)
+        VALUES ($1, $2, $3, $4, $5, 'PROCESSING', 'DEBIT', $6, now(), $7, now() - INTERVAL '1 second', $8)
+        "#,
+    )
+    .bind(stuck)
+    .bind(&stuck_buyer.member)
+    .bind(stuck_buyer.account_id)
+    .bind(reservation.id)
+    .bind(PRICE)
+    .bind(max_attempts - 1)
+    .bind(Uuid::new_v4())
+    .bind(stuck_product.id)
+    .execute(&pool)
+    .await?;
+    wait_for(
+        &pool,
+        "the stuck payment flagged",
+        &format!("SELECT COUNT(*) FROM payment_service.payments WHERE id = '{stuck}' AND needs_attention"),
+        1,
+    )
+    .await?;
+    // One delivery per completion, each DEAD after its one refused attempt.
+    wait_for(
+        &pool,
+        "dead deliveries",
+        r#"SELECT COUNT(*) FROM payment_service.webhook_deliveries WHERE state = 'DEAD'"#,
+        report.payments_completed,
+    )
+    .await?;
+    let dead = report.payments_completed;
+    eprintln!("stuck payment {stuck}; {dead} dead deliveries so far");
+
+    let shots = match std::env::var_os("CONSOLE_SCREENSHOT_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => std::env::temp_dir().join(format!("paysaga-console-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&shots)?;
+
+    let chromedriver = ChromeDriver::start(&chromedriver).await?;
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1360,1000", "--hide-scrollbars"],
+        }),
+    );
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", chromedriver.port))
+        .await?;
+    let outcome = browse(
+        &client,
+        &pool,
+        &admin,
+        &orchestrator,
+        &shots,
+        Figures {
+            buyer_token: stuck_buyer.token.clone(),
+            product: product.id,
+            stuck_product: stuck_product.id,
+            stuck,
+        },
+        || account.heal(),
+        || accept.store(true, Ordering::SeqCst),
+    )
+    .await;
+    let closed = client.close().await;
+    drop(chromedriver);
+    if let Err(e) = &outcome {
+        eprintln!("logs:\n{}", stack.log_paths());
+        eprintln!("screenshots: {}", shots.display());
+        return Err(anyhow::anyhow!("{e:#}"));
+    }
+    closed?;
+    eprintln!("screenshots: {}", shots.display());
+    let report = invariants::settled(&pool, Duration::from_secs(60)).await?;
+    report.assert_holds();
+    Ok(())
+}
+
+struct Figures {
+    /// A real buyer's token, which must not sign in.
+    buyer_token: String,
+    product: i64,
+    stuck_product: i64,
+    stuck: Uuid,
+}
+
+/// What the operator does in the browser, each effect checked in PostgreSQL.
+#[allow(clippy::too_many_arguments)]
+async fn browse(
+    client: &Client,
+    pool: &PgPool,
+    admin: &Admin,
+    orchestrator: &str,
+    shots: &Path,
+    f: Figures,
+    heal_account: impl FnOnce(),
+    accept_webhooks: impl FnOnce(),
+) -> anyhow::Result<()> {
+    let console = format!("{orchestrator}/console");
+
+    // Not signed in: the console sends the browser to the sign-in page.
+    client.goto(&console).await?;
+    client.wait().for_element(Locator::Css("#token")).await?;
+    assert!(client
+        .current_url()
+        .await?
+        .path()
+        .ends_with("/console/login"));
+    screenshot(client, shots, "sign-in").await?;
+    // A buyer token is refused.
+    client
+        .find(Locator::Css("#token"))
+        .await?
+        .send_keys(&f.buyer_token)
+        .await?;
+    client.find(Locator::Css("#sign-in")).await?.click().await?;
+    let refused = client.find(Locator::Css("p.error")).await?.text().await?;
+    assert!(refused.contains("buyer token"), "{refused}");
+    assert!(client
+        .current_url()
+        .await?
+        .path()
+        .ends_with("/console/login"));
+    client.find(Locator::Css("#token")).await?.clear().await?;
+    client
+        .find(Locator::Css("#token"))
+        .await?
+        .send_keys(&admin.token)
+        .await?;
+    client.find(Locator::Css("#sign-in")).await?.click().await?;
+
+    // The drop page: its figures are PostgreSQL's.
+    client.wait().for_element(Locator::Css("#live")).await?;
+    let (available, reserved, offered, sold, total): (i64, i64, i64, i64, i64) = sqlx::query_as(
+        r#"
+        SELECT COUNT(*) FILTER (WHERE state = 'AVAILABLE'), COUNT(*) FILTER (WHERE state = 'RESERVED'),
+               COUNT(*) FILTER (WHERE state = 'OFFERED'), COUNT(*) FILTER (WHERE state = 'SOLD'), COUNT(*)
+        FROM order_service.product_stock WHERE product_id = $1
+        "#,
+    )
+    .bind(f.product)
+    .fetch_one(pool)
+    .await?;
+    let waiting: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1 AND state = 'WAITING'"#,
+    )
+    .bind(f.product)
+    .fetch_one(pool)
+    .await?;
+    let p = f.product;
+    for (name, want) in [
+        ("units_total", total),
+        ("available", available),
+        ("reserved", reserved),
+        ("offered", offered),
+        ("sold", sold),
+        ("waiting", waiting),
+    ] {
+        assert_eq!(
+            number_of(client, &format!("product-{p}-{name}")).await?,
+            want,
+            "{name} of product {p}"
+        );
+    }
+    // The gate is configured (the harness sets GATE_URL) and answers.
+    number_of(client, &format!("product-{p}-quota")).await?;
+    number_of(client, &format!("product-{p}-in_flight")).await?;
+    for product in [f.product, f.stuck_product] {
+        let by_state: Vec<(String, i64)> = sqlx::query_as(
+            r#"SELECT state, COUNT(*) FROM payment_service.payments WHERE product_id = $1 GROUP BY state"#,
+        )
+        .bind(product)
+        .fetch_all(pool)
+        .await?;
+        for state in [
+            "PROCESSING",
+            "ACCOUNT_DEBITED",
+            "ORDER_CONFIRMED",
+            "COMPLETED",
+            "FAILED",
+            "REFUND_PROCESSING",
+            "REFUNDED",
+        ] {
+            let want = by_state
+                .iter()
+                .find(|(s, _)| s == state)
+                .map_or(0, |(_, n)| *n);
+            assert_eq!(
+                number_of(client, &format!("payments-{product}-{state}")).await?,
+                want,
+                "{state} payments of product {product}"
+            );
+        }
+        let attention: i64 = sqlx::query_scalar(
+            r#"SELECT COUNT(*) FROM payment_service.payments WHERE product_id = $1 AND needs_attention"#,
+        )
+        .bind(product)
+        .fetch_one(pool)
+        .await?;
+        assert_eq!(
+            number_of(client, &format!("payments-{product}-attention")).await?,
+            attention
+        );
+    }
+    assert_eq!(
+        number_of(client, &format!("payments-{}-attention", f.stuck_product)).await?,
+        1
+    );
+    assert!(client
+        .find(Locator::Css(&format!(
+            "#attention a[href='/console/payments/{}']",
+            f.stuck
+        )))
+        .await
+        .is_ok());
+    screenshot(client, shots, "drop").await?;
+
+    // Payments, filtered by state through the form.
+    client.goto(&format!("{console}/payments")).await?;
+    client
+        .find(Locator::Css("#filter-state"))
+        .await?
+        .select_by_value("FAILED")
+        .await?;
+    client
+        .find(Locator::Css("#filter-apply"))
+        .await?
+        .click()
+        .await?;
+    client
+        .wait()
+        .for_element(Locator::Css("#filter-state"))
+        .await?;
+    assert!(client
+        .current_url()
+        .await?
+        .query()
+        .unwrap_or_default()
+        .contains("state=FAILED"));
+    let failed: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM payment_service.payments WHERE state = 'FAILED'"#,
+    )
+    .fetch_one(pool)
+    .await?;
+    let rows = client.find_all(Locator::Css("tr.payment")).await?;
+    assert_eq!(rows.len() as i64, failed, "FAILED rows listed");
+    for row in &rows {
+        assert_eq!(row.attr("data-state").await?.as_deref(), Some("FAILED"));
+    }
+    screenshot(client, shots, "payments").await?;
+
+    // The flagged payment's timeline.
+    client
+        .goto(&format!("{console}/payments?attention=yes"))
+        .await?;
+    client
+        .find(Locator::Css(&format!(
+            "a[href='/console/payments/{}']",
+            f.stuck
+        )))
+        .await?
+        .click()
+        .await?;
+    client.wait().for_element(Locator::Css("#facts")).await?;
+    assert_eq!(text_of(client, "needs-attention").await?, "yes");
+    let keys = client
+        .execute(
+            "return Array.from(document.querySelectorAll('#steps tr.step td.mono')).map(e => e.textContent)",
+            vec![],
+        )
+        .await?;
+    let debit_key = format!("pay:{}:debit", f.stuck);
+    assert!(
+        keys.as_array()
+            .is_some_and(|k| k.iter().any(|v| v.as_str() == Some(debit_key.as_str()))),
+        "the timeline shows the debit's operation key: {keys}"
+    );
+    screenshot(client, shots, "timeline").await?;
+
+    // Resume, with its confirmation, once the account service is back.
+    heal_account();
+    client.find(Locator::Css("#resume")).await?.click().await?;
+    client.wait().for_element(Locator::Css("#confirm")).await?;
+    screenshot(client, shots, "resume-confirm").await?;
+    let still: (String, bool) = sqlx::query_as(
+        r#"SELECT state, needs_attention FROM payment_service.payments WHERE id = $1"#,
+    )
+    .bind(f.stuck)
+    .fetch_one(pool)
+    .await?;
+    assert_eq!(
+        still,
+        ("PROCESSING".into(), true),
+        "nothing moved before the confirmation"
+    );
+    client.find(Locator::Css("#confirm")).await?.click().await?;
+    client.wait().for_element(Locator::Css("#flash")).await?;
+    wait_for(
+        pool,
+        "the resumed payment completed",
+        &format!(
+            "SELECT COUNT(*) FROM payment_service.payments WHERE id = '{}' AND state = 'COMPLETED' AND NOT needs_attention",
+            f.stuck
+        ),
+        1,
+    )
+    .await?;
+    let note: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE payment_id = $1 AND outcome = 'OPERATOR'"#,
+    )
+    .bind(f.stuck)
+    .fetch_one(pool)
+    .await?;
+    assert_eq!(note, 1, "the resume is on the payment's record");
+    client.refresh().await?;
+    client.wait().for_element(Locator::Css("#facts")).await?;
+    screenshot(client, shots, "timeline-resumed").await?;
+
+    // A dead webhook delivery, replayed once the receiver accepts.
+    accept_webhooks();
+    client.goto(&format!("{console}/webhooks")).await?;
+    let first = client.find(Locator::Css("tr.delivery")).await?;
+    let delivery: Uuid = first
+        .attr("data-id")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("a delivery row without its id"))?
+        .parse()?;
+    screenshot(client, shots, "webhooks").await?;
+    client
+        .find(Locator::Css(&format!(
+            "a[href='/console/webhooks/{delivery}/replay']"
+        )))
+        .await?
+        .click()
+        .await?;
+    client.find(Locator::Css("#confirm")).await?.click().await?;
+    client.wait().for_element(Locator::Css("#flash")).await?;
+    wait_for(
+        pool,
+        "the replayed delivery delivered",
+        &format!(
+            "SELECT COUNT(*) FROM payment_service.webhook_deliveries WHERE id = '{delivery}' AND state = 'DELIVERED'"
+        ),
+        1,
+    )
+    .await?;
+    Ok(())
+}
