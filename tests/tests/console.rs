@@ -3,9 +3,10 @@
 //! Skipped, with a message, where Chromium or chromedriver is not installed
 //! (`apt-get install chromium chromium-driver`). Screenshots go to the directory named by
 //! `CONSOLE_SCREENSHOT_DIR` (the documentation's are made with `docs/console`), else to
-//! a temporary directory.
+//! the harness's log directory (`target/e2e-logs/console-screenshots-…`).
 
 use std::{
+    panic::AssertUnwindSafe,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -16,6 +17,7 @@ use std::{
 };
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use futures::FutureExt;
 use paysaga_contracts::{orchestrator::api::CreateWebhookEndpoint, OrchestratorClient};
 use paysaga_e2e::{invariants, Admin, Driver, Endpoints, Link, ServiceKind, Stack, StackOptions};
 use sqlx::PgPool;
@@ -298,7 +300,7 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
 
     let shots = match std::env::var_os("CONSOLE_SCREENSHOT_DIR") {
         Some(d) => PathBuf::from(d),
-        None => std::env::temp_dir().join(format!("paysaga-console-{}", std::process::id())),
+        None => paysaga_e2e::binaries::log_dir("console-screenshots")?,
     };
     std::fs::create_dir_all(&shots)?;
 
@@ -316,7 +318,9 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{}", chromedriver.port))
         .await?;
-    let outcome = browse(
+    // A failed assertion inside must still close the browser, so the panic is caught
+    // and raised again after the clean-up.
+    let outcome = AssertUnwindSafe(browse(
         &client,
         &pool,
         &admin,
@@ -330,10 +334,19 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
         },
         || account.heal(),
         || accept.store(true, Ordering::SeqCst),
-    )
+    ))
+    .catch_unwind()
     .await;
     let closed = client.close().await;
     drop(chromedriver);
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            eprintln!("logs:\n{}", stack.log_paths());
+            eprintln!("screenshots: {}", shots.display());
+            std::panic::resume_unwind(panic)
+        }
+    };
     if let Err(e) = &outcome {
         eprintln!("logs:\n{}", stack.log_paths());
         eprintln!("screenshots: {}", shots.display());
