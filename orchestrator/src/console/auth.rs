@@ -27,8 +27,8 @@ pub struct Operator {
 
 /// Why a credential was refused, in words an operator can act on.
 fn check(state: &AppState, token: &str) -> Result<ServiceRole, &'static str> {
-    if let Some(subject) = state.verifier.verify_service(token) {
-        return admit(&subject, OPERATOR)
+    if let Some(role) = state.verifier.verify_service(token) {
+        return admit(role.name(), OPERATOR)
             .map_err(|_| "this service credential is not an operator's (role operator)");
     }
     if state.verifier.verify_buyer(token).is_some() {
