@@ -408,7 +408,7 @@ async fn browse(
     client
         .find(Locator::Css("#token"))
         .await?
-        .send_keys(&admin.token)
+        .send_keys(&admin.token.bearer())
         .await?;
     client.find(Locator::Css("#sign-in")).await?.click().await?;
 
