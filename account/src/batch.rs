@@ -5,11 +5,14 @@
 //! together; credits (refunds, rare) follow one by one through the single path; reads
 //! come last, so they see what the batch did. The debit transaction takes its locks in
 //! the same order as the single path (operation keys, sorted; then member accounts,
-//! by id; then the batch's one merchant shard), so batches and single calls cannot
-//! deadlock one another.
+//! by id; then the batch's one merchant shard), so batches and single calls rarely
+//! deadlock one another. Rarely, not never: row-lock waiters queue on PostgreSQL's
+//! tuple locks, where two statements can still meet in a cycle; the one PostgreSQL
+//! rolls back changed nothing and is run again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use paysaga_common::retry;
 use paysaga_contracts::batch::{Reply, MAX_OPS};
 use sqlx::{FromRow, PgPool, Row};
 use uuid::Uuid;
@@ -244,8 +247,21 @@ async fn apply_claims(
     position: &HashMap<String, usize>,
 ) -> Result<(Vec<TransactionRow>, BTreeSet<Uuid>)> {
     let columns = Columns::of(claims);
+    retry::on_conflict(Error::is_conflict, || {
+        apply_claims_once(pool, shard, fast_path, &columns, position)
+    })
+    .await
+}
+
+async fn apply_claims_once(
+    pool: &PgPool,
+    shard: i16,
+    fast_path: bool,
+    columns: &Columns<'_>,
+    position: &HashMap<String, usize>,
+) -> Result<(Vec<TransactionRow>, BTreeSet<Uuid>)> {
     if fast_path {
-        match apply_all_or_none(pool, shard, &columns).await {
+        match apply_all_or_none(pool, shard, columns).await {
             Ok(inserted) => {
                 metrics::counter!("account_debits_total", "outcome" => "applied")
                     .increment(inserted.len() as u64);
@@ -255,7 +271,7 @@ async fn apply_claims(
             Err(e) => return Err(e.into()),
         }
     }
-    apply_one_by_one(pool, shard, &columns, position).await
+    apply_one_by_one(pool, shard, columns, position).await
 }
 
 /// The statement failed because an account would have gone below zero: it rolled back

@@ -6,7 +6,7 @@ use axum::{
 };
 use paysaga_common::{
     error::{codes as common_codes, internal_error_response},
-    ApiError,
+    retry, ApiError,
 };
 
 use paysaga_contracts::batch::BATCH_TOO_LARGE;
@@ -87,6 +87,12 @@ impl From<sqlx::Error> for Error {
 }
 
 impl Error {
+    /// PostgreSQL rolled the transaction back to break a deadlock or a serialization
+    /// conflict: running it again is safe.
+    pub(crate) fn is_conflict(&self) -> bool {
+        matches!(self, Error::Database(e) if retry::is_rolled_back_conflict(e))
+    }
+
     /// The answer a client sees for this error, or the error itself back when it is
     /// internal (a 500 whose cause is logged, never shown). One mapping for whole
     /// responses and for the per-operation replies of a batch, so both say the same.
@@ -121,6 +127,16 @@ impl Error {
                     StatusCode::SERVICE_UNAVAILABLE,
                     common_codes::UNAVAILABLE,
                     msg,
+                )
+            }
+            // Rolled back whole by PostgreSQL and still meeting a conflict after the
+            // retries: nothing happened, the caller may try again.
+            Error::Database(ref e) if retry::is_rolled_back_conflict(e) => {
+                tracing::warn!("lock conflicts persisted through retries; answering 503");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    common_codes::UNAVAILABLE,
+                    "the ledger is busy; nothing was done, try again",
                 )
             }
             e @ (Error::Database(_) | Error::Corrupt(_)) => return Err(e),

@@ -2,9 +2,11 @@
 //! moved in single conditional statements, both sides in one database transaction.
 //!
 //! Locks are always taken in the same order (operation key, then the refunded debit,
-//! then the member account, then one merchant shard), so debits and credits cannot
-//! deadlock each other.
+//! then the member account, then one merchant shard), so debits and credits rarely
+//! deadlock each other; when PostgreSQL still breaks a cycle, the transaction it rolled
+//! back is run again.
 
+use paysaga_common::retry;
 use sqlx::{PgPool, Postgres, Transaction as PgTx};
 use uuid::Uuid;
 
@@ -45,6 +47,10 @@ pub async fn by_key(pool: &PgPool, key: &str) -> Result<Option<Transaction>> {
 /// can never succeed after the caller was told "declined".
 #[tracing::instrument(skip_all, fields(operation_key = %req.operation_key, account_id = req.account_id, amount = %req.amount))]
 pub async fn debit(pool: &PgPool, shards: u16, req: &DebitRequest) -> Result<Recorded> {
+    retry::on_conflict(Error::is_conflict, || debit_once(pool, shards, req)).await
+}
+
+async fn debit_once(pool: &PgPool, shards: u16, req: &DebitRequest) -> Result<Recorded> {
     let key = req.operation_key.as_str();
     let amount = req.amount.minor();
     let shard = merchant_shard(key, shards);
@@ -108,6 +114,10 @@ pub async fn debit(pool: &PgPool, shards: u16, req: &DebitRequest) -> Result<Rec
 /// paid into, back to the account it came from, never more than it took in total.
 #[tracing::instrument(skip_all, fields(operation_key = %req.operation_key, account_id = req.account_id, refund_of = %req.refund_of))]
 pub async fn credit(pool: &PgPool, req: &CreditRequest) -> Result<Recorded> {
+    retry::on_conflict(Error::is_conflict, || credit_once(pool, req)).await
+}
+
+async fn credit_once(pool: &PgPool, req: &CreditRequest) -> Result<Recorded> {
     let key = req.operation_key.as_str();
     let debit_key = req.refund_of.as_str();
     let amount = req.amount.minor();
@@ -198,6 +208,10 @@ pub async fn credit(pool: &PgPool, req: &CreditRequest) -> Result<Recorded> {
 /// to the system, and the ledger explains it.
 #[tracing::instrument(skip_all, fields(operation_key = %req.operation_key, account_id = req.account_id, amount = %req.amount))]
 pub async fn deposit(pool: &PgPool, req: &DepositRequest) -> Result<Recorded> {
+    retry::on_conflict(Error::is_conflict, || deposit_once(pool, req)).await
+}
+
+async fn deposit_once(pool: &PgPool, req: &DepositRequest) -> Result<Recorded> {
     let key = req.operation_key.as_str();
     let amount = req.amount.minor();
     let mut tx = pool.begin().await?;

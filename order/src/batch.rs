@@ -20,6 +20,7 @@
 use std::{collections::HashMap, time::Instant};
 
 use chrono::{DateTime, Utc};
+use paysaga_common::retry;
 use paysaga_contracts::batch::Reply;
 use sqlx::{FromRow, PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
@@ -75,15 +76,19 @@ fn id_of(op: &OrderOp) -> Uuid {
 #[tracing::instrument(skip_all, fields(ops = ops.len()))]
 pub async fn apply(pool: &PgPool, ops: &[OrderOp]) -> Result<Vec<Reply>> {
     let start = Instant::now();
-    let fast_done = if fits_one_statement(ops) {
-        fast(pool, ops).await?
-    } else {
-        None
-    };
-    let (replies, counts) = match fast_done {
-        Some(done) => done,
-        None => general(pool, ops).await?,
-    };
+    // A deadlock PostgreSQL broke rolled the statement or transaction back whole.
+    let (replies, counts) = retry::on_conflict(Error::is_conflict, || async {
+        let fast_done = if fits_one_statement(ops) {
+            fast(pool, ops).await?
+        } else {
+            None
+        };
+        match fast_done {
+            Some(done) => Ok(done),
+            None => general(pool, ops).await,
+        }
+    })
+    .await?;
     record(ops, &counts, start);
     Ok(replies)
 }

@@ -5,7 +5,7 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use paysaga_common::{error::internal_error_response, pass::PassError, ApiError};
+use paysaga_common::{error::internal_error_response, pass::PassError, retry, ApiError};
 use paysaga_contracts::batch::Reply;
 
 use crate::api::codes;
@@ -184,12 +184,20 @@ impl Error {
         }
     }
 
+    /// PostgreSQL rolled the transaction back to break a deadlock or a serialization
+    /// conflict: running it again is safe.
+    pub(crate) fn is_conflict(&self) -> bool {
+        matches!(self, Error::Database(e) if retry::is_rolled_back_conflict(e))
+    }
+
+    /// Load, not a bug, and nothing was written: pool exhaustion, the statement
+    /// timeout, or a lock conflict that outlasted its retries.
     fn is_timeout(&self) -> bool {
         match self {
             Error::Database(sqlx::Error::PoolTimedOut) => true,
             // 57014 query_canceled: statement_timeout fired.
             Error::Database(sqlx::Error::Database(e)) => e.code().as_deref() == Some("57014"),
-            _ => false,
+            _ => self.is_conflict(),
         }
     }
 }
