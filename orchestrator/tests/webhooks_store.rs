@@ -4,26 +4,16 @@
 //! deliveries in order, honour leases and disabled endpoints; the order service's events
 //! are taken in once each, in order; old settled events are purged, pending ones kept.
 
+mod support;
+
 use std::time::Duration;
 
 use chrono::Utc;
 use orchestrator::webhooks::store::{self, Incoming, Outcome};
-use paysaga_common::{db, testkit::TestDb};
+use paysaga_common::testkit::TestDb;
 use sqlx::PgPool;
+use support::payments_pool;
 use uuid::Uuid;
-
-async fn pool(db: &TestDb) -> PgPool {
-    db::migrate(
-        &db.role_url("payment_migrator"),
-        orchestrator::SCHEMA,
-        &orchestrator::MIGRATOR,
-    )
-    .await
-    .expect("migrate");
-    db::connect(&db.role_url("payment_app"), orchestrator::SCHEMA, 4)
-        .await
-        .expect("connect")
-}
 
 async fn new_payment(pool: &PgPool) -> Uuid {
     let id = Uuid::now_v7();
@@ -68,7 +58,7 @@ async fn events_of(pool: &PgPool, subject: &str) -> Vec<(String, serde_json::Val
 #[tokio::test]
 async fn the_trigger_writes_one_event_per_terminal_move_and_none_for_a_rolled_back_one() {
     let db = TestDb::new().await;
-    let pool = pool(&db).await;
+    let pool = payments_pool(&db, 4).await;
 
     // PROCESSING -> ACCOUNT_DEBITED -> ORDER_CONFIRMED -> COMPLETED -> REFUND_PROCESSING
     // -> REFUNDED, with updates that change no state in between.
@@ -182,7 +172,7 @@ fn incoming(subject: &str, event_type: &str) -> Incoming {
 #[tokio::test]
 async fn one_subjects_deliveries_go_in_order_under_leases() {
     let db = TestDb::new().await;
-    let pool = pool(&db).await;
+    let pool = payments_pool(&db, 4).await;
     let all = endpoint(&pool, &[]).await;
     let offers_only = endpoint(&pool, &["waitlist.offer_made"]).await;
     let off = endpoint(&pool, &[]).await;
@@ -364,7 +354,7 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
 #[tokio::test]
 async fn old_settled_events_are_purged_and_pending_ones_kept() {
     let db = TestDb::new().await;
-    let pool = pool(&db).await;
+    let pool = payments_pool(&db, 4).await;
     endpoint(&pool, &[]).await;
     let (done, waiting) = (
         incoming("s-1", "reservation.expired"),
@@ -421,7 +411,7 @@ async fn old_settled_events_are_purged_and_pending_ones_kept() {
 #[tokio::test]
 async fn an_event_committed_late_is_never_skipped_by_the_cursor() {
     let db = TestDb::new().await;
-    let pool = pool(&db).await;
+    let pool = payments_pool(&db, 4).await;
     let ep = endpoint(&pool, &[]).await;
 
     let early = new_payment(&pool).await;
