@@ -47,6 +47,13 @@ async fn who(
     axum::Json(role.name().to_owned())
 }
 
+/// The holder's pace: one call every 100 ms. Deliberate, not a wait for a condition:
+/// the test is about time passing (tokens living 2 s), so the calls must be spread over
+/// several lifetimes at the rate a steady client makes them. Many calls per lifetime
+/// show the token is cached between renewals; calling flat out instead would only spin
+/// the CPU for the same nine seconds.
+const CALL_INTERVAL: Duration = Duration::from_millis(100);
+
 fn unverified_claims(token: &str) -> Claims {
     jsonwebtoken::dangerous::insecure_decode::<Claims>(token)
         .unwrap()
@@ -97,7 +104,7 @@ async fn a_holder_with_a_short_lifetime_keeps_working_across_many_lifetimes() {
             .unwrap_or_else(|e| panic!("call {calls} after {:?} refused: {e}", start.elapsed()));
         assert_eq!(answer.body, "gate");
         calls += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(CALL_INTERVAL).await;
     }
 
     let seen = seen.lock().unwrap();

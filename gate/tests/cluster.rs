@@ -15,13 +15,15 @@ use std::{
     time::{Duration, Instant},
 };
 
+use tokio::sync::watch;
+
 use gate::Config;
 use paysaga_common::testkit::{buyer_token, TestDb};
 use paysaga_contracts::order::client::OrderClient;
 use paysaga_e2e::redis_cluster::RedisCluster;
 use redis::AsyncCommands;
 use sqlx::PgPool;
-use support::{create_product, start_gate, start_order, wait_ready_status, Gate, Service};
+use support::{create_product, start_gate, start_order, wait_ready_status, Service};
 
 /// The degraded gauge is process-wide, and two clusters at once would only crowd the
 /// two cores: one test at a time.
@@ -161,18 +163,66 @@ async fn products_on_different_masters_never_get_more_passes_than_stock() {
     }
 }
 
+/// How far the drop has got: passes issued so far, and buyer workers still running
+/// (the kill waits on this, not on the clock).
+#[derive(Debug, Default, Clone, Copy)]
+struct Progress {
+    passes: usize,
+    workers: usize,
+}
+
 /// What the buyers of the drop heard.
 #[derive(Default)]
 struct Tally {
-    passes: AtomicUsize,
+    progress: watch::Sender<Progress>,
     reserved: AtomicUsize,
     sold_out_at_order: AtomicUsize,
     sold_out_at_gate: AtomicUsize,
     unavailable: AtomicUsize,
 }
 
-/// One buyer: asks the gate for a pass (retrying 503 `QUOTA_UNAVAILABLE` after a short
-/// pause, at most `tries` times) and reserves with it at once.
+impl Tally {
+    fn passes(&self) -> usize {
+        self.progress.borrow().passes
+    }
+}
+
+/// A buyer worker's presence in [`Progress::workers`]: counted out when the worker ends,
+/// however it ends, so a wait on the drop never outlives it.
+struct Working(Arc<Tally>);
+
+impl Working {
+    fn start(tally: Arc<Tally>) -> Self {
+        tally.progress.send_modify(|p| p.workers += 1);
+        Working(tally)
+    }
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        self.0.progress.send_modify(|p| p.workers -= 1);
+    }
+}
+
+/// Waits until the gate answers from Redis again (`/readyz` says "ready"): what a buyer
+/// told `QUOTA_UNAVAILABLE` is waiting for (the fallback limiter's share is spent until
+/// then). Fails the test if that takes longer than `within`.
+async fn until_ready(http: &reqwest::Client, gate_url: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        if readyz_at(http, gate_url).await.as_deref() == Some("ready") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{gate_url}/readyz did not say ready within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One buyer: asks the gate for a pass (on 503 `QUOTA_UNAVAILABLE`, asking again once
+/// the gate is back on Redis, at most `tries` times) and reserves with it at once.
 async fn buy(
     gate_url: String,
     order_url: String,
@@ -190,7 +240,7 @@ async fn buy(
     for _ in 0..tries {
         match gate.issue_pass(product).await {
             Ok(pass) => {
-                tally.passes.fetch_add(1, Ordering::Relaxed);
+                tally.progress.send_modify(|p| p.passes += 1);
                 let order = OrderClient::with_http(http.clone(), &order_url, buyer_token(&member));
                 match order.reserve(product, &pass.body.pass).await {
                     Ok(_) => {
@@ -210,16 +260,21 @@ async fn buy(
             // 503 `QUOTA_UNAVAILABLE` (the client reports a 503 as an unknown outcome).
             Err(e) if e.status() == Some(503) => {
                 tally.unavailable.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                until_ready(&http, &gate_url, RECOVERY_WITHIN).await;
             }
             Err(e) => panic!("{member}: {e}"),
         }
     }
 }
 
-async fn readyz(http: &reqwest::Client, gate: &Gate) -> Option<String> {
+/// How long the gate may take to answer from Redis again after the master's loss:
+/// automatic failover (up to 15 s before a takeover is forced), the takeover itself (up
+/// to 30 s), then a recompute.
+const RECOVERY_WITHIN: Duration = Duration::from_secs(60);
+
+async fn readyz_at(http: &reqwest::Client, gate_url: &str) -> Option<String> {
     let r = http
-        .get(format!("{}/readyz", gate.url()))
+        .get(format!("{gate_url}/readyz"))
         .timeout(Duration::from_secs(2))
         .send()
         .await
@@ -256,9 +311,11 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
     let drop_done = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..24)
         .map(|_| {
+            let working = Working::start(tally.clone());
             let (tally, next, http) = (tally.clone(), next.clone(), http.clone());
             let (gate_url, order_url) = (gate.url().to_owned(), order.url.clone());
             tokio::spawn(async move {
+                let _working = working;
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= 400 {
@@ -279,15 +336,21 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
         })
         .collect();
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while tally.passes.load(Ordering::Relaxed) < (UNITS / 3) as usize {
-        assert!(
-            Instant::now() < deadline && workers.iter().any(|w| !w.is_finished()),
-            "the drop ended before a third of the stock had passes"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let passes_at_kill = tally.passes.load(Ordering::Relaxed);
+    let third = (UNITS / 3) as usize;
+    let mut progress = tally.progress.subscribe();
+    let at_kill = tokio::time::timeout(
+        Duration::from_secs(120),
+        progress.wait_for(|p| p.passes >= third || p.workers == 0),
+    )
+    .await
+    .expect("a third of the stock had no passes within 120 s")
+    .map(|p| *p)
+    .expect("the tally outlives the wait");
+    assert!(
+        at_kill.passes >= third,
+        "the drop ended before a third of the stock had passes: {at_kill:?}"
+    );
+    let passes_at_kill = at_kill.passes;
     let killed_at = Instant::now();
     cluster.kill(master).expect("SIGKILL the master");
 
@@ -387,9 +450,7 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
 
     // Late buyers take whatever the outage left: every unit ends up reserved.
     for i in 0..(UNITS as usize) {
-        if readyz(&http, &gate).await.as_deref() != Some("ready") {
-            wait_ready_status(gate.url(), "ready").await;
-        }
+        until_ready(&http, gate.url(), RECOVERY_WITHIN).await;
         let before = tally.sold_out_at_gate.load(Ordering::Relaxed);
         buy(
             gate.url().to_owned(),
@@ -408,7 +469,7 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
 
     let pool = db.admin_pool().await;
     let (taken, rows, live, units) = stock(&pool, product).await;
-    let passes = tally.passes.load(Ordering::Relaxed);
+    let passes = tally.passes();
     let reserved = tally.reserved.load(Ordering::Relaxed);
     let sold_out_at_order = tally.sold_out_at_order.load(Ordering::Relaxed);
     eprintln!(

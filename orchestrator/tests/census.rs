@@ -1,23 +1,13 @@
 //! The recovery job's census against real PostgreSQL: open payments per state, the attention
 //! count, and the recovery lag (the longest a due payment nobody holds has waited).
 
-use orchestrator::store;
-use paysaga_common::{db, testkit::TestDb};
-use sqlx::PgPool;
-use uuid::Uuid;
+mod support;
 
-async fn pool(db: &TestDb) -> PgPool {
-    db::migrate(
-        &db.role_url("payment_migrator"),
-        orchestrator::SCHEMA,
-        &orchestrator::MIGRATOR,
-    )
-    .await
-    .expect("migrate");
-    db::connect(&db.role_url("payment_app"), orchestrator::SCHEMA, 4)
-        .await
-        .expect("connect")
-}
+use orchestrator::store;
+use paysaga_common::testkit::TestDb;
+use sqlx::PgPool;
+use support::payments_pool;
+use uuid::Uuid;
 
 /// A PROCESSING payment due `due_secs_ago` seconds ago, leased for `lease_secs` from now
 /// (a negative lease has expired), flagged or not.
@@ -43,7 +33,7 @@ async fn payment(pool: &PgPool, due_secs_ago: i64, lease_secs: Option<i64>, atte
 #[tokio::test]
 async fn census_counts_states_attention_and_the_recovery_lag() {
     let db = TestDb::new().await;
-    let pool = pool(&db).await;
+    let pool = payments_pool(&db, 4).await;
 
     let empty = store::census(&pool).await.expect("census");
     assert!(empty.by_state.is_empty());

@@ -4,26 +4,16 @@
 //! deliveries in order, honour leases and disabled endpoints; the order service's events
 //! are taken in once each, in order; old settled events are purged, pending ones kept.
 
+mod support;
+
 use std::time::Duration;
 
 use chrono::Utc;
 use orchestrator::webhooks::store::{self, Incoming, Outcome};
-use paysaga_common::{db, testkit::TestDb};
+use paysaga_common::testkit::TestDb;
 use sqlx::PgPool;
+use support::payments_pool;
 use uuid::Uuid;
-
-async fn pool(db: &TestDb) -> PgPool {
-    db::migrate(
-        &db.role_url("payment_migrator"),
-        orchestrator::SCHEMA,
-        &orchestrator::MIGRATOR,
-    )
-    .await
-    .expect("migrate");
-    db::connect(&db.role_url("payment_app"), orchestrator::SCHEMA, 4)
-        .await
-        .expect("connect")
-}
 
 async fn new_payment(pool: &PgPool) -> Uuid {
     let id = Uuid::now_v7();
@@ -41,6 +31,12 @@ async fn new_payment(pool: &PgPool) -> Uuid {
 }
 
 async fn move_to(pool: &PgPool, id: Uuid, state: &str, pending: Option<&str>) {
+    let mut c = pool.acquire().await.expect("connection");
+    move_in(&mut c, id, state, pending).await;
+}
+
+/// Moves `id` to `state` with `pending` on `c` (inside a transaction, if `c` is one).
+async fn move_in(c: &mut sqlx::PgConnection, id: Uuid, state: &str, pending: Option<&str>) {
     sqlx::query(
         r#"UPDATE payments
            SET state = $2, pending_action = $3,
@@ -52,7 +48,7 @@ async fn move_to(pool: &PgPool, id: Uuid, state: &str, pending: Option<&str>) {
     .bind(id)
     .bind(state)
     .bind(pending)
-    .execute(pool)
+    .execute(c)
     .await
     .expect("move");
 }
@@ -68,7 +64,7 @@ async fn events_of(pool: &PgPool, subject: &str) -> Vec<(String, serde_json::Val
 #[tokio::test]
 async fn the_trigger_writes_one_event_per_terminal_move_and_none_for_a_rolled_back_one() {
     let db = TestDb::new().await;
-    let pool = pool(&db).await;
+    let pool = payments_pool(&db, 4).await;
 
     // PROCESSING -> ACCOUNT_DEBITED -> ORDER_CONFIRMED -> COMPLETED -> REFUND_PROCESSING
     // -> REFUNDED, with updates that change no state in between.
@@ -182,7 +178,7 @@ fn incoming(subject: &str, event_type: &str) -> Incoming {
 #[tokio::test]
 async fn one_subjects_deliveries_go_in_order_under_leases() {
     let db = TestDb::new().await;
-    let pool = pool(&db).await;
+    let pool = payments_pool(&db, 4).await;
     let all = endpoint(&pool, &[]).await;
     let offers_only = endpoint(&pool, &["waitlist.offer_made"]).await;
     let off = endpoint(&pool, &[]).await;
@@ -364,7 +360,7 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
 #[tokio::test]
 async fn old_settled_events_are_purged_and_pending_ones_kept() {
     let db = TestDb::new().await;
-    let pool = pool(&db).await;
+    let pool = payments_pool(&db, 4).await;
     endpoint(&pool, &[]).await;
     let (done, waiting) = (
         incoming("s-1", "reservation.expired"),
@@ -421,7 +417,7 @@ async fn old_settled_events_are_purged_and_pending_ones_kept() {
 #[tokio::test]
 async fn an_event_committed_late_is_never_skipped_by_the_cursor() {
     let db = TestDb::new().await;
-    let pool = pool(&db).await;
+    let pool = payments_pool(&db, 4).await;
     let ep = endpoint(&pool, &[]).await;
 
     let early = new_payment(&pool).await;
@@ -464,4 +460,147 @@ async fn an_event_committed_late_is_never_skipped_by_the_cursor() {
         .await
         .expect("left");
     assert_eq!(left, 0);
+}
+
+/// Many writers commit events in overlapping transactions while several dispatchers run
+/// at once: every event is fanned out exactly once to every endpoint subscribed to it,
+/// none left behind the cursor and none twice. In each round every writer's transaction
+/// holds its events before any commits; half commit, then the other half, so
+/// transactions that took their ids earlier often commit later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_commits_and_dispatchers_fan_each_event_out_exactly_once() {
+    use std::sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    };
+    use tokio::sync::Barrier;
+
+    const WRITERS: usize = 8;
+    const ROUNDS: usize = 12;
+    /// Payments settled per transaction: events sharing one transaction id.
+    const PER_TX: usize = 2;
+    const DISPATCHERS: usize = 4;
+    /// Small batches, so a dispatch often stops in the middle of what is committed.
+    const BATCH: i64 = 5;
+    const EVENTS: i64 = (WRITERS * ROUNDS * PER_TX) as i64;
+
+    let db = TestDb::new().await;
+    let pool = payments_pool(&db, (WRITERS + DISPATCHERS + 2) as u32).await;
+    let all = endpoint(&pool, &[]).await;
+    let completions = endpoint(&pool, &["payment.completed"]).await;
+    let mut ids = Vec::new();
+    for _ in 0..EVENTS {
+        ids.push(new_payment(&pool).await);
+    }
+    let ids = Arc::new(ids);
+
+    let writing = Arc::new(AtomicBool::new(true));
+    let dispatchers: Vec<_> = (0..DISPATCHERS)
+        .map(|_| {
+            let (pool, writing) = (pool.clone(), writing.clone());
+            tokio::spawn(async move {
+                let (mut events, mut deliveries) = (0, 0);
+                while writing.load(Ordering::Acquire) {
+                    // `None`: another dispatcher holds the lock this turn.
+                    if let Some(d) = store::dispatch(&pool, BATCH).await.expect("dispatch") {
+                        events += d.events;
+                        deliveries += d.deliveries;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                (events, deliveries)
+            })
+        })
+        .collect();
+
+    let (held, half) = (
+        Arc::new(Barrier::new(WRITERS)),
+        Arc::new(Barrier::new(WRITERS)),
+    );
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (pool, ids, held, half) = (pool.clone(), ids.clone(), held.clone(), half.clone());
+            tokio::spawn(async move {
+                for round in 0..ROUNDS {
+                    let mut tx = pool.begin().await.expect("begin");
+                    for k in 0..PER_TX {
+                        let i = (round * WRITERS + w) * PER_TX + k;
+                        // Every third payment fails: the completions endpoint skips it.
+                        let state = if i.is_multiple_of(3) {
+                            "FAILED"
+                        } else {
+                            "COMPLETED"
+                        };
+                        // A terminal state: the trigger writes its event.
+                        move_in(&mut tx, ids[i], state, None).await;
+                    }
+                    held.wait().await;
+                    if w % 2 == 1 {
+                        tx.commit().await.expect("commit");
+                        half.wait().await;
+                    } else {
+                        half.wait().await;
+                        tx.commit().await.expect("commit");
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.expect("writer");
+    }
+    writing.store(false, Ordering::Release);
+    let (mut events, mut deliveries) = (0, 0);
+    for d in dispatchers {
+        let (e, n) = d.await.expect("dispatcher");
+        events += e;
+        deliveries += n;
+    }
+    // What the dispatchers had not reached when the writers finished.
+    let (e, n) = dispatch_until(&pool, EVENTS - events).await;
+    let (events, deliveries) = (events + e, deliveries + n);
+
+    let completed: i64 =
+        sqlx::query_scalar(r#"SELECT COUNT(*) FROM events WHERE type = 'payment.completed'"#)
+            .fetch_one(&pool)
+            .await
+            .expect("completed");
+    let total: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM events"#)
+        .fetch_one(&pool)
+        .await
+        .expect("events");
+    assert_eq!(total, EVENTS, "one event per settled payment");
+    assert_eq!(
+        (events, deliveries),
+        (EVENTS, EVENTS + completed),
+        "the dispatchers took each event once"
+    );
+    // In PostgreSQL: per event and endpoint, exactly the deliveries it is owed.
+    for (endpoint, wants) in [(all, "TRUE"), (completions, "e.type = 'payment.completed'")] {
+        let wrong: Vec<(Uuid, i64)> = sqlx::query_as(&format!(
+            r#"SELECT e.id, COUNT(d.id)
+               FROM events e
+               LEFT JOIN webhook_deliveries d ON d.event_id = e.id AND d.endpoint_id = $1
+               GROUP BY e.id, e.type
+               HAVING COUNT(d.id) <> CASE WHEN {wants} THEN 1 ELSE 0 END"#
+        ))
+        .bind(endpoint)
+        .fetch_all(&pool)
+        .await
+        .expect("deliveries per event");
+        assert!(
+            wrong.is_empty(),
+            "events with the wrong number of deliveries to {endpoint}: {wrong:?}"
+        );
+    }
+    let rows: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM webhook_deliveries"#)
+        .fetch_one(&pool)
+        .await
+        .expect("rows");
+    assert_eq!(rows, EVENTS + completed);
+    let left: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM events_undispatched"#)
+        .fetch_one(&pool)
+        .await
+        .expect("left");
+    assert_eq!(left, 0, "nothing left behind the cursor");
 }

@@ -6,6 +6,7 @@
 
 pub mod binaries;
 pub mod buyer;
+pub mod drop_run;
 pub mod haproxy;
 pub mod invariants;
 pub mod private_redis;
@@ -24,6 +25,7 @@ pub use buyer::{
     Attempt, Buyer, Driver, Endpoints, ErrorLog, Outcome, Patience, WaitEnd, WaitlistPolicy,
     Waitlisted,
 };
+pub use drop_run::{Answers, DropRun};
 pub use haproxy::Haproxy;
 pub use invariants::InvariantReport;
 pub use process::{ServiceProcess, ServiceSpec, Stop};

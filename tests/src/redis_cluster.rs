@@ -80,6 +80,11 @@ async fn connect(port: u16) -> anyhow::Result<MultiplexedConnection> {
     Ok(conn)
 }
 
+/// The node's `CLUSTER INFO` answer.
+async fn cluster_info(c: &mut MultiplexedConnection) -> anyhow::Result<String> {
+    Ok(redis::cmd("CLUSTER").arg("INFO").query_async(c).await?)
+}
+
 /// `field:value` lines of an INFO or CLUSTER INFO answer.
 fn info_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
     text.lines()
@@ -348,11 +353,7 @@ impl RedisCluster {
     async fn all_ok(&self) -> anyhow::Result<bool> {
         for n in self.nodes.iter().filter(|n| n.is_running()) {
             let mut c = connect(n.port).await?;
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(&mut c)
-                .await?;
-            if info_field(&info, "cluster_state") != Some("ok") {
+            if info_field(&cluster_info(&mut c).await?, "cluster_state") != Some("ok") {
                 return Ok(false);
             }
         }
@@ -380,10 +381,7 @@ impl RedisCluster {
     async fn healthy(&self) -> anyhow::Result<Option<String>> {
         for n in &self.nodes {
             let mut c = connect(n.port).await?;
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(&mut c)
-                .await?;
+            let info = cluster_info(&mut c).await?;
             if info_field(&info, "cluster_state") != Some("ok") {
                 return Ok(Some(format!("node {} not ok yet", n.port)));
             }

@@ -241,58 +241,51 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The service (and instance) the event is about, as the operator reads it.
+    fn name(&self) -> String {
+        match self {
+            Event::Exited { kind, instance, .. }
+            | Event::Restarted { kind, instance, .. }
+            | Event::Ready { kind, instance, .. }
+            | Event::RestartFailed { kind, instance, .. } => label(*kind, *instance),
+        }
+    }
+}
+
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.name();
         match self {
             Event::Exited {
-                kind,
-                instance,
                 pid,
                 status,
                 attempt,
                 delay,
+                ..
             } => {
                 let pid = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
-                let name = label(*kind, *instance);
                 write!(
                     f,
                     "{name}{pid} exited: {status}; restart #{attempt} in {delay:?}"
                 )
             }
-            Event::Restarted {
-                kind,
-                instance,
-                pid,
-                attempt,
-            } => {
-                let name = label(*kind, *instance);
-                write!(
-                    f,
-                    "{name} restarted as pid {pid} (restart #{attempt}); waiting until ready"
-                )
-            }
-            Event::Ready {
-                kind,
-                instance,
-                pid,
-                attempt,
-            } => {
-                let name = label(*kind, *instance);
+            Event::Restarted { pid, attempt, .. } => write!(
+                f,
+                "{name} restarted as pid {pid} (restart #{attempt}); waiting until ready"
+            ),
+            Event::Ready { pid, attempt, .. } => {
                 write!(f, "{name} pid {pid} ready again (restart #{attempt})")
             }
             Event::RestartFailed {
-                kind,
-                instance,
                 attempt,
                 error,
                 delay,
-            } => {
-                let name = label(*kind, *instance);
-                write!(
-                    f,
-                    "{name} restart #{attempt} failed; next try in {delay:?}: {error}"
-                )
-            }
+                ..
+            } => write!(
+                f,
+                "{name} restart #{attempt} failed; next try in {delay:?}: {error}"
+            ),
         }
     }
 }

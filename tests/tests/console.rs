@@ -78,19 +78,28 @@ impl ChromeDriver {
     }
 }
 
+/// How long chromedriver may take to end its browsers and exit after SIGTERM.
+const STOP_WITHIN: Duration = Duration::from_secs(1);
+
 impl Drop for ChromeDriver {
     fn drop(&mut self) {
-        // SIGTERM first: chromedriver then ends the browsers it started.
+        use nix::sys::signal::{kill, Signal};
+        // SIGTERM first: chromedriver then ends the browsers it started. Its exit itself
+        // is waited for (on a thread, as `wait` blocks); one that has not come within
+        // STOP_WITHIN is forced with SIGKILL, which ends that wait too.
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        for _ in 0..50 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
+        let _ = kill(pid, Signal::SIGTERM);
+        let child = &mut self.child;
+        std::thread::scope(|s| {
+            let (exited, exit) = std::sync::mpsc::channel();
+            s.spawn(move || {
+                let _ = child.wait();
+                let _ = exited.send(());
+            });
+            if exit.recv_timeout(STOP_WITHIN).is_err() {
+                let _ = kill(pid, Signal::SIGKILL);
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        });
     }
 }
 

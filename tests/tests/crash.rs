@@ -2,14 +2,9 @@
 //! again: buyers retry with their Idempotency-Keys, recovery finishes what the dead
 //! process left, every payment ends terminal and the invariants hold.
 
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::time::Duration;
 
-use paysaga_e2e::{
-    invariants, Admin, Driver, Endpoints, Link, Outcome, ServiceKind, Stack, StackOptions, Stop,
-};
+use paysaga_e2e::{Driver, DropRun, Link, ServiceKind, Stack, StackOptions, Stop};
 
 const UNITS: i64 = 30;
 const BUYERS: usize = 200;
@@ -26,47 +21,19 @@ async fn orchestrator_killed_mid_drop_and_restarted() -> anyhow::Result<()> {
             .proxy(Link::OrchestratorToAccount),
     )
     .await?;
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
-    let product = admin.create_product("crash-drop", PRICE, UNITS).await?;
     let balances: Vec<i64> = (0..BUYERS)
         .map(|i| if i % 4 == 3 { PRICE / 2 } else { PRICE })
         .collect();
-    let buyers = admin.open_buyers("crash-buyer", &balances, 16).await?;
-    admin
-        .wait_for_quota(product.id, UNITS, Duration::from_secs(30))
-        .await?;
-    let pool = stack.admin_pool().await;
-    let deposits = invariants::check(&pool).await?.balance_total;
+    let run = DropRun::open(&stack, "crash", PRICE, UNITS, &balances, 16).await?;
 
     // Debits take a while, so the kill lands while payments are in every stage.
     stack
         .proxy(Link::OrchestratorToAccount)
         .expect("proxied")
         .set_latency(Duration::from_millis(100));
-    let driver = Driver::new(endpoints, Duration::from_secs(5));
-    let drop = {
-        let driver = driver.clone();
-        let buyers = buyers.clone();
-        tokio::spawn(async move { driver.run_drop(&buyers, product.id, 0, |_| {}).await })
-    };
-
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let in_flight = loop {
-        let n: i64 = sqlx::query_scalar(
-            r#"SELECT COUNT(*) FROM payment_service.payments WHERE state NOT IN ('COMPLETED', 'FAILED', 'REFUNDED')"#,
-        )
-        .fetch_one(&pool)
-        .await?;
-        if n >= 3 {
-            break n;
-        }
-        assert!(Instant::now() < deadline, "no payments started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let driver = Driver::new(run.endpoints.clone(), Duration::from_secs(5));
+    let drop = run.start(&driver, run.buyers.clone(), 0);
+    let in_flight = run.payments_in_flight(3, Duration::from_secs(60)).await?;
     stack.stop(ServiceKind::Orchestrator, Stop::Kill).await?;
     eprintln!("killed the orchestrator with {in_flight} payments in flight");
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -86,48 +53,15 @@ async fn orchestrator_killed_mid_drop_and_restarted() -> anyhow::Result<()> {
     );
 
     // Recovery may still be finishing payments whose buyers stopped waiting.
-    let report = invariants::settled(&pool, Duration::from_secs(90)).await?;
-    assert_eq!(
-        (report.payments_not_terminal, report.payments_settling),
-        (0, 0),
-        "payments never settled: {report:#?}\n{}",
-        stack.log_paths()
-    );
+    let report = run
+        .settled(Duration::from_secs(90), &stack.log_paths())
+        .await?;
     eprintln!("{report:#?}");
-    report.assert_holds();
-    assert_eq!(report.balance_total, deposits);
-    assert_eq!(report.units_sold, report.payments_completed);
-    assert!(report.units_sold <= UNITS);
 
     // Every buyer got a definite answer, and it is the right one for their money.
-    let funded: HashMap<&str, bool> = buyers
-        .iter()
-        .map(|b| (b.member.as_str(), b.balance >= PRICE))
-        .collect();
-    let mut completed = 0;
-    for a in &attempts {
-        match &a.outcome {
-            Outcome::Completed => {
-                assert!(
-                    funded[a.member.as_str()],
-                    "{} completed without the money",
-                    a.member
-                );
-                completed += 1;
-            }
-            Outcome::Failed { .. } => {
-                assert!(!funded[a.member.as_str()], "{} funded but FAILED", a.member)
-            }
-            Outcome::SoldOutAtGate | Outcome::SoldOutAtOrder => {}
-            other => panic!(
-                "{}: no definite answer: {other:?}\n{}",
-                a.member,
-                stack.log_paths()
-            ),
-        }
-    }
+    let answers = run.answers(&attempts, &stack.log_paths());
     assert_eq!(
-        completed, report.payments_completed,
+        answers.completed, report.payments_completed,
         "what buyers were told matches the tables"
     );
     Ok(())

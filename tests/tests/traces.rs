@@ -2,6 +2,8 @@
 //! a collector this test runs, and the spans chain from the buyer's own context through
 //! gate, order and the orchestrator down to each batched debit and confirm. A payment
 //! that recovery finishes after the orchestrator is SIGKILLed stays in the same trace.
+//! And trace context changes nothing else: the same checkouts with and without it move
+//! the same money and sell the same units in PostgreSQL.
 
 use std::{
     collections::HashMap,
@@ -203,20 +205,19 @@ async fn setup(stack: &Stack, name: &str) -> anyhow::Result<(Endpoints, i64, Buy
     Ok((endpoints, product.id, buyer))
 }
 
-/// A buyer's request carrying the buyer's `traceparent`; the JSON answer.
+/// A buyer's request, carrying the buyer's `traceparent` if it has one; the JSON answer.
 async fn call(
     http: &reqwest::Client,
     url: String,
     buyer: &Buyer,
-    traceparent: &str,
+    traceparent: Option<&str>,
     body: Json,
     idempotency_key: Option<&str>,
 ) -> anyhow::Result<(u16, Json)> {
-    let mut req = http
-        .post(url)
-        .bearer_auth(&buyer.token)
-        .header("traceparent", traceparent)
-        .json(&body);
+    let mut req = http.post(url).bearer_auth(&buyer.token).json(&body);
+    if let Some(traceparent) = traceparent {
+        req = req.header("traceparent", traceparent);
+    }
     if let Some(key) = idempotency_key {
         req = req.header("idempotency-key", key);
     }
@@ -231,7 +232,7 @@ async fn reserve(
     endpoints: &Endpoints,
     buyer: &Buyer,
     product_id: i64,
-    traceparent: &str,
+    traceparent: Option<&str>,
 ) -> anyhow::Result<String> {
     let (status, pass) = call(
         http,
@@ -276,12 +277,12 @@ async fn one_checkout_is_one_trace_across_the_services() -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let (trace_id, buyer_span, traceparent) = buyer_context();
 
-    let reservation_id = reserve(&http, &endpoints, &buyer, product_id, &traceparent).await?;
+    let reservation_id = reserve(&http, &endpoints, &buyer, product_id, Some(&traceparent)).await?;
     let (status, payment) = call(
         &http,
         format!("{}/v1/payments", endpoints.orchestrator),
         &buyer,
-        &traceparent,
+        Some(&traceparent),
         json!({ "reservation_id": reservation_id, "account_id": buyer.account_id }),
         Some("traced-checkout"),
     )
@@ -373,7 +374,7 @@ async fn a_payment_recovered_after_a_crash_stays_in_the_buyers_trace() -> anyhow
     let (endpoints, product_id, buyer) = setup(&stack, "traced-crash").await?;
     let http = reqwest::Client::new();
     let (trace_id, buyer_span, traceparent) = buyer_context();
-    let reservation_id = reserve(&http, &endpoints, &buyer, product_id, &traceparent).await?;
+    let reservation_id = reserve(&http, &endpoints, &buyer, product_id, Some(&traceparent)).await?;
 
     // The debit is applied but its answer held, so the orchestrator dies waiting for it.
     let proxy = stack.proxy(Link::OrchestratorToAccount).expect("proxied");
@@ -383,7 +384,15 @@ async fn a_payment_recovered_after_a_crash_stays_in_the_buyers_trace() -> anyhow
         let url = format!("{}/v1/payments", endpoints.orchestrator);
         let body = json!({ "reservation_id": reservation_id, "account_id": buyer.account_id });
         tokio::spawn(async move {
-            call(&http, url, &buyer, &traceparent, body, Some("traced-crash")).await
+            call(
+                &http,
+                url,
+                &buyer,
+                Some(&traceparent),
+                body,
+                Some("traced-crash"),
+            )
+            .await
         })
     };
     let pool = stack.admin_pool().await;
@@ -466,6 +475,194 @@ async fn a_payment_recovered_after_a_crash_stays_in_the_buyers_trace() -> anyhow
     // The buyer's spans from before the crash are in the same trace.
     let reservation = route_span(&spans, "order", "/v1/reservations").expect("collected");
     assert_eq!(reservation.parent, buyer_span);
+    drop(stack);
+    Ok(())
+}
+
+/// One ledger row: (kind, status, amount).
+type Move = (String, String, i64);
+
+/// The same checkouts' results, as PostgreSQL holds them: payments, money, units. Buyers
+/// are in checkout order (their names differ between runs, their roles do not).
+#[derive(Debug, PartialEq, Eq)]
+struct Ledger {
+    /// (state, failure code, count, amount) of the product's payments.
+    payments: Vec<(String, Option<String>, i64, i64)>,
+    /// Each buyer's balance and ledger rows.
+    buyers: Vec<(i64, Vec<Move>)>,
+    /// What the merchant received during the run.
+    merchant_received: i64,
+    /// (state, count) of the product's units, reservations and orders.
+    units: Vec<(String, i64)>,
+    reservations: Vec<(String, i64)>,
+    orders: Vec<(String, i64)>,
+}
+
+async fn merchant_total(pool: &sqlx::PgPool) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(
+        r#"SELECT COALESCE(SUM(balance), 0)::BIGINT FROM account_service.merchant_shards"#,
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+/// `(state, count)` rows of `table` for one product, in state order.
+async fn states(
+    pool: &sqlx::PgPool,
+    table: &str,
+    product_id: i64,
+) -> anyhow::Result<Vec<(String, i64)>> {
+    Ok(sqlx::query_as(&format!(
+        r#"SELECT state, COUNT(*) FROM order_service.{table} WHERE product_id = $1 GROUP BY state ORDER BY state"#
+    ))
+    .bind(product_id)
+    .fetch_all(pool)
+    .await?)
+}
+
+async fn ledger(
+    pool: &sqlx::PgPool,
+    product_id: i64,
+    buyers: &[Buyer],
+    merchant_received: i64,
+) -> anyhow::Result<Ledger> {
+    let payments = sqlx::query_as(
+        r#"SELECT state, failure_code, COUNT(*), SUM(amount)::BIGINT
+           FROM payment_service.payments WHERE product_id = $1
+           GROUP BY state, failure_code ORDER BY state, failure_code"#,
+    )
+    .bind(product_id)
+    .fetch_all(pool)
+    .await?;
+    let mut rows = Vec::new();
+    for b in buyers {
+        let balance: i64 =
+            sqlx::query_scalar(r#"SELECT balance FROM account_service.accounts WHERE id = $1"#)
+                .bind(b.account_id)
+                .fetch_one(pool)
+                .await?;
+        let moves: Vec<Move> = sqlx::query_as(
+            r#"SELECT kind, status, amount FROM account_service.transactions
+               WHERE account_id = $1 ORDER BY kind, status, amount"#,
+        )
+        .bind(b.account_id)
+        .fetch_all(pool)
+        .await?;
+        rows.push((balance, moves));
+    }
+    Ok(Ledger {
+        payments,
+        buyers: rows,
+        merchant_received,
+        units: states(pool, "product_stock", product_id).await?,
+        reservations: states(pool, "reservations", product_id).await?,
+        orders: states(pool, "orders", product_id).await?,
+    })
+}
+
+/// Trace context only rides along: the same checkouts, once with the buyer's
+/// `traceparent` on every request and once without, debit, credit and sell exactly the
+/// same, as PostgreSQL records it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn trace_context_changes_no_money_and_no_units() -> anyhow::Result<()> {
+    const UNITS: i64 = 4;
+    // Checkout order: three can pay, the second cannot; one unit is left over.
+    const BALANCES: [i64; 4] = [PRICE, PRICE / 2, PRICE * 2, PRICE];
+    let collector = Collector::default();
+    let endpoint = collector.start().await?;
+    let stack = start_stack("traces-ledger", &endpoint, false).await?;
+    let endpoints = Endpoints::from_wiring(stack.wiring());
+    let admin = Admin::new(
+        endpoints.clone(),
+        paysaga_common::client::http_client(Duration::from_secs(10)),
+    );
+    let pool = stack.admin_pool().await;
+    let http = reqwest::Client::new();
+
+    let mut results = Vec::new();
+    for traced in [true, false] {
+        let name = if traced { "traced" } else { "untraced" };
+        let product = admin.create_product(name, PRICE, UNITS).await?;
+        let buyers = admin
+            .open_buyers(&format!("{name}-buyer"), &BALANCES, 4)
+            .await?;
+        admin
+            .wait_for_quota(product.id, UNITS, Duration::from_secs(30))
+            .await?;
+        let merchant_before = merchant_total(&pool).await?;
+        let mut trace_ids = Vec::new();
+        for (i, buyer) in buyers.iter().enumerate() {
+            let context = traced.then(buyer_context);
+            let traceparent = context.as_ref().map(|(_, _, tp)| tp.as_str());
+            trace_ids.extend(context.as_ref().map(|(id, _, _)| id.clone()));
+            let reservation_id = reserve(&http, &endpoints, buyer, product.id, traceparent).await?;
+            let (status, payment) = call(
+                &http,
+                format!("{}/v1/payments", endpoints.orchestrator),
+                buyer,
+                traceparent,
+                json!({ "reservation_id": reservation_id, "account_id": buyer.account_id }),
+                Some(&format!("{name}-{i}")),
+            )
+            .await?;
+            assert!(status == 201 || status == 202, "{status}: {payment}");
+        }
+        // Every payment terminal (a failed one gives its unit back) before reading.
+        let report = paysaga_e2e::invariants::settled(&pool, Duration::from_secs(60)).await?;
+        report.assert_holds();
+        let received = merchant_total(&pool).await? - merchant_before;
+        let ledger = ledger(&pool, product.id, &buyers, received).await?;
+
+        // The context was really there, or really not: the stored traceparents are the
+        // buyers' traces only in the traced run.
+        let stored: Vec<Option<String>> = sqlx::query_scalar(
+            r#"SELECT traceparent FROM payment_service.payments WHERE product_id = $1"#,
+        )
+        .bind(product.id)
+        .fetch_all(&pool)
+        .await?;
+        assert_eq!(stored.len(), BALANCES.len());
+        let in_buyers_traces = stored
+            .iter()
+            .flatten()
+            .filter(|tp| {
+                trace_ids
+                    .iter()
+                    .any(|id| tp.starts_with(&format!("00-{id}-")))
+            })
+            .count();
+        assert_eq!(
+            in_buyers_traces,
+            if traced { BALANCES.len() } else { 0 },
+            "{name}: {stored:?}"
+        );
+        eprintln!("{name}: {ledger:#?}");
+        results.push(ledger);
+    }
+
+    let (with, without) = (&results[0], &results[1]);
+    assert_eq!(with, without, "trace context changed money or units");
+    // And the outcome is the one the balances call for, so the equality is not empty.
+    assert_eq!(
+        with.payments,
+        vec![
+            ("COMPLETED".to_owned(), None, 3, 3 * PRICE),
+            (
+                "FAILED".to_owned(),
+                Some("INSUFFICIENT_FUNDS".to_owned()),
+                1,
+                PRICE
+            ),
+        ]
+    );
+    assert_eq!(with.merchant_received, 3 * PRICE);
+    let balances: Vec<i64> = with.buyers.iter().map(|(b, _)| *b).collect();
+    assert_eq!(balances, [0, PRICE / 2, PRICE, 0]);
+    assert_eq!(
+        with.units,
+        [("AVAILABLE".to_owned(), 1), ("SOLD".to_owned(), 3)]
+    );
+    assert_eq!(with.orders, [("CONFIRMED".to_owned(), 3)]);
     drop(stack);
     Ok(())
 }

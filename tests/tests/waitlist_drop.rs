@@ -7,14 +7,11 @@
 //! at least three units are certain to go through the waitlist; the crowd itself (every
 //! fourth of it underfunded too) arrives at once.
 
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use paysaga_e2e::{
-    invariants, sell_through, Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions,
-    WaitEnd, WaitlistPolicy,
+    sell_through, Driver, DropRun, Outcome, ServiceKind, Stack, StackOptions, WaitEnd,
+    WaitlistPolicy,
 };
 
 const UNITS: i64 = 10;
@@ -45,22 +42,12 @@ async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Resu
             .env(ServiceKind::Order, "WAITLIST_OFFER_TTL_SECS", 5),
     )
     .await?;
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
-    let product = admin.create_product("waitlist-drop", PRICE, UNITS).await?;
     let balances: Vec<i64> = (0..BUYERS).map(balance).collect();
-    let buyers = admin.open_buyers("waitlist-buyer", &balances, 8).await?;
-    admin
-        .wait_for_quota(product.id, UNITS, Duration::from_secs(30))
-        .await?;
-    let pool = stack.admin_pool().await;
-    let deposits = invariants::check(&pool).await?.balance_total;
+    let run = DropRun::open(&stack, "waitlist", PRICE, UNITS, &balances, 8).await?;
+    let (buyers, pool, product) = (&run.buyers, &run.pool, &run.product);
 
     // The early buyers hold three units, unpaid.
-    let plain = Driver::new(endpoints.clone(), Duration::from_secs(10));
+    let plain = Driver::new(run.endpoints.clone(), Duration::from_secs(10));
     let mut early = Vec::new();
     for &i in &EARLY {
         let mut retries = 0;
@@ -77,14 +64,11 @@ async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Resu
         .map(|i| buyers[i].clone())
         .collect();
     let waiting =
-        Driver::new(endpoints.clone(), Duration::from_secs(10)).with_waitlist(WaitlistPolicy {
+        Driver::new(run.endpoints.clone(), Duration::from_secs(10)).with_waitlist(WaitlistPolicy {
             poll: Duration::from_millis(200),
             wait_for: Duration::from_secs(20),
         });
-    let drop = {
-        let crowd = crowd.clone();
-        tokio::spawn(async move { waiting.run_drop(&crowd, product.id, 0, |_| {}).await })
-    };
+    let drop = run.start(&waiting, crowd.clone(), 0);
 
     // Once the line is long enough, the early buyers pay, and fail.
     let guard = Instant::now() + Duration::from_secs(30);
@@ -93,7 +77,7 @@ async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Resu
             r#"SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1 AND state = 'WAITING'"#,
         )
         .bind(product.id)
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await?;
         if waiting >= LINE_BEFORE_RETURNS {
             break;
@@ -122,30 +106,12 @@ async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Resu
     assert_eq!(attempts.len(), crowd.len());
 
     // What the buyers were told: a definite answer each; the funded ones that paid,
-    // the underfunded ones that reserved or took an offer FAILED, the rest sold out.
-    let funded: HashMap<&str, bool> = buyers
-        .iter()
-        .map(|b| (b.member.as_str(), b.balance >= PRICE))
-        .collect();
-    let (mut completed, mut failed, mut via_waitlist) = (0i64, 0i64, 0i64);
+    // the underfunded ones that reserved or took an offer FAILED, the rest sold out
+    // (after waiting in line).
+    let answers = run.answers(&attempts, &stack.log_paths());
     for a in &attempts {
         match &a.outcome {
-            Outcome::Completed => {
-                assert!(
-                    funded[a.member.as_str()],
-                    "{} paid without the money",
-                    a.member
-                );
-                completed += 1;
-                if a.via_waitlist() {
-                    via_waitlist += 1;
-                }
-            }
-            Outcome::Failed { code } => {
-                assert!(!funded[a.member.as_str()], "{} FAILED funded", a.member);
-                assert_eq!(code.as_deref(), Some("INSUFFICIENT_FUNDS"));
-                failed += 1;
-            }
+            Outcome::Failed { code } => assert_eq!(code.as_deref(), Some("INSUFFICIENT_FUNDS")),
             o if o.is_sold_out() => {
                 let w = a
                     .waitlist
@@ -160,19 +126,18 @@ async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Resu
                     a.member
                 );
             }
-            other => panic!(
-                "{} got an unexpected answer: {other:?}\nlogs:\n{}",
-                a.member,
-                stack.log_paths()
-            ),
+            _ => {}
         }
     }
+    let (completed, failed, via_waitlist) =
+        (answers.completed, answers.failed, answers.via_waitlist);
     eprintln!("completed {completed} ({via_waitlist} through the waitlist), failed {failed}");
 
     // What the tables say: sold out, nothing left on sale or on offer, nobody in line.
-    let report = invariants::settled(&pool, Duration::from_secs(60)).await?;
-    report.assert_holds();
-    let st = sell_through::read(&pool, product.id).await?;
+    let report = run
+        .settled(Duration::from_secs(60), &stack.log_paths())
+        .await?;
+    let st = sell_through::read(pool, product.id).await?;
     eprintln!("{st:#?}");
     assert_eq!(st.units_sold, UNITS, "every unit sold");
     assert_eq!(st.units_total, UNITS);
@@ -213,27 +178,7 @@ async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Resu
 
     // Money: each buyer's balance is its opening balance, less the price once if and
     // only if it paid; the sum of balances did not change.
-    assert_eq!(report.balance_total, deposits);
     assert_eq!(report.money_moved, UNITS * PRICE);
-    let paid: HashMap<&str, bool> = attempts
-        .iter()
-        .map(|a| (a.member.as_str(), a.outcome == Outcome::Completed))
-        .collect();
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        r#"SELECT member_id, balance FROM account_service.accounts WHERE kind = 'MEMBER'"#,
-    )
-    .fetch_all(&pool)
-    .await?;
-    assert_eq!(rows.len(), BUYERS);
-    for (member, balance) in rows {
-        let opening = buyers
-            .iter()
-            .find(|b| b.member == member)
-            .map(|b| b.balance)
-            .unwrap_or_default();
-        let won = paid.get(member.as_str()).copied().unwrap_or(false);
-        let expected = if won { opening - PRICE } else { opening };
-        assert_eq!(balance, expected, "{member}'s balance");
-    }
+    run.balances_match(&attempts).await?;
     Ok(())
 }

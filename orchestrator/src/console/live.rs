@@ -16,13 +16,10 @@ use workflows::State as SagaState;
 use super::{
     auth::Operator,
     layout::{self, Section},
+    payments::{self, Rows},
     queries::{self, ProductPayments},
 };
-use crate::{
-    api::{ListPayments, PaymentAdmin},
-    routes::operator::list_payments,
-    AppState,
-};
+use crate::{api::ListPayments, routes::operator::list_payments, AppState};
 
 /// How often the page refreshes itself (htmx polling; a whole-page refresh without
 /// scripts).
@@ -201,27 +198,12 @@ fn attention_table(page: crate::Result<crate::api::PaymentPage>) -> Markup {
         Ok(page) if page.payments.is_empty() => html! { p.ok #attention-none { "None." } },
         Ok(page) => html! {
             table #attention {
-                tr { th { "payment" } th { "state" } th { "pending" } th.num { "attempts" } th { "age" } th { "last error" } th { "" } }
-                @for p in &page.payments { (attention_row(p)) }
+                (payments::header(Rows::Attention))
+                @for p in &page.payments { (payments::row(p, Rows::Attention)) }
             }
             @if page.next_cursor.is_some() {
                 p { a href="/console/payments?attention=yes" { "All payments needing attention" } }
             }
         },
-    }
-}
-
-fn attention_row(p: &PaymentAdmin) -> Markup {
-    let id = p.payment.id;
-    html! {
-        tr {
-            td.mono { a href=(format!("/console/payments/{id}")) { (id) } }
-            td { (p.payment.state) }
-            td { (p.pending_action.as_deref().unwrap_or("")) }
-            td.num { (p.attempts) }
-            td { (layout::age(p.payment.created_at)) }
-            td.mono { (p.last_error.as_deref().unwrap_or("")) }
-            td { a href=(format!("/console/payments/{id}/resume")) { "Resume…" } }
-        }
     }
 }

@@ -16,7 +16,8 @@ use super::{
     queries,
 };
 use crate::{
-    api::{ListPayments, PaymentAdmin},
+    api::{ListPayments, PaymentAdmin, PaymentTimeline},
+    error::Error,
     routes::operator::{list_payments, refund_payment, resume_payment, timeline as load_timeline},
     AppState,
 };
@@ -174,11 +175,8 @@ pub async fn list(
             p #no-payments { "No payments match." }
         } @else {
             table #payments {
-                tr {
-                    th { "payment" } th { "state" } th { "pending" } th { "attention" }
-                    th.num { "attempts" } th.num { "amount" } th { "member" } th { "age" } th { "last error" }
-                }
-                @for p in &page.payments { (row(p)) }
+                (header(Rows::List))
+                @for p in &page.payments { (row(p, Rows::List)) }
             }
         }
         @if let Some(c) = page.next_cursor {
@@ -188,19 +186,48 @@ pub async fn list(
     layout::page(Section::Payments, "Payments", body).into_response()
 }
 
-fn row(p: &PaymentAdmin) -> Markup {
+/// Which table a payment row is drawn for: the payments list shows every column; the
+/// drop page's attention table leaves out what every row there shares (flagged, and the
+/// amount and member are on the timeline) and offers Resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rows {
+    List,
+    Attention,
+}
+
+/// The header row of a payments table.
+pub(super) fn header(rows: Rows) -> Markup {
+    let list = rows == Rows::List;
+    html! {
+        tr {
+            th { "payment" } th { "state" } th { "pending" }
+            @if list { th { "attention" } }
+            th.num { "attempts" }
+            @if list { th.num { "amount" } th { "member" } }
+            th { "age" } th { "last error" }
+            @if !list { th { "" } }
+        }
+    }
+}
+
+/// One payment's row, linking to its timeline.
+pub(super) fn row(p: &PaymentAdmin, rows: Rows) -> Markup {
     let id = p.payment.id;
+    let list = rows == Rows::List;
     html! {
         tr.payment data-id=(id) data-state=(p.payment.state) {
             td.mono { a href=(format!("/console/payments/{id}")) { (id) } }
             td.state { (p.payment.state) }
             td { (p.pending_action.as_deref().unwrap_or("")) }
-            td { @if p.needs_attention { span.bad { "yes" } } }
+            @if list { td { @if p.needs_attention { span.bad { "yes" } } } }
             td.num { (p.attempts) }
-            td.num { (layout::money(p.payment.amount)) }
-            td.mono { (p.payment.member_id) }
+            @if list {
+                td.num { (layout::money(p.payment.amount)) }
+                td.mono { (p.payment.member_id) }
+            }
             td { (layout::age(p.payment.created_at)) }
             td.mono { (p.last_error.as_deref().unwrap_or("")) }
+            @if !list { td { a href=(format!("/console/payments/{id}/resume")) { "Resume…" } } }
         }
     }
 }
@@ -212,6 +239,12 @@ fn payment_not_found() -> Response {
         "no such payment",
         Some(Section::Payments),
     )
+}
+
+/// The payment a page is about, by the id in its path (one that is no id is no payment).
+async fn load(state: &AppState, raw: &str) -> crate::Result<PaymentTimeline> {
+    let id = raw.parse::<Uuid>().map_err(|_| Error::PaymentNotFound)?;
+    load_timeline(state, id).await
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -258,13 +291,11 @@ pub async fn timeline(
     Path(raw): Path<String>,
     Query(done): Query<Done>,
 ) -> Response {
-    let Ok(id) = raw.parse::<Uuid>() else {
-        return payment_not_found();
-    };
-    let t = match load_timeline(&state, id).await {
+    let t = match load(&state, &raw).await {
         Ok(t) => t,
         Err(e) => return layout::failed(e, Section::Payments),
     };
+    let id = t.payment.payment.id;
     let traceparent = queries::traceparent(&state.pool, id)
         .await
         .unwrap_or_else(|e| {
@@ -338,13 +369,11 @@ impl Action {
 }
 
 async fn confirm(state: AppState, raw: String, action: Action) -> Response {
-    let Ok(id) = raw.parse::<Uuid>() else {
-        return payment_not_found();
-    };
-    let t = match load_timeline(&state, id).await {
+    let t = match load(&state, &raw).await {
         Ok(t) => t,
         Err(e) => return layout::failed(e, Section::Payments),
     };
+    let id = t.payment.payment.id;
     let p = &t.payment;
     let (title, what, button) = match action {
         Action::Resume => (

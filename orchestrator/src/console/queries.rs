@@ -69,17 +69,14 @@ pub async fn payments_by_product(pool: &PgPool) -> Result<BTreeMap<Option<i64>, 
     Ok(out)
 }
 
-/// The payment's W3C `traceparent`, if its row has one. Read through `to_jsonb` of
-/// the row, so this works whether or not the `payments` table has the column: where
-/// it does not, the answer is simply none.
+/// The payment's W3C `traceparent`, if it was recorded with one.
 pub async fn traceparent(pool: &PgPool, id: Uuid) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar::<_, Option<String>>(
-        r#"SELECT to_jsonb(p) ->> 'traceparent' FROM payments p WHERE p.id = $1"#,
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?
-    .flatten())
+    let row: Option<Option<String>> =
+        sqlx::query_scalar(r#"SELECT traceparent FROM payments WHERE id = $1"#)
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.flatten())
 }
 
 /// The trace id of a `traceparent` (`version-traceid-parentid-flags`), if well formed.

@@ -11,6 +11,7 @@ use axum::{
     http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
 };
+use paysaga_common::{error::codes as common_codes, ApiError};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -20,6 +21,30 @@ use crate::{
     error::{Error, Result},
     store::{self, PaymentRow},
 };
+
+/// A page of an operator list when the query names no `limit`, and the most one may ask.
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 500;
+
+/// A 400 `INVALID_QUERY` for an operator list's query.
+pub(crate) fn invalid_query(message: String) -> Error {
+    ApiError::bad_request(common_codes::INVALID_QUERY, message).into()
+}
+
+/// The page size an operator list's query asks for, checked (both lists, API and
+/// console, take the same limits).
+pub(crate) fn page_limit(asked: Option<i64>) -> Result<i64> {
+    let limit = asked.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(invalid_query(format!("limit must be 1 to {MAX_LIMIT}")));
+    }
+    Ok(limit)
+}
+
+/// The payment `id`, or `PAYMENT_NOT_FOUND`.
+pub(crate) async fn load_payment(pool: &sqlx::PgPool, id: Uuid) -> Result<PaymentRow> {
+    store::load(pool, id).await?.ok_or(Error::PaymentNotFound)
+}
 
 /// A JSON body with the given status, serialised once so it can be stored and replayed.
 pub(crate) fn json_response(status: StatusCode, body: String) -> Response {

@@ -3,9 +3,7 @@
 use axum::{extract::State, Json as AxumJson};
 use paysaga_common::{
     auth::{allow::OPERATOR, Service},
-    error::codes as common_codes,
     extract::{Path, Query},
-    ApiError,
 };
 use uuid::Uuid;
 use workflows::{request_refund, State as SagaState};
@@ -13,13 +11,10 @@ use workflows::{request_refund, State as SagaState};
 use crate::{
     api::{ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline},
     error::{Error, Result},
-    routes::{spawn_drive, wait_for_terminal},
+    routes::{invalid_query, load_payment, page_limit, spawn_drive, wait_for_terminal},
     store::{self, PaymentRow},
     AppState,
 };
-
-const DEFAULT_LIMIT: i64 = 50;
-const MAX_LIMIT: i64 = 500;
 
 /// List payments, newest first, with filters and keyset paging.
 #[utoipa::path(
@@ -62,9 +57,7 @@ pub async fn steps(
 
 /// One payment and its step log.
 pub(crate) async fn timeline(state: &AppState, id: Uuid) -> Result<PaymentTimeline> {
-    let row = store::load(&state.pool, id)
-        .await?
-        .ok_or(Error::PaymentNotFound)?;
+    let row = load_payment(&state.pool, id).await?;
     let steps = store::steps(&state.pool, id).await?;
     Ok(PaymentTimeline {
         payment: row.to_admin(),
@@ -117,29 +110,17 @@ pub async fn refund(
 
 /// The operator's list with its checks: what `GET /v1/payments` and the console show.
 pub(crate) async fn list_payments(state: &AppState, filter: &ListPayments) -> Result<PaymentPage> {
-    let limit = filter.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::bad_request(
-            common_codes::INVALID_QUERY,
-            format!("limit must be 1 to {MAX_LIMIT}"),
-        )
-        .into());
-    }
+    let limit = page_limit(filter.limit)?;
     if let Some(s) = &filter.state {
-        s.parse::<SagaState>().map_err(|_| {
-            ApiError::bad_request(common_codes::INVALID_QUERY, format!("unknown state {s:?}"))
-        })?;
+        s.parse::<SagaState>()
+            .map_err(|_| invalid_query(format!("unknown state {s:?}")))?;
     }
     for (name, v) in [
         ("min_age_secs", filter.min_age_secs),
         ("max_age_secs", filter.max_age_secs),
     ] {
         if v.is_some_and(|v| !(0..=10 * 365 * 86_400).contains(&v)) {
-            return Err(ApiError::bad_request(
-                common_codes::INVALID_QUERY,
-                format!("{name} must be 0 to 315360000"),
-            )
-            .into());
+            return Err(invalid_query(format!("{name} must be 0 to 315360000")));
         }
     }
     let rows = store::list(&state.pool, filter, limit).await?;
@@ -155,9 +136,7 @@ pub(crate) async fn list_payments(state: &AppState, filter: &ListPayments) -> Re
 /// Resume: clear the attention flag and the attempt count, drive the payment now and
 /// wait up to `RESPONSE_WAIT_MS` for it to settle. `note` is recorded on the step.
 pub(crate) async fn resume_payment(state: &AppState, note: &str, id: Uuid) -> Result<PaymentRow> {
-    let row = store::load(&state.pool, id)
-        .await?
-        .ok_or(Error::PaymentNotFound)?;
+    let row = load_payment(&state.pool, id).await?;
     let pos = row.position()?;
     let Some(action) = pos.pending() else {
         return Err(Error::NotResumable(row.state.clone()));
@@ -183,9 +162,7 @@ pub(crate) async fn resume_payment(state: &AppState, note: &str, id: Uuid) -> Re
 /// Refund a settled COMPLETED payment through the saga (a refund already under way is
 /// returned as it is); waits up to `RESPONSE_WAIT_MS`. `note` is recorded on the step.
 pub(crate) async fn refund_payment(state: &AppState, note: &str, id: Uuid) -> Result<PaymentRow> {
-    let row = store::load(&state.pool, id)
-        .await?
-        .ok_or(Error::PaymentNotFound)?;
+    let row = load_payment(&state.pool, id).await?;
     let pos = row.position()?;
     if matches!(
         pos.state(),
@@ -208,9 +185,7 @@ pub(crate) async fn refund_payment(state: &AppState, note: &str, id: Uuid) -> Re
     )
     .await?
     else {
-        let now = store::load(&state.pool, id)
-            .await?
-            .ok_or(Error::PaymentNotFound)?;
+        let now = load_payment(&state.pool, id).await?;
         if now.state == SagaState::RefundProcessing.as_str()
             || now.state == SagaState::Refunded.as_str()
         {

@@ -18,6 +18,7 @@ use crate::{
         WebhookEndpoint, WebhookEndpointCreated, WebhookEndpointList,
     },
     error::{Error, Result},
+    routes::{invalid_query, page_limit},
     webhooks::store,
     AppState,
 };
@@ -25,8 +26,6 @@ use crate::{
 const MAX_URL_CHARS: usize = 2048;
 const MAX_DESCRIPTION_CHARS: usize = 500;
 const MAX_EVENT_TYPES: usize = 32;
-const DEFAULT_LIMIT: i64 = 50;
-const MAX_LIMIT: i64 = 500;
 
 /// The characters a path may hold (RFC 3986 unreserved, sub-delims, `:` `@` `/`); a
 /// query may hold `?` too. Percent-escapes and anything else are refused.
@@ -303,21 +302,12 @@ pub(crate) async fn deliveries(
     state: &AppState,
     filter: &ListDeliveries,
 ) -> Result<WebhookDeliveryPage> {
-    let limit = filter.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::bad_request(
-            common_codes::INVALID_QUERY,
-            format!("limit must be 1 to {MAX_LIMIT}"),
-        )
-        .into());
-    }
+    let limit = page_limit(filter.limit)?;
     if let Some(s) = &filter.state {
         if !matches!(s.as_str(), "PENDING" | "DELIVERED" | "DEAD") {
-            return Err(ApiError::bad_request(
-                common_codes::INVALID_QUERY,
-                format!("unknown state {s:?}: PENDING, DELIVERED or DEAD"),
-            )
-            .into());
+            return Err(invalid_query(format!(
+                "unknown state {s:?}: PENDING, DELIVERED or DEAD"
+            )));
         }
     }
     let rows = store::list_deliveries(

@@ -341,6 +341,26 @@ impl Stack {
     }
 }
 
+/// The payment schema brought up as the orchestrator would, and a pool of
+/// `connections` as the orchestrator's own role: for tests that work on its tables
+/// directly, without a running orchestrator.
+pub async fn payments_pool(db: &TestDb, connections: u32) -> PgPool {
+    paysaga_common::db::migrate(
+        &db.role_url("payment_migrator"),
+        orchestrator::SCHEMA,
+        &orchestrator::MIGRATOR,
+    )
+    .await
+    .expect("migrate");
+    paysaga_common::db::connect(
+        &db.role_url("payment_app"),
+        orchestrator::SCHEMA,
+        connections,
+    )
+    .await
+    .expect("connect")
+}
+
 pub fn pay_request(reservation_id: Uuid, account_id: i64) -> CreatePayment {
     CreatePayment {
         reservation_id,
