@@ -8,6 +8,7 @@ pub mod binaries;
 pub mod buyer;
 pub mod haproxy;
 pub mod invariants;
+pub mod postgres_ha;
 pub mod private_redis;
 pub mod process;
 pub mod proxy;
