@@ -55,8 +55,12 @@ pub enum Error {
     AmountOutOfRange,
     #[error("a batch carries 1 to {max} operations, not {got}")]
     BatchTooLarge { max: usize, got: usize },
-    /// No database connection became free in time: nothing happened, try again.
-    #[error("the ledger is overloaded; nothing was done, try again")]
+    /// The database cannot serve now (no connection free in time, connection lost, a
+    /// server that is down, starting, or a standby): retry under the same operation key,
+    /// which tells whether a statement cut mid-way had committed.
+    #[error(
+        "the ledger's database is unavailable or overloaded; retry with the same operation key"
+    )]
     Unavailable,
     #[error("database")]
     Database(#[source] sqlx::Error),
@@ -73,7 +77,7 @@ impl From<ApiError> for Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
-        if matches!(e, sqlx::Error::PoolTimedOut) {
+        if paysaga_common::db::unavailable(&e) {
             return Error::Unavailable;
         }
         if let Some(db) = e.as_database_error() {
@@ -122,7 +126,7 @@ impl Error {
             Error::AmountOutOfRange => ApiError::unprocessable(codes::AMOUNT_OUT_OF_RANGE, msg),
             Error::BatchTooLarge { .. } => ApiError::bad_request(BATCH_TOO_LARGE, msg),
             Error::Unavailable => {
-                tracing::warn!("database pool exhausted; answering 503");
+                tracing::warn!("database unavailable or pool exhausted; answering 503");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     common_codes::UNAVAILABLE,
@@ -150,5 +154,25 @@ impl IntoResponse for Error {
             Ok(api) => api.into_response(),
             Err(internal) => internal_error_response(&internal),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_out_of_reach_is_503_unavailable_not_500() {
+        let lost = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        for e in [
+            sqlx::Error::Io(lost),
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+        ] {
+            let api = Error::from(e).into_api().expect("a client-facing answer");
+            assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(api.code, common_codes::UNAVAILABLE);
+        }
+        assert!(Error::from(sqlx::Error::RowNotFound).into_api().is_err());
     }
 }

@@ -114,6 +114,30 @@ async fn pool_with(
         .await
 }
 
+/// Whether `e` says the database cannot serve right now, as during a failover, rather
+/// than that the request or the code is wrong: no connection (refused, broken, closed
+/// mid-statement: `Io`; none free in time: `PoolTimedOut`; the pool shut: `PoolClosed`),
+/// or the server refusing for its own state. SQLSTATE class 08 (connection exception),
+/// 57P01 `admin_shutdown` (the server was told to stop, or terminated the session),
+/// 57P02 `crash_shutdown` (another backend crashed), 57P03 `cannot_connect_now`
+/// (starting up, shutting down, in recovery) and 25006 `read_only_sql_transaction`
+/// (a connection that reached a standby, before its proxy knew it was not the primary).
+///
+/// Services answer these with 503 `UNAVAILABLE`: retryable, and the outcome of a
+/// statement cut mid-way is unknown to the caller, which retries under its key.
+pub fn unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| unavailable_sqlstate(&c)),
+        _ => false,
+    }
+}
+
+/// The SQLSTATEs of [`unavailable`].
+pub fn unavailable_sqlstate(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "25006")
+}
+
 /// How a service's own connections are limited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {

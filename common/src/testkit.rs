@@ -32,8 +32,14 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn new() -> Self {
+        Self::on(&admin_url()).await
+    }
+
+    /// A test database on the server `admin` (an administrator's URL) names, instead of
+    /// `TEST_ADMIN_DATABASE_URL`'s: a PostgreSQL of the test's own.
+    pub async fn on(admin: &str) -> Self {
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-        let admin = admin_url();
+        let admin = admin.to_owned();
         db::create_database(&admin, &name)
             .await
             .expect("create test database");

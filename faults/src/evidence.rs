@@ -96,6 +96,138 @@ pub async fn steps(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
     ])
 }
 
+/// What buyers were told, held against what PostgreSQL holds once recovery is over: an
+/// answer the database contradicts is a commit lost (or invented) on the way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Acknowledged {
+    /// Buyers told COMPLETED.
+    pub completed: i64,
+    /// ... whose payment is not COMPLETED with its debit applied and its order confirmed.
+    pub completed_lost: i64,
+    /// Buyers told FAILED or REFUNDED whose payment is in another state.
+    pub closed_contradicted: i64,
+    /// Reservations a buyer was given (201) that the database does not hold.
+    pub reservations_lost: i64,
+    /// `Idempotency-Key`s still PROCESSING with every buyer answered and every payment
+    /// settled: nothing would ever complete them.
+    pub keys_in_progress: i64,
+}
+
+impl Acknowledged {
+    /// Every broken promise, in words.
+    pub fn violations(&self) -> Vec<String> {
+        [
+            (
+                self.completed_lost,
+                "buyers told COMPLETED without a COMPLETED, debited and confirmed payment in the database",
+            ),
+            (
+                self.closed_contradicted,
+                "buyers told FAILED or REFUNDED whose payment the database holds in another state",
+            ),
+            (
+                self.reservations_lost,
+                "reservations acknowledged to buyers missing from the database",
+            ),
+            (
+                self.keys_in_progress,
+                "Idempotency-Keys left PROCESSING after every buyer was answered",
+            ),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n != 0)
+        .map(|(n, what)| format!("{what}: {n}"))
+        .collect()
+    }
+}
+
+/// Reads [`Acknowledged`] for `attempts` (the drop's buyers, all answered) from `pool`.
+pub async fn acknowledged(
+    pool: &PgPool,
+    attempts: &[paysaga_e2e::Attempt],
+) -> anyhow::Result<Acknowledged> {
+    use paysaga_e2e::Outcome;
+    let mut told_completed = Vec::new();
+    let mut completed_without_id = 0;
+    let mut told_closed = Vec::new();
+    let mut closed_states = Vec::new();
+    for a in attempts {
+        let state = match a.outcome {
+            Outcome::Completed => "COMPLETED",
+            Outcome::Failed { .. } => "FAILED",
+            Outcome::Refunded => "REFUNDED",
+            _ => continue,
+        };
+        match (state, a.payment_id) {
+            ("COMPLETED", Some(id)) => told_completed.push(id),
+            ("COMPLETED", None) => completed_without_id += 1,
+            (_, Some(id)) => {
+                told_closed.push(id);
+                closed_states.push(state.to_owned());
+            }
+            (_, None) => {}
+        }
+    }
+    let completed_lost: i64 = sqlx::query_scalar(
+        r#"
+        SELECT COUNT(*)
+        FROM UNNEST($1::UUID[]) AS told(id)
+        LEFT JOIN payment_service.payments AS p ON p.id = told.id
+        WHERE p.id IS NULL
+           OR p.state <> 'COMPLETED'
+           OR NOT EXISTS (
+               SELECT 1 FROM account_service.transactions AS d
+               WHERE d.operation_key = 'pay:' || p.id::TEXT || ':debit'
+                 AND d.kind = 'DEBIT' AND d.status = 'APPLIED' AND d.amount = p.amount)
+           OR NOT EXISTS (
+               SELECT 1 FROM order_service.orders AS o
+               WHERE o.reservation_id = p.reservation_id AND o.state = 'CONFIRMED')
+        "#,
+    )
+    .bind(&told_completed)
+    .fetch_one(pool)
+    .await
+    .context("reading the payments buyers were told COMPLETED")?;
+    let closed_contradicted: i64 = sqlx::query_scalar(
+        r#"
+        SELECT COUNT(*)
+        FROM UNNEST($1::UUID[], $2::TEXT[]) AS told(id, state)
+        LEFT JOIN payment_service.payments AS p ON p.id = told.id
+        WHERE p.state IS DISTINCT FROM told.state
+        "#,
+    )
+    .bind(&told_closed)
+    .bind(&closed_states)
+    .fetch_one(pool)
+    .await
+    .context("reading the payments buyers were told FAILED or REFUNDED")?;
+    let reservations: Vec<uuid::Uuid> = attempts.iter().filter_map(|a| a.reservation_id).collect();
+    let reservations_lost: i64 = sqlx::query_scalar(
+        r#"
+        SELECT COUNT(*)
+        FROM UNNEST($1::UUID[]) AS given(id)
+        WHERE NOT EXISTS (SELECT 1 FROM order_service.reservations AS r WHERE r.id = given.id)
+        "#,
+    )
+    .bind(&reservations)
+    .fetch_one(pool)
+    .await
+    .context("reading the reservations buyers were given")?;
+    let keys_in_progress: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM payment_service.idempotency_keys WHERE status = 'PROCESSING'"#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("reading idempotency keys")?;
+    Ok(Acknowledged {
+        completed: i64::try_from(told_completed.len()).unwrap_or(i64::MAX) + completed_without_id,
+        completed_lost: completed_lost + completed_without_id,
+        closed_contradicted,
+        reservations_lost,
+        keys_in_progress,
+    })
+}
+
 /// `name{labels} value` from a Prometheus text page; 0 when absent.
 pub fn metric(page: &str, series: &str) -> f64 {
     page.lines()
@@ -151,7 +283,32 @@ pub async fn metrics_page(http: &reqwest::Client, base_url: &str) -> anyhow::Res
 
 #[cfg(test)]
 mod tests {
-    use super::{batch_in_flight, metric};
+    use super::{batch_in_flight, metric, Acknowledged};
+
+    #[test]
+    fn an_answer_the_database_contradicts_is_a_violation() {
+        let clean = Acknowledged {
+            completed: 38,
+            ..Acknowledged::default()
+        };
+        assert!(clean.violations().is_empty());
+        let lost = Acknowledged {
+            completed: 38,
+            completed_lost: 1,
+            keys_in_progress: 2,
+            ..Acknowledged::default()
+        };
+        let v = lost.violations();
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(
+            v[0].contains("told COMPLETED") && v[0].ends_with(": 1"),
+            "{v:?}"
+        );
+        assert!(
+            v[1].contains("PROCESSING") && v[1].ends_with(": 2"),
+            "{v:?}"
+        );
+    }
 
     #[test]
     fn metric_reads_a_labelled_series() {

@@ -11,15 +11,16 @@ use std::{
 };
 
 use paysaga_e2e::{
-    invariants, private_redis::PrivateRedis, redis_cluster::RedisCluster, stats::Latency, Admin,
-    Attempt, Buyer, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions,
+    binaries, invariants, postgres_ha::PostgresHa, private_redis::PrivateRedis,
+    redis_cluster::RedisCluster, stats::Latency, Admin, Attempt, Buyer, Driver, Endpoints, Outcome,
+    ServiceKind, Stack, StackOptions,
 };
 use rand::{rngs::StdRng, SeedableRng};
 
 use crate::{
     evidence,
     impatient::{self, ClientStats},
-    inject::{self, Ctx},
+    inject::{self, Ctx, Probe},
     plan::Plan,
     report::ScenarioReport,
     scenario::Scenario,
@@ -62,8 +63,23 @@ pub async fn run_on(
     if let Some(c) = &cluster {
         options = options.env(ServiceKind::Gate, "REDIS_CLUSTER_NODES", c.nodes_env());
     }
+    // Declared before the stack, so it outlives it: the test database is dropped on the
+    // new primary before the pair goes.
+    let (mut postgres, postgres_logs) = match scenario {
+        Scenario::PostgresFailover => {
+            let dir = binaries::log_dir(&format!("faults-{scenario}-postgres"))?;
+            (Some(PostgresHa::start(&dir).await?), Some(dir))
+        }
+        _ => (None, None),
+    };
+    if let Some(pg) = &postgres {
+        options = options.database(pg.admin_url());
+    }
     let mut stack = Stack::start(options).await?;
-    let logs = stack.log_paths();
+    let mut logs = stack.log_paths();
+    if let Some(dir) = &postgres_logs {
+        logs.push_str(&format!("\n  PostgreSQL and HAProxy: {}", dir.display()));
+    }
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let http = paysaga_common::client::http_client(REQUEST_TIMEOUT);
     let admin = Admin::new(endpoints.clone(), http.clone());
@@ -78,6 +94,10 @@ pub async fn run_on(
     admin
         .wait_for_quota(product.id, plan.units, QUOTA_WAIT)
         .await?;
+    let probe = match scenario {
+        Scenario::PostgresFailover => Some(probe(&admin, &endpoints, plan, scenario).await?),
+        _ => None,
+    };
     let pool = stack.admin_pool().await;
 
     // The buyers and the injector run side by side; the injector owns the stack (to kill
@@ -115,6 +135,8 @@ pub async fn run_on(
         drop_done: drop_done.clone(),
         redis: private_redis.as_mut(),
         cluster: cluster.as_mut(),
+        postgres: postgres.as_mut(),
+        probe,
         product: product.id,
         http: paysaga_common::client::http_client(METRICS_TIMEOUT),
         orchestrator: endpoints.orchestrator.clone(),
@@ -125,6 +147,9 @@ pub async fn run_on(
     };
     let (attempts, (injected, mut healed_at)) = tokio::join!(load, fault);
     let mut injection = injected?;
+    if let Some(at) = injection.healed_at {
+        healed_at = at;
+    }
     if scenario == Scenario::ImpatientClients {
         // The clients were the fault: it lasted until the last of them was answered.
         healed_at = Instant::now();
@@ -134,6 +159,7 @@ pub async fn run_on(
     }
 
     let settled = settle::wait(&pool, healed_at, plan.recovery_bound).await?;
+    let acknowledged = evidence::acknowledged(&pool, &attempts).await?;
 
     // Read before the post-heal wave, which has its own product.
     let unsold: i64 = sqlx::query_scalar(
@@ -177,6 +203,24 @@ pub async fn run_on(
         ));
     }
 
+    if let Some(struck) = injection.struck_at {
+        let terminal = healed_at.saturating_duration_since(struck) + settled.recovery;
+        evidence.push((
+            "SIGKILL to every payment terminal (ms)".into(),
+            i64::try_from(terminal.as_millis()).unwrap_or(i64::MAX),
+        ));
+    }
+    if scenario == Scenario::PostgresFailover {
+        evidence.push((
+            "buyer requests with an unknown outcome (5xx, cut, timeout)".into(),
+            i64::try_from(driver.errors.times().len()).unwrap_or(i64::MAX),
+        ));
+    }
+    evidence.push((
+        "buyers told COMPLETED, checked in the database".into(),
+        acknowledged.completed,
+    ));
+
     let tally = Tally::of(&attempts);
     // Not an invariant (nothing oversold, no money kept), but buyers were turned away
     // from stock that was there: reported as a finding (docs/faults.md).
@@ -197,6 +241,14 @@ pub async fn run_on(
             // Judged below against the recovery bound, where flagged payments count as settled.
             .filter(|v| !v.starts_with("payments not terminal")),
     );
+    violations.extend(acknowledged.violations());
+    if injection
+        .evidence
+        .iter()
+        .any(|(name, n)| name == inject::PROBE_FAILED && *n > 0)
+    {
+        violations.push("no probe checkout completed after the failover".into());
+    }
     if !settled.within_bound {
         violations.push(format!(
             "payments neither terminal nor flagged with a cause {:?} after healing: {} open, {} flagged without a cause",
@@ -242,6 +294,29 @@ pub async fn run_on(
         wave_units: plan.wave_units,
         elapsed: started.elapsed(),
         logs,
+    })
+}
+
+/// A probe product of 3 units and 3 funded buyers, for timing the first checkout after
+/// a fault.
+async fn probe(
+    admin: &Admin,
+    endpoints: &Endpoints,
+    plan: &Plan,
+    scenario: Scenario,
+) -> anyhow::Result<Probe> {
+    const UNITS: i64 = 3;
+    let product = admin
+        .create_product(&format!("{scenario}-probe"), plan.price, UNITS)
+        .await?;
+    let buyers = admin
+        .open_buyers(&format!("{scenario}-probe"), &[plan.price * 2; 3], 3)
+        .await?;
+    admin.wait_for_quota(product.id, UNITS, QUOTA_WAIT).await?;
+    Ok(Probe {
+        driver: Driver::new(endpoints.clone(), REQUEST_TIMEOUT).with_patience(Probe::patience()),
+        buyers,
+        product: product.id,
     })
 }
 

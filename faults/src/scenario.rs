@@ -18,6 +18,10 @@ pub const PARTITION_RESERVATION_TTL: Duration = Duration::from_secs(4);
 /// Evidence name: masters SIGKILLed whose replica the cluster promoted.
 pub const MASTERS_FAILED_OVER: &str = "masters killed and failed over";
 
+/// Evidence name: PostgreSQL primaries SIGKILLed while buyers were still being served
+/// whose standby was promoted and reached through HAProxy.
+pub const PRIMARIES_FAILED_OVER: &str = "primaries killed mid-drop and failed over";
+
 /// Pool size of each database-backed service.
 pub const DB_MAX_CONNECTIONS: u32 = 8;
 
@@ -33,10 +37,11 @@ pub enum Scenario {
     ImpatientClients,
     OrderCrash,
     RedisClusterMasterLoss,
+    PostgresFailover,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::OrchestratorCrash,
         Scenario::SlowAccount,
         Scenario::OrderPartition,
@@ -46,6 +51,7 @@ impl Scenario {
         Scenario::ImpatientClients,
         Scenario::OrderCrash,
         Scenario::RedisClusterMasterLoss,
+        Scenario::PostgresFailover,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +65,7 @@ impl Scenario {
             Scenario::ImpatientClients => "impatient-clients",
             Scenario::OrderCrash => "order-crash",
             Scenario::RedisClusterMasterLoss => "redis-cluster-master-loss",
+            Scenario::PostgresFailover => "postgres-failover",
         }
     }
 
@@ -108,6 +115,12 @@ impl Scenario {
                  promote its replica, then restarts the killed node empty (it rejoins as a \
                  replica), repeatedly"
             }
+            Scenario::PostgresFailover => {
+                "the services reach PostgreSQL through HAProxy in front of a primary and its \
+                 synchronous streaming standby (only the node not in recovery in rotation); \
+                 SIGKILLs the primary's processes while payments are in flight (aimed at a \
+                 batch in flight), promotes the standby after a while"
+            }
         }
     }
 
@@ -152,6 +165,12 @@ impl Scenario {
                  promoted replica by itself and rebuilds the quota there (re-adding passes the \
                  replica may have missed); the order service never oversells"
             }
+            Scenario::PostgresFailover => {
+                "no acknowledged commit is lost: every buyer told COMPLETED has a completed, \
+                 debited and confirmed payment on the new primary; the services answer 503 \
+                 meanwhile and their pools reconnect to the promoted standby without a \
+                 restart; recovery settles every saga the failover cut"
+            }
         }
     }
 
@@ -187,6 +206,8 @@ impl Scenario {
             // Its own Redis (or Redis Cluster), killed and restarted by the injector
             // (see `run`).
             Scenario::RedisLoss | Scenario::RedisClusterMasterLoss => {}
+            // Its own PostgreSQL pair behind HAProxy, killed and promoted by the injector.
+            Scenario::PostgresFailover => {}
             Scenario::DatabaseDrops => {
                 for kind in [
                     ServiceKind::Account,
@@ -211,6 +232,7 @@ impl Scenario {
             Scenario::ImpatientClients => "client timeouts",
             Scenario::OrderCrash => "confirm calls with an unknown outcome",
             Scenario::RedisClusterMasterLoss => MASTERS_FAILED_OVER,
+            Scenario::PostgresFailover => PRIMARIES_FAILED_OVER,
         }
     }
 

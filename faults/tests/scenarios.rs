@@ -67,3 +67,8 @@ async fn order_service_killed_while_confirms_are_in_flight() -> anyhow::Result<(
 async fn redis_cluster_master_killed_mid_drop_and_failed_over() -> anyhow::Result<()> {
     clean(Scenario::RedisClusterMasterLoss).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_primary_killed_mid_drop_and_standby_promoted() -> anyhow::Result<()> {
+    clean(Scenario::PostgresFailover).await
+}

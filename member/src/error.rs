@@ -60,8 +60,9 @@ pub enum Error {
     /// The account service gave no definite answer (timeout, connection, 5xx).
     #[error("the account service did not answer; nothing is known to have happened, retry")]
     AccountUnavailable(#[source] CallError),
-    /// No database connection became free in time: nothing happened, try again.
-    #[error("the member service is overloaded; nothing was done, try again")]
+    /// The database cannot serve now (no connection free in time, connection lost, a
+    /// server that is down, starting, or a standby): try again.
+    #[error("the member service's database is unavailable or overloaded; try again")]
     Unavailable,
     #[error("database")]
     Database(#[source] sqlx::Error),
@@ -81,7 +82,7 @@ impl From<ApiError> for Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
-        if matches!(e, sqlx::Error::PoolTimedOut) {
+        if paysaga_common::db::unavailable(&e) {
             return Error::Unavailable;
         }
         if let Some(db) = e.as_database_error() {
@@ -153,7 +154,7 @@ impl Error {
                 msg,
             ),
             Error::Unavailable => {
-                tracing::warn!("database pool exhausted; answering 503");
+                tracing::warn!("database unavailable or pool exhausted; answering 503");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     common_codes::UNAVAILABLE,
@@ -184,5 +185,29 @@ impl IntoResponse for Error {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_out_of_reach_is_503_unavailable_not_500() {
+        let lost = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        for e in [
+            sqlx::Error::Io(lost),
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+        ] {
+            let response = Error::from(e).into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert!(response.headers().contains_key(header::RETRY_AFTER));
+        }
+        let api = Error::from(sqlx::Error::PoolClosed)
+            .into_api()
+            .expect("a client-facing answer");
+        assert_eq!(api.code, common_codes::UNAVAILABLE);
+        assert!(Error::from(sqlx::Error::RowNotFound).into_api().is_err());
     }
 }

@@ -71,6 +71,10 @@ pub enum Error {
     Stopping,
     #[error("database error")]
     Database(#[from] sqlx::Error),
+    /// A group commit failed because the database could not serve (see
+    /// `paysaga_common::db::unavailable`); a flush's failure carries only its message.
+    #[error("{0}")]
+    Unavailable(String),
     /// Something that must never happen did; nothing half-done is kept.
     #[error("invariant violated: {0}")]
     Invariant(String),
@@ -144,9 +148,23 @@ impl Error {
                 common_codes::UNAVAILABLE,
                 "this instance is stopping; retry with the same Idempotency-Key to get the payment's answer",
             ),
+            Error::Database(e) if paysaga_common::db::unavailable(e) => Self::unavailable(),
+            Error::Unavailable(_) => Self::unavailable(),
             Error::Database(_) | Error::Invariant(_) | Error::RateLimited(_) => return None,
         };
         Some(e)
+    }
+}
+
+impl Error {
+    /// The answer while the database cannot serve (a failover, a pool exhausted):
+    /// retryable, and the payment's own state decides what a retry finds.
+    fn unavailable() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            common_codes::UNAVAILABLE,
+            "the payment database is unavailable; retry with the same Idempotency-Key",
+        )
     }
 }
 
@@ -160,7 +178,10 @@ impl IntoResponse for Error {
                 let mut response = api.into_response();
                 let retry_after = match &self {
                     Error::IdempotencyInProgress { retry_after_secs } => Some(*retry_after_secs),
-                    Error::Downstream { .. } | Error::Stopping => Some(1),
+                    Error::Downstream { .. }
+                    | Error::Stopping
+                    | Error::Unavailable(_)
+                    | Error::Database(_) => Some(1),
                     _ => None,
                 };
                 if let Some(secs) = retry_after {
@@ -187,5 +208,30 @@ impl Error {
                 | Error::AccountNotFound
                 | Error::Downstream { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_out_of_reach_is_503_unavailable_not_500() {
+        let lost = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        for e in [
+            Error::Database(sqlx::Error::Io(lost)),
+            Error::Database(sqlx::Error::PoolTimedOut),
+            Error::Database(sqlx::Error::PoolClosed),
+            Error::Unavailable("saga_writes: database unavailable".into()),
+        ] {
+            let api = e.api().expect("a client-facing answer");
+            assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(api.code, common_codes::UNAVAILABLE);
+            let response = e.into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert!(response.headers().contains_key(header::RETRY_AFTER));
+        }
+        let response = Error::Database(sqlx::Error::RowNotFound).into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

@@ -190,14 +190,19 @@ impl Error {
         matches!(self, Error::Database(e) if retry::is_rolled_back_conflict(e))
     }
 
-    /// Load, not a bug, and nothing was written: pool exhaustion, the statement
-    /// timeout, or a lock conflict that outlasted its retries.
-    fn is_timeout(&self) -> bool {
+    /// The database could not serve, and nothing was written: busy (no connection free
+    /// in time, the statement timeout, a lock conflict that outlasted its retries) or out
+    /// of reach (connection lost, a server down, starting, or a standby;
+    /// `paysaga_common::db::unavailable`).
+    fn is_unavailable(&self) -> bool {
         match self {
-            Error::Database(sqlx::Error::PoolTimedOut) => true,
             // 57014 query_canceled: statement_timeout fired.
-            Error::Database(sqlx::Error::Database(e)) => e.code().as_deref() == Some("57014"),
-            _ => self.is_conflict(),
+            Error::Database(sqlx::Error::Database(e)) if e.code().as_deref() == Some("57014") => {
+                true
+            }
+            _ if self.is_conflict() => true,
+            Error::Database(e) => paysaga_common::db::unavailable(e),
+            _ => false,
         }
     }
 }
@@ -207,19 +212,40 @@ impl IntoResponse for Error {
         match self.api() {
             Some(e) => e.into_response(),
             None => {
-                // Pool exhaustion and the statement timeout are load, not bugs: say so, so
-                // callers retry (and a saga treats it as an unknown outcome, as it must).
-                if self.is_timeout() {
-                    tracing::warn!(error = %self, "database busy; answering 503");
+                // Load (pool exhaustion, the statement timeout) and a database out of reach
+                // (a failover) are not bugs: say so, so callers retry (and a saga treats it
+                // as an unknown outcome, as it must).
+                if self.is_unavailable() {
+                    tracing::warn!(error = %self, cause = ?self, "database busy or unavailable; answering 503");
                     return ApiError::new(
                         StatusCode::SERVICE_UNAVAILABLE,
                         paysaga_common::error::codes::UNAVAILABLE,
-                        "the service is overloaded; retry shortly",
+                        "the service's database is overloaded or unavailable; retry shortly",
                     )
                     .into_response();
                 }
                 internal_error_response(&self)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_out_of_reach_is_503_unavailable_not_500() {
+        let lost = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        for e in [
+            sqlx::Error::Io(lost),
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+        ] {
+            let response = Error::Database(e).into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+        let response = Error::Database(sqlx::Error::RowNotFound).into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

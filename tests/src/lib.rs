@@ -9,6 +9,7 @@ pub mod buyer;
 pub mod drop_run;
 pub mod haproxy;
 pub mod invariants;
+pub mod postgres_ha;
 pub mod private_redis;
 pub mod process;
 pub mod proxy;

@@ -57,6 +57,9 @@ pub struct StackOptions {
     /// Instances of every service; more than one puts a real HAProxy in front of them
     /// (on the ports [`Stack::url`] names), through which the services call each other.
     pub instances: usize,
+    /// An administrator's URL of a PostgreSQL of the test's own (e.g. one that fails
+    /// over) to create the test database on, instead of `TEST_ADMIN_DATABASE_URL`.
+    pub admin_database_url: Option<String>,
 }
 
 impl Default for StackOptions {
@@ -77,7 +80,15 @@ impl StackOptions {
             services: ServiceKind::ALL.into_iter().collect(),
             redis_url: None,
             instances: 1,
+            admin_database_url: None,
         }
+    }
+
+    /// Creates the test database on the PostgreSQL `admin_url` (an administrator's URL)
+    /// names instead of the shared one; the services connect to the same host and port.
+    pub fn database(mut self, admin_url: impl Into<String>) -> Self {
+        self.admin_database_url = Some(admin_url.into());
+        self
     }
 
     /// Uses the Redis at `url` instead of the shared one.
@@ -190,7 +201,10 @@ impl Stack {
     /// Creates the database and Redis prefix, starts the proxies and the four services,
     /// and returns once every service answers `/readyz`.
     pub async fn start(options: StackOptions) -> anyhow::Result<Self> {
-        let db = TestDb::new().await;
+        let db = match &options.admin_database_url {
+            Some(url) => TestDb::on(url).await,
+            None => TestDb::new().await,
+        };
         let redis = match &options.redis_url {
             Some(url) => TestRedis {
                 url: url.clone(),

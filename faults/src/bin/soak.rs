@@ -17,7 +17,7 @@ struct Args {
     rounds: u32,
     /// Only these scenarios (repeatable): orchestrator-crash, slow-account, order-partition,
     /// account-crash, redis-loss, database-drops, impatient-clients, order-crash,
-    /// redis-cluster-master-loss.
+    /// redis-cluster-master-loss, postgres-failover.
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
     /// Buyers per drop.

@@ -55,5 +55,6 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     Ok(Injection {
         faults: resets,
         evidence: vec![("payments unfinished at a pulse".into(), unfinished)],
+        ..Injection::default()
     })
 }

@@ -6,6 +6,7 @@ mod database_drops;
 mod orchestrator_crash;
 mod order_crash;
 mod order_partition;
+mod postgres_failover;
 mod redis_cluster;
 mod redis_loss;
 mod slow_account;
@@ -20,13 +21,15 @@ use std::{
 
 use anyhow::Context as _;
 use paysaga_e2e::{
-    private_redis::PrivateRedis, redis_cluster::RedisCluster, FaultProxy, Link, ServiceKind, Stack,
-    Stop,
+    postgres_ha::PostgresHa, private_redis::PrivateRedis, redis_cluster::RedisCluster, FaultProxy,
+    Link, ServiceKind, Stack, Stop,
 };
 use rand::{rngs::StdRng, Rng};
 use sqlx::PgPool;
 
 use crate::{evidence, plan::Plan, scenario::Scenario};
+
+pub use postgres_failover::Probe;
 
 /// Evidence name: kills struck while the orchestrator reported an operation in flight in
 /// the batch the kill was aimed at.
@@ -37,6 +40,9 @@ pub const OPS_AT_KILLS: &str = "batched operations in flight at a kill";
 /// aimed at. Zero means it does not batch there, so no kill could be aimed.
 pub const KILLS_WITH_GAUGE: &str = "kills aimed with the batch gauge exported";
 
+/// Evidence name: a probe checkout that never completed after its fault (a violation).
+pub const PROBE_FAILED: &str = "probe checkouts that never completed";
+
 /// What an injector did, as counts a report can print.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Injection {
@@ -44,6 +50,13 @@ pub struct Injection {
     pub faults: u32,
     /// Named counts showing the faults hit work in progress.
     pub evidence: Vec<(String, i64)>,
+    /// When the (last) fault struck, for a scenario that times recovery from the strike.
+    #[serde(skip)]
+    pub struck_at: Option<Instant>,
+    /// When the system was whole again, for a scenario whose heal is a condition met
+    /// (a promoted standby in rotation) rather than the injector's return.
+    #[serde(skip)]
+    pub healed_at: Option<Instant>,
 }
 
 /// What an injector works with while the drop runs.
@@ -58,6 +71,12 @@ pub struct Ctx<'a> {
     pub redis: Option<&'a mut PrivateRedis>,
     /// The scenario's own Redis Cluster, for a scenario that kills one of its masters.
     pub cluster: Option<&'a mut RedisCluster>,
+    /// The scenario's own PostgreSQL primary and standby behind HAProxy, for a scenario
+    /// that kills the primary.
+    pub postgres: Option<&'a mut PostgresHa>,
+    /// A buyer's checkouts timed through a fault, for a scenario that measures when the
+    /// system sells again.
+    pub probe: Option<Probe>,
     /// The drop's product.
     pub product: i64,
     /// A client for the orchestrator's `/metrics`, polled to aim kills at batches.
@@ -264,6 +283,7 @@ impl Ctx<'_> {
                 (OPS_AT_KILLS.into(), ops_at_kills as i64),
                 (KILLS_WITH_GAUGE.into(), kills_with_gauge),
             ],
+            ..Injection::default()
         })
     }
 }
@@ -281,5 +301,6 @@ pub async fn inject(scenario: Scenario, ctx: &mut Ctx<'_>) -> anyhow::Result<Inj
         Scenario::ImpatientClients => Ok(Injection::default()),
         Scenario::OrderCrash => order_crash::inject(ctx).await,
         Scenario::RedisClusterMasterLoss => redis_cluster::inject(ctx).await,
+        Scenario::PostgresFailover => postgres_failover::inject(ctx).await,
     }
 }

@@ -42,5 +42,6 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             "payments awaiting debit or confirm at a cut".into(),
             confirming,
         )],
+        ..Injection::default()
     })
 }

@@ -128,5 +128,6 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
                 ms(longest_ms),
             ),
         ],
+        ..Injection::default()
     })
 }

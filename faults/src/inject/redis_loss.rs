@@ -37,5 +37,6 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     Ok(Injection {
         faults: kills,
         evidence: vec![("Redis keys lost with the server".into(), keys_lost)],
+        ..Injection::default()
     })
 }

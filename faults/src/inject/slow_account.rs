@@ -56,5 +56,6 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             "most payments waiting for a debit during a pulse".into(),
             most_waiting,
         )],
+        ..Injection::default()
     })
 }

@@ -36,6 +36,10 @@ pub enum Written {
     Completed(bool),
 }
 
+/// Marks a flush that failed because the database could not serve: a flush's failure
+/// reaches its writers as a message only, and they answer 503, not 500, for it.
+const UNAVAILABLE_MARK: &str = "database unavailable";
+
 /// The saga's batched writer; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Writes {
@@ -51,16 +55,26 @@ impl Writes {
         let p = pool.clone();
         let batcher = Coalescer::new("saga_writes", MAX_BATCH, in_flight, move |writes| {
             let pool = p.clone();
-            async move { flush(&pool, writes).await.map_err(|e| e.to_string()) }
+            async move {
+                flush(&pool, writes).await.map_err(|e| match &e {
+                    Error::Database(db) if paysaga_common::db::unavailable(db) => {
+                        format!("{UNAVAILABLE_MARK}: {db}")
+                    }
+                    _ => e.to_string(),
+                })
+            }
         });
         Self { batcher, pool }
     }
 
     async fn write(&self, w: Write) -> Result<Written> {
-        self.batcher
-            .submit(w)
-            .await
-            .map_err(|e| Error::Invariant(format!("group commit: {e}")))
+        self.batcher.submit(w).await.map_err(|e| {
+            if e.0.contains(UNAVAILABLE_MARK) {
+                Error::Unavailable(format!("group commit: {e}"))
+            } else {
+                Error::Invariant(format!("group commit: {e}"))
+            }
+        })
     }
 
     /// A new request's key claimed and its payment created, in one flush: `Ok(None)`
