@@ -406,7 +406,12 @@ async fn browse(
         .send_keys(&f.buyer_token)
         .await?;
     client.find(Locator::Css("#sign-in")).await?.click().await?;
-    let refused = client.find(Locator::Css("p.error")).await?.text().await?;
+    let refused = client
+        .wait()
+        .for_element(Locator::Css("p.error"))
+        .await?
+        .text()
+        .await?;
     assert!(refused.contains("buyer token"), "{refused}");
     assert!(client
         .current_url()
@@ -519,9 +524,13 @@ async fn browse(
         .await?
         .click()
         .await?;
+    // The page the form loads marks the filter it applied; the page it leaves does
+    // not (choosing an option sets the property, not the attribute).
     client
         .wait()
-        .for_element(Locator::Css("#filter-state"))
+        .for_element(Locator::Css(
+            "#filter-state option[value='FAILED'][selected]",
+        ))
         .await?;
     assert!(client
         .current_url()
@@ -625,7 +634,12 @@ async fn browse(
         .await?
         .click()
         .await?;
-    client.find(Locator::Css("#confirm")).await?.click().await?;
+    client
+        .wait()
+        .for_element(Locator::Css("#confirm"))
+        .await?
+        .click()
+        .await?;
     client.wait().for_element(Locator::Css("#flash")).await?;
     wait_for(
         pool,
