@@ -98,6 +98,9 @@ async fn seed_chunk(client: &MemberClient, req: &BulkSignUpRequest) -> Result<Ve
     ))
 }
 
+/// Variables for every service of a benchmark's system (see [`System::start`]).
+const SERVICE_ENV: &str = "BENCH_SERVICE_ENV";
+
 fn setup(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Setup(format!("{what}: {e}"))
 }
@@ -105,8 +108,20 @@ fn setup(what: &str, e: impl std::fmt::Display) -> Error {
 impl System {
     /// Starts the five services (release binaries beside this one) with logs at `warn`,
     /// so per-request logging does not become the thing measured.
+    /// `BENCH_SERVICE_ENV` (`NAME=VALUE` pairs, space-separated) sets variables for
+    /// every service, to measure a tuning (`CLAIM_FLUSHES=1 WRITE_FLUSHES=1`) without a
+    /// rebuild.
     pub async fn start(label: &str, http: Client) -> Result<Self> {
-        let options = StackOptions::new(label).rust_log("warn");
+        let mut options = StackOptions::new(label).rust_log("warn");
+        for pair in std::env::var(SERVICE_ENV)
+            .unwrap_or_default()
+            .split_whitespace()
+        {
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| setup(SERVICE_ENV, format!("{pair:?} is not NAME=VALUE")))?;
+            options = options.env_all(name, value);
+        }
         let stack = Stack::start(options)
             .await
             .map_err(|e| setup("starting the services", format!("{e:#}")))?;

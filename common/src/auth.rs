@@ -174,25 +174,32 @@ pub struct Verifier {
     service_keys: Arc<HashMap<String, (ServiceRole, DecodingKey)>>,
     buyer_validation: Validation,
     service_validation: Validation,
-    buyer_cache: Option<Arc<TokenCache>>,
+    buyer_cache: Option<Arc<TokenCache<MemberId>>>,
+    /// Always on: a caller sends one credential for its whole lifetime, batch after
+    /// batch, so without it every internal request paid an Ed25519 check.
+    service_cache: Arc<TokenCache<ServiceRole>>,
 }
 
-/// A bounded memory of buyer tokens that passed full verification. During a drop a
-/// buyer's retries carry the same token, and its Ed25519 signature need not be checked
-/// again until it expires. Keyed by the whole token string, so it never accepts
-/// anything the verifier would refuse; it honours `exp` without the verifier's leeway.
-struct TokenCache {
-    shards: Vec<Mutex<CacheShard>>,
+/// How many verified service credentials are remembered: a few per calling instance.
+const SERVICE_CACHE_CAPACITY: usize = 256;
+
+/// A bounded memory of tokens that passed full verification. During a drop a buyer's
+/// retries carry the same token, and a service sends the same credential with every
+/// batch: its Ed25519 signature need not be checked again until it expires. Keyed by
+/// the whole token string, so it never accepts anything the verifier would refuse; it
+/// honours `exp` without the verifier's leeway.
+struct TokenCache<V> {
+    shards: Vec<Mutex<CacheShard<V>>>,
     per_shard: usize,
     hasher: RandomState,
 }
 
 const CACHE_SHARDS: usize = 16;
 
-/// Verified token -> (member, expiry in unix seconds).
-type CacheShard = HashMap<Box<str>, (MemberId, i64)>;
+/// Verified token -> (who it names, expiry in unix seconds).
+type CacheShard<V> = HashMap<Box<str>, (V, i64)>;
 
-impl TokenCache {
+impl<V: Clone> TokenCache<V> {
     fn new(capacity: usize) -> Self {
         Self {
             shards: (0..CACHE_SHARDS)
@@ -203,19 +210,19 @@ impl TokenCache {
         }
     }
 
-    fn shard(&self, token: &str) -> std::sync::MutexGuard<'_, CacheShard> {
+    fn shard(&self, token: &str) -> std::sync::MutexGuard<'_, CacheShard<V>> {
         let i = self.hasher.hash_one(token) as usize % CACHE_SHARDS;
         self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn get(&self, token: &str, now: i64) -> Option<MemberId> {
+    fn get(&self, token: &str, now: i64) -> Option<V> {
         self.shard(token)
             .get(token)
             .filter(|(_, exp)| *exp > now)
             .map(|(m, _)| m.clone())
     }
 
-    fn insert(&self, token: &str, member: &MemberId, exp: i64, now: i64) {
+    fn insert(&self, token: &str, member: &V, exp: i64, now: i64) {
         if exp <= now {
             return;
         }
@@ -287,6 +294,7 @@ impl Verifier {
             buyer_validation: buyer_validation(),
             service_validation: service_validation(),
             buyer_cache: None,
+            service_cache: Arc::new(TokenCache::new(SERVICE_CACHE_CAPACITY)),
         }
     }
 
@@ -401,13 +409,21 @@ impl Verifier {
     /// longer-lived than [`MAX_SERVICE_TOKEN_LIFETIME_SECS`]. Anything else is `None`,
     /// whatever it claims.
     pub fn verify_service(&self, token: &str) -> Option<ServiceRole> {
+        let now = chrono::Utc::now().timestamp();
+        if let Some(role) = self.service_cache.get(token, now) {
+            return Some(role);
+        }
         let kid = token_kid(token)?;
         let (role, key) = self.service_keys.get(&kid)?;
         let claims = jsonwebtoken::decode::<Claims>(token, key, &self.service_validation)
             .ok()?
             .claims;
         let lifetime = claims.exp.saturating_sub(claims.iat);
-        (claims.sub == role.name() && lifetime <= MAX_SERVICE_TOKEN_LIFETIME_SECS).then_some(*role)
+        if claims.sub != role.name() || lifetime > MAX_SERVICE_TOKEN_LIFETIME_SECS {
+            return None;
+        }
+        self.service_cache.insert(token, role, claims.exp, now);
+        Some(*role)
     }
 }
 
@@ -792,6 +808,41 @@ mod tests {
                 .is_some());
         }
         assert!(v.cached_buyer_tokens() <= 32);
+    }
+
+    #[test]
+    fn service_credentials_are_remembered_only_once_verified() {
+        let v = Verifier::development();
+        let token = Minter::dev_service(ServiceRole::Orchestrator)
+            .mint("orchestrator", Duration::from_secs(60));
+        assert_eq!(v.verify_service(&token), Some(ServiceRole::Orchestrator));
+        assert_eq!(v.verify_service(&token), Some(ServiceRole::Orchestrator));
+        let now = chrono::Utc::now().timestamp();
+        assert_eq!(
+            v.service_cache.get(&token, now),
+            Some(ServiceRole::Orchestrator)
+        );
+        assert!(
+            v.service_cache.get(&token, now + 61).is_none(),
+            "past its expiry the entry no longer answers"
+        );
+        // A clone shares the memory.
+        assert_eq!(v.clone().service_cache.len(), 1);
+
+        let mut tampered = token.clone();
+        tampered.push('x');
+        assert!(v.verify_service(&tampered).is_none());
+        // Signed by the gate's key but naming the orchestrator: refused, not remembered.
+        let wrong_role =
+            Minter::dev_service(ServiceRole::Gate).mint("orchestrator", Duration::from_secs(60));
+        assert!(v.verify_service(&wrong_role).is_none());
+        let buyer = Minter::dev_buyer().mint("member-1", Duration::from_secs(60));
+        assert!(v.verify_service(&buyer).is_none());
+        assert_eq!(v.service_cache.len(), 1, "refused tokens are never cached");
+        assert!(
+            v.verify_buyer(&token).is_none(),
+            "a remembered service credential is still no buyer token"
+        );
     }
 
     #[test]

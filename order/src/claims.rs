@@ -210,13 +210,31 @@ async fn claim_in(conn: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<C
             FROM UNNEST($1::UUID[], $2::BIGINT[], $3::TEXT[], $4::UUID[], $5::FLOAT8[], $6::BIGINT[])
                  WITH ORDINALITY AS r (id, product_id, member_id, pass_id, ttl, cap, ord)
         ), classified AS MATERIALIZED (
+            -- Each lookup is a LATERAL probe with a LIMIT, so that it stays one index
+            -- probe per request on any plan: as plain subqueries, the generic plan made
+            -- while the table was small hashed every pass in the table and intersected
+            -- bitmaps of every live reservation, a cost growing with the drop.
             SELECT r.id, r.product_id, r.member_id, r.pass_id, r.ttl, r.cap, r.ord,
-                   EXISTS (SELECT 1 FROM reservations x WHERE x.pass_id = r.pass_id) AS pass_used,
-                   (SELECT COUNT(*) FROM reservations x
-                    WHERE x.product_id = r.product_id AND x.member_id = r.member_id
-                      AND x.state IN ('RESERVED', 'CONFIRMED')) AS held,
+                   pu.pass_id IS NOT NULL AS pass_used,
+                   h.held,
                    row_number() OVER (PARTITION BY r.product_id, r.member_id ORDER BY r.ord) AS m
             FROM req r
+            LEFT JOIN LATERAL (
+                SELECT x.pass_id FROM reservations x WHERE x.pass_id = r.pass_id LIMIT 1
+            ) pu ON TRUE
+            -- Counted up to the cap only: that is all the comparison needs. Read along the
+            -- member's own reservations, in the order of their index.
+            CROSS JOIN LATERAL (
+                SELECT COUNT(*) AS held
+                FROM (
+                    SELECT 1
+                    FROM reservations x
+                    WHERE x.member_id = r.member_id AND x.product_id = r.product_id
+                      AND x.state IN ('RESERVED', 'CONFIRMED')
+                    ORDER BY x.member_id, x.created_at
+                    LIMIT r.cap
+                ) y
+            ) h
         ), fresh AS MATERIALIZED (
             SELECT c.id, c.product_id, c.member_id, c.pass_id, c.ttl, c.ord,
                    row_number() OVER (PARTITION BY c.product_id ORDER BY c.ord) AS k
@@ -255,7 +273,9 @@ async fn claim_in(conn: &mut PgConnection, claims: &[&NewClaim]) -> Result<Vec<C
             UPDATE product_stock s
             SET state = 'RESERVED', updated_at = now()
             FROM inserted i
-            WHERE s.id = i.unit_id AND s.product_id = i.product_id AND s.state = 'AVAILABLE'
+            -- By primary key alone: naming the product too let the plan walk the
+            -- product's (product_id, state) index instead.
+            WHERE s.id = i.unit_id AND s.state = 'AVAILABLE'
             RETURNING s.id
         ), counted AS (
             SELECT (SELECT COUNT(*) FROM claimed) AS units_claimed,

@@ -192,6 +192,91 @@ async fn the_one_statement_and_the_general_path_agree() {
     h.stop().await;
 }
 
+/// Lookups beside confirms and cancels of other reservations (the orchestrator's usual
+/// batch) are answered by a plain read next to the one statement: the same answers and
+/// the same tables as the general path gives a twin world.
+#[tokio::test]
+async fn lookups_beside_writes_agree_with_the_general_path() {
+    let h = Harness::start().await;
+    let pool = h.service_pool().await;
+    let a = World::build(&h, "la").await;
+    let b = World::build(&h, "lb").await;
+    let mixed = |w: &World| -> Vec<OrderOp> {
+        let mut ops = w.ops.clone();
+        // Lookups of reservations no write names: a confirmed one, a reserved one, a
+        // cancelled one; and of one that does not exist.
+        ops.insert(
+            1,
+            OrderOp::Reservation {
+                reservation_id: w.named[4],
+            },
+        );
+        ops.insert(
+            4,
+            OrderOp::Reservation {
+                reservation_id: w.named[10],
+            },
+        );
+        ops.push(OrderOp::Reservation {
+            reservation_id: Uuid::now_v7(),
+        });
+        ops.push(OrderOp::Reservation {
+            reservation_id: w.named[5],
+        });
+        ops
+    };
+    // rs[4], rs[5] and rs[10] are also written by the world's own ops: drop those writes,
+    // so the lookups name only reservations no write in the batch names.
+    let only_lookups_of = |w: &World| -> Vec<OrderOp> {
+        let looked = [w.named[4], w.named[5], w.named[10]];
+        mixed(w)
+            .into_iter()
+            .filter(|op| match op {
+                OrderOp::Reservation { .. } => true,
+                OrderOp::Confirm { reservation_id } | OrderOp::Cancel { reservation_id } => {
+                    !looked.contains(reservation_id)
+                }
+            })
+            .collect()
+    };
+    let a_ops = only_lookups_of(&a);
+    let b_ops = only_lookups_of(&b);
+    let orders = || async {
+        sqlx::query_scalar::<_, i64>(r#"SELECT COUNT(*) FROM order_service.orders"#)
+            .fetch_one(&h.admin)
+            .await
+            .unwrap()
+    };
+    let before = orders().await;
+    let split = order::batch::apply(&pool, &a_ops)
+        .await
+        .expect("split batch");
+    let general = order::batch::apply_general(&pool, &b_ops)
+        .await
+        .expect("general path");
+    assert_eq!(
+        split.iter().map(shape).collect::<Vec<_>>(),
+        general.iter().map(shape).collect::<Vec<_>>()
+    );
+    assert_eq!(split[1].status, 200, "a lookup of a confirmed reservation");
+    assert_eq!(split[split.len() - 2].status, 404, "a lookup of nothing");
+    for (f, g) in split.iter().zip(&general) {
+        if f.status != 200 {
+            assert_eq!(f, g);
+        }
+    }
+    bodies_are_stored_rows(&h, &split).await;
+    assert_eq!(a.tables(&h).await, b.tables(&h).await);
+    assert_eq!(
+        unit_states(&h.admin, a.product).await,
+        unit_states(&h.admin, b.product).await
+    );
+    // Three confirms of reserved units in each world became orders.
+    assert_eq!(orders().await, before + 6);
+    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn a_refund_is_left_to_the_general_path() {
     let h = Harness::start().await;
