@@ -19,6 +19,7 @@ use uuid::Uuid;
 use workflows::{transition, Action, IllegalTransition, Next, Outcome, Position, RetryPolicy};
 
 use crate::{
+    answer::AnswerSlot,
     downstream::{Attempt, Downstream},
     error::{Error, Result},
     metrics,
@@ -306,8 +307,18 @@ impl Engine {
 
     /// Drives a payment this instance holds the lease on until it settles, waits for a
     /// retry, needs an operator, or the lease is lost. Returns the last row it saw.
+    pub async fn drive(&self, row: PaymentRow) -> Result<PaymentRow> {
+        self.drive_answering(row, None).await
+    }
+
+    /// [`Self::drive`] for a request that waits on it: the move that settles the payment
+    /// also stores the request's answer under its key, if the slot is still open then.
     #[tracing::instrument(skip_all, fields(payment_id = %row.id, trace_id = tracing::field::Empty))]
-    pub async fn drive(&self, mut row: PaymentRow) -> Result<PaymentRow> {
+    pub async fn drive_answering(
+        &self,
+        mut row: PaymentRow,
+        slot: Option<AnswerSlot>,
+    ) -> Result<PaymentRow> {
         paysaga_common::telemetry::record_trace_id(&tracing::Span::current());
         let mut inline_retries = 0;
         let mut pause = None;
@@ -359,9 +370,30 @@ impl Engine {
                 });
             }
             self.chain_local_steps(row.id, &mut steps)?;
-            let recording = store::Recording::new(&row, self.instance, self.lease, steps.clone());
+            let mut recording =
+                store::Recording::new(&row, self.instance, self.lease, steps.clone());
+            let settles = steps
+                .last()
+                .is_some_and(|s| s.mv.to.pending().is_none() && s.mv.to.state().is_terminal());
+            let writing = match &slot {
+                Some(slot) if settles => slot.take().map(|w| (slot, w)),
+                _ => None,
+            };
+            let writing = match writing {
+                Some((slot, w)) => {
+                    recording = recording.answering(&row, slot)?;
+                    Some(w)
+                }
+                None => None,
+            };
             match self.writes.record(recording).await? {
-                Some(moved) => {
+                Some(store::Recorded {
+                    row: moved,
+                    answered,
+                }) => {
+                    if let (Some(w), Some(body)) = (writing, answered) {
+                        w.stored(body);
+                    }
                     let mut from = row.state.as_str();
                     for s in &steps {
                         if s.mv.to.state().as_str() != from {

@@ -4,6 +4,7 @@
 
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::orchestrator::api;
+pub mod answer;
 pub mod config;
 pub mod console;
 pub(crate) mod downstream;

@@ -117,6 +117,67 @@ async fn happy_path_completes_with_one_debit() {
     s.check_money().await;
 }
 
+/// The 201 is stored by the statement that records the settling move (the key's
+/// `updated_at` is that transaction's `now()`, the step log's too), and what is stored
+/// is exactly the payment as the row holds it: the replay and a read agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_answer_is_stored_with_the_settling_move() {
+    let mut s = Stack::start().await;
+    let o = s.orchestrator(s.config(), Hooks::default()).await;
+    let product = s.product(3).await;
+    for (n, balance) in [(1, 100_000), (2, 1)] {
+        let member = format!("answered-{n}");
+        let acct = s.open_account(&member, balance).await;
+        let res = s.reserve(product, &member).await;
+        let key = format!("answered-key-{n}");
+        let answer = o
+            .buyer(&member)
+            .pay(&key, &pay_request(res, acct))
+            .await
+            .expect("pay");
+        assert_eq!(answer.status, 201, "settled within the wait");
+        let expected = if balance > PRICE {
+            "COMPLETED"
+        } else {
+            "FAILED"
+        };
+        assert_eq!(answer.payment.state, expected);
+        let (status, body, same_transaction): (i32, String, bool) = sqlx::query_as(
+            r#"
+            SELECT k.response_status, k.response_body,
+                   k.updated_at = (SELECT MAX(st.created_at) FROM payment_service.payment_steps st
+                                   WHERE st.payment_id = k.payment_id)
+            FROM payment_service.idempotency_keys k
+            WHERE k.member_id = $1 AND k.idem_key = $2 AND k.status = 'COMPLETED'
+            "#,
+        )
+        .bind(&member)
+        .bind(&key)
+        .fetch_one(&s.admin)
+        .await
+        .expect("the key is answered");
+        assert_eq!(status, 201);
+        assert!(same_transaction, "stored by the settling move's statement");
+        let stored: orchestrator::api::Payment = serde_json::from_str(&body).expect("a payment");
+        let read = o
+            .buyer(&member)
+            .payment(answer.payment.id)
+            .await
+            .expect("read")
+            .body;
+        assert_eq!(stored, read, "the stored answer is the row as it is");
+        assert_eq!(stored, answer.payment, "and what the buyer was told");
+        let replay = o
+            .buyer(&member)
+            .pay(&key, &pay_request(res, acct))
+            .await
+            .expect("replay");
+        assert!(replay.replayed);
+        assert_eq!(replay.payment, answer.payment);
+    }
+    s.check_money().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn insufficient_funds_fails_and_releases_the_unit() {
     let mut s = Stack::start().await;

@@ -17,6 +17,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::{
+    answer::AnswerSlot,
     driver::Engine,
     error::{Error, Result},
     store::{self, PaymentRow},
@@ -57,10 +58,12 @@ pub(crate) fn json_response(status: StatusCode, body: String) -> Response {
 }
 
 /// Starts driving `row` in a task of its own (it outlives the request, which only
-/// waits for it a while) if this instance holds its lease.
+/// waits for it a while) if this instance holds its lease. With a `slot`, the move that
+/// settles the payment stores the waiting request's answer too.
 pub(crate) fn spawn_drive(
     engine: &Arc<Engine>,
     row: &PaymentRow,
+    slot: Option<AnswerSlot>,
 ) -> Option<JoinHandle<Result<PaymentRow>>> {
     if row.lease_owner != Some(engine.instance) || row.pending_action.is_none() {
         return None;
@@ -69,7 +72,7 @@ pub(crate) fn spawn_drive(
     let row = row.clone();
     // In the caller's span: the drive is part of the request that started it.
     Some(tokio::spawn(
-        async move { engine.drive(row).await }.in_current_span(),
+        async move { engine.drive_answering(row, slot).await }.in_current_span(),
     ))
 }
 

@@ -152,7 +152,7 @@ pub(crate) async fn resume_payment(state: &AppState, note: &str, id: Uuid) -> Re
     )
     .await?
     {
-        Some(moved) => spawn_drive(&state.engine, &moved),
+        Some(moved) => spawn_drive(&state.engine, &moved, None),
         // Someone holds a live lease: it is being driven already.
         None => None,
     };
@@ -193,6 +193,6 @@ pub(crate) async fn refund_payment(state: &AppState, note: &str, id: Uuid) -> Re
         }
         return Err(Error::NotRefundable(now.state));
     };
-    let handle = spawn_drive(&state.engine, &moved);
+    let handle = spawn_drive(&state.engine, &moved, None);
     wait_for_terminal(&state.engine, id, handle, state.response_wait).await
 }

@@ -15,6 +15,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::{
+    answer::AnswerSlot,
     api::{CreatePayment, Payment},
     error::{Error, Result},
     idempotency::{self, Begin, IdempotencyKey, Scope},
@@ -199,9 +200,12 @@ async fn execute(
     finish(state, scope, token, row).await
 }
 
-/// Drives the payment for up to `RESPONSE_WAIT_MS` and stores the answer under the key.
+/// Drives the payment for up to `RESPONSE_WAIT_MS` and stores the answer under the key:
+/// with the move that settles it when the drive started here gets there in time (one
+/// write fewer), else afterwards.
 async fn finish(state: AppState, scope: Scope, token: Uuid, row: PaymentRow) -> Result<Response> {
-    let handle = match spawn_drive(&state.engine, &row) {
+    let slot = AnswerSlot::new(scope.clone(), token);
+    let handle = match spawn_drive(&state.engine, &row, Some(slot.clone())) {
         Some(h) => Some(h),
         // A taken-over request: drive it here if nobody else is.
         None => match store::claim_one(
@@ -212,11 +216,18 @@ async fn finish(state: AppState, scope: Scope, token: Uuid, row: PaymentRow) -> 
         )
         .await?
         {
-            Some(claimed) => spawn_drive(&state.engine, &claimed),
+            Some(claimed) => spawn_drive(&state.engine, &claimed, Some(slot.clone())),
             None => None,
         },
     };
-    let row = wait_for_terminal(&state.engine, row.id, handle, state.response_wait).await?;
+    let waited = wait_for_terminal(&state.engine, row.id, handle, state.response_wait).await;
+    // From here on the driver stores nothing for this request; if it already has,
+    // that is the answer, committed with the move.
+    let stored = slot.close().await;
+    let row = waited?;
+    if let Some(body) = stored {
+        return Ok(json_response(StatusCode::CREATED, body));
+    }
     if !state
         .engine
         .alive

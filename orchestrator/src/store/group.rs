@@ -6,7 +6,7 @@
 use paysaga_common::batch::Coalescer;
 use sqlx::{PgConnection, PgPool};
 
-use super::{payments, steps, PaymentRow};
+use super::{payments, steps, PaymentRow, Recorded};
 use crate::{
     error::{Error, Result},
     idempotency,
@@ -32,7 +32,7 @@ pub enum Written {
     /// created, or `Some(None)`: claimed, but no payment was made.
     Opened(Option<Option<PaymentRow>>),
     Inserted(Option<PaymentRow>),
-    Recorded(Option<PaymentRow>),
+    Recorded(Option<Recorded>),
     Completed(bool),
 }
 
@@ -111,8 +111,9 @@ impl Writes {
         payments::explain_missing(&self.pool, &linked, inserted).await
     }
 
-    /// [`steps::record_steps`], batched.
-    pub async fn record(&self, recording: steps::Recording) -> Result<Option<PaymentRow>> {
+    /// [`steps::record_many`], batched: the payment's new row, and the answer stored
+    /// with it if the recording carried one.
+    pub async fn record(&self, recording: steps::Recording) -> Result<Option<Recorded>> {
         match self.write(Write::Record(recording)).await? {
             Written::Recorded(row) => Ok(row),
             other => Err(mismatch(&other)),

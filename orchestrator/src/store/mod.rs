@@ -27,8 +27,8 @@ pub use payments::{
     by_reservation, explain_missing, insert_linked_payment, insert_many, load, Linked, NewPayment,
 };
 pub use steps::{
-    operator_move, record_many, record_step, record_steps, steps, Move, Recording, StepMove,
-    StepRecord,
+    operator_move, record_many, record_step, record_steps, steps, Answer, Move, Recorded,
+    Recording, StepMove, StepRecord,
 };
 
 pub(crate) const PAYMENT_COLUMNS: &str = r#"id, member_id, account_id, reservation_id, amount, state, pending_action,

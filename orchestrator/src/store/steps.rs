@@ -8,8 +8,9 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 use workflows::{Action, Outcome, Position};
 
-use super::{millis, returned_columns, Indexed, PaymentRow, PAYMENT_COLUMNS};
+use super::{millis, returned_columns, PaymentRow, PAYMENT_COLUMNS};
 use crate::{
+    answer::AnswerSlot,
     api::Step,
     error::{Error, Result},
 };
@@ -89,17 +90,19 @@ pub async fn record_steps(
         driver,
         lease,
         steps: steps.to_vec(),
+        answer: None,
     };
     let mut conn = pool.acquire().await?;
     Ok(record_many(&mut conn, std::slice::from_ref(&one))
         .await?
         .pop()
-        .flatten())
+        .flatten()
+        .map(|r| r.row))
 }
 
 /// One payment's move for [`record_many`]: the guard (the version and state its driver
 /// read, and the driver's lease) and the steps to append.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Recording {
     pub id: Uuid,
     pub version: i64,
@@ -107,6 +110,17 @@ pub struct Recording {
     pub driver: Uuid,
     pub lease: Duration,
     pub steps: Vec<StepMove>,
+    /// A waiting request's answer, stored under its key in the same statement.
+    pub answer: Option<Answer>,
+}
+
+/// The answer a settling move stores for the request that waits on it: the payment as
+/// the move leaves it, stamped with the `updated_at` the move writes.
+#[derive(Debug)]
+pub struct Answer {
+    pub slot: AnswerSlot,
+    pub updated_at: DateTime<Utc>,
+    pub body: String,
 }
 
 impl Recording {
@@ -118,8 +132,63 @@ impl Recording {
             driver,
             lease,
             steps,
+            answer: None,
         }
     }
+
+    /// Stores `slot`'s answer with this move: the payment as the move leaves `row` (the
+    /// row the guard names, so nothing else can have changed it), stamped with a time
+    /// taken here to the microsecond PostgreSQL keeps, so the stored body and the row
+    /// agree to the byte. Only for a move that settles the payment.
+    pub fn answering(mut self, row: &PaymentRow, slot: &AnswerSlot) -> Result<Self> {
+        let last = self
+            .steps
+            .last()
+            .ok_or_else(|| Error::Invariant("an answer needs a step".into()))?;
+        let now = Utc::now();
+        let updated_at = DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now);
+        let mut after = row.clone();
+        after.state = last.mv.to.state().as_str().to_owned();
+        after.pending_action = None;
+        after.failure_code = self
+            .steps
+            .iter()
+            .rev()
+            .find_map(|s| s.mv.failure_code.clone())
+            .or(after.failure_code);
+        after.updated_at = updated_at;
+        if !after.is_terminal() || last.mv.to.pending().is_some() {
+            return Err(Error::Invariant(
+                "only a move that settles a payment answers".into(),
+            ));
+        }
+        let body = serde_json::to_string(&after.to_api())
+            .map_err(|e| Error::Invariant(format!("payment serialises: {e}")))?;
+        self.answer = Some(Answer {
+            slot: slot.clone(),
+            updated_at,
+            body,
+        });
+        Ok(self)
+    }
+}
+
+/// A move [`record_many`] made: the payment's new row, and the answer it stored under
+/// the waiting request's key, if it carried one and the key was still that request's.
+#[derive(Debug)]
+pub struct Recorded {
+    pub row: PaymentRow,
+    pub answered: Option<String>,
+}
+
+/// A row of the record statement: the request it answers, whether its answer was
+/// stored, and the payment.
+#[derive(sqlx::FromRow)]
+struct RecordedRow {
+    batch_idx: i32,
+    answered: bool,
+    #[sqlx(flatten)]
+    row: PaymentRow,
 }
 
 /// The compare-and-set of many payments at once (group commit): one statement moves
@@ -130,9 +199,10 @@ impl Recording {
 pub async fn record_many(
     conn: &mut PgConnection,
     moves: &[Recording],
-) -> Result<Vec<Option<PaymentRow>>> {
+) -> Result<Vec<Option<Recorded>>> {
     let mut cols = MoveColumns::default();
     let mut log = StepColumns::default();
+    let mut answers = AnswerColumns::default();
     for (i, m) in moves.iter().enumerate() {
         let idx = i32::try_from(i).map_err(|e| Error::Invariant(format!("batch index: {e}")))?;
         let Some(StepMove {
@@ -165,6 +235,15 @@ pub async fn record_many(
         cols.keep_lease.push(last.keep_lease);
         cols.lease_ms.push(millis(m.lease));
         cols.count.push(count);
+        cols.at.push(m.answer.as_ref().map(|a| a.updated_at));
+        if let Some(a) = &m.answer {
+            answers.idx.push(idx);
+            answers.member.push(a.slot.scope().member.clone());
+            answers.operation.push(a.slot.scope().operation);
+            answers.key.push(a.slot.scope().key.as_str().to_owned());
+            answers.token.push(a.slot.token());
+            answers.body.push(a.body.clone());
+        }
         let mut from_state = m.state.clone();
         for (n, s) in m.steps.iter().enumerate() {
             let to_state = s.mv.to.state().as_str().to_owned();
@@ -187,9 +266,9 @@ pub async fn record_many(
             SELECT *
             FROM UNNEST($1::INTEGER[], $2::UUID[], $3::BIGINT[], $4::TEXT[], $5::UUID[], $6::TEXT[],
                         $7::TEXT[], $8::INTEGER[], $9::BIGINT[], $10::BOOLEAN[], $11::TEXT[], $12::TEXT[],
-                        $13::BOOLEAN[], $14::BIGINT[], $15::BIGINT[])
+                        $13::BOOLEAN[], $14::BIGINT[], $15::BIGINT[], $27::TIMESTAMPTZ[])
                 AS m(idx, id, version, from_state, driver, to_state, pending, attempts, next_ms,
-                     needs_attention, last_error, failure_code, keep_lease, lease_ms, count)
+                     needs_attention, last_error, failure_code, keep_lease, lease_ms, count, at)
         ), moved AS (
             UPDATE payments p
             SET state = mv.to_state,
@@ -202,7 +281,7 @@ pub async fn record_many(
                 lease_owner = CASE WHEN mv.keep_lease THEN p.lease_owner END,
                 lease_until = CASE WHEN mv.keep_lease THEN now() + mv.lease_ms * INTERVAL '1 millisecond' END,
                 version = p.version + mv.count,
-                updated_at = now()
+                updated_at = COALESCE(mv.at, now())
             FROM mv
             WHERE p.id = ANY($2) AND p.id = mv.id AND p.version = mv.version
               AND p.state = mv.from_state AND p.lease_owner = mv.driver
@@ -220,12 +299,27 @@ pub async fn record_many(
                      AS step(idx, n, action, operation_key, outcome, from_state, to_state,
                              downstream_status, latency_ms, error, settled_by_query)
               ON step.idx = moved.batch_idx
+        ), answered AS (
+            -- Only the waiting request's own key, still unanswered (a request that timed
+            -- out stored its 202 first, or lost the key to a retry: then nothing here).
+            UPDATE idempotency_keys k
+            SET status = 'COMPLETED', response_status = 201, response_body = a.body,
+                owner_token = NULL, lease_until = NULL, updated_at = now()
+            FROM moved
+            JOIN UNNEST($28::INTEGER[], $29::TEXT[], $30::TEXT[], $31::TEXT[], $32::UUID[], $33::TEXT[])
+                     AS a(idx, member_id, operation, idem_key, token, body)
+              ON a.idx = moved.batch_idx
+            WHERE k.member_id = ANY($29)
+              AND k.member_id = a.member_id AND k.operation = a.operation AND k.idem_key = a.idem_key
+              AND k.owner_token = a.token AND k.status = 'PROCESSING'
+            RETURNING a.idx
         )
-        SELECT batch_idx, {PAYMENT_COLUMNS} FROM moved
+        SELECT batch_idx, batch_idx IN (SELECT idx FROM answered) AS answered, {PAYMENT_COLUMNS}
+        FROM moved
         "#,
         RETURNED = returned_columns("p"),
     );
-    let rows = sqlx::query_as::<_, Indexed>(&sql)
+    let rows = sqlx::query_as::<_, RecordedRow>(&sql)
         .bind(cols.idx)
         .bind(cols.id)
         .bind(cols.version)
@@ -252,9 +346,47 @@ pub async fn record_many(
         .bind(log.latency_ms)
         .bind(log.error)
         .bind(log.settled_by_query)
+        .bind(cols.at)
+        .bind(answers.idx)
+        .bind(answers.member)
+        .bind(answers.operation)
+        .bind(answers.key)
+        .bind(answers.token)
+        .bind(answers.body)
         .fetch_all(&mut *conn)
         .await?;
-    Indexed::place(rows, moves.len())
+    let mut placed: Vec<Option<Recorded>> = (0..moves.len()).map(|_| None).collect();
+    for r in rows {
+        let m = usize::try_from(r.batch_idx)
+            .ok()
+            .and_then(|i| moves.get(i))
+            .ok_or_else(|| Error::Invariant(format!("batch index {} out of range", r.batch_idx)))?;
+        let answered = match (&m.answer, r.answered) {
+            (Some(a), true) => {
+                if serde_json::to_string(&r.row.to_api()).ok().as_deref() != Some(a.body.as_str()) {
+                    tracing::error!(payment_id = %r.row.id, "the stored answer differs from the row it reports");
+                }
+                Some(a.body.clone())
+            }
+            _ => None,
+        };
+        placed[r.batch_idx as usize] = Some(Recorded {
+            row: r.row,
+            answered,
+        });
+    }
+    Ok(placed)
+}
+
+/// The answers of [`record_many`], one array each.
+#[derive(Default)]
+struct AnswerColumns {
+    idx: Vec<i32>,
+    member: Vec<String>,
+    operation: Vec<&'static str>,
+    key: Vec<String>,
+    token: Vec<Uuid>,
+    body: Vec<String>,
 }
 
 /// The per-payment columns of [`record_many`], one array each.
@@ -275,6 +407,8 @@ struct MoveColumns {
     keep_lease: Vec<bool>,
     lease_ms: Vec<i64>,
     count: Vec<i64>,
+    /// The `updated_at` an answered move writes (its answer carries it); else `now()`.
+    at: Vec<Option<DateTime<Utc>>>,
 }
 
 /// The step log's columns, one array each, for a single `UNNEST` insert.
