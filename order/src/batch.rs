@@ -2,12 +2,14 @@
 //! statements per batch (one, in the common case), each operation answered as its own
 //! endpoint would.
 //!
-//! Two paths, the same answers and the same tables:
+//! The same answers and the same tables whichever path a batch takes:
 //! - **One statement** (`fast`), for a batch of confirms and cancels naming each
 //!   reservation once and undoing no sale (the orchestrator's usual batch): locks,
 //!   decides, writes and answers in a single autocommit statement, one round trip.
-//! - **The general path** (`general`), for everything else (lookups, an id named twice,
-//!   a refund): lock every reservation a confirm or cancel names (one `SELECT ... = ANY
+//! - **Lookups beside writes** (`lookups_beside`): lookups naming no reservation the
+//!   batch writes are one plain read, then the rest goes as the one statement.
+//! - **The general path** (`general`), for everything else (a lookup of a reservation
+//!   the batch writes, an id named twice, a refund): lock every reservation a confirm or cancel names (one `SELECT ... = ANY
 //!   ... ORDER BY id FOR UPDATE`), take the database clock once every lock is held, read
 //!   the reservations only looked up, then decide every operation in Rust, in op order,
 //!   on an in-memory copy of each row (so an id named twice sees its own earlier
