@@ -313,7 +313,7 @@ impl Engine {
 
     /// [`Self::drive`] for a request that waits on it: the move that settles the payment
     /// also stores the request's answer under its key, if the slot is still open then.
-    #[tracing::instrument(skip_all, fields(payment_id = %row.id, trace_id = tracing::field::Empty))]
+    #[tracing::instrument(name = "drive", skip_all, fields(payment_id = %row.id, trace_id = tracing::field::Empty))]
     pub async fn drive_answering(
         &self,
         mut row: PaymentRow,
