@@ -375,17 +375,15 @@ impl Engine {
             let settles = steps
                 .last()
                 .is_some_and(|s| s.mv.to.pending().is_none() && s.mv.to.state().is_terminal());
-            let writing = match &slot {
-                Some(slot) if settles => slot.take().map(|w| (slot, w)),
-                _ => None,
-            };
-            let writing = match writing {
-                Some((slot, w)) => {
-                    recording = recording.answering(&row, slot)?;
-                    Some(w)
-                }
-                None => None,
-            };
+            let mut writing = None;
+            if let Some((slot, w)) = slot
+                .as_ref()
+                .filter(|_| settles)
+                .and_then(|s| Some((s, s.take()?)))
+            {
+                recording = recording.answering(&row, slot)?;
+                writing = Some(w);
+            }
             match self.writes.record(recording).await? {
                 Some(store::Recorded {
                     row: moved,

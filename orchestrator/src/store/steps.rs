@@ -136,6 +136,15 @@ impl Recording {
         }
     }
 
+    /// The failure code the move writes: the last one any step names, as with one
+    /// update per step (`None` keeps the stored one).
+    fn failure_code(&self) -> Option<String> {
+        self.steps
+            .iter()
+            .rev()
+            .find_map(|s| s.mv.failure_code.clone())
+    }
+
     /// Stores `slot`'s answer with this move: the payment as the move leaves `row` (the
     /// row the guard names, so nothing else can have changed it), stamped with a time
     /// taken here to the microsecond PostgreSQL keeps, so the stored body and the row
@@ -150,12 +159,7 @@ impl Recording {
         let mut after = row.clone();
         after.state = last.mv.to.state().as_str().to_owned();
         after.pending_action = None;
-        after.failure_code = self
-            .steps
-            .iter()
-            .rev()
-            .find_map(|s| s.mv.failure_code.clone())
-            .or(after.failure_code);
+        after.failure_code = self.failure_code().or(after.failure_code);
         after.updated_at = updated_at;
         if !after.is_terminal() || last.mv.to.pending().is_some() {
             return Err(Error::Invariant(
@@ -218,8 +222,7 @@ pub async fn record_many(
         };
         let count = i64::try_from(m.steps.len())
             .map_err(|e| Error::Invariant(format!("step count: {e}")))?;
-        // The last failure code any step names wins, as with one update per step.
-        let failure_code = m.steps.iter().rev().find_map(|s| s.mv.failure_code.clone());
+        let failure_code = m.failure_code();
         cols.idx.push(idx);
         cols.id.push(m.id);
         cols.version.push(m.version);
@@ -357,20 +360,22 @@ pub async fn record_many(
         .await?;
     let mut placed: Vec<Option<Recorded>> = (0..moves.len()).map(|_| None).collect();
     for r in rows {
-        let m = usize::try_from(r.batch_idx)
+        let i = usize::try_from(r.batch_idx)
             .ok()
-            .and_then(|i| moves.get(i))
+            .filter(|&i| i < moves.len())
             .ok_or_else(|| Error::Invariant(format!("batch index {} out of range", r.batch_idx)))?;
-        let answered = match (&m.answer, r.answered) {
+        let answered = match (&moves[i].answer, r.answered) {
             (Some(a), true) => {
-                if serde_json::to_string(&r.row.to_api()).ok().as_deref() != Some(a.body.as_str()) {
+                // The body was made from the row as the move leaves it; the two fields
+                // the statement writes that the body reports must be what it wrote.
+                if r.row.updated_at != a.updated_at || !r.row.is_terminal() {
                     tracing::error!(payment_id = %r.row.id, "the stored answer differs from the row it reports");
                 }
                 Some(a.body.clone())
             }
             _ => None,
         };
-        placed[r.batch_idx as usize] = Some(Recorded {
+        placed[i] = Some(Recorded {
             row: r.row,
             answered,
         });
