@@ -13,38 +13,75 @@ use std::{
 
 use tokio::sync::oneshot;
 
-/// Why an operation got no answer of its own: the batch it rode in failed as a whole
-/// (the flush's error), or the batcher is gone. The operation may or may not have been
+/// Why an operation got no answer of its own. The operation may or may not have been
 /// applied, exactly like a call whose answer was lost.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct BatchFailure(pub Arc<str>);
+#[derive(Debug, thiserror::Error)]
+pub enum BatchFailure<E> {
+    /// The flush failed as a whole; every operation in it shares its error.
+    #[error("{batch}: {error}")]
+    Flush { batch: &'static str, error: Arc<E> },
+    /// The flush answered a different number of operations than it was given.
+    #[error("{batch}: {answers} answers for {operations} operations")]
+    Miscounted {
+        batch: &'static str,
+        answers: usize,
+        operations: usize,
+    },
+    /// The batcher went away before answering (the runtime is shutting down).
+    #[error("batch dropped without an answer")]
+    Dropped,
+}
 
-impl BatchFailure {
-    fn new(message: impl Into<String>) -> Self {
-        Self(Arc::from(message.into()))
+impl<E> Clone for BatchFailure<E> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Flush { batch, error } => Self::Flush {
+                batch,
+                error: error.clone(),
+            },
+            Self::Miscounted {
+                batch,
+                answers,
+                operations,
+            } => Self::Miscounted {
+                batch,
+                answers: *answers,
+                operations: *operations,
+            },
+            Self::Dropped => Self::Dropped,
+        }
     }
 }
 
-struct Job<I, O> {
+impl<E> BatchFailure<E> {
+    /// The flush's own error, when that is why.
+    pub fn flush_error(&self) -> Option<&E> {
+        match self {
+            Self::Flush { error, .. } => Some(error),
+            Self::Miscounted { .. } | Self::Dropped => None,
+        }
+    }
+}
+
+struct Job<I, O, E> {
     item: I,
-    reply: oneshot::Sender<Result<O, BatchFailure>>,
+    reply: oneshot::Sender<Result<O, BatchFailure<E>>>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-type FlushFn<I, O> = dyn Fn(Vec<I>) -> BoxFuture<Result<Vec<O>, String>> + Send + Sync;
+type FlushFn<I, O, E> = dyn Fn(Vec<I>) -> BoxFuture<Result<Vec<O>, E>> + Send + Sync;
 
-struct Queue<I, O> {
-    waiting: VecDeque<Job<I, O>>,
+struct Queue<I, O, E> {
+    waiting: VecDeque<Job<I, O, E>>,
     in_flight: usize,
 }
 
-struct Shared<I, O> {
+struct Shared<I, O, E> {
     name: &'static str,
     max_batch: usize,
     max_in_flight: usize,
-    queue: Mutex<Queue<I, O>>,
-    flush: Box<FlushFn<I, O>>,
+    queue: Mutex<Queue<I, O, E>>,
+    flush: Box<FlushFn<I, O, E>>,
 }
 
 /// A group-commit batcher; cheap to clone.
@@ -53,11 +90,11 @@ struct Shared<I, O> {
 /// included) and runs the flush in its own task, so a lone operation costs no hop to
 /// another task. Callers that arrive while every slot is busy wait in the queue; a
 /// flush that ends with operations waiting hands its slot to a task that flushes them.
-pub struct Coalescer<I, O> {
-    shared: Arc<Shared<I, O>>,
+pub struct Coalescer<I, O, E> {
+    shared: Arc<Shared<I, O, E>>,
 }
 
-impl<I, O> Clone for Coalescer<I, O> {
+impl<I, O, E> Clone for Coalescer<I, O, E> {
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
@@ -65,7 +102,7 @@ impl<I, O> Clone for Coalescer<I, O> {
     }
 }
 
-impl<I, O> std::fmt::Debug for Coalescer<I, O> {
+impl<I, O, E> std::fmt::Debug for Coalescer<I, O, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Coalescer")
             .field("name", &self.shared.name)
@@ -73,9 +110,10 @@ impl<I, O> std::fmt::Debug for Coalescer<I, O> {
     }
 }
 
-impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
+impl<I: Send + 'static, O: Send + 'static, E: Send + Sync + 'static> Coalescer<I, O, E> {
     /// A batcher whose `flush` gets up to `max_batch` operations in arrival order and
-    /// answers each, in the same order; at most `in_flight` flushes run at once. The
+    /// answers each, in the same order (or fails as a whole with `E`, which every
+    /// operation of that flush then gets); at most `in_flight` flushes run at once. The
     /// batch sizes are recorded as the histogram `paysaga_batch_ops{batch=name}`, and
     /// the operations in flushes not yet answered as the gauge
     /// `paysaga_batch_in_flight_ops{batch=name}` (the fault suite reads it to kill a
@@ -83,7 +121,7 @@ impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
     pub fn new<F, Fut>(name: &'static str, max_batch: usize, in_flight: usize, flush: F) -> Self
     where
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<O>, String>> + Send + 'static,
+        Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
     {
         Self {
             shared: Arc::new(Shared {
@@ -100,7 +138,7 @@ impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
     }
 
     /// Sends `item` with the next batch and waits for its own answer.
-    pub async fn submit(&self, item: I) -> Result<O, BatchFailure> {
+    pub async fn submit(&self, item: I) -> Result<O, BatchFailure<E>> {
         let (reply, answer) = oneshot::channel();
         let lead = {
             let mut q = self.shared.lock();
@@ -116,20 +154,18 @@ impl<I: Send + 'static, O: Send + 'static> Coalescer<I, O> {
             let mut leading = Leading(Some(Box::pin(run(self.shared.clone(), jobs))));
             leading.finish().await;
         }
-        answer
-            .await
-            .map_err(|_| BatchFailure::new("batch dropped without an answer"))?
+        answer.await.map_err(|_| BatchFailure::Dropped)?
     }
 }
 
-impl<I, O> Shared<I, O> {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<I, O>> {
+impl<I, O, E> Shared<I, O, E> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<I, O, E>> {
         // A panic while holding the lock leaves the queue consistent (pushes and
         // drains are single calls), so a poisoned lock is still usable.
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn take(&self, q: &mut Queue<I, O>) -> Vec<Job<I, O>> {
+    fn take(&self, q: &mut Queue<I, O, E>) -> Vec<Job<I, O, E>> {
         let n = q.waiting.len().min(self.max_batch);
         q.waiting.drain(..n).collect()
     }
@@ -164,9 +200,9 @@ impl Drop for Leading {
 // Not an `async fn`: it spawns itself, and only a named `Send` bound breaks the cycle
 // in inferring whether its future is `Send`.
 #[allow(clippy::manual_async_fn)]
-fn run<I: Send + 'static, O: Send + 'static>(
-    shared: Arc<Shared<I, O>>,
-    jobs: Vec<Job<I, O>>,
+fn run<I: Send + 'static, O: Send + 'static, E: Send + Sync + 'static>(
+    shared: Arc<Shared<I, O, E>>,
+    jobs: Vec<Job<I, O, E>>,
 ) -> impl Future<Output = ()> + Send + 'static {
     async move {
         let name = shared.name;
@@ -185,17 +221,20 @@ fn run<I: Send + 'static, O: Send + 'static>(
                 }
             }
             Ok(answers) => {
-                let failure = BatchFailure::new(format!(
-                    "{name}: {} answers for {} operations",
-                    answers.len(),
-                    replies.len()
-                ));
+                let failure = BatchFailure::Miscounted {
+                    batch: name,
+                    answers: answers.len(),
+                    operations: replies.len(),
+                };
                 for reply in replies {
                     let _ = reply.send(Err(failure.clone()));
                 }
             }
-            Err(e) => {
-                let failure = BatchFailure::new(format!("{name}: {e}"));
+            Err(error) => {
+                let failure = BatchFailure::Flush {
+                    batch: name,
+                    error: Arc::new(error),
+                };
                 for reply in replies {
                     let _ = reply.send(Err(failure.clone()));
                 }
@@ -229,14 +268,14 @@ mod tests {
     #[tokio::test]
     async fn a_lone_operation_leaves_at_once_and_gets_its_own_answer() {
         let c = Coalescer::new("test", 16, 1, |items: Vec<u32>| async move {
-            Ok(items.into_iter().map(|i| i * 2).collect())
+            Ok::<_, String>(items.into_iter().map(|i| i * 2).collect())
         });
         let answer = tokio::time::timeout(Duration::from_secs(1), c.submit(21)).await;
         assert_eq!(answer.expect("no timer to wait out").expect("answered"), 42);
     }
 
     /// Operations queued in `c`, waiting for a flush slot.
-    fn waiting<I, O>(c: &Coalescer<I, O>) -> usize {
+    fn waiting<I, O, E>(c: &Coalescer<I, O, E>) -> usize {
         c.shared.lock().waiting.len()
     }
 
@@ -311,16 +350,21 @@ mod tests {
                 Ok(items)
             }
         });
-        assert!(c.submit(13).await.is_err());
+        let failed = c.submit(13).await.expect_err("the flush failed");
+        assert_eq!(failed.flush_error().map(String::as_str), Some("unlucky"));
         assert_eq!(c.submit(7).await.expect("next batch is fine"), 7);
-        let short = Coalescer::new(
-            "short",
-            8,
-            1,
-            |_: Vec<u32>| async move { Ok(Vec::<u32>::new()) },
-        );
+        let short = Coalescer::new("short", 8, 1, |_: Vec<u32>| async move {
+            Ok::<_, String>(Vec::<u32>::new())
+        });
         assert!(
-            short.submit(1).await.is_err(),
+            matches!(
+                short.submit(1).await,
+                Err(BatchFailure::Miscounted {
+                    answers: 0,
+                    operations: 1,
+                    ..
+                })
+            ),
             "a missing answer is a failure"
         );
     }

@@ -354,7 +354,7 @@ mod tests {
                 if let Some(rx) = released.lock().await.take() {
                     let _ = rx.await;
                 }
-                Ok(items)
+                Ok::<_, String>(items)
             }
         });
         let pending = tokio::spawn({

@@ -95,15 +95,15 @@ type Traced<O> = (O, Option<String>);
 
 #[derive(Clone, Debug)]
 pub struct Downstream {
-    account: Coalescer<Traced<AccountOp>, Reply>,
-    order: Coalescer<Traced<OrderOp>, Reply>,
+    account: Coalescer<Traced<AccountOp>, Reply, CallError>,
+    order: Coalescer<Traced<OrderOp>, Reply, CallError>,
 }
 
 /// A batch's operation answered as if it had been its own call. With tracing on, the
 /// operation carries the current span's context, so its span downstream joins the
 /// payment's trace whichever payment's task sends the batch.
 async fn answer<O, T: DeserializeOwned>(
-    batcher: &Coalescer<Traced<O>, Reply>,
+    batcher: &Coalescer<Traced<O>, Reply, CallError>,
     op: O,
 ) -> Result<Answer<T>, CallError>
 where
@@ -112,8 +112,9 @@ where
     let start = Instant::now();
     match batcher.submit((op, telemetry::current_traceparent())).await {
         Ok(reply) => reply.into_answer(start.elapsed()),
+        // The whole batch request failed: for each operation in it, an unknown outcome.
         Err(failure) => Err(CallError::Unknown {
-            status: None,
+            status: failure.flush_error().and_then(CallError::status),
             reason: failure.to_string(),
         }),
     }
@@ -157,7 +158,6 @@ impl Downstream {
                     .batch(&AccountBatch { ops, traceparents })
                     .await
                     .map(|a| a.body.results)
-                    .map_err(|e| e.to_string())
             }
             .instrument(span)
         });
@@ -169,7 +169,6 @@ impl Downstream {
                     .batch(&OrderBatch { ops, traceparents })
                     .await
                     .map(|a| a.body.results)
-                    .map_err(|e| e.to_string())
             }
             .instrument(span)
         });

@@ -72,7 +72,7 @@ pub enum Error {
     #[error("database error")]
     Database(#[from] sqlx::Error),
     /// A group commit failed because the database could not serve (see
-    /// `paysaga_common::db::unavailable`); a flush's failure carries only its message.
+    /// [`Error::is_unavailable`]); every writer of that flush gets this.
     #[error("{0}")]
     Unavailable(String),
     /// Something that must never happen did; nothing half-done is kept.
@@ -87,6 +87,16 @@ impl From<ApiError> for Error {
 }
 
 impl Error {
+    /// The database could not serve (connection lost, server down or a standby): a
+    /// retry may succeed, so it is answered 503, not 500.
+    pub(crate) fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Database(e) => paysaga_common::db::unavailable(e),
+            Error::Unavailable(_) => true,
+            _ => false,
+        }
+    }
+
     /// The client-facing shape of this error (code, message), if it has one.
     pub(crate) fn api(&self) -> Option<ApiError> {
         use StatusCode as S;

@@ -54,7 +54,7 @@ impl NewClaim {
 #[derive(Debug, Clone)]
 pub struct Claims {
     pool: PgPool,
-    batcher: Option<Coalescer<NewClaim, Claim>>,
+    batcher: Option<Coalescer<NewClaim, Claim, Error>>,
 }
 
 impl Claims {
@@ -65,10 +65,9 @@ impl Claims {
             Coalescer::new("claims", max_batch, in_flight, move |claims: Vec<NewClaim>| {
                 let pool = p.clone();
                 async move {
-                    claim_many(&pool, &claims).await.map_err(|e| {
+                    claim_many(&pool, &claims).await.inspect_err(|e| {
                         tracing::warn!(error = %e, claims = claims.len(),
                             "claim flush failed; each of its claims falls back to its own statement");
-                        e.to_string()
                     })
                 }
             })

@@ -36,14 +36,10 @@ pub enum Written {
     Completed(bool),
 }
 
-/// Marks a flush that failed because the database could not serve: a flush's failure
-/// reaches its writers as a message only, and they answer 503, not 500, for it.
-const UNAVAILABLE_MARK: &str = "database unavailable";
-
 /// The saga's batched writer; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Writes {
-    batcher: Coalescer<Write, Written>,
+    batcher: Coalescer<Write, Written, Error>,
     pool: PgPool,
 }
 
@@ -55,24 +51,20 @@ impl Writes {
         let p = pool.clone();
         let batcher = Coalescer::new("saga_writes", MAX_BATCH, in_flight, move |writes| {
             let pool = p.clone();
-            async move {
-                flush(&pool, writes).await.map_err(|e| match &e {
-                    Error::Database(db) if paysaga_common::db::unavailable(db) => {
-                        format!("{UNAVAILABLE_MARK}: {db}")
-                    }
-                    _ => e.to_string(),
-                })
-            }
+            async move { flush(&pool, writes).await }
         });
         Self { batcher, pool }
     }
 
     async fn write(&self, w: Write) -> Result<Written> {
-        self.batcher.submit(w).await.map_err(|e| {
-            if e.0.contains(UNAVAILABLE_MARK) {
-                Error::Unavailable(format!("group commit: {e}"))
-            } else {
-                Error::Invariant(format!("group commit: {e}"))
+        self.batcher.submit(w).await.map_err(|failure| {
+            // Every writer of a failed flush shares its error: one the database could
+            // not serve is answered 503 like a lone write's, anything else is internal.
+            match failure.flush_error() {
+                Some(e) if e.is_unavailable() => {
+                    Error::Unavailable(format!("group commit: {failure}"))
+                }
+                _ => Error::Invariant(format!("group commit: {failure}")),
             }
         })
     }

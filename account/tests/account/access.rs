@@ -1,0 +1,217 @@
+//! Who may call what: the schema wall between service roles, service-only endpoints,
+//! and members who see only their own accounts.
+
+use crate::support::{debit, Svc};
+use paysaga_common::testkit::buyer_token;
+use sqlx::postgres::PgPoolOptions;
+
+#[tokio::test]
+async fn account_app_cannot_read_another_services_schema() {
+    let svc = Svc::start().await;
+    sqlx::query("CREATE TABLE order_service.wall_probe (id INT)")
+        .execute(&svc.admin)
+        .await
+        .expect("create as admin");
+    sqlx::query("INSERT INTO order_service.wall_probe VALUES (1)")
+        .execute(&svc.admin)
+        .await
+        .expect("insert");
+
+    let as_account = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&svc.db.role_url("account_app"))
+        .await
+        .expect("connect as account_app");
+    let err = sqlx::query("SELECT id FROM order_service.wall_probe")
+        .fetch_all(&as_account)
+        .await
+        .expect_err("the wall holds");
+    let code = err
+        .as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned());
+    assert_eq!(
+        code.as_deref(),
+        Some("42501"),
+        "permission denied, got {err}"
+    );
+
+    // And its own schema is reachable, so the refusal above is the wall, not a broken login.
+    let own: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts")
+        .fetch_one(&as_account)
+        .await
+        .expect("own schema");
+    assert_eq!(own, 1, "just the merchant account");
+}
+
+#[tokio::test]
+async fn buyers_cannot_move_money_and_see_only_their_own_account() {
+    let svc = Svc::start().await;
+    let mine = svc.open("member-1", 1_000).await;
+    let theirs = svc.open("member-2", 1_000).await;
+    svc.client
+        .debit(&debit("pay:a:debit", mine.id, 100))
+        .await
+        .expect("paid");
+
+    let buyer = buyer_token("member-1");
+    let body = serde_json::json!({"operation_key": "pay:evil:debit", "account_id": theirs.id, "amount": 500});
+    for (path, body) in [
+        ("/v1/debits", body.clone()),
+        (
+            "/v1/credits",
+            serde_json::json!({"operation_key": "x", "account_id": mine.id, "amount": 1, "refund_of": "pay:a:debit"}),
+        ),
+        (
+            "/v1/accounts",
+            serde_json::json!({"member_id": "member-1", "opening_balance": 1_000_000}),
+        ),
+    ] {
+        let r = svc
+            .http
+            .post(svc.url(path))
+            .bearer_auth(&buyer)
+            .json(&body)
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status(), 403, "{path}");
+        let e: serde_json::Value = r.json().await.expect("json");
+        assert_eq!(e["code"], "FORBIDDEN");
+    }
+    let r = svc
+        .http
+        .get(svc.url("/v1/transactions/pay:a:debit"))
+        .bearer_auth(&buyer)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status(), 403);
+
+    let r = svc
+        .http
+        .post(svc.url("/v1/debits"))
+        .json(&body)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status(), 401);
+    let e: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(e["code"], "UNAUTHENTICATED");
+    let r = svc
+        .http
+        .get(svc.url(&format!("/v1/accounts/{}", mine.id)))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status(), 401);
+
+    // Own account: visible, with its history.
+    let r = svc
+        .http
+        .get(svc.url(&format!("/v1/accounts/{}", mine.id)))
+        .bearer_auth(&buyer)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status(), 200);
+    let view: paysaga_contracts::account::api::AccountView = r.json().await.expect("view");
+    assert_eq!(view.account.balance, 900);
+    assert_eq!(view.recent_transactions.len(), 1);
+    assert_eq!(view.recent_transactions[0].operation_key, "pay:a:debit");
+
+    // Someone else's, and the merchant's: exactly like a missing account.
+    let merchant_id: i64 =
+        sqlx::query_scalar("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
+            .fetch_one(&svc.admin)
+            .await
+            .expect("merchant");
+    for id in [theirs.id, merchant_id, 987_654] {
+        let r = svc
+            .http
+            .get(svc.url(&format!("/v1/accounts/{id}")))
+            .bearer_auth(&buyer)
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status(), 404, "account {id}");
+        let e: serde_json::Value = r.json().await.expect("json");
+        assert_eq!(e["code"], "ACCOUNT_NOT_FOUND");
+    }
+
+    // A service sees the merchant account, whose balance is the sum of its shards.
+    let view = svc
+        .client
+        .get_account(merchant_id)
+        .await
+        .expect("merchant view")
+        .body;
+    assert_eq!(view.account.balance, 100);
+    assert_eq!(view.recent_transactions.len(), 1);
+
+    // Nothing the buyer attempted moved money.
+    assert_eq!(svc.balance(theirs.id).await, 1_000);
+    assert_eq!(
+        svc.count_where("TRUE").await,
+        3,
+        "two openings and one debit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_migrating_a_fresh_database_at_once_both_serve() {
+    let db = paysaga_common::testkit::TestDb::new().await;
+    let http = reqwest::Client::new();
+    let mut stops = Vec::new();
+    let mut bases = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        bases.push(format!("http://{}", listener.local_addr().expect("addr")));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        stops.push(stop);
+        let config = account::Config::local(db.role_url("account_app"));
+        tasks.push(tokio::spawn(account::run(config, listener, async move {
+            let _ = stopped.await;
+        })));
+    }
+    for base in &bases {
+        let r = http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status(), 200);
+    }
+    let admin = db.admin_pool().await;
+    let applied: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM account_service._sqlx_migrations WHERE success")
+            .fetch_one(&admin)
+            .await
+            .expect("count");
+    assert_eq!(
+        applied,
+        account::MIGRATOR.iter().count() as i64,
+        "each migration applied once"
+    );
+    let merchants: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MERCHANT'")
+            .fetch_one(&admin)
+            .await
+            .expect("count");
+    assert_eq!(merchants, 1);
+    let shards: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.merchant_shards")
+        .fetch_one(&admin)
+        .await
+        .expect("count");
+    assert_eq!(shards, 16);
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    for task in tasks {
+        task.await.expect("joined").expect("clean shutdown");
+    }
+    admin.close().await;
+}

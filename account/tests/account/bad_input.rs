@@ -1,0 +1,249 @@
+//! Bad requests get a 4xx with a code, never a 5xx, and never write anything.
+
+use crate::support::{token_for, Svc};
+use paysaga_common::testkit::service_token;
+
+#[tokio::test]
+async fn malformed_requests_are_answered_with_codes() {
+    let svc = Svc::start().await;
+    let a = svc.open("member-1", 1_000).await;
+    let merchant_id: i64 =
+        sqlx::query_scalar("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
+            .fetch_one(&svc.admin)
+            .await
+            .expect("merchant");
+    let rows_before = svc.count_where("TRUE").await;
+    let token = service_token("orchestrator");
+
+    let raw = |path: &'static str, body: String| {
+        svc.http
+            .post(svc.url(path))
+            .bearer_auth(token_for(path))
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let id = a.id;
+    let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+        (raw("/v1/debits", "{not json".into()), 400, "MALFORMED_JSON"),
+        // A valid debit, refused only for its size: whitespace past 64 KiB.
+        (
+            raw(
+                "/v1/debits",
+                format!(
+                    r#"{{"operation_key": "padded", "account_id": {id}, "amount": 5}}{}"#,
+                    " ".repeat(70_000)
+                ),
+            ),
+            413,
+            "PAYLOAD_TOO_LARGE",
+        ),
+        (
+            raw(
+                "/v1/debits",
+                format!(r#"{{"account_id": {id}, "amount": 5}}"#),
+            ),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            raw(
+                "/v1/debits",
+                format!(r#"{{"operation_key": "k", "account_id": "{id}", "amount": 5}}"#),
+            ),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            raw(
+                "/v1/debits",
+                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": -5}}"#),
+            ),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            raw(
+                "/v1/debits",
+                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 0}}"#),
+            ),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            raw(
+                "/v1/debits",
+                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 1.5}}"#),
+            ),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            raw(
+                "/v1/debits",
+                format!(r#"{{"operation_key": "a b", "account_id": {id}, "amount": 5}}"#),
+            ),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            raw(
+                "/v1/debits",
+                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 5, "extra": 1}}"#),
+            ),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            raw(
+                "/v1/debits",
+                r#"{"operation_key": "k", "account_id": 424242, "amount": 5}"#.into(),
+            ),
+            404,
+            "ACCOUNT_NOT_FOUND",
+        ),
+        (
+            raw(
+                "/v1/debits",
+                format!(r#"{{"operation_key": "k", "account_id": {merchant_id}, "amount": 5}}"#),
+            ),
+            422,
+            "ACCOUNT_NOT_MEMBER",
+        ),
+        (
+            raw(
+                "/v1/credits",
+                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 5}}"#),
+            ),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            raw(
+                "/v1/accounts",
+                r#"{"member_id": "m", "opening_balance": -1}"#.into(),
+            ),
+            422,
+            "INVALID_OPENING_BALANCE",
+        ),
+        (
+            raw(
+                "/v1/accounts",
+                r#"{"member_id": "m", "opening_balance": 1000000000000000}"#.into(),
+            ),
+            422,
+            "INVALID_OPENING_BALANCE",
+        ),
+        (
+            raw(
+                "/v1/accounts",
+                r#"{"member_id": "has space", "opening_balance": 1}"#.into(),
+            ),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            raw("/v1/accounts", r#"{"member_id": "m"}"#.into()),
+            422,
+            "INVALID_BODY",
+        ),
+        (
+            svc.http
+                .post(svc.url("/v1/debits"))
+                .bearer_auth(&token)
+                .body("{}"),
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+        ),
+        (
+            svc.http
+                .get(svc.url("/v1/accounts/abc"))
+                .bearer_auth(&token),
+            400,
+            "INVALID_PATH",
+        ),
+        (
+            svc.http
+                .get(svc.url("/v1/accounts/99999999999999999999"))
+                .bearer_auth(&token),
+            400,
+            "INVALID_PATH",
+        ),
+        (
+            svc.http
+                .get(svc.url("/v1/accounts/424242"))
+                .bearer_auth(&token),
+            404,
+            "ACCOUNT_NOT_FOUND",
+        ),
+        (
+            svc.http
+                .get(svc.url(&format!("/v1/transactions/{}", "x".repeat(200))))
+                .bearer_auth(&token),
+            400,
+            "INVALID_OPERATION_KEY",
+        ),
+        (
+            svc.http.delete(svc.url("/v1/debits")).bearer_auth(&token),
+            405,
+            "METHOD_NOT_ALLOWED",
+        ),
+        (
+            svc.http.get(svc.url("/v1/nothing")).bearer_auth(&token),
+            404,
+            "NOT_FOUND",
+        ),
+    ];
+    for (i, (req, status, code)) in cases.into_iter().enumerate() {
+        let r = req.send().await.expect("answer");
+        let got = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.expect("JSON error body");
+        assert_eq!(
+            (got, body["code"].as_str()),
+            (status, Some(code)),
+            "case {i}: {body}"
+        );
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "case {i} has a message"
+        );
+    }
+
+    assert_eq!(
+        svc.count_where("TRUE").await,
+        rows_before,
+        "no refused request wrote a row"
+    );
+    assert_eq!(svc.balance(a.id).await, 1_000);
+    let accounts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts")
+        .fetch_one(&svc.admin)
+        .await
+        .expect("count");
+    assert_eq!(accounts, 2, "the merchant and member-1 only");
+}
+
+#[tokio::test]
+async fn shared_endpoints_answer() {
+    let svc = Svc::start().await;
+    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
+        let r = svc.http.get(svc.url(path)).send().await.expect("answer");
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let spec: serde_json::Value = svc
+        .http
+        .get(svc.url("/openapi.json"))
+        .send()
+        .await
+        .expect("spec")
+        .json()
+        .await
+        .expect("json");
+    for path in [
+        "/v1/accounts",
+        "/v1/accounts/{id}",
+        "/v1/debits",
+        "/v1/credits",
+        "/v1/transactions/{operation_key}",
+    ] {
+        assert!(spec["paths"][path].is_object(), "{path} documented");
+    }
+}

@@ -1,0 +1,107 @@
+//! The ledger is append-only even to the account service's own role: logged in as
+//! `account_app`, nothing can delete a ledger row, rewrite its amount, account, kind or
+//! key, move `status`, `merchant_shard` or `refunded` backwards, or change the schema;
+//! and the table reads the same afterwards.
+
+use crate::support::{amount, debit, key, Svc};
+use paysaga_contracts::account::api::CreditRequest;
+use sqlx::postgres::PgPoolOptions;
+
+fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned())
+}
+
+/// Everything in the ledger and the balances, as one digest (read as administrator).
+async fn digest(svc: &Svc) -> String {
+    sqlx::query_scalar(
+        r#"
+        SELECT md5(
+            (SELECT string_agg(t::TEXT, '|' ORDER BY t.id) FROM account_service.transactions t)
+            || (SELECT string_agg(a::TEXT, '|' ORDER BY a.id) FROM account_service.accounts a)
+            || (SELECT string_agg(s::TEXT, '|' ORDER BY s.shard) FROM account_service.merchant_shards s)
+        )
+        "#,
+    )
+    .fetch_one(&svc.admin)
+    .await
+    .expect("digest")
+}
+
+#[tokio::test]
+async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
+    let svc = Svc::start().await;
+    let a = svc.open("member-1", 1_000).await;
+    let b = svc.open("member-2", 100).await;
+    svc.client
+        .debit(&debit("pay:1:debit", a.id, 400))
+        .await
+        .expect("paid");
+    svc.client
+        .credit(&CreditRequest {
+            operation_key: key("pay:1:refund"),
+            account_id: a.id,
+            amount: amount(150),
+            refund_of: key("pay:1:debit"),
+        })
+        .await
+        .expect("refunded");
+    // Declined: b cannot cover it, so a DECLINED row exists too.
+    let _ = svc.client.debit(&debit("pay:2:debit", b.id, 500)).await;
+    assert_eq!(svc.count_where("status = 'DECLINED'").await, 1);
+    let before = digest(&svc).await;
+
+    let app = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&svc.db.role_url("account_app"))
+        .await
+        .expect("connect as account_app");
+    let refused_by_grants = [
+        "DELETE FROM account_service.transactions",
+        "TRUNCATE account_service.transactions",
+        "UPDATE account_service.transactions SET amount = amount + 1",
+        "UPDATE account_service.transactions SET account_id = account_id",
+        "UPDATE account_service.transactions SET kind = 'DEPOSIT'",
+        "UPDATE account_service.transactions SET operation_key = 'x' || operation_key",
+        "DELETE FROM account_service.accounts",
+        "UPDATE account_service.accounts SET member_id = 'someone-else'",
+        "UPDATE account_service.accounts SET kind = 'MERCHANT'",
+        "DELETE FROM account_service.merchant_shards",
+        "DROP TRIGGER transactions_guard ON account_service.transactions",
+        "ALTER TABLE account_service.transactions DISABLE TRIGGER transactions_guard",
+        "ALTER TABLE account_service.transactions DROP CONSTRAINT transactions_refund_within_debit",
+        "CREATE TABLE account_service.shadow_ledger (id INT)",
+        "DELETE FROM account_service._sqlx_migrations",
+    ];
+    for sql in refused_by_grants {
+        let err = sqlx::query(sql)
+            .execute(&app)
+            .await
+            .expect_err(&format!("account_app: {sql} must be refused"));
+        assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{sql}: {err}");
+    }
+    // The three columns the service may update only move forward.
+    let refused_by_guard = [
+        "UPDATE account_service.transactions SET refunded = 0 WHERE refunded > 0",
+        "UPDATE account_service.transactions SET status = 'APPLIED' WHERE status = 'DECLINED'",
+        "UPDATE account_service.transactions SET merchant_shard = (merchant_shard + 1) % 16 \
+         WHERE kind = 'DEBIT' AND status = 'APPLIED'",
+    ];
+    for sql in refused_by_guard {
+        let err = sqlx::query(sql)
+            .execute(&app)
+            .await
+            .expect_err(&format!("account_app: {sql} must be refused"));
+        assert_eq!(sqlstate(&err).as_deref(), Some("23000"), "{sql}: {err}");
+    }
+    app.close().await;
+
+    assert_eq!(digest(&svc).await, before, "the ledger reads as it did");
+    // The service itself still works with exactly these rights.
+    svc.client
+        .debit(&debit("pay:3:debit", a.id, 100))
+        .await
+        .expect("a debit after the attempts");
+    assert_eq!(svc.balance(a.id).await, 1_000 - 400 + 150 - 100);
+}

@@ -1,0 +1,15 @@
+//! The account service's integration tests, one test binary: the ledger's rules, batches, rights and bad input, against a real PostgreSQL.
+
+mod support;
+
+mod access;
+mod bad_input;
+mod batch;
+mod batch_paths;
+mod concurrency;
+mod deposits;
+mod idempotency;
+mod ledger_rights;
+mod lookup_cost;
+mod money_conserved;
+mod refunds;

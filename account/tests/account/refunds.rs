@@ -1,0 +1,173 @@
+//! Refund credits: back to the debited account, never more than the debit in total,
+//! even when refunds race.
+
+use crate::support::{amount, debit, key, Svc};
+use futures::future::join_all;
+use paysaga_contracts::account::api::{CreditRequest, TransactionKind};
+
+fn refund(k: &str, account_id: i64, minor: i64, of: &str) -> CreditRequest {
+    CreditRequest {
+        operation_key: key(k),
+        account_id,
+        amount: amount(minor),
+        refund_of: key(of),
+    }
+}
+
+#[tokio::test]
+async fn a_refund_moves_money_back_and_replays_idempotently() {
+    let svc = Svc::start().await;
+    let a = svc.open("member-1", 1_000).await;
+    let total = svc.total_money().await;
+    svc.client
+        .debit(&debit("pay:1:debit", a.id, 400))
+        .await
+        .expect("paid");
+
+    let first = svc
+        .client
+        .credit(&refund("pay:1:refund", a.id, 400, "pay:1:debit"))
+        .await
+        .expect("refunded");
+    assert_eq!(first.status, 201);
+    assert_eq!(first.body.kind, TransactionKind::Credit);
+    assert_eq!(first.body.refund_of.as_deref(), Some("pay:1:debit"));
+    let replay = svc
+        .client
+        .credit(&refund("pay:1:refund", a.id, 400, "pay:1:debit"))
+        .await
+        .expect("replay");
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.body, first.body);
+
+    assert_eq!(svc.balance(a.id).await, 1_000);
+    assert_eq!(svc.merchant_balance().await, 0);
+    assert_eq!(svc.total_money().await, total);
+    assert_eq!(svc.count_where("kind = 'CREDIT'").await, 1);
+    let (refunded, shard_of_debit, shard_of_credit): (i64, i16, i16) = sqlx::query_as(
+        "SELECT d.refunded, d.merchant_shard, c.merchant_shard
+         FROM account_service.transactions d, account_service.transactions c
+         WHERE d.operation_key = 'pay:1:debit' AND c.operation_key = 'pay:1:refund'",
+    )
+    .fetch_one(&svc.admin)
+    .await
+    .expect("rows");
+    assert_eq!(refunded, 400);
+    assert_eq!(
+        shard_of_debit, shard_of_credit,
+        "the refund draws on the shard the payment went to"
+    );
+}
+
+#[tokio::test]
+async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
+    let svc = Svc::start().await;
+    let a = svc.open("member-1", 1_000).await;
+    let b = svc.open("member-2", 1_000).await;
+    svc.client
+        .debit(&debit("d1", a.id, 300))
+        .await
+        .expect("paid");
+    svc.client
+        .debit(&debit("d2", a.id, 5_000))
+        .await
+        .expect_err("declined");
+
+    svc.client
+        .credit(&refund("r1", a.id, 200, "d1"))
+        .await
+        .expect("partial refund");
+    let too_much = svc
+        .client
+        .credit(&refund("r2", a.id, 101, "d1"))
+        .await
+        .expect_err("over the debit");
+    assert_eq!(
+        (too_much.status(), too_much.code()),
+        (Some(422), Some("REFUND_EXCEEDS_DEBIT"))
+    );
+    svc.client
+        .credit(&refund("r3", a.id, 100, "d1"))
+        .await
+        .expect("rest of it");
+    let more = svc
+        .client
+        .credit(&refund("r4", a.id, 1, "d1"))
+        .await
+        .expect_err("nothing left");
+    assert_eq!(more.code(), Some("REFUND_EXCEEDS_DEBIT"));
+
+    let unknown = svc
+        .client
+        .credit(&refund("r5", a.id, 1, "no-such-debit"))
+        .await
+        .expect_err("unknown debit");
+    assert_eq!(
+        (unknown.status(), unknown.code()),
+        (Some(404), Some("DEBIT_NOT_FOUND"))
+    );
+    let of_a_credit = svc
+        .client
+        .credit(&refund("r6", a.id, 1, "r1"))
+        .await
+        .expect_err("a credit is no debit");
+    assert_eq!(of_a_credit.code(), Some("DEBIT_NOT_FOUND"));
+    let declined = svc
+        .client
+        .credit(&refund("r7", a.id, 1, "d2"))
+        .await
+        .expect_err("declined debit");
+    assert_eq!(
+        (declined.status(), declined.code()),
+        (Some(422), Some("DEBIT_DECLINED"))
+    );
+    let elsewhere = svc
+        .client
+        .credit(&refund("r8", b.id, 1, "d1"))
+        .await
+        .expect_err("other account");
+    assert_eq!(elsewhere.code(), Some("REFUND_ACCOUNT_MISMATCH"));
+    let nobody = svc
+        .client
+        .credit(&refund("r9", 999_999, 1, "d1"))
+        .await
+        .expect_err("no account");
+    assert_eq!(
+        (nobody.status(), nobody.code()),
+        (Some(404), Some("ACCOUNT_NOT_FOUND"))
+    );
+
+    // Only the two accepted refunds left a trace; the refused ones moved nothing.
+    assert_eq!(svc.count_where("kind = 'CREDIT'").await, 2);
+    assert_eq!(svc.balance(a.id).await, 1_000);
+    assert_eq!(svc.balance(b.id).await, 1_000);
+    assert_eq!(svc.merchant_balance().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_refunds_of_one_debit_stop_at_its_amount() {
+    let svc = Svc::start().await;
+    let a = svc.open("member-1", 1_000).await;
+    svc.client
+        .debit(&debit("d", a.id, 100))
+        .await
+        .expect("paid");
+
+    let reqs: Vec<_> = (0..30)
+        .map(|i| refund(&format!("r{i}"), a.id, 10, "d"))
+        .collect();
+    let answers = join_all(reqs.iter().map(|r| svc.client.credit(r))).await;
+    let ok = answers.iter().filter(|a| a.is_ok()).count();
+    for e in answers.iter().filter_map(|a| a.as_ref().err()) {
+        assert_eq!(e.code(), Some("REFUND_EXCEEDS_DEBIT"), "{e}");
+    }
+    assert_eq!(ok, 10);
+    assert_eq!(
+        svc.count_where("kind = 'CREDIT' AND status = 'APPLIED'")
+            .await,
+        10
+    );
+    assert_eq!(svc.balance(a.id).await, 1_000);
+    assert_eq!(svc.merchant_balance().await, 0);
+    assert_eq!(svc.negative_balances().await, 0);
+}

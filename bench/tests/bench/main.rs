@@ -1,0 +1,4 @@
+//! The benchmark crate's tests: the ceilings and invariant checks it reports, against real services.
+
+mod ceilings;
+mod invariants;

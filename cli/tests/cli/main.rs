@@ -1,0 +1,3 @@
+//! The `paysaga` command's tests: the run command and the operator tool against real processes.
+
+mod run_command;

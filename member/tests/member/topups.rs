@@ -1,0 +1,236 @@
+//! Top-ups through the account service's ledger, and bulk sign-up for seeding.
+
+use crate::support;
+
+use std::time::Duration;
+
+use crate::support::{email, Stack, PASSWORD};
+use paysaga_common::{money::Amount, testkit::buyer_token};
+use paysaga_contracts::{
+    account::api::{OperationKey, TransactionKind},
+    member::{
+        api::{codes, BulkMember, BulkSignUpRequest, TopUpRequest, MAX_BULK_MEMBERS},
+        client::MemberClient,
+    },
+};
+
+fn top_up(key: &str, minor: i64) -> TopUpRequest {
+    TopUpRequest {
+        operation_key: OperationKey::parse(key).unwrap(),
+        amount: Amount::new(minor).unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn a_top_up_is_a_deposit_once_per_key() {
+    let s = Stack::start().await;
+    let member = s.sign_up(&email("topup")).await;
+    let account_id = member.account_id.expect("account open");
+    let first = s
+        .client
+        .top_up(member.id, &top_up("topup:1", 5_000))
+        .await
+        .expect("deposited");
+    assert_eq!(first.status, 201);
+    assert_eq!(first.body.kind, TransactionKind::Deposit);
+    assert_eq!(first.body.account_id, account_id);
+    let replay = s
+        .client
+        .top_up(member.id, &top_up("topup:1", 5_000))
+        .await
+        .expect("replayed");
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.body.id, first.body.id);
+    let reused = s
+        .client
+        .top_up(member.id, &top_up("topup:1", 7_000))
+        .await
+        .expect_err("same key, another amount");
+    assert_eq!(reused.status(), Some(409));
+    assert_eq!(reused.code(), Some("OPERATION_KEY_REUSED"));
+
+    let (deposits, balance): (i64, i64) = sqlx::query_as(
+        r#"SELECT (SELECT COUNT(*) FROM account_service.transactions
+                    WHERE kind = 'DEPOSIT' AND account_id = $1 AND operation_key = 'topup:1'),
+                  (SELECT balance FROM account_service.accounts WHERE id = $1)"#,
+    )
+    .bind(account_id)
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!((deposits, balance), (1, 5_000));
+
+    let missing = s
+        .client
+        .top_up(uuid::Uuid::now_v7(), &top_up("topup:2", 1))
+        .await
+        .expect_err("no member");
+    assert_eq!(missing.code(), Some(codes::MEMBER_NOT_FOUND));
+    // A buyer cannot top up, even its own account.
+    let buyer = MemberClient::new(
+        &s.base,
+        buyer_token(&member.id.to_string()),
+        Duration::from_secs(5),
+    );
+    let e = buyer
+        .top_up(member.id, &top_up("topup:3", 1))
+        .await
+        .expect_err("forbidden");
+    assert_eq!(e.status(), Some(403));
+}
+
+#[tokio::test]
+async fn a_top_up_before_the_account_is_open_is_409_pending() {
+    let s = Stack::start_with(false, |_| {}).await;
+    let address = email("early");
+    s.client
+        .sign_up(&support::creds(&address, PASSWORD))
+        .await
+        .expect_err("pending");
+    let id = s.member_id_of(&address).await;
+    let e = s
+        .client
+        .top_up(id, &top_up("early:1", 100))
+        .await
+        .expect_err("pending");
+    assert_eq!(e.status(), Some(409));
+    assert_eq!(e.code(), Some(codes::ACCOUNT_PENDING));
+}
+
+fn bulk(emails: &[String], opening: Option<i64>) -> BulkSignUpRequest {
+    BulkSignUpRequest {
+        password: PASSWORD.into(),
+        members: emails
+            .iter()
+            .map(|e| BulkMember { email: e.clone() })
+            .collect(),
+        opening_balance: opening,
+    }
+}
+
+#[tokio::test]
+async fn bulk_sign_up_seeds_members_with_accounts_and_sessions() {
+    let s = Stack::start_with(true, |c| c.bulk_signup = true).await;
+    let emails: Vec<String> = (0..40).map(|i| email(&format!("bulk{i}"))).collect();
+    let first = s
+        .client
+        .bulk_sign_up(&bulk(&emails, Some(10_000)))
+        .await
+        .expect("bulk");
+    assert_eq!(first.body.members.len(), 40);
+    for (sent, got) in emails.iter().zip(&first.body.members) {
+        assert_eq!(&got.member.email, sent, "in request order");
+        assert_eq!(got.session.member_id, got.member.id);
+        assert!(got.member.account_id.is_some());
+    }
+    // One hash for all of them, one account each with the opening balance.
+    let (hashes, members): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(DISTINCT password_hash), COUNT(*) FROM member_service.members",
+    )
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!((hashes, members), (1, 40));
+    let (accounts, total): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), SUM(balance)::BIGINT FROM account_service.accounts WHERE kind = 'MEMBER'",
+    )
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!((accounts, total), (40, 400_000));
+    // Each session is a working one.
+    let one = &first.body.members[7];
+    assert_eq!(
+        s.client
+            .me(&one.session.access_token)
+            .await
+            .unwrap()
+            .body
+            .id,
+        one.member.id
+    );
+    s.client
+        .refresh(&one.session.refresh_token)
+        .await
+        .expect("refreshable");
+    // Members sign in with the shared password as anyone would.
+    s.client
+        .sign_in(&support::creds(&emails[3], PASSWORD))
+        .await
+        .expect("sign-in");
+
+    // Sending the same emails again: the same members, new sessions, no new accounts.
+    let again = s
+        .client
+        .bulk_sign_up(&bulk(&emails, Some(10_000)))
+        .await
+        .expect("again");
+    for (a, b) in first.body.members.iter().zip(&again.body.members) {
+        assert_eq!(a.member, b.member);
+        assert_ne!(a.session.refresh_token, b.session.refresh_token);
+    }
+    let accounts: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MEMBER'")
+            .fetch_one(&s.admin)
+            .await
+            .unwrap();
+    assert_eq!(accounts, 40);
+
+    // A member who signed up with its own password is not handed out.
+    let own = email("own");
+    s.sign_up(&own).await;
+    let mut req = bulk(std::slice::from_ref(&own), None);
+    req.password = "different-long-password-1".into();
+    let e = s.client.bulk_sign_up(&req).await.expect_err("taken");
+    assert_eq!(e.code(), Some(codes::EMAIL_TAKEN));
+}
+
+#[tokio::test]
+async fn bulk_sign_up_is_bounded_checked_and_off_by_default() {
+    let off = Stack::start().await;
+    let e = off
+        .client
+        .bulk_sign_up(&bulk(&[email("x")], None))
+        .await
+        .expect_err("off");
+    assert_eq!(e.status(), Some(404));
+
+    let s = Stack::start_with(true, |c| c.bulk_signup = true).await;
+    let e = s.client.bulk_sign_up(&bulk(&[], None)).await.unwrap_err();
+    assert_eq!(e.code(), Some(codes::BULK_TOO_LARGE));
+    let many: Vec<String> = (0..=MAX_BULK_MEMBERS)
+        .map(|i| format!("m{i}@example.com"))
+        .collect();
+    let e = s.client.bulk_sign_up(&bulk(&many, None)).await.unwrap_err();
+    assert_eq!(e.code(), Some(codes::BULK_TOO_LARGE));
+    let e = s
+        .client
+        .bulk_sign_up(&bulk(&[email("a"), "broken".into()], None))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(codes::INVALID_EMAIL));
+    let e = s
+        .client
+        .bulk_sign_up(&bulk(&[email("a")], Some(-1)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(codes::INVALID_OPENING_BALANCE));
+    let mut weak = bulk(&[email("a")], None);
+    weak.password = "short".into();
+    let e = s.client.bulk_sign_up(&weak).await.unwrap_err();
+    assert_eq!(e.code(), Some(codes::PASSWORD_TOO_SHORT));
+    let members: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM member_service.members")
+        .fetch_one(&s.admin)
+        .await
+        .unwrap();
+    assert_eq!(members, 0, "nothing refused was stored");
+    let buyer = MemberClient::new(&s.base, buyer_token("someone"), Duration::from_secs(5));
+    assert_eq!(
+        buyer
+            .bulk_sign_up(&bulk(&[email("a")], None))
+            .await
+            .unwrap_err()
+            .status(),
+        Some(403)
+    );
+}

@@ -1,0 +1,68 @@
+//! The step log records how an outcome was learnt: a call whose answer was lost and
+//! whose status query settled it is marked `settled_by_query`, in PostgreSQL and in the
+//! operator's timeline.
+
+use std::time::Duration;
+
+use crate::support::{pay_request, Stack};
+use orchestrator::Hooks;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_debit_answer_settled_by_query_is_marked_in_the_step_log() {
+    let mut s = Stack::start().await;
+    let acct = s.open_account("lost-1", 100_000).await;
+    let product = s.product(1).await;
+    let res = s.reserve(product, "lost-1").await;
+    // The debit reaches the ledger and commits; its answer outlasts the call's timeout.
+    let (proxy, mut config) = s.via_account_proxy().await;
+    proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(3000));
+    // Generous, so that on a loaded machine the debit still lands and the status query
+    // still answers within one call's timeout (the lease must stay 3 x the timeout).
+    config.downstream_timeout = Duration::from_millis(1300);
+    let o = s.orchestrator(config, Hooks::default()).await;
+
+    let id = o
+        .buyer("lost-1")
+        .pay("k1", &pay_request(res, acct))
+        .await
+        .expect("pay")
+        .payment
+        .id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert_eq!(proxy.counts().slowed, 1, "the debit answer was held back");
+
+    let steps: Vec<(String, String, bool)> = sqlx::query_as(
+        r#"
+        SELECT action, outcome, settled_by_query
+        FROM payment_service.payment_steps
+        WHERE payment_id = $1
+        ORDER BY seq
+        "#,
+    )
+    .bind(id)
+    .fetch_all(&s.admin)
+    .await
+    .expect("steps");
+    let owned = |a: &str, o: &str, q: bool| (a.to_owned(), o.to_owned(), q);
+    assert_eq!(
+        steps,
+        vec![
+            owned("DEBIT", "SUCCEEDED", true),
+            owned("CONFIRM", "SUCCEEDED", false),
+            owned("COMPLETE", "SUCCEEDED", false),
+        ]
+    );
+
+    let timeline = o.operator().timeline(id).await.expect("timeline").body;
+    let marked: Vec<_> = timeline
+        .steps
+        .iter()
+        .map(|st| (st.action.as_str(), st.settled_by_query))
+        .collect();
+    assert_eq!(
+        marked,
+        vec![("DEBIT", true), ("CONFIRM", false), ("COMPLETE", false)]
+    );
+    assert_eq!(s.applied_debits(id).await, 1, "exactly one debit");
+    s.check_money().await;
+}

@@ -1,0 +1,170 @@
+//! Products and the life of a reservation end to end over HTTP: create, add units,
+//! counts, confirm (idempotent, one order), cancel by buyer and by operator, visibility.
+
+use crate::support::{inconsistencies, pass, unit_states, Harness};
+use paysaga_contracts::order::api::{CreateProduct, ReservationState};
+use uuid::Uuid;
+
+#[tokio::test]
+async fn products_units_and_counts() {
+    let h = Harness::start().await;
+    let svc = h.operator();
+    let created = svc
+        .create_product(&CreateProduct {
+            name: "  Sneaker  ".into(),
+            price: 12_900,
+            units: 3,
+        })
+        .await
+        .unwrap();
+    assert_eq!(created.status, 201);
+    let p = created.body;
+    assert_eq!(
+        (
+            p.name.as_str(),
+            p.price,
+            p.units_total,
+            p.available,
+            p.reserved,
+            p.sold
+        ),
+        ("Sneaker", 12_900, 3, 3, 0, 0)
+    );
+
+    let grown = svc.add_units(p.id, 2).await.unwrap().body;
+    assert_eq!((grown.units_total, grown.available), (5, 5));
+    assert_eq!(unit_states(&h.admin, p.id).await, (5, 0, 0));
+
+    let r = h
+        .buyer("alice")
+        .reserve(p.id, &pass(p.id, "alice"))
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(r.price, 12_900);
+    h.service().confirm(r.id).await.unwrap();
+    h.buyer("bob")
+        .reserve(p.id, &pass(p.id, "bob"))
+        .await
+        .unwrap();
+
+    let seen = h.buyer("carol").product(p.id).await.unwrap().body;
+    assert_eq!(
+        (seen.available, seen.reserved, seen.sold, seen.units_total),
+        (3, 1, 1, 5)
+    );
+    assert_eq!(h.gate().availability(p.id).await.unwrap().body.available, 3);
+    let list = svc.list_products().await.unwrap().body;
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0], seen);
+
+    // Internal endpoints refuse buyers.
+    let e = h.buyer("alice").availability(p.id).await.unwrap_err();
+    assert_eq!((e.status(), e.code()), (Some(403), Some("FORBIDDEN")));
+    let e = h.buyer("alice").list_products().await.unwrap_err();
+    assert_eq!(e.status(), Some(403));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
+    let h = Harness::start().await;
+    let svc = h.service();
+    let p = h.product(1).await;
+    let r = h
+        .buyer("alice")
+        .reserve(p.id, &pass(p.id, "alice"))
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(r.state, ReservationState::Reserved);
+
+    let first = svc.confirm(r.id).await.unwrap().body;
+    let again = svc.confirm(r.id).await.unwrap().body;
+    assert_eq!(first.state, ReservationState::Confirmed);
+    assert_eq!(first, again);
+    let order_id = first.order_id.expect("order id on a confirmed reservation");
+    let (order_state, order_unit): (String, i64) =
+        sqlx::query_as(r#"SELECT state, unit_id FROM order_service.orders WHERE id = $1"#)
+            .bind(order_id)
+            .fetch_one(&h.admin)
+            .await
+            .unwrap();
+    assert_eq!((order_state.as_str(), order_unit), ("CONFIRMED", r.unit_id));
+    assert_eq!(unit_states(&h.admin, p.id).await, (0, 0, 1));
+
+    // The buyer cannot undo a paid reservation; an operator can (the saga refunds).
+    let e = h.buyer("alice").cancel(r.id).await.unwrap_err();
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(409), Some("RESERVATION_CONFIRMED"))
+    );
+    let cancelled = svc.cancel(r.id).await.unwrap().body;
+    assert_eq!(cancelled.state, ReservationState::Cancelled);
+    assert_eq!(cancelled.order_id, Some(order_id));
+    assert_eq!(
+        svc.cancel(r.id).await.unwrap().body,
+        cancelled,
+        "cancel is idempotent"
+    );
+    let order_state: String =
+        sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE id = $1"#)
+            .bind(order_id)
+            .fetch_one(&h.admin)
+            .await
+            .unwrap();
+    assert_eq!(order_state, "CANCELLED");
+    assert_eq!(unit_states(&h.admin, p.id).await, (1, 0, 0));
+    let e = svc.confirm(r.id).await.unwrap_err();
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(409), Some("RESERVATION_CANCELLED"))
+    );
+    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn buyers_see_and_cancel_only_their_own() {
+    let h = Harness::start().await;
+    let p = h.product(2).await;
+    let alice = h.buyer("alice");
+    let r = alice
+        .reserve(p.id, &pass(p.id, "alice"))
+        .await
+        .unwrap()
+        .body;
+
+    assert_eq!(alice.reservation(r.id).await.unwrap().body, r);
+    assert_eq!(h.service().reservation(r.id).await.unwrap().body, r);
+    // Someone else's reservation does not exist, as far as they can tell.
+    let e = h.buyer("mallory").reservation(r.id).await.unwrap_err();
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(404), Some("RESERVATION_NOT_FOUND"))
+    );
+    let e = h.buyer("mallory").cancel(r.id).await.unwrap_err();
+    assert_eq!(e.code(), Some("RESERVATION_NOT_FOUND"));
+    assert_eq!(unit_states(&h.admin, p.id).await, (1, 1, 0));
+
+    let cancelled = alice.cancel(r.id).await.unwrap().body;
+    assert_eq!(cancelled.state, ReservationState::Cancelled);
+    assert_eq!(alice.cancel(r.id).await.unwrap().body, cancelled);
+    assert_eq!(unit_states(&h.admin, p.id).await, (2, 0, 0));
+    let e = h.service().confirm(r.id).await.unwrap_err();
+    assert_eq!(e.code(), Some("RESERVATION_CANCELLED"));
+
+    let unknown = Uuid::new_v4();
+    for e in [
+        h.service().confirm(unknown).await.unwrap_err(),
+        h.service().cancel(unknown).await.unwrap_err(),
+        h.service().reservation(unknown).await.unwrap_err(),
+    ] {
+        assert_eq!(
+            (e.status(), e.code()),
+            (Some(404), Some("RESERVATION_NOT_FOUND"))
+        );
+    }
+    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
+    h.stop().await;
+}

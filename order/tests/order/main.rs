@@ -1,0 +1,18 @@
+//! The order service's integration tests, one test binary: claims, confirms, cancels, expiry, the waitlist and the outbox.
+
+mod support;
+
+mod bad_input;
+mod batch;
+mod batch_paths;
+mod claims_batched;
+mod expiry;
+mod hoarding;
+mod lifecycle;
+mod outbox;
+mod passes;
+mod races;
+mod reserve_concurrency;
+mod timeouts;
+mod waitlist;
+mod waitlist_races;

@@ -1,0 +1,211 @@
+//! Pass checks: single use, bound to its member and product, signed by the gate's key,
+//! unexpired; each refusal with its own code and nothing written.
+
+use crate::support::{claims, pass, signer, unit_states, Harness};
+use ed25519_dalek::SigningKey;
+use paysaga_common::pass::PassSigner;
+
+async fn reservations_count(h: &Harness) -> i64 {
+    sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.reservations"#)
+        .fetch_one(&h.admin)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn replay_by_its_member_returns_the_same_reservation_and_others_are_refused() {
+    let h = Harness::start().await;
+    let product = h.product(5).await;
+    let token = pass(product.id, "alice");
+
+    let first = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    assert_eq!(first.status, 201);
+    let again = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body, first.body);
+
+    let stolen = h
+        .buyer("mallory")
+        .reserve(product.id, &token)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (stolen.status(), stolen.code()),
+        (Some(409), Some("PASS_ALREADY_USED"))
+    );
+
+    assert_eq!(reservations_count(&h).await, 1);
+    assert_eq!(unit_states(&h.admin, product.id).await, (4, 1, 0));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn replay_after_sold_out_or_after_pass_expiry_still_returns_the_reservation() {
+    let h = Harness::start().await;
+    let product = h.product(1).await;
+    let mut c = claims(product.id, "alice");
+    c.exp = chrono::Utc::now().timestamp() + 2;
+    let token = signer().sign(&c);
+    let first = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    // Sold out now, and the replay is not SOLD_OUT: it is the buyer's own reservation.
+    let again = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    assert_eq!((again.status, again.body.id), (200, first.body.id));
+
+    // Once the pass has expired, a retry of the request that used it is still a
+    // replay: the buyer gets the reservation back, not PASS_EXPIRED.
+    while chrono::Utc::now().timestamp() < c.exp {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let late = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    assert_eq!((late.status, late.body.id), (200, first.body.id));
+    // ...while an expired pass that never reserved is refused.
+    let mut unused = claims(product.id, "bob");
+    unused.exp = chrono::Utc::now().timestamp() - 10;
+    let refused = h
+        .buyer("bob")
+        .reserve(product.id, &signer().sign(&unused))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("PASS_EXPIRED"));
+    assert_eq!(reservations_count(&h).await, 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn bad_passes_are_refused_with_distinct_codes_and_write_nothing() {
+    let h = Harness::start().await;
+    let product = h.product(5).await;
+    let other = h.product(5).await;
+    let alice = h.buyer("alice");
+
+    let expect = |r: Result<_, paysaga_common::client::CallError>, status: u16, code: &str| {
+        let e = r
+            .err()
+            .unwrap_or_else(|| panic!("expected {code}, got success"));
+        assert_eq!((e.status(), e.code()), (Some(status), Some(code)), "{e}");
+    };
+
+    // Tampered: claims swapped under the original signature.
+    let good = pass(product.id, "alice");
+    let (_, sig) = good.rsplit_once('.').unwrap();
+    let forged_claims = pass(product.id, "alice");
+    let (forged_body, _) = forged_claims.rsplit_once('.').unwrap();
+    expect(
+        alice
+            .reserve(product.id, &format!("{forged_body}.{sig}"))
+            .await,
+        403,
+        "PASS_INVALID_SIGNATURE",
+    );
+
+    // Signed by a key that is not the gate's.
+    let wrong_key = PassSigner::new(SigningKey::from_bytes(&[7u8; 32]));
+    expect(
+        alice
+            .reserve(product.id, &wrong_key.sign(&claims(product.id, "alice")))
+            .await,
+        403,
+        "PASS_INVALID_SIGNATURE",
+    );
+
+    // Not a pass at all.
+    expect(
+        alice.reserve(product.id, "v1.not-a-pass").await,
+        403,
+        "PASS_MALFORMED",
+    );
+    expect(alice.reserve(product.id, "").await, 403, "PASS_MALFORMED");
+    expect(
+        alice.reserve(product.id, &"x".repeat(5000)).await,
+        403,
+        "PASS_MALFORMED",
+    );
+
+    // Expired.
+    let mut c = claims(product.id, "alice");
+    c.exp = chrono::Utc::now().timestamp() - 1;
+    expect(
+        alice.reserve(product.id, &signer().sign(&c)).await,
+        403,
+        "PASS_EXPIRED",
+    );
+
+    // For another product.
+    expect(
+        alice.reserve(product.id, &pass(other.id, "alice")).await,
+        403,
+        "PASS_WRONG_PRODUCT",
+    );
+
+    // For another member (unused).
+    expect(
+        alice.reserve(product.id, &pass(product.id, "bob")).await,
+        403,
+        "PASS_WRONG_MEMBER",
+    );
+
+    // A valid pass for a product that does not exist.
+    expect(
+        alice.reserve(999_999, &pass(999_999, "alice")).await,
+        404,
+        "PRODUCT_NOT_FOUND",
+    );
+
+    // A service credential cannot reserve as a member.
+    expect(
+        h.service()
+            .reserve(product.id, &pass(product.id, "alice"))
+            .await,
+        403,
+        "FORBIDDEN",
+    );
+
+    assert_eq!(reservations_count(&h).await, 0);
+    assert_eq!(unit_states(&h.admin, product.id).await, (5, 0, 0));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn the_gate_can_ask_which_passes_made_a_reservation() {
+    let h = Harness::start().await;
+    let product = h.product(1).await;
+    let used = claims(product.id, "alice");
+    let unused = claims(product.id, "bob");
+    h.buyer("alice")
+        .reserve(product.id, &signer().sign(&used))
+        .await
+        .unwrap();
+    // Bob's pass meets a sold-out product: not used, whatever he tried.
+    let e = h
+        .buyer("bob")
+        .reserve(product.id, &signer().sign(&unused))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("SOLD_OUT"));
+
+    let answer = h
+        .gate()
+        .used_passes(&[used.pid, unused.pid, uuid::Uuid::new_v4()])
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(answer.used, vec![used.pid]);
+    assert!(h
+        .gate()
+        .used_passes(&[])
+        .await
+        .unwrap()
+        .body
+        .used
+        .is_empty());
+
+    let too_many: Vec<uuid::Uuid> = (0..1_001).map(|_| uuid::Uuid::new_v4()).collect();
+    let e = h.gate().used_passes(&too_many).await.unwrap_err();
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(422), Some("TOO_MANY_PASS_IDS"))
+    );
+    let e = h.buyer("alice").used_passes(&[used.pid]).await.unwrap_err();
+    assert_eq!(e.status(), Some(403));
+    h.stop().await;
+}

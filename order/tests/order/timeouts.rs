@@ -1,0 +1,101 @@
+//! A stuck database answers fast and definitely (503, nothing half-written), and a
+//! client that hangs up does not cut a state change short.
+
+use std::time::Duration;
+
+use crate::support::{inconsistencies, pass, reservation_state, unit_states, Harness};
+use paysaga_common::testkit::service_token;
+use paysaga_contracts::order::{api::ReservationState, client::OrderClient};
+use sqlx::Connection;
+
+#[tokio::test]
+async fn a_lock_held_too_long_becomes_a_503_and_changes_nothing() {
+    let h = Harness::start_with(|c| {
+        c.sweep_interval = Duration::from_secs(3600);
+        c.db_limits.statement_timeout_ms = 300;
+    })
+    .await;
+    let product = h.product(1).await;
+    let r = h
+        .buyer("alice")
+        .reserve(product.id, &pass(product.id, "alice"))
+        .await
+        .unwrap()
+        .body;
+
+    // Another session holds the reservation's row lock and does not let go.
+    let mut blocker = sqlx::PgConnection::connect(&h.db.admin_url())
+        .await
+        .unwrap();
+    let mut tx = blocker.begin().await.unwrap();
+    sqlx::query(r#"SELECT 1 FROM order_service.reservations WHERE id = $1 FOR UPDATE"#)
+        .bind(r.id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+
+    let e = h.service().confirm(r.id).await.unwrap_err();
+    assert_eq!(e.status(), Some(503), "{e}");
+    assert_eq!(reservation_state(&h.admin, r.id).await, "RESERVED");
+    assert_eq!(unit_states(&h.admin, product.id).await, (0, 1, 0));
+
+    tx.rollback().await.unwrap();
+    let confirmed = h.service().confirm(r.id).await.unwrap().body;
+    assert_eq!(confirmed.state, ReservationState::Confirmed);
+    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_confirm_whose_caller_gave_up_still_completes() {
+    let h = Harness::start().await;
+    let product = h.product(1).await;
+    let r = h
+        .buyer("alice")
+        .reserve(product.id, &pass(product.id, "alice"))
+        .await
+        .unwrap()
+        .body;
+
+    let mut blocker = sqlx::PgConnection::connect(&h.db.admin_url())
+        .await
+        .unwrap();
+    let mut tx = blocker.begin().await.unwrap();
+    sqlx::query(r#"SELECT 1 FROM order_service.reservations WHERE id = $1 FOR UPDATE"#)
+        .bind(r.id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+
+    // The caller times out and hangs up while the confirm waits for the lock.
+    let impatient = OrderClient::new(
+        &h.base,
+        service_token("orchestrator"),
+        Duration::from_millis(200),
+    );
+    let e = impatient.confirm(r.id).await.unwrap_err();
+    assert_eq!(e.status(), None, "expected a client-side timeout: {e}");
+    tx.rollback().await.unwrap();
+
+    // The confirm goes on without its caller; wait for it (bounded), then check it
+    // did exactly one thing and a retry sees that same outcome.
+    for _ in 0..100 {
+        if reservation_state(&h.admin, r.id).await == "CONFIRMED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(reservation_state(&h.admin, r.id).await, "CONFIRMED");
+    let retry = h.service().confirm(r.id).await.unwrap().body;
+    assert_eq!(retry.state, ReservationState::Confirmed);
+    let orders: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM order_service.orders WHERE reservation_id = $1"#,
+    )
+    .bind(r.id)
+    .fetch_one(&h.admin)
+    .await
+    .unwrap();
+    assert_eq!(orders, 1);
+    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
+    h.stop().await;
+}

@@ -1,0 +1,19 @@
+//! End-to-end tests, one test binary: the real service processes started by the harness.
+
+mod console;
+mod crash;
+mod drop;
+mod expiry;
+mod harness;
+mod instances;
+mod invariant_checks;
+mod postgres_ha;
+mod proxy;
+mod rotation;
+mod service_callers;
+mod slow_client;
+mod startup_refusals;
+mod traces;
+mod waitlist_crash;
+mod waitlist_drop;
+mod wall;
