@@ -105,6 +105,15 @@ const PASSED_ON: [&str; 6] = [
 ];
 
 impl Error {
+    /// A failed call to the account service: refused with a definite 4xx, or no definite
+    /// answer (timeout, connection, 5xx).
+    pub(crate) fn account_call(e: CallError) -> Self {
+        match e {
+            CallError::Rejected { .. } => Error::AccountRejected(e),
+            CallError::Unknown { .. } => Error::AccountUnavailable(e),
+        }
+    }
+
     /// The answer a client sees for this error, or the error itself back when it is
     /// internal (a 500 whose cause is logged, never shown).
     fn into_api(self) -> Result<ApiError, Error> {
