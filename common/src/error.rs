@@ -18,8 +18,10 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// A client-facing error: status, stable code, safe message.
-#[derive(Debug, Clone)]
+/// A client-facing error: status, stable code, safe message. As an error it reads
+/// `CODE: message`, so a service's error enum can carry it with `#[error(transparent)]`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
 pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
@@ -51,6 +53,16 @@ impl ApiError {
     }
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE, message)
+    }
+
+    /// 503 `UNAVAILABLE` for a database that cannot serve now (out of reach, or its pool
+    /// exhausted: load, not a bug), logged as such once.
+    pub fn database_unavailable(message: impl Into<String>) -> Self {
+        tracing::warn!("database unavailable or pool exhausted; answering 503");
+        Self::unavailable(message)
     }
 }
 
@@ -109,20 +121,15 @@ pub fn cause_chain(err: &(dyn std::error::Error + 'static)) -> String {
 /// The response for an internal error: a generic body for the client, the full cause
 /// chain attached for the middleware to log.
 pub fn internal_error_response(err: &(dyn std::error::Error + 'static)) -> Response {
-    let chain = cause_chain(err);
-    let mut response = ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        codes::INTERNAL,
-        "internal error; it has been logged",
-    )
-    .into_response();
-    response.extensions_mut().insert(InternalErrorReport(chain));
-    response
+    internal_with_report(cause_chain(err))
 }
 
 /// Same as [`internal_error_response`] for an `anyhow::Error`.
 pub fn internal_anyhow_response(err: &anyhow::Error) -> Response {
-    let chain = format!("{err:#}");
+    internal_with_report(format!("{err:#}"))
+}
+
+fn internal_with_report(chain: String) -> Response {
     let mut response = ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         codes::INTERNAL,

@@ -21,8 +21,8 @@ const ACCOUNT_PENDING_RETRY_SECS: u64 = 5;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A rejection from a common extractor (auth, JSON, path, query).
-    #[error("{}: {}", .0.code, .0.message)]
-    Api(ApiError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error("not a valid email address")]
     InvalidEmail,
     #[error("member {index} of the bulk sign-up has an invalid email address")]
@@ -72,12 +72,6 @@ pub enum Error {
     /// A broken assumption; should be impossible.
     #[error("internal: {0}")]
     Internal(String),
-}
-
-impl From<ApiError> for Error {
-    fn from(e: ApiError) -> Self {
-        Error::Api(e)
-    }
 }
 
 impl From<sqlx::Error> for Error {
@@ -162,14 +156,7 @@ impl Error {
                 codes::ACCOUNT_UNAVAILABLE,
                 msg,
             ),
-            Error::Unavailable => {
-                tracing::warn!("database unavailable or pool exhausted; answering 503");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    common_codes::UNAVAILABLE,
-                    msg,
-                )
-            }
+            Error::Unavailable => ApiError::database_unavailable(msg),
             e @ (Error::Database(_) | Error::Hashing(_) | Error::Internal(_)) => return Err(e),
         })
     }
@@ -203,14 +190,9 @@ mod tests {
 
     #[test]
     fn a_database_out_of_reach_is_503_unavailable_not_500() {
-        let lost = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
-        for e in [
-            sqlx::Error::Io(lost),
-            sqlx::Error::PoolTimedOut,
-            sqlx::Error::PoolClosed,
-        ] {
-            let response = Error::from(e).into_response();
-            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let answers =
+            paysaga_common::testkit::check_database_outages(|e| Error::from(e).into_response());
+        for response in answers {
             assert!(response.headers().contains_key(header::RETRY_AFTER));
         }
         let api = Error::from(sqlx::Error::PoolClosed)

@@ -109,7 +109,7 @@ impl Stack {
             (None, dead_url().await)
         };
         let mut config = Config::local(db.role_url("member_app"), &account_url);
-        config.db_max_connections = 8;
+        config.database.max_connections = 8;
         config.argon2 = Argon2Params::TEST_ONLY_CHEAP;
         config.account_timeout = Duration::from_secs(5);
         tune(&mut config);
