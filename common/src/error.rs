@@ -79,26 +79,37 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Declares error codes: each a `&str` constant whose value is its own name, so a code
+/// and its constant can never differ. Doc comments go before a name as before a constant.
+#[macro_export]
+macro_rules! error_codes {
+    ($($(#[$meta:meta])* $code:ident),* $(,)?) => {
+        $($(#[$meta])* pub const $code: &str = stringify!($code);)*
+    };
+}
+
 /// Codes shared by every service. Each service documents its own beside these.
 pub mod codes {
-    pub const MALFORMED_JSON: &str = "MALFORMED_JSON";
-    pub const INVALID_BODY: &str = "INVALID_BODY";
-    pub const UNSUPPORTED_MEDIA_TYPE: &str = "UNSUPPORTED_MEDIA_TYPE";
-    pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
-    pub const INVALID_PATH: &str = "INVALID_PATH";
-    pub const INVALID_QUERY: &str = "INVALID_QUERY";
-    pub const INVALID_HEADER: &str = "INVALID_HEADER";
-    pub const NOT_FOUND: &str = "NOT_FOUND";
-    pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
-    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
-    pub const FORBIDDEN: &str = "FORBIDDEN";
-    /// A valid service credential whose role the route does not admit.
-    pub const FORBIDDEN_CALLER: &str = "FORBIDDEN_CALLER";
-    pub const INTERNAL: &str = "INTERNAL";
-    pub const UNAVAILABLE: &str = "UNAVAILABLE";
-    pub const TIMEOUT: &str = "TIMEOUT";
-    pub const OVERLOADED: &str = "OVERLOADED";
-    pub const RATE_LIMITED: &str = "RATE_LIMITED";
+    crate::error_codes! {
+        MALFORMED_JSON,
+        INVALID_BODY,
+        UNSUPPORTED_MEDIA_TYPE,
+        PAYLOAD_TOO_LARGE,
+        INVALID_PATH,
+        INVALID_QUERY,
+        INVALID_HEADER,
+        NOT_FOUND,
+        METHOD_NOT_ALLOWED,
+        UNAUTHENTICATED,
+        FORBIDDEN,
+        /// A valid service credential whose role the route does not admit.
+        FORBIDDEN_CALLER,
+        INTERNAL,
+        UNAVAILABLE,
+        TIMEOUT,
+        OVERLOADED,
+        RATE_LIMITED,
+    }
 }
 
 /// Carried in the response extensions of a 500 so the logging middleware can report
@@ -152,4 +163,16 @@ pub async fn method_not_allowed() -> ApiError {
         codes::METHOD_NOT_ALLOWED,
         "method not allowed on this route",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::codes;
+
+    #[test]
+    fn a_code_is_its_own_name() {
+        assert_eq!(codes::MALFORMED_JSON, "MALFORMED_JSON");
+        assert_eq!(codes::FORBIDDEN_CALLER, "FORBIDDEN_CALLER");
+        assert_eq!(codes::RATE_LIMITED, "RATE_LIMITED");
+    }
 }

@@ -1,19 +1,15 @@
 //! What every service reads and does alike around its own work: where it listens, how
 //! it logs and the development values it runs with ([`Process`]), its database settings
-//! ([`Database`]), starting from the environment ([`serve_from_env`]), and serving until
-//! shutdown, its scheduled jobs stopped after ([`serve_then_stop`]).
+//! ([`Database`]), and starting from the environment ([`serve_from_env`]).
 
 use std::future::Future;
 
-use anyhow::Context;
-use axum::Router;
 use sqlx::{migrate::Migrator, PgPool};
 use tokio::net::TcpListener;
 
 use crate::{
     config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
     db,
-    jobs::Jobs,
     server::{self, Shutdown},
     telemetry,
 };
@@ -72,14 +68,11 @@ pub struct Database {
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 16;
 
 impl Database {
-    /// `DATABASE_URL` and `MIGRATION_DATABASE_URL`, read with the other secrets; the pool
-    /// settings follow with [`DatabaseUrls::with_pool_from_env`] once every secret has
-    /// been judged.
-    pub fn urls_from_env(
-        secrets: &mut Secrets,
-        dev_default: &str,
-    ) -> Result<DatabaseUrls, ConfigError> {
-        let url = config::database_url(secrets, dev_default)?;
+    /// `DATABASE_URL` (in development mode [`dev_database_url`] of `role` when unset) and
+    /// `MIGRATION_DATABASE_URL`, read with the other secrets; the pool settings follow
+    /// with [`DatabaseUrls::with_pool_from_env`] once every secret has been judged.
+    pub fn urls_from_env(secrets: &mut Secrets, role: &str) -> Result<DatabaseUrls, ConfigError> {
+        let url = config::database_url(secrets, &dev_database_url(role))?;
         let migration_url = config::migration_database_url(secrets, &url)?;
         Ok(DatabaseUrls { url, migration_url })
     }
@@ -109,6 +102,15 @@ impl Database {
         )
         .await
     }
+}
+
+/// The development `DATABASE_URL` of the runtime role `role` (`member_app`, ...): the
+/// local PostgreSQL's `paysaga` database, with the development password.
+pub fn dev_database_url(role: &str) -> String {
+    format!(
+        "postgres://{role}:{}@127.0.0.1:5432/paysaga",
+        db::DEV_ROLE_PASSWORD
+    )
 }
 
 /// A service's database URLs, read among its secrets, before its pool settings.
@@ -152,17 +154,21 @@ where
     run(config, listener, Box::pin(server::shutdown_signal())).await
 }
 
-/// Serves `app` until `shutdown` resolves, then stops `jobs`. A failure to stop them is
-/// logged, not returned: the service has stopped serving either way.
-pub async fn serve_then_stop(
-    listener: TcpListener,
-    app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    jobs: Jobs,
-) -> anyhow::Result<()> {
-    let served = server::serve(listener, app, shutdown).await;
-    if let Err(e) = jobs.shutdown().await {
-        tracing::warn!(error = %e, "scheduled jobs did not stop cleanly");
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_development_database_url_carries_the_development_password() {
+        let url = dev_database_url("member_app");
+        assert_eq!(
+            url,
+            "postgres://member_app:paysaga-dev@127.0.0.1:5432/paysaga"
+        );
+        assert!(config::has_dev_password(&url));
+        assert_eq!(
+            Database::local(url).migration_url.as_deref(),
+            Some("postgres://member_migrator:paysaga-dev@127.0.0.1:5432/paysaga")
+        );
     }
-    served.context("serving HTTP")
 }

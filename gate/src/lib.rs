@@ -147,8 +147,13 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let state = AppState::connect(&config).await?;
-    serve_state(state, config, listener, shutdown).await
+    serve_state(
+        AppState::connect(&config).await?,
+        config,
+        listener,
+        shutdown,
+    )
+    .await
 }
 
 /// [`run`] with a state built by the caller (tests share a verifier or inspect it).
@@ -169,5 +174,6 @@ pub async fn serve_state(
         }
     })
     .await?;
-    service::serve_then_stop(listener, app(state), shutdown, jobs).await
+    jobs.stop_after(server::serve(listener, app(state), shutdown))
+        .await
 }

@@ -183,7 +183,6 @@ pub struct Config {
     pub bulk_signup: bool,
 }
 
-pub const DEFAULT_DATABASE_URL: &str = "postgres://member_app:paysaga-dev@127.0.0.1:5432/paysaga";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8081";
 pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 
@@ -251,7 +250,7 @@ impl Config {
     pub fn from_env() -> Result<Self, config::Error> {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
-        let database = Database::urls_from_env(&mut secrets, DEFAULT_DATABASE_URL)?;
+        let database = Database::urls_from_env(&mut secrets, "member_app")?;
         let signing_keys = signing_keys_from_env(&mut secrets)?;
         let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
         let service_credential = Arc::new(TokenSource::from_secrets(

@@ -202,5 +202,6 @@ pub async fn run(
         argon2 = ?config.argon2,
         "member service listening"
     );
-    service::serve_then_stop(listener, app(state), shutdown, jobs).await
+    jobs.stop_after(server::serve(listener, app(state), shutdown))
+        .await
 }

@@ -174,14 +174,9 @@ impl Gate {
 
     /// `GET /metrics`, as text.
     pub async fn metrics(&self) -> String {
-        self.http
-            .get(format!("{}/metrics", self.url()))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text")
+        let url = format!("{}/metrics", self.url());
+        let answer = self.http.get(url).send().await.expect("metrics");
+        answer.text().await.expect("metrics text")
     }
 }
 
