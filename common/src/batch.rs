@@ -290,55 +290,79 @@ mod tests {
         panic!("never happened: {what}");
     }
 
-    /// A flush that holds until `gate` opens (a closed gate: the flush is in progress).
-    fn gated(
+    /// Flushes that hold until `gate` opens (a closed gate: a flush in progress),
+    /// counted, with the operations they carried.
+    struct Gated {
         gate: Arc<tokio::sync::Semaphore>,
         flushes: Arc<AtomicUsize>,
         sizes: Arc<AtomicUsize>,
-    ) -> impl Fn(Vec<u32>) -> BoxFuture<Result<Vec<u32>, String>> + Send + Sync {
-        move |items| {
-            let (gate, flushes, sizes) = (gate.clone(), flushes.clone(), sizes.clone());
-            Box::pin(async move {
-                flushes.fetch_add(1, Ordering::SeqCst);
-                let _open = gate.acquire().await.map_err(|e| e.to_string())?;
-                sizes.fetch_add(items.len(), Ordering::SeqCst);
-                Ok(items.into_iter().map(|i| i + 1).collect())
+    }
+
+    type Answer = tokio::task::JoinHandle<Result<u32, BatchFailure<String>>>;
+
+    impl Gated {
+        /// Every flush held until the test opens the gate.
+        fn closed() -> Self {
+            Self {
+                gate: Arc::new(tokio::sync::Semaphore::new(0)),
+                flushes: Arc::default(),
+                sizes: Arc::default(),
+            }
+        }
+
+        /// A coalescer of up to `max_batch` operations a flush, one flush at a time,
+        /// whose flushes answer each operation `i` with `i + 1`.
+        fn coalescer(&self, max_batch: usize) -> Coalescer<u32, u32, String> {
+            let (gate, flushes, sizes) =
+                (self.gate.clone(), self.flushes.clone(), self.sizes.clone());
+            Coalescer::new("test", max_batch, 1, move |items: Vec<u32>| {
+                let (gate, flushes, sizes) = (gate.clone(), flushes.clone(), sizes.clone());
+                let flush: BoxFuture<Result<Vec<u32>, String>> = Box::pin(async move {
+                    flushes.fetch_add(1, Ordering::SeqCst);
+                    let _open = gate.acquire().await.map_err(|e| e.to_string())?;
+                    sizes.fetch_add(items.len(), Ordering::SeqCst);
+                    Ok(items.into_iter().map(|i| i + 1).collect())
+                });
+                flush
             })
         }
+
+        /// Submits `item` to `c` from a task of its own, and waits until a flush has
+        /// started if none had.
+        async fn lead(&self, c: &Coalescer<u32, u32, String>, item: u32) -> Answer {
+            let answer = submitted(c, item);
+            until("the first flush started", || {
+                self.flushes.load(Ordering::SeqCst) == 1
+            })
+            .await;
+            answer
+        }
+    }
+
+    /// Submits `item` to `c` from a task of its own.
+    fn submitted(c: &Coalescer<u32, u32, String>, item: u32) -> Answer {
+        let c = c.clone();
+        tokio::spawn(async move { c.submit(item).await })
     }
 
     #[tokio::test]
     async fn operations_arriving_during_a_flush_share_the_next_one() {
-        let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let (flushes, sizes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let c = Coalescer::new(
-            "test",
-            1000,
-            1,
-            gated(gate.clone(), flushes.clone(), sizes.clone()),
-        );
-        let first = tokio::spawn({
-            let c = c.clone();
-            async move { c.submit(0).await }
-        });
-        until("the first flush started", || {
-            flushes.load(Ordering::SeqCst) == 1
-        })
-        .await;
-        let rest: Vec<_> = (1..200u32)
-            .map(|i| {
-                let c = c.clone();
-                tokio::spawn(async move { c.submit(i).await })
-            })
-            .collect();
+        let gated = Gated::closed();
+        let c = gated.coalescer(1000);
+        let first = gated.lead(&c, 0).await;
+        let rest: Vec<_> = (1..200u32).map(|i| submitted(&c, i)).collect();
         until("199 operations queued", || waiting(&c) == 199).await;
-        gate.add_permits(1_000);
+        gated.gate.add_permits(1_000);
         assert_eq!(first.await.expect("joined").expect("answered"), 1);
         for (i, r) in rest.into_iter().enumerate() {
             assert_eq!(r.await.expect("joined").expect("answered"), i as u32 + 2);
         }
-        assert_eq!(flushes.load(Ordering::SeqCst), 2, "one flush for the 199");
-        assert_eq!(sizes.load(Ordering::SeqCst), 200);
+        assert_eq!(
+            gated.flushes.load(Ordering::SeqCst),
+            2,
+            "one flush for the 199"
+        );
+        assert_eq!(gated.sizes.load(Ordering::SeqCst), 200);
     }
 
     #[tokio::test]
@@ -371,38 +395,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_leader_that_gives_up_does_not_cut_its_flush_short() {
-        let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let (flushes, sizes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let c = Coalescer::new(
-            "test",
-            16,
-            1,
-            gated(gate.clone(), flushes.clone(), sizes.clone()),
-        );
-        let leader = tokio::spawn({
-            let c = c.clone();
-            async move { c.submit(1).await }
-        });
-        until("the leader's flush started", || {
-            flushes.load(Ordering::SeqCst) == 1
-        })
-        .await;
+        let gated = Gated::closed();
+        let c = gated.coalescer(16);
+        let leader = gated.lead(&c, 1).await;
         // Queued behind the leader's flush: answered by the flush that follows it.
-        let follower = tokio::spawn({
-            let c = c.clone();
-            async move { c.submit(2).await }
-        });
+        let follower = submitted(&c, 2);
         until("the follower queued", || waiting(&c) == 1).await;
         leader.abort();
         assert!(leader.await.is_err_and(|e| e.is_cancelled()));
-        gate.add_permits(16);
+        gated.gate.add_permits(16);
         let answer = tokio::time::timeout(Duration::from_secs(5), follower)
             .await
             .expect("the follower is answered")
             .expect("task ran");
         assert_eq!(answer.expect("answered"), 3);
         assert_eq!(
-            sizes.load(Ordering::SeqCst),
+            gated.sizes.load(Ordering::SeqCst),
             2,
             "the abandoned flush ran to its end"
         );

@@ -194,32 +194,15 @@ impl DevFallbacks {
 /// is refused.
 pub fn database_url(secrets: &mut Secrets, dev_default: &str) -> Result<String, ConfigError> {
     const VAR: &str = "DATABASE_URL";
-    match std::env::var(VAR) {
-        Ok(v) if !v.trim().is_empty() => {
-            if has_dev_password(&v) {
-                if !secrets.is_dev() {
-                    return Err(ConfigError {
-                        name: VAR.to_owned(),
-                        value: "<redacted>".to_owned(),
-                        reason: format!(
-                            "its password is the public development password; give the role \
-                             its own password (or set {DEV_KEYS_VAR}=1 for development)"
-                        ),
-                    });
-                }
-                secrets.development_value("DATABASE_URL (development password)");
-            }
-            Ok(v)
-        }
-        _ => {
-            if secrets.is_dev() {
-                secrets.development_value("DATABASE_URL (development password)");
-            } else {
-                secrets.unset(VAR);
-            }
-            Ok(dev_default.to_owned())
-        }
+    if let Some(url) = configured_url(secrets, VAR)? {
+        return Ok(url);
     }
+    if secrets.is_dev() {
+        secrets.development_value("DATABASE_URL (development password)");
+    } else {
+        secrets.unset(VAR);
+    }
+    Ok(dev_default.to_owned())
 }
 
 /// `MIGRATION_DATABASE_URL`: the role that owns the service's schema, used once at
@@ -232,29 +215,36 @@ pub fn migration_database_url(
     secrets: &mut Secrets,
     database_url: &str,
 ) -> Result<Option<String>, ConfigError> {
-    const VAR: &str = "MIGRATION_DATABASE_URL";
-    match std::env::var(VAR) {
-        Ok(v) if !v.trim().is_empty() => {
-            if has_dev_password(&v) {
-                if !secrets.is_dev() {
-                    return Err(ConfigError {
-                        name: VAR.to_owned(),
-                        value: "<redacted>".to_owned(),
-                        reason: format!(
-                            "its password is the public development password; give the role \
-                             its own password (or set {DEV_KEYS_VAR}=1 for development)"
-                        ),
-                    });
-                }
-                secrets.development_value("MIGRATION_DATABASE_URL (development password)");
-            }
-            Ok(Some(v))
-        }
-        _ if secrets.is_dev() && has_dev_password(database_url) => {
+    match configured_url(secrets, "MIGRATION_DATABASE_URL")? {
+        Some(url) => Ok(Some(url)),
+        None if secrets.is_dev() && has_dev_password(database_url) => {
             Ok(crate::db::dev_migrator_url(database_url))
         }
-        _ => Ok(None),
+        None => Ok(None),
     }
+}
+
+/// The database URL in `var`, if set: one with the development password is refused
+/// outside development mode, and listed among the development values in it.
+fn configured_url(secrets: &mut Secrets, var: &str) -> Result<Option<String>, ConfigError> {
+    let url = match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => return Ok(None),
+    };
+    if has_dev_password(&url) {
+        if !secrets.is_dev() {
+            return Err(ConfigError {
+                name: var.to_owned(),
+                value: "<redacted>".to_owned(),
+                reason: format!(
+                    "its password is the public development password; give the role \
+                     its own password (or set {DEV_KEYS_VAR}=1 for development)"
+                ),
+            });
+        }
+        secrets.development_value(&format!("{var} (development password)"));
+    }
+    Ok(Some(url))
 }
 
 /// `DB_STATEMENT_TIMEOUT_MS` (default 5000) and `DB_IDLE_IN_TRANSACTION_MS` (default

@@ -381,11 +381,7 @@ fn check_operator_token(token: &str) -> Result<String, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::Verifier;
-
-    fn fresh() -> SigningKey {
-        SigningKey::from_bytes(&rand::random())
-    }
+    use crate::{auth::Verifier, keys::generate_signing_key as fresh};
 
     #[test]
     fn key_sets_parse_and_keep_each_key_to_one_role() {

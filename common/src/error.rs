@@ -18,8 +18,10 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// A client-facing error: status, stable code, safe message.
-#[derive(Debug, Clone)]
+/// A client-facing error: status, stable code, safe message. As an error it reads
+/// `CODE: message`, so a service's error enum can carry it with `#[error(transparent)]`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
 pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
@@ -52,6 +54,16 @@ impl ApiError {
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, message)
     }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE, message)
+    }
+
+    /// 503 `UNAVAILABLE` for a database that cannot serve now (out of reach, or its pool
+    /// exhausted: load, not a bug), logged as such once.
+    pub fn database_unavailable(message: impl Into<String>) -> Self {
+        tracing::warn!("database unavailable or pool exhausted; answering 503");
+        Self::unavailable(message)
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -67,26 +79,37 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Declares error codes: each a `&str` constant whose value is its own name, so a code
+/// and its constant can never differ. Doc comments go before a name as before a constant.
+#[macro_export]
+macro_rules! error_codes {
+    ($($(#[$meta:meta])* $code:ident),* $(,)?) => {
+        $($(#[$meta])* pub const $code: &str = stringify!($code);)*
+    };
+}
+
 /// Codes shared by every service. Each service documents its own beside these.
 pub mod codes {
-    pub const MALFORMED_JSON: &str = "MALFORMED_JSON";
-    pub const INVALID_BODY: &str = "INVALID_BODY";
-    pub const UNSUPPORTED_MEDIA_TYPE: &str = "UNSUPPORTED_MEDIA_TYPE";
-    pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
-    pub const INVALID_PATH: &str = "INVALID_PATH";
-    pub const INVALID_QUERY: &str = "INVALID_QUERY";
-    pub const INVALID_HEADER: &str = "INVALID_HEADER";
-    pub const NOT_FOUND: &str = "NOT_FOUND";
-    pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
-    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
-    pub const FORBIDDEN: &str = "FORBIDDEN";
-    /// A valid service credential whose role the route does not admit.
-    pub const FORBIDDEN_CALLER: &str = "FORBIDDEN_CALLER";
-    pub const INTERNAL: &str = "INTERNAL";
-    pub const UNAVAILABLE: &str = "UNAVAILABLE";
-    pub const TIMEOUT: &str = "TIMEOUT";
-    pub const OVERLOADED: &str = "OVERLOADED";
-    pub const RATE_LIMITED: &str = "RATE_LIMITED";
+    crate::error_codes! {
+        MALFORMED_JSON,
+        INVALID_BODY,
+        UNSUPPORTED_MEDIA_TYPE,
+        PAYLOAD_TOO_LARGE,
+        INVALID_PATH,
+        INVALID_QUERY,
+        INVALID_HEADER,
+        NOT_FOUND,
+        METHOD_NOT_ALLOWED,
+        UNAUTHENTICATED,
+        FORBIDDEN,
+        /// A valid service credential whose role the route does not admit.
+        FORBIDDEN_CALLER,
+        INTERNAL,
+        UNAVAILABLE,
+        TIMEOUT,
+        OVERLOADED,
+        RATE_LIMITED,
+    }
 }
 
 /// Carried in the response extensions of a 500 so the logging middleware can report
@@ -109,20 +132,15 @@ pub fn cause_chain(err: &(dyn std::error::Error + 'static)) -> String {
 /// The response for an internal error: a generic body for the client, the full cause
 /// chain attached for the middleware to log.
 pub fn internal_error_response(err: &(dyn std::error::Error + 'static)) -> Response {
-    let chain = cause_chain(err);
-    let mut response = ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        codes::INTERNAL,
-        "internal error; it has been logged",
-    )
-    .into_response();
-    response.extensions_mut().insert(InternalErrorReport(chain));
-    response
+    internal_with_report(cause_chain(err))
 }
 
 /// Same as [`internal_error_response`] for an `anyhow::Error`.
 pub fn internal_anyhow_response(err: &anyhow::Error) -> Response {
-    let chain = format!("{err:#}");
+    internal_with_report(format!("{err:#}"))
+}
+
+fn internal_with_report(chain: String) -> Response {
     let mut response = ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         codes::INTERNAL,
@@ -145,4 +163,16 @@ pub async fn method_not_allowed() -> ApiError {
         codes::METHOD_NOT_ALLOWED,
         "method not allowed on this route",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::codes;
+
+    #[test]
+    fn a_code_is_its_own_name() {
+        assert_eq!(codes::MALFORMED_JSON, "MALFORMED_JSON");
+        assert_eq!(codes::FORBIDDEN_CALLER, "FORBIDDEN_CALLER");
+        assert_eq!(codes::RATE_LIMITED, "RATE_LIMITED");
+    }
 }

@@ -22,6 +22,7 @@ use std::{
     time::Duration,
 };
 
+use anyhow::Context;
 use tokio::sync::watch;
 use tokio_cron_scheduler::{Job, JobScheduler};
 
@@ -137,6 +138,20 @@ impl Jobs {
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         self.scheduler.shutdown().await?;
         Ok(())
+    }
+
+    /// Waits for `serving` (a service's [`crate::server::serve`]) to end, then stops the
+    /// jobs; how serving ended. A failure to stop them is logged, not returned: the
+    /// service has stopped serving either way.
+    pub async fn stop_after(
+        self,
+        serving: impl Future<Output = std::io::Result<()>>,
+    ) -> anyhow::Result<()> {
+        let served = serving.await;
+        if let Err(e) = self.shutdown().await {
+            tracing::warn!(error = %e, "scheduled jobs did not stop cleanly");
+        }
+        served.context("serving HTTP")
     }
 }
 

@@ -152,17 +152,8 @@ pub fn verifying_key(
     var: &str,
     dev: DevKey,
 ) -> Result<VerifyingKey, ConfigError> {
-    match configured(var) {
-        Some(v) => {
-            let key = parse_verifying_key(&v).map_err(|e| invalid(var, e.to_string()))?;
-            refuse_development(var, &key)?;
-            Ok(key)
-        }
-        None => {
-            secrets.unset(var);
-            Ok(dev.verifying_key())
-        }
-    }
+    let parse = |v: &str| parse_verifying_key(v).map(|k| (k, k));
+    key_from_env(secrets, var, parse, || dev.verifying_key())
 }
 
 /// A signing key from `var`, with the rules of [`verifying_key`].
@@ -171,29 +162,34 @@ pub fn signing_key(
     var: &str,
     dev: DevKey,
 ) -> Result<SigningKey, ConfigError> {
-    match configured(var) {
-        Some(v) => {
-            let key = parse_signing_key(&v).map_err(|e| invalid(var, e.to_string()))?;
-            refuse_development(var, &key.verifying_key())?;
-            Ok(key)
-        }
-        None => {
-            secrets.unset(var);
-            Ok(dev.signing_key())
-        }
-    }
+    let parse = |v: &str| parse_signing_key(v).map(|k| (k.verifying_key(), k));
+    key_from_env(secrets, var, parse, || dev.signing_key())
+}
+
+/// The key `parse` makes of `var` (with its public half, which must be no development
+/// key), or `dev()` in its place when `var` is unset, recorded in `secrets`.
+fn key_from_env<K>(
+    secrets: &mut Secrets,
+    var: &str,
+    parse: impl FnOnce(&str) -> Result<(VerifyingKey, K), KeyError>,
+    dev: impl FnOnce() -> K,
+) -> Result<K, ConfigError> {
+    let Some(v) = configured(var) else {
+        secrets.unset(var);
+        return Ok(dev());
+    };
+    let (public, key) = parse(&v).map_err(|e| invalid(var, e.to_string()))?;
+    refuse_development(var, &public)?;
+    Ok(key)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn fresh() -> SigningKey {
-        SigningKey::from_bytes(&rand::random())
-    }
-
     #[test]
     fn development_keys_are_recognised_and_fresh_ones_are_not() {
+        let fresh = generate_signing_key;
         for d in DevKey::ALL {
             assert!(is_development_key(&d.verifying_key()));
             assert!(refuse_development("PASS_PUBLIC_KEY", &d.verifying_key())
@@ -219,7 +215,7 @@ mod tests {
 
     #[test]
     fn keys_round_trip_through_their_encoding() {
-        let k = fresh();
+        let k = generate_signing_key();
         let parsed = parse_signing_key(&encode_signing_key(&k)).unwrap();
         assert_eq!(parsed.to_bytes(), k.to_bytes());
         let v = parse_verifying_key(&encode_verifying_key(&k.verifying_key())).unwrap();

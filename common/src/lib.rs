@@ -17,6 +17,7 @@ pub mod openapi;
 pub mod pass;
 pub mod retry;
 pub mod server;
+pub mod service;
 pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;

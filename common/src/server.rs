@@ -36,6 +36,10 @@ use crate::{
     telemetry,
 };
 
+/// What a service serves until, boxed so one type serves every caller: the process's
+/// signal ([`shutdown_signal`]) or a test's.
+pub type Shutdown = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Request bodies above this are refused with 413; no paysaga request needs more.
 pub const BODY_LIMIT: usize = 64 * 1024;
 

@@ -229,7 +229,7 @@ pub async fn wait_ready(
 }
 
 /// The shutdown signal handed to a service started in process.
-pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+pub use crate::server::Shutdown;
 
 /// A service running inside the test's own process, on a port the kernel chose (the
 /// listener is bound before the service starts, so no other process can take it).
@@ -336,4 +336,35 @@ impl Drop for InProcess {
             task.abort();
         }
     }
+}
+
+/// Checks a service's answer to database errors (`answer`: its path from a
+/// `sqlx::Error` to a response): each outage [`db::unavailable`] recognises without a
+/// server (a lost connection, a pool timed out, a closed pool) is a 503, not a 500, and a
+/// mistake (`RowNotFound`) is a 500. The outages' answers, for the service's own checks.
+pub fn check_database_outages(
+    answer: impl Fn(sqlx::Error) -> axum::response::Response,
+) -> Vec<axum::response::Response> {
+    use axum::http::StatusCode;
+    let lost = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    let outages = [
+        sqlx::Error::Io(lost),
+        sqlx::Error::PoolTimedOut,
+        sqlx::Error::PoolClosed,
+    ];
+    let answers: Vec<_> = outages
+        .into_iter()
+        .map(|e| {
+            assert!(db::unavailable(&e), "{e:?} is an outage");
+            let what = format!("{e:?}");
+            let response = answer(e);
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{what}");
+            response
+        })
+        .collect();
+    assert_eq!(
+        answer(sqlx::Error::RowNotFound).status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    answers
 }

@@ -5,10 +5,11 @@ use std::{sync::Arc, time::Duration};
 use ed25519_dalek::SigningKey;
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
-    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    config::{self, ConfigError, Secrets},
     credentials::{ServiceKeys, TokenSource},
     keys::{self, DevKey},
     limits::MemberRate,
+    service::Process,
 };
 
 pub use crate::store::RedisTarget;
@@ -25,8 +26,9 @@ pub struct Config {
     /// Namespace of every Redis key (`paysaga:` by default).
     pub redis_prefix: String,
     pub order_url: String,
-    pub listen_addr: String,
-    pub log_format: LogFormat,
+    /// `LISTEN_ADDR` (default `127.0.0.1:8085`), `LOG_FORMAT`, and the development keys
+    /// in use.
+    pub process: Process,
     /// `PASS_SIGNING_KEY`. Required; the development key only with `PAYSAGA_DEV_KEYS=1`.
     pub pass_signing_key: SigningKey,
     /// `MEMBER_JWKS_URL`, else `JWT_PUBLIC_KEY`: buyer-token keys. One is required.
@@ -37,8 +39,6 @@ pub struct Config {
     /// `SERVICE_SIGNING_KEY` (and `SERVICE_TOKEN_LIFETIME_SECS`): the gate's own key,
     /// minting and renewing its credentials toward the order service. Required.
     pub service_credential: Arc<TokenSource>,
-    /// The development keys in use (development mode only), warned at start.
-    pub dev_fallbacks: DevFallbacks,
     /// How long a pass stays valid (and counts against the quota) after issue.
     pub pass_ttl: Duration,
     /// How often the quota recompute job runs.
@@ -67,12 +67,11 @@ impl std::fmt::Debug for Config {
             .field("redis_cluster_nodes", &self.redis_cluster_nodes)
             .field("redis_prefix", &self.redis_prefix)
             .field("order_url", &self.order_url)
-            .field("listen_addr", &self.listen_addr)
+            .field("process", &self.process)
             .field("pass_signing_key", &"<redacted>")
             .field("buyer_keys", &self.buyer_keys)
             .field("service_keys", &self.service_keys)
             .field("service_credential", &self.service_credential)
-            .field("dev_fallbacks", &self.dev_fallbacks)
             .field("pass_ttl", &self.pass_ttl)
             .field("recompute_interval", &self.recompute_interval)
             .field("sold_out_cache", &self.sold_out_cache)
@@ -149,19 +148,17 @@ impl Config {
         let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
         let service_credential =
             Arc::new(TokenSource::from_secrets(&mut secrets, ServiceRole::Gate)?);
-        let dev_fallbacks = secrets.finish()?;
+        let process = Process::from_env(secrets, "127.0.0.1:8085")?;
         Ok(Self {
             redis_url: config::string("REDIS_URL", "redis://127.0.0.1:6379/"),
             redis_cluster_nodes: node_list(&config::string("REDIS_CLUSTER_NODES", "")),
             redis_prefix: key_prefix(config::string("REDIS_PREFIX", "paysaga:"))?,
             order_url: config::string("ORDER_URL", "http://127.0.0.1:8084"),
-            listen_addr: config::string("LISTEN_ADDR", "127.0.0.1:8085"),
-            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+            process,
             pass_signing_key,
             buyer_keys,
             service_keys,
             service_credential,
-            dev_fallbacks,
             pass_ttl: Duration::from_secs(positive(
                 "PASS_TTL_SECS",
                 config::parse("PASS_TTL_SECS", 60u64)?,
@@ -197,13 +194,11 @@ impl Config {
             redis_cluster_nodes: Vec::new(),
             redis_prefix: redis_prefix.to_owned(),
             order_url: order_url.to_owned(),
-            listen_addr: "127.0.0.1:0".into(),
-            log_format: LogFormat::Pretty,
+            process: Process::local("127.0.0.1:0"),
             pass_signing_key: DevKey::Passes.signing_key(),
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),
             service_credential: Arc::new(TokenSource::development(ServiceRole::Gate)),
-            dev_fallbacks: DevFallbacks::default(),
             pass_ttl: Duration::from_secs(60),
             recompute_interval: Duration::from_secs(2),
             sold_out_cache: Duration::from_millis(1000),

@@ -12,8 +12,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{}: {}", .0.code, .0.message)]
-    Api(ApiError),
+    /// A rejection from a common extractor (auth, JSON, path).
+    #[error(transparent)]
+    Api(#[from] ApiError),
     /// The member asked for passes faster than `MEMBER_RATE_PER_SEC` allows.
     #[error(transparent)]
     RateLimited(#[from] RateLimited),
@@ -33,12 +34,6 @@ pub enum Error {
     RedisTimeout(std::time::Duration),
     #[error("unexpected answer from a redis script: {0}")]
     ScriptReply(String),
-}
-
-impl From<ApiError> for Error {
-    fn from(e: ApiError) -> Self {
-        Error::Api(e)
-    }
 }
 
 impl Error {

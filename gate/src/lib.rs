@@ -22,7 +22,9 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use paysaga_common::{auth::Verifier, jobs::Jobs, limits::MemberLimiter, pass::PassSigner, server};
+use paysaga_common::{
+    auth::Verifier, jobs::Jobs, limits::MemberLimiter, pass::PassSigner, server, service,
+};
 use paysaga_contracts::OrderClient;
 use tokio::net::TcpListener;
 use utoipa::{
@@ -37,19 +39,13 @@ use crate::{
     store::QuotaStore,
 };
 
-#[derive(Clone)]
+#[derive(Clone, FromRef)]
 pub struct AppState {
     pub gate: Arc<Gate>,
     pub verifier: Arc<Verifier>,
     pub recompute: Arc<Recompute>,
     /// Pass requests per member (`MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`).
     pub limiter: Arc<MemberLimiter>,
-}
-
-impl FromRef<AppState> for Arc<Verifier> {
-    fn from_ref(s: &AppState) -> Self {
-        s.verifier.clone()
-    }
 }
 
 impl AppState {
@@ -138,15 +134,10 @@ pub fn app(state: AppState) -> Router {
     server::finish(api, ApiDoc::openapi())
 }
 
-/// The gate process, as the `gate` binary and `paysaga service gate` both run it:
-/// configuration from the environment, logging, the listening socket (handed over by a
-/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
+/// The gate process, as the `gate` binary and `paysaga service gate` both run it
+/// ([`service::serve_from_env`]).
 pub async fn serve_from_env() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing_for("gate", config.log_format);
-    config.dev_fallbacks.warn("gate");
-    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
-    run(config, listener, paysaga_common::server::shutdown_signal()).await
+    service::serve_from_env("gate", Config::from_env, |c| &c.process, run).await
 }
 
 /// Computes the quota once, starts the recompute job, serves until `shutdown`, then
@@ -156,8 +147,13 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let state = AppState::connect(&config).await?;
-    serve_state(state, config, listener, shutdown).await
+    serve_state(
+        AppState::connect(&config).await?,
+        config,
+        listener,
+        shutdown,
+    )
+    .await
 }
 
 /// [`run`] with a state built by the caller (tests share a verifier or inspect it).
@@ -178,8 +174,6 @@ pub async fn serve_state(
         }
     })
     .await?;
-    let served = server::serve(listener, app(state), shutdown).await;
-    jobs.shutdown().await?;
-    served?;
-    Ok(())
+    jobs.stop_after(server::serve(listener, app(state), shutdown))
+        .await
 }

@@ -29,6 +29,23 @@ pub enum IssueOutcome {
     Unknown,
 }
 
+impl IssueOutcome {
+    /// One member's answer from the issue scripts, `[code, exp, remaining]`; `script`
+    /// names the script in the error for any other answer.
+    fn from_reply(reply: &[i64], script: &str) -> Result<Self> {
+        match reply {
+            [1, exp, _] => Ok(Self::Existing { exp: *exp }),
+            [2, exp, remaining] => Ok(Self::Issued {
+                exp: *exp,
+                remaining: *remaining,
+            }),
+            [0, _, _] => Ok(Self::NoQuota),
+            [3, _, _] => Ok(Self::Unknown),
+            other => Err(Error::ScriptReply(format!("{script} returned {other:?}"))),
+        }
+    }
+}
+
 /// What the recompute script did for one product.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recomputed {
@@ -191,16 +208,7 @@ impl QuotaStore {
         let mut inv = scripts::ISSUE.key(&k.quota);
         inv.key(&k.holders).arg(member).arg(now).arg(exp);
         let v: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
-        match v.as_slice() {
-            [1, exp, _] => Ok(IssueOutcome::Existing { exp: *exp }),
-            [2, exp, remaining] => Ok(IssueOutcome::Issued {
-                exp: *exp,
-                remaining: *remaining,
-            }),
-            [0, _, _] => Ok(IssueOutcome::NoQuota),
-            [3, _, _] => Ok(IssueOutcome::Unknown),
-            other => Err(Error::ScriptReply(format!("issue returned {other:?}"))),
-        }
+        IssueOutcome::from_reply(&v, "issue")
     }
 
     /// [`Self::issue`] for several members in one script call; one outcome per member.
@@ -227,16 +235,7 @@ impl QuotaStore {
             )));
         }
         v.chunks(3)
-            .map(|c| match c {
-                [1, exp, _] => Ok(IssueOutcome::Existing { exp: *exp }),
-                [2, exp, remaining] => Ok(IssueOutcome::Issued {
-                    exp: *exp,
-                    remaining: *remaining,
-                }),
-                [0, _, _] => Ok(IssueOutcome::NoQuota),
-                [3, _, _] => Ok(IssueOutcome::Unknown),
-                other => Err(Error::ScriptReply(format!("issue_many returned {other:?}"))),
-            })
+            .map(|c| IssueOutcome::from_reply(c, "issue_many"))
             .collect()
     }
 

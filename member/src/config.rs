@@ -5,10 +5,11 @@ use std::{sync::Arc, time::Duration};
 use ed25519_dalek::SigningKey;
 use paysaga_common::{
     auth::{ServiceRole, MAX_BUYER_TOKEN_LIFETIME_SECS},
-    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    config::{self, ConfigError, Secrets},
     credentials::{ServiceKeys, TokenSource},
     jwks::kid_of,
     keys::{is_development_key, parse_signing_key, DevKey},
+    service::{Database, Process},
 };
 
 /// The keys buyer tokens are signed with: the first signs, all are published.
@@ -139,21 +140,12 @@ impl Default for Throttle {
 
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `DATABASE_URL`: connects as `member_app`. Required; the development password
-    /// only with `PAYSAGA_DEV_KEYS=1`.
-    pub database_url: String,
-    /// `MIGRATION_DATABASE_URL`: the schema's migrator role, to apply migrations and
-    /// grants at start; see `paysaga_common::config::migration_database_url`.
-    pub migration_database_url: Option<String>,
-    /// `DB_STATEMENT_TIMEOUT_MS`, `DB_IDLE_IN_TRANSACTION_MS`: limits on every
-    /// connection of the service.
-    pub db_limits: paysaga_common::db::Limits,
-    /// `LISTEN_ADDR`, default `127.0.0.1:8081`.
-    pub listen_addr: String,
-    /// `DB_MAX_CONNECTIONS`, default 16.
-    pub db_max_connections: u32,
-    /// `LOG_FORMAT`: `json` or `pretty` (default).
-    pub log_format: LogFormat,
+    /// `DATABASE_URL` (as `member_app`; required), `MIGRATION_DATABASE_URL`,
+    /// `DB_MAX_CONNECTIONS` and the connection limits.
+    pub database: Database,
+    /// `LISTEN_ADDR` (default `127.0.0.1:8081`), `LOG_FORMAT`, and the development keys
+    /// and password in use.
+    pub process: Process,
     /// `ACCOUNT_URL`, default `http://127.0.0.1:8082`.
     pub account_url: String,
     /// `ACCOUNT_TIMEOUT_MS`, default 5000: each call to the account service.
@@ -167,8 +159,6 @@ pub struct Config {
     /// `SERVICE_KEYS`: each caller role's public keys, verifying service credentials.
     /// Required.
     pub service_keys: ServiceKeys,
-    /// The development keys and password in use (development mode only), warned at start.
-    pub dev_fallbacks: DevFallbacks,
     /// `ARGON2_MEMORY_KIB`, `ARGON2_ITERATIONS`, `ARGON2_PARALLELISM`; OWASP's minimum
     /// by default.
     pub argon2: Argon2Params,
@@ -193,7 +183,6 @@ pub struct Config {
     pub bulk_signup: bool,
 }
 
-pub const DEFAULT_DATABASE_URL: &str = "postgres://member_app:paysaga-dev@127.0.0.1:5432/paysaga";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8081";
 pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 
@@ -261,15 +250,14 @@ impl Config {
     pub fn from_env() -> Result<Self, config::Error> {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
-        let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
-        let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
+        let database = Database::urls_from_env(&mut secrets, "member_app")?;
         let signing_keys = signing_keys_from_env(&mut secrets)?;
         let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
         let service_credential = Arc::new(TokenSource::from_secrets(
             &mut secrets,
             ServiceRole::Member,
         )?);
-        let dev_fallbacks = secrets.finish()?;
+        let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let argon2 = Argon2Params {
             memory_kib: config::parse("ARGON2_MEMORY_KIB", Argon2Params::OWASP.memory_kib)?,
             iterations: config::parse("ARGON2_ITERATIONS", Argon2Params::OWASP.iterations)?,
@@ -315,18 +303,13 @@ impl Config {
         }
         positive("REFRESH_TOKEN_TTL_SECS", refresh_ttl.as_secs())?;
         Ok(Self {
-            database_url,
-            migration_database_url,
-            db_limits: config::db_limits()?,
-            listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
-            db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
-            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+            database: database.with_pool_from_env()?,
+            process,
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             account_timeout: config::millis("ACCOUNT_TIMEOUT_MS", Duration::from_secs(5))?,
             service_credential,
             signing_keys,
             service_keys,
-            dev_fallbacks,
             argon2,
             argon2_max_concurrent,
             access_ttl,
@@ -342,20 +325,14 @@ impl Config {
     /// Defaults for everything but the database and the account service, as tests and
     /// tools want it: the development signing key and a development service credential.
     pub fn local(database_url: impl Into<String>, account_url: impl Into<String>) -> Self {
-        let database_url: String = database_url.into();
         Self {
-            migration_database_url: paysaga_common::db::dev_migrator_url(&database_url),
-            database_url,
-            db_limits: paysaga_common::db::Limits::default(),
-            listen_addr: DEFAULT_LISTEN_ADDR.into(),
-            db_max_connections: 16,
-            log_format: LogFormat::Pretty,
+            database: Database::local(database_url),
+            process: Process::local(DEFAULT_LISTEN_ADDR),
             account_url: account_url.into(),
             account_timeout: Duration::from_secs(5),
             service_credential: Arc::new(TokenSource::development(ServiceRole::Member)),
             signing_keys: SigningKeys::development(),
             service_keys: ServiceKeys::development(),
-            dev_fallbacks: DevFallbacks::default(),
             argon2: Argon2Params::OWASP,
             argon2_max_concurrent: cpus(),
             access_ttl: Duration::from_secs(900),

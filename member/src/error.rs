@@ -21,8 +21,8 @@ const ACCOUNT_PENDING_RETRY_SECS: u64 = 5;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A rejection from a common extractor (auth, JSON, path, query).
-    #[error("{}: {}", .0.code, .0.message)]
-    Api(ApiError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error("not a valid email address")]
     InvalidEmail,
     #[error("member {index} of the bulk sign-up has an invalid email address")]
@@ -74,12 +74,6 @@ pub enum Error {
     Internal(String),
 }
 
-impl From<ApiError> for Error {
-    fn from(e: ApiError) -> Self {
-        Error::Api(e)
-    }
-}
-
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
         if paysaga_common::db::unavailable(&e) {
@@ -105,6 +99,15 @@ const PASSED_ON: [&str; 6] = [
 ];
 
 impl Error {
+    /// A failed call to the account service: refused with a definite 4xx, or no definite
+    /// answer (timeout, connection, 5xx).
+    pub(crate) fn account_call(e: CallError) -> Self {
+        match e {
+            CallError::Rejected { .. } => Error::AccountRejected(e),
+            CallError::Unknown { .. } => Error::AccountUnavailable(e),
+        }
+    }
+
     /// The answer a client sees for this error, or the error itself back when it is
     /// internal (a 500 whose cause is logged, never shown).
     fn into_api(self) -> Result<ApiError, Error> {
@@ -153,14 +156,7 @@ impl Error {
                 codes::ACCOUNT_UNAVAILABLE,
                 msg,
             ),
-            Error::Unavailable => {
-                tracing::warn!("database unavailable or pool exhausted; answering 503");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    common_codes::UNAVAILABLE,
-                    msg,
-                )
-            }
+            Error::Unavailable => ApiError::database_unavailable(msg),
             e @ (Error::Database(_) | Error::Hashing(_) | Error::Internal(_)) => return Err(e),
         })
     }
@@ -194,14 +190,9 @@ mod tests {
 
     #[test]
     fn a_database_out_of_reach_is_503_unavailable_not_500() {
-        let lost = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
-        for e in [
-            sqlx::Error::Io(lost),
-            sqlx::Error::PoolTimedOut,
-            sqlx::Error::PoolClosed,
-        ] {
-            let response = Error::from(e).into_response();
-            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let answers =
+            paysaga_common::testkit::check_database_outages(|e| Error::from(e).into_response());
+        for response in answers {
             assert!(response.headers().contains_key(header::RETRY_AFTER));
         }
         let api = Error::from(sqlx::Error::PoolClosed)

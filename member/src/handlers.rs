@@ -9,7 +9,6 @@ use axum::{
 };
 use paysaga_common::{
     auth::{allow::OPERATOR, Service},
-    client::CallError,
     extract::{Json, Path, Query},
     jwks::JwkSet,
     ApiError, ErrorBody,
@@ -247,10 +246,7 @@ pub async fn top_up(
         .accounts
         .deposit(&deposit)
         .await
-        .map_err(|e| match e {
-            CallError::Rejected { .. } => Error::AccountRejected(e),
-            CallError::Unknown { .. } => Error::AccountUnavailable(e),
-        })?;
+        .map_err(Error::account_call)?;
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
     Ok((status, Json(answer.body)))
 }

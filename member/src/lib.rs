@@ -26,10 +26,9 @@ use axum::{
 };
 use paysaga_common::{
     auth::{BuyerKeySource, Verifier},
-    db,
     jobs::Jobs,
     jwks::JWKS_PATH,
-    server,
+    server, service,
 };
 use paysaga_contracts::account::client::AccountClient;
 use sqlx::PgPool;
@@ -54,7 +53,7 @@ pub const BULK_BODY_LIMIT: usize = api::MAX_BULK_MEMBERS * 320;
 /// How often expired refresh tokens and sign-in failure counts are deleted.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(300);
 
-#[derive(Clone)]
+#[derive(Clone, FromRef)]
 pub struct AppState {
     pub pool: PgPool,
     /// Verifies service credentials (and, for a clear 403, this service's current buyer
@@ -66,25 +65,11 @@ pub struct AppState {
     pub config: Arc<Config>,
 }
 
-impl FromRef<AppState> for Arc<Verifier> {
-    fn from_ref(state: &AppState) -> Self {
-        state.verifier.clone()
-    }
-}
-
 impl AppState {
     /// Connects as the service's role, runs its migrations, and makes the dummy
     /// password hash (one Argon2 run with the configured parameters).
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
-        let pool = db::open(
-            &config.database_url,
-            config.migration_database_url.as_deref(),
-            SCHEMA,
-            config.db_max_connections,
-            config.db_limits,
-            &MIGRATOR,
-        )
-        .await?;
+        let pool = config.database.open(SCHEMA, &MIGRATOR).await?;
         let current = config.signing_keys.current().verifying_key();
         let verifier =
             Verifier::from_source(&BuyerKeySource::Static(current), &config.service_keys);
@@ -152,15 +137,10 @@ pub fn app(state: AppState) -> Router {
     server::finish(api, ApiDoc::openapi())
 }
 
-/// The member process, as the `member` binary and `paysaga service member` both run it:
-/// configuration from the environment, logging, the listening socket (handed over by a
-/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
+/// The member process, as the `member` binary and `paysaga service member` both run it
+/// ([`service::serve_from_env`]).
 pub async fn serve_from_env() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing_for("member", config.log_format);
-    config.dev_fallbacks.warn("member");
-    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
-    run(config, listener, paysaga_common::server::shutdown_signal()).await
+    service::serve_from_env("member", Config::from_env, |c| &c.process, run).await
 }
 
 /// Starts the periodic jobs: the account repair every `ACCOUNT_REPAIR_SECS`, and the
@@ -222,9 +202,6 @@ pub async fn run(
         argon2 = ?config.argon2,
         "member service listening"
     );
-    let served = server::serve(listener, app(state), shutdown).await;
-    if let Err(e) = jobs.shutdown().await {
-        tracing::warn!(error = %e, "jobs did not stop cleanly");
-    }
-    served.context("serving HTTP")
+    jobs.stop_after(server::serve(listener, app(state), shutdown))
+        .await
 }

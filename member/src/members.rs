@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::{stream, StreamExt};
-use paysaga_common::{auth::MemberId, client::CallError};
+use paysaga_common::auth::MemberId;
 use paysaga_contracts::{
     account::api::OpenAccountRequest,
     member::api::{account_open_key, Credentials, Member},
@@ -170,10 +170,7 @@ pub(crate) async fn ensure_account(state: &AppState, row: &MemberRow) -> Result<
         .accounts
         .open_account(&req)
         .await
-        .map_err(|e| match e {
-            CallError::Rejected { .. } => Error::AccountRejected(e),
-            CallError::Unknown { .. } => Error::AccountUnavailable(e),
-        })?;
+        .map_err(Error::account_call)?;
     let account_id = answer.body.id;
     // Only a NULL is filled in: the key opens one account, so a stored id is this one.
     let stored: Option<i64> = sqlx::query_scalar(

@@ -2,10 +2,7 @@
 //! successful run leaves anything behind. Two real transactions on a real server
 //! deadlock on purpose: each locks one row, then waits for the other's.
 
-use std::sync::{
-    atomic::{AtomicBool, Ordering},
-    Arc,
-};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use paysaga_common::retry;
 use sqlx::{postgres::PgPoolOptions, PgPool};
@@ -35,18 +32,15 @@ impl Scratch {
             .connect(&url)
             .await
             .expect("connect");
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&pool)
-            .await
-            .expect("schema");
-        sqlx::query(r#"CREATE TABLE counters (id INT PRIMARY KEY, n INT NOT NULL)"#)
-            .execute(&pool)
-            .await
-            .expect("table");
-        sqlx::query(r#"INSERT INTO counters VALUES (1, 0), (2, 0)"#)
-            .execute(&pool)
-            .await
-            .expect("rows");
+        // One session: the table goes into the new schema its search path names.
+        sqlx::raw_sql(&format!(
+            r#"CREATE SCHEMA {schema};
+               CREATE TABLE counters (id INT PRIMARY KEY, n INT NOT NULL);
+               INSERT INTO counters VALUES (1, 0), (2, 0)"#
+        ))
+        .execute(&pool)
+        .await
+        .expect("schema, table and rows");
         Self { pool, schema }
     }
 
@@ -65,21 +59,32 @@ impl Scratch {
     }
 }
 
-/// Adds one to both rows, `first` before the other. On its first run it waits, holding
-/// `first`, until the other transaction holds the other row: the two then deadlock.
-async fn bump_both(
-    pool: &PgPool,
-    first: i32,
-    meet: &Barrier,
-    first_run: &AtomicBool,
-) -> Result<(), sqlx::Error> {
+/// Two transactions set to deadlock on their first runs: each waits, holding its first
+/// row, until the other holds the other row.
+struct Deadlock {
+    meet: Barrier,
+    first_runs: [AtomicBool; 2],
+}
+
+impl Deadlock {
+    fn new() -> Self {
+        Self {
+            meet: Barrier::new(2),
+            first_runs: [AtomicBool::new(true), AtomicBool::new(true)],
+        }
+    }
+}
+
+/// Adds one to both rows, `first` (1 or 2) before the other, as transaction `first` of
+/// `deadlock`.
+async fn bump_both(pool: &PgPool, first: i32, deadlock: &Deadlock) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(r#"UPDATE counters SET n = n + 1 WHERE id = $1"#)
         .bind(first)
         .execute(&mut *tx)
         .await?;
-    if first_run.swap(false, Ordering::SeqCst) {
-        meet.wait().await;
+    if deadlock.first_runs[first as usize - 1].swap(false, Ordering::SeqCst) {
+        deadlock.meet.wait().await;
     }
     sqlx::query(r#"UPDATE counters SET n = n + 1 WHERE id = $1"#)
         .bind(3 - first)
@@ -91,14 +96,10 @@ async fn bump_both(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_retry_one_of_two_deadlocked_transactions_fails_whole() {
     let db = Scratch::new().await;
-    let meet = Arc::new(Barrier::new(2));
-    let runs = [
-        Arc::new(AtomicBool::new(true)),
-        Arc::new(AtomicBool::new(true)),
-    ];
+    let deadlock = Deadlock::new();
     let (a, b) = tokio::join!(
-        bump_both(&db.pool, 1, &meet, &runs[0]),
-        bump_both(&db.pool, 2, &meet, &runs[1]),
+        bump_both(&db.pool, 1, &deadlock),
+        bump_both(&db.pool, 2, &deadlock),
     );
     let failed: Vec<_> = [a, b].into_iter().filter_map(Result::err).collect();
     assert_eq!(failed.len(), 1, "PostgreSQL aborts exactly one: {failed:?}");
@@ -118,15 +119,11 @@ async fn without_a_retry_one_of_two_deadlocked_transactions_fails_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadlocked_transaction_is_run_again_and_applies_once() {
     let db = Scratch::new().await;
-    let meet = Arc::new(Barrier::new(2));
-    let runs = [
-        Arc::new(AtomicBool::new(true)),
-        Arc::new(AtomicBool::new(true)),
-    ];
+    let deadlock = Deadlock::new();
     let conflict = retry::is_rolled_back_conflict;
     let (a, b) = tokio::join!(
-        retry::on_conflict(conflict, || bump_both(&db.pool, 1, &meet, &runs[0])),
-        retry::on_conflict(conflict, || bump_both(&db.pool, 2, &meet, &runs[1])),
+        retry::on_conflict(conflict, || bump_both(&db.pool, 1, &deadlock)),
+        retry::on_conflict(conflict, || bump_both(&db.pool, 2, &deadlock)),
     );
     a.expect("first transaction");
     b.expect("second transaction");

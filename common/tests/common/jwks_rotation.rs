@@ -46,6 +46,14 @@ fn key(n: u8) -> SigningKey {
     SigningKey::from_bytes(&[n; 32])
 }
 
+/// Who `token` names, verified with the keys `verifier` holds or fetches.
+async fn subject(verifier: &Verifier, token: &str) -> Option<String> {
+    verifier
+        .verify_buyer_fetching(token)
+        .await
+        .map(|m| m.to_string())
+}
+
 #[tokio::test]
 async fn a_rotated_key_is_picked_up_without_a_restart_and_the_old_one_keeps_working() {
     let (old, new) = (key(1), key(2));
@@ -67,13 +75,7 @@ async fn a_rotated_key_is_picked_up_without_a_restart_and_the_old_one_keeps_work
 
     let old_minter = Minter::with_kid(&old, BUYER_AUDIENCE);
     let before = old_minter.mint("member-a", Duration::from_secs(60));
-    assert_eq!(
-        verifier
-            .verify_buyer_fetching(&before)
-            .await
-            .map(|m| m.to_string()),
-        Some("member-a".into())
-    );
+    assert_eq!(subject(&verifier, &before).await, Some("member-a".into()));
 
     // A token without a kid, or signed by a key the set does not publish, is refused.
     let unnamed = Minter::new(&old, BUYER_AUDIENCE).mint("member-a", Duration::from_secs(60));
@@ -84,10 +86,7 @@ async fn a_rotated_key_is_picked_up_without_a_restart_and_the_old_one_keeps_work
     tokio::time::sleep(min_refresh).await;
     let after = Minter::with_kid(&new, BUYER_AUDIENCE).mint("member-b", Duration::from_secs(60));
     assert_eq!(
-        verifier
-            .verify_buyer_fetching(&after)
-            .await
-            .map(|m| m.to_string()),
+        subject(&verifier, &after).await,
         Some("member-b".into()),
         "the first token under the new key fetched the set"
     );
@@ -118,13 +117,7 @@ async fn a_rotated_key_is_picked_up_without_a_restart_and_the_old_one_keeps_work
     let _ = task.await;
     tokio::time::sleep(min_refresh).await;
     let later = Minter::with_kid(&new, BUYER_AUDIENCE).mint("member-c", Duration::from_secs(60));
-    assert_eq!(
-        verifier
-            .verify_buyer_fetching(&later)
-            .await
-            .map(|m| m.to_string()),
-        Some("member-c".into())
-    );
+    assert_eq!(subject(&verifier, &later).await, Some("member-c".into()));
     assert!(verifier.verify_buyer_fetching(&before).await.is_some());
     // And a fetch that fails keeps them.
     assert!(verifier

@@ -212,30 +212,18 @@ async fn a_full_instance_sheds_load_and_a_stuck_request_times_out() {
         async move { http.get(format!("{base}/hold")).send().await }
     });
     entered.notified().await;
-    let shed = http
-        .get(format!("{base}/hold"))
-        .send()
-        .await
-        .expect("answer");
+    let get = |path: &str| http.get(format!("{base}{path}")).send();
+    let shed = get("/hold").await.expect("answer");
     assert_eq!(shed.status(), 503);
     assert_eq!(shed.headers()["retry-after"], "1");
     let body: serde_json::Value = shed.json().await.expect("json");
     assert_eq!(body["code"], "OVERLOADED");
     // Liveness and metrics are outside the budget.
-    let health = http
-        .get(format!("{base}/healthz"))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(health.status(), 200);
+    assert_eq!(get("/healthz").await.expect("answer").status(), 200);
     release.notify_one();
     assert_eq!(held.await.expect("task").expect("answer").status(), 200);
 
-    let stuck = http
-        .get(format!("{base}/stuck"))
-        .send()
-        .await
-        .expect("answer");
+    let stuck = get("/stuck").await.expect("answer");
     assert_eq!(stuck.status(), 503);
     assert!(stuck.headers().contains_key("retry-after"));
     let body: serde_json::Value = stuck.json().await.expect("json");

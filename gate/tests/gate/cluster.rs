@@ -17,7 +17,9 @@ use std::{
 
 use tokio::sync::watch;
 
-use crate::support::{create_product, start_gate, start_order, wait_ready_status, Service};
+use crate::support::{
+    create_product, order_buyer, start_order, start_ready_gate, wait_ready_status, Service,
+};
 use gate::Config;
 use paysaga_common::testkit::{buyer_token, TestDb};
 use paysaga_contracts::order::client::OrderClient;
@@ -93,11 +95,7 @@ async fn products_on_different_masters_never_get_more_passes_than_stock() {
     let mut config = cluster_config(&cluster, &order);
     config.recompute_interval = Duration::from_secs(3600);
     config.redis_timeout = Duration::from_secs(10);
-    let gate = start_gate(config).await;
-    assert_eq!(
-        wait_ready_status(gate.url(), "ready").await["status"],
-        "ready"
-    );
+    let gate = start_ready_gate(config).await;
 
     // The scripts were loaded by the first recompute; flush them on every master: the
     // next EVALSHA hears NOSCRIPT and the script is loaded again on its node.
@@ -112,12 +110,11 @@ async fn products_on_different_masters_never_get_more_passes_than_stock() {
     }
 
     // 30 buyers per product at once, 10 units each, all three products together.
-    let http = reqwest::Client::new();
     let mut tasks = Vec::new();
     for &product in &products {
         for i in 0..30 {
             let member = format!("p{product}-b{i}");
-            let client = gate.buyer(&http, &member);
+            let client = gate.buyer(&member);
             tasks.push(tokio::spawn(async move {
                 (product, member, client.issue_pass(product).await)
             }));
@@ -151,12 +148,10 @@ async fn products_on_different_masters_never_get_more_passes_than_stock() {
 
         // Every pass buys a unit at the real order service; PostgreSQL agrees.
         for (member, pass) in &passes[&product] {
-            let buyer = OrderClient::new(
-                order.url.clone(),
-                buyer_token(member),
-                Duration::from_secs(10),
-            );
-            buyer.reserve(product, pass).await.expect("reservation");
+            order_buyer(&order, member)
+                .reserve(product, pass)
+                .await
+                .expect("reservation");
         }
         let (taken, rows, live, units) = stock(&pool, product).await;
         assert_eq!((taken, rows, live, units), (10, 10, 10, 10));
@@ -297,11 +292,7 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
     let mut config = cluster_config(&cluster, &order);
     config.recompute_interval = Duration::from_millis(200);
     config.redis_timeout = Duration::from_millis(500);
-    let gate = start_gate(config).await;
-    assert_eq!(
-        wait_ready_status(gate.url(), "ready").await["status"],
-        "ready"
-    );
+    let gate = start_ready_gate(config).await;
 
     // 400 buyers, 24 at a time; the master holding the product's slot is SIGKILLed
     // once a third of the stock has passes.
@@ -426,12 +417,7 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
     let order_ops = support::order_client(&order);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let q = gate
-            .service_client()
-            .quota(product)
-            .await
-            .expect("quota")
-            .body;
+        let q = gate.quota(product).await;
         let available = order_ops
             .product(product)
             .await

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{create_product, start_gate, start_order};
-use gate::Config;
-use paysaga_common::testkit::{buyer_token, TestDb, TestRedis};
+use crate::support::{count, start_gate, Gate, Sale};
 
 /// Sleeps until the wall clock is past `exp` (unix seconds), so the pass is expired.
 async fn until_past(exp: i64) {
@@ -14,55 +12,33 @@ async fn until_past(exp: i64) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unused_expired_pass_returns_its_unit_and_a_used_one_does_not() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::new();
-    let order = start_order(&db).await;
-    let product = create_product(&order, 2).await;
-    let mut config = Config::local(&redis.url, &redis.prefix, &order.url);
+/// A gate whose passes expire a second after issue, with no allowance for clock skew,
+/// and whose recompute job runs every `recompute_every`.
+async fn expiring_gate(sale: &Sale, recompute_every: Duration) -> Gate {
+    let mut config = sale.config();
     config.pass_ttl = Duration::from_secs(1);
     config.clock_skew = Duration::ZERO;
+    config.recompute_interval = recompute_every;
+    start_gate(config).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_expired_pass_returns_its_unit_and_a_used_one_does_not() {
+    let sale = Sale::start(2).await;
     // The test drives the job itself, so what it checks does not depend on timing.
-    config.recompute_interval = Duration::from_secs(3600);
-    let gate = start_gate(config).await;
-    let http = reqwest::Client::new();
-    let quota = || async {
-        gate.service_client()
-            .quota(product)
-            .await
-            .expect("quota")
-            .body
-    };
+    let gate = expiring_gate(&sale, Duration::from_secs(3600)).await;
 
-    let unused = gate
-        .buyer(&http, "alice")
-        .issue_pass(product)
-        .await
-        .expect("pass")
-        .body;
-    let used = gate
-        .buyer(&http, "bob")
-        .issue_pass(product)
-        .await
-        .expect("pass")
-        .body;
-    let e = gate
-        .buyer(&http, "carol")
-        .issue_pass(product)
-        .await
-        .expect_err("sold out");
-    assert_eq!(e.code(), Some("SOLD_OUT"));
-    assert_eq!((quota().await.quota, quota().await.in_flight), (0, 2));
-
-    let bob = paysaga_contracts::order::client::OrderClient::new(
-        order.url.clone(),
-        buyer_token("bob"),
-        Duration::from_secs(10),
+    let unused = gate.pass("alice", sale.product).await;
+    let used = gate.pass("bob", sale.product).await;
+    gate.assert_sold_out("carol", sale.product).await;
+    assert_eq!(
+        (
+            gate.quota(sale.product).await.quota,
+            gate.quota(sale.product).await.in_flight
+        ),
+        (0, 2)
     );
-    bob.reserve(product, &used.pass)
-        .await
-        .expect("bob reserves");
+    sale.reserve("bob", &used.pass).await;
 
     until_past(
         unused
@@ -73,70 +49,36 @@ async fn an_unused_expired_pass_returns_its_unit_and_a_used_one_does_not() {
     .await;
     let report = gate.state.recompute.run_once().await;
     assert_eq!((report.recomputed, report.failed), (1, 0));
-    let view = quota().await;
+    let view = gate.quota(sale.product).await;
     assert_eq!(
         (view.quota, view.in_flight),
         (1, 0),
         "alice's unit is back, bob's is reserved"
     );
 
-    let pass = gate
-        .buyer(&http, "carol")
-        .issue_pass(product)
-        .await
-        .expect("carol gets the returned unit")
-        .body;
-    let e = gate
-        .buyer(&http, "dave")
-        .issue_pass(product)
-        .await
-        .expect_err("sold out again");
-    assert_eq!(e.code(), Some("SOLD_OUT"));
-    let carol = paysaga_contracts::order::client::OrderClient::new(
-        order.url.clone(),
-        buyer_token("carol"),
-        Duration::from_secs(10),
-    );
-    carol
-        .reserve(product, &pass.pass)
-        .await
-        .expect("carol reserves");
+    let pass = gate.pass("carol", sale.product).await;
+    gate.assert_sold_out("dave", sale.product).await;
+    sale.reserve("carol", &pass.pass).await;
 
-    let pool = db.admin_pool().await;
-    let reserved: i64 = sqlx::query_scalar(
+    let reserved = count(
+        &sale,
         r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1 AND state = 'RESERVED'"#,
     )
-    .bind(product)
-    .fetch_one(&pool)
-    .await
-    .expect("count");
+    .await;
     assert_eq!(reserved, 2, "both units reserved, none twice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scheduled_job_returns_units_of_expired_passes() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::new();
-    let order = start_order(&db).await;
-    let product = create_product(&order, 1).await;
-    let mut config = Config::local(&redis.url, &redis.prefix, &order.url);
-    config.pass_ttl = Duration::from_secs(1);
-    config.clock_skew = Duration::ZERO;
-    config.recompute_interval = Duration::from_secs(1);
-    let gate = start_gate(config).await;
-    let http = reqwest::Client::new();
+    let sale = Sale::start(1).await;
+    let gate = expiring_gate(&sale, Duration::from_secs(1)).await;
 
-    let pass = gate
-        .buyer(&http, "alice")
-        .issue_pass(product)
-        .await
-        .expect("pass")
-        .body;
+    let pass = gate.pass("alice", sale.product).await;
     until_past(pass.expires_at.timestamp()).await;
     // No manual run: wait for the scheduler to return the unit.
     let mut got = None;
     for _ in 0..300 {
-        match gate.buyer(&http, "bob").issue_pass(product).await {
+        match gate.buyer("bob").issue_pass(sale.product).await {
             Ok(p) => {
                 got = Some(p.body);
                 break;

@@ -4,31 +4,24 @@
 
 use std::num::NonZeroU32;
 
-use crate::support::{create_product, start_gate, start_order};
-use gate::Config;
-use paysaga_common::{
-    limits::MemberRate,
-    testkit::{buyer_token, TestDb, TestRedis},
-};
+use crate::support::{start_gate, Sale};
+use paysaga_common::{limits::MemberRate, testkit::buyer_token};
 
 const BURST: u32 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_past_the_limit_gets_429_and_other_members_are_unaffected() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::new();
-    let order = start_order(&db).await;
-    let product = create_product(&order, 10).await;
-    let mut config = Config::local(&redis.url, &redis.prefix, &order.url);
+    let sale = Sale::start(10).await;
+    let mut config = sale.config();
     // One request a minute after the burst: the refill cannot reopen it during the test.
     config.member_rate = MemberRate {
         per_sec: NonZeroU32::new(1).unwrap(),
         burst: NonZeroU32::new(BURST).unwrap(),
     };
     let gate = start_gate(config).await;
-    let http = reqwest::Client::new();
+    let http = &gate.http;
     let url = format!("{}/v1/passes", gate.url());
-    let body = format!(r#"{{"product_id":{product}}}"#);
+    let body = format!(r#"{{"product_id":{}}}"#, sale.product);
     let ask = |member: &str| {
         http.post(&url)
             .bearer_auth(buyer_token(member))
@@ -57,11 +50,6 @@ async fn a_burst_past_the_limit_gets_429_and_other_members_are_unaffected() {
     assert_eq!(r.status(), 201, "bob has a rate of his own");
 
     // alice's live pass and bob's: the refusal took no unit.
-    let view = gate
-        .service_client()
-        .quota(product)
-        .await
-        .expect("quota")
-        .body;
+    let view = gate.quota(sale.product).await;
     assert_eq!((view.quota, view.in_flight), (8, 2));
 }

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use crate::support::{creds, email, Stack, PASSWORD};
+use crate::support::{jwks_verifier, Stack};
 use ed25519_dalek::SigningKey;
 use member::config::SigningKeys;
 use paysaga_common::{
-    auth::{BuyerKeySource, Minter, Verifier, BUYER_AUDIENCE},
+    auth::{Minter, BUYER_AUDIENCE},
     jwks::{kid_of, JwkSet, JWKS_PATH},
     keys::DevKey,
 };
@@ -38,14 +38,7 @@ async fn the_key_set_publishes_the_current_and_previous_keys() {
     assert_eq!(s.client.jwks().await.unwrap().body, set);
 
     // Sessions are signed with the current key.
-    let address = email("rotated");
-    let member = s.sign_up(&address).await;
-    let session = s
-        .client
-        .sign_in(&creds(&address, PASSWORD))
-        .await
-        .unwrap()
-        .body;
+    let (_, member, session) = s.signed_in("rotated").await;
     let header = jsonwebtoken::decode_header(&session.access_token).unwrap();
     assert_eq!(header.kid, Some(kid_of(&new.verifying_key())));
 
@@ -54,14 +47,7 @@ async fn the_key_set_publishes_the_current_and_previous_keys() {
     let by_old = Minter::with_kid(&old, BUYER_AUDIENCE)
         .mint(&member.id.to_string(), Duration::from_secs(60));
     assert_eq!(s.client.me(&by_old).await.unwrap().body.id, member.id);
-    let verifier = Verifier::from_source(
-        &BuyerKeySource::Jwks {
-            url: s.url(JWKS_PATH),
-            min_refresh: Duration::from_millis(50),
-            refresh_every: Duration::from_secs(300),
-        },
-        &paysaga_common::credentials::ServiceKeys::development(),
-    );
+    let verifier = jwks_verifier(&s.base);
     for token in [&session.access_token, &by_old] {
         let who = verifier
             .verify_buyer_fetching(token)
@@ -88,14 +74,7 @@ async fn a_rotation_is_a_restart_with_the_new_key_first() {
         c.signing_keys = SigningKeys::new(vec![old.clone()]);
     })
     .await;
-    let address = email("rotation");
-    s.sign_up(&address).await;
-    let before = s
-        .client
-        .sign_in(&creds(&address, PASSWORD))
-        .await
-        .unwrap()
-        .body;
+    let (_, _, before) = s.signed_in("rotation").await;
     s.member.stop().await.expect("stopped");
 
     let mut config = s.config.clone();

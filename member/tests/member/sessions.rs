@@ -1,48 +1,24 @@
 //! Refresh-token rotation, reuse detection, concurrent use, sign-out, and the buyer's
 //! own endpoint.
 
-use crate::support::{creds, email, Stack, PASSWORD};
+use crate::support::Stack;
 use paysaga_contracts::member::api::codes;
 
 #[tokio::test]
 async fn rotation_issues_a_new_token_and_reuse_revokes_the_family() {
     let s = Stack::start().await;
-    let address = email("rotate");
-    let member = s.sign_up(&address).await;
-    let first = s
-        .client
-        .sign_in(&creds(&address, PASSWORD))
-        .await
-        .unwrap()
-        .body;
-    let second = s
-        .client
-        .refresh(&first.refresh_token)
-        .await
-        .expect("rotated")
-        .body;
+    let (address, member, first) = s.signed_in("rotate").await;
+    let second = s.refreshed(&first.refresh_token).await;
     assert_ne!(second.refresh_token, first.refresh_token);
     assert_eq!(second.member_id, member.id);
-    let third = s
-        .client
-        .refresh(&second.refresh_token)
-        .await
-        .expect("the new token works")
-        .body;
+    // The new token works.
+    let third = s.refreshed(&second.refresh_token).await;
 
     // The first token again: reuse. The family's newest token is revoked with it.
-    let e = s
-        .client
-        .refresh(&first.refresh_token)
-        .await
-        .expect_err("reused");
+    let e = s.refresh_refused(&first.refresh_token).await;
     assert_eq!(e.status(), Some(401));
     assert_eq!(e.code(), Some(codes::REFRESH_TOKEN_REUSED));
-    let e = s
-        .client
-        .refresh(&third.refresh_token)
-        .await
-        .expect_err("revoked");
+    let e = s.refresh_refused(&third.refresh_token).await;
     assert_eq!(e.code(), Some(codes::INVALID_REFRESH_TOKEN));
 
     let (total, revoked, families, used): (i64, i64, i64, i64) = sqlx::query_as(
@@ -68,30 +44,16 @@ async fn rotation_issues_a_new_token_and_reuse_revokes_the_family() {
     assert!(!stored.contains(&third.refresh_token.as_bytes().to_vec()));
 
     // Another sign-in starts a new family that works.
-    let fresh = s
-        .client
-        .sign_in(&creds(&address, PASSWORD))
-        .await
-        .unwrap()
-        .body;
-    s.client
-        .refresh(&fresh.refresh_token)
-        .await
-        .expect("new family");
+    let fresh = s.sign_in(&address).await;
+    s.refreshed(&fresh.refresh_token).await;
 }
 
 #[tokio::test]
 async fn two_concurrent_uses_of_one_token_let_exactly_one_succeed() {
     let s = Stack::start().await;
-    let address = email("race");
-    s.sign_up(&address).await;
+    let address = s.signed_up("race").await;
     for _ in 0..5 {
-        let session = s
-            .client
-            .sign_in(&creds(&address, PASSWORD))
-            .await
-            .unwrap()
-            .body;
+        let session = s.sign_in(&address).await;
         let (a, b) = tokio::join!(
             s.client.refresh(&session.refresh_token),
             s.client.refresh(&session.refresh_token)
@@ -106,52 +68,28 @@ async fn two_concurrent_uses_of_one_token_let_exactly_one_succeed() {
 #[tokio::test]
 async fn sign_out_revokes_and_reveals_nothing() {
     let s = Stack::start().await;
-    let address = email("out");
-    s.sign_up(&address).await;
-    let session = s
-        .client
-        .sign_in(&creds(&address, PASSWORD))
-        .await
-        .unwrap()
-        .body;
-    let next = s.client.refresh(&session.refresh_token).await.unwrap().body;
+    let (_, _, session) = s.signed_in("out").await;
+    let next = s.refreshed(&session.refresh_token).await;
     let out = s.client.sign_out(&next.refresh_token).await.expect("204");
     assert_eq!(out.status, 204);
-    let e = s
-        .client
-        .refresh(&next.refresh_token)
-        .await
-        .expect_err("revoked");
+    let e = s.refresh_refused(&next.refresh_token).await;
     assert_eq!(e.code(), Some(codes::INVALID_REFRESH_TOKEN));
     // Again, and unknown tokens: the same 204.
-    assert_eq!(
-        s.client.sign_out(&next.refresh_token).await.unwrap().status,
-        204
-    );
-    assert_eq!(
-        s.client.sign_out("no-such-token").await.unwrap().status,
-        204
-    );
-    assert_eq!(s.client.sign_out("").await.unwrap().status, 204);
-    let e = s
-        .client
-        .refresh("no-such-token")
-        .await
-        .expect_err("unknown");
+    for token in [next.refresh_token.as_str(), "no-such-token", ""] {
+        assert_eq!(
+            s.client.sign_out(token).await.unwrap().status,
+            204,
+            "{token}"
+        );
+    }
+    let e = s.refresh_refused("no-such-token").await;
     assert_eq!(e.code(), Some(codes::INVALID_REFRESH_TOKEN));
 }
 
 #[tokio::test]
 async fn an_expired_refresh_token_is_invalid() {
     let s = Stack::start_with(true, |c| c.refresh_ttl = std::time::Duration::from_secs(1)).await;
-    let address = email("expired");
-    s.sign_up(&address).await;
-    let session = s
-        .client
-        .sign_in(&creds(&address, PASSWORD))
-        .await
-        .unwrap()
-        .body;
+    let (_, _, session) = s.signed_in("expired").await;
     assert_eq!(session.refresh_expires_in, 1);
     // Its lifetime passes: moved back in the table rather than waited for.
     sqlx::query(
@@ -161,25 +99,14 @@ async fn an_expired_refresh_token_is_invalid() {
     .execute(&s.admin)
     .await
     .unwrap();
-    let e = s
-        .client
-        .refresh(&session.refresh_token)
-        .await
-        .expect_err("expired");
+    let e = s.refresh_refused(&session.refresh_token).await;
     assert_eq!(e.code(), Some(codes::INVALID_REFRESH_TOKEN));
 }
 
 #[tokio::test]
 async fn me_needs_a_buyer_token_of_this_service() {
     let s = Stack::start().await;
-    let address = email("me");
-    let member = s.sign_up(&address).await;
-    let session = s
-        .client
-        .sign_in(&creds(&address, PASSWORD))
-        .await
-        .unwrap()
-        .body;
+    let (_, member, session) = s.signed_in("me").await;
     assert_eq!(
         s.client.me(&session.access_token).await.unwrap().body,
         member

@@ -3,24 +3,9 @@
 
 use std::time::Duration;
 
-use crate::support::{creds, email, Stack, PASSWORD};
-use paysaga_common::{
-    auth::{BuyerKeySource, Verifier},
-    jwks::JWKS_PATH,
-};
+use crate::support::{assert_throttled, creds, email, jwks_verifier, Stack, PASSWORD};
 use paysaga_contracts::member::api::{codes, TOKEN_TYPE};
 use serde_json::json;
-
-fn jwks_verifier(base: &str) -> Verifier {
-    Verifier::from_source(
-        &BuyerKeySource::Jwks {
-            url: format!("{base}{JWKS_PATH}"),
-            min_refresh: Duration::from_millis(100),
-            refresh_every: Duration::from_secs(300),
-        },
-        &paysaga_common::credentials::ServiceKeys::development(),
-    )
-}
 
 #[tokio::test]
 async fn a_session_token_verifies_against_the_published_keys() {
@@ -52,26 +37,10 @@ async fn a_session_token_verifies_against_the_published_keys() {
 #[tokio::test]
 async fn wrong_password_and_unknown_email_get_the_same_answer() {
     let s = Stack::start().await;
-    let address = email("same");
-    s.sign_up(&address).await;
-    let wrong = s
-        .post(
-            "/v1/sessions",
-            &json!({"email": address, "password": "not-the-password-1"}),
-        )
-        .await;
-    let unknown = s
-        .post(
-            "/v1/sessions",
-            &json!({"email": email("nobody"), "password": "not-the-password-1"}),
-        )
-        .await;
-    let malformed = s
-        .post(
-            "/v1/sessions",
-            &json!({"email": "not-an-address", "password": "x"}),
-        )
-        .await;
+    let address = s.signed_up("same").await;
+    let wrong = s.post_sign_in(&address, "not-the-password-1").await;
+    let unknown = s.post_sign_in(&email("nobody"), "not-the-password-1").await;
+    let malformed = s.post_sign_in("not-an-address", "x").await;
     for (status, _, body) in [&wrong, &unknown, &malformed] {
         assert_eq!(*status, 401);
         assert_eq!(body["code"], codes::INVALID_CREDENTIALS);
@@ -80,34 +49,28 @@ async fn wrong_password_and_unknown_email_get_the_same_answer() {
     assert_eq!(wrong.2, malformed.2);
 }
 
+/// A stack that refuses sign-ins after `per_email` failures for one email, or
+/// `per_address` from one client address.
+async fn throttled(per_email: u32, per_address: u32) -> Stack {
+    Stack::start_with(true, |c| {
+        c.throttle.per_email = per_email;
+        c.throttle.per_address = per_address;
+    })
+    .await
+}
+
 #[tokio::test]
 async fn failures_per_email_are_throttled_across_instances() {
-    let s = Stack::start_with(true, |c| {
-        c.throttle.per_email = 3;
-        c.throttle.per_address = 1_000;
-    })
-    .await;
-    let address = email("throttled");
-    s.sign_up(&address).await;
+    let s = throttled(3, 1_000).await;
+    let address = s.signed_up("throttled").await;
     for _ in 0..3 {
-        let (status, _, body) = s
-            .post(
-                "/v1/sessions",
-                &json!({"email": address, "password": "wrong-password-123"}),
-            )
-            .await;
+        let (status, _, body) = s.post_sign_in(&address, "wrong-password-123").await;
         assert_eq!(status, 401, "{body}");
     }
     // Refused now, even with the right password, and with Retry-After.
-    let (status, headers, body) = s
-        .post(
-            "/v1/sessions",
-            &json!({"email": address.to_uppercase(), "password": PASSWORD}),
-        )
-        .await;
-    assert_eq!(status, 429, "{body}");
-    assert_eq!(body["code"], codes::TOO_MANY_ATTEMPTS);
-    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    let refused = s.post_sign_in(&address.to_uppercase(), PASSWORD).await;
+    assert_throttled(&refused);
+    let retry: u64 = refused.1["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=900).contains(&retry), "{retry}");
 
     // The count lives in PostgreSQL: a second instance refuses too.
@@ -117,17 +80,15 @@ async fn failures_per_email_are_throttled_across_instances() {
         .await
         .expect_err("throttled");
     assert_eq!(e.status(), Some(429));
-    let rows: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM member_service.sign_in_failures WHERE scope = 'EMAIL' AND failures >= 3",
-    )
-    .fetch_one(&s.admin)
-    .await
-    .unwrap();
+    let rows = s
+        .count(
+            "SELECT COUNT(*) FROM member_service.sign_in_failures WHERE scope = 'EMAIL' AND failures >= 3",
+        )
+        .await;
     assert_eq!(rows, 1);
 
     // Another email is unaffected.
-    let other = email("other");
-    s.sign_up(&other).await;
+    let other = s.signed_up("other").await;
     s.client
         .sign_in(&creds(&other, PASSWORD))
         .await
@@ -141,8 +102,7 @@ async fn a_success_clears_the_email_count_and_the_window_ends() {
         c.throttle.window = Duration::from_secs(2);
     })
     .await;
-    let address = email("window");
-    s.sign_up(&address).await;
+    let address = s.signed_up("window").await;
     let wrong = creds(&address, "wrong-password-123");
     let right = creds(&address, PASSWORD);
     s.client.sign_in(&wrong).await.expect_err("wrong");
@@ -171,13 +131,8 @@ async fn a_success_clears_the_email_count_and_the_window_ends() {
 
 #[tokio::test]
 async fn failures_per_address_are_throttled_by_the_connection_address() {
-    let s = Stack::start_with(true, |c| {
-        c.throttle.per_email = 100;
-        c.throttle.per_address = 4;
-    })
-    .await;
-    let victim = email("victim");
-    s.sign_up(&victim).await;
+    let s = throttled(100, 4).await;
+    let victim = s.signed_up("victim").await;
     // Spraying different emails from one address.
     for i in 0..4 {
         let e = s
@@ -187,15 +142,7 @@ async fn failures_per_address_are_throttled_by_the_connection_address() {
             .expect_err("unknown");
         assert_eq!(e.status(), Some(401));
     }
-    let (status, headers, body) = s
-        .post(
-            "/v1/sessions",
-            &json!({"email": victim, "password": PASSWORD}),
-        )
-        .await;
-    assert_eq!(status, 429, "{body}");
-    assert_eq!(body["code"], codes::TOO_MANY_ATTEMPTS);
-    assert!(headers.contains_key("retry-after"));
+    assert_throttled(&s.post_sign_in(&victim, PASSWORD).await);
     // X-Forwarded-For is not trusted by default: a made-up hop changes nothing.
     let r = s
         .http
@@ -225,8 +172,7 @@ async fn a_trusted_forwarded_for_names_the_address() {
         c.trust_forwarded_for = true;
     })
     .await;
-    let address = email("proxied");
-    s.sign_up(&address).await;
+    let address = s.signed_up("proxied").await;
     let attempt = |hop: &'static str, password: &'static str| {
         let s = &s;
         let address = address.clone();
@@ -257,12 +203,7 @@ async fn owasp_default_parameters_are_what_is_stored() {
     .await;
     let address = email("owasp");
     let member = s.sign_up(&address).await;
-    let phc: String =
-        sqlx::query_scalar("SELECT password_hash FROM member_service.members WHERE id = $1")
-            .bind(member.id)
-            .fetch_one(&s.admin)
-            .await
-            .unwrap();
+    let phc = s.password_hash(member.id).await;
     assert!(phc.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{phc}");
     let session = s
         .client
@@ -274,6 +215,6 @@ async fn owasp_default_parameters_are_what_is_stored() {
         .client
         .sign_in(&creds(&address, "not-the-password-1"))
         .await
-        .expect_err("wrong");
+        .expect_err("wrong password");
     assert_eq!(e.code(), Some(codes::INVALID_CREDENTIALS));
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{creds, email, start_account, Stack, PASSWORD};
+use crate::support::{assert_throttled, creds, email, Stack, PASSWORD};
 use paysaga_common::{auth::MemberId, client::CallError};
 use paysaga_contracts::{
     account::{api::OpenAccountRequest, client::AccountClient},
@@ -30,12 +30,7 @@ async fn sign_up_creates_the_member_and_exactly_one_account() {
             .unwrap();
     assert_eq!(balance, 0);
     assert_eq!(key.as_deref(), Some(account_open_key(member.id).as_str()));
-    let phc: String =
-        sqlx::query_scalar("SELECT password_hash FROM member_service.members WHERE id = $1")
-            .bind(member.id)
-            .fetch_one(&s.admin)
-            .await
-            .unwrap();
+    let phc = s.password_hash(member.id).await;
     assert!(
         phc.starts_with("$argon2id$"),
         "a PHC string, never the password"
@@ -52,20 +47,14 @@ async fn a_taken_email_is_409_even_written_differently() {
         format!("foo.{suffix}@example.com"),
         format!("FOO.{suffix}@EXAMPLE.COM"),
     ] {
-        let e = s
-            .client
-            .sign_up(&creds(&again, "another-long-password-9"))
-            .await
-            .expect_err("taken");
+        let e = s.sign_up_refused(&again, "another-long-password-9").await;
         assert_eq!(e.status(), Some(409));
         assert_eq!(e.code(), Some(codes::EMAIL_TAKEN));
     }
     // The same member signing up again with its own password: complete, so taken too.
     let e = s
-        .client
-        .sign_up(&creds(&format!("foo.{suffix}@example.com"), PASSWORD))
-        .await
-        .expect_err("taken");
+        .sign_up_refused(&format!("foo.{suffix}@example.com"), PASSWORD)
+        .await;
     assert_eq!(e.code(), Some(codes::EMAIL_TAKEN));
     let stored: Vec<String> = sqlx::query_scalar("SELECT email FROM member_service.members")
         .fetch_all(&s.admin)
@@ -109,16 +98,12 @@ async fn each_password_rule_and_bad_emails_are_422_with_their_code() {
         ("@example.com", PASSWORD, codes::INVALID_EMAIL),
     ];
     for (address, password, code) in cases {
-        let e = s
-            .client
-            .sign_up(&creds(address, password))
-            .await
-            .expect_err("refused");
+        let e = s.sign_up_refused(address, password).await;
         assert_eq!(e.status(), Some(422), "{address} / {password}");
         assert_eq!(e.code(), Some(code), "{address} / {password}");
     }
     let long = format!("{}@example.com", "a".repeat(250));
-    let e = s.client.sign_up(&creds(&long, PASSWORD)).await.unwrap_err();
+    let e = s.sign_up_refused(&long, PASSWORD).await;
     assert_eq!(e.code(), Some(codes::INVALID_EMAIL));
     // A local part under four characters is no rule.
     let ok = s
@@ -127,16 +112,12 @@ async fn each_password_rule_and_bad_emails_are_422_with_their_code() {
         .await
         .expect("accepted");
     assert_eq!(ok.status, 201);
-    let members: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM member_service.members")
-        .fetch_one(&s.admin)
-        .await
-        .unwrap();
-    assert_eq!(members, 1, "nothing refused was stored");
+    assert_eq!(s.members().await, 1, "nothing refused was stored");
 }
 
 #[tokio::test]
 async fn a_failed_opening_is_pending_then_repaired_into_exactly_one_account() {
-    let mut s = Stack::start_with(false, |_| {}).await;
+    let mut s = Stack::without_account().await;
     let address = email("pending");
     let (status, headers, body) = s
         .post(
@@ -155,9 +136,7 @@ async fn a_failed_opening_is_pending_then_repaired_into_exactly_one_account() {
     );
 
     // The account service comes up; one repair pass opens the account.
-    let account = start_account(&s.db).await;
-    let mut config = s.config.clone();
-    config.account_url = account.url();
+    let (account, config) = s.account_comes_up().await;
     let state = Stack::state(&config).await;
     let repaired = member::repair_accounts(&state, Duration::ZERO)
         .await
@@ -190,17 +169,8 @@ async fn a_failed_opening_is_pending_then_repaired_into_exactly_one_account() {
 
 #[tokio::test]
 async fn the_repair_job_leaves_young_members_to_their_own_request() {
-    let s = Stack::start_with(false, |_| {}).await;
-    let address = email("young");
-    let e = s
-        .client
-        .sign_up(&creds(&address, PASSWORD))
-        .await
-        .expect_err("pending");
-    assert_eq!(e.status(), Some(503));
-    let account = start_account(&s.db).await;
-    let mut config = s.config.clone();
-    config.account_url = account.url();
+    let (s, address) = Stack::with_pending_member("young").await;
+    let (_account, config) = s.account_comes_up().await;
     let state = Stack::state(&config).await;
     let none = member::repair_accounts(&state, Duration::from_secs(3600))
         .await
@@ -212,23 +182,14 @@ async fn the_repair_job_leaves_young_members_to_their_own_request() {
 
 #[tokio::test]
 async fn a_retried_sign_up_completes_the_opening_and_a_wrong_password_cannot() {
-    let s = Stack::start_with(false, |_| {}).await;
-    let address = email("retry");
-    let e = s
-        .client
-        .sign_up(&creds(&address, PASSWORD))
-        .await
-        .expect_err("pending");
-    assert_eq!(e.status(), Some(503));
-    let account = start_account(&s.db).await;
-    let mut config = s.config.clone();
-    config.account_url = account.url();
+    let (s, address) = Stack::with_pending_member("retry").await;
+    let (_account, config) = s.account_comes_up().await;
     let (_second, client) = Stack::start_member(config).await;
 
     let e = client
         .sign_up(&creds(&address, "somebody-else-entirely-1"))
         .await
-        .expect_err("someone else");
+        .expect_err("someone else's password");
     assert_eq!(e.code(), Some(codes::EMAIL_TAKEN));
     let id = s.member_id_of(&address).await;
     assert!(
@@ -249,18 +210,11 @@ async fn a_retried_sign_up_completes_the_opening_and_a_wrong_password_cannot() {
 
 #[tokio::test]
 async fn an_account_opened_but_never_stored_is_found_again_not_doubled() {
-    let s = Stack::start_with(false, |_| {}).await;
-    let address = email("crash");
-    let e = s
-        .client
-        .sign_up(&creds(&address, PASSWORD))
-        .await
-        .expect_err("pending");
-    assert_eq!(e.status(), Some(503));
+    let (s, address) = Stack::with_pending_member("crash").await;
     let id = s.member_id_of(&address).await;
 
     // As if the member service had crashed right after the account service answered.
-    let account = start_account(&s.db).await;
+    let (account, config) = s.account_comes_up().await;
     let accounts = AccountClient::new(
         account.url(),
         paysaga_common::testkit::service_token("member"),
@@ -276,8 +230,6 @@ async fn an_account_opened_but_never_stored_is_found_again_not_doubled() {
         .expect("opened");
     assert_eq!(opened.status, 201);
 
-    let mut config = s.config.clone();
-    config.account_url = account.url();
     let state = Stack::state(&config).await;
     let repaired = member::repair_accounts(&state, Duration::ZERO)
         .await
@@ -289,13 +241,9 @@ async fn an_account_opened_but_never_stored_is_found_again_not_doubled() {
 
 #[tokio::test]
 async fn sign_in_opens_a_pending_account_too() {
-    let s = Stack::start_with(false, |_| {}).await;
+    let s = Stack::without_account().await;
     let address = email("signin-repair");
-    let e = s
-        .client
-        .sign_up(&creds(&address, PASSWORD))
-        .await
-        .expect_err("pending");
+    let e = s.sign_up_pending(&address).await;
     assert!(matches!(
         e,
         CallError::Unknown {
@@ -303,9 +251,7 @@ async fn sign_in_opens_a_pending_account_too() {
             ..
         }
     ));
-    let account = start_account(&s.db).await;
-    let mut config = s.config.clone();
-    config.account_url = account.url();
+    let (_account, config) = s.account_comes_up().await;
     let (_second, client) = Stack::start_member(config).await;
     let session = client
         .sign_in(&creds(&address, PASSWORD))
@@ -323,23 +269,18 @@ async fn sign_in_opens_a_pending_account_too() {
 async fn retried_sign_ups_cannot_be_used_to_guess_a_pending_members_password() {
     let s = Stack::start_with(false, |c| c.throttle.per_email = 2).await;
     let address = email("guess");
-    s.client
-        .sign_up(&creds(&address, PASSWORD))
-        .await
-        .expect_err("pending");
+    s.sign_up_pending(&address).await;
     for guess in ["first-wrong-guess-1", "second-wrong-guess-2"] {
-        let e = s.client.sign_up(&creds(&address, guess)).await.unwrap_err();
+        let e = s.sign_up_refused(&address, guess).await;
         assert_eq!(e.code(), Some(codes::EMAIL_TAKEN));
     }
-    let (status, headers, body) = s
-        .post(
+    assert_throttled(
+        &s.post(
             "/v1/members",
             &json!({"email": address, "password": PASSWORD}),
         )
-        .await;
-    assert_eq!(status, 429, "{body}");
-    assert_eq!(body["code"], codes::TOO_MANY_ATTEMPTS);
-    assert!(headers.contains_key("retry-after"));
+        .await,
+    );
     let e = s
         .client
         .sign_in(&creds(&address, PASSWORD))

@@ -1,10 +1,8 @@
 //! Top-ups through the account service's ledger, and bulk sign-up for seeding.
 
-use crate::support;
-
 use std::time::Duration;
 
-use crate::support::{email, Stack, PASSWORD};
+use crate::support::{creds, email, Stack, PASSWORD};
 use paysaga_common::{money::Amount, testkit::buyer_token};
 use paysaga_contracts::{
     account::api::{OperationKey, TransactionKind},
@@ -26,24 +24,19 @@ async fn a_top_up_is_a_deposit_once_per_key() {
     let s = Stack::start().await;
     let member = s.sign_up(&email("topup")).await;
     let account_id = member.account_id.expect("account open");
-    let first = s
-        .client
-        .top_up(member.id, &top_up("topup:1", 5_000))
-        .await
-        .expect("deposited");
+    let (client, id) = (&s.client, member.id);
+    let top_up_member = move |key, minor| {
+        let req = top_up(key, minor);
+        async move { client.top_up(id, &req).await }
+    };
+    let first = top_up_member("topup:1", 5_000).await.expect("deposited");
     assert_eq!(first.status, 201);
     assert_eq!(first.body.kind, TransactionKind::Deposit);
     assert_eq!(first.body.account_id, account_id);
-    let replay = s
-        .client
-        .top_up(member.id, &top_up("topup:1", 5_000))
-        .await
-        .expect("replayed");
+    let replay = top_up_member("topup:1", 5_000).await.expect("replayed");
     assert_eq!(replay.status, 200);
     assert_eq!(replay.body.id, first.body.id);
-    let reused = s
-        .client
-        .top_up(member.id, &top_up("topup:1", 7_000))
+    let reused = top_up_member("topup:1", 7_000)
         .await
         .expect_err("same key, another amount");
     assert_eq!(reused.status(), Some(409));
@@ -81,12 +74,7 @@ async fn a_top_up_is_a_deposit_once_per_key() {
 
 #[tokio::test]
 async fn a_top_up_before_the_account_is_open_is_409_pending() {
-    let s = Stack::start_with(false, |_| {}).await;
-    let address = email("early");
-    s.client
-        .sign_up(&support::creds(&address, PASSWORD))
-        .await
-        .expect_err("pending");
+    let (s, address) = Stack::with_pending_member("early").await;
     let id = s.member_id_of(&address).await;
     let e = s
         .client
@@ -124,19 +112,15 @@ async fn bulk_sign_up_seeds_members_with_accounts_and_sessions() {
         assert!(got.member.account_id.is_some());
     }
     // One hash for all of them, one account each with the opening balance.
-    let (hashes, members): (i64, i64) = sqlx::query_as(
-        "SELECT COUNT(DISTINCT password_hash), COUNT(*) FROM member_service.members",
-    )
-    .fetch_one(&s.admin)
-    .await
-    .unwrap();
+    let (hashes, members) = s
+        .counts("SELECT COUNT(DISTINCT password_hash), COUNT(*) FROM member_service.members")
+        .await;
     assert_eq!((hashes, members), (1, 40));
-    let (accounts, total): (i64, i64) = sqlx::query_as(
-        "SELECT COUNT(*), SUM(balance)::BIGINT FROM account_service.accounts WHERE kind = 'MEMBER'",
-    )
-    .fetch_one(&s.admin)
-    .await
-    .unwrap();
+    let (accounts, total) = s
+        .counts(
+            "SELECT COUNT(*), SUM(balance)::BIGINT FROM account_service.accounts WHERE kind = 'MEMBER'",
+        )
+        .await;
     assert_eq!((accounts, total), (40, 400_000));
     // Each session is a working one.
     let one = &first.body.members[7];
@@ -155,7 +139,7 @@ async fn bulk_sign_up_seeds_members_with_accounts_and_sessions() {
         .expect("refreshable");
     // Members sign in with the shared password as anyone would.
     s.client
-        .sign_in(&support::creds(&emails[3], PASSWORD))
+        .sign_in(&creds(&emails[3], PASSWORD))
         .await
         .expect("sign-in");
 
@@ -169,16 +153,13 @@ async fn bulk_sign_up_seeds_members_with_accounts_and_sessions() {
         assert_eq!(a.member, b.member);
         assert_ne!(a.session.refresh_token, b.session.refresh_token);
     }
-    let accounts: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MEMBER'")
-            .fetch_one(&s.admin)
-            .await
-            .unwrap();
+    let accounts = s
+        .count("SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MEMBER'")
+        .await;
     assert_eq!(accounts, 40);
 
     // A member who signed up with its own password is not handed out.
-    let own = email("own");
-    s.sign_up(&own).await;
+    let own = s.signed_up("own").await;
     let mut req = bulk(std::slice::from_ref(&own), None);
     req.password = "different-long-password-1".into();
     let e = s.client.bulk_sign_up(&req).await.expect_err("taken");
@@ -219,11 +200,7 @@ async fn bulk_sign_up_is_bounded_checked_and_off_by_default() {
     weak.password = "short".into();
     let e = s.client.bulk_sign_up(&weak).await.unwrap_err();
     assert_eq!(e.code(), Some(codes::PASSWORD_TOO_SHORT));
-    let members: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM member_service.members")
-        .fetch_one(&s.admin)
-        .await
-        .unwrap();
-    assert_eq!(members, 0, "nothing refused was stored");
+    assert_eq!(s.members().await, 0, "nothing refused was stored");
     let buyer = MemberClient::new(&s.base, buyer_token("someone"), Duration::from_secs(5));
     assert_eq!(
         buyer

@@ -5,10 +5,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use gate::{AppState, Config};
+use gate::{
+    api::{PassIssued, QuotaView},
+    AppState, Config,
+};
 use paysaga_common::{
     auth::Verifier,
-    testkit::{buyer_token, service_token, InProcess, TestDb},
+    testkit::{buyer_token, service_token, InProcess, TestDb, TestRedis},
 };
 use paysaga_contracts::{
     gate::client::GateClient,
@@ -49,6 +52,15 @@ pub fn order_client(order: &Service) -> OrderClient {
     )
 }
 
+/// `member`'s own client of the order service, to reserve with a pass.
+pub fn order_buyer(order: &Service, member: &str) -> OrderClient {
+    OrderClient::new(
+        order.url.clone(),
+        buyer_token(member),
+        Duration::from_secs(10),
+    )
+}
+
 pub async fn create_product(order: &Service, units: i64) -> i64 {
     let req = CreateProduct {
         name: "drop".into(),
@@ -63,17 +75,66 @@ pub async fn create_product(order: &Service, units: i64) -> i64 {
         .id
 }
 
+/// A product of `units` on sale at the real order service (on a database of its own),
+/// and a Redis prefix of its own: where most gate tests start.
+pub struct Sale {
+    pub order: Service,
+    pub product: i64,
+    pub redis: TestRedis,
+    // Last: dropped after the order service has stopped using it.
+    pub db: TestDb,
+}
+
+impl Sale {
+    pub async fn start(units: i64) -> Self {
+        let db = TestDb::new().await;
+        let order = start_order(&db).await;
+        let product = create_product(&order, units).await;
+        Self {
+            order,
+            product,
+            redis: TestRedis::new(),
+            db,
+        }
+    }
+
+    /// A gate's settings on this sale's Redis prefix and order service.
+    pub fn config(&self) -> Config {
+        Config::local(&self.redis.url, &self.redis.prefix, &self.order.url)
+    }
+
+    /// `member` reserves the sale's product with `pass` at the order service.
+    pub async fn reserve(&self, member: &str, pass: &str) {
+        order_buyer(&self.order, member)
+            .reserve(self.product, pass)
+            .await
+            .unwrap_or_else(|e| panic!("{member} reserves: {e}"));
+    }
+}
+
+/// What `sql` counts for the sale's product (its `$1`), read from PostgreSQL as an
+/// administrator.
+pub async fn count(sale: &Sale, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .bind(sale.product)
+        .fetch_one(&sale.db.admin_pool().await)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
 pub struct Gate {
     pub service: Service,
     pub state: AppState,
+    /// One connection pool for every client of this gate.
+    pub http: reqwest::Client,
 }
 
 impl Gate {
     pub fn url(&self) -> &str {
         &self.service.url
     }
-    pub fn buyer(&self, http: &reqwest::Client, member: &str) -> GateClient {
-        GateClient::with_http(http.clone(), self.url(), buyer_token(member))
+    pub fn buyer(&self, member: &str) -> GateClient {
+        GateClient::with_http(self.http.clone(), self.url(), buyer_token(member))
     }
     pub fn service_client(&self) -> GateClient {
         GateClient::new(
@@ -81,6 +142,41 @@ impl Gate {
             service_token("operator"),
             Duration::from_secs(10),
         )
+    }
+
+    /// `member`'s pass for `product`; panics unless one is issued.
+    pub async fn pass(&self, member: &str, product: i64) -> PassIssued {
+        self.buyer(member)
+            .issue_pass(product)
+            .await
+            .unwrap_or_else(|e| panic!("{member}'s pass: {e}"))
+            .body
+    }
+
+    /// Asks for `member`'s pass for `product` and checks the answer is `SOLD_OUT`.
+    pub async fn assert_sold_out(&self, member: &str, product: i64) {
+        let e = self
+            .buyer(member)
+            .issue_pass(product)
+            .await
+            .expect_err("sold out");
+        assert_eq!(e.code(), Some("SOLD_OUT"), "{member}: {e}");
+    }
+
+    /// The quota of `product` as the service endpoint reports it.
+    pub async fn quota(&self, product: i64) -> QuotaView {
+        self.service_client()
+            .quota(product)
+            .await
+            .expect("quota")
+            .body
+    }
+
+    /// `GET /metrics`, as text.
+    pub async fn metrics(&self) -> String {
+        let url = format!("{}/metrics", self.url());
+        let answer = self.http.get(url).send().await.expect("metrics");
+        answer.text().await.expect("metrics text")
     }
 }
 
@@ -96,7 +192,15 @@ pub async fn start_gate(config: Config) -> Gate {
     Gate {
         service: Service::new(process),
         state,
+        http: reqwest::Client::new(),
     }
+}
+
+/// [`start_gate`], then waits until the gate answers from Redis (`/readyz` ready).
+pub async fn start_ready_gate(config: Config) -> Gate {
+    let gate = start_gate(config).await;
+    wait_ready_status(gate.url(), "ready").await;
+    gate
 }
 
 pub fn free_port() -> u16 {

@@ -5,9 +5,19 @@
 use std::time::Duration;
 
 use member::{config::Argon2Params, AppState, Config};
-use paysaga_common::testkit::{service_token, InProcess, TestDb};
-use paysaga_contracts::member::{api::Credentials, client::MemberClient};
-use serde_json::Value;
+use paysaga_common::{
+    auth::{BuyerKeySource, Verifier},
+    client::CallError,
+    credentials::ServiceKeys,
+    jwks::JWKS_PATH,
+    testkit::{service_token, InProcess, TestDb},
+};
+use paysaga_contracts::member::{
+    api::{codes, Credentials, Member, Session},
+    client::MemberClient,
+};
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -69,6 +79,21 @@ impl Stack {
         Self::start_with(true, |_| {}).await
     }
 
+    /// The member service alone, pointed at a port nothing listens on for the account
+    /// service: sign-ups store their member and leave its account pending.
+    pub async fn without_account() -> Self {
+        Self::start_with(false, |_| {}).await
+    }
+
+    /// [`Self::without_account`] with a member signed up at a fresh address made from
+    /// `name`: stored, its account pending. The address.
+    pub async fn with_pending_member(name: &str) -> (Self, String) {
+        let s = Self::without_account().await;
+        let address = email(name);
+        s.sign_up_pending(&address).await;
+        (s, address)
+    }
+
     /// With `account` false the member service is pointed at a port nothing listens on.
     pub async fn start_with(account: bool, tune: impl FnOnce(&mut Config)) -> Self {
         if std::env::var_os("RUST_LOG").is_some() {
@@ -84,7 +109,7 @@ impl Stack {
             (None, dead_url().await)
         };
         let mut config = Config::local(db.role_url("member_app"), &account_url);
-        config.db_max_connections = 8;
+        config.database.max_connections = 8;
         config.argon2 = Argon2Params::TEST_ONLY_CHEAP;
         config.account_timeout = Duration::from_secs(5);
         tune(&mut config);
@@ -125,8 +150,17 @@ impl Stack {
         format!("{}{path}", self.base)
     }
 
+    /// The account service started on this stack's database (after a start without one),
+    /// and the member settings pointed at it.
+    pub async fn account_comes_up(&self) -> (InProcess, Config) {
+        let account = start_account(&self.db).await;
+        let mut config = self.config.clone();
+        config.account_url = account.url();
+        (account, config)
+    }
+
     /// POSTs `body` as JSON; the status, the headers and the JSON body (Null if none).
-    pub async fn post(&self, path: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, HeaderMap, Value) {
         let r = self
             .http
             .post(self.url(path))
@@ -146,6 +180,99 @@ impl Stack {
             .expect("sign-up");
         assert_eq!(a.status, 201);
         a.body
+    }
+
+    /// POSTs a sign-in of `email` with `password` as plain JSON.
+    pub async fn post_sign_in(&self, email: &str, password: &str) -> (u16, HeaderMap, Value) {
+        self.post(
+            "/v1/sessions",
+            &json!({"email": email, "password": password}),
+        )
+        .await
+    }
+
+    /// Signs in `email` with the standard password; panics unless it succeeds.
+    pub async fn sign_in(&self, email: &str) -> Session {
+        self.client
+            .sign_in(&creds(email, PASSWORD))
+            .await
+            .expect("sign-in")
+            .body
+    }
+
+    /// Signs up a member at a fresh address made from `name`; the address.
+    pub async fn signed_up(&self, name: &str) -> String {
+        let address = email(name);
+        self.sign_up(&address).await;
+        address
+    }
+
+    /// A member signed up at a fresh address made from `name`, and a session of it.
+    pub async fn signed_in(&self, name: &str) -> (String, Member, Session) {
+        let address = email(name);
+        let member = self.sign_up(&address).await;
+        let session = self.sign_in(&address).await;
+        (address, member, session)
+    }
+
+    /// Signs up `email` with `password`, which must be refused; the refusal.
+    pub async fn sign_up_refused(&self, email: &str, password: &str) -> CallError {
+        self.client
+            .sign_up(&creds(email, password))
+            .await
+            .expect_err("sign-up refused")
+    }
+
+    /// Signs up `email` while the account service is away: refused with 503, the member
+    /// stored and its account pending.
+    pub async fn sign_up_pending(&self, email: &str) -> CallError {
+        let e = self.sign_up_refused(email, PASSWORD).await;
+        assert_eq!(e.status(), Some(503), "{e}");
+        e
+    }
+
+    /// The session `token` is rotated into; panics unless the refresh succeeds.
+    pub async fn refreshed(&self, token: &str) -> Session {
+        self.client.refresh(token).await.expect("refreshed").body
+    }
+
+    /// Refreshes with `token`, which must be refused; the refusal.
+    pub async fn refresh_refused(&self, token: &str) -> CallError {
+        self.client
+            .refresh(token)
+            .await
+            .expect_err("refresh refused")
+    }
+
+    /// What `sql` counts (or sums), read from PostgreSQL as an administrator.
+    pub async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.admin)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Two counts (or sums) of one row of `sql`.
+    pub async fn counts(&self, sql: &str) -> (i64, i64) {
+        sqlx::query_as(sql)
+            .fetch_one(&self.admin)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Members stored.
+    pub async fn members(&self) -> i64 {
+        self.count("SELECT COUNT(*) FROM member_service.members")
+            .await
+    }
+
+    /// The password hash (a PHC string) stored for `member`.
+    pub async fn password_hash(&self, member: Uuid) -> String {
+        sqlx::query_scalar("SELECT password_hash FROM member_service.members WHERE id = $1")
+            .bind(member)
+            .fetch_one(&self.admin)
+            .await
+            .expect("member row")
     }
 
     /// Member accounts in the account service for `member`.
@@ -176,7 +303,27 @@ impl Stack {
     }
 }
 
-pub async fn answer(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, Value) {
+/// A verifier that takes buyer-token keys from the key set the member service at `base`
+/// publishes, as every other service does.
+pub fn jwks_verifier(base: &str) -> Verifier {
+    Verifier::from_source(
+        &BuyerKeySource::Jwks {
+            url: format!("{base}{JWKS_PATH}"),
+            min_refresh: Duration::from_millis(50),
+            refresh_every: Duration::from_secs(300),
+        },
+        &ServiceKeys::development(),
+    )
+}
+
+/// Checks a raw answer is 429 `TOO_MANY_ATTEMPTS` with a `Retry-After`.
+pub fn assert_throttled((status, headers, body): &(u16, HeaderMap, Value)) {
+    assert_eq!(*status, 429, "{body}");
+    assert_eq!(body["code"], codes::TOO_MANY_ATTEMPTS);
+    assert!(headers.contains_key("retry-after"));
+}
+
+pub async fn answer(r: reqwest::Response) -> (u16, HeaderMap, Value) {
     let status = r.status().as_u16();
     let headers = r.headers().clone();
     let bytes = r.bytes().await.expect("body");

@@ -1,0 +1,174 @@
+//! What every service reads and does alike around its own work: where it listens, how
+//! it logs and the development values it runs with ([`Process`]), its database settings
+//! ([`Database`]), and starting from the environment ([`serve_from_env`]).
+
+use std::future::Future;
+
+use sqlx::{migrate::Migrator, PgPool};
+use tokio::net::TcpListener;
+
+use crate::{
+    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    db,
+    server::{self, Shutdown},
+    telemetry,
+};
+
+/// The settings of a service process itself, beside what the service does.
+#[derive(Debug, Clone)]
+pub struct Process {
+    /// `LISTEN_ADDR`: the address bound when no supervisor hands a socket over.
+    pub listen_addr: String,
+    /// `LOG_FORMAT`: `json` or `pretty` (default).
+    pub log_format: LogFormat,
+    /// The development keys and passwords in use (development mode only), warned at start.
+    pub dev_fallbacks: DevFallbacks,
+}
+
+impl Process {
+    /// Finishes `secrets` (every missing one named at once, before any other setting is
+    /// judged), then reads `LISTEN_ADDR` (`default_listen_addr` when unset) and
+    /// `LOG_FORMAT`.
+    pub fn from_env(secrets: Secrets, default_listen_addr: &str) -> Result<Self, config::Error> {
+        let dev_fallbacks = secrets.finish()?;
+        Ok(Self {
+            listen_addr: config::string("LISTEN_ADDR", default_listen_addr),
+            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+            dev_fallbacks,
+        })
+    }
+
+    /// For tests and tools: `listen_addr`, logs for people, no development fallbacks.
+    pub fn local(listen_addr: &str) -> Self {
+        Self {
+            listen_addr: listen_addr.to_owned(),
+            log_format: LogFormat::Pretty,
+            dev_fallbacks: DevFallbacks::default(),
+        }
+    }
+}
+
+/// A service's PostgreSQL: its runtime role's URL, the migrator's, and the pool.
+#[derive(Debug, Clone)]
+pub struct Database {
+    /// `DATABASE_URL`: the service's runtime role. Required; the development password
+    /// only with `PAYSAGA_DEV_KEYS=1`.
+    pub url: String,
+    /// `MIGRATION_DATABASE_URL`: the schema's migrator role, to apply migrations and
+    /// grants at start; see [`config::migration_database_url`].
+    pub migration_url: Option<String>,
+    /// `DB_MAX_CONNECTIONS`, default 16.
+    pub max_connections: u32,
+    /// `DB_STATEMENT_TIMEOUT_MS`, `DB_IDLE_IN_TRANSACTION_MS`: limits on every
+    /// connection of the service.
+    pub limits: db::Limits,
+}
+
+/// The pool size a service starts with when `DB_MAX_CONNECTIONS` is unset.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 16;
+
+impl Database {
+    /// `DATABASE_URL` (in development mode [`dev_database_url`] of `role` when unset) and
+    /// `MIGRATION_DATABASE_URL`, read with the other secrets; the pool settings follow
+    /// with [`DatabaseUrls::with_pool_from_env`] once every secret has been judged.
+    pub fn urls_from_env(secrets: &mut Secrets, role: &str) -> Result<DatabaseUrls, ConfigError> {
+        let url = config::database_url(secrets, &dev_database_url(role))?;
+        let migration_url = config::migration_database_url(secrets, &url)?;
+        Ok(DatabaseUrls { url, migration_url })
+    }
+
+    /// For tests and tools: `url` (the migrator derived from it when it carries the
+    /// development password), the default pool and limits.
+    pub fn local(url: impl Into<String>) -> Self {
+        let url = url.into();
+        Self {
+            migration_url: db::dev_migrator_url(&url),
+            url,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            limits: db::Limits::default(),
+        }
+    }
+
+    /// Migrates `schema` when a migrator URL is set, connects as the runtime role and
+    /// checks the schema is as new as `migrator` ([`db::open`]).
+    pub async fn open(&self, schema: &str, migrator: &Migrator) -> anyhow::Result<PgPool> {
+        db::open(
+            &self.url,
+            self.migration_url.as_deref(),
+            schema,
+            self.max_connections,
+            self.limits,
+            migrator,
+        )
+        .await
+    }
+}
+
+/// The development `DATABASE_URL` of the runtime role `role` (`member_app`, ...): the
+/// local PostgreSQL's `paysaga` database, with the development password.
+pub fn dev_database_url(role: &str) -> String {
+    format!(
+        "postgres://{role}:{}@127.0.0.1:5432/paysaga",
+        db::DEV_ROLE_PASSWORD
+    )
+}
+
+/// A service's database URLs, read among its secrets, before its pool settings.
+#[derive(Debug)]
+pub struct DatabaseUrls {
+    url: String,
+    migration_url: Option<String>,
+}
+
+impl DatabaseUrls {
+    /// With `DB_MAX_CONNECTIONS`, `DB_STATEMENT_TIMEOUT_MS` and
+    /// `DB_IDLE_IN_TRANSACTION_MS`.
+    pub fn with_pool_from_env(self) -> Result<Database, ConfigError> {
+        Ok(Database {
+            url: self.url,
+            migration_url: self.migration_url,
+            max_connections: config::parse("DB_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS)?,
+            limits: config::db_limits()?,
+        })
+    }
+}
+
+/// A service process as its binary and `paysaga service <name>` both run it: the
+/// configuration from the environment, logging, one warning naming the development
+/// values in use, the listening socket (handed over by a supervisor, else bound to
+/// `LISTEN_ADDR`), then `run` until SIGINT or SIGTERM.
+pub async fn serve_from_env<C, Fut>(
+    service: &'static str,
+    from_env: impl FnOnce() -> Result<C, config::Error>,
+    process: impl FnOnce(&C) -> &Process,
+    run: impl FnOnce(C, TcpListener, Shutdown) -> Fut,
+) -> anyhow::Result<()>
+where
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let config = from_env()?;
+    let settings = process(&config);
+    telemetry::init_tracing_for(service, settings.log_format);
+    settings.dev_fallbacks.warn(service);
+    let listener = server::listener(&settings.listen_addr).await?;
+    run(config, listener, Box::pin(server::shutdown_signal())).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_development_database_url_carries_the_development_password() {
+        let url = dev_database_url("member_app");
+        assert_eq!(
+            url,
+            "postgres://member_app:paysaga-dev@127.0.0.1:5432/paysaga"
+        );
+        assert!(config::has_dev_password(&url));
+        assert_eq!(
+            Database::local(url).migration_url.as_deref(),
+            Some("postgres://member_migrator:paysaga-dev@127.0.0.1:5432/paysaga")
+        );
+    }
+}
