@@ -111,8 +111,9 @@ impl PrivateRedis {
         self.wait_ready().await
     }
 
-    /// Waits until the server answers; fails as soon as our child has exited (its port
-    /// was taken), so an answer from someone else's server on that port never counts.
+    /// Waits until our server answers (the one answering names our child's pid); fails
+    /// as soon as our child has exited (its port was taken), so an answer from someone
+    /// else's server on that port never counts.
     async fn wait_ready(&mut self) -> anyhow::Result<()> {
         let see_log = self
             .log_path()
@@ -120,16 +121,18 @@ impl PrivateRedis {
             .unwrap_or_default();
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Some(status) = child.try_wait().context("polling redis-server")? {
-                    self.child = None;
-                    bail!(
-                        "redis-server on port {} exited at start ({status}){see_log}",
-                        self.port
-                    );
-                }
+            let Some(child) = self.child.as_mut() else {
+                bail!("the private Redis is not running");
+            };
+            if let Some(status) = child.try_wait().context("polling redis-server")? {
+                self.child = None;
+                bail!(
+                    "redis-server on port {} exited at start ({status}){see_log}",
+                    self.port
+                );
             }
-            if self.dbsize().await.is_ok() {
+            let ours = child.id();
+            if self.server_pid().await.is_ok_and(|pid| pid == ours) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -141,6 +144,26 @@ impl PrivateRedis {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The pid of the server answering on the port (`INFO server`). The child is
+    /// redis-server itself (the parent-death guard execs it), so ours answers with the
+    /// child's pid.
+    async fn server_pid(&self) -> anyhow::Result<u32> {
+        let client = redis::Client::open(self.url()).context("opening the private Redis")?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .context("connecting to the private Redis")?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .context("INFO server")?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|pid| pid.trim().parse().ok())
+            .context("INFO server names no process_id")
     }
 
     /// Keys held right now.
