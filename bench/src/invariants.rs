@@ -64,10 +64,10 @@ pub async fn check_drop(
     Ok(())
 }
 
-/// Every invariant of docs/ARCHITECTURE.md, system-wide, through the end-to-end harness's checker
-/// (the same one the end-to-end and fault suites assert on).
+/// Every invariant of docs/ARCHITECTURE.md, system-wide, through `paysaga_drop`'s
+/// checker (the same one the end-to-end and fault suites assert on).
 pub async fn check_system(report: &mut Report, scenario: &str, pool: &PgPool) -> Result<()> {
-    let r = paysaga_e2e::invariants::check(pool)
+    let r = paysaga_drop::invariants::check(pool)
         .await
         .map_err(|e| crate::error::Error::Setup(format!("invariant checker: {e:#}")))?;
     report.invariant(

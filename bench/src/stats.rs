@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::Serialize;
 
-pub use paysaga_e2e::stats::{human_us, new_histogram, record, Latency};
+pub use paysaga_drop::stats::{human_us, new_histogram, record, Latency};
 
 /// One kind of answer within a run (`ok`, `sold_out`, `http_500`, ...).
 #[derive(Debug, Clone, Serialize)]

@@ -18,7 +18,8 @@ use paysaga_contracts::member::{
     api::{BulkMember, BulkSignUpRequest, BulkSignedUp},
     client::MemberClient,
 };
-use paysaga_e2e::{ServiceKind, Stack, StackOptions};
+use paysaga_e2e::{Stack, StackOptions};
+use paysaga_supervisor::ServiceKind;
 use reqwest::Client;
 use serde_json::json;
 use sqlx::PgPool;
@@ -47,7 +48,7 @@ pub struct Seeded {
 }
 
 /// DEVELOPMENT ONLY: the password every seeded buyer shares (the harness's).
-pub const BUYER_PASSWORD: &str = paysaga_e2e::setup::BUYER_PASSWORD;
+pub const BUYER_PASSWORD: &str = paysaga_drop::setup::BUYER_PASSWORD;
 /// Members per bulk sign-up (the service takes up to `MAX_BULK_MEMBERS`).
 const SEED_CHUNK: usize = 1_000;
 /// Bulk sign-ups in flight at once.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use paysaga_e2e::{
+use paysaga_drop::{
     invariants,
     sell_through::{self, SellThrough},
     stats::Latency,

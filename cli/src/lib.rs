@@ -1,13 +1,13 @@
 //! The `paysaga` command as a library: the run command (`up`), each service in-process
 //! (`service <name>`, what `up` starts), the demo drop, and the operator's subcommands
 //! (payments, webhooks, members, stock).
-//! Process supervision, the buyer flow and the invariant checks come from the
-//! end-to-end harness (`paysaga-e2e`), so the run command starts and checks the system
-//! exactly as the tests do.
+//! Process supervision and PostgreSQL/Redis come from `paysaga-supervisor`, the demo's
+//! set-up, buyers and invariant checks from `paysaga-drop`: the end-to-end tests use
+//! the same two crates, so the run command starts and checks the system exactly as the
+//! tests do.
 
 pub mod args;
 pub mod demo;
-pub mod infra;
 pub mod keygen;
 pub mod members;
 pub mod ops;

@@ -336,7 +336,7 @@ pub async fn bootstrap(args: CheckArgs) -> anyhow::Result<ExitCode> {
             format!(
                 "creating database {} on {}",
                 args.database,
-                crate::infra::redact(&args.admin_url)
+                paysaga_supervisor::infra::redact(&args.admin_url)
             )
         })?;
     paysaga_common::db::bootstrap(url.as_str())
@@ -355,8 +355,13 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         .max_connections(2)
         .connect(url.as_str())
         .await
-        .with_context(|| format!("connecting to {}", crate::infra::redact(url.as_str())))?;
-    let report = paysaga_e2e::invariants::check(&pool).await?;
+        .with_context(|| {
+            format!(
+                "connecting to {}",
+                paysaga_supervisor::infra::redact(url.as_str())
+            )
+        })?;
+    let report = paysaga_drop::invariants::check(&pool).await?;
     let value = serde_json::to_value(&report)?;
     let rows: Vec<(&str, String)> = value
         .as_object()

@@ -11,18 +11,19 @@ use std::{
 };
 
 use anyhow::{anyhow, Context};
-use paysaga_e2e::{
+use paysaga_drop::Endpoints;
+use paysaga_supervisor::{
     haproxy,
-    process::{label, reserve_port},
+    infra::{self, Infra, InfraChoice},
+    process::{free_port, label, reserve_port},
     services::Backoff,
     wiring::Launcher,
-    Endpoints, Haproxy, ServiceKind, Services, Wiring,
+    Haproxy, ServiceKind, Services, Wiring,
 };
 
 use crate::{
     args::UpArgs,
     demo::{self, DemoSettings},
-    infra::{self, Infra, InfraChoice},
     table,
 };
 
@@ -68,7 +69,7 @@ fn ports(free: bool, balanced: bool) -> anyhow::Result<BTreeMap<ServiceKind, u16
     for kind in ServiceKind::ALL {
         let port = match (free, balanced) {
             (true, false) => reserve_port(0)?,
-            (true, true) => paysaga_e2e::process::free_port()?,
+            (true, true) => free_port()?,
             (false, _) => {
                 let p = kind.default_port();
                 let in_use = || {
@@ -367,7 +368,7 @@ fn print_next_steps(
         println!("  the demo's members: {run}{flags} member list");
         println!(
             "  a buyer token:      MEMBER_PASSWORD={} {run}{flags} member sign-in <email from the list>",
-            paysaga_e2e::setup::BUYER_PASSWORD
+            paysaga_drop::setup::BUYER_PASSWORD
         );
     }
     println!("  a DEVELOPMENT operator credential for curl (valid 15 minutes, the most a service credential may live; `{run} token service operator` mints another; anyone can mint these, never use the development keys in production):");

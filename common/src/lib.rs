@@ -15,6 +15,7 @@ pub mod limits;
 pub mod money;
 pub mod openapi;
 pub mod pass;
+pub mod ready;
 pub mod retry;
 pub mod server;
 pub mod service;

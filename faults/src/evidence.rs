@@ -144,9 +144,9 @@ impl Acknowledged {
 /// Reads [`Acknowledged`] for `attempts` (the drop's buyers, all answered) from `pool`.
 pub async fn acknowledged(
     pool: &PgPool,
-    attempts: &[paysaga_e2e::Attempt],
+    attempts: &[paysaga_drop::Attempt],
 ) -> anyhow::Result<Acknowledged> {
-    use paysaga_e2e::Outcome;
+    use paysaga_drop::Outcome;
     let mut told_completed = Vec::new();
     let mut completed_without_id = 0;
     let mut told_closed = Vec::new();

@@ -15,7 +15,7 @@ use std::{
 use futures::StreamExt;
 use paysaga_common::client::CallError;
 use paysaga_contracts::orchestrator::api::Payment;
-use paysaga_e2e::{
+use paysaga_drop::{
     buyer::{payment_outcome, Step},
     Attempt, Buyer, Driver, Outcome,
 };

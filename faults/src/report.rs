@@ -2,7 +2,7 @@
 
 use std::{fmt::Write as _, time::Duration};
 
-use paysaga_e2e::InvariantReport;
+use paysaga_drop::InvariantReport;
 
 use crate::{
     inject::{Injection, KILLS_WITH_BATCH, KILLS_WITH_GAUGE},

@@ -10,11 +10,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use paysaga_drop::{invariants, stats::Latency, Admin, Attempt, Buyer, Driver, Endpoints, Outcome};
 use paysaga_e2e::{
-    binaries, invariants, postgres_ha::PostgresHa, private_redis::PrivateRedis,
-    redis_cluster::RedisCluster, stats::Latency, Admin, Attempt, Buyer, Driver, Endpoints, Outcome,
-    ServiceKind, Stack, StackOptions,
+    binaries, postgres_ha::PostgresHa, redis_cluster::RedisCluster, Stack, StackOptions,
 };
+use paysaga_supervisor::{PrivateRedis, ServiceKind};
 use rand::{rngs::StdRng, SeedableRng};
 
 use crate::{
@@ -189,9 +189,9 @@ pub async fn run_on(
     ));
     if scenario == Scenario::DatabaseDrops {
         let resets = [
-            paysaga_e2e::ServiceKind::Account,
-            paysaga_e2e::ServiceKind::Order,
-            paysaga_e2e::ServiceKind::Orchestrator,
+            ServiceKind::Account,
+            ServiceKind::Order,
+            ServiceKind::Orchestrator,
         ]
         .into_iter()
         .filter_map(|k| stack.proxy(paysaga_e2e::Link::Database(k)))

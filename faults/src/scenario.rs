@@ -3,7 +3,8 @@
 
 use std::{fmt, time::Duration};
 
-use paysaga_e2e::{Link, ServiceKind, StackOptions};
+use paysaga_e2e::{Link, StackOptions};
+use paysaga_supervisor::ServiceKind;
 
 use crate::plan::Plan;
 

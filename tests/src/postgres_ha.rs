@@ -30,7 +30,7 @@ use nix::{
 };
 use sqlx::{postgres::PgConnectOptions, ConnectOptions, Connection, PgConnection};
 
-use crate::{
+use paysaga_supervisor::{
     haproxy,
     process::{free_port, guarded_command, spawn_guarded, tail},
 };

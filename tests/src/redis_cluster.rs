@@ -13,7 +13,7 @@ use std::{
 use anyhow::{bail, Context};
 use redis::aio::MultiplexedConnection;
 
-use crate::process::{free_port, guarded_command, spawn_guarded};
+use paysaga_supervisor::process::{free_port, guarded_command, spawn_guarded};
 
 /// How long the cluster may take to form (every node `cluster_state:ok`, replicas in sync).
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);

@@ -5,17 +5,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context;
 use paysaga_common::testkit::{TestDb, TestRedis};
-use sqlx::PgPool;
-
-use crate::{
-    binaries, haproxy,
+use paysaga_supervisor::{
+    haproxy,
     haproxy::Haproxy,
     process::{free_port, reserve_port, Stop},
-    proxy::FaultProxy,
     service::ServiceKind,
     services::Services,
     wiring::Wiring,
 };
+use sqlx::PgPool;
+
+use crate::{binaries, proxy::FaultProxy};
 
 /// A connection the harness can route through a [`FaultProxy`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

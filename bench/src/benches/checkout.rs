@@ -8,7 +8,7 @@ use std::{fmt::Write as _, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::{builder::TypedValueParser as _, Args};
-use paysaga_e2e::InvariantReport;
+use paysaga_drop::InvariantReport;
 
 use crate::{
     client,
@@ -70,7 +70,7 @@ pub async fn run(args: &CheckoutArgs) -> anyhow::Result<CheckoutReport> {
     eprintln!("{}", pay.line());
     tokio::time::sleep(saga::STATS_SETTLE).await;
     let after = saga::xact_commit(&pool).await?;
-    let invariants = paysaga_e2e::invariants::check(&pool)
+    let invariants = paysaga_drop::invariants::check(&pool)
         .await
         .context("checking the invariants")?;
     pool.close().await;

@@ -18,7 +18,8 @@ use paysaga_contracts::account::{
     api::{DebitRequest, OpenAccountRequest, OperationKey},
     client::AccountClient,
 };
-use paysaga_e2e::{ServiceKind, Stack, StackOptions};
+use paysaga_e2e::{Stack, StackOptions};
+use paysaga_supervisor::ServiceKind;
 use tokio::sync::oneshot;
 
 use crate::{

@@ -4,17 +4,19 @@
 //! in line instead of back on sale after everyone was turned away. Reported from
 //! PostgreSQL: units sold of units on sale, sales through the waitlist, offers made,
 //! taken and expired, failed payments, the time from a unit's return to the next
-//! waiter's COMPLETED, and every invariant (the end-to-end checker).
+//! waiter's COMPLETED, and every invariant (the checker the tests use).
 //!
-//! The buyers are the end-to-end harness's (`paysaga_e2e::Driver` with a waitlist
+//! The buyers are the end-to-end tests' (`paysaga_drop::Driver` with a waitlist
 //! policy), against a system of its own, started with a short offer deadline.
 
 use std::time::{Duration, Instant};
 
-use paysaga_e2e::{
-    invariants as e2e_invariants, sell_through, stats::Latency, Admin, Attempt, Driver, Endpoints,
-    Outcome, ServiceKind, Stack, StackOptions, WaitEnd, WaitlistPolicy,
+use paysaga_drop::{
+    invariants as drop_invariants, sell_through, stats::Latency, Admin, Attempt, Driver, Endpoints,
+    Outcome, WaitEnd, WaitlistPolicy,
 };
+use paysaga_e2e::{Stack, StackOptions};
+use paysaga_supervisor::ServiceKind;
 
 use crate::{
     error::{Error, Result},
@@ -102,7 +104,7 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     let start = Instant::now();
     let attempts = driver.run_drop(&buyers, product.id, 0, |_| {}).await;
     let elapsed = start.elapsed();
-    let report = e2e_invariants::settled(&pool, Duration::from_secs(120))
+    let report = drop_invariants::settled(&pool, Duration::from_secs(120))
         .await
         .map_err(|e| setup("invariant checker", format!("{e:#}")))?;
     let st = sell_through::read(&pool, product.id)

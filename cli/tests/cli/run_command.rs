@@ -6,7 +6,8 @@
 use std::process::Command;
 
 use paysaga_common::testkit::{self, TestDb, TestRedis};
-use paysaga_e2e::{binaries, invariants};
+use paysaga_drop::invariants;
+use paysaga_e2e::binaries;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_plays_the_demo_and_stops_cleanly() -> anyhow::Result<()> {
@@ -190,7 +191,7 @@ async fn a_killed_service_is_restarted_and_a_killed_run_command_leaves_none() ->
     use std::{collections::BTreeMap, time::Duration};
 
     use nix::{sys::signal, unistd::Pid};
-    use paysaga_e2e::{Admin, Driver, Endpoints, Outcome};
+    use paysaga_drop::{Admin, Driver, Endpoints, Outcome};
 
     let db = TestDb::new().await;
     let redis = TestRedis::new();

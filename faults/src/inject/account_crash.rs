@@ -1,6 +1,6 @@
 //! Scenario 4: the account service SIGKILLed mid-drop, repeatedly, and restarted.
 
-use paysaga_e2e::ServiceKind;
+use paysaga_supervisor::ServiceKind;
 
 use super::{Aim, Ctx, Injection};
 

@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use paysaga_e2e::{Link, ServiceKind};
+use paysaga_e2e::Link;
+use paysaga_supervisor::ServiceKind;
 
 use super::{Ctx, Injection};
 

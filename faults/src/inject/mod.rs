@@ -20,10 +20,8 @@ use std::{
 };
 
 use anyhow::Context as _;
-use paysaga_e2e::{
-    postgres_ha::PostgresHa, private_redis::PrivateRedis, redis_cluster::RedisCluster, FaultProxy,
-    Link, ServiceKind, Stack, Stop,
-};
+use paysaga_e2e::{postgres_ha::PostgresHa, redis_cluster::RedisCluster, FaultProxy, Link, Stack};
+use paysaga_supervisor::{PrivateRedis, ServiceKind, Stop};
 use rand::{rngs::StdRng, Rng};
 use sqlx::PgPool;
 

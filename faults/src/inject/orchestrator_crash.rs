@@ -1,6 +1,6 @@
 //! Scenario 1: the orchestrator SIGKILLed mid-drop, repeatedly, and restarted.
 
-use paysaga_e2e::ServiceKind;
+use paysaga_supervisor::ServiceKind;
 
 use super::{Aim, Ctx, Injection};
 

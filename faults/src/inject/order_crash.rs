@@ -1,7 +1,7 @@
 //! Scenario 8: the order service SIGKILLed mid-drop, repeatedly, and restarted, while
 //! payments are being confirmed.
 
-use paysaga_e2e::ServiceKind;
+use paysaga_supervisor::ServiceKind;
 
 use super::{Aim, Ctx, Injection};
 

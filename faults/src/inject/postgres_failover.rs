@@ -11,7 +11,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use paysaga_e2e::{postgres_ha::Role, Buyer, Driver, Outcome, Patience};
+use paysaga_drop::{Buyer, Driver, Outcome, Patience};
+use paysaga_e2e::postgres_ha::Role;
 
 use super::{Aim, Aimed, Ctx, Injection, OPS_AT_KILLS};
 use crate::scenario::PRIMARIES_FAILED_OVER;

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use paysaga_e2e::ServiceKind;
+use paysaga_supervisor::ServiceKind;
 
 use super::{Ctx, Injection};
 use crate::scenario::MASTERS_FAILED_OVER;

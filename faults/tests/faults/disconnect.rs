@@ -12,7 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use paysaga_e2e::{Admin, Driver, Endpoints, Link, ServiceKind, Stack, StackOptions};
+use paysaga_drop::{Admin, Driver, Endpoints};
+use paysaga_e2e::{Link, Stack, StackOptions};
+use paysaga_supervisor::ServiceKind;
 
 const PRICE: i64 = 5_000;
 /// Long enough that the request's lease cannot be what settles the key within the wait.

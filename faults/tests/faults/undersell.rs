@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use paysaga_e2e::{Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions};
+use paysaga_drop::{Admin, Driver, Endpoints, Outcome};
+use paysaga_e2e::{Stack, StackOptions};
+use paysaga_supervisor::ServiceKind;
 
 const UNITS: i64 = 20;
 const PRICE: i64 = 1_000;

@@ -70,7 +70,7 @@ async fn services_stop_restart_and_never_outlive_the_stack() -> anyhow::Result<(
         .expect("log");
     let text = std::fs::read_to_string(&log)?;
     assert_eq!(
-        text.matches("paysaga harness: start #").count(),
+        text.matches("paysaga supervisor: start #").count(),
         3,
         "{}",
         log.display()

@@ -8,8 +8,8 @@ use anyhow::{bail, Context};
 use paysaga_common::{
     auth::ServiceRole,
     client::{Credential, ServiceClient},
+    credentials::TokenSource,
     money::Amount,
-    testkit,
 };
 use paysaga_contracts::account::{api::OperationKey, client::AccountClient};
 use paysaga_contracts::gate::client::GateClient;
@@ -33,14 +33,15 @@ pub struct Admin {
 }
 
 impl Admin {
-    /// An operator: development service credentials of the `operator` role, minted and
-    /// renewed as the operator commands do, which the services admit on their operator
-    /// routes (and no others).
+    /// The operator of a development system (services running with
+    /// `PAYSAGA_DEV_KEYS=1`, as every system the supervisor wires does): credentials of
+    /// the `operator` role minted and renewed with its public development key, which
+    /// only such a system accepts, and only on its operator routes.
     pub fn new(endpoints: Endpoints, http: reqwest::Client) -> Self {
         Self {
             endpoints,
             http,
-            token: testkit::service_credential(ServiceRole::Operator),
+            token: TokenSource::development(ServiceRole::Operator).into(),
         }
     }
 
@@ -237,10 +238,10 @@ impl Admin {
     }
 }
 
-/// DEVELOPMENT ONLY: the password every harness buyer signs up with.
+/// DEVELOPMENT ONLY: the password every buyer opened here signs up with.
 pub const BUYER_PASSWORD: &str = "harness-buyer-DEVELOPMENT-password";
 
-/// The email a harness buyer named `name` signs up with.
+/// The email a buyer named `name` opened here signs up with.
 pub fn buyer_email(name: &str) -> String {
     format!("{}@buyers.paysaga.test", name.to_ascii_lowercase())
 }

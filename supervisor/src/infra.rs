@@ -1,16 +1,18 @@
-//! Finding PostgreSQL and Redis for `paysaga up`: the configured ones, else the local
-//! defaults, else private servers started from the installed binaries under `.data/`,
-//! else a message saying exactly how to get them.
+//! Finding PostgreSQL and Redis for the run command: the configured ones, else the
+//! local defaults, else private servers started from the installed binaries under its
+//! data directory, else a message saying exactly how to get them.
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     str::FromStr,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{bail, Context};
 use sqlx::{postgres::PgConnectOptions, ConnectOptions, Connection};
+
+use crate::private_redis::{self, PrivateRedis};
 
 /// Port of the private PostgreSQL (not 5432, so it never collides with a system one).
 pub const PRIVATE_PG_PORT: u16 = 55432;
@@ -40,7 +42,7 @@ impl std::fmt::Display for Origin {
 }
 
 /// PostgreSQL and Redis for one run. Private servers it started are stopped by `stop`
-/// (and the Redis child is killed on drop in any case).
+/// or on drop.
 pub struct Infra {
     /// Administrator URL on the paysaga database (bootstrap, invariant checks).
     pub admin_url: String,
@@ -48,7 +50,7 @@ pub struct Infra {
     pub pg_origin: Origin,
     pub redis_origin: Origin,
     private_pg: Option<PrivatePostgres>,
-    private_redis: Option<Child>,
+    private_redis: Option<PrivateRedis>,
 }
 
 /// Forces private servers even when local ones are running (`paysaga up --private`).
@@ -88,8 +90,7 @@ impl Infra {
     /// Stops the private servers this run started; leaves others alone.
     pub fn stop(&mut self) {
         if let Some(mut redis) = self.private_redis.take() {
-            let _ = redis.kill();
-            let _ = redis.wait();
+            redis.kill();
         }
         if let Some(pg) = self.private_pg.take() {
             pg.stop();
@@ -197,7 +198,7 @@ async fn redis_answers(url: &str) -> anyhow::Result<()> {
 async fn redis(
     data_dir: &Path,
     choice: InfraChoice,
-) -> anyhow::Result<(String, Origin, Option<Child>)> {
+) -> anyhow::Result<(String, Origin, Option<PrivateRedis>)> {
     if let Some(url) = std::env::var("REDIS_URL")
         .ok()
         .filter(|v| !v.trim().is_empty())
@@ -210,38 +211,12 @@ async fn redis(
     if !choice.force_private && redis_answers(LOCAL_REDIS_URL).await.is_ok() {
         return Ok((LOCAL_REDIS_URL.to_owned(), Origin::LocalDefault, None));
     }
-    let Some(server) = which("redis-server", &[]) else {
+    if private_redis::program().is_none() {
         bail!(missing_message("Redis"))
-    };
-    let dir = data_dir.join("redis");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let log = std::fs::File::create(dir.join("redis.log"))?;
-    let mut cmd = paysaga_e2e::process::guarded_command(&server);
-    cmd.args([
-        "--bind",
-        "127.0.0.1",
-        "--port",
-        &PRIVATE_REDIS_PORT.to_string(),
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ])
-    .arg("--dir")
-    .arg(&dir)
-    .stdin(Stdio::null())
-    .stdout(Stdio::from(log.try_clone()?))
-    .stderr(Stdio::from(log));
-    let child = paysaga_e2e::process::spawn_guarded(cmd).context("cannot start redis-server")?;
-    let url = format!("redis://127.0.0.1:{PRIVATE_REDIS_PORT}/");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while redis_answers(&url).await.is_err() {
-        if Instant::now() > deadline {
-            bail!("the private redis-server did not answer on port {PRIVATE_REDIS_PORT}; see {}/redis.log", dir.display());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok((url, Origin::Private(dir), Some(child)))
+    let dir = data_dir.join("redis");
+    let redis = PrivateRedis::start_in(&dir, PRIVATE_REDIS_PORT).await?;
+    Ok((redis.url(), Origin::Private(dir), Some(redis)))
 }
 
 fn missing_message(what: &str) -> String {

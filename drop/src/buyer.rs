@@ -38,9 +38,10 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    /// The URLs of a running set of services (or of a [`crate::Stack`]).
-    pub fn from_wiring(w: &crate::Wiring) -> Self {
-        use crate::ServiceKind as K;
+    /// The URLs of the services `w` wires (as buyers and operators reach them: never
+    /// through a fault proxy, through HAProxy when there are several instances).
+    pub fn from_wiring(w: &paysaga_supervisor::Wiring) -> Self {
+        use paysaga_supervisor::ServiceKind as K;
         Self {
             member: w.url(K::Member),
             gate: w.url(K::Gate),

@@ -42,10 +42,10 @@ pub struct ServiceSpec {
     /// Its arguments (`["service", "order"]` for `paysaga service order`; none for a
     /// service's own binary).
     pub args: Vec<String>,
-    /// The port on 127.0.0.1. The harness binds it and hands the socket to the child.
+    /// The port on 127.0.0.1. The supervisor binds it and hands the socket to the child.
     pub port: u16,
-    /// The whole environment of the child: the harness clears inherited variables so a
-    /// developer's shell cannot change what a test runs against.
+    /// The whole environment of the child: inherited variables are cleared so a
+    /// developer's shell cannot change what the system runs with.
     pub env: Vec<(String, String)>,
     pub log_path: PathBuf,
 }
@@ -96,7 +96,7 @@ pub struct ServiceProcess {
 }
 
 /// How long a service may take to answer `/readyz` with 200 after it is spawned.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub use paysaga_common::ready::READY_TIMEOUT;
 
 impl ServiceProcess {
     /// Spawns the process (not waiting for readiness).
@@ -162,7 +162,7 @@ impl ServiceProcess {
         self.starts += 1;
         let _ = writeln!(
             log,
-            "===== paysaga harness: start #{} of {} on port {} at {} =====",
+            "===== paysaga supervisor: start #{} of {} on port {} at {} =====",
             self.starts,
             self.spec.label(),
             self.spec.port,
@@ -232,13 +232,13 @@ impl ServiceProcess {
         if let Some(status) = self.exit_status() {
             return Readiness::Exited(status);
         }
-        match paysaga_common::testkit::probe_ready(http, &self.url(), timeout).await {
+        match paysaga_common::ready::probe_ready(http, &self.url(), timeout).await {
             Ok(()) => Readiness::Ready,
             Err(last) => Readiness::NotYet(last),
         }
     }
 
-    /// Waits until `/readyz` answers 200 (the test kit's one readiness rule). Fails
+    /// Waits until `/readyz` answers 200 (every caller's one readiness rule). Fails
     /// early, with the end of the log, if the process exits or the timeout passes.
     pub async fn wait_ready(
         &mut self,
@@ -247,7 +247,7 @@ impl ServiceProcess {
     ) -> anyhow::Result<()> {
         let base = self.url();
         let name = self.spec.label();
-        let ready = paysaga_common::testkit::wait_ready(http, &name, &base, timeout, || {
+        let ready = paysaga_common::ready::wait_ready(http, &name, &base, timeout, || {
             self.exit_status()
                 .map(|status| format!("exit status {status}"))
         })

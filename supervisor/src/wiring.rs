@@ -128,7 +128,7 @@ impl Wiring {
         // first line of a start-up error is what a failure message should show.
         set("RUST_BACKTRACE", "1".into());
         set("RUST_LIB_BACKTRACE", "0".into());
-        // A harness's system is a development one: unset keys are the development keys
+        // A system wired here is a development one: unset keys are the development keys
         // and the roles have the development password, which only development mode
         // accepts. The member signing key is still a fresh one (below).
         set(paysaga_common::config::DEV_KEYS_VAR, "1".into());
@@ -162,8 +162,9 @@ impl Wiring {
             }
             ServiceKind::Member => {
                 set("MEMBER_SIGNING_KEYS", self.member_signing_keys.clone());
-                // Harnesses seed many buyers at once (one Argon2 hash for all of them),
-                // and their buyers' tokens outlive the longest soak.
+                // The demo, the tests and the benchmark seed many buyers at once (one
+                // Argon2 hash for all of them), and their buyers' tokens outlive the
+                // longest soak.
                 set("MEMBER_BULK_SIGNUP", "1".into());
                 set("ACCESS_TOKEN_TTL_SECS", "14400".into());
             }

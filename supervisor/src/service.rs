@@ -1,4 +1,4 @@
-//! The five paysaga services as the harness knows them: name, binary, default port.
+//! The five paysaga services as the supervisor knows them: name, binary, default port.
 
 use std::fmt;
 
