@@ -21,7 +21,8 @@ use workflows::{transition, Action, IllegalTransition, Next, Outcome, Position, 
 use crate::{
     answer::AnswerSlot,
     downstream::{Attempt, Downstream},
-    error::{Error, Result},
+    error::{Breach, Result},
+    failure::FailureCode,
     metrics,
     store::{self, Move, PaymentRow, StepMove, StepRecord},
 };
@@ -40,7 +41,7 @@ const INLINE_RETRIES: u32 = 2;
 /// Everything the choice of a driver's next move depends on, so that the choice is a
 /// pure function ([`choose`]): no I/O, no clock, no hidden randomness.
 #[derive(Debug, Clone, Copy)]
-pub struct Situation<'a> {
+pub struct Situation {
     /// Where the payment is; its pending action is the one just attempted.
     pub at: Position,
     pub outcome: Outcome,
@@ -48,8 +49,9 @@ pub struct Situation<'a> {
     pub attempts: i32,
     /// Backoffs this drive has already waited out itself.
     pub inline_retries: u32,
-    /// The downstream's code for a definite answer (e.g. `INSUFFICIENT_FUNDS`).
-    pub code: Option<&'a str>,
+    /// The failure code the downstream's code for a definite answer names (e.g.
+    /// `INSUFFICIENT_FUNDS`), kept by a move into FAILED.
+    pub code: Option<FailureCode>,
     /// Seeds the retry jitter: the same situation always gives the same choice.
     pub jitter_seed: u64,
 }
@@ -90,7 +92,7 @@ pub struct Choice {
 /// a blip resolves within the buyer's wait instead of at the next recovery tick, and
 /// longer ones go back to recovery. Exhausted attempts and a definite answer with no
 /// safe continuation flag the payment for an operator.
-pub fn choose(s: Situation<'_>) -> Result<Choice, IllegalTransition> {
+pub fn choose(s: Situation) -> Result<Choice, IllegalTransition> {
     let Some(action) = s.at.pending() else {
         return Err(IllegalTransition {
             state: s.at.state(),
@@ -106,10 +108,7 @@ pub fn choose(s: Situation<'_>) -> Result<Choice, IllegalTransition> {
                 next_attempt_in: to.pending().map(|_| Duration::ZERO),
                 needs_attention: false,
                 keep_lease: to.pending().is_some(),
-                failure_code: s
-                    .code
-                    .filter(|_| to.state() == workflows::State::Failed)
-                    .map(str::to_owned),
+                failure_code: s.code.filter(|_| to.state() == workflows::State::Failed),
             },
             pause: None,
             attention: None,
@@ -212,7 +211,9 @@ impl Engine {
             let from = steps
                 .last()
                 .map(|s| s.mv.to)
-                .ok_or_else(|| Error::Invariant("no step to chain".into()))?;
+                .ok_or(Breach::MoveWithoutStep {
+                    payment: payment_id,
+                })?;
             let choice = choose(Situation {
                 at: from,
                 outcome: Outcome::Succeeded,
@@ -221,11 +222,17 @@ impl Engine {
                 code: None,
                 jitter_seed: 0,
             })
-            .map_err(|e| Error::Invariant(e.to_string()))?;
+            .map_err(|refused| Breach::IllegalMove {
+                payment: payment_id,
+                refused,
+            })?;
             if choice.mv.to == from {
-                return Err(Error::Invariant(format!(
-                    "local step {action} did not move"
-                )));
+                return Err(Breach::LocalStepStuck {
+                    payment: payment_id,
+                    action,
+                    state: from.state(),
+                }
+                .into());
             }
             metrics::step(action, Outcome::Succeeded, Duration::ZERO);
             let step = StepRecord {
@@ -287,10 +294,13 @@ impl Engine {
             outcome: attempt.outcome,
             attempts,
             inline_retries,
-            code: attempt.code.as_deref(),
+            code: attempt.code.as_deref().and_then(FailureCode::from_code),
             jitter_seed: rand::random(),
         })
-        .map_err(|e| Error::Invariant(e.to_string()))?;
+        .map_err(|refused| Breach::IllegalMove {
+            payment: row.id,
+            refused,
+        })?;
         match choice.attention {
             Some(Attention::AttemptsExhausted) => {
                 metrics::attention(Attention::AttemptsExhausted.as_str());
@@ -392,12 +402,12 @@ impl Engine {
                     if let (Some(w), Some(body)) = (writing, answered) {
                         w.stored(body);
                     }
-                    let mut from = row.state.as_str();
+                    let mut from = row.state;
                     for s in &steps {
-                        if s.mv.to.state().as_str() != from {
-                            metrics::transition(s.mv.to.state().as_str());
+                        if s.mv.to.state() != from {
+                            metrics::transition(s.mv.to.state());
                         }
-                        from = s.mv.to.state().as_str();
+                        from = s.mv.to.state();
                     }
                     row = moved;
                 }
@@ -424,7 +434,7 @@ mod tests {
         Position::new(state, pending).expect("reachable")
     }
 
-    fn situation(at: Position, outcome: Outcome) -> Situation<'static> {
+    fn situation(at: Position, outcome: Outcome) -> Situation {
         Situation {
             at,
             outcome,
@@ -553,16 +563,16 @@ mod tests {
     #[test]
     fn only_a_move_into_failed_keeps_the_downstream_code() {
         let mut s = situation(Position::start(), Outcome::Rejected);
-        s.code = Some("INSUFFICIENT_FUNDS");
+        s.code = Some(FailureCode::InsufficientFunds);
         assert_eq!(
-            choose(s).expect("legal").mv.failure_code.as_deref(),
-            Some("INSUFFICIENT_FUNDS")
+            choose(s).expect("legal").mv.failure_code,
+            Some(FailureCode::InsufficientFunds)
         );
         let mut s = situation(
             at(State::AccountDebited, Some(Action::Confirm)),
             Outcome::Rejected,
         );
-        s.code = Some("RESERVATION_EXPIRED");
+        s.code = Some(FailureCode::ReservationNotFound);
         assert_eq!(choose(s).expect("legal").mv.failure_code, None);
     }
 
@@ -618,7 +628,7 @@ mod tests {
             inline_retries in 0u32..4,
             jitter_seed in any::<u64>(),
         ) {
-            let s = Situation { at: from, outcome, attempts, inline_retries, code: Some("CODE"), jitter_seed };
+            let s = Situation { at: from, outcome, attempts, inline_retries, code: Some(FailureCode::AccountNotMember), jitter_seed };
             let choice = choose(s);
             prop_assert_eq!(&choice, &choose(s));
             prop_assert_eq!(choice.is_ok(), transition(from, outcome).is_ok());

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::{Breach, Error, Result};
 
 pub const HEADER: &str = "idempotency-key";
 pub const REPLAYED_HEADER: &str = "idempotency-replayed";
@@ -175,12 +175,12 @@ pub async fn begin(
         }
         if status == "COMPLETED" {
             let (Some(status), Some(body)) = (response_status, response_body) else {
-                return Err(Error::Invariant(
-                    "completed idempotency record without a response".into(),
-                ));
+                return Err(Breach::KeyWithoutResponse {
+                    operation: scope.operation,
+                }
+                .into());
             };
-            let status = u16::try_from(status)
-                .map_err(|_| Error::Invariant(format!("stored status {status}")))?;
+            let status = u16::try_from(status).map_err(|_| Breach::StoredStatus { status })?;
             return Ok(Begin::Replay { status, body });
         }
         if !lease_expired {

@@ -10,6 +10,7 @@ pub mod console;
 pub(crate) mod downstream;
 pub mod driver;
 pub(crate) mod error;
+pub mod failure;
 pub mod idempotency;
 pub(crate) mod metrics;
 pub(crate) mod recovery;
@@ -45,7 +46,7 @@ use uuid::Uuid;
 
 pub use config::Config;
 pub use driver::AfterCallHook;
-pub use error::{Error, Result};
+pub use error::{Breach, Error, Result};
 use webhooks::openapi::Webhooks as WebhookCatalogue;
 
 /// The schema this service owns.

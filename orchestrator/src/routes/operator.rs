@@ -10,7 +10,7 @@ use workflows::{request_refund, State as SagaState};
 
 use crate::{
     api::{ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline},
-    error::{Error, Result},
+    error::{Breach, Error, Result},
     routes::{invalid_query, load_payment, page_limit, spawn_drive, wait_for_terminal},
     store::{self, PaymentRow},
     AppState,
@@ -139,7 +139,7 @@ pub(crate) async fn resume_payment(state: &AppState, note: &str, id: Uuid) -> Re
     let row = load_payment(&state.pool, id).await?;
     let pos = row.position()?;
     let Some(action) = pos.pending() else {
-        return Err(Error::NotResumable(row.state.clone()));
+        return Err(Error::NotResumable(row.state));
     };
     let handle = match store::operator_move(
         &state.pool,
@@ -170,10 +170,11 @@ pub(crate) async fn refund_payment(state: &AppState, note: &str, id: Uuid) -> Re
     ) {
         return Ok(row);
     }
-    let to = request_refund(pos).map_err(|_| Error::NotRefundable(row.state.clone()))?;
-    let action = to
-        .pending()
-        .ok_or_else(|| Error::Invariant("refund position owes nothing".into()))?;
+    let to = request_refund(pos).map_err(|_| Error::NotRefundable(row.state))?;
+    let action = to.pending().ok_or(Breach::RefundOwesNothing {
+        payment: row.id,
+        state: to.state(),
+    })?;
     let Some(moved) = store::operator_move(
         &state.pool,
         &row,
@@ -186,9 +187,7 @@ pub(crate) async fn refund_payment(state: &AppState, note: &str, id: Uuid) -> Re
     .await?
     else {
         let now = load_payment(&state.pool, id).await?;
-        if now.state == SagaState::RefundProcessing.as_str()
-            || now.state == SagaState::Refunded.as_str()
-        {
+        if matches!(now.state, SagaState::RefundProcessing | SagaState::Refunded) {
             return Ok(now);
         }
         return Err(Error::NotRefundable(now.state));

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use crate::{
     answer::AnswerSlot,
     api::{CreatePayment, Payment},
-    error::{Error, Result},
+    error::{Breach, Error, Result},
     idempotency::{self, Begin, IdempotencyKey, Scope},
     routes::{json_response, spawn_drive, wait_for_terminal},
     store::{self, NewPayment, PaymentRow},
@@ -62,8 +62,10 @@ pub async fn create(
     // idempotency record and no payment behind.
     state.limiter.check(&member)?;
     let key = IdempotencyKey::from_headers(&headers)?;
-    let normalised = serde_json::to_string(&req)
-        .map_err(|e| Error::Invariant(format!("request serialises: {e}")))?;
+    let normalised = serde_json::to_string(&req).map_err(|source| Breach::Serialise {
+        what: "the payment request",
+        source,
+    })?;
     let scope = Scope {
         member: member.to_string(),
         operation: CREATE_PAYMENT,
@@ -73,8 +75,7 @@ pub async fn create(
     // The rest runs in a task of its own: a buyer who hangs up does not stop it, so the
     // key is completed and the next retry gets the replay instead of waiting out a lease.
     let task = tokio::spawn(run(state, scope, fingerprint, member, req).in_current_span());
-    task.await
-        .map_err(|e| Error::Invariant(format!("payment request task failed: {e}")))?
+    task.await.map_err(Breach::RequestTask)?
 }
 
 /// A request's whole course. Most keys are new: the reservation and the account are
@@ -114,7 +115,7 @@ async fn run(
                 .await;
             match opened {
                 Ok(Some(row)) => {
-                    crate::metrics::transition(&row.state);
+                    crate::metrics::transition(row.state);
                     return finish(state, scope, token, row).await;
                 }
                 Ok(None) => begin(&state, &scope, &fingerprint).await?,
@@ -139,8 +140,9 @@ async fn run(
     };
     let (token, existing) = match begun {
         Begin::Replay { status, body } => {
-            let status =
-                StatusCode::from_u16(status).map_err(|e| Error::Invariant(e.to_string()))?;
+            let status = StatusCode::from_u16(status).map_err(|_| Breach::StoredStatus {
+                status: status.into(),
+            })?;
             let mut response = json_response(status, body);
             response.headers_mut().insert(
                 idempotency::REPLAYED_HEADER,
@@ -185,9 +187,7 @@ async fn execute(
     let row = match existing {
         Some(id) => store::load(&state.pool, id)
             .await?
-            .ok_or(Error::Invariant(format!(
-                "idempotency record names missing payment {id}"
-            )))?,
+            .ok_or(Breach::KeyNamesMissingPayment { payment: id })?,
         None => match accept(&state, &scope, token, &member, &req).await {
             Ok(row) => row,
             Err(e) => {
@@ -241,8 +241,10 @@ async fn finish(state: AppState, scope: Scope, token: Uuid, row: PaymentRow) -> 
     } else {
         StatusCode::ACCEPTED
     };
-    let body = serde_json::to_string(&row.to_api())
-        .map_err(|e| Error::Invariant(format!("payment serialises: {e}")))?;
+    let body = serde_json::to_string(&row.to_api()).map_err(|source| Breach::Serialise {
+        what: "the payment",
+        source,
+    })?;
     let answered = idempotency::Answered {
         scope,
         token,
@@ -286,7 +288,7 @@ async fn accept(
         }
         Err(e) => return Err(e),
     };
-    crate::metrics::transition(&row.state);
+    crate::metrics::transition(row.state);
     Ok(row)
 }
 
@@ -333,10 +335,11 @@ async fn check(state: &AppState, member: &MemberId, req: &CreatePayment) -> Resu
         return Err(Error::AccountNotFound);
     }
     if reservation.price <= 0 {
-        return Err(Error::Invariant(format!(
-            "reservation {} has price {}",
-            reservation.id, reservation.price
-        )));
+        return Err(Breach::NonPositivePrice {
+            reservation: reservation.id,
+            price: reservation.price,
+        }
+        .into());
     }
 
     Ok(NewPayment {

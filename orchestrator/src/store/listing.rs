@@ -1,8 +1,9 @@
 //! The operator's view: the filtered payment list and the per-state counts behind the gauges.
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Row};
+use workflows::State;
 
-use super::{PaymentRow, PAYMENT_COLUMNS};
+use super::{named, PaymentRow, PAYMENT_COLUMNS};
 use crate::{api::ListPayments, error::Result};
 
 /// The operator's list: filters, newest first, keyset paging on the time-ordered id.
@@ -37,7 +38,7 @@ pub async fn list(pool: &PgPool, f: &ListPayments, limit: i64) -> Result<Vec<Pay
 #[derive(Debug, Clone, Default)]
 pub struct Census {
     /// Payments with work left (an action pending), per state.
-    pub by_state: Vec<(String, i64)>,
+    pub by_state: Vec<(State, i64)>,
     /// Payments flagged for an operator.
     pub attention: i64,
     /// How long the longest-waiting due payment nobody holds has been due, in seconds
@@ -49,11 +50,14 @@ pub struct Census {
 pub async fn census(pool: &PgPool) -> Result<Census> {
     // Settled payments are left out (through `payments_open_idx`): the gauge is work
     // left, and the settled history would make every run a full scan.
-    let by_state: Vec<(String, i64)> = sqlx::query_as(
-        r#"SELECT state, COUNT(*) FROM payments WHERE pending_action IS NOT NULL GROUP BY state"#,
+    let by_state = sqlx::query(
+        r#"SELECT state, COUNT(*) AS n FROM payments WHERE pending_action IS NOT NULL GROUP BY state"#,
     )
     .fetch_all(pool)
-    .await?;
+    .await?
+    .iter()
+    .map(|r| Ok((named(r, "state")?, r.try_get("n")?)))
+    .collect::<sqlx::Result<Vec<(State, i64)>>>()?;
     let attention: i64 =
         sqlx::query_scalar(r#"SELECT COUNT(*) FROM payments WHERE needs_attention"#)
             .fetch_one(pool)

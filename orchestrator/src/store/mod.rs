@@ -9,15 +9,17 @@ mod listing;
 mod payments;
 mod steps;
 
-use std::time::Duration;
+use std::{str::FromStr, time::Duration};
 
 use chrono::{DateTime, Utc};
+use sqlx::{postgres::PgRow, FromRow, Row};
 use uuid::Uuid;
 use workflows::{Action, Position, State};
 
 use crate::{
     api::{Payment, PaymentAdmin},
-    error::{Error, Result},
+    error::{Breach, Result},
+    failure::FailureCode,
 };
 
 pub use group::Writes;
@@ -35,20 +37,20 @@ pub(crate) const PAYMENT_COLUMNS: &str = r#"id, member_id, account_id, reservati
     attempts, next_attempt_at, needs_attention, last_error, failure_code, lease_owner, lease_until,
     version, created_at, updated_at, traceparent"#;
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct PaymentRow {
     pub id: Uuid,
     pub member_id: String,
     pub account_id: i64,
     pub reservation_id: Uuid,
     pub amount: i64,
-    pub state: String,
-    pub pending_action: Option<String>,
+    pub state: State,
+    pub pending_action: Option<Action>,
     pub attempts: i32,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub needs_attention: bool,
     pub last_error: Option<String>,
-    pub failure_code: Option<String>,
+    pub failure_code: Option<FailureCode>,
     pub lease_owner: Option<Uuid>,
     pub lease_until: Option<DateTime<Utc>>,
     pub version: i64,
@@ -59,26 +61,74 @@ pub struct PaymentRow {
     pub traceparent: Option<String>,
 }
 
+/// A column holding one of our names, decoded in place (no copy of the text) and
+/// refused as a decode error if it is not one of them.
+pub(crate) fn named<T>(row: &PgRow, column: &'static str) -> sqlx::Result<T>
+where
+    T: FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    let name: &str = row.try_get(column)?;
+    name.parse().map_err(|e| sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: Box::new(e),
+    })
+}
+
+/// [`named`] for a column that may be NULL.
+fn named_or_null<T>(row: &PgRow, column: &'static str) -> sqlx::Result<Option<T>>
+where
+    T: FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    let name: Option<&str> = row.try_get(column)?;
+    name.map(str::parse)
+        .transpose()
+        .map_err(|e| sqlx::Error::ColumnDecode {
+            index: column.to_owned(),
+            source: Box::new(e),
+        })
+}
+
+impl<'r> FromRow<'r, PgRow> for PaymentRow {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
+        Ok(Self {
+            id: row.try_get("id")?,
+            member_id: row.try_get("member_id")?,
+            account_id: row.try_get("account_id")?,
+            reservation_id: row.try_get("reservation_id")?,
+            amount: row.try_get("amount")?,
+            state: named(row, "state")?,
+            pending_action: named_or_null(row, "pending_action")?,
+            attempts: row.try_get("attempts")?,
+            next_attempt_at: row.try_get("next_attempt_at")?,
+            needs_attention: row.try_get("needs_attention")?,
+            last_error: row.try_get("last_error")?,
+            failure_code: named_or_null(row, "failure_code")?,
+            lease_owner: row.try_get("lease_owner")?,
+            lease_until: row.try_get("lease_until")?,
+            version: row.try_get("version")?,
+            created_at: row.try_get("created_at")?,
+            updated_at: row.try_get("updated_at")?,
+            traceparent: row.try_get("traceparent")?,
+        })
+    }
+}
+
 impl PaymentRow {
     /// The stored position, checked against the machine.
     pub fn position(&self) -> Result<Position> {
-        let bad = |e: String| Error::Invariant(format!("payment {}: {e}", self.id));
-        let state: State = self
-            .state
-            .parse()
-            .map_err(|e: workflows::ParseError| bad(e.to_string()))?;
-        let pending = match &self.pending_action {
-            Some(a) => Some(a.parse::<Action>().map_err(|e| bad(e.to_string()))?),
-            None => None,
-        };
-        Position::new(state, pending).map_err(|e| bad(e.to_string()))
+        Position::new(self.state, self.pending_action).map_err(|found| {
+            Breach::UnreachablePosition {
+                payment: self.id,
+                found,
+            }
+            .into()
+        })
     }
 
     pub fn is_terminal(&self) -> bool {
-        self.state
-            .parse::<State>()
-            .map(State::is_terminal)
-            .unwrap_or(false)
+        self.state.is_terminal()
     }
 
     pub fn to_api(&self) -> Payment {
@@ -88,9 +138,9 @@ impl PaymentRow {
             account_id: self.account_id,
             member_id: self.member_id.clone(),
             amount: self.amount,
-            state: self.state.clone(),
+            state: self.state.as_str().to_owned(),
             terminal: self.is_terminal(),
-            failure_code: self.failure_code.clone(),
+            failure_code: self.failure_code.map(|c| c.as_str().to_owned()),
             created_at: self.created_at,
             updated_at: self.updated_at,
         }
@@ -99,7 +149,7 @@ impl PaymentRow {
     pub fn to_admin(&self) -> PaymentAdmin {
         PaymentAdmin {
             payment: self.to_api(),
-            pending_action: self.pending_action.clone(),
+            pending_action: self.pending_action.map(|a| a.as_str().to_owned()),
             attempts: self.attempts,
             next_attempt_at: self.next_attempt_at,
             needs_attention: self.needs_attention,
@@ -127,8 +177,9 @@ impl Indexed {
             let slot = usize::try_from(r.batch_idx)
                 .ok()
                 .and_then(|i| answers.get_mut(i))
-                .ok_or_else(|| {
-                    Error::Invariant(format!("batch index {} out of range", r.batch_idx))
+                .ok_or(Breach::BatchIndex {
+                    index: r.batch_idx.into(),
+                    len: requests,
                 })?;
             *slot = Some(r.row);
         }
@@ -147,9 +198,4 @@ pub(crate) fn returned_columns(alias: &str) -> String {
 
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// The name of the constraint a database error violated, if any.
-pub fn constraint(e: &sqlx::Error) -> Option<&str> {
-    e.as_database_error().and_then(|d| d.constraint())
 }

@@ -96,7 +96,7 @@ pub async fn insert_many(
 ) -> Result<Vec<Option<PaymentRow>>> {
     let start = Position::start();
     let idx = (0..payments.len())
-        .map(|i| i32::try_from(i).map_err(|e| Error::Invariant(format!("batch index: {e}"))))
+        .map(|i| super::steps::batch_index(i, payments.len()))
         .collect::<Result<Vec<_>>>()?;
     let sql = format!(
         r#"

@@ -6,13 +6,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
-use workflows::{Action, Outcome, Position};
+use workflows::{Action, Outcome, Position, State};
 
 use super::{millis, returned_columns, PaymentRow, PAYMENT_COLUMNS};
 use crate::{
     answer::AnswerSlot,
     api::Step,
-    error::{Error, Result},
+    error::{Breach, Result},
+    failure::FailureCode,
 };
 
 /// What one attempt did, for the step log.
@@ -37,7 +38,7 @@ pub struct Move {
     pub needs_attention: bool,
     /// Keep the lease (the driver goes on) or let it go (recovery or nobody takes over).
     pub keep_lease: bool,
-    pub failure_code: Option<String>,
+    pub failure_code: Option<FailureCode>,
 }
 
 /// One step for [`record_steps`]: the attempt, how its outcome was learnt, and the
@@ -83,15 +84,7 @@ pub async fn record_steps(
     lease: Duration,
     steps: &[StepMove],
 ) -> Result<Option<PaymentRow>> {
-    let one = Recording {
-        id: row.id,
-        version: row.version,
-        state: row.state.clone(),
-        driver,
-        lease,
-        steps: steps.to_vec(),
-        answer: None,
-    };
+    let one = Recording::new(row, driver, lease, steps.to_vec());
     let mut conn = pool.acquire().await?;
     Ok(record_many(&mut conn, std::slice::from_ref(&one))
         .await?
@@ -106,7 +99,7 @@ pub async fn record_steps(
 pub struct Recording {
     pub id: Uuid,
     pub version: i64,
-    pub state: String,
+    pub state: State,
     pub driver: Uuid,
     pub lease: Duration,
     pub steps: Vec<StepMove>,
@@ -128,7 +121,7 @@ impl Recording {
         Self {
             id: row.id,
             version: row.version,
-            state: row.state.clone(),
+            state: row.state,
             driver,
             lease,
             steps,
@@ -138,11 +131,8 @@ impl Recording {
 
     /// The failure code the move writes: the last one any step names, as with one
     /// update per step (`None` keeps the stored one).
-    fn failure_code(&self) -> Option<String> {
-        self.steps
-            .iter()
-            .rev()
-            .find_map(|s| s.mv.failure_code.clone())
+    fn failure_code(&self) -> Option<FailureCode> {
+        self.steps.iter().rev().find_map(|s| s.mv.failure_code)
     }
 
     /// Stores `slot`'s answer with this move: the payment as the move leaves `row` (the
@@ -153,21 +143,29 @@ impl Recording {
         let last = self
             .steps
             .last()
-            .ok_or_else(|| Error::Invariant("an answer needs a step".into()))?;
+            .ok_or(Breach::MoveWithoutStep { payment: self.id })?;
+        let to = last.mv.to;
+        if !to.state().is_terminal() || to.pending().is_some() {
+            return Err(Breach::AnswerBeforeSettling {
+                payment: self.id,
+                state: to.state(),
+                pending: to.pending(),
+            }
+            .into());
+        }
         let now = Utc::now();
         let updated_at = DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now);
-        let mut after = row.clone();
-        after.state = last.mv.to.state().as_str().to_owned();
-        after.pending_action = None;
-        after.failure_code = self.failure_code().or(after.failure_code);
-        after.updated_at = updated_at;
-        if !after.is_terminal() || last.mv.to.pending().is_some() {
-            return Err(Error::Invariant(
-                "only a move that settles a payment answers".into(),
-            ));
+        let mut after = row.to_api();
+        after.state = to.state().as_str().to_owned();
+        after.terminal = true;
+        if let Some(code) = self.failure_code() {
+            after.failure_code = Some(code.as_str().to_owned());
         }
-        let body = serde_json::to_string(&after.to_api())
-            .map_err(|e| Error::Invariant(format!("payment serialises: {e}")))?;
+        after.updated_at = updated_at;
+        let body = serde_json::to_string(&after).map_err(|source| Breach::Serialise {
+            what: "the answered payment",
+            source,
+        })?;
         self.answer = Some(Answer {
             slot: slot.clone(),
             updated_at,
@@ -208,25 +206,22 @@ pub async fn record_many(
     let mut log = StepColumns::default();
     let mut answers = AnswerColumns::default();
     for (i, m) in moves.iter().enumerate() {
-        let idx = i32::try_from(i).map_err(|e| Error::Invariant(format!("batch index: {e}")))?;
+        let idx = batch_index(i, moves.len())?;
         let Some(StepMove {
             step: last_step,
             mv: last,
             ..
         }) = m.steps.last()
         else {
-            return Err(Error::Invariant(format!(
-                "payment {}: no step to record",
-                m.id
-            )));
+            return Err(Breach::MoveWithoutStep { payment: m.id }.into());
         };
-        let count = i64::try_from(m.steps.len())
-            .map_err(|e| Error::Invariant(format!("step count: {e}")))?;
+        // A handful of steps per move: the count always fits.
+        let count = m.steps.len() as i64;
         let failure_code = m.failure_code();
         cols.idx.push(idx);
         cols.id.push(m.id);
         cols.version.push(m.version);
-        cols.from_state.push(m.state.clone());
+        cols.from_state.push(m.state.as_str());
         cols.driver.push(m.driver);
         cols.to_state.push(last.to.state().as_str());
         cols.pending.push(last.to.pending().map(Action::as_str));
@@ -234,7 +229,8 @@ pub async fn record_many(
         cols.next_ms.push(last.next_attempt_in.map(millis));
         cols.needs_attention.push(last.needs_attention);
         cols.last_error.push(last_step.error.clone());
-        cols.failure_code.push(failure_code);
+        cols.failure_code
+            .push(failure_code.map(FailureCode::as_str));
         cols.keep_lease.push(last.keep_lease);
         cols.lease_ms.push(millis(m.lease));
         cols.count.push(count);
@@ -247,15 +243,14 @@ pub async fn record_many(
             answers.token.push(a.slot.token());
             answers.body.push(a.body.clone());
         }
-        let mut from_state = m.state.clone();
-        for (n, s) in m.steps.iter().enumerate() {
-            let to_state = s.mv.to.state().as_str().to_owned();
-            let n = i64::try_from(n + 1).map_err(|e| Error::Invariant(format!("step: {e}")))?;
+        let mut from_state = m.state;
+        for (n, s) in (1..).zip(&m.steps) {
+            let to_state = s.mv.to.state();
             log.push(
                 idx,
                 n,
                 s,
-                std::mem::replace(&mut from_state, to_state.clone()),
+                std::mem::replace(&mut from_state, to_state),
                 to_state,
             );
         }
@@ -363,7 +358,10 @@ pub async fn record_many(
         let i = usize::try_from(r.batch_idx)
             .ok()
             .filter(|&i| i < moves.len())
-            .ok_or_else(|| Error::Invariant(format!("batch index {} out of range", r.batch_idx)))?;
+            .ok_or(Breach::BatchIndex {
+                index: r.batch_idx.into(),
+                len: moves.len(),
+            })?;
         let answered = match (&moves[i].answer, r.answered) {
             (Some(a), true) => {
                 // The body was made from the row as the move leaves it; the two fields
@@ -383,6 +381,18 @@ pub async fn record_many(
     Ok(placed)
 }
 
+/// The index of request `i` of a batch of `len`, as the statement carries it. A batch
+/// holds at most a few hundred requests, so it always fits.
+pub(crate) fn batch_index(i: usize, len: usize) -> Result<i32> {
+    i32::try_from(i).map_err(|_| {
+        Breach::BatchIndex {
+            index: i64::try_from(i).unwrap_or(i64::MAX),
+            len,
+        }
+        .into()
+    })
+}
+
 /// The answers of [`record_many`], one array each.
 #[derive(Default)]
 struct AnswerColumns {
@@ -400,7 +410,7 @@ struct MoveColumns {
     idx: Vec<i32>,
     id: Vec<Uuid>,
     version: Vec<i64>,
-    from_state: Vec<String>,
+    from_state: Vec<&'static str>,
     driver: Vec<Uuid>,
     to_state: Vec<&'static str>,
     pending: Vec<Option<&'static str>>,
@@ -408,7 +418,7 @@ struct MoveColumns {
     next_ms: Vec<Option<i64>>,
     needs_attention: Vec<bool>,
     last_error: Vec<Option<String>>,
-    failure_code: Vec<Option<String>>,
+    failure_code: Vec<Option<&'static str>>,
     keep_lease: Vec<bool>,
     lease_ms: Vec<i64>,
     count: Vec<i64>,
@@ -424,8 +434,8 @@ struct StepColumns {
     action: Vec<&'static str>,
     operation_key: Vec<String>,
     outcome: Vec<&'static str>,
-    from_state: Vec<String>,
-    to_state: Vec<String>,
+    from_state: Vec<&'static str>,
+    to_state: Vec<&'static str>,
     downstream_status: Vec<Option<i32>>,
     latency_ms: Vec<i32>,
     error: Vec<Option<String>>,
@@ -433,7 +443,7 @@ struct StepColumns {
 }
 
 impl StepColumns {
-    fn push(&mut self, idx: i32, n: i64, logged: &StepMove, from_state: String, to_state: String) {
+    fn push(&mut self, idx: i32, n: i64, logged: &StepMove, from_state: State, to_state: State) {
         let step = &logged.step;
         self.idx.push(idx);
         self.n.push(n);
@@ -441,8 +451,8 @@ impl StepColumns {
         self.operation_key.push(step.operation_key.clone());
         self.outcome
             .push(step.outcome.map(Outcome::as_str).unwrap_or("OPERATOR"));
-        self.from_state.push(from_state);
-        self.to_state.push(to_state);
+        self.from_state.push(from_state.as_str());
+        self.to_state.push(to_state.as_str());
         self.downstream_status
             .push(step.downstream_status.map(i32::from));
         self.latency_ms
@@ -456,7 +466,7 @@ impl StepColumns {
 async fn insert_step(
     tx: &mut Transaction<'_, Postgres>,
     moved: &PaymentRow,
-    from_state: &str,
+    from_state: State,
     driver: Uuid,
     step: &StepRecord,
 ) -> Result<()> {
@@ -472,8 +482,8 @@ async fn insert_step(
     .bind(step.action.as_str())
     .bind(&step.operation_key)
     .bind(step.outcome.map(Outcome::as_str).unwrap_or("OPERATOR"))
-    .bind(from_state)
-    .bind(&moved.state)
+    .bind(from_state.as_str())
+    .bind(moved.state.as_str())
     .bind(step.downstream_status.map(i32::from))
     .bind(i32::try_from(step.latency.as_millis()).unwrap_or(i32::MAX))
     .bind(step.error.as_deref())
@@ -527,7 +537,7 @@ pub async fn operator_move(
         latency: Duration::ZERO,
         error: Some(note.to_owned()),
     };
-    insert_step(&mut tx, &moved, &row.state, driver, &step).await?;
+    insert_step(&mut tx, &moved, row.state, driver, &step).await?;
     tx.commit().await?;
     Ok(Some(moved))
 }
