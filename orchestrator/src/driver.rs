@@ -13,15 +13,18 @@ use std::{
     time::Duration,
 };
 
+use paysaga_common::error::cause_chain;
 use rand::{rngs::StdRng, SeedableRng};
 use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
 use uuid::Uuid;
 use workflows::{transition, Action, IllegalTransition, Next, Outcome, Position, RetryPolicy};
 
 use crate::{
     answer::AnswerSlot,
     downstream::{Attempt, Downstream},
-    error::{Breach, Result},
+    error::{Breach, Error, Result},
     failure::FailureCode,
     metrics,
     store::{self, Move, PaymentRow, StepMove, StepRecord},
@@ -172,19 +175,20 @@ fn step_record(action: Action, row: &PaymentRow, attempt: &Attempt) -> StepRecor
     }
 }
 
-/// Everything a driver needs; one per process, shared by handlers and recovery.
+/// Everything a driver needs; one per process, shared by the checkout, the operators'
+/// actions and recovery (never by a route).
 pub struct Engine {
-    pub pool: PgPool,
+    pub(crate) pool: PgPool,
     /// The group-committed writer every driver and request records through.
-    pub writes: store::Writes,
-    pub downstream: Downstream,
+    pub(crate) writes: store::Writes,
+    pub(crate) downstream: Downstream,
     /// This instance's identity: the lease owner it writes and the `driver` of its steps.
-    pub instance: Uuid,
-    pub lease: Duration,
+    pub(crate) instance: Uuid,
+    pub(crate) lease: Duration,
     /// Cleared when the instance stops: a driver of a stopped instance writes nothing
     /// more, exactly as if the process had died.
-    pub alive: Arc<AtomicBool>,
-    pub after_call: Option<AfterCallHook>,
+    pub(crate) alive: Arc<AtomicBool>,
+    after_call: Option<AfterCallHook>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -196,8 +200,85 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    fn alive(&self) -> bool {
+    pub(crate) fn new(
+        pool: PgPool,
+        writes: store::Writes,
+        downstream: Downstream,
+        lease: Duration,
+        after_call: Option<AfterCallHook>,
+    ) -> Self {
+        Self {
+            pool,
+            writes,
+            downstream,
+            instance: Uuid::new_v4(),
+            lease,
+            alive: Arc::new(AtomicBool::new(true)),
+            after_call,
+        }
+    }
+
+    /// This instance has not stopped.
+    pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
+    }
+
+    /// Starts driving `row` in a task of its own (it outlives the request, which only
+    /// waits for it a while) if this instance holds its lease. With a `slot`, the move
+    /// that settles the payment stores the waiting request's answer too.
+    pub(crate) fn spawn_drive(
+        self: &Arc<Self>,
+        row: &PaymentRow,
+        slot: Option<AnswerSlot>,
+    ) -> Option<JoinHandle<Result<PaymentRow>>> {
+        if row.lease_owner != Some(self.instance) || row.pending_action.is_none() {
+            return None;
+        }
+        let engine = self.clone();
+        let row = row.clone();
+        // In the caller's span: the drive is part of the request that started it.
+        Some(tokio::spawn(
+            async move { engine.drive_answering(row, slot).await }.in_current_span(),
+        ))
+    }
+
+    /// Waits up to `wait` for the payment to reach a terminal state: on the driver the
+    /// caller started, or by re-reading the row when someone else drives it.
+    pub(crate) async fn wait_for_terminal(
+        &self,
+        id: Uuid,
+        handle: Option<JoinHandle<Result<PaymentRow>>>,
+        wait: Duration,
+    ) -> Result<PaymentRow> {
+        let deadline = tokio::time::Instant::now() + wait;
+        if let Some(mut handle) = handle {
+            match tokio::time::timeout_at(deadline, &mut handle).await {
+                Ok(Ok(Ok(row))) if row.is_terminal() => return Ok(row),
+                Ok(Ok(Ok(_))) => {}
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(payment_id = %id, error = %cause_chain(&e), "driver stopped; recovery resumes the payment")
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(payment_id = %id, error = %e, "driver task failed; recovery resumes the payment")
+                }
+                // Still running: it carries on after the answer.
+                Err(_) => {}
+            }
+        }
+        // Someone else (recovery, another instance, a retry) is driving it: re-read with
+        // a growing pause, so thousands of waiting buyers do not hammer the database.
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let row = store::load(&self.pool, id)
+                .await?
+                .ok_or(Error::PaymentNotFound)?;
+            let now = tokio::time::Instant::now();
+            if row.is_terminal() || now >= deadline {
+                return Ok(row);
+            }
+            tokio::time::sleep_until(deadline.min(now + pause)).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
+        }
     }
 
     /// Appends the local steps a move leads to (ORDER_CONFIRMED -> COMPLETED), so they
@@ -276,7 +357,7 @@ impl Engine {
         if let Some(hook) = &self.after_call {
             hook(row.id, action).await;
         }
-        self.alive().then_some((attempt, settled_by_query))
+        self.is_alive().then_some((attempt, settled_by_query))
     }
 
     /// [`choose`] for an attempt, with the attention it calls for logged.

@@ -12,6 +12,7 @@ use paysaga_common::{
     limits::RateLimited,
     ApiError,
 };
+use paysaga_contracts::order::api::ReservationState;
 use uuid::Uuid;
 use workflows::{Action, IllegalTransition, State};
 
@@ -38,7 +39,7 @@ pub enum Error {
     #[error("reservation not found")]
     ReservationNotFound,
     #[error("reservation is {0}, not RESERVED")]
-    ReservationNotPayable(String),
+    ReservationNotPayable(ReservationState),
     #[error("account not found")]
     AccountNotFound,
     #[error("reservation {reservation_id} already has payment {payment_id}")]
@@ -52,16 +53,6 @@ pub enum Error {
     NotRefundable(State),
     #[error("payment in {0} has nothing left to resume")]
     NotResumable(State),
-    #[error("webhook URL refused: {0}")]
-    WebhookUrlInvalid(String),
-    #[error("unknown event type {0:?}")]
-    EventTypeUnknown(String),
-    #[error("webhook endpoint not found")]
-    WebhookEndpointNotFound,
-    #[error("webhook delivery not found")]
-    WebhookDeliveryNotFound,
-    #[error("webhook delivery is {0}, not DEAD")]
-    WebhookDeliveryNotDead(String),
     /// A service needed to accept the payment did not give a definite answer.
     #[error("{service} unavailable: {source}")]
     Downstream {
@@ -238,20 +229,6 @@ impl Error {
             Error::NotResumable(state) => ApiError::conflict(
                 codes::PAYMENT_NOT_RESUMABLE,
                 format!("the payment is {state} with nothing left to do"),
-            ),
-            Error::WebhookUrlInvalid(why) => ApiError::unprocessable(
-                codes::WEBHOOK_URL_INVALID,
-                format!("url: {why}"),
-            ),
-            Error::EventTypeUnknown(t) => ApiError::unprocessable(
-                codes::EVENT_TYPE_UNKNOWN,
-                format!("{t:?} is not in the event catalogue ({})", paysaga_contracts::events::types::ALL.join(", ")),
-            ),
-            Error::WebhookEndpointNotFound => ApiError::not_found(codes::WEBHOOK_ENDPOINT_NOT_FOUND, "no such webhook endpoint"),
-            Error::WebhookDeliveryNotFound => ApiError::not_found(codes::WEBHOOK_DELIVERY_NOT_FOUND, "no such webhook delivery"),
-            Error::WebhookDeliveryNotDead(state) => ApiError::conflict(
-                codes::WEBHOOK_DELIVERY_NOT_DEAD,
-                format!("the delivery is {state}; only a DEAD delivery can be replayed"),
             ),
             Error::Downstream { service, .. } => ApiError::new(
                 S::SERVICE_UNAVAILABLE,

@@ -24,7 +24,7 @@ use crate::{
 
 pub use group::Writes;
 pub use leases::{claim_due, claim_one, release};
-pub use listing::{census, list, Census};
+pub use listing::{census, list, product_census, traceparent, Census, ProductCensus};
 pub use payments::{
     by_reservation, explain_missing, insert_linked_payment, insert_many, load, Linked, NewPayment,
 };
