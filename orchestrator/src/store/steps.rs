@@ -1,7 +1,7 @@
 //! The step log and the compare-and-set that appends to it: a driver's moves, an
 //! operator's moves, and reading a payment's steps back.
 
-use std::time::Duration;
+use std::{sync::LazyLock, time::Duration};
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -14,6 +14,7 @@ use crate::{
     api::Step,
     error::{Breach, Result},
     failure::FailureCode,
+    idempotency::ANSWER_KEYS,
 };
 
 /// What one attempt did, for the step log.
@@ -258,8 +259,9 @@ pub async fn record_many(
     // `p.id = ANY($2)` beside the join: without it the planner may read the whole table
     // into a hash join (it cannot tell how few rows the UNNEST yields), a cost that
     // grows with every payment ever made.
-    let sql = format!(
-        r#"
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            r#"
         WITH mv AS (
             SELECT *
             FROM UNNEST($1::INTEGER[], $2::UUID[], $3::BIGINT[], $4::TEXT[], $5::UUID[], $6::TEXT[],
@@ -297,27 +299,14 @@ pub async fn record_many(
                      AS step(idx, n, action, operation_key, outcome, from_state, to_state,
                              downstream_status, latency_ms, error, settled_by_query)
               ON step.idx = moved.batch_idx
-        ), answered AS (
-            -- Only the waiting request's own key, still unanswered (a request that timed
-            -- out stored its 202 first, or lost the key to a retry: then nothing here).
-            UPDATE idempotency_keys k
-            SET status = 'COMPLETED', response_status = 201, response_body = a.body,
-                owner_token = NULL, lease_until = NULL, updated_at = now()
-            FROM moved
-            JOIN UNNEST($28::INTEGER[], $29::TEXT[], $30::TEXT[], $31::TEXT[], $32::UUID[], $33::TEXT[])
-                     AS a(idx, member_id, operation, idem_key, token, body)
-              ON a.idx = moved.batch_idx
-            WHERE k.member_id = ANY($29)
-              AND k.member_id = a.member_id AND k.operation = a.operation AND k.idem_key = a.idem_key
-              AND k.owner_token = a.token AND k.status = 'PROCESSING'
-            RETURNING a.idx
-        )
+        ), {ANSWER_KEYS}
         SELECT batch_idx, batch_idx IN (SELECT idx FROM answered) AS answered, {PAYMENT_COLUMNS}
         FROM moved
         "#,
-        RETURNED = returned_columns("p"),
-    );
-    let rows = sqlx::query_as::<_, RecordedRow>(&sql)
+            RETURNED = returned_columns("p"),
+        )
+    });
+    let rows = sqlx::query_as::<_, RecordedRow>(&SQL)
         .bind(cols.idx)
         .bind(cols.id)
         .bind(cols.version)
