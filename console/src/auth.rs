@@ -10,7 +10,7 @@ use maud::html;
 use paysaga_common::auth::{admit, allow::OPERATOR, ServiceRole};
 use serde::Deserialize;
 
-use crate::{layout, ConsoleState};
+use crate::{layout, state::ConsoleState};
 
 /// The cookie holding the operator's credential. Scoped to `/console`, so no API route
 /// ever sees it (the API takes only `Authorization: Bearer`).

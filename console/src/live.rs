@@ -20,7 +20,7 @@ use crate::{
     desk::{DeskError, ProductPayments},
     layout::{self, Section},
     payments::{self, Rows},
-    ConsoleState,
+    state::ConsoleState,
 };
 
 /// How often the page refreshes itself (htmx polling; a whole-page refresh without

@@ -17,7 +17,8 @@ use crate::{
     auth::{self, Operator},
     desk::DeskError,
     layout::{self, Section},
-    trace, ConsoleState,
+    state::ConsoleState,
+    trace,
 };
 
 const PAGE_SIZE: i64 = 50;

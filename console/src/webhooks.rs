@@ -16,7 +16,7 @@ use crate::{
 use paysaga_contracts::orchestrator::api::ListDeliveries;
 use paysaga_webhooks::store::DeliveryState;
 
-use crate::ConsoleState;
+use crate::state::ConsoleState;
 
 const SHOWN: i64 = 200;
 /// The states a page can show, in the order they are offered.

@@ -10,13 +10,16 @@ use paysaga_common::{
     auth::{Caller, MemberId},
     client::CallError,
 };
-use paysaga_contracts::{account::api::AccountKind, order::api::ReservationState};
+use paysaga_contracts::{
+    account::api::AccountKind,
+    orchestrator::api::{CreatePayment, Payment},
+    order::api::ReservationState,
+};
 use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::{
     answer::AnswerSlot,
-    api::{CreatePayment, Payment},
     driver::Engine,
     error::{Breach, Error, Result},
     idempotency::{self, Begin, IdempotencyKey, Scope},

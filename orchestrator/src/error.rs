@@ -16,7 +16,7 @@ use paysaga_contracts::order::api::ReservationState;
 use uuid::Uuid;
 use workflows::{Action, IllegalTransition, State};
 
-use crate::api::codes;
+use paysaga_contracts::orchestrator::api::codes;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -7,7 +7,7 @@ use utoipa::{
     Modify, OpenApi,
 };
 
-use crate::api;
+use paysaga_contracts::orchestrator::api;
 
 /// The two bearer schemes: buyer tokens and service credentials.
 struct SecuritySchemes;

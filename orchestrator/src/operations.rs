@@ -6,11 +6,13 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use paysaga_common::{error::codes as common_codes, ApiError};
 use paysaga_console::{desk::Answer, DeskError, PaymentDesk, ProductPayments};
+use paysaga_contracts::orchestrator::api::{
+    page_limit, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
+};
 use uuid::Uuid;
 use workflows::{request_refund, State};
 
 use crate::{
-    api::{page_limit, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline},
     driver::Engine,
     error::{Breach, Error, Result},
     store::{self, PaymentRow},

@@ -9,7 +9,7 @@ use std::{collections::HashSet, time::Duration};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{Begin, Scope};
+use super::key::{Begin, Scope};
 use crate::error::{Breach, Error, Result};
 
 /// An existing record: fingerprint, status, owner, lease expired, lease seconds left,

@@ -6,13 +6,12 @@ use paysaga_common::{
     auth::{allow::OPERATOR, Service},
     extract::{Path, Query},
 };
+use paysaga_contracts::orchestrator::api::{
+    ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
+};
 use uuid::Uuid;
 
-use crate::{
-    api::{ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline},
-    error::Result,
-    routes::SagaState,
-};
+use crate::{error::Result, routes::state::SagaState};
 
 /// List payments, newest first, with filters and keyset paging.
 #[utoipa::path(

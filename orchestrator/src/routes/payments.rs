@@ -3,21 +3,21 @@
 
 use axum::{
     extract::State,
-    http::{HeaderMap, HeaderValue},
-    response::Response,
+    http::{header, HeaderMap, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
 };
 use paysaga_common::{
     auth::{allow::OPERATOR, Buyer, Caller},
     extract::{Json, Path},
 };
+use paysaga_contracts::orchestrator::api::{CreatePayment, Payment};
 use uuid::Uuid;
 
 use crate::{
-    api::{CreatePayment, Payment},
     checkout::PaymentRequest,
     error::Result,
     idempotency::{self, IdempotencyKey},
-    routes::{json_response, SagaState},
+    routes::state::SagaState,
 };
 
 /// Pay for a reservation.
@@ -93,4 +93,14 @@ pub async fn get(
         state.limiter.check(member)?;
     }
     Ok(axum::Json(state.checkout.get(id, &caller).await?))
+}
+
+/// A JSON body with the given status, serialised once so it can be stored and replayed.
+fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }

@@ -6,7 +6,11 @@
 use paysaga_common::batch::Coalescer;
 use sqlx::{PgConnection, PgPool};
 
-use super::{payments, steps, PaymentRow, Recorded};
+use super::{
+    payments,
+    row::PaymentRow,
+    steps::{self, Recorded},
+};
 use crate::{
     error::{Breach, Error, GroupCommitFailure, Result},
     idempotency,

@@ -1,12 +1,13 @@
 //! The operator's view: the filtered payment list, the per-state counts behind the
 //! gauges, the console's counts per product, and a payment's trace context.
 
+use paysaga_contracts::orchestrator::api::ListPayments;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 use workflows::State;
 
-use super::{named, PaymentRow, PAYMENT_COLUMNS};
-use crate::{api::ListPayments, error::Result};
+use super::row::{named, PaymentRow, PAYMENT_COLUMNS};
+use crate::error::Result;
 
 /// The operator's list: filters (`state` parsed from `f.state`), newest first, keyset
 /// paging on the time-ordered id.

@@ -6,7 +6,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 use workflows::{Action, Position};
 
-use super::{millis, returned_columns, Indexed, PaymentRow, PAYMENT_COLUMNS};
+use super::row::{millis, returned_columns, Indexed, PaymentRow, PAYMENT_COLUMNS};
 use crate::{
     error::{Error, Result},
     idempotency::{Scope, LINK_KEYS, OWNED_KEYS},

@@ -4,14 +4,14 @@
 use std::{sync::LazyLock, time::Duration};
 
 use chrono::{DateTime, Utc};
+use paysaga_contracts::orchestrator::api::Step;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 use workflows::{Action, Outcome, Position, State};
 
-use super::{millis, returned_columns, PaymentRow, PAYMENT_COLUMNS};
+use super::row::{millis, returned_columns, PaymentRow, PAYMENT_COLUMNS};
 use crate::{
     answer::AnswerSlot,
-    api::Step,
     error::{Breach, Result},
     failure::FailureCode,
     idempotency::ANSWER_KEYS,
