@@ -242,19 +242,20 @@ impl Checkout {
     /// time (one write fewer), else afterwards.
     async fn finish(&self, scope: Scope, token: Uuid, row: PaymentRow) -> Result<Reply> {
         let engine = &self.engine;
+        let id = row.id;
         let slot = AnswerSlot::new(scope.clone(), token);
-        let handle = match engine.spawn_drive(&row, Some(slot.clone())) {
+        let handle = match engine.spawn_drive(row, Some(slot.clone())) {
             Some(h) => Some(h),
             // A taken-over request: drive it here if nobody else is.
             None => {
-                match store::claim_one(&engine.pool, row.id, engine.instance, engine.lease).await? {
-                    Some(claimed) => engine.spawn_drive(&claimed, Some(slot.clone())),
+                match store::claim_one(&engine.pool, id, engine.instance, engine.lease).await? {
+                    Some(claimed) => engine.spawn_drive(claimed, Some(slot.clone())),
                     None => None,
                 }
             }
         };
         let waited = engine
-            .wait_for_terminal(row.id, handle, self.response_wait)
+            .wait_for_terminal(id, handle, self.response_wait)
             .await;
         // From here on the driver stores nothing for this request; if it already has,
         // that is the answer, committed with the move.

@@ -228,14 +228,13 @@ impl Engine {
     /// that settles the payment stores the waiting request's answer too.
     pub(crate) fn spawn_drive(
         self: &Arc<Self>,
-        row: &PaymentRow,
+        row: PaymentRow,
         slot: Option<AnswerSlot>,
     ) -> Option<JoinHandle<Result<PaymentRow>>> {
         if row.lease_owner != Some(self.instance) || row.pending_action.is_none() {
             return None;
         }
         let engine = self.clone();
-        let row = row.clone();
         // In the caller's span: the drive is part of the request that started it.
         Some(tokio::spawn(
             async move { engine.drive_answering(row, slot).await }.in_current_span(),

@@ -105,7 +105,7 @@ impl Operations {
         )
         .await?;
         // None: someone holds a live lease; it is being driven already.
-        let handle = moved.and_then(|moved| engine.spawn_drive(&moved, None));
+        let handle = moved.and_then(|moved| engine.spawn_drive(moved, None));
         engine
             .wait_for_terminal(id, handle, self.response_wait)
             .await
@@ -143,7 +143,7 @@ impl Operations {
             }
             return Err(Error::NotRefundable(now.state));
         };
-        let handle = engine.spawn_drive(&moved, None);
+        let handle = engine.spawn_drive(moved, None);
         engine
             .wait_for_terminal(id, handle, self.response_wait)
             .await
