@@ -8,6 +8,7 @@ use paysaga_common::{
     credentials::{ServiceKeys, TokenSource},
     limits::MemberRate,
 };
+use paysaga_webhooks::WebhookConfig;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -76,147 +77,6 @@ pub struct Config {
     pub member_rate: MemberRate,
     /// The webhook subsystem: event ingest, dispatch and the delivery worker.
     pub webhooks: WebhookConfig,
-}
-
-/// Settings of the webhook subsystem (docs/events.md).
-#[derive(Debug, Clone)]
-pub struct WebhookConfig {
-    /// `WEBHOOK_TIMEOUT_MS`: one delivery's whole request, connect to last byte (default
-    /// 5000); longer is a failed attempt.
-    pub timeout: Duration,
-    /// `WEBHOOK_MAX_ATTEMPTS`: attempts before a delivery is DEAD (default 8, 1 to 100).
-    pub max_attempts: i32,
-    /// `WEBHOOK_BACKOFF_BASE_MS`: the first retry waits up to this long; each further one
-    /// up to twice the one before (full jitter), at most `WEBHOOK_BACKOFF_CAP_MS`
-    /// (defaults 30000 and 3600000).
-    pub backoff_base: Duration,
-    pub backoff_cap: Duration,
-    /// `WEBHOOK_POLL_INTERVAL_MS`: how often an idle worker looks for new events and due
-    /// deliveries (default 1000); a busy one goes on at once.
-    pub poll_interval: Duration,
-    /// `WEBHOOK_CONCURRENCY`: deliveries one instance has in flight at once (default 16,
-    /// 1 to 1024). Each is claimed when a slot is free, so a claim never outlives its lease.
-    pub concurrency: usize,
-    /// `WEBHOOK_LEASE_MS`: a claimed delivery is another instance's to retry after this
-    /// long (default 30000, at least 2 x `WEBHOOK_TIMEOUT_MS`).
-    pub lease: Duration,
-    /// `WEBHOOK_INGEST_INTERVAL_MS`: how often the order service's outbox is pulled
-    /// (default 1000; whole seconds, as every job period).
-    pub ingest_interval: Duration,
-    /// `WEBHOOK_INGEST_BATCH`: events pulled per request (default 500, 1 to 1000).
-    pub ingest_batch: u32,
-    /// `EVENT_RETENTION_HOURS`: how long events and their settled deliveries are kept
-    /// (default 720, 30 days; 1 to 87600). PENDING deliveries and their events stay.
-    pub retention_hours: i64,
-    /// `EVENT_PURGE_INTERVAL_MS`: how often old events are purged (default 60000).
-    pub purge_interval: Duration,
-}
-
-impl Default for WebhookConfig {
-    fn default() -> Self {
-        Self {
-            timeout: Duration::from_millis(5000),
-            max_attempts: 8,
-            backoff_base: Duration::from_millis(30_000),
-            backoff_cap: Duration::from_millis(3_600_000),
-            poll_interval: Duration::from_millis(1000),
-            concurrency: 16,
-            lease: Duration::from_millis(30_000),
-            ingest_interval: Duration::from_millis(1000),
-            ingest_batch: 500,
-            retention_hours: 720,
-            purge_interval: Duration::from_millis(60_000),
-        }
-    }
-}
-
-impl WebhookConfig {
-    fn from_env() -> Result<Self, ConfigError> {
-        let d = Self::default();
-        Ok(Self {
-            timeout: config::millis("WEBHOOK_TIMEOUT_MS", d.timeout)?,
-            max_attempts: config::parse("WEBHOOK_MAX_ATTEMPTS", d.max_attempts)?,
-            backoff_base: config::millis("WEBHOOK_BACKOFF_BASE_MS", d.backoff_base)?,
-            backoff_cap: config::millis("WEBHOOK_BACKOFF_CAP_MS", d.backoff_cap)?,
-            poll_interval: config::millis("WEBHOOK_POLL_INTERVAL_MS", d.poll_interval)?,
-            concurrency: config::parse("WEBHOOK_CONCURRENCY", d.concurrency)?,
-            lease: config::millis("WEBHOOK_LEASE_MS", d.lease)?,
-            ingest_interval: config::millis("WEBHOOK_INGEST_INTERVAL_MS", d.ingest_interval)?,
-            ingest_batch: config::parse("WEBHOOK_INGEST_BATCH", d.ingest_batch)?,
-            retention_hours: config::parse("EVENT_RETENTION_HOURS", d.retention_hours)?,
-            purge_interval: config::millis("EVENT_PURGE_INTERVAL_MS", d.purge_interval)?,
-        })
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let ms = |d: Duration| d.as_millis();
-        if self.timeout < Duration::from_millis(10) {
-            return Err(invalid(
-                "WEBHOOK_TIMEOUT_MS",
-                ms(self.timeout),
-                "must be at least 10",
-            ));
-        }
-        if !(1..=100).contains(&self.max_attempts) {
-            return Err(invalid(
-                "WEBHOOK_MAX_ATTEMPTS",
-                self.max_attempts,
-                "must be 1 to 100",
-            ));
-        }
-        if self.backoff_base.is_zero() {
-            return Err(invalid(
-                "WEBHOOK_BACKOFF_BASE_MS",
-                ms(self.backoff_base),
-                "must be at least 1",
-            ));
-        }
-        if self.backoff_cap < self.backoff_base {
-            return Err(invalid(
-                "WEBHOOK_BACKOFF_CAP_MS",
-                ms(self.backoff_cap),
-                "must be at least WEBHOOK_BACKOFF_BASE_MS",
-            ));
-        }
-        if self.poll_interval < Duration::from_millis(10) {
-            return Err(invalid(
-                "WEBHOOK_POLL_INTERVAL_MS",
-                ms(self.poll_interval),
-                "must be at least 10",
-            ));
-        }
-        if !(1..=1024).contains(&self.concurrency) {
-            return Err(invalid(
-                "WEBHOOK_CONCURRENCY",
-                self.concurrency,
-                "must be 1 to 1024",
-            ));
-        }
-        // A delivery still running when its lease ends would be sent again by another
-        // instance while the first is still waiting for the answer.
-        if self.lease < self.timeout * 2 {
-            return Err(invalid(
-                "WEBHOOK_LEASE_MS",
-                ms(self.lease),
-                "must be at least 2 x WEBHOOK_TIMEOUT_MS",
-            ));
-        }
-        if !(1..=1000).contains(&self.ingest_batch) {
-            return Err(invalid(
-                "WEBHOOK_INGEST_BATCH",
-                self.ingest_batch,
-                "must be 1 to 1000",
-            ));
-        }
-        if !(1..=87_600).contains(&self.retention_hours) {
-            return Err(invalid(
-                "EVENT_RETENTION_HOURS",
-                self.retention_hours,
-                "must be 1 to 87600",
-            ));
-        }
-        Ok(())
-    }
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://payment_app:paysaga-dev@127.0.0.1:5432/paysaga";
@@ -428,33 +288,15 @@ mod tests {
     }
 
     #[test]
-    fn webhook_settings_that_break_delivery_are_refused() {
+    fn a_webhook_setting_that_breaks_delivery_is_refused_too() {
         let c = Config::local("postgres://x@h/db", "http://a", "http://o");
-        let with = |w: WebhookConfig| Config {
-            webhooks: w,
-            ..c.clone()
+        let no_attempts = Config {
+            webhooks: WebhookConfig {
+                max_attempts: 0,
+                ..WebhookConfig::default()
+            },
+            ..c
         };
-        let d = WebhookConfig::default();
-        assert!(with(d.clone()).validate().is_ok());
-        let short_lease = WebhookConfig {
-            lease: d.timeout,
-            ..d.clone()
-        };
-        assert!(with(short_lease).validate().is_err());
-        let no_attempts = WebhookConfig {
-            max_attempts: 0,
-            ..d.clone()
-        };
-        assert!(with(no_attempts).validate().is_err());
-        let cap_below_base = WebhookConfig {
-            backoff_cap: Duration::from_millis(1),
-            ..d.clone()
-        };
-        assert!(with(cap_below_base).validate().is_err());
-        let big_batch = WebhookConfig {
-            ingest_batch: 1001,
-            ..d
-        };
-        assert!(with(big_batch).validate().is_err());
+        assert!(no_attempts.validate().is_err());
     }
 }

@@ -13,15 +13,19 @@ use std::{
     time::Duration,
 };
 
+use paysaga_common::error::cause_chain;
 use rand::{rngs::StdRng, SeedableRng};
 use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
 use uuid::Uuid;
 use workflows::{transition, Action, IllegalTransition, Next, Outcome, Position, RetryPolicy};
 
 use crate::{
     answer::AnswerSlot,
     downstream::{Attempt, Downstream},
-    error::{Error, Result},
+    error::{Breach, Error, Result},
+    failure::FailureCode,
     metrics,
     store::{self, Move, PaymentRow, StepMove, StepRecord},
 };
@@ -40,7 +44,7 @@ const INLINE_RETRIES: u32 = 2;
 /// Everything the choice of a driver's next move depends on, so that the choice is a
 /// pure function ([`choose`]): no I/O, no clock, no hidden randomness.
 #[derive(Debug, Clone, Copy)]
-pub struct Situation<'a> {
+pub struct Situation {
     /// Where the payment is; its pending action is the one just attempted.
     pub at: Position,
     pub outcome: Outcome,
@@ -48,8 +52,9 @@ pub struct Situation<'a> {
     pub attempts: i32,
     /// Backoffs this drive has already waited out itself.
     pub inline_retries: u32,
-    /// The downstream's code for a definite answer (e.g. `INSUFFICIENT_FUNDS`).
-    pub code: Option<&'a str>,
+    /// The failure code the downstream's code for a definite answer names (e.g.
+    /// `INSUFFICIENT_FUNDS`), kept by a move into FAILED.
+    pub code: Option<FailureCode>,
     /// Seeds the retry jitter: the same situation always gives the same choice.
     pub jitter_seed: u64,
 }
@@ -90,7 +95,7 @@ pub struct Choice {
 /// a blip resolves within the buyer's wait instead of at the next recovery tick, and
 /// longer ones go back to recovery. Exhausted attempts and a definite answer with no
 /// safe continuation flag the payment for an operator.
-pub fn choose(s: Situation<'_>) -> Result<Choice, IllegalTransition> {
+pub fn choose(s: Situation) -> Result<Choice, IllegalTransition> {
     let Some(action) = s.at.pending() else {
         return Err(IllegalTransition {
             state: s.at.state(),
@@ -106,10 +111,7 @@ pub fn choose(s: Situation<'_>) -> Result<Choice, IllegalTransition> {
                 next_attempt_in: to.pending().map(|_| Duration::ZERO),
                 needs_attention: false,
                 keep_lease: to.pending().is_some(),
-                failure_code: s
-                    .code
-                    .filter(|_| to.state() == workflows::State::Failed)
-                    .map(str::to_owned),
+                failure_code: s.code.filter(|_| to.state() == workflows::State::Failed),
             },
             pause: None,
             attention: None,
@@ -173,19 +175,20 @@ fn step_record(action: Action, row: &PaymentRow, attempt: &Attempt) -> StepRecor
     }
 }
 
-/// Everything a driver needs; one per process, shared by handlers and recovery.
+/// Everything a driver needs; one per process, shared by the checkout, the operators'
+/// actions and recovery (never by a route).
 pub struct Engine {
-    pub pool: PgPool,
+    pub(crate) pool: PgPool,
     /// The group-committed writer every driver and request records through.
-    pub writes: store::Writes,
-    pub downstream: Downstream,
+    pub(crate) writes: store::Writes,
+    pub(crate) downstream: Downstream,
     /// This instance's identity: the lease owner it writes and the `driver` of its steps.
-    pub instance: Uuid,
-    pub lease: Duration,
+    pub(crate) instance: Uuid,
+    pub(crate) lease: Duration,
     /// Cleared when the instance stops: a driver of a stopped instance writes nothing
     /// more, exactly as if the process had died.
-    pub alive: Arc<AtomicBool>,
-    pub after_call: Option<AfterCallHook>,
+    pub(crate) alive: Arc<AtomicBool>,
+    after_call: Option<AfterCallHook>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -197,8 +200,84 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    fn alive(&self) -> bool {
+    pub(crate) fn new(
+        pool: PgPool,
+        writes: store::Writes,
+        downstream: Downstream,
+        lease: Duration,
+        after_call: Option<AfterCallHook>,
+    ) -> Self {
+        Self {
+            pool,
+            writes,
+            downstream,
+            instance: Uuid::new_v4(),
+            lease,
+            alive: Arc::new(AtomicBool::new(true)),
+            after_call,
+        }
+    }
+
+    /// This instance has not stopped.
+    pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
+    }
+
+    /// Starts driving `row` in a task of its own (it outlives the request, which only
+    /// waits for it a while) if this instance holds its lease. With a `slot`, the move
+    /// that settles the payment stores the waiting request's answer too.
+    pub(crate) fn spawn_drive(
+        self: &Arc<Self>,
+        row: PaymentRow,
+        slot: Option<AnswerSlot>,
+    ) -> Option<JoinHandle<Result<PaymentRow>>> {
+        if row.lease_owner != Some(self.instance) || row.pending_action.is_none() {
+            return None;
+        }
+        let engine = self.clone();
+        // In the caller's span: the drive is part of the request that started it.
+        Some(tokio::spawn(
+            async move { engine.drive_answering(row, slot).await }.in_current_span(),
+        ))
+    }
+
+    /// Waits up to `wait` for the payment to reach a terminal state: on the driver the
+    /// caller started, or by re-reading the row when someone else drives it.
+    pub(crate) async fn wait_for_terminal(
+        &self,
+        id: Uuid,
+        handle: Option<JoinHandle<Result<PaymentRow>>>,
+        wait: Duration,
+    ) -> Result<PaymentRow> {
+        let deadline = tokio::time::Instant::now() + wait;
+        if let Some(mut handle) = handle {
+            match tokio::time::timeout_at(deadline, &mut handle).await {
+                Ok(Ok(Ok(row))) if row.is_terminal() => return Ok(row),
+                Ok(Ok(Ok(_))) => {}
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(payment_id = %id, error = %cause_chain(&e), "driver stopped; recovery resumes the payment")
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(payment_id = %id, error = %e, "driver task failed; recovery resumes the payment")
+                }
+                // Still running: it carries on after the answer.
+                Err(_) => {}
+            }
+        }
+        // Someone else (recovery, another instance, a retry) is driving it: re-read with
+        // a growing pause, so thousands of waiting buyers do not hammer the database.
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let row = store::load(&self.pool, id)
+                .await?
+                .ok_or(Error::PaymentNotFound)?;
+            let now = tokio::time::Instant::now();
+            if row.is_terminal() || now >= deadline {
+                return Ok(row);
+            }
+            tokio::time::sleep_until(deadline.min(now + pause)).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
+        }
     }
 
     /// Appends the local steps a move leads to (ORDER_CONFIRMED -> COMPLETED), so they
@@ -212,7 +291,9 @@ impl Engine {
             let from = steps
                 .last()
                 .map(|s| s.mv.to)
-                .ok_or_else(|| Error::Invariant("no step to chain".into()))?;
+                .ok_or(Breach::MoveWithoutStep {
+                    payment: payment_id,
+                })?;
             let choice = choose(Situation {
                 at: from,
                 outcome: Outcome::Succeeded,
@@ -221,11 +302,17 @@ impl Engine {
                 code: None,
                 jitter_seed: 0,
             })
-            .map_err(|e| Error::Invariant(e.to_string()))?;
+            .map_err(|refused| Breach::IllegalMove {
+                payment: payment_id,
+                refused,
+            })?;
             if choice.mv.to == from {
-                return Err(Error::Invariant(format!(
-                    "local step {action} did not move"
-                )));
+                return Err(Breach::LocalStepStuck {
+                    payment: payment_id,
+                    action,
+                    state: from.state(),
+                }
+                .into());
             }
             metrics::step(action, Outcome::Succeeded, Duration::ZERO);
             let step = StepRecord {
@@ -269,7 +356,7 @@ impl Engine {
         if let Some(hook) = &self.after_call {
             hook(row.id, action).await;
         }
-        self.alive().then_some((attempt, settled_by_query))
+        self.is_alive().then_some((attempt, settled_by_query))
     }
 
     /// [`choose`] for an attempt, with the attention it calls for logged.
@@ -287,10 +374,13 @@ impl Engine {
             outcome: attempt.outcome,
             attempts,
             inline_retries,
-            code: attempt.code.as_deref(),
+            code: attempt.code.as_deref().and_then(FailureCode::from_code),
             jitter_seed: rand::random(),
         })
-        .map_err(|e| Error::Invariant(e.to_string()))?;
+        .map_err(|refused| Breach::IllegalMove {
+            payment: row.id,
+            refused,
+        })?;
         match choice.attention {
             Some(Attention::AttemptsExhausted) => {
                 metrics::attention(Attention::AttemptsExhausted.as_str());
@@ -392,12 +482,12 @@ impl Engine {
                     if let (Some(w), Some(body)) = (writing, answered) {
                         w.stored(body);
                     }
-                    let mut from = row.state.as_str();
+                    let mut from = row.state;
                     for s in &steps {
-                        if s.mv.to.state().as_str() != from {
-                            metrics::transition(s.mv.to.state().as_str());
+                        if s.mv.to.state() != from {
+                            metrics::transition(s.mv.to.state());
                         }
-                        from = s.mv.to.state().as_str();
+                        from = s.mv.to.state();
                     }
                     row = moved;
                 }
@@ -424,7 +514,7 @@ mod tests {
         Position::new(state, pending).expect("reachable")
     }
 
-    fn situation(at: Position, outcome: Outcome) -> Situation<'static> {
+    fn situation(at: Position, outcome: Outcome) -> Situation {
         Situation {
             at,
             outcome,
@@ -553,16 +643,16 @@ mod tests {
     #[test]
     fn only_a_move_into_failed_keeps_the_downstream_code() {
         let mut s = situation(Position::start(), Outcome::Rejected);
-        s.code = Some("INSUFFICIENT_FUNDS");
+        s.code = Some(FailureCode::InsufficientFunds);
         assert_eq!(
-            choose(s).expect("legal").mv.failure_code.as_deref(),
-            Some("INSUFFICIENT_FUNDS")
+            choose(s).expect("legal").mv.failure_code,
+            Some(FailureCode::InsufficientFunds)
         );
         let mut s = situation(
             at(State::AccountDebited, Some(Action::Confirm)),
             Outcome::Rejected,
         );
-        s.code = Some("RESERVATION_EXPIRED");
+        s.code = Some(FailureCode::ReservationNotFound);
         assert_eq!(choose(s).expect("legal").mv.failure_code, None);
     }
 
@@ -618,7 +708,7 @@ mod tests {
             inline_retries in 0u32..4,
             jitter_seed in any::<u64>(),
         ) {
-            let s = Situation { at: from, outcome, attempts, inline_retries, code: Some("CODE"), jitter_seed };
+            let s = Situation { at: from, outcome, attempts, inline_retries, code: Some(FailureCode::AccountNotMember), jitter_seed };
             let choice = choose(s);
             prop_assert_eq!(&choice, &choose(s));
             prop_assert_eq!(choice.is_ok(), transition(from, outcome).is_ok());

@@ -5,15 +5,18 @@ use axum::{
     http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
 };
+use paysaga_common::batch::BatchFailure;
 use paysaga_common::{
     client::CallError,
     error::{codes as common_codes, internal_error_response},
     limits::RateLimited,
     ApiError,
 };
+use paysaga_contracts::order::api::ReservationState;
 use uuid::Uuid;
+use workflows::{Action, IllegalTransition, State};
 
-use crate::api::codes;
+use paysaga_contracts::orchestrator::api::codes;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -36,7 +39,7 @@ pub enum Error {
     #[error("reservation not found")]
     ReservationNotFound,
     #[error("reservation is {0}, not RESERVED")]
-    ReservationNotPayable(String),
+    ReservationNotPayable(ReservationState),
     #[error("account not found")]
     AccountNotFound,
     #[error("reservation {reservation_id} already has payment {payment_id}")]
@@ -47,19 +50,9 @@ pub enum Error {
     #[error("payment not found")]
     PaymentNotFound,
     #[error("payment in {0} cannot be refunded")]
-    NotRefundable(String),
+    NotRefundable(State),
     #[error("payment in {0} has nothing left to resume")]
-    NotResumable(String),
-    #[error("webhook URL refused: {0}")]
-    WebhookUrlInvalid(String),
-    #[error("unknown event type {0:?}")]
-    EventTypeUnknown(String),
-    #[error("webhook endpoint not found")]
-    WebhookEndpointNotFound,
-    #[error("webhook delivery not found")]
-    WebhookDeliveryNotFound,
-    #[error("webhook delivery is {0}, not DEAD")]
-    WebhookDeliveryNotDead(String),
+    NotResumable(State),
     /// A service needed to accept the payment did not give a definite answer.
     #[error("{service} unavailable: {source}")]
     Downstream {
@@ -71,13 +64,114 @@ pub enum Error {
     Stopping,
     #[error("database error")]
     Database(#[from] sqlx::Error),
-    /// A group commit failed because the database could not serve (see
-    /// [`Error::is_unavailable`]); every writer of that flush gets this.
-    #[error("{0}")]
-    Unavailable(String),
+    /// A group commit of the saga's writes gave this write no answer: its flush failed
+    /// (every writer of that flush shares the flush's own error), miscounted its
+    /// answers, or was dropped. A flush the database could not serve is answered 503
+    /// (see [`Error::is_unavailable`]), anything else is internal.
+    #[error("group commit failed")]
+    GroupCommit(#[source] GroupCommitFailure),
     /// Something that must never happen did; nothing half-done is kept.
-    #[error("invariant violated: {0}")]
-    Invariant(String),
+    #[error("invariant violated")]
+    Invariant(#[from] Breach),
+}
+
+/// Why a group commit gave a write no answer, with the flush's own error (when that
+/// is why) as its cause, so the log shows the whole chain.
+#[derive(Debug)]
+pub struct GroupCommitFailure(pub BatchFailure<Error>);
+
+impl std::fmt::Display for GroupCommitFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            BatchFailure::Flush { batch, .. } => write!(f, "the {batch} flush failed"),
+            other => other.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for GroupCommitFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0
+            .flush_error()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// A broken invariant, with what was expected and what was found. Answered as a
+/// generic 500 and logged once with its cause chain; never shown to a client.
+#[derive(Debug, thiserror::Error)]
+pub enum Breach {
+    /// The stored state and pending action are no position the machine reaches.
+    #[error("payment {payment} is stored at an unreachable position")]
+    UnreachablePosition {
+        payment: Uuid,
+        #[source]
+        found: IllegalTransition,
+    },
+    /// The machine refused the outcome of the action the payment owes.
+    #[error("payment {payment}: the machine refused the move")]
+    IllegalMove {
+        payment: Uuid,
+        #[source]
+        refused: IllegalTransition,
+    },
+    /// A local step (which cannot fail) did not move the payment.
+    #[error("payment {payment}: local step {action} left it in {state}")]
+    LocalStepStuck {
+        payment: Uuid,
+        action: Action,
+        state: State,
+    },
+    /// A move was to be recorded (or answered) with no step in it.
+    #[error("payment {payment}: a move without a step")]
+    MoveWithoutStep { payment: Uuid },
+    /// An answer was to be stored with a move that does not settle the payment.
+    #[error("payment {payment}: only a settling move answers, this one ends in {state} owing {pending:?}")]
+    AnswerBeforeSettling {
+        payment: Uuid,
+        state: State,
+        pending: Option<Action>,
+    },
+    /// The position a refund moves to owes no action.
+    #[error("payment {payment}: the refund's position {state} owes nothing")]
+    RefundOwesNothing { payment: Uuid, state: State },
+    /// An idempotency record links a payment that does not exist.
+    #[error("the idempotency record names payment {payment}, which does not exist")]
+    KeyNamesMissingPayment { payment: Uuid },
+    /// A COMPLETED idempotency record without its status or body.
+    #[error("a completed idempotency record of {operation} has no stored response")]
+    KeyWithoutResponse { operation: &'static str },
+    /// A stored response status that is no HTTP status.
+    #[error("an idempotency record stores status {status}, not an HTTP status")]
+    StoredStatus { status: i32 },
+    /// A key claimed in a flush was not owned by the request that claimed it.
+    #[error("the key of payment {payment}, claimed in this flush, is not its claimer's")]
+    ClaimNotOwned { payment: Uuid },
+    /// A reservation the order service reports with a price that is no amount.
+    #[error("reservation {reservation} has price {price}, expected a positive amount")]
+    NonPositivePrice { reservation: Uuid, price: i64 },
+    /// A value this service builds did not serialise.
+    #[error("{what} does not serialise")]
+    Serialise {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The task running a payment request ended without an answer (a panic).
+    #[error("the payment request's task ended without an answer")]
+    RequestTask(#[source] tokio::task::JoinError),
+    /// A batch statement named a request outside its batch.
+    #[error("batch answer index {index} outside a batch of {len}")]
+    BatchIndex { index: i64, len: usize },
+    /// A group commit answered a write with an answer of another kind.
+    #[error("group commit answered a {asked} with a {got}")]
+    WrongAnswer {
+        asked: &'static str,
+        got: &'static str,
+    },
+    /// A write of a flush was left without an answer.
+    #[error("a write of the flush got no answer")]
+    Unanswered,
 }
 
 impl From<ApiError> for Error {
@@ -92,7 +186,9 @@ impl Error {
     pub(crate) fn is_unavailable(&self) -> bool {
         match self {
             Error::Database(e) => paysaga_common::db::unavailable(e),
-            Error::Unavailable(_) => true,
+            Error::GroupCommit(GroupCommitFailure(failure)) => {
+                failure.flush_error().is_some_and(Error::is_unavailable)
+            }
             _ => false,
         }
     }
@@ -134,20 +230,6 @@ impl Error {
                 codes::PAYMENT_NOT_RESUMABLE,
                 format!("the payment is {state} with nothing left to do"),
             ),
-            Error::WebhookUrlInvalid(why) => ApiError::unprocessable(
-                codes::WEBHOOK_URL_INVALID,
-                format!("url: {why}"),
-            ),
-            Error::EventTypeUnknown(t) => ApiError::unprocessable(
-                codes::EVENT_TYPE_UNKNOWN,
-                format!("{t:?} is not in the event catalogue ({})", paysaga_contracts::events::types::ALL.join(", ")),
-            ),
-            Error::WebhookEndpointNotFound => ApiError::not_found(codes::WEBHOOK_ENDPOINT_NOT_FOUND, "no such webhook endpoint"),
-            Error::WebhookDeliveryNotFound => ApiError::not_found(codes::WEBHOOK_DELIVERY_NOT_FOUND, "no such webhook delivery"),
-            Error::WebhookDeliveryNotDead(state) => ApiError::conflict(
-                codes::WEBHOOK_DELIVERY_NOT_DEAD,
-                format!("the delivery is {state}; only a DEAD delivery can be replayed"),
-            ),
             Error::Downstream { service, .. } => ApiError::new(
                 S::SERVICE_UNAVAILABLE,
                 common_codes::UNAVAILABLE,
@@ -158,9 +240,13 @@ impl Error {
                 common_codes::UNAVAILABLE,
                 "this instance is stopping; retry with the same Idempotency-Key to get the payment's answer",
             ),
-            Error::Database(e) if paysaga_common::db::unavailable(e) => Self::unavailable(),
-            Error::Unavailable(_) => Self::unavailable(),
-            Error::Database(_) | Error::Invariant(_) | Error::RateLimited(_) => return None,
+            Error::Database(_) | Error::GroupCommit(_) if self.is_unavailable() => {
+                Self::unavailable()
+            }
+            Error::Database(_)
+            | Error::GroupCommit(_)
+            | Error::Invariant(_)
+            | Error::RateLimited(_) => return None,
         };
         Some(e)
     }
@@ -190,7 +276,7 @@ impl IntoResponse for Error {
                     Error::IdempotencyInProgress { retry_after_secs } => Some(*retry_after_secs),
                     Error::Downstream { .. }
                     | Error::Stopping
-                    | Error::Unavailable(_)
+                    | Error::GroupCommit(_)
                     | Error::Database(_) => Some(1),
                     _ => None,
                 };
@@ -232,7 +318,10 @@ mod tests {
             Error::Database(sqlx::Error::Io(lost)),
             Error::Database(sqlx::Error::PoolTimedOut),
             Error::Database(sqlx::Error::PoolClosed),
-            Error::Unavailable("saga_writes: database unavailable".into()),
+            Error::GroupCommit(GroupCommitFailure(BatchFailure::Flush {
+                batch: "saga_writes",
+                error: std::sync::Arc::new(Error::Database(sqlx::Error::PoolTimedOut)),
+            })),
         ] {
             let api = e.api().expect("a client-facing answer");
             assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -241,7 +330,31 @@ mod tests {
             assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
             assert!(response.headers().contains_key(header::RETRY_AFTER));
         }
-        let response = Error::Database(sqlx::Error::RowNotFound).into_response();
-        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        // The log shows a failed flush with the flush's own error and its cause.
+        let failed = Error::GroupCommit(GroupCommitFailure(BatchFailure::Flush {
+            batch: "saga_writes",
+            error: std::sync::Arc::new(Error::Database(sqlx::Error::PoolTimedOut)),
+        }));
+        let chain = paysaga_common::error::cause_chain(&failed);
+        assert!(
+            chain.starts_with(
+                "group commit failed: the saga_writes flush failed: database error: pool timed out"
+            ),
+            "{chain}"
+        );
+        for internal in [
+            Error::Database(sqlx::Error::RowNotFound),
+            Error::GroupCommit(GroupCommitFailure(BatchFailure::Dropped)),
+            Error::GroupCommit(GroupCommitFailure(BatchFailure::Flush {
+                batch: "saga_writes",
+                error: std::sync::Arc::new(Error::Database(sqlx::Error::RowNotFound)),
+            })),
+            Error::Invariant(Breach::Unanswered),
+        ] {
+            assert!(internal.api().is_none(), "{internal:?}");
+            let response = internal.into_response();
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            assert!(!response.headers().contains_key(header::RETRY_AFTER));
+        }
     }
 }

@@ -1,21 +1,25 @@
-//! The orchestrator: takes a buyer's payment for a reservation and drives the payment
-//! saga (see `workflows` and docs/orchestrator.md) to COMPLETED, FAILED or REFUNDED,
-//! through retries, timeouts, crashes and slow downstreams.
+//! The orchestrator service: takes a buyer's payment for a reservation and drives the
+//! payment saga (see `workflows` and docs/orchestrator.md) to COMPLETED, FAILED or
+//! REFUNDED, through retries, timeouts, crashes and slow downstreams. The service
+//! composes three parts over one schema: the saga (this crate), the webhook platform
+//! (`paysaga_webhooks`) and the operator console (`paysaga_console`).
 
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::orchestrator::api;
 pub mod answer;
+pub mod checkout;
 pub mod config;
-pub mod console;
 pub(crate) mod downstream;
 pub mod driver;
 pub(crate) mod error;
+pub mod failure;
 pub mod idempotency;
 pub(crate) mod metrics;
+pub mod openapi;
+pub mod operations;
 pub(crate) mod recovery;
 pub(crate) mod routes;
 pub mod store;
-pub mod webhooks;
 
 use std::{
     future::Future,
@@ -23,53 +27,39 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc,
     },
-    time::Duration,
 };
 
-use axum::{
-    extract::{FromRef, State},
-    response::Response,
-    routing::{get, post},
-    Router,
-};
+use axum::{extract::State, response::Response, routing::get, Router};
 use paysaga_common::{auth::Verifier, db, limits::MemberLimiter, server};
-use paysaga_contracts::AccountClient;
-use paysaga_contracts::OrderClient;
+use paysaga_console::{ConsoleConfig, ConsoleState};
+use paysaga_contracts::{AccountClient, OrderClient};
+use paysaga_webhooks::Webhooks;
 use sqlx::{migrate::Migrator, PgPool};
 use tokio::net::TcpListener;
-use utoipa::{
-    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
-    Modify, OpenApi,
-};
-use uuid::Uuid;
 
 pub use config::Config;
 pub use driver::AfterCallHook;
-pub use error::{Error, Result};
-use webhooks::openapi::Webhooks as WebhookCatalogue;
+pub use error::{Breach, Error, Result};
+pub use openapi::ApiDoc;
+
+use checkout::Checkout;
+use driver::Engine;
+use operations::Operations;
+use routes::SagaState;
 
 /// The schema this service owns.
 pub const SCHEMA: &str = "payment_service";
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations/payment_service");
 
+/// The service's parts, each with its own narrow state over the one pool.
 #[derive(Clone)]
 pub struct AppState {
-    pub pool: PgPool,
-    pub verifier: Arc<Verifier>,
-    pub engine: Arc<driver::Engine>,
-    pub response_wait: Duration,
-    pub retention_hours: i64,
-    /// A buyer's payment requests per member (`MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`).
-    pub limiter: Arc<MemberLimiter>,
-    /// The operator console's downstream settings (`/console`).
-    pub console: Arc<console::Console>,
-}
-
-impl FromRef<AppState> for Arc<Verifier> {
-    fn from_ref(s: &AppState) -> Self {
-        s.verifier.clone()
-    }
+    pool: PgPool,
+    engine: Arc<Engine>,
+    saga: SagaState,
+    webhooks: paysaga_webhooks::ApiState,
+    console: ConsoleState,
 }
 
 /// Test seams; all empty in production.
@@ -95,26 +85,45 @@ impl AppState {
             ),
             config.downstream_batches,
         );
-        let engine = driver::Engine {
-            pool: pool.clone(),
-            writes: store::Writes::new(pool.clone(), config.write_flushes),
+        let engine = Arc::new(Engine::new(
+            pool.clone(),
+            store::Writes::new(pool.clone(), config.write_flushes),
             downstream,
-            instance: Uuid::new_v4(),
-            lease: config.lease,
-            alive: Arc::new(AtomicBool::new(true)),
-            after_call: hooks.after_call,
-        };
+            config.lease,
+            hooks.after_call,
+        ));
+        let verifier = Arc::new(Verifier::from_source(
+            &config.buyer_keys,
+            &config.service_keys,
+        ));
+        let operations = Operations::new(engine.clone(), config.response_wait);
+        let webhooks = Webhooks::new(pool.clone());
         Self {
+            saga: SagaState {
+                verifier: verifier.clone(),
+                limiter: Arc::new(MemberLimiter::new(config.member_rate)),
+                checkout: Checkout::new(
+                    engine.clone(),
+                    config.response_wait,
+                    config.idempotency_retention_hours,
+                ),
+                operations: operations.clone(),
+            },
+            webhooks: paysaga_webhooks::ApiState {
+                webhooks: webhooks.clone(),
+                verifier: verifier.clone(),
+            },
+            console: ConsoleState::new(
+                verifier,
+                Arc::new(operations),
+                webhooks,
+                ConsoleConfig {
+                    order_url: config.order_url.clone(),
+                    gate_url: config.gate_url.clone(),
+                },
+            ),
             pool,
-            verifier: Arc::new(Verifier::from_source(
-                &config.buyer_keys,
-                &config.service_keys,
-            )),
-            engine: Arc::new(engine),
-            response_wait: config.response_wait,
-            retention_hours: config.idempotency_retention_hours,
-            limiter: Arc::new(MemberLimiter::new(config.member_rate)),
-            console: Arc::new(console::Console::new(config)),
+            engine,
         }
     }
 
@@ -133,101 +142,20 @@ impl AppState {
     }
 }
 
-struct SecuritySchemes;
-
-impl Modify for SecuritySchemes {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        for name in ["buyer", "service"] {
-            components.add_security_scheme(
-                name,
-                SecurityScheme::Http(
-                    HttpBuilder::new()
-                        .scheme(HttpAuthScheme::Bearer)
-                        .bearer_format("JWT")
-                        .build(),
-                ),
-            );
-        }
-    }
+async fn readyz(State(pool): State<PgPool>) -> Response {
+    server::readiness(vec![("postgres", server::check_db(&pool).await)], false)
 }
 
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "paysaga orchestrator",
-        description = "The payment saga: idempotent checkout payments, recovery, and the operators' inspection API; the events it publishes as signed webhooks (see `webhooks`) and the operators' webhook API."
-    ),
-    modifiers(&SecuritySchemes, &WebhookCatalogue),
-    paths(
-        routes::payments::create,
-        routes::payments::get,
-        routes::operator::list,
-        routes::operator::steps,
-        routes::operator::resume,
-        routes::operator::refund,
-        routes::webhooks::create_endpoint,
-        routes::webhooks::list_endpoints,
-        routes::webhooks::disable_endpoint,
-        routes::webhooks::enable_endpoint,
-        routes::webhooks::list_deliveries,
-        routes::webhooks::replay_delivery,
-    ),
-    components(schemas(
-        api::CreatePayment,
-        api::Payment,
-        api::PaymentAdmin,
-        api::Step,
-        api::PaymentTimeline,
-        api::PaymentPage,
-        api::CreateWebhookEndpoint,
-        api::WebhookEndpoint,
-        api::WebhookEndpointCreated,
-        api::WebhookEndpointList,
-        api::WebhookDelivery,
-        api::WebhookDeliveryPage,
-        paysaga_common::ErrorBody,
-    ))
-)]
-pub struct ApiDoc;
-
-async fn readyz(State(state): State<AppState>) -> Response {
-    server::readiness(
-        vec![("postgres", server::check_db(&state.pool).await)],
-        false,
-    )
-}
-
+/// The service's routes: the saga's API, the webhook API and the console (HTML pages
+/// for operators, deliberately not in the OpenAPI document), with `/readyz`.
 pub fn app(state: AppState) -> Router {
-    use routes::{operator, payments, webhooks};
     let api = Router::new()
-        .route("/v1/payments", post(payments::create).get(operator::list))
-        .route("/v1/payments/{id}", get(payments::get))
-        .route("/v1/payments/{id}/steps", get(operator::steps))
-        .route("/v1/payments/{id}/resume", post(operator::resume))
-        .route("/v1/payments/{id}/refund", post(operator::refund))
-        .route(
-            "/v1/webhook-endpoints",
-            post(webhooks::create_endpoint).get(webhooks::list_endpoints),
-        )
-        .route(
-            "/v1/webhook-endpoints/{id}/disable",
-            post(webhooks::disable_endpoint),
-        )
-        .route(
-            "/v1/webhook-endpoints/{id}/enable",
-            post(webhooks::enable_endpoint),
-        )
-        .route("/v1/webhook-deliveries", get(webhooks::list_deliveries))
-        .route(
-            "/v1/webhook-deliveries/{id}/replay",
-            post(webhooks::replay_delivery),
-        )
         .route("/readyz", get(readyz))
-        // HTML pages for operators; deliberately not in the OpenAPI document.
-        .merge(console::routes())
-        .with_state(state);
-    server::finish(api, ApiDoc::openapi())
+        .with_state(state.pool)
+        .merge(routes::routes(state.saga))
+        .merge(paysaga_webhooks::routes(state.webhooks))
+        .merge(paysaga_console::routes(state.console));
+    server::finish(api, openapi::openapi())
 }
 
 /// Marks the instance dead when `run` ends or is aborted, so its drivers and jobs
@@ -283,32 +211,21 @@ pub async fn run_with_hooks(
         config.idempotency_purge_interval,
     )
     .await?;
-    webhooks::ingest::schedule(
+    let delivery = paysaga_webhooks::start(
         &jobs,
-        state.pool.clone(),
-        OrderClient::new(
-            config.order_url.clone(),
-            &config.service_credential,
-            config.downstream_timeout,
-        ),
-        &config.webhooks,
-        state.engine.alive.clone(),
+        paysaga_webhooks::Background {
+            pool: state.pool.clone(),
+            order: OrderClient::new(
+                config.order_url.clone(),
+                &config.service_credential,
+                config.downstream_timeout,
+            ),
+            config: config.webhooks.clone(),
+            instance: state.engine.instance,
+            alive: state.engine.alive.clone(),
+        },
     )
     .await?;
-    webhooks::schedule_purge(
-        &jobs,
-        state.pool.clone(),
-        &config.webhooks,
-        state.engine.alive.clone(),
-    )
-    .await?;
-    let delivery = webhooks::worker::spawn(webhooks::worker::Worker {
-        pool: state.pool.clone(),
-        instance: state.engine.instance,
-        config: config.webhooks.clone(),
-        http: webhooks::worker::http_client(config.webhooks.timeout),
-        alive: state.engine.alive.clone(),
-    });
     tracing::info!(addr = %listener.local_addr()?, instance = %state.engine.instance, "orchestrator listening");
     let served = server::serve(listener, app(state), shutdown).await;
     delivery.abort();

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use workflows::{Action, Outcome};
+use workflows::{Action, Outcome, State};
 
 use crate::store::Census;
 
@@ -19,8 +19,8 @@ pub fn unknown_outcome(action: Action) {
 }
 
 /// A recorded move into `state`.
-pub fn transition(state: &str) {
-    metrics::counter!("orchestrator_transitions_total", "to" => state.to_owned()).increment(1);
+pub fn transition(state: State) {
+    metrics::counter!("orchestrator_transitions_total", "to" => state.as_str()).increment(1);
 }
 
 /// A payment flagged for an operator, by reason.
@@ -45,7 +45,7 @@ pub fn census(census: &Census) {
         let n = census
             .by_state
             .iter()
-            .find(|(s, _)| s == state.as_str())
+            .find(|(s, _)| *s == state)
             .map(|(_, n)| *n)
             .unwrap_or(0);
         metrics::gauge!("orchestrator_open_payments", "state" => state.as_str()).set(n as f64);

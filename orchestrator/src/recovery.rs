@@ -7,7 +7,7 @@ use std::{
 };
 
 use futures::StreamExt;
-use paysaga_common::{jobs::Jobs, telemetry};
+use paysaga_common::{error::cause_chain, jobs::Jobs, telemetry};
 use tracing::Instrument;
 
 use crate::{driver::Engine, error::Result, idempotency, metrics, store};
@@ -50,7 +50,7 @@ pub async fn recover(engine: &Arc<Engine>, policy: RecoveryPolicy) -> Result<usi
                 async move {
                     let id = row.id;
                     if let Err(e) = engine.drive(row).await {
-                        tracing::warn!(payment_id = %id, error = %e, "recovery could not drive payment; its lease expires and it is retried");
+                        tracing::warn!(payment_id = %id, error = %cause_chain(&e), "recovery could not drive payment; its lease expires and it is retried");
                     }
                 }
                 .instrument(span)
@@ -85,11 +85,11 @@ pub async fn start(
             }
             if let Err(e) = recover(&engine, policy).await {
                 metrics::counter_recovery_error();
-                tracing::warn!(error = %e, "recovery run failed; the next run retries");
+                tracing::warn!(error = %cause_chain(&e), "recovery run failed; the next run retries");
             }
             match store::census(&engine.pool).await {
                 Ok(census) => metrics::census(&census),
-                Err(e) => tracing::debug!(error = %e, "census failed"),
+                Err(e) => tracing::debug!(error = %cause_chain(&e), "census failed"),
             }
         }
     })
@@ -105,7 +105,7 @@ pub async fn start(
                 Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency keys purged"),
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, "idempotency purge failed; the next run retries")
+                    tracing::warn!(error = %cause_chain(&e), "idempotency purge failed; the next run retries")
                 }
             }
         }

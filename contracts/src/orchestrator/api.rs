@@ -42,6 +42,25 @@ pub mod codes {
     pub const WEBHOOK_DELIVERY_NOT_DEAD: &str = "WEBHOOK_DELIVERY_NOT_DEAD";
 }
 
+/// The page an operator list (`ListPayments`, `ListDeliveries`) returns when the query
+/// names no `limit`.
+pub const DEFAULT_PAGE: i64 = 50;
+/// The most an operator list's `limit` may ask for.
+pub const MAX_PAGE: i64 = 500;
+
+/// An operator list's `limit`, checked: [`DEFAULT_PAGE`] when absent, `INVALID_QUERY`
+/// outside 1 to [`MAX_PAGE`].
+pub fn page_limit(asked: Option<i64>) -> Result<i64, paysaga_common::ApiError> {
+    let limit = asked.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(paysaga_common::ApiError::bad_request(
+            paysaga_common::error::codes::INVALID_QUERY,
+            format!("limit must be 1 to {MAX_PAGE}"),
+        ));
+    }
+    Ok(limit)
+}
+
 /// `POST /v1/payments`: pay for a reservation from an account, both the caller's.
 /// The amount is the reservation's price; the client never sends one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

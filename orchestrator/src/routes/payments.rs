@@ -1,33 +1,24 @@
-//! The buyer's endpoints: pay for a reservation (idempotent), read a payment.
+//! The buyer's endpoints: pay for a reservation (idempotent), read a payment. Each
+//! parses its request and answers with what [`Checkout`](crate::checkout::Checkout) gives.
 
 use axum::{
     extract::State,
-    http::{HeaderMap, HeaderValue, StatusCode},
-    response::Response,
+    http::{header, HeaderMap, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
 };
-use chrono::Utc;
 use paysaga_common::{
-    auth::{allow::OPERATOR, Buyer, Caller, MemberId},
-    client::CallError,
+    auth::{allow::OPERATOR, Buyer, Caller},
     extract::{Json, Path},
 };
-use tracing::Instrument;
+use paysaga_contracts::orchestrator::api::{CreatePayment, Payment};
 use uuid::Uuid;
 
 use crate::{
-    answer::AnswerSlot,
-    api::{CreatePayment, Payment},
-    error::{Error, Result},
-    idempotency::{self, Begin, IdempotencyKey, Scope},
-    routes::{json_response, spawn_drive, wait_for_terminal},
-    store::{self, NewPayment, PaymentRow},
-    AppState,
+    checkout::PaymentRequest,
+    error::Result,
+    idempotency::{self, IdempotencyKey},
+    routes::state::SagaState,
 };
-use paysaga_contracts::account::api::AccountKind;
-use paysaga_contracts::order::api::ReservationState;
-
-/// The idempotency scope's operation name for payment creation.
-pub const CREATE_PAYMENT: &str = "create_payment";
 
 /// Pay for a reservation.
 ///
@@ -53,7 +44,7 @@ pub const CREATE_PAYMENT: &str = "create_payment";
 )]
 #[tracing::instrument(skip_all, fields(member = %member, reservation_id = %req.reservation_id))]
 pub async fn create(
-    State(state): State<AppState>,
+    State(state): State<SagaState>,
     Buyer(member): Buyer,
     headers: HeaderMap,
     Json(req): Json<CreatePayment>,
@@ -62,293 +53,22 @@ pub async fn create(
     // idempotency record and no payment behind.
     state.limiter.check(&member)?;
     let key = IdempotencyKey::from_headers(&headers)?;
-    let normalised = serde_json::to_string(&req)
-        .map_err(|e| Error::Invariant(format!("request serialises: {e}")))?;
-    let scope = Scope {
-        member: member.to_string(),
-        operation: CREATE_PAYMENT,
-        key,
-    };
-    let fingerprint = idempotency::fingerprint(scope.operation, &scope.member, &normalised);
-    // The rest runs in a task of its own: a buyer who hangs up does not stop it, so the
-    // key is completed and the next retry gets the replay instead of waiting out a lease.
-    let task = tokio::spawn(run(state, scope, fingerprint, member, req).in_current_span());
-    task.await
-        .map_err(|e| Error::Invariant(format!("payment request task failed: {e}")))?
-}
-
-/// A request's whole course. Most keys are new: the reservation and the account are
-/// checked first, then the key is claimed and the payment created in one group commit.
-/// A key seen before goes the long way (replay, conflict, in progress, takeover), and
-/// so does a failed check, which may be the retry of a request that already succeeded
-/// (its reservation is paid now): the key decides.
-async fn run(
-    state: AppState,
-    scope: Scope,
-    fingerprint: String,
-    member: MemberId,
-    req: CreatePayment,
-) -> Result<Response> {
-    let begun = match check(&state, &member, &req).await {
-        Ok(new) => {
-            let token = Uuid::new_v4();
-            let opened = state
-                .engine
-                .writes
-                .open(
-                    idempotency::NewKey {
-                        scope: scope.clone(),
-                        fingerprint: fingerprint.clone(),
-                        token,
-                        lease: state.engine.lease,
-                        retention_hours: state.retention_hours,
-                    },
-                    store::Linked {
-                        new,
-                        driver: state.engine.instance,
-                        lease: state.engine.lease,
-                        scope: scope.clone(),
-                        token,
-                    },
-                )
-                .await;
-            match opened {
-                Ok(Some(row)) => {
-                    crate::metrics::transition(&row.state);
-                    return finish(state, scope, token, row).await;
-                }
-                Ok(None) => begin(&state, &scope, &fingerprint).await?,
-                Err(e) => {
-                    // The key was claimed but no payment made (the reservation has one).
-                    forget(&state, &scope, token).await;
-                    return Err(e);
-                }
-            }
-        }
-        Err(e) if e.defers_to_key() => match begin(&state, &scope, &fingerprint).await? {
-            Begin::Owned {
-                token,
-                payment_id: None,
-            } => {
-                forget(&state, &scope, token).await;
-                return Err(e);
-            }
-            other => other,
-        },
-        Err(e) => return Err(e),
-    };
-    let (token, existing) = match begun {
-        Begin::Replay { status, body } => {
-            let status =
-                StatusCode::from_u16(status).map_err(|e| Error::Invariant(e.to_string()))?;
-            let mut response = json_response(status, body);
-            response.headers_mut().insert(
-                idempotency::REPLAYED_HEADER,
-                HeaderValue::from_static("true"),
-            );
-            return Ok(response);
-        }
-        Begin::Owned { token, payment_id } => (token, payment_id),
-    };
-    execute(state, scope, token, existing, member, req).await
-}
-
-/// The long way for a key: replay, conflict, in progress, takeover, or owned afresh.
-async fn begin(state: &AppState, scope: &Scope, fingerprint: &str) -> Result<Begin> {
-    idempotency::begin(
-        &state.pool,
-        scope,
-        fingerprint,
-        state.engine.lease,
-        state.retention_hours,
-    )
-    .await
-}
-
-/// Forgets a key under which nothing was created, so a retry executes afresh.
-async fn forget(state: &AppState, scope: &Scope, token: Uuid) {
-    if let Err(release) = idempotency::release(&state.pool, scope, token).await {
-        tracing::warn!(error = %release, "could not release idempotency key; it expires with its lease");
-    }
-}
-
-/// Executes an owned request: accepts (or resumes) the payment, drives it for up to
-/// `RESPONSE_WAIT_MS`, and stores the answer under the key.
-async fn execute(
-    state: AppState,
-    scope: Scope,
-    token: Uuid,
-    existing: Option<Uuid>,
-    member: MemberId,
-    req: CreatePayment,
-) -> Result<Response> {
-    let row = match existing {
-        Some(id) => store::load(&state.pool, id)
-            .await?
-            .ok_or(Error::Invariant(format!(
-                "idempotency record names missing payment {id}"
-            )))?,
-        None => match accept(&state, &scope, token, &member, &req).await {
-            Ok(row) => row,
-            Err(e) => {
-                // Nothing was created: forget the key so a retry executes afresh.
-                forget(&state, &scope, token).await;
-                return Err(e);
-            }
-        },
-    };
-    finish(state, scope, token, row).await
-}
-
-/// Drives the payment for up to `RESPONSE_WAIT_MS` and stores the answer under the key:
-/// with the move that settles it when the drive started here gets there in time (one
-/// write fewer), else afterwards.
-async fn finish(state: AppState, scope: Scope, token: Uuid, row: PaymentRow) -> Result<Response> {
-    let slot = AnswerSlot::new(scope.clone(), token);
-    let handle = match spawn_drive(&state.engine, &row, Some(slot.clone())) {
-        Some(h) => Some(h),
-        // A taken-over request: drive it here if nobody else is.
-        None => match store::claim_one(
-            &state.pool,
-            row.id,
-            state.engine.instance,
-            state.engine.lease,
-        )
-        .await?
-        {
-            Some(claimed) => spawn_drive(&state.engine, &claimed, Some(slot.clone())),
-            None => None,
-        },
-    };
-    let waited = wait_for_terminal(&state.engine, row.id, handle, state.response_wait).await;
-    // From here on the driver stores nothing for this request; if it already has,
-    // that is the answer, committed with the move.
-    let stored = slot.close().await;
-    let row = waited?;
-    if let Some(body) = stored {
-        return Ok(json_response(StatusCode::CREATED, body));
-    }
-    if !state
-        .engine
-        .alive
-        .load(std::sync::atomic::Ordering::Acquire)
-    {
-        // This instance is stopping: its answer is not stored; a retry gets a live one.
-        return Err(Error::Stopping);
-    }
-    let status = if row.is_terminal() {
-        StatusCode::CREATED
-    } else {
-        StatusCode::ACCEPTED
-    };
-    let body = serde_json::to_string(&row.to_api())
-        .map_err(|e| Error::Invariant(format!("payment serialises: {e}")))?;
-    let answered = idempotency::Answered {
-        scope,
-        token,
-        status: status.as_u16(),
-        body: body.clone(),
-    };
-    if !state.engine.writes.complete(answered).await? {
-        tracing::warn!(payment_id = %row.id, "idempotency key taken over meanwhile; the new owner's answer is the one stored");
-    }
-    Ok(json_response(status, body))
-}
-
-/// Checks the reservation and the account with their owners, then creates the payment
-/// and links it to the idempotency record in one statement.
-async fn accept(
-    state: &AppState,
-    scope: &Scope,
-    token: Uuid,
-    member: &MemberId,
-    req: &CreatePayment,
-) -> Result<PaymentRow> {
-    let new = check(state, member, req).await?;
-    let inserted = state
-        .engine
-        .writes
-        .insert(store::Linked {
-            new,
-            driver: state.engine.instance,
-            lease: state.engine.lease,
-            scope: scope.clone(),
-            token,
+    let reply = state
+        .checkout
+        .create(PaymentRequest {
+            member,
+            key,
+            body: req,
         })
-        .await;
-    let row = match inserted {
-        Ok(Some(row)) => row,
-        // Our lease on the key expired and another request took it over: it creates the payment.
-        Ok(None) => {
-            return Err(Error::IdempotencyInProgress {
-                retry_after_secs: 1,
-            })
-        }
-        Err(e) => return Err(e),
-    };
-    crate::metrics::transition(&row.state);
-    Ok(row)
-}
-
-/// The payment a request asks for, once its reservation and account are checked with
-/// their owners: the buyer's own, payable, and a member account of theirs.
-async fn check(state: &AppState, member: &MemberId, req: &CreatePayment) -> Result<NewPayment> {
-    let ds = &state.engine.downstream;
-    // Both lookups at once: they ride in different batches to different services.
-    let (reservation, account) = tokio::join!(
-        ds.reservation(req.reservation_id),
-        ds.account(req.account_id)
-    );
-    let reservation = match reservation {
-        Ok(a) => a.body,
-        Err(e) if e.is_not_found() => return Err(Error::ReservationNotFound),
-        Err(source) => {
-            return Err(Error::Downstream {
-                service: "order",
-                source,
-            })
-        }
-    };
-    // Another member's reservation is reported as missing, so ids cannot be probed.
-    if reservation.member_id != *member {
-        return Err(Error::ReservationNotFound);
+        .await?;
+    let mut response = json_response(reply.status, reply.body);
+    if reply.replayed {
+        response.headers_mut().insert(
+            idempotency::REPLAYED_HEADER,
+            HeaderValue::from_static("true"),
+        );
     }
-    if reservation.state != ReservationState::Reserved {
-        return Err(Error::ReservationNotPayable(reservation.state.to_string()));
-    }
-    if reservation.expires_at <= Utc::now() {
-        return Err(Error::ReservationNotPayable("EXPIRED".into()));
-    }
-    let account = match account {
-        Ok(a) => a.body,
-        Err(CallError::Rejected { status: 404, .. }) => return Err(Error::AccountNotFound),
-        Err(source) => {
-            return Err(Error::Downstream {
-                service: "account",
-                source,
-            })
-        }
-    };
-    if account.member_id != member.as_str() || account.kind != AccountKind::Member {
-        return Err(Error::AccountNotFound);
-    }
-    if reservation.price <= 0 {
-        return Err(Error::Invariant(format!(
-            "reservation {} has price {}",
-            reservation.id, reservation.price
-        )));
-    }
-
-    Ok(NewPayment {
-        id: Uuid::now_v7(),
-        member_id: member.to_string(),
-        account_id: account.id,
-        reservation_id: reservation.id,
-        amount: reservation.price,
-        product_id: Some(reservation.product_id),
-        // The request's span: recovery, should this process die, continues under it.
-        traceparent: paysaga_common::telemetry::current_traceparent(),
-    })
+    Ok(response)
 }
 
 /// A payment (buyers: their own only).
@@ -364,7 +84,7 @@ async fn check(state: &AppState, member: &MemberId, req: &CreatePayment) -> Resu
 )]
 #[tracing::instrument(skip_all, fields(payment_id = %id))]
 pub async fn get(
-    State(state): State<AppState>,
+    State(state): State<SagaState>,
     caller: Caller<{ OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<Payment>> {
@@ -372,11 +92,15 @@ pub async fn get(
     if let Caller::Buyer(member) = &caller {
         state.limiter.check(member)?;
     }
-    let row = store::load(&state.pool, id)
-        .await?
-        .ok_or(Error::PaymentNotFound)?;
-    if !caller.may_access(&row.member_id) {
-        return Err(Error::PaymentNotFound);
-    }
-    Ok(axum::Json(row.to_api()))
+    Ok(axum::Json(state.checkout.get(id, &caller).await?))
+}
+
+/// A JSON body with the given status, serialised once so it can be stored and replayed.
+fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }

@@ -6,9 +6,13 @@
 use paysaga_common::batch::Coalescer;
 use sqlx::{PgConnection, PgPool};
 
-use super::{payments, steps, PaymentRow, Recorded};
+use super::{
+    payments,
+    row::PaymentRow,
+    steps::{self, Recorded},
+};
 use crate::{
-    error::{Error, Result},
+    error::{Breach, Error, GroupCommitFailure, Result},
     idempotency,
 };
 
@@ -56,17 +60,14 @@ impl Writes {
         Self { batcher, pool }
     }
 
+    /// Every writer of a failed flush shares its error, as it is: one the database
+    /// could not serve is answered 503 like a lone write's, anything else is internal
+    /// (see [`Error::is_unavailable`]).
     async fn write(&self, w: Write) -> Result<Written> {
-        self.batcher.submit(w).await.map_err(|failure| {
-            // Every writer of a failed flush shares its error: one the database could
-            // not serve is answered 503 like a lone write's, anything else is internal.
-            match failure.flush_error() {
-                Some(e) if e.is_unavailable() => {
-                    Error::Unavailable(format!("group commit: {failure}"))
-                }
-                _ => Error::Invariant(format!("group commit: {failure}")),
-            }
-        })
+        self.batcher
+            .submit(w)
+            .await
+            .map_err(|failure| Error::GroupCommit(GroupCommitFailure(failure)))
     }
 
     /// A new request's key claimed and its payment created, in one flush: `Ok(None)`
@@ -80,16 +81,17 @@ impl Writes {
     ) -> Result<Option<PaymentRow>> {
         let opened = match self.write(Write::Open(key, linked.clone())).await? {
             Written::Opened(o) => o,
-            other => return Err(mismatch(&other)),
+            other => return Err(mismatch("open", &other)),
         };
         match opened {
             None => Ok(None),
             Some(Some(row)) => Ok(Some(row)),
             Some(None) => match payments::explain_missing(&self.pool, &linked, None).await? {
                 Some(row) => Ok(Some(row)),
-                None => Err(Error::Invariant(
-                    "a key claimed in this flush was not owned by its claimer".into(),
-                )),
+                None => Err(Breach::ClaimNotOwned {
+                    payment: linked.new.id,
+                }
+                .into()),
             },
         }
     }
@@ -98,7 +100,7 @@ impl Writes {
     pub async fn insert(&self, linked: payments::Linked) -> Result<Option<PaymentRow>> {
         let inserted = match self.write(Write::Insert(linked.clone())).await? {
             Written::Inserted(row) => row,
-            other => return Err(mismatch(&other)),
+            other => return Err(mismatch("insert", &other)),
         };
         payments::explain_missing(&self.pool, &linked, inserted).await
     }
@@ -108,7 +110,7 @@ impl Writes {
     pub async fn record(&self, recording: steps::Recording) -> Result<Option<Recorded>> {
         match self.write(Write::Record(recording)).await? {
             Written::Recorded(row) => Ok(row),
-            other => Err(mismatch(&other)),
+            other => Err(mismatch("record", &other)),
         }
     }
 
@@ -116,13 +118,19 @@ impl Writes {
     pub async fn complete(&self, answered: idempotency::Answered) -> Result<bool> {
         match self.write(Write::Complete(answered)).await? {
             Written::Completed(b) => Ok(b),
-            other => Err(mismatch(&other)),
+            other => Err(mismatch("complete", &other)),
         }
     }
 }
 
-fn mismatch(w: &Written) -> Error {
-    Error::Invariant(format!("group commit answered with the wrong kind: {w:?}"))
+fn mismatch(asked: &'static str, got: &Written) -> Error {
+    let got = match got {
+        Written::Opened(_) => "open",
+        Written::Inserted(_) => "insert",
+        Written::Recorded(_) => "record",
+        Written::Completed(_) => "complete",
+    };
+    Breach::WrongAnswer { asked, got }.into()
 }
 
 /// One flush: each kind's statement once, all in one transaction when there is more
@@ -175,7 +183,7 @@ async fn flush(pool: &PgPool, writes: Vec<Write>) -> Result<Vec<Written>> {
     }
     answers
         .into_iter()
-        .map(|a| a.ok_or_else(|| Error::Invariant("a write of the flush got no answer".into())))
+        .map(|a| a.ok_or_else(|| Breach::Unanswered.into()))
         .collect()
 }
 

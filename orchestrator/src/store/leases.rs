@@ -5,7 +5,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{millis, PaymentRow, PAYMENT_COLUMNS};
+use super::row::{millis, PaymentRow, PAYMENT_COLUMNS};
 use crate::error::Result;
 
 /// Lets go of a lease without moving the payment (the driver stops for now).

@@ -1,15 +1,15 @@
 //! Creating a payment together with its idempotency record, and loading one.
 
-use std::time::Duration;
+use std::{sync::LazyLock, time::Duration};
 
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 use workflows::{Action, Position};
 
-use super::{millis, returned_columns, Indexed, PaymentRow, PAYMENT_COLUMNS};
+use super::row::{millis, returned_columns, Indexed, PaymentRow, PAYMENT_COLUMNS};
 use crate::{
     error::{Error, Result},
-    idempotency::Scope,
+    idempotency::{Scope, LINK_KEYS, OWNED_KEYS},
 };
 
 /// A new payment's facts, checked with the downstreams before it is stored.
@@ -96,25 +96,18 @@ pub async fn insert_many(
 ) -> Result<Vec<Option<PaymentRow>>> {
     let start = Position::start();
     let idx = (0..payments.len())
-        .map(|i| i32::try_from(i).map_err(|e| Error::Invariant(format!("batch index: {e}"))))
+        .map(|i| super::steps::batch_index(i, payments.len()))
         .collect::<Result<Vec<_>>>()?;
-    let sql = format!(
-        r#"
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            r#"
         WITH req AS (
             SELECT *
             FROM UNNEST($1::INTEGER[], $2::UUID[], $3::TEXT[], $4::BIGINT[], $5::UUID[], $6::BIGINT[],
                         $7::UUID[], $8::BIGINT[], $9::TEXT[], $10::TEXT[], $11::UUID[], $14::BIGINT[], $15::TEXT[])
                 AS r(idx, id, member_id, account_id, reservation_id, amount, driver, lease_ms,
                      operation, idem_key, token, product_id, traceparent)
-        ), owned AS (
-            SELECT req.*
-            FROM req
-            JOIN idempotency_keys k
-              ON k.member_id = ANY($3)
-             AND k.member_id = req.member_id AND k.operation = req.operation AND k.idem_key = req.idem_key
-             AND k.owner_token = req.token AND k.status = 'PROCESSING' AND k.payment_id IS NULL
-            FOR UPDATE OF k
-        ), inserted AS (
+        ), {OWNED_KEYS}, inserted AS (
             INSERT INTO payments (id, member_id, account_id, reservation_id, amount, state, pending_action,
                                   next_attempt_at, lease_owner, lease_until, product_id, traceparent)
             SELECT id, member_id, account_id, reservation_id, amount, $12, $13, now(), driver,
@@ -122,21 +115,15 @@ pub async fn insert_many(
             FROM owned
             ON CONFLICT ON CONSTRAINT payments_reservation_unique DO NOTHING
             RETURNING {PAYMENT_COLUMNS}
-        ), linked AS (
-            UPDATE idempotency_keys k
-            SET payment_id = inserted.id, updated_at = now()
-            FROM inserted
-            JOIN req ON req.id = inserted.id
-            WHERE k.member_id = ANY($3)
-              AND k.member_id = req.member_id AND k.operation = req.operation AND k.idem_key = req.idem_key
-        )
+        ), {LINK_KEYS}
         SELECT req.idx AS batch_idx, {RETURNED}
         FROM inserted i
         JOIN req ON req.id = i.id
         "#,
-        RETURNED = returned_columns("i"),
-    );
-    let rows = sqlx::query_as::<_, Indexed>(&sql)
+            RETURNED = returned_columns("i"),
+        )
+    });
+    let rows = sqlx::query_as::<_, Indexed>(&SQL)
         .bind(idx)
         .bind(payments.iter().map(|p| p.new.id).collect::<Vec<_>>())
         .bind(

@@ -1,18 +1,20 @@
 //! The step log and the compare-and-set that appends to it: a driver's moves, an
 //! operator's moves, and reading a payment's steps back.
 
-use std::time::Duration;
+use std::{sync::LazyLock, time::Duration};
 
 use chrono::{DateTime, Utc};
+use paysaga_contracts::orchestrator::api::Step;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
-use workflows::{Action, Outcome, Position};
+use workflows::{Action, Outcome, Position, State};
 
-use super::{millis, returned_columns, PaymentRow, PAYMENT_COLUMNS};
+use super::row::{millis, returned_columns, PaymentRow, PAYMENT_COLUMNS};
 use crate::{
     answer::AnswerSlot,
-    api::Step,
-    error::{Error, Result},
+    error::{Breach, Result},
+    failure::FailureCode,
+    idempotency::ANSWER_KEYS,
 };
 
 /// What one attempt did, for the step log.
@@ -37,7 +39,7 @@ pub struct Move {
     pub needs_attention: bool,
     /// Keep the lease (the driver goes on) or let it go (recovery or nobody takes over).
     pub keep_lease: bool,
-    pub failure_code: Option<String>,
+    pub failure_code: Option<FailureCode>,
 }
 
 /// One step for [`record_steps`]: the attempt, how its outcome was learnt, and the
@@ -83,15 +85,7 @@ pub async fn record_steps(
     lease: Duration,
     steps: &[StepMove],
 ) -> Result<Option<PaymentRow>> {
-    let one = Recording {
-        id: row.id,
-        version: row.version,
-        state: row.state.clone(),
-        driver,
-        lease,
-        steps: steps.to_vec(),
-        answer: None,
-    };
+    let one = Recording::new(row, driver, lease, steps.to_vec());
     let mut conn = pool.acquire().await?;
     Ok(record_many(&mut conn, std::slice::from_ref(&one))
         .await?
@@ -106,7 +100,7 @@ pub async fn record_steps(
 pub struct Recording {
     pub id: Uuid,
     pub version: i64,
-    pub state: String,
+    pub state: State,
     pub driver: Uuid,
     pub lease: Duration,
     pub steps: Vec<StepMove>,
@@ -128,7 +122,7 @@ impl Recording {
         Self {
             id: row.id,
             version: row.version,
-            state: row.state.clone(),
+            state: row.state,
             driver,
             lease,
             steps,
@@ -138,11 +132,8 @@ impl Recording {
 
     /// The failure code the move writes: the last one any step names, as with one
     /// update per step (`None` keeps the stored one).
-    fn failure_code(&self) -> Option<String> {
-        self.steps
-            .iter()
-            .rev()
-            .find_map(|s| s.mv.failure_code.clone())
+    fn failure_code(&self) -> Option<FailureCode> {
+        self.steps.iter().rev().find_map(|s| s.mv.failure_code)
     }
 
     /// Stores `slot`'s answer with this move: the payment as the move leaves `row` (the
@@ -153,21 +144,29 @@ impl Recording {
         let last = self
             .steps
             .last()
-            .ok_or_else(|| Error::Invariant("an answer needs a step".into()))?;
+            .ok_or(Breach::MoveWithoutStep { payment: self.id })?;
+        let to = last.mv.to;
+        if !to.state().is_terminal() || to.pending().is_some() {
+            return Err(Breach::AnswerBeforeSettling {
+                payment: self.id,
+                state: to.state(),
+                pending: to.pending(),
+            }
+            .into());
+        }
         let now = Utc::now();
         let updated_at = DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now);
-        let mut after = row.clone();
-        after.state = last.mv.to.state().as_str().to_owned();
-        after.pending_action = None;
-        after.failure_code = self.failure_code().or(after.failure_code);
-        after.updated_at = updated_at;
-        if !after.is_terminal() || last.mv.to.pending().is_some() {
-            return Err(Error::Invariant(
-                "only a move that settles a payment answers".into(),
-            ));
+        let mut after = row.to_api();
+        after.state = to.state().as_str().to_owned();
+        after.terminal = true;
+        if let Some(code) = self.failure_code() {
+            after.failure_code = Some(code.as_str().to_owned());
         }
-        let body = serde_json::to_string(&after.to_api())
-            .map_err(|e| Error::Invariant(format!("payment serialises: {e}")))?;
+        after.updated_at = updated_at;
+        let body = serde_json::to_string(&after).map_err(|source| Breach::Serialise {
+            what: "the answered payment",
+            source,
+        })?;
         self.answer = Some(Answer {
             slot: slot.clone(),
             updated_at,
@@ -208,25 +207,22 @@ pub async fn record_many(
     let mut log = StepColumns::default();
     let mut answers = AnswerColumns::default();
     for (i, m) in moves.iter().enumerate() {
-        let idx = i32::try_from(i).map_err(|e| Error::Invariant(format!("batch index: {e}")))?;
+        let idx = batch_index(i, moves.len())?;
         let Some(StepMove {
             step: last_step,
             mv: last,
             ..
         }) = m.steps.last()
         else {
-            return Err(Error::Invariant(format!(
-                "payment {}: no step to record",
-                m.id
-            )));
+            return Err(Breach::MoveWithoutStep { payment: m.id }.into());
         };
-        let count = i64::try_from(m.steps.len())
-            .map_err(|e| Error::Invariant(format!("step count: {e}")))?;
+        // A handful of steps per move: the count always fits.
+        let count = m.steps.len() as i64;
         let failure_code = m.failure_code();
         cols.idx.push(idx);
         cols.id.push(m.id);
         cols.version.push(m.version);
-        cols.from_state.push(m.state.clone());
+        cols.from_state.push(m.state.as_str());
         cols.driver.push(m.driver);
         cols.to_state.push(last.to.state().as_str());
         cols.pending.push(last.to.pending().map(Action::as_str));
@@ -234,7 +230,8 @@ pub async fn record_many(
         cols.next_ms.push(last.next_attempt_in.map(millis));
         cols.needs_attention.push(last.needs_attention);
         cols.last_error.push(last_step.error.clone());
-        cols.failure_code.push(failure_code);
+        cols.failure_code
+            .push(failure_code.map(FailureCode::as_str));
         cols.keep_lease.push(last.keep_lease);
         cols.lease_ms.push(millis(m.lease));
         cols.count.push(count);
@@ -247,15 +244,14 @@ pub async fn record_many(
             answers.token.push(a.slot.token());
             answers.body.push(a.body.clone());
         }
-        let mut from_state = m.state.clone();
-        for (n, s) in m.steps.iter().enumerate() {
-            let to_state = s.mv.to.state().as_str().to_owned();
-            let n = i64::try_from(n + 1).map_err(|e| Error::Invariant(format!("step: {e}")))?;
+        let mut from_state = m.state;
+        for (n, s) in (1..).zip(&m.steps) {
+            let to_state = s.mv.to.state();
             log.push(
                 idx,
                 n,
                 s,
-                std::mem::replace(&mut from_state, to_state.clone()),
+                std::mem::replace(&mut from_state, to_state),
                 to_state,
             );
         }
@@ -263,8 +259,9 @@ pub async fn record_many(
     // `p.id = ANY($2)` beside the join: without it the planner may read the whole table
     // into a hash join (it cannot tell how few rows the UNNEST yields), a cost that
     // grows with every payment ever made.
-    let sql = format!(
-        r#"
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            r#"
         WITH mv AS (
             SELECT *
             FROM UNNEST($1::INTEGER[], $2::UUID[], $3::BIGINT[], $4::TEXT[], $5::UUID[], $6::TEXT[],
@@ -302,27 +299,14 @@ pub async fn record_many(
                      AS step(idx, n, action, operation_key, outcome, from_state, to_state,
                              downstream_status, latency_ms, error, settled_by_query)
               ON step.idx = moved.batch_idx
-        ), answered AS (
-            -- Only the waiting request's own key, still unanswered (a request that timed
-            -- out stored its 202 first, or lost the key to a retry: then nothing here).
-            UPDATE idempotency_keys k
-            SET status = 'COMPLETED', response_status = 201, response_body = a.body,
-                owner_token = NULL, lease_until = NULL, updated_at = now()
-            FROM moved
-            JOIN UNNEST($28::INTEGER[], $29::TEXT[], $30::TEXT[], $31::TEXT[], $32::UUID[], $33::TEXT[])
-                     AS a(idx, member_id, operation, idem_key, token, body)
-              ON a.idx = moved.batch_idx
-            WHERE k.member_id = ANY($29)
-              AND k.member_id = a.member_id AND k.operation = a.operation AND k.idem_key = a.idem_key
-              AND k.owner_token = a.token AND k.status = 'PROCESSING'
-            RETURNING a.idx
-        )
+        ), {ANSWER_KEYS}
         SELECT batch_idx, batch_idx IN (SELECT idx FROM answered) AS answered, {PAYMENT_COLUMNS}
         FROM moved
         "#,
-        RETURNED = returned_columns("p"),
-    );
-    let rows = sqlx::query_as::<_, RecordedRow>(&sql)
+            RETURNED = returned_columns("p"),
+        )
+    });
+    let rows = sqlx::query_as::<_, RecordedRow>(&SQL)
         .bind(cols.idx)
         .bind(cols.id)
         .bind(cols.version)
@@ -363,7 +347,10 @@ pub async fn record_many(
         let i = usize::try_from(r.batch_idx)
             .ok()
             .filter(|&i| i < moves.len())
-            .ok_or_else(|| Error::Invariant(format!("batch index {} out of range", r.batch_idx)))?;
+            .ok_or(Breach::BatchIndex {
+                index: r.batch_idx.into(),
+                len: moves.len(),
+            })?;
         let answered = match (&moves[i].answer, r.answered) {
             (Some(a), true) => {
                 // The body was made from the row as the move leaves it; the two fields
@@ -383,6 +370,18 @@ pub async fn record_many(
     Ok(placed)
 }
 
+/// The index of request `i` of a batch of `len`, as the statement carries it. A batch
+/// holds at most a few hundred requests, so it always fits.
+pub(crate) fn batch_index(i: usize, len: usize) -> Result<i32> {
+    i32::try_from(i).map_err(|_| {
+        Breach::BatchIndex {
+            index: i64::try_from(i).unwrap_or(i64::MAX),
+            len,
+        }
+        .into()
+    })
+}
+
 /// The answers of [`record_many`], one array each.
 #[derive(Default)]
 struct AnswerColumns {
@@ -400,7 +399,7 @@ struct MoveColumns {
     idx: Vec<i32>,
     id: Vec<Uuid>,
     version: Vec<i64>,
-    from_state: Vec<String>,
+    from_state: Vec<&'static str>,
     driver: Vec<Uuid>,
     to_state: Vec<&'static str>,
     pending: Vec<Option<&'static str>>,
@@ -408,7 +407,7 @@ struct MoveColumns {
     next_ms: Vec<Option<i64>>,
     needs_attention: Vec<bool>,
     last_error: Vec<Option<String>>,
-    failure_code: Vec<Option<String>>,
+    failure_code: Vec<Option<&'static str>>,
     keep_lease: Vec<bool>,
     lease_ms: Vec<i64>,
     count: Vec<i64>,
@@ -424,8 +423,8 @@ struct StepColumns {
     action: Vec<&'static str>,
     operation_key: Vec<String>,
     outcome: Vec<&'static str>,
-    from_state: Vec<String>,
-    to_state: Vec<String>,
+    from_state: Vec<&'static str>,
+    to_state: Vec<&'static str>,
     downstream_status: Vec<Option<i32>>,
     latency_ms: Vec<i32>,
     error: Vec<Option<String>>,
@@ -433,7 +432,7 @@ struct StepColumns {
 }
 
 impl StepColumns {
-    fn push(&mut self, idx: i32, n: i64, logged: &StepMove, from_state: String, to_state: String) {
+    fn push(&mut self, idx: i32, n: i64, logged: &StepMove, from_state: State, to_state: State) {
         let step = &logged.step;
         self.idx.push(idx);
         self.n.push(n);
@@ -441,8 +440,8 @@ impl StepColumns {
         self.operation_key.push(step.operation_key.clone());
         self.outcome
             .push(step.outcome.map(Outcome::as_str).unwrap_or("OPERATOR"));
-        self.from_state.push(from_state);
-        self.to_state.push(to_state);
+        self.from_state.push(from_state.as_str());
+        self.to_state.push(to_state.as_str());
         self.downstream_status
             .push(step.downstream_status.map(i32::from));
         self.latency_ms
@@ -456,7 +455,7 @@ impl StepColumns {
 async fn insert_step(
     tx: &mut Transaction<'_, Postgres>,
     moved: &PaymentRow,
-    from_state: &str,
+    from_state: State,
     driver: Uuid,
     step: &StepRecord,
 ) -> Result<()> {
@@ -472,8 +471,8 @@ async fn insert_step(
     .bind(step.action.as_str())
     .bind(&step.operation_key)
     .bind(step.outcome.map(Outcome::as_str).unwrap_or("OPERATOR"))
-    .bind(from_state)
-    .bind(&moved.state)
+    .bind(from_state.as_str())
+    .bind(moved.state.as_str())
     .bind(step.downstream_status.map(i32::from))
     .bind(i32::try_from(step.latency.as_millis()).unwrap_or(i32::MAX))
     .bind(step.error.as_deref())
@@ -527,7 +526,7 @@ pub async fn operator_move(
         latency: Duration::ZERO,
         error: Some(note.to_owned()),
     };
-    insert_step(&mut tx, &moved, &row.state, driver, &step).await?;
+    insert_step(&mut tx, &moved, row.state, driver, &step).await?;
     tx.commit().await?;
     Ok(Some(moved))
 }

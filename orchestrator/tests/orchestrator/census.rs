@@ -6,6 +6,7 @@ use orchestrator::store;
 use paysaga_common::testkit::TestDb;
 use sqlx::PgPool;
 use uuid::Uuid;
+use workflows::State;
 
 /// A PROCESSING payment due `due_secs_ago` seconds ago, leased for `lease_secs` from now
 /// (a negative lease has expired), flagged or not.
@@ -53,7 +54,7 @@ async fn census_counts_states_attention_and_the_recovery_lag() {
     payment(&pool, 7200, None, true).await;
     payment(&pool, -600, None, false).await;
     let idle = store::census(&pool).await.expect("census");
-    assert_eq!(idle.by_state, vec![("PROCESSING".to_owned(), 3)]);
+    assert_eq!(idle.by_state, vec![(State::Processing, 3)]);
     assert_eq!(idle.attention, 1);
     assert_eq!(idle.recovery_lag_seconds, 0.0);
 
@@ -62,7 +63,7 @@ async fn census_counts_states_attention_and_the_recovery_lag() {
     payment(&pool, 3600, Some(-5), false).await;
     payment(&pool, 60, None, false).await;
     let behind = store::census(&pool).await.expect("census");
-    assert_eq!(behind.by_state, vec![("PROCESSING".to_owned(), 5)]);
+    assert_eq!(behind.by_state, vec![(State::Processing, 5)]);
     assert!(
         (3600.0..7200.0).contains(&behind.recovery_lag_seconds),
         "{}",

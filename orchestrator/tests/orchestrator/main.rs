@@ -1,4 +1,5 @@
-//! The orchestrator's integration tests, one test binary: payments, the step log, webhooks and limits.
+//! The orchestrator's integration tests, one test binary: payments, the step log, limits, and
+//! the webhook platform end to end inside the running service.
 
 mod support;
 
@@ -7,4 +8,3 @@ mod payments;
 mod rate_limit;
 mod step_log;
 mod webhooks;
-mod webhooks_store;

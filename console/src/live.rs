@@ -13,13 +13,15 @@ use paysaga_common::client::CallError;
 use paysaga_contracts::order::api::Product;
 use workflows::State as SagaState;
 
-use super::{
+use paysaga_contracts::orchestrator::api::{ListPayments, PaymentPage};
+
+use crate::{
     auth::Operator,
+    desk::{DeskError, ProductPayments},
     layout::{self, Section},
     payments::{self, Rows},
-    queries::{self, ProductPayments},
+    state::ConsoleState,
 };
-use crate::{api::ListPayments, routes::operator::list_payments, AppState};
 
 /// How often the page refreshes itself (htmx polling; a whole-page refresh without
 /// scripts).
@@ -34,14 +36,14 @@ enum Quota {
 }
 
 #[tracing::instrument(skip_all, fields(operator = %op.role))]
-pub async fn page(State(state): State<AppState>, op: Operator) -> Response {
+pub async fn page(State(state): State<ConsoleState>, op: Operator) -> Response {
     let live = figures(&state, &op).await;
     layout::framed(Section::Drop, "Drop", live, Some(REFRESH_SECS)).into_response()
 }
 
 /// The live part alone, for the page's polling.
 #[tracing::instrument(skip_all, fields(operator = %op.role))]
-pub async fn fragment(State(state): State<AppState>, op: Operator) -> Response {
+pub async fn fragment(State(state): State<ConsoleState>, op: Operator) -> Response {
     Html(figures(&state, &op).await.into_string()).into_response()
 }
 
@@ -53,8 +55,8 @@ fn call_error(e: &CallError) -> String {
     }
 }
 
-async fn quota(state: &AppState, op: &Operator, product_id: i64) -> Quota {
-    let Some(gate) = state.console.gate(&op.token) else {
+async fn quota(state: &ConsoleState, op: &Operator, product_id: i64) -> Quota {
+    let Some(gate) = state.gate(&op.token) else {
         return Quota::NotConfigured;
     };
     match gate.quota(product_id).await {
@@ -66,18 +68,17 @@ async fn quota(state: &AppState, op: &Operator, product_id: i64) -> Quota {
     }
 }
 
-async fn figures(state: &AppState, op: &Operator) -> Markup {
-    let products = state.console.order(&op.token).list_products().await;
-    let payments = queries::payments_by_product(&state.pool).await;
-    let attention = list_payments(
-        state,
-        &ListPayments {
+async fn figures(state: &ConsoleState, op: &Operator) -> Markup {
+    let products = state.order(&op.token).list_products().await;
+    let payments = state.payments.by_product().await;
+    let attention = state
+        .payments
+        .list(&ListPayments {
             needs_attention: Some(true),
             limit: Some(ATTENTION_SHOWN),
             ..ListPayments::default()
-        },
-    )
-    .await;
+        })
+        .await;
     let (products, products_error) = match products {
         Ok(a) => (a.body, None),
         Err(e) => (Vec::new(), Some(call_error(&e))),
@@ -175,7 +176,7 @@ fn payment_table(key: &str, pay: &ProductPayments) -> Markup {
                 @for s in SagaState::ALL {
                     td.num id=(format!("payments-{key}-{}", s.as_str())) {
                         a href=(format!("/console/payments?state={}", s.as_str())) {
-                            (pay.by_state.get(s.as_str()).copied().unwrap_or(0))
+                            (pay.by_state.get(&s).copied().unwrap_or(0))
                         }
                     }
                 }
@@ -192,7 +193,7 @@ fn payment_table(key: &str, pay: &ProductPayments) -> Markup {
     }
 }
 
-fn attention_table(page: crate::Result<crate::api::PaymentPage>) -> Markup {
+fn attention_table(page: Result<PaymentPage, DeskError>) -> Markup {
     match page {
         Err(e) => html! { p.error { (e.to_string()) } },
         Ok(page) if page.payments.is_empty() => html! { p.ok #attention-none { "None." } },

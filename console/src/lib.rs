@@ -1,4 +1,6 @@
-//! The operators' web console under `/console`: server-rendered pages over the operator logic the inspection API runs, signed in with an operator credential.
+//! The operators' web console under `/console`: server-rendered pages over the operator
+//! logic the inspection API runs (the saga's [`PaymentDesk`], the webhook platform's
+//! [`Webhooks`]), signed in with an operator credential.
 //!
 //! Sign-in takes a service credential of role `operator` (checked as `Service<{ OPERATOR }>`
 //! checks a bearer token) and keeps it in an HttpOnly, SameSite=Strict cookie. Every page
@@ -8,13 +10,13 @@
 //! sees what the operator may see and nothing more.
 
 mod auth;
+pub mod desk;
 mod layout;
 mod live;
 mod payments;
-mod queries;
+mod state;
+mod trace;
 mod webhooks;
-
-use std::time::Duration;
 
 use axum::{
     http::{header, HeaderValue, StatusCode},
@@ -23,47 +25,16 @@ use axum::{
     routing::get,
     Router,
 };
-use paysaga_contracts::{GateClient, OrderClient};
 
-use crate::{config::Config, AppState};
+pub use desk::{DeskError, PaymentDesk, ProductPayments};
+pub use state::{ConsoleConfig, ConsoleState};
 
 const CSS: &str = include_str!("assets/console.css");
 const HTMX: &str = include_str!("assets/htmx.min.js");
 
-/// What the console needs beyond the saga's state: where the order service and the gate
-/// are, and one HTTP connection pool for calling them with the operator's credential.
-#[derive(Clone, Debug)]
-pub struct Console {
-    http: reqwest::Client,
-    order_url: String,
-    gate_url: Option<String>,
-}
-
-impl Console {
-    pub fn new(config: &Config) -> Self {
-        Self {
-            // Short: a page waits on these reads, and a downstream that does not answer
-            // is shown as unreachable rather than holding the page.
-            http: paysaga_common::client::http_client(Duration::from_secs(2)),
-            order_url: config.order_url.clone(),
-            gate_url: config.gate_url.clone(),
-        }
-    }
-
-    fn order(&self, token: &str) -> OrderClient {
-        OrderClient::with_http(self.http.clone(), &self.order_url, token)
-    }
-
-    fn gate(&self, token: &str) -> Option<GateClient> {
-        self.gate_url
-            .as_ref()
-            .map(|url| GateClient::with_http(self.http.clone(), url, token))
-    }
-}
-
-/// The console's routes (state: the orchestrator's [`AppState`]). Not in the OpenAPI
-/// document: they answer HTML to a browser, not JSON to a client.
-pub fn routes() -> Router<AppState> {
+/// The console's routes, with their state. Not in the OpenAPI document: they answer
+/// HTML to a browser, not JSON to a client.
+pub fn routes(state: ConsoleState) -> Router {
     use axum::routing::post;
     Router::new()
         .route("/console", get(|| async { Redirect::to("/console/drop") }))
@@ -90,6 +61,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/htmx.min.js", get(htmx))
         .layer(middleware::map_response(harden))
+        .with_state(state)
 }
 
 /// Headers on every console answer: pages are never cached (they show live figures and

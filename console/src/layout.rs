@@ -7,7 +7,7 @@ use axum::{
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
 
-use crate::error::Error;
+use crate::desk::DeskError;
 
 /// Which section a page belongs to, for the navigation bar.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,10 +105,10 @@ pub fn error_page(
 }
 
 /// An error of the operator logic, with the code and message the API would answer.
-pub fn failed(err: Error, section: Section) -> Response {
-    match err.api() {
-        Some(api) => error_page(api.status, api.code, &api.message, Some(section)),
-        None => {
+pub fn failed(err: impl Into<DeskError>, section: Section) -> Response {
+    match err.into() {
+        DeskError::Refused(api) => error_page(api.status, api.code, &api.message, Some(section)),
+        err @ DeskError::Internal(_) => {
             tracing::error!(error = %err, "console request failed");
             error_page(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -2,17 +2,71 @@
 //! the delivery claim and its outcome, the operators' views, the gauges' numbers, and
 //! the order service's events coming in.
 
-use std::time::Duration;
+use std::{fmt, str::FromStr, time::Duration};
 
 use chrono::{DateTime, Utc};
+use paysaga_contracts::orchestrator::api::{WebhookDelivery, WebhookEndpoint};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::{
-    api::{WebhookDelivery, WebhookEndpoint},
-    error::Result,
-    store::millis,
-};
+use crate::error::Result;
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Where a delivery is: waiting for an attempt, received, or given up on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeliveryState {
+    Pending,
+    Delivered,
+    Dead,
+}
+
+impl DeliveryState {
+    pub const ALL: [DeliveryState; 3] = [
+        DeliveryState::Pending,
+        DeliveryState::Delivered,
+        DeliveryState::Dead,
+    ];
+
+    /// The stored name (the `webhook_deliveries_state_known` constraint's).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "PENDING",
+            DeliveryState::Delivered => "DELIVERED",
+            DeliveryState::Dead => "DEAD",
+        }
+    }
+}
+
+impl fmt::Display for DeliveryState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is no delivery state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown delivery state {0:?}")]
+pub struct UnknownDeliveryState(pub String);
+
+impl FromStr for DeliveryState {
+    type Err = UnknownDeliveryState;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| UnknownDeliveryState(s.to_owned()))
+    }
+}
+
+impl TryFrom<String> for DeliveryState {
+    type Error = UnknownDeliveryState;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
 
 /// Held (for one transaction) by the instance that fans events out. Dispatch is one
 /// set-based statement per batch, so one dispatcher at a time costs nothing, and it is
@@ -110,7 +164,8 @@ pub struct DeliveryRow {
     pub event_type: String,
     pub subject: String,
     pub endpoint_id: Uuid,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: DeliveryState,
     pub attempts: i32,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub last_status: Option<i32>,
@@ -128,7 +183,7 @@ impl DeliveryRow {
             event_type: self.event_type.clone(),
             subject: self.subject.clone(),
             endpoint_id: self.endpoint_id,
-            state: self.state.clone(),
+            state: self.state.as_str().to_owned(),
             attempts: self.attempts,
             next_attempt_at: self.next_attempt_at,
             last_status: self.last_status,
@@ -146,7 +201,7 @@ const DELIVERY_COLUMNS: &str = r#"d.id, d.event_id, ev.type AS event_type, d.sub
 /// Deliveries, newest first (by when they last changed), filtered.
 pub async fn list_deliveries(
     pool: &PgPool,
-    state: Option<&str>,
+    state: Option<DeliveryState>,
     endpoint_id: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<DeliveryRow>> {
@@ -162,7 +217,7 @@ pub async fn list_deliveries(
         "#
     );
     Ok(sqlx::query_as::<_, DeliveryRow>(&sql)
-        .bind(state)
+        .bind(state.map(DeliveryState::as_str))
         .bind(endpoint_id)
         .bind(limit)
         .fetch_all(pool)

@@ -9,10 +9,10 @@ use paysaga_common::jobs::Jobs;
 use paysaga_contracts::{order::api::AckEvents, OrderClient};
 use sqlx::PgPool;
 
-use super::{metrics, store};
 use crate::{
     config::WebhookConfig,
     error::{Error, Result},
+    metrics, store,
 };
 
 /// Pulls per run at most: a run drains a backlog of this many pages, the next run the rest.
@@ -21,14 +21,7 @@ const MAX_PAGES: u32 = 20;
 /// One pull-insert-ack round; returns how many events the page had.
 #[tracing::instrument(skip_all)]
 pub async fn pull_once(pool: &PgPool, order: &OrderClient, limit: u32) -> Result<usize> {
-    let page = order
-        .outbox(limit)
-        .await
-        .map_err(|source| Error::Downstream {
-            service: "order",
-            source,
-        })?
-        .body;
+    let page = order.outbox(limit).await.map_err(Error::Outbox)?.body;
     if page.events.is_empty() {
         return Ok(0);
     }
@@ -52,10 +45,7 @@ pub async fn pull_once(pool: &PgPool, order: &OrderClient, limit: u32) -> Result
     order
         .ack_outbox(&AckEvents { ids })
         .await
-        .map_err(|source| Error::Downstream {
-            service: "order",
-            source,
-        })?;
+        .map_err(Error::Outbox)?;
     if new > 0 {
         tracing::debug!(pulled = page.events.len(), new, "order events taken in");
     }
@@ -84,7 +74,7 @@ pub async fn schedule(
                     Ok(n) if n < limit as usize => return,
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::warn!(error = %e, "pulling the order service's events failed; the next run retries");
+                        tracing::warn!(error = %paysaga_common::error::cause_chain(&e), "pulling the order service's events failed; the next run retries");
                         return;
                     }
                 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::support::payments_pool;
 use chrono::Utc;
-use orchestrator::webhooks::store::{self, Incoming, Outcome};
 use paysaga_common::testkit::TestDb;
+use paysaga_webhooks::store::{self, Incoming, Outcome};
 use sqlx::PgPool;
 use uuid::Uuid;
 

@@ -9,18 +9,22 @@ use maud::html;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::{
+use crate::{
     auth::{self, Operator},
     layout::{self, Section},
 };
-use crate::{
-    api::ListDeliveries,
-    routes::webhooks::{deliveries, replay as replay_delivery},
-    AppState,
-};
+use paysaga_contracts::orchestrator::api::ListDeliveries;
+use paysaga_webhooks::store::DeliveryState;
+
+use crate::state::ConsoleState;
 
 const SHOWN: i64 = 200;
-const STATES: [&str; 3] = ["DEAD", "PENDING", "DELIVERED"];
+/// The states a page can show, in the order they are offered.
+const STATES: [DeliveryState; 3] = [
+    DeliveryState::Dead,
+    DeliveryState::Pending,
+    DeliveryState::Delivered,
+];
 
 #[derive(Debug, Default, Deserialize)]
 pub struct Filter {
@@ -30,25 +34,23 @@ pub struct Filter {
 
 #[tracing::instrument(skip_all, fields(operator = %op.role))]
 pub async fn dead(
-    State(state): State<AppState>,
+    State(state): State<ConsoleState>,
     op: Operator,
     Query(filter): Query<Filter>,
 ) -> Response {
     let shown = filter
         .state
         .as_deref()
-        .map(str::to_ascii_uppercase)
-        .filter(|s| STATES.contains(&s.as_str()))
-        .unwrap_or_else(|| "DEAD".into());
-    let page = deliveries(
-        &state,
-        &ListDeliveries {
-            state: Some(shown.clone()),
+        .and_then(|s| s.to_ascii_uppercase().parse::<DeliveryState>().ok())
+        .unwrap_or(DeliveryState::Dead);
+    let page = state
+        .webhooks
+        .deliveries(&ListDeliveries {
+            state: Some(shown.as_str().to_owned()),
             endpoint_id: None,
             limit: Some(SHOWN),
-        },
-    )
-    .await;
+        })
+        .await;
     let page = match page {
         Ok(p) => p,
         Err(e) => return layout::failed(e, Section::Webhooks),
@@ -82,7 +84,7 @@ pub async fn dead(
                         td.num { (d.last_status.map(|s| s.to_string()).unwrap_or_default()) }
                         td.mono { (d.last_error.as_deref().unwrap_or("")) }
                         td { (layout::at(d.updated_at)) }
-                        td { @if d.state == "DEAD" { a href=(format!("/console/webhooks/{}/replay", d.id)) { "Replay…" } } }
+                        td { @if d.state == DeliveryState::Dead.as_str() { a href=(format!("/console/webhooks/{}/replay", d.id)) { "Replay…" } } }
                     }
                 }
             }
@@ -120,7 +122,7 @@ pub async fn confirm_replay(op: Operator, Path(raw): Path<String>) -> Response {
 
 #[tracing::instrument(skip_all, fields(operator = %op.role, delivery_id = %raw))]
 pub async fn replay(
-    State(state): State<AppState>,
+    State(state): State<ConsoleState>,
     op: Operator,
     headers: HeaderMap,
     Path(raw): Path<String>,
@@ -131,7 +133,7 @@ pub async fn replay(
     let Ok(id) = raw.parse::<Uuid>() else {
         return delivery_not_found();
     };
-    match replay_delivery(&state, id).await {
+    match state.webhooks.replay(id).await {
         Ok(d) => {
             tracing::info!(event_id = %d.event_id, "console: webhook delivery replayed");
             Redirect::to(&format!("/console/webhooks?replayed={id}")).into_response()

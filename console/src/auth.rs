@@ -10,8 +10,7 @@ use maud::html;
 use paysaga_common::auth::{admit, allow::OPERATOR, ServiceRole};
 use serde::Deserialize;
 
-use super::layout;
-use crate::AppState;
+use crate::{layout, state::ConsoleState};
 
 /// The cookie holding the operator's credential. Scoped to `/console`, so no API route
 /// ever sees it (the API takes only `Authorization: Bearer`).
@@ -26,7 +25,7 @@ pub struct Operator {
 }
 
 /// Why a credential was refused, in words an operator can act on.
-fn check(state: &AppState, token: &str) -> Result<ServiceRole, &'static str> {
+fn check(state: &ConsoleState, token: &str) -> Result<ServiceRole, &'static str> {
     if let Some(role) = state.verifier.verify_service(token) {
         return admit(role.name(), OPERATOR)
             .map_err(|_| "this service credential is not an operator's (role operator)");
@@ -49,10 +48,10 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-impl FromRequestParts<AppState> for Operator {
+impl FromRequestParts<ConsoleState> for Operator {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+    async fn from_request_parts(parts: &mut Parts, state: &ConsoleState) -> Result<Self, Response> {
         let token = cookie(&parts.headers, COOKIE);
         match token.as_deref().map(|t| (t, check(state, t))) {
             Some((t, Ok(role))) => Ok(Operator {
@@ -132,7 +131,7 @@ pub struct SignIn {
 
 #[tracing::instrument(skip_all)]
 pub async fn login(
-    State(state): State<AppState>,
+    State(state): State<ConsoleState>,
     headers: HeaderMap,
     Form(form): Form<SignIn>,
 ) -> Response {

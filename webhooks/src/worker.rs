@@ -11,6 +11,7 @@ use std::{
 };
 
 use chrono::Utc;
+use paysaga_common::error::cause_chain;
 use paysaga_contracts::events::{
     signature_header, EventEnvelope, EVENT_ID_HEADER, EVENT_TYPE_HEADER, SIGNATURE_HEADER,
 };
@@ -20,11 +21,11 @@ use sqlx::PgPool;
 use tokio::{sync::Semaphore, task::JoinSet};
 use uuid::Uuid;
 
-use super::{
+use crate::{
+    config::WebhookConfig,
     metrics,
     store::{self, Claimed, Outcome},
 };
-use crate::config::WebhookConfig;
 
 /// Events fanned out per dispatch statement.
 const DISPATCH_BATCH: i64 = 500;
@@ -101,7 +102,9 @@ impl Worker {
                     }
                 }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "dispatch failed; retried next round"),
+                Err(e) => {
+                    tracing::warn!(error = %cause_chain(&e), "dispatch failed; retried next round")
+                }
             }
             let free = slots.available_permits();
             if free > 0 && self.alive() {
@@ -120,14 +123,16 @@ impl Worker {
                             });
                         }
                     }
-                    Err(e) => tracing::warn!(error = %e, "claim failed; retried next round"),
+                    Err(e) => {
+                        tracing::warn!(error = %cause_chain(&e), "claim failed; retried next round")
+                    }
                 }
             }
             if Instant::now() >= census_due {
                 census_due = Instant::now() + CENSUS_INTERVAL;
                 match store::census(&self.pool).await {
                     Ok(census) => metrics::census(&census),
-                    Err(e) => tracing::debug!(error = %e, "webhook census failed"),
+                    Err(e) => tracing::debug!(error = %cause_chain(&e), "webhook census failed"),
                 }
             }
             // Saturated or more waiting: go on as soon as a slot frees. Idle: wait for
@@ -206,7 +211,7 @@ impl Worker {
             Ok(false) => tracing::info!(
                 "delivery claimed again by another instance meanwhile; its outcome is theirs to record"
             ),
-            Err(e) => tracing::warn!(error = %e, "could not record the outcome; the delivery is retried after its lease"),
+            Err(e) => tracing::warn!(error = %cause_chain(&e), "could not record the outcome; the delivery is retried after its lease"),
         }
     }
 

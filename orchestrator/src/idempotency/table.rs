@@ -1,85 +1,16 @@
-//! HTTP `Idempotency-Key` handling, as a payments API does it: one record per
-//! (member, operation, key) with a fingerprint of the request, a lease for the request
-//! executing it, and the response it finally gave, replayed byte for byte.
-//!
-//! Semantics (published in docs/orchestrator.md):
-//! - finished request, same fingerprint: its stored status and body, `Idempotency-Replayed: true`;
-//! - different fingerprint: 422 `IDEMPOTENCY_KEY_REUSED`;
-//! - still running (live lease): 409 `IDEMPOTENCY_KEY_IN_PROGRESS` with `Retry-After`;
-//! - lease expired (the executing instance died): taken over under a new owner token;
-//!   the old owner's writes are refused (compare-and-set on the token);
-//! - a request that failed before changing anything (validation, a downstream that
-//!   did not answer) releases its key, so a retry executes afresh.
+//! The key table's writes, all of them: a new request's claim (alone or a flush's
+//! worth), the take-over of a crashed owner's key, the link from a key to the payment
+//! made under it and the answer stored with a settling move (both parts of the store's
+//! statements, which commit them with the payment in one round trip), the owner's
+//! answer, the release of a key under which nothing was made, and the purge.
 
 use std::{collections::HashSet, time::Duration};
 
-use axum::http::HeaderMap;
-use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
-
-pub const HEADER: &str = "idempotency-key";
-pub const REPLAYED_HEADER: &str = "idempotency-replayed";
-pub const MAX_KEY_LEN: usize = 255;
-
-/// A validated `Idempotency-Key`: 1-255 visible ASCII characters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey(String);
-
-impl IdempotencyKey {
-    pub fn from_headers(headers: &HeaderMap) -> Result<Self> {
-        let mut values = headers.get_all(HEADER).iter();
-        let value = values.next().ok_or(Error::IdempotencyKeyMissing)?;
-        if values.next().is_some() {
-            return Err(Error::IdempotencyKeyInvalid(
-                "send exactly one Idempotency-Key header",
-            ));
-        }
-        let s = value
-            .to_str()
-            .map_err(|_| Error::IdempotencyKeyInvalid("Idempotency-Key must be visible ASCII"))?;
-        Self::parse(s)
-    }
-
-    pub fn parse(s: &str) -> Result<Self> {
-        if s.is_empty() || s.len() > MAX_KEY_LEN {
-            return Err(Error::IdempotencyKeyInvalid(
-                "Idempotency-Key must be 1-255 characters",
-            ));
-        }
-        if !s.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(Error::IdempotencyKeyInvalid(
-                "Idempotency-Key must be visible ASCII without spaces",
-            ));
-        }
-        Ok(Self(s.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// sha256 over the operation, the member and the normalised body (the parsed request
-/// serialised again: fixed field order, canonical UUID spelling, no whitespace).
-pub fn fingerprint(operation: &str, member: &str, normalised_body: &str) -> String {
-    let mut h = Sha256::new();
-    for part in [operation, member, normalised_body] {
-        h.update((part.len() as u64).to_be_bytes());
-        h.update(part.as_bytes());
-    }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Which record: the key is scoped to (member, operation).
-#[derive(Debug, Clone)]
-pub struct Scope {
-    pub member: String,
-    pub operation: &'static str,
-    pub key: IdempotencyKey,
-}
+use super::key::{Begin, Scope};
+use crate::error::{Breach, Error, Result};
 
 /// An existing record: fingerprint, status, owner, lease expired, lease seconds left,
 /// payment, stored status and body.
@@ -93,19 +24,6 @@ type StoredKey = (
     Option<i32>,
     Option<String>,
 );
-
-/// What the caller of [`begin`] does next.
-#[derive(Debug)]
-pub enum Begin {
-    /// Execute the request; only `token` may write its result. `payment_id` is set
-    /// when a crashed owner already created the payment (execution resumes from it).
-    Owned {
-        token: Uuid,
-        payment_id: Option<Uuid>,
-    },
-    /// Answer with the stored response.
-    Replay { status: u16, body: String },
-}
 
 /// Starts (or joins, or takes over) the request under `scope`.
 #[tracing::instrument(skip_all, fields(operation = scope.operation))]
@@ -175,12 +93,12 @@ pub async fn begin(
         }
         if status == "COMPLETED" {
             let (Some(status), Some(body)) = (response_status, response_body) else {
-                return Err(Error::Invariant(
-                    "completed idempotency record without a response".into(),
-                ));
+                return Err(Breach::KeyWithoutResponse {
+                    operation: scope.operation,
+                }
+                .into());
             };
-            let status = u16::try_from(status)
-                .map_err(|_| Error::Invariant(format!("stored status {status}")))?;
+            let status = u16::try_from(status).map_err(|_| Breach::StoredStatus { status })?;
             return Ok(Begin::Replay { status, body });
         }
         if !lease_expired {
@@ -383,25 +301,49 @@ pub async fn purge_expired(pool: &PgPool, batch: i64) -> Result<u64> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The `owned` part of the statement that creates a flush's payments
+/// (`store::insert_many`): the requests of `req` whose token still owns its unlinked,
+/// PROCESSING key, the key locked until the statement ends. `$3` holds the requests'
+/// member ids; `member_id = ANY` beside the join keeps the lookup on the primary key's
+/// index whatever plan the UNNEST's unknown size suggests.
+pub(crate) const OWNED_KEYS: &str = r#"owned AS (
+            SELECT req.*
+            FROM req
+            JOIN idempotency_keys k
+              ON k.member_id = ANY($3)
+             AND k.member_id = req.member_id AND k.operation = req.operation AND k.idem_key = req.idem_key
+             AND k.owner_token = req.token AND k.status = 'PROCESSING' AND k.payment_id IS NULL
+            FOR UPDATE OF k
+        )"#;
 
-    #[test]
-    fn keys_are_bounded_visible_ascii() {
-        assert!(IdempotencyKey::parse("order-123_abc").is_ok());
-        assert!(IdempotencyKey::parse("").is_err());
-        assert!(IdempotencyKey::parse("has space").is_err());
-        assert!(IdempotencyKey::parse("é").is_err());
-        assert!(IdempotencyKey::parse(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
-        assert!(IdempotencyKey::parse(&"k".repeat(MAX_KEY_LEN)).is_ok());
-    }
+/// The `linked` part of the same statement: each key points at the payment made for
+/// it (`inserted`), in the statement that makes it, so a payment never exists without
+/// a record to replay.
+pub(crate) const LINK_KEYS: &str = r#"linked AS (
+            UPDATE idempotency_keys k
+            SET payment_id = inserted.id, updated_at = now()
+            FROM inserted
+            JOIN req ON req.id = inserted.id
+            WHERE k.member_id = ANY($3)
+              AND k.member_id = req.member_id AND k.operation = req.operation AND k.idem_key = req.idem_key
+        )"#;
 
-    #[test]
-    fn fingerprint_separates_its_parts() {
-        let a = fingerprint("create_payment", "m1", "{}");
-        assert_eq!(a, fingerprint("create_payment", "m1", "{}"));
-        assert_ne!(a, fingerprint("create_payment", "m2", "{}"));
-        assert_ne!(fingerprint("op", "ab", "c"), fingerprint("op", "a", "bc"));
-    }
-}
+/// The `answered` part of the step record's statement (`store::record_many`): the
+/// waiting request's 201, stored under its own key with the move that settles its
+/// payment (`moved`), only while the key is still that request's and unanswered (a
+/// request that timed out stored its 202 first, or lost the key to a retry: then
+/// nothing here). `$28` to `$33` are the answers' index, member, operation, key, owner
+/// token and body.
+pub(crate) const ANSWER_KEYS: &str = r#"answered AS (
+            UPDATE idempotency_keys k
+            SET status = 'COMPLETED', response_status = 201, response_body = a.body,
+                owner_token = NULL, lease_until = NULL, updated_at = now()
+            FROM moved
+            JOIN UNNEST($28::INTEGER[], $29::TEXT[], $30::TEXT[], $31::TEXT[], $32::UUID[], $33::TEXT[])
+                     AS a(idx, member_id, operation, idem_key, token, body)
+              ON a.idx = moved.batch_idx
+            WHERE k.member_id = ANY($29)
+              AND k.member_id = a.member_id AND k.operation = a.operation AND k.idem_key = a.idem_key
+              AND k.owner_token = a.token AND k.status = 'PROCESSING'
+            RETURNING a.idx
+        )"#;

@@ -10,16 +10,15 @@ use serde::Deserialize;
 use uuid::Uuid;
 use workflows::State as SagaState;
 
-use super::{
-    auth::{self, Operator},
-    layout::{self, Section},
-    queries,
-};
+use paysaga_common::ApiError;
+use paysaga_contracts::orchestrator::api::{codes, ListPayments, PaymentAdmin, PaymentTimeline};
+
 use crate::{
-    api::{ListPayments, PaymentAdmin, PaymentTimeline},
-    error::Error,
-    routes::operator::{list_payments, refund_payment, resume_payment, timeline as load_timeline},
-    AppState,
+    auth::{self, Operator},
+    desk::DeskError,
+    layout::{self, Section},
+    state::ConsoleState,
+    trace,
 };
 
 const PAGE_SIZE: i64 = 50;
@@ -137,7 +136,7 @@ fn filter_form(f: &Filter) -> Markup {
 
 #[tracing::instrument(skip_all, fields(operator = %op.role))]
 pub async fn list(
-    State(state): State<AppState>,
+    State(state): State<ConsoleState>,
     op: Operator,
     Query(filter): Query<Filter>,
 ) -> Response {
@@ -153,20 +152,21 @@ pub async fn list(
                 .into_response();
         }
     };
-    let page = match list_payments(&state, &query).await {
+    let page = match state.payments.list(&query).await {
         Ok(p) => p,
         Err(e) => {
-            let message = e
-                .api()
-                .map(|a| a.message)
-                .unwrap_or_else(|| "the list could not be read".into());
+            let (status, message) = match e {
+                DeskError::Refused(api) => (api.status, api.message),
+                e @ DeskError::Internal(_) => {
+                    tracing::error!(error = %e, "console: the payments list");
+                    (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the list could not be read".into(),
+                    )
+                }
+            };
             let body = html! { (form) p.error { (message) } };
-            return (
-                e.api()
-                    .map_or(StatusCode::INTERNAL_SERVER_ERROR, |a| a.status),
-                layout::page(Section::Payments, "Payments", body),
-            )
-                .into_response();
+            return (status, layout::page(Section::Payments, "Payments", body)).into_response();
         }
     };
     let body = html! {
@@ -242,9 +242,14 @@ fn payment_not_found() -> Response {
 }
 
 /// The payment a page is about, by the id in its path (one that is no id is no payment).
-async fn load(state: &AppState, raw: &str) -> crate::Result<PaymentTimeline> {
-    let id = raw.parse::<Uuid>().map_err(|_| Error::PaymentNotFound)?;
-    load_timeline(state, id).await
+async fn load(state: &ConsoleState, raw: &str) -> Result<PaymentTimeline, DeskError> {
+    let Ok(id) = raw.parse::<Uuid>() else {
+        return Err(DeskError::Refused(ApiError::not_found(
+            codes::PAYMENT_NOT_FOUND,
+            "no such payment",
+        )));
+    };
+    state.payments.timeline(id).await
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -286,7 +291,7 @@ fn facts(p: &PaymentAdmin, trace: Option<Option<&str>>) -> Markup {
 
 #[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
 pub async fn timeline(
-    State(state): State<AppState>,
+    State(state): State<ConsoleState>,
     op: Operator,
     Path(raw): Path<String>,
     Query(done): Query<Done>,
@@ -296,13 +301,11 @@ pub async fn timeline(
         Err(e) => return layout::failed(e, Section::Payments),
     };
     let id = t.payment.payment.id;
-    let traceparent = queries::traceparent(&state.pool, id)
-        .await
-        .unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "console: traceparent");
-            None
-        });
-    let trace_id = traceparent.as_deref().and_then(queries::trace_id);
+    let traceparent = state.payments.traceparent(id).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "console: traceparent");
+        None
+    });
+    let trace_id = traceparent.as_deref().and_then(trace::trace_id);
     let p = &t.payment;
     let flash = match done.done.as_deref() {
         Some("resume") => Some(format!("Resumed: the payment is now {}.", p.payment.state)),
@@ -368,7 +371,7 @@ impl Action {
     }
 }
 
-async fn confirm(state: AppState, raw: String, action: Action) -> Response {
+async fn confirm(state: ConsoleState, raw: String, action: Action) -> Response {
     let t = match load(&state, &raw).await {
         Ok(t) => t,
         Err(e) => return layout::failed(e, Section::Payments),
@@ -402,7 +405,7 @@ async fn confirm(state: AppState, raw: String, action: Action) -> Response {
     layout::page(Section::Payments, title, body).into_response()
 }
 
-async fn act(state: AppState, headers: HeaderMap, raw: String, action: Action) -> Response {
+async fn act(state: ConsoleState, headers: HeaderMap, raw: String, action: Action) -> Response {
     if !auth::same_origin(&headers) {
         return auth::cross_origin();
     }
@@ -410,14 +413,22 @@ async fn act(state: AppState, headers: HeaderMap, raw: String, action: Action) -
         return payment_not_found();
     };
     let result = match action {
-        Action::Resume => resume_payment(&state, "resumed by operator (console)", id).await,
+        Action::Resume => {
+            state
+                .payments
+                .resume(id, "resumed by operator (console)")
+                .await
+        }
         Action::Refund => {
-            refund_payment(&state, "refund requested by operator (console)", id).await
+            state
+                .payments
+                .refund(id, "refund requested by operator (console)")
+                .await
         }
     };
     match result {
-        Ok(row) => {
-            tracing::info!(payment_id = %id, state = %row.state, action = action.path(), "console action");
+        Ok(p) => {
+            tracing::info!(payment_id = %id, state = %p.payment.state, action = action.path(), "console action");
             Redirect::to(&format!("/console/payments/{id}?done={}", action.path())).into_response()
         }
         Err(e) => layout::failed(e, Section::Payments),
@@ -426,7 +437,7 @@ async fn act(state: AppState, headers: HeaderMap, raw: String, action: Action) -
 
 #[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
 pub async fn confirm_resume(
-    State(state): State<AppState>,
+    State(state): State<ConsoleState>,
     op: Operator,
     Path(raw): Path<String>,
 ) -> Response {
@@ -435,7 +446,7 @@ pub async fn confirm_resume(
 
 #[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
 pub async fn confirm_refund(
-    State(state): State<AppState>,
+    State(state): State<ConsoleState>,
     op: Operator,
     Path(raw): Path<String>,
 ) -> Response {
@@ -444,7 +455,7 @@ pub async fn confirm_refund(
 
 #[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
 pub async fn resume(
-    State(state): State<AppState>,
+    State(state): State<ConsoleState>,
     op: Operator,
     headers: HeaderMap,
     Path(raw): Path<String>,
@@ -454,7 +465,7 @@ pub async fn resume(
 
 #[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
 pub async fn refund(
-    State(state): State<AppState>,
+    State(state): State<ConsoleState>,
     op: Operator,
     headers: HeaderMap,
     Path(raw): Path<String>,

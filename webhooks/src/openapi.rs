@@ -1,4 +1,4 @@
-//! The event catalogue in the orchestrator's OpenAPI document, as OpenAPI 3.1
+//! The event catalogue in its host's OpenAPI document, as OpenAPI 3.1
 //! `webhooks`: one `POST` per event type, with its signed headers and its body.
 //!
 //! utoipa 5 has no field for `webhooks`; its document's extensions are written flat into
@@ -58,9 +58,9 @@ fn catalogue() -> Vec<(&'static str, String, &'static str)> {
 }
 
 /// Adds the payload schemas and the `webhooks` object.
-pub struct Webhooks;
+pub struct Catalogue;
 
-impl Modify for Webhooks {
+impl Modify for Catalogue {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         for (name, schema) in [

@@ -1,0 +1,88 @@
+//! The payment desk: what the console reads and does with payments, as the saga offers
+//! it. The orchestrator implements [`PaymentDesk`] with the same functions its
+//! operator API runs, so the console has no business logic and no view of the saga's
+//! store of its own.
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use paysaga_common::ApiError;
+use paysaga_contracts::orchestrator::api::{
+    ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
+};
+use uuid::Uuid;
+use workflows::State;
+
+/// A desk call's answer, later.
+pub type Answer<'a, T> = BoxFuture<'a, Result<T, DeskError>>;
+
+/// The payments side of the console.
+pub trait PaymentDesk: Send + Sync + 'static {
+    /// The operator's list, with the operator API's checks (`GET /v1/payments`).
+    fn list<'a>(&'a self, filter: &'a ListPayments) -> Answer<'a, PaymentPage>;
+    /// One payment and its step log (`GET /v1/payments/{id}/steps`).
+    fn timeline(&self, id: Uuid) -> Answer<'_, PaymentTimeline>;
+    /// Resume (`POST /v1/payments/{id}/resume`), with `note` on the step log.
+    fn resume<'a>(&'a self, id: Uuid, note: &'a str) -> Answer<'a, PaymentAdmin>;
+    /// Refund (`POST /v1/payments/{id}/refund`), with `note` on the step log.
+    fn refund<'a>(&'a self, id: Uuid, note: &'a str) -> Answer<'a, PaymentAdmin>;
+    /// Payments per product (`None`: payments older than the product column) and
+    /// state, with the attention count and the last minute's rates.
+    fn by_product(&self) -> Answer<'_, BTreeMap<Option<i64>, ProductPayments>>;
+    /// The payment's W3C `traceparent`, if it was recorded with one.
+    fn traceparent(&self, id: Uuid) -> Answer<'_, Option<String>>;
+}
+
+/// One product's payments.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ProductPayments {
+    pub by_state: BTreeMap<State, i64>,
+    pub attention: i64,
+    /// Created in the last minute.
+    pub created_last_minute: i64,
+    /// Reached COMPLETED / FAILED / REFUNDED in the last minute (their last update is
+    /// the move into the terminal state).
+    pub completed_last_minute: i64,
+    pub failed_last_minute: i64,
+    pub refunded_last_minute: i64,
+}
+
+impl ProductPayments {
+    pub fn total(&self) -> i64 {
+        self.by_state.values().sum()
+    }
+}
+
+/// Why a desk call (or a webhook action) gave no answer.
+#[derive(Debug)]
+pub enum DeskError {
+    /// What the operator API would answer (status, code, message): shown as it is.
+    Refused(ApiError),
+    /// Anything else: shown as an internal error, logged with its cause chain.
+    Internal(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl DeskError {
+    /// `err` as the console shows it: `api`, its client-facing answer, if it has one.
+    pub fn new(api: Option<ApiError>, err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match api {
+            Some(api) => DeskError::Refused(api),
+            None => DeskError::Internal(Box::new(err)),
+        }
+    }
+}
+
+impl std::fmt::Display for DeskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeskError::Refused(api) => write!(f, "{}: {}", api.code, api.message),
+            DeskError::Internal(e) => f.write_str(&paysaga_common::error::cause_chain(e.as_ref())),
+        }
+    }
+}
+
+impl From<paysaga_webhooks::Error> for DeskError {
+    fn from(e: paysaga_webhooks::Error) -> Self {
+        DeskError::new(e.api(), e)
+    }
+}

@@ -1,0 +1,61 @@
+//! What the console's pages need, and where it reads units, the waitlist and the quota.
+
+use std::{sync::Arc, time::Duration};
+
+use paysaga_common::auth::Verifier;
+use paysaga_contracts::{GateClient, OrderClient};
+use paysaga_webhooks::Webhooks;
+
+use crate::desk::PaymentDesk;
+
+/// Where the console reads units, the waitlist and the quota.
+#[derive(Clone, Debug)]
+pub struct ConsoleConfig {
+    /// `ORDER_URL`: the order service.
+    pub order_url: String,
+    /// `GATE_URL`: the gate; `None`, the drop page says "gate not configured".
+    pub gate_url: Option<String>,
+}
+
+/// Everything the console's pages need: the credential check, the saga's payment desk,
+/// the webhook platform, and one HTTP connection pool for calling the order service and
+/// the gate with the operator's own credential.
+#[derive(Clone)]
+pub struct ConsoleState {
+    pub(crate) verifier: Arc<Verifier>,
+    pub(crate) payments: Arc<dyn PaymentDesk>,
+    pub(crate) webhooks: Webhooks,
+    http: reqwest::Client,
+    order_url: String,
+    gate_url: Option<String>,
+}
+
+impl ConsoleState {
+    pub fn new(
+        verifier: Arc<Verifier>,
+        payments: Arc<dyn PaymentDesk>,
+        webhooks: Webhooks,
+        config: ConsoleConfig,
+    ) -> Self {
+        Self {
+            verifier,
+            payments,
+            webhooks,
+            // Short: a page waits on these reads, and a downstream that does not answer
+            // is shown as unreachable rather than holding the page.
+            http: paysaga_common::client::http_client(Duration::from_secs(2)),
+            order_url: config.order_url,
+            gate_url: config.gate_url,
+        }
+    }
+
+    pub(crate) fn order(&self, token: &str) -> OrderClient {
+        OrderClient::with_http(self.http.clone(), &self.order_url, token)
+    }
+
+    pub(crate) fn gate(&self, token: &str) -> Option<GateClient> {
+        self.gate_url
+            .as_ref()
+            .map(|url| GateClient::with_http(self.http.clone(), url, token))
+    }
+}

@@ -1,0 +1,101 @@
+//! The OpenAPI document the orchestrator serves: the saga's API (payments, the
+//! operators' inspection API) with the webhook platform's merged in (its operators'
+//! routes and the event catalogue as `webhooks`).
+
+use utoipa::{
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+    Modify, OpenApi,
+};
+
+use paysaga_contracts::orchestrator::api;
+
+/// The two bearer schemes: buyer tokens and service credentials.
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for name in ["buyer", "service"] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .bearer_format("JWT")
+                        .build(),
+                ),
+            );
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "paysaga orchestrator",
+        description = "The payment saga: idempotent checkout payments, recovery, and the operators' inspection API; the events it publishes as signed webhooks (see `webhooks`) and the operators' webhook API."
+    ),
+    modifiers(&SecuritySchemes),
+    paths(
+        crate::routes::payments::create,
+        crate::routes::payments::get,
+        crate::routes::operator::list,
+        crate::routes::operator::steps,
+        crate::routes::operator::resume,
+        crate::routes::operator::refund,
+    ),
+    components(schemas(
+        api::CreatePayment,
+        api::Payment,
+        api::PaymentAdmin,
+        api::Step,
+        api::PaymentTimeline,
+        api::PaymentPage,
+        paysaga_common::ErrorBody,
+    ))
+)]
+pub struct ApiDoc;
+
+/// The document the orchestrator serves: the saga's API, and the webhook platform's
+/// (its operators' routes and the event catalogue).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    paysaga_webhooks::ApiDoc::merge_into(&mut doc);
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_document_holds_the_saga_the_webhook_api_and_the_catalogue() {
+        let doc = serde_json::to_value(super::openapi()).expect("serialises");
+        for path in [
+            "/v1/payments",
+            "/v1/payments/{id}",
+            "/v1/payments/{id}/steps",
+            "/v1/payments/{id}/resume",
+            "/v1/payments/{id}/refund",
+            "/v1/webhook-endpoints",
+            "/v1/webhook-endpoints/{id}/disable",
+            "/v1/webhook-endpoints/{id}/enable",
+            "/v1/webhook-deliveries",
+            "/v1/webhook-deliveries/{id}/replay",
+        ] {
+            assert!(doc["paths"][path].is_object(), "{path}");
+        }
+        assert_eq!(
+            doc["webhooks"].as_object().map(|w| w.len()),
+            Some(paysaga_contracts::events::types::ALL.len())
+        );
+        for scheme in ["buyer", "service"] {
+            assert!(doc["components"]["securitySchemes"][scheme].is_object());
+        }
+        for schema in [
+            "PaymentPage",
+            "WebhookDeliveryPage",
+            "PaymentCompletedEvent",
+        ] {
+            assert!(doc["components"]["schemas"][schema].is_object(), "{schema}");
+        }
+    }
+}

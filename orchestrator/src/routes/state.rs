@@ -1,0 +1,26 @@
+//! The saga's routes' state: the credential check, the buyers' rate limit, and the two
+//! owners of the saga's requests.
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use paysaga_common::{auth::Verifier, limits::MemberLimiter};
+
+use crate::{checkout::Checkout, operations::Operations};
+
+/// What the saga's routes need: the credential check, the buyers' rate limit, and the
+/// two owners of the saga's requests.
+#[derive(Clone)]
+pub struct SagaState {
+    pub verifier: Arc<Verifier>,
+    /// A buyer's payment requests per member (`MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`).
+    pub limiter: Arc<MemberLimiter>,
+    pub checkout: Checkout,
+    pub operations: Operations,
+}
+
+impl FromRef<SagaState> for Arc<Verifier> {
+    fn from_ref(s: &SagaState) -> Self {
+        s.verifier.clone()
+    }
+}
