@@ -52,6 +52,11 @@ impl Reply {
         }
     }
 
+    /// A refusal carried as its typed error body: the same reply as [`Reply::error`].
+    pub fn refused(status: u16, body: &ErrorBody) -> Self {
+        Reply::ok(status, body)
+    }
+
     /// Classifies the answer exactly as [`paysaga_common::client::ServiceClient`]
     /// classifies a whole response: 2xx decoded as `T`, a 4xx with an error body a
     /// definite rejection, anything else an unknown outcome.
