@@ -339,7 +339,8 @@ pub struct Transaction {
 }
 
 /// One operation of `POST /v1/batch` (service credential). Each is answered as its own
-/// endpoint would answer it; debits and credits of one batch commit together.
+/// endpoint would answer it; the debits of one batch are applied together, then its
+/// credits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AccountOp {
