@@ -89,17 +89,14 @@ refunded AS (
     UPDATE transactions d SET refunded = d.refunded + i.amount
     FROM inserted i
     JOIN debits x ON x.operation_key = i.refund_of
-    WHERE d.operation_key = ANY(ARRAY(SELECT j.refund_of FROM inserted j))
-      AND d.operation_key IS NOT NULL
-      AND d.operation_key = i.refund_of
-      AND d.kind = 'DEBIT'
+    WHERE d.operation_key = i.refund_of AND d.operation_key IS NOT NULL AND d.kind = 'DEBIT'
     RETURNING d.refunded, x.refunded + i.amount AS expected, x.amount
 ),
 moved AS (
     UPDATE accounts a SET balance = a.balance + t.total
     FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
     JOIN locked l ON l.id = t.account_id
-    WHERE a.id = ANY(ARRAY(SELECT l.id FROM locked l)) AND a.id = t.account_id
+    WHERE a.id = t.account_id
     RETURNING a.id, a.balance, l.balance + t.total AS expected
 ),
 shards AS MATERIALIZED (
@@ -113,7 +110,7 @@ drawn AS (
     UPDATE merchant_shards s SET balance = GREATEST(s.balance - t.total, 0)
     FROM (SELECT merchant_shard, SUM(amount)::BIGINT AS total FROM inserted GROUP BY merchant_shard) AS t
     JOIN shards x ON x.shard = t.merchant_shard
-    WHERE s.shard = ANY(ARRAY(SELECT x.shard FROM shards x)) AND s.shard = t.merchant_shard
+    WHERE s.shard = t.merchant_shard
     RETURNING s.shard, s.balance, x.balance - t.total AS expected
 ),
 tally AS MATERIALIZED (

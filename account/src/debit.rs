@@ -83,7 +83,7 @@ applied AS (
 moved AS (
     UPDATE accounts a SET balance = GREATEST(a.balance - p.amount, 0)
     FROM applied p
-    WHERE a.id = ANY(ARRAY(SELECT q.account_id FROM applied q)) AND a.id = p.account_id
+    WHERE a.id = p.account_id
     RETURNING a.id, a.balance, p.expected, p.amount
 ),
 credited AS (

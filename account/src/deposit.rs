@@ -53,7 +53,7 @@ moved AS (
     UPDATE accounts a SET balance = a.balance + t.total
     FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
     JOIN locked l ON l.id = t.account_id
-    WHERE a.id = ANY(ARRAY(SELECT l.id FROM locked l)) AND a.id = t.account_id
+    WHERE a.id = t.account_id
     RETURNING a.id, a.balance, l.balance + t.total AS expected
 ),
 tally AS MATERIALIZED (
