@@ -103,6 +103,14 @@ mod tests {
             refused.into_answer::<serde_json::Value>(Duration::ZERO),
             Err(CallError::Rejected { status: 422, .. })
         ));
+        let typed = Reply::refused(
+            422,
+            &ErrorBody {
+                code: "INSUFFICIENT_FUNDS".into(),
+                message: "no".into(),
+            },
+        );
+        assert_eq!(typed, Reply::error(422, "INSUFFICIENT_FUNDS", "no"));
         for status in [500, 503, 408, 429] {
             let r = Reply::error(status, "X", "y");
             assert!(matches!(
