@@ -1,11 +1,13 @@
 //! Opening and reading accounts.
 
+use std::collections::HashMap;
+
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::{
-    api::{Account, AccountView, OpenAccountRequest},
-    error::{Error, Result},
+    api::{Account, AccountKind, AccountView, OpenAccountRequest, Transaction},
+    error::{Breach, Error, Result},
     rows::{AccountRow, TransactionRow},
 };
 
@@ -49,7 +51,9 @@ pub async fn open(pool: &PgPool, req: &OpenAccountRequest) -> Result<(Account, b
     .await?;
     let Some(row) = row else {
         tx.rollback().await?;
-        let key = open_key.ok_or_else(|| Error::Corrupt("unkeyed opening conflicted".into()))?;
+        let key = open_key.ok_or_else(|| Breach::UnkeyedOpeningConflicted {
+            member: req.member_id.as_str().to_owned(),
+        })?;
         return opened_before(pool, key, req).await.map(|a| (a, false));
     };
     // The deposit is on the ledger too, so every balance is explained by its rows.
@@ -65,46 +69,43 @@ pub async fn open(pool: &PgPool, req: &OpenAccountRequest) -> Result<(Account, b
         .await?;
     }
     tx.commit().await?;
-    Ok((row.into_api()?, true))
+    Ok((row.into(), true))
 }
 
 /// The account `key` opened, if it was opened for the same member with the same deposit;
 /// otherwise the key was reused for a different request.
 async fn opened_before(pool: &PgPool, key: &str, req: &OpenAccountRequest) -> Result<Account> {
-    let found: Option<(AccountRow, i64)> =
-        sqlx::query_as::<_, (i64, String, String, i64, chrono::DateTime<chrono::Utc>, i64)>(
-            r#"SELECT a.id, a.member_id, a.kind, a.balance, a.created_at,
+    let found: Option<Opened> = sqlx::query_as(
+        r#"SELECT a.id, a.member_id, a.kind, a.balance, a.created_at,
                   COALESCE((SELECT SUM(t.amount) FROM transactions t
-                            WHERE t.account_id = a.id AND t.kind = 'OPENING'), 0)::BIGINT
+                            WHERE t.account_id = a.id AND t.kind = 'OPENING'), 0)::BIGINT AS opening
            FROM accounts a
            WHERE a.open_key = $1"#,
-        )
-        .bind(key)
-        .fetch_optional(pool)
-        .await?
-        .map(|(id, member_id, kind, balance, created_at, opening)| {
-            (
-                AccountRow {
-                    id,
-                    member_id,
-                    kind,
-                    balance,
-                    created_at,
-                },
-                opening,
-            )
-        });
+    )
+    .bind(key)
+    .fetch_optional(pool)
+    .await?;
     match found {
-        Some((row, opening))
-            if row.member_id == req.member_id.as_str() && opening == req.opening_balance =>
+        Some(o)
+            if o.account.member_id == req.member_id.as_str()
+                && o.opening == req.opening_balance =>
         {
-            row.into_api()
+            Ok(o.account.into())
         }
         Some(_) => Err(Error::OperationKeyReused(key.to_owned())),
-        None => Err(Error::Corrupt(format!(
-            "opening key {key} conflicted but holds no account"
-        ))),
+        None => Err(Breach::OpeningKeyHoldsNothing {
+            key: key.to_owned(),
+        }
+        .into()),
     }
+}
+
+/// An account opened under a key, with the deposit it was opened with.
+#[derive(sqlx::FromRow)]
+struct Opened {
+    #[sqlx(flatten)]
+    account: AccountRow,
+    opening: i64,
 }
 
 /// The account and its recent keyed transactions, or `None` if it does not exist.
@@ -120,10 +121,10 @@ pub async fn view(pool: &PgPool, id: i64) -> Result<Option<AccountView>> {
     .fetch_optional(pool)
     .await?;
     let Some(row) = row else { return Ok(None) };
-    let account = row.into_api()?;
+    let account = Account::from(row);
     // Every transaction has the merchant on its other side, so the merchant's recent
     // history is the ledger's; uuid v7 ids are time-ordered, so the primary key serves it.
-    let recent: Vec<TransactionRow> = if account.kind == crate::api::AccountKind::Merchant {
+    let recent: Vec<TransactionRow> = if account.kind == AccountKind::Merchant {
         sqlx::query_as(
             r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
                FROM transactions
@@ -141,22 +142,30 @@ pub async fn view(pool: &PgPool, id: i64) -> Result<Option<AccountView>> {
             .fetch_all(pool)
             .await?
     };
-    let recent_transactions = recent
-        .into_iter()
-        .map(TransactionRow::into_api)
-        .collect::<Result<_>>()?;
+    let recent_transactions = recent.into_iter().map(Transaction::from).collect();
     Ok(Some(AccountView {
         account,
         recent_transactions,
     }))
 }
 
-/// `Some("MEMBER" | "MERCHANT")` if the account exists.
-pub async fn kind_of(pool: &PgPool, id: i64) -> Result<Option<String>> {
-    Ok(
-        sqlx::query_scalar(r#"SELECT kind FROM accounts WHERE id = $1"#)
-            .bind(id)
-            .fetch_optional(pool)
-            .await?,
+/// Accounts by id as `GET /v1/accounts/{id}` shows them (the merchant's balance being
+/// the sum of its shards), without their recent transactions.
+pub async fn by_ids(pool: &PgPool, ids: &[i64]) -> Result<HashMap<i64, Account>> {
+    let rows: Vec<AccountRow> = sqlx::query_as(
+        // The `balances` view's rule inline: joined to the view, the id list did not
+        // reach the view's own scan of `accounts`, which then read every account.
+        r#"SELECT a.id, a.member_id, a.kind,
+                  CASE WHEN a.kind = 'MERCHANT'
+                       THEN (SELECT COALESCE(SUM(s.balance), 0) FROM merchant_shards s)::BIGINT
+                       ELSE a.balance
+                  END AS balance,
+                  a.created_at
+           FROM accounts a
+           WHERE a.id = ANY($1)"#,
     )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, Account::from(r))).collect())
 }

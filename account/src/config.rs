@@ -28,9 +28,6 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `MERCHANT_SHARDS`, 1-16, default 16: how many rows the merchant balance is spread over.
     pub merchant_shards: u16,
-    /// `BATCH_FAST_PATH`, default `true`: a batch's debits first try the one-statement
-    /// path; `false` sends every batch down the multi-statement transaction (to compare).
-    pub batch_fast_path: bool,
     /// Where buyer-token keys come from: the member service's key set
     /// (`MEMBER_JWKS_URL`), else `JWT_PUBLIC_KEY`; one of them is required.
     pub buyer_keys: BuyerKeySource,
@@ -70,7 +67,6 @@ impl Config {
             db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
             merchant_shards,
-            batch_fast_path: config::parse("BATCH_FAST_PATH", true)?,
             buyer_keys,
             service_keys,
             dev_fallbacks,
@@ -89,7 +85,6 @@ impl Config {
             db_max_connections: 16,
             log_format: LogFormat::Pretty,
             merchant_shards: MAX_MERCHANT_SHARDS,
-            batch_fast_path: true,
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),
             dev_fallbacks: DevFallbacks::default(),

@@ -6,12 +6,12 @@ use axum::{
 };
 use paysaga_common::{
     error::{codes as common_codes, internal_error_response},
-    retry, ApiError,
+    retry, ApiError, ErrorBody,
 };
 
 use paysaga_contracts::batch::BATCH_TOO_LARGE;
 
-use crate::api::{codes, Transaction};
+use crate::api::{AccountCode, Transaction};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -64,9 +64,114 @@ pub enum Error {
     Unavailable,
     #[error("database")]
     Database(#[source] sqlx::Error),
-    /// A stored row that breaks the schema's own rules; should be impossible.
-    #[error("corrupt ledger row: {0}")]
-    Corrupt(String),
+    /// The ledger broke one of its own rules; should be impossible.
+    #[error("ledger invariant breach")]
+    Breach(#[from] Breach),
+}
+
+/// The rule a statement carries out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    Debit,
+    Credit,
+    Deposit,
+}
+
+impl Rule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::Debit => "debit",
+            Rule::Credit => "credit",
+            Rule::Deposit => "deposit",
+        }
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What broke, with what it concerns; never shown to clients (a generic 500), logged once
+/// with the error's cause chain.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Breach {
+    /// A rule's statement failed one of its own checks (a balance that would not cover
+    /// what its rows take, an account or shard that did not move by what its rows say)
+    /// and failed whole: nothing of it was applied.
+    #[error("{rule} statement failed its own check: {}", show_facts(.facts))]
+    Check {
+        rule: Rule,
+        /// What the statement reported, by name (`account`, `balance`, `applied`,
+        /// `moved`, ...).
+        facts: Vec<(String, i64)>,
+    },
+    /// Nothing was recorded under the key, no row holds it, yet it names a member
+    /// account: the insert neither inserted nor met a conflict.
+    #[error("{rule} {key} on member account {account} was neither recorded nor found")]
+    Unclaimed {
+        rule: Rule,
+        key: String,
+        account: i64,
+    },
+    /// A rule's statement answered `got` of the `sent` operations it was given.
+    #[error("{rule} statement answered {got} of {sent} operations")]
+    Unanswered { rule: Rule, sent: usize, got: usize },
+    /// A batch (or a lone operation) got `got` answers for its `sent` operations.
+    #[error("{got} answers for {sent} operations")]
+    Unreplied { sent: usize, got: usize },
+    /// A rule's statement answered request `index` (0-based) with the row of ordinal
+    /// `ord` (1-based).
+    #[error("{rule} statement answered request {index} with row {ord}")]
+    Misordered { rule: Rule, index: usize, ord: i64 },
+    /// An opening without a key met a conflict on the key's constraint.
+    #[error("an unkeyed opening for member {member} conflicted")]
+    UnkeyedOpeningConflicted { member: String },
+    /// An opening key met a conflict but no account holds it.
+    #[error("opening key {key} conflicted but holds no account")]
+    OpeningKeyHoldsNothing { key: String },
+}
+
+fn show_facts(facts: &[(String, i64)]) -> String {
+    facts
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a rule's statement casts to a number to fail itself when one of its checks
+/// fails (SQLSTATE 22P02, the one way a plain SQL statement can abort): this, the rule,
+/// then `name=value` pairs, separated by `;`. An autocommit statement so failed rolls
+/// back whole.
+pub(crate) const BREACH_MARK: &str = "account invariant breach";
+
+impl Breach {
+    /// The breach a statement reported by failing on purpose (see [`BREACH_MARK`]).
+    fn reported(e: &sqlx::Error) -> Option<Breach> {
+        let db = e.as_database_error()?;
+        if db.code().as_deref() != Some("22P02") {
+            return None;
+        }
+        // `invalid input syntax for type integer: "<mark>;<rule>;<name>=<n>;..."`
+        let message = db.message();
+        let start = message.find(BREACH_MARK)?;
+        let mut parts = message[start..].trim_end_matches('"').split(';').skip(1);
+        let rule = match parts.next()? {
+            "debit" => Rule::Debit,
+            "credit" => Rule::Credit,
+            "deposit" => Rule::Deposit,
+            _ => return None,
+        };
+        let facts = parts
+            .filter_map(|p| {
+                let (name, n) = p.split_once('=')?;
+                Some((name.to_owned(), n.parse().ok()?))
+            })
+            .collect();
+        Some(Breach::Check { rule, facts })
+    }
 }
 
 impl From<ApiError> for Error {
@@ -80,6 +185,9 @@ impl From<sqlx::Error> for Error {
         if paysaga_common::db::unavailable(&e) {
             return Error::Unavailable;
         }
+        if let Some(breach) = Breach::reported(&e) {
+            return Error::Breach(breach);
+        }
         if let Some(db) = e.as_database_error() {
             // 22003 numeric_value_out_of_range: a BIGINT balance would overflow.
             if db.code().as_deref() == Some("22003") {
@@ -91,10 +199,33 @@ impl From<sqlx::Error> for Error {
 }
 
 impl Error {
-    /// PostgreSQL rolled the transaction back to break a deadlock or a serialization
+    /// PostgreSQL rolled the statement back to break a deadlock or a serialization
     /// conflict: running it again is safe.
     pub(crate) fn is_conflict(&self) -> bool {
         matches!(self, Error::Database(e) if retry::is_rolled_back_conflict(e))
+    }
+
+    /// The service's own code for this refusal, if it has one.
+    fn code(&self) -> Option<AccountCode> {
+        Some(match self {
+            Error::InsufficientFunds(_) => AccountCode::InsufficientFunds,
+            Error::OperationKeyReused(_) => AccountCode::OperationKeyReused,
+            Error::AccountNotFound(_) => AccountCode::AccountNotFound,
+            Error::AccountNotMember(_) => AccountCode::AccountNotMember,
+            Error::TransactionNotFound(_) => AccountCode::TransactionNotFound,
+            Error::DebitNotFound(_) => AccountCode::DebitNotFound,
+            Error::DebitDeclined(_) => AccountCode::DebitDeclined,
+            Error::RefundExceedsDebit { .. } => AccountCode::RefundExceedsDebit,
+            Error::RefundAccountMismatch { .. } => AccountCode::RefundAccountMismatch,
+            Error::InvalidOpeningBalance { .. } => AccountCode::InvalidOpeningBalance,
+            Error::InvalidOperationKey(_) => AccountCode::InvalidOperationKey,
+            Error::AmountOutOfRange => AccountCode::AmountOutOfRange,
+            Error::Api(_)
+            | Error::BatchTooLarge { .. }
+            | Error::Unavailable
+            | Error::Database(_)
+            | Error::Breach(_) => return None,
+        })
     }
 
     /// The answer a client sees for this error, or the error itself back when it is
@@ -102,28 +233,25 @@ impl Error {
     /// responses and for the per-operation replies of a batch, so both say the same.
     pub(crate) fn into_api(self) -> Result<ApiError, Error> {
         let msg = self.to_string();
+        if let Some(code) = self.code() {
+            let status = match code {
+                AccountCode::OperationKeyReused => StatusCode::CONFLICT,
+                AccountCode::AccountNotFound
+                | AccountCode::TransactionNotFound
+                | AccountCode::DebitNotFound => StatusCode::NOT_FOUND,
+                AccountCode::InvalidOperationKey => StatusCode::BAD_REQUEST,
+                AccountCode::InsufficientFunds
+                | AccountCode::AccountNotMember
+                | AccountCode::DebitDeclined
+                | AccountCode::RefundExceedsDebit
+                | AccountCode::RefundAccountMismatch
+                | AccountCode::InvalidOpeningBalance
+                | AccountCode::AmountOutOfRange => StatusCode::UNPROCESSABLE_ENTITY,
+            };
+            return Ok(ApiError::new(status, code.as_str(), msg));
+        }
         Ok(match self {
             Error::Api(e) => e,
-            Error::InsufficientFunds(_) => ApiError::unprocessable(codes::INSUFFICIENT_FUNDS, msg),
-            Error::OperationKeyReused(_) => ApiError::conflict(codes::OPERATION_KEY_REUSED, msg),
-            Error::AccountNotFound(_) => ApiError::not_found(codes::ACCOUNT_NOT_FOUND, msg),
-            Error::AccountNotMember(_) => ApiError::unprocessable(codes::ACCOUNT_NOT_MEMBER, msg),
-            Error::TransactionNotFound(_) => ApiError::not_found(codes::TRANSACTION_NOT_FOUND, msg),
-            Error::DebitNotFound(_) => ApiError::not_found(codes::DEBIT_NOT_FOUND, msg),
-            Error::DebitDeclined(_) => ApiError::unprocessable(codes::DEBIT_DECLINED, msg),
-            Error::RefundExceedsDebit { .. } => {
-                ApiError::unprocessable(codes::REFUND_EXCEEDS_DEBIT, msg)
-            }
-            Error::RefundAccountMismatch { .. } => {
-                ApiError::unprocessable(codes::REFUND_ACCOUNT_MISMATCH, msg)
-            }
-            Error::InvalidOpeningBalance { .. } => {
-                ApiError::unprocessable(codes::INVALID_OPENING_BALANCE, msg)
-            }
-            Error::InvalidOperationKey(_) => {
-                ApiError::bad_request(codes::INVALID_OPERATION_KEY, msg)
-            }
-            Error::AmountOutOfRange => ApiError::unprocessable(codes::AMOUNT_OUT_OF_RANGE, msg),
             Error::BatchTooLarge { .. } => ApiError::bad_request(BATCH_TOO_LARGE, msg),
             Error::Unavailable => {
                 tracing::warn!("database unavailable or pool exhausted; answering 503");
@@ -143,8 +271,33 @@ impl Error {
                     "the ledger is busy; nothing was done, try again",
                 )
             }
-            e @ (Error::Database(_) | Error::Corrupt(_)) => return Err(e),
+            e => return Err(e),
         })
+    }
+
+    /// This error as one operation's reply inside a batch: the status and body its own
+    /// endpoint would have sent. An internal error is logged here, since a reply inside
+    /// a 200 passes no middleware, and answered with the generic 500.
+    pub(crate) fn into_reply(self) -> (u16, ErrorBody) {
+        match self.into_api() {
+            Ok(api) => (
+                api.status.as_u16(),
+                ErrorBody {
+                    code: api.code.to_owned(),
+                    message: api.message,
+                },
+            ),
+            Err(internal) => {
+                tracing::error!(error = %paysaga_common::error::cause_chain(&internal), "batch operation failed");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
+                    ErrorBody {
+                        code: common_codes::INTERNAL.to_owned(),
+                        message: "internal error; it has been logged".to_owned(),
+                    },
+                )
+            }
+        }
     }
 }
 
@@ -174,5 +327,25 @@ mod tests {
             assert_eq!(api.code, common_codes::UNAVAILABLE);
         }
         assert!(Error::from(sqlx::Error::RowNotFound).into_api().is_err());
+    }
+
+    #[test]
+    fn a_breach_is_internal_and_names_what_it_concerns() {
+        let breach = Breach::Check {
+            rule: Rule::Debit,
+            facts: vec![("applied".into(), 3), ("moved".into(), 2)],
+        };
+        assert_eq!(
+            breach.to_string(),
+            "debit statement failed its own check: applied 3, moved 2"
+        );
+        assert!(Error::from(breach).into_api().is_err());
+        let hidden = Breach::OpeningKeyHoldsNothing {
+            key: "member:secret".into(),
+        };
+        let (status, body) = Error::from(hidden).into_reply();
+        assert_eq!(status, 500);
+        assert_eq!(body.code, common_codes::INTERNAL);
+        assert!(!body.message.contains("secret"), "{}", body.message);
     }
 }

@@ -73,7 +73,8 @@ pub async fn deposit(
     service: Service<{ MEMBER | OPERATOR }>,
     Json(req): Json<DepositRequest>,
 ) -> Result<impl IntoResponse> {
-    Ok(recorded(ledger::deposit(&state.pool, &req).await?))
+    let outcomes = batch::deposits(&state.pool, vec![(0, req)]).await?;
+    Ok(recorded(batch::lone(outcomes)?))
 }
 
 /// An account and its recent debits and credits: a buyer sees only their own.
@@ -122,9 +123,8 @@ pub async fn debit(
     service: Service<{ ORCHESTRATOR }>,
     Json(req): Json<DebitRequest>,
 ) -> Result<impl IntoResponse> {
-    Ok(recorded(
-        ledger::debit(&state.pool, state.merchant_shards, &req).await?,
-    ))
+    let outcomes = batch::debits(&state.pool, state.merchant_shards, vec![(0, req)]).await?;
+    Ok(recorded(batch::lone(outcomes)?))
 }
 
 /// Refund (part of) a debit, merchant back to the member, once per operation key.
@@ -142,7 +142,8 @@ pub async fn credit(
     service: Service<{ ORCHESTRATOR }>,
     Json(req): Json<CreditRequest>,
 ) -> Result<impl IntoResponse> {
-    Ok(recorded(ledger::credit(&state.pool, &req).await?))
+    let outcomes = batch::credits(&state.pool, vec![(0, req)]).await?;
+    Ok(recorded(batch::lone(outcomes)?))
 }
 
 /// What happened under an operation key: how a caller learns the truth after a timeout.
@@ -167,14 +168,15 @@ pub async fn transaction_by_key(
 }
 
 /// Many operations in one request, each answered as its own endpoint would answer it;
-/// the debits among them commit together in one database transaction.
+/// the debits among them are applied together, in one statement unless an account
+/// repeats.
 #[utoipa::path(post, path = "/v1/batch", security(("service" = [])), tag = "batch", request_body = AccountBatch,
     responses(
         (status = 200, body = Replies, description = "one reply {status, body} per operation, in order: debit as POST /v1/debits, credit as POST /v1/credits, account as GET /v1/accounts/{id} (the Account alone), transaction as GET /v1/transactions/{key}"),
         (status = 400, body = ErrorBody, description = "BATCH_TOO_LARGE (no operations, or more than 1000): nothing applied; MALFORMED_JSON"),
         (status = 422, body = ErrorBody, description = "INVALID_BODY (any operation malformed): nothing applied"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "buyer token"),
-        (status = 500, body = ErrorBody, description = "the batch failed as a whole: no debit of it applied, or (after they committed) its answers were lost; ask by key"),
+        (status = 500, body = ErrorBody, description = "the batch failed as a whole: the statement that failed applied nothing, and any committed before it (a batch whose accounts repeat runs in rounds) are found by key; ask by key"),
         (status = 503, body = ErrorBody, description = "UNAVAILABLE: nothing was done"),
     ))]
 #[tracing::instrument(skip_all, fields(caller = %service.0, ops = req.ops.len()))]
@@ -185,13 +187,7 @@ pub async fn batch(
 ) -> Result<Json<Replies>> {
     let spans =
         telemetry::batch_op_spans(&req.traceparents, req.ops.len(), |i| op_span(&req.ops[i]));
-    let results = batch::answer(
-        &state.pool,
-        state.merchant_shards,
-        state.batch_fast_path,
-        req.ops,
-    )
-    .await?;
+    let results = batch::answer(&state.pool, state.merchant_shards, req.ops).await?;
     for (span, reply) in spans.iter().zip(&results) {
         span.record("status", reply.status);
     }

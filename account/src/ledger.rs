@@ -1,24 +1,36 @@
-//! Debits and refund credits: one outcome per operation key, balances checked and
-//! moved in single conditional statements, both sides in one database transaction.
+//! What the three money rules (`debit`, `credit`, `deposit`) share: the by-key lookup,
+//! the rows their statements answer with, and the answer a request gets from them
+//! (recorded, replayed, declined again, key reused, or refused).
 //!
-//! Locks are always taken in the same order (operation key, then the refunded debit,
-//! then the member account, then one merchant shard), so debits and credits rarely
-//! deadlock each other; when PostgreSQL still breaks a cycle, the transaction it rolled
-//! back is run again.
+//! Each rule is one statement in autocommit: no `BEGIN`/`COMMIT`, one round trip, all
+//! of it or none of it. Every statement takes its row locks in one global order:
+//!
+//! 1. refunded debit rows, by operation key (credits only);
+//! 2. member accounts, by id;
+//! 3. operation keys, sorted (the insert of the new ledger rows; a key another open
+//!    statement has just inserted makes this one wait for it, then skip it);
+//! 4. merchant shards, by shard number (a debit round has one, a credit round locks
+//!    those its debits paid into).
+//!
+//! A statement takes each step's locks only once the step before it is complete (an
+//! `ARRAY(SELECT ...)` over the earlier step is evaluated whole before the step's scan
+//! starts, and the insert sorts its rows first), and every later update touches only
+//! rows it already holds. So two statements can wait on each other only in the order
+//! above, never in a cycle. Rarely PostgreSQL still rolls one back as a deadlock
+//! (waiters for a row queue on its heavyweight tuple lock); it changed nothing and is
+//! run again (`retry::on_conflict`).
 
-use paysaga_common::retry;
-use sqlx::{PgPool, Postgres, Transaction as PgTx};
-use uuid::Uuid;
+use std::collections::HashMap;
+
+use sqlx::{postgres::PgRow, FromRow, PgPool, Row};
 
 use crate::{
-    accounts,
     api::{
-        CreditRequest, DebitRequest, DepositRequest, Transaction, TransactionKind,
+        AccountKind, CreditRequest, DebitRequest, DepositRequest, Transaction, TransactionKind,
         TransactionStatus,
     },
-    error::{Error, Result},
+    error::{Breach, Error, Result, Rule},
     rows::TransactionRow,
-    shard::merchant_shard,
 };
 
 /// A transaction and whether this request created it (`false`: a replay).
@@ -28,267 +40,232 @@ pub struct Recorded {
     pub created: bool,
 }
 
-/// Looks a transaction up by operation key.
-#[tracing::instrument(skip_all, fields(operation_key = key))]
-pub async fn by_key(pool: &PgPool, key: &str) -> Result<Option<Transaction>> {
-    let row: Option<TransactionRow> = sqlx::query_as(
-        r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
-           FROM transactions
-           WHERE operation_key = $1"#,
-    )
-    .bind(key)
-    .fetch_optional(pool)
-    .await?;
-    row.map(TransactionRow::into_api).transpose()
+/// What a request of a rule is answered.
+pub type Outcome = Result<Recorded>;
+
+/// A request of one of the rules, under its operation key.
+pub(crate) trait Keyed: Clone {
+    const RULE: Rule;
+    /// Requests the rule decides one after another, against what the one before left
+    /// (a debit's account, a refund's debit): at most one of a group per statement.
+    type Group: Eq + std::hash::Hash;
+    fn group(&self) -> Self::Group;
+    fn key(&self) -> &str;
+    fn account_id(&self) -> i64;
+    /// Whether a stored transaction is this same request (a replay) or not (a reuse).
+    fn is_request_of(&self, t: &Transaction) -> bool;
 }
 
-/// Takes `amount` from a member account and gives it to a merchant shard. Insufficient
-/// funds are recorded as a DECLINED transaction under the key, so that a late duplicate
-/// can never succeed after the caller was told "declined".
-#[tracing::instrument(skip_all, fields(operation_key = %req.operation_key, account_id = req.account_id, amount = %req.amount))]
-pub async fn debit(pool: &PgPool, shards: u16, req: &DebitRequest) -> Result<Recorded> {
-    retry::on_conflict(Error::is_conflict, || debit_once(pool, shards, req)).await
-}
-
-async fn debit_once(pool: &PgPool, shards: u16, req: &DebitRequest) -> Result<Recorded> {
-    let key = req.operation_key.as_str();
-    let amount = req.amount.minor();
-    let shard = merchant_shard(key, shards);
-    let mut tx = pool.begin().await?;
-    // Claiming the key first: a concurrent request with the same key waits here for this
-    // transaction to end, then finds the row and replays it.
-    let claimed: Option<TransactionRow> = sqlx::query_as(
-        r#"INSERT INTO transactions (id, operation_key, kind, status, account_id, amount, merchant_shard)
-           SELECT $1, $2, 'DEBIT', 'APPLIED', a.id, $4, $5
-           FROM accounts a
-           WHERE a.id = $3 AND a.kind = 'MEMBER'
-           ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
-           RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at"#,
-    )
-    .bind(Uuid::now_v7())
-    .bind(key)
-    .bind(req.account_id)
-    .bind(amount)
-    .bind(shard)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(claimed) = claimed else {
-        tx.rollback().await?;
-        return replay_or_refuse(pool, key, req.account_id, |t| same_debit(t, req)).await;
-    };
-
-    let taken = sqlx::query(
-        r#"UPDATE accounts SET balance = balance - $2
-           WHERE id = $1 AND balance >= $2"#,
-    )
-    .bind(req.account_id)
-    .bind(amount)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-
-    if taken == 0 {
-        let declined: TransactionRow = sqlx::query_as(
-            r#"UPDATE transactions SET status = 'DECLINED', merchant_shard = NULL
-               WHERE id = $1
-               RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at"#,
-        )
-        .bind(claimed.id)
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        metrics::counter!("account_debits_total", "outcome" => "declined").increment(1);
-        return Err(Error::InsufficientFunds(Box::new(declined.into_api()?)));
+impl Keyed for DebitRequest {
+    const RULE: Rule = Rule::Debit;
+    type Group = i64;
+    fn group(&self) -> i64 {
+        self.account_id
     }
-
-    credit_shard(&mut tx, shard, amount).await?;
-    tx.commit().await?;
-    metrics::counter!("account_debits_total", "outcome" => "applied").increment(1);
-    Ok(Recorded {
-        transaction: claimed.into_api()?,
-        created: true,
-    })
-}
-
-/// Refunds (part of) the debit named by `refund_of`: from the merchant shard that debit
-/// paid into, back to the account it came from, never more than it took in total.
-#[tracing::instrument(skip_all, fields(operation_key = %req.operation_key, account_id = req.account_id, refund_of = %req.refund_of))]
-pub async fn credit(pool: &PgPool, req: &CreditRequest) -> Result<Recorded> {
-    retry::on_conflict(Error::is_conflict, || credit_once(pool, req)).await
-}
-
-async fn credit_once(pool: &PgPool, req: &CreditRequest) -> Result<Recorded> {
-    let key = req.operation_key.as_str();
-    let debit_key = req.refund_of.as_str();
-    let amount = req.amount.minor();
-    let mut tx = pool.begin().await?;
-    let claimed: Option<TransactionRow> = sqlx::query_as(
-        r#"INSERT INTO transactions (id, operation_key, kind, status, account_id, amount, refund_of, merchant_shard)
-           SELECT $1, $2, 'CREDIT', 'APPLIED', a.id, $4, $5, 0
-           FROM accounts a
-           WHERE a.id = $3 AND a.kind = 'MEMBER'
-           ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
-           RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at"#,
-    )
-    .bind(Uuid::now_v7())
-    .bind(key)
-    .bind(req.account_id)
-    .bind(amount)
-    .bind(debit_key)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(claimed) = claimed else {
-        tx.rollback().await?;
-        return replay_or_refuse(pool, key, req.account_id, |t| {
-            t.kind == TransactionKind::Credit
-                && t.account_id == req.account_id
-                && t.amount == amount
-                && t.refund_of.as_deref() == Some(debit_key)
-        })
-        .await;
-    };
-
-    // The check and the bookkeeping in one statement: the debit row's lock serialises
-    // concurrent refunds of it, and `refunded <= amount` is also a named constraint.
-    let shard: Option<i16> = sqlx::query_scalar(
-        r#"UPDATE transactions SET refunded = refunded + $2
-           WHERE operation_key = $1
-             AND kind = 'DEBIT'
-             AND status = 'APPLIED'
-             AND account_id = $3
-             AND refunded + $2 <= amount
-           RETURNING merchant_shard"#,
-    )
-    .bind(debit_key)
-    .bind(amount)
-    .bind(req.account_id)
-    .fetch_optional(&mut *tx)
-    .await?
-    .flatten();
-    let Some(shard) = shard else {
-        tx.rollback().await?;
-        return Err(why_not_refundable(pool, req).await?);
-    };
-
-    sqlx::query(r#"UPDATE accounts SET balance = balance + $2 WHERE id = $1"#)
-        .bind(req.account_id)
-        .bind(amount)
-        .execute(&mut *tx)
-        .await?;
-    // The shard that received the debit holds at least what is still unrefunded of it.
-    let drawn = sqlx::query(
-        r#"UPDATE merchant_shards SET balance = balance - $2
-           WHERE shard = $1 AND balance >= $2"#,
-    )
-    .bind(shard)
-    .bind(amount)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if drawn == 0 {
-        return Err(Error::Corrupt(format!(
-            "merchant shard {shard} holds less than unrefunded debit {debit_key}"
-        )));
+    fn key(&self) -> &str {
+        self.operation_key.as_str()
     }
-    sqlx::query(r#"UPDATE transactions SET merchant_shard = $2 WHERE id = $1"#)
-        .bind(claimed.id)
-        .bind(shard)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    metrics::counter!("account_credits_total", "outcome" => "applied").increment(1);
-    Ok(Recorded {
-        transaction: claimed.into_api()?,
-        created: true,
-    })
-}
-
-/// Pays `amount` into a member account from outside (an operator's top-up), once per
-/// operation key. The merchant is not involved: like an opening, a deposit adds money
-/// to the system, and the ledger explains it.
-#[tracing::instrument(skip_all, fields(operation_key = %req.operation_key, account_id = req.account_id, amount = %req.amount))]
-pub async fn deposit(pool: &PgPool, req: &DepositRequest) -> Result<Recorded> {
-    retry::on_conflict(Error::is_conflict, || deposit_once(pool, req)).await
-}
-
-async fn deposit_once(pool: &PgPool, req: &DepositRequest) -> Result<Recorded> {
-    let key = req.operation_key.as_str();
-    let amount = req.amount.minor();
-    let mut tx = pool.begin().await?;
-    let claimed: Option<TransactionRow> = sqlx::query_as(
-        r#"INSERT INTO transactions (id, operation_key, kind, status, account_id, amount)
-           SELECT $1, $2, 'DEPOSIT', 'APPLIED', a.id, $4
-           FROM accounts a
-           WHERE a.id = $3 AND a.kind = 'MEMBER'
-           ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
-           RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at"#,
-    )
-    .bind(Uuid::now_v7())
-    .bind(key)
-    .bind(req.account_id)
-    .bind(amount)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(claimed) = claimed else {
-        tx.rollback().await?;
-        return replay_or_refuse(pool, key, req.account_id, |t| {
-            t.kind == TransactionKind::Deposit
-                && t.account_id == req.account_id
-                && t.amount == amount
-        })
-        .await;
-    };
-    sqlx::query(r#"UPDATE accounts SET balance = balance + $2 WHERE id = $1"#)
-        .bind(req.account_id)
-        .bind(amount)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(Recorded {
-        transaction: claimed.into_api()?,
-        created: true,
-    })
-}
-
-async fn credit_shard(tx: &mut PgTx<'_, Postgres>, shard: i16, amount: i64) -> Result<()> {
-    let n = sqlx::query(r#"UPDATE merchant_shards SET balance = balance + $2 WHERE shard = $1"#)
-        .bind(shard)
-        .bind(amount)
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-    if n != 1 {
-        return Err(Error::Corrupt(format!("merchant shard {shard} is missing")));
+    fn account_id(&self) -> i64 {
+        self.account_id
     }
-    Ok(())
+    fn is_request_of(&self, t: &Transaction) -> bool {
+        t.kind == TransactionKind::Debit
+            && t.account_id == self.account_id
+            && t.amount == self.amount.minor()
+    }
 }
 
-/// Nothing was inserted: either the key is taken (replay it if the request is the same,
-/// refuse it otherwise) or the account is not a member account.
-async fn replay_or_refuse(
+impl Keyed for CreditRequest {
+    const RULE: Rule = Rule::Credit;
+    type Group = String;
+    fn group(&self) -> String {
+        self.refund_of.as_str().to_owned()
+    }
+    fn key(&self) -> &str {
+        self.operation_key.as_str()
+    }
+    fn account_id(&self) -> i64 {
+        self.account_id
+    }
+    fn is_request_of(&self, t: &Transaction) -> bool {
+        t.kind == TransactionKind::Credit
+            && t.account_id == self.account_id
+            && t.amount == self.amount.minor()
+            && t.refund_of.as_deref() == Some(self.refund_of.as_str())
+    }
+}
+
+impl Keyed for DepositRequest {
+    const RULE: Rule = Rule::Deposit;
+    /// A deposit always applies: no deposit is decided against another.
+    type Group = String;
+    fn group(&self) -> String {
+        self.operation_key.as_str().to_owned()
+    }
+    fn key(&self) -> &str {
+        self.operation_key.as_str()
+    }
+    fn account_id(&self) -> i64 {
+        self.account_id
+    }
+    fn is_request_of(&self, t: &Transaction) -> bool {
+        t.kind == TransactionKind::Deposit
+            && t.account_id == self.account_id
+            && t.amount == self.amount.minor()
+    }
+}
+
+/// What a rule's statement met for one request, read from the columns every rule's
+/// statement answers with (`ord, created, id, operation_key, kind, status, account_id,
+/// amount, refund_of, created_at, account_kind`).
+pub(crate) enum Met {
+    /// This statement recorded it.
+    Recorded(Transaction),
+    /// The key held this before the statement began.
+    Held(Transaction),
+    /// Nothing recorded and nothing visible under the key: the kind of the account
+    /// named (`None`: no such account).
+    Nothing { account: Option<AccountKind> },
+}
+
+impl Met {
+    /// Reads one answer row, checking that it answers request `index` (0-based).
+    pub(crate) fn read(row: &PgRow, rule: Rule, index: usize) -> Result<Met> {
+        let ord: i64 = row.try_get("ord")?;
+        if usize::try_from(ord).ok() != Some(index + 1) {
+            return Err(Breach::Misordered { rule, index, ord }.into());
+        }
+        if row.try_get::<Option<uuid::Uuid>, _>("id")?.is_some() {
+            let t = Transaction::from(TransactionRow::from_row(row)?);
+            return Ok(if row.try_get("created")? {
+                Met::Recorded(t)
+            } else {
+                Met::Held(t)
+            });
+        }
+        let account = row
+            .try_get::<Option<String>, _>("account_kind")?
+            .map(AccountKind::try_from)
+            .transpose()
+            .map_err(|e| sqlx::Error::ColumnDecode {
+                index: "account_kind".into(),
+                source: Box::new(e),
+            })?;
+        Ok(Met::Nothing { account })
+    }
+}
+
+/// A request's outcome, and what its key holds afterwards (for a repeat of the key).
+pub(crate) struct Answer {
+    pub outcome: Outcome,
+    pub holds: Option<Transaction>,
+}
+
+impl Answer {
+    fn existing<R: Keyed>(req: &R, t: Transaction) -> Self {
+        Answer {
+            outcome: answer_existing(t.clone(), req.is_request_of(&t)),
+            holds: Some(t),
+        }
+    }
+}
+
+/// Each request's answer from what its rule's statement met.
+///
+/// `recorded` answers a transaction this statement wrote (a debit recorded `DECLINED`
+/// is a refusal). `refusal` is the rule's own reason for not recording a request on a
+/// member account (a refund's), if it has one. A request that met nothing is explained
+/// after the statement, in this order: the row its key holds now (a concurrent
+/// duplicate's, which committed while this statement waited for it: a replay, a
+/// decline again, or a reuse); else the account it named (missing, the merchant);
+/// else the rule's refusal. A request with none of these was neither recorded nor
+/// conflicted: a breach.
+pub(crate) async fn answer<R: Keyed>(
     pool: &PgPool,
-    key: &str,
-    account_id: i64,
-    same_request: impl Fn(&Transaction) -> bool,
-) -> Result<Recorded> {
-    if let Some(existing) = by_key(pool, key).await? {
-        let same = same_request(&existing);
-        return answer_existing(existing, same);
+    reqs: &[R],
+    met: Vec<Met>,
+    recorded: impl Fn(Transaction) -> Outcome,
+    mut refusal: impl FnMut(usize) -> Option<Error>,
+) -> Result<Vec<Answer>> {
+    if met.len() != reqs.len() {
+        return Err(Breach::Unanswered {
+            rule: R::RULE,
+            sent: reqs.len(),
+            got: met.len(),
+        }
+        .into());
     }
-    let kind = accounts::kind_of(pool, account_id).await?;
-    Err(why_not_claimed(account_id, kind.as_deref()))
+    let mut answers: Vec<Option<Answer>> = Vec::with_capacity(reqs.len());
+    let mut unexplained: Vec<(usize, Option<AccountKind>)> = Vec::new();
+    for (i, (req, met)) in reqs.iter().zip(met).enumerate() {
+        answers.push(match met {
+            Met::Recorded(t) => Some(Answer {
+                outcome: recorded(t.clone()),
+                holds: Some(t),
+            }),
+            Met::Held(t) => Some(Answer::existing(req, t)),
+            Met::Nothing { account } => {
+                unexplained.push((i, account));
+                None
+            }
+        });
+    }
+    if !unexplained.is_empty() {
+        let keys: Vec<&str> = unexplained.iter().map(|(i, _)| reqs[*i].key()).collect();
+        let found = by_keys(pool, &keys).await?;
+        for (i, account) in unexplained {
+            let req = &reqs[i];
+            let outcome = match (found.get(req.key()), account) {
+                (Some(t), _) => Answer::existing(req, t.clone()),
+                (None, None) => refused(Error::AccountNotFound(req.account_id())),
+                (None, Some(AccountKind::Merchant)) => {
+                    refused(Error::AccountNotMember(req.account_id()))
+                }
+                (None, Some(AccountKind::Member)) => match refusal(i) {
+                    Some(e) => refused(e),
+                    None => {
+                        return Err(Breach::Unclaimed {
+                            rule: R::RULE,
+                            key: req.key().to_owned(),
+                            account: req.account_id(),
+                        }
+                        .into())
+                    }
+                },
+            };
+            answers[i] = Some(outcome);
+        }
+    }
+    let answers: Vec<Answer> = answers.into_iter().flatten().collect();
+    if answers.len() != reqs.len() {
+        return Err(Breach::Unanswered {
+            rule: R::RULE,
+            sent: reqs.len(),
+            got: answers.len(),
+        }
+        .into());
+    }
+    Ok(answers)
 }
 
-/// Whether a stored transaction is the debit `req` asks for (a replay) or not (a reuse).
-pub(crate) fn same_debit(t: &Transaction, req: &DebitRequest) -> bool {
-    t.kind == TransactionKind::Debit
-        && t.account_id == req.account_id
-        && t.amount == req.amount.minor()
+fn refused(e: Error) -> Answer {
+    Answer {
+        outcome: Err(e),
+        holds: None,
+    }
+}
+
+/// A transaction this request created.
+pub(crate) fn created(transaction: Transaction) -> Outcome {
+    Ok(Recorded {
+        transaction,
+        created: true,
+    })
 }
 
 /// The answer to a request whose key already holds `existing`: the same transaction
 /// again (a declined one is declined again), or a refusal if the request differs.
-pub(crate) fn answer_existing(existing: Transaction, same_request: bool) -> Result<Recorded> {
+pub(crate) fn answer_existing(existing: Transaction, same_request: bool) -> Outcome {
     if !same_request {
         metrics::counter!("account_replays_total", "outcome" => "key_reused").increment(1);
         return Err(Error::OperationKeyReused(existing.operation_key));
@@ -303,43 +280,32 @@ pub(crate) fn answer_existing(existing: Transaction, same_request: bool) -> Resu
     })
 }
 
-/// Why a key that holds nothing was not claimed, given the kind of the account named
-/// (`None`: no such account).
-pub(crate) fn why_not_claimed(account_id: i64, kind: Option<&str>) -> Error {
-    match kind {
-        None => Error::AccountNotFound(account_id),
-        Some("MERCHANT") => Error::AccountNotMember(account_id),
-        Some(_) => Error::Corrupt(format!(
-            "operation on member account {account_id} neither inserted nor conflicted"
-        )),
-    }
-}
-
-/// Why a refund's conditional update matched nothing. Every reason is stable: a debit's
-/// refunded total only grows, so asking again gives the same answer.
-async fn why_not_refundable(pool: &PgPool, req: &CreditRequest) -> Result<Error> {
-    let debit_key = req.refund_of.as_str().to_owned();
-    let row: Option<(String, String, i64, i64, i64)> = sqlx::query_as(
-        r#"SELECT kind, status, account_id, amount, refunded
+/// Looks a transaction up by operation key.
+#[tracing::instrument(skip_all, fields(operation_key = key))]
+pub async fn by_key(pool: &PgPool, key: &str) -> Result<Option<Transaction>> {
+    let row: Option<TransactionRow> = sqlx::query_as(
+        r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
            FROM transactions
            WHERE operation_key = $1"#,
     )
-    .bind(&debit_key)
+    .bind(key)
     .fetch_optional(pool)
     .await?;
-    Ok(match row {
-        None => Error::DebitNotFound(debit_key),
-        Some((kind, ..)) if kind != "DEBIT" => Error::DebitNotFound(debit_key),
-        Some((_, status, ..)) if status != "APPLIED" => Error::DebitDeclined(debit_key),
-        Some((_, _, debited, ..)) if debited != req.account_id => Error::RefundAccountMismatch {
-            debit: debit_key,
-            debited,
-            requested: req.account_id,
-        },
-        Some((_, _, _, amount, refunded)) => Error::RefundExceedsDebit {
-            debit: debit_key,
-            requested: req.amount.minor(),
-            left: amount - refunded,
-        },
-    })
+    Ok(row.map(Transaction::from))
+}
+
+/// Transactions by operation key, as `GET /v1/transactions/{key}` shows them.
+pub async fn by_keys(pool: &PgPool, keys: &[&str]) -> Result<HashMap<String, Transaction>> {
+    let rows: Vec<TransactionRow> = sqlx::query_as(
+        r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
+           FROM transactions
+           WHERE operation_key = ANY($1) AND operation_key IS NOT NULL"#,
+    )
+    .bind(keys)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.operation_key.clone(), Transaction::from(r)))
+        .collect())
 }

@@ -6,6 +6,9 @@ pub(crate) mod batch;
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::account::api;
 pub mod config;
+pub(crate) mod credit;
+pub(crate) mod debit;
+pub(crate) mod deposit;
 pub(crate) mod error;
 pub(crate) mod handlers;
 pub(crate) mod ledger;
@@ -26,7 +29,7 @@ use tokio::net::TcpListener;
 use utoipa::OpenApi;
 
 pub use config::Config;
-pub use error::{Error, Result};
+pub use error::{Breach, Error, Result, Rule};
 
 /// The schema this service owns.
 pub const SCHEMA: &str = "account_service";
@@ -43,8 +46,6 @@ pub struct AppState {
     pub verifier: Arc<Verifier>,
     /// How many merchant shard rows payments spread over (1-16).
     pub merchant_shards: u16,
-    /// Whether batched debits try the one-statement path first.
-    pub batch_fast_path: bool,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -70,7 +71,6 @@ impl AppState {
             pool,
             verifier: Arc::new(verifier),
             merchant_shards: config.merchant_shards,
-            batch_fast_path: config.batch_fast_path,
         })
     }
 }

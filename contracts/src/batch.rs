@@ -52,6 +52,11 @@ impl Reply {
         }
     }
 
+    /// A refusal carried as its typed error body: the same reply as [`Reply::error`].
+    pub fn refused(status: u16, body: &ErrorBody) -> Self {
+        Reply::ok(status, body)
+    }
+
     /// Classifies the answer exactly as [`paysaga_common::client::ServiceClient`]
     /// classifies a whole response: 2xx decoded as `T`, a 4xx with an error body a
     /// definite rejection, anything else an unknown outcome.
@@ -98,6 +103,14 @@ mod tests {
             refused.into_answer::<serde_json::Value>(Duration::ZERO),
             Err(CallError::Rejected { status: 422, .. })
         ));
+        let typed = Reply::refused(
+            422,
+            &ErrorBody {
+                code: "INSUFFICIENT_FUNDS".into(),
+                message: "no".into(),
+            },
+        );
+        assert_eq!(typed, Reply::error(422, "INSUFFICIENT_FUNDS", "no"));
         for status in [500, 503, 408, 429] {
             let r = Reply::error(status, "X", "y");
             assert!(matches!(

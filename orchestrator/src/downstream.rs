@@ -18,8 +18,8 @@ use paysaga_common::{
 };
 use paysaga_contracts::account::{
     api::{
-        codes as account_codes, Account, AccountBatch, AccountOp, CreditRequest, DebitRequest,
-        OperationKey, Transaction, TransactionKind, TransactionStatus,
+        Account, AccountBatch, AccountCode, AccountOp, CreditRequest, DebitRequest, OperationKey,
+        Transaction, TransactionKind, TransactionStatus,
     },
     client::AccountClient,
 };
@@ -82,6 +82,29 @@ impl Attempt {
                 }
             }
             _ => Attempt::unknown(e.status(), latency, e.to_string()),
+        }
+    }
+
+    /// Classifies a failed account call: a rejection whose account code `definite`
+    /// accepts is final, anything else is unknown (as in [`Attempt::from_error`]).
+    fn from_account_error(
+        e: CallError,
+        latency: Duration,
+        definite: fn(AccountCode) -> bool,
+    ) -> Self {
+        match e
+            .code()
+            .and_then(AccountCode::parse)
+            .filter(|c| definite(*c))
+        {
+            Some(code) => Attempt {
+                outcome: Outcome::Rejected,
+                status: e.status(),
+                latency,
+                error: Some(e.to_string()),
+                code: Some(code.as_str().to_owned()),
+            },
+            None => Attempt::unknown(e.status(), latency, e.to_string()),
         }
     }
 }
@@ -240,18 +263,12 @@ impl Downstream {
                             status: Some(a.status),
                             latency: a.latency,
                             error: Some("debit declined".into()),
-                            code: Some(account_codes::INSUFFICIENT_FUNDS.into()),
+                            code: Some(AccountCode::InsufficientFunds.as_str().to_owned()),
                         },
                     },
-                    Err(e) => Attempt::from_error(
-                        e,
-                        start.elapsed(),
-                        &[
-                            account_codes::INSUFFICIENT_FUNDS,
-                            account_codes::ACCOUNT_NOT_FOUND,
-                            account_codes::ACCOUNT_NOT_MEMBER,
-                        ],
-                    ),
+                    Err(e) => {
+                        Attempt::from_account_error(e, start.elapsed(), AccountCode::ends_debit)
+                    }
                 }
             }
             Action::Confirm => match self.confirm(p.reservation_id).await {
@@ -311,16 +328,9 @@ impl Downstream {
                 };
                 match self.credit(req).await {
                     Ok(a) => Attempt::succeeded(a.status, a.latency),
-                    Err(e) => Attempt::from_error(
-                        e,
-                        start.elapsed(),
-                        &[
-                            account_codes::REFUND_EXCEEDS_DEBIT,
-                            account_codes::DEBIT_NOT_FOUND,
-                            account_codes::DEBIT_DECLINED,
-                            account_codes::REFUND_ACCOUNT_MISMATCH,
-                        ],
-                    ),
+                    Err(e) => {
+                        Attempt::from_account_error(e, start.elapsed(), AccountCode::ends_refund)
+                    }
                 }
             }
             Action::Complete => Attempt::succeeded(0, Duration::ZERO),
@@ -354,7 +364,7 @@ impl Downstream {
                         status: Some(a.status),
                         latency: start.elapsed(),
                         error: Some("probe: debit declined".into()),
-                        code: Some(account_codes::INSUFFICIENT_FUNDS.into()),
+                        code: Some(AccountCode::InsufficientFunds.as_str().to_owned()),
                     },
                 })
             }

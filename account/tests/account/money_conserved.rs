@@ -60,27 +60,32 @@ fn sum_of_all_balances_never_changes() {
                 ids.push(svc.open(&format!("c{case}-m{i}"), 500 + 250 * i as i64).await.id);
             }
             let before = svc.total_money().await;
-            let calls = ops.iter().map(|op| {
-                let svc = &svc;
-                let ids = &ids;
-                async move {
-                    match op {
-                        Op::Debit { account, key: k, amount: a } => {
-                            definite(svc.client.debit(&debit(&format!("c{case}:d{k}"), ids[*account], *a)).await)
-                        }
-                        Op::Refund { account, key: k, of, amount: a } => {
-                            let req = CreditRequest {
-                                operation_key: key(&format!("c{case}:r{k}")),
-                                account_id: ids[*account],
-                                amount: amount(*a),
-                                refund_of: key(&format!("c{case}:d{of}")),
-                            };
-                            definite(svc.client.credit(&req).await)
+            // All at once, then all again, as a saga retrying after unknown outcomes
+            // would: the second wave replays, and its refunds meet the debits the first
+            // wave committed.
+            for _wave in 0..2 {
+                let calls = ops.iter().map(|op| {
+                    let svc = &svc;
+                    let ids = &ids;
+                    async move {
+                        match op {
+                            Op::Debit { account, key: k, amount: a } => {
+                                definite(svc.client.debit(&debit(&format!("c{case}:d{k}"), ids[*account], *a)).await)
+                            }
+                            Op::Refund { account, key: k, of, amount: a } => {
+                                let req = CreditRequest {
+                                    operation_key: key(&format!("c{case}:r{k}")),
+                                    account_id: ids[*account],
+                                    amount: amount(*a),
+                                    refund_of: key(&format!("c{case}:d{of}")),
+                                };
+                                definite(svc.client.credit(&req).await)
+                            }
                         }
                     }
-                }
-            });
-            join_all(calls).await;
+                });
+                join_all(calls).await;
+            }
 
             assert_eq!(svc.total_money().await, before, "money created or destroyed");
             assert_eq!(svc.negative_balances().await, 0);

@@ -3,7 +3,7 @@
 
 use crate::support::{amount, debit, key, Svc};
 use futures::future::join_all;
-use paysaga_contracts::account::api::{CreditRequest, TransactionKind};
+use paysaga_contracts::account::api::{AccountOp, CreditRequest, TransactionKind};
 
 fn refund(k: &str, account_id: i64, minor: i64, of: &str) -> CreditRequest {
     CreditRequest {
@@ -168,6 +168,68 @@ async fn racing_refunds_of_one_debit_stop_at_its_amount() {
         10
     );
     assert_eq!(svc.balance(a.id).await, 1_000);
+    assert_eq!(svc.merchant_balance().await, 0);
+    assert_eq!(svc.negative_balances().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_refund_batches_stop_at_the_debits_amount() {
+    let svc = Svc::start().await;
+    let a = svc.open("member-1", 1_000).await;
+    let b = svc.open("member-2", 1_000).await;
+    for (k, id) in [("d", a.id), ("e", b.id)] {
+        svc.client.debit(&debit(k, id, 100)).await.expect("paid");
+    }
+    // Eight batches of five refunds of each debit, the same key sent in several, and
+    // single refunds meanwhile: far more keys than the 10 refunds each debit has room for.
+    let batches = (0..8).map(|t| {
+        let ops: Vec<AccountOp> = (0..5)
+            .flat_map(|j| {
+                let n = (t * 3 + j) % 40;
+                [
+                    AccountOp::Credit(refund(&format!("r{n}"), a.id, 10, "d")),
+                    AccountOp::Credit(refund(&format!("s{n}"), b.id, 10, "e")),
+                ]
+            })
+            .collect();
+        let svc = &svc;
+        async move { svc.batch(ops).await }
+    });
+    let singles = (40..50).map(|n| {
+        let svc = &svc;
+        async move {
+            let r = refund(&format!("r{n}"), a.id, 10, "d");
+            svc.client.credit(&r).await
+        }
+    });
+    let (batched, singles) = tokio::join!(join_all(batches), join_all(singles));
+    for reply in batched.iter().flatten() {
+        match reply.status {
+            200 | 201 => {}
+            422 => assert_eq!(
+                reply.body["code"], "REFUND_EXCEEDS_DEBIT",
+                "{:?}",
+                reply.body
+            ),
+            other => panic!("unexpected {other}: {:?}", reply.body),
+        }
+    }
+    for e in singles.iter().filter_map(|r| r.as_ref().err()) {
+        assert_eq!(e.code(), Some("REFUND_EXCEEDS_DEBIT"), "{e}");
+    }
+    for (k, id) in [("d", a.id), ("e", b.id)] {
+        let (refunded, credits): (i64, i64) = sqlx::query_as(
+            "SELECT d.refunded, (SELECT COUNT(*) FROM account_service.transactions c
+                                 WHERE c.kind = 'CREDIT' AND c.refund_of = d.operation_key)
+             FROM account_service.transactions d WHERE d.operation_key = $1",
+        )
+        .bind(k)
+        .fetch_one(&svc.admin)
+        .await
+        .expect("debit");
+        assert_eq!((refunded, credits), (100, 10), "debit {k}");
+        assert_eq!(svc.balance(id).await, 1_000, "account of {k}");
+    }
     assert_eq!(svc.merchant_balance().await, 0);
     assert_eq!(svc.negative_balances().await, 0);
 }

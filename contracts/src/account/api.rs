@@ -6,33 +6,157 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-/// Error codes this service answers with, beside the common ones in
-/// `paysaga_common::error::codes`. Stable: callers match on them.
-pub mod codes {
+/// The codes this service refuses with, beside the common ones in
+/// `paysaga_common::error::codes`. Stable: callers match on them. On the wire each is
+/// its SCREAMING_SNAKE_CASE name (`INSUFFICIENT_FUNDS`), in the `code` of the error body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AccountCode {
     /// The debit would take the balance below zero. Recorded: the key stays declined.
-    pub const INSUFFICIENT_FUNDS: &str = "INSUFFICIENT_FUNDS";
+    InsufficientFunds,
     /// The operation key was already used for a different request.
-    pub const OPERATION_KEY_REUSED: &str = "OPERATION_KEY_REUSED";
+    OperationKeyReused,
     /// No such account (or not one the caller may see).
-    pub const ACCOUNT_NOT_FOUND: &str = "ACCOUNT_NOT_FOUND";
+    AccountNotFound,
     /// Debits and credits move a member's money; the merchant account is the other side.
-    pub const ACCOUNT_NOT_MEMBER: &str = "ACCOUNT_NOT_MEMBER";
+    AccountNotMember,
     /// No transaction was ever recorded under this operation key.
-    pub const TRANSACTION_NOT_FOUND: &str = "TRANSACTION_NOT_FOUND";
+    TransactionNotFound,
     /// `refund_of` names no debit.
-    pub const DEBIT_NOT_FOUND: &str = "DEBIT_NOT_FOUND";
+    DebitNotFound,
     /// `refund_of` names a debit that was declined: no money moved, nothing to refund.
-    pub const DEBIT_DECLINED: &str = "DEBIT_DECLINED";
+    DebitDeclined,
     /// The refund would return more than the debit took.
-    pub const REFUND_EXCEEDS_DEBIT: &str = "REFUND_EXCEEDS_DEBIT";
+    RefundExceedsDebit,
     /// A refund goes back to the account the debit came from, nowhere else.
-    pub const REFUND_ACCOUNT_MISMATCH: &str = "REFUND_ACCOUNT_MISMATCH";
+    RefundAccountMismatch,
     /// An opening balance below zero or above the maximum.
-    pub const INVALID_OPENING_BALANCE: &str = "INVALID_OPENING_BALANCE";
+    InvalidOpeningBalance,
     /// An operation key outside 1-128 characters of `[A-Za-z0-9_.:-]`.
-    pub const INVALID_OPERATION_KEY: &str = "INVALID_OPERATION_KEY";
+    InvalidOperationKey,
     /// The movement would overflow a balance.
-    pub const AMOUNT_OUT_OF_RANGE: &str = "AMOUNT_OUT_OF_RANGE";
+    AmountOutOfRange,
+}
+
+impl AccountCode {
+    pub const ALL: [AccountCode; 12] = [
+        AccountCode::InsufficientFunds,
+        AccountCode::OperationKeyReused,
+        AccountCode::AccountNotFound,
+        AccountCode::AccountNotMember,
+        AccountCode::TransactionNotFound,
+        AccountCode::DebitNotFound,
+        AccountCode::DebitDeclined,
+        AccountCode::RefundExceedsDebit,
+        AccountCode::RefundAccountMismatch,
+        AccountCode::InvalidOpeningBalance,
+        AccountCode::InvalidOperationKey,
+        AccountCode::AmountOutOfRange,
+    ];
+
+    /// The wire form.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AccountCode::InsufficientFunds => "INSUFFICIENT_FUNDS",
+            AccountCode::OperationKeyReused => "OPERATION_KEY_REUSED",
+            AccountCode::AccountNotFound => "ACCOUNT_NOT_FOUND",
+            AccountCode::AccountNotMember => "ACCOUNT_NOT_MEMBER",
+            AccountCode::TransactionNotFound => "TRANSACTION_NOT_FOUND",
+            AccountCode::DebitNotFound => "DEBIT_NOT_FOUND",
+            AccountCode::DebitDeclined => "DEBIT_DECLINED",
+            AccountCode::RefundExceedsDebit => "REFUND_EXCEEDS_DEBIT",
+            AccountCode::RefundAccountMismatch => "REFUND_ACCOUNT_MISMATCH",
+            AccountCode::InvalidOpeningBalance => "INVALID_OPENING_BALANCE",
+            AccountCode::InvalidOperationKey => "INVALID_OPERATION_KEY",
+            AccountCode::AmountOutOfRange => "AMOUNT_OUT_OF_RANGE",
+        }
+    }
+
+    /// The code an error body carries, if it is one of this service's own (`None` for
+    /// a common code such as `UNAVAILABLE`, or one this contract does not know).
+    pub fn parse(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+
+    /// A debit refused with this code never applies under its key: a decline is
+    /// recorded and answered again, and the account named is missing or not a member's.
+    pub fn ends_debit(self) -> bool {
+        matches!(
+            self,
+            AccountCode::InsufficientFunds
+                | AccountCode::AccountNotFound
+                | AccountCode::AccountNotMember
+        )
+    }
+
+    /// A refund refused with this code is refused again however often it is sent: a
+    /// debit's kind, status and account never change and its refunded total only grows.
+    pub fn ends_refund(self) -> bool {
+        matches!(
+            self,
+            AccountCode::RefundExceedsDebit
+                | AccountCode::DebitNotFound
+                | AccountCode::DebitDeclined
+                | AccountCode::RefundAccountMismatch
+        )
+    }
+}
+
+impl std::fmt::Display for AccountCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// [`AccountCode`]s as string constants, for callers that list codes beside other
+/// services' (the member service's pass-through list).
+pub mod codes {
+    use super::AccountCode;
+
+    pub const INSUFFICIENT_FUNDS: &str = AccountCode::InsufficientFunds.as_str();
+    pub const OPERATION_KEY_REUSED: &str = AccountCode::OperationKeyReused.as_str();
+    pub const ACCOUNT_NOT_FOUND: &str = AccountCode::AccountNotFound.as_str();
+    pub const ACCOUNT_NOT_MEMBER: &str = AccountCode::AccountNotMember.as_str();
+    pub const TRANSACTION_NOT_FOUND: &str = AccountCode::TransactionNotFound.as_str();
+    pub const DEBIT_NOT_FOUND: &str = AccountCode::DebitNotFound.as_str();
+    pub const DEBIT_DECLINED: &str = AccountCode::DebitDeclined.as_str();
+    pub const REFUND_EXCEEDS_DEBIT: &str = AccountCode::RefundExceedsDebit.as_str();
+    pub const REFUND_ACCOUNT_MISMATCH: &str = AccountCode::RefundAccountMismatch.as_str();
+    pub const INVALID_OPENING_BALANCE: &str = AccountCode::InvalidOpeningBalance.as_str();
+    pub const INVALID_OPERATION_KEY: &str = AccountCode::InvalidOperationKey.as_str();
+    pub const AMOUNT_OUT_OF_RANGE: &str = AccountCode::AmountOutOfRange.as_str();
+}
+
+/// A stored name (an enum's column value) that this contract has no variant for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {got:?} is not part of the contract")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub got: String,
+}
+
+/// `as_str` (the wire and column form, SCREAMING_SNAKE_CASE, as serde writes it) and
+/// `TryFrom<String>` (reading a column) for a fieldless wire enum.
+macro_rules! named {
+    ($ty:ident, $what:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+        }
+
+        impl TryFrom<String> for $ty {
+            type Error = UnknownName;
+            fn try_from(s: String) -> Result<Self, UnknownName> {
+                match s.as_str() {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(UnknownName { what: $what, got: s }),
+                }
+            }
+        }
+    };
 }
 
 /// A caller-supplied key naming one movement of money: 1 to 128 characters of
@@ -188,6 +312,17 @@ pub enum TransactionStatus {
     Declined,
 }
 
+named!(AccountKind, "account kind", { Member => "MEMBER", Merchant => "MERCHANT" });
+named!(TransactionKind, "transaction kind", {
+    Debit => "DEBIT",
+    Credit => "CREDIT",
+    Deposit => "DEPOSIT",
+});
+named!(TransactionStatus, "transaction status", {
+    Applied => "APPLIED",
+    Declined => "DECLINED",
+});
+
 /// One movement of money between a member account and the merchant account.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Transaction {
@@ -204,7 +339,8 @@ pub struct Transaction {
 }
 
 /// One operation of `POST /v1/batch` (service credential). Each is answered as its own
-/// endpoint would answer it; debits and credits of one batch commit together.
+/// endpoint would answer it; the debits of one batch are applied together, then its
+/// credits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AccountOp {
@@ -271,5 +407,48 @@ mod tests {
         assert_eq!(t.refund_of, None);
         let kind = serde_json::to_value(AccountKind::Merchant).expect("serialises");
         assert_eq!(kind, serde_json::json!("MERCHANT"));
+    }
+
+    #[test]
+    fn codes_and_names_read_as_serde_writes_them() {
+        for code in AccountCode::ALL {
+            let wire = serde_json::to_value(code).expect("serialises");
+            assert_eq!(wire, serde_json::json!(code.as_str()));
+            assert_eq!(AccountCode::parse(code.as_str()), Some(code));
+        }
+        assert_eq!(AccountCode::parse("UNAVAILABLE"), None);
+        assert_eq!(codes::INSUFFICIENT_FUNDS, "INSUFFICIENT_FUNDS");
+        for kind in [
+            TransactionKind::Debit,
+            TransactionKind::Credit,
+            TransactionKind::Deposit,
+        ] {
+            assert_eq!(
+                serde_json::to_value(kind).expect("json"),
+                serde_json::json!(kind.as_str())
+            );
+            assert_eq!(
+                TransactionKind::try_from(kind.as_str().to_owned()),
+                Ok(kind)
+            );
+        }
+        for status in [TransactionStatus::Applied, TransactionStatus::Declined] {
+            assert_eq!(
+                serde_json::to_value(status).expect("json"),
+                serde_json::json!(status.as_str())
+            );
+            assert_eq!(
+                TransactionStatus::try_from(status.as_str().to_owned()),
+                Ok(status)
+            );
+        }
+        for kind in [AccountKind::Member, AccountKind::Merchant] {
+            assert_eq!(
+                serde_json::to_value(kind).expect("json"),
+                serde_json::json!(kind.as_str())
+            );
+            assert_eq!(AccountKind::try_from(kind.as_str().to_owned()), Ok(kind));
+        }
+        assert!(TransactionKind::try_from("OPENING".to_owned()).is_err());
     }
 }

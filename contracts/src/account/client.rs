@@ -11,7 +11,7 @@ use super::api::{
 use crate::batch::Replies;
 
 /// Calls the account service with a service credential. Every method returns the
-/// definite answer, `CallError::Rejected` (a 4xx with its code, see `api::codes`), or
+/// definite answer, `CallError::Rejected` (a 4xx with its code, see `api::AccountCode`), or
 /// `CallError::Unknown` (timeout, connection error, 5xx): then ask
 /// [`AccountClient::transaction_by_key`] what really happened.
 #[derive(Clone, Debug)]

@@ -1,0 +1,245 @@
+//! The credit rule (a refund): from the merchant shard a debit paid into back to the
+//! account it came from, once per operation key, never more than is left of the debit.
+//! A refused refund is not recorded: each reason is stable (a debit's kind, status and
+//! account never change, its refunded total only grows), so asking again gives the
+//! same answer.
+
+use paysaga_common::retry;
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::{
+    api::{CreditRequest, TransactionStatus},
+    error::{Error, Result, Rule},
+    ledger::{self, Answer, Met},
+};
+
+/// One statement, in the lock order of [`crate::ledger`]:
+///
+/// - `held`: the keys that already hold a row, answered from it.
+/// - `debits`: the other credits' refunded debits, by key, `FOR NO KEY UPDATE` (the
+///   lock the `refunded` update takes; newest versions, as for a debit's accounts).
+/// - `passing`: the credits their debit allows (applied, the same account, and
+///   `refunded + amount <= amount`), at most one per debit (the caller's rounds).
+/// - `locked`: their accounts, by id. `inserted`: the credits, in key order, each on
+///   its debit's shard; a key a concurrent statement holds is waited for and skipped.
+/// - `refunded`, `moved`: each inserted credit added to its debit's `refunded` and to
+///   its account.
+/// - `shards`, `drawn`: the shards paid out of, by number, then each drawn by its
+///   credits' sum (a debit's shard holds at least what is still unrefunded of it).
+/// - `tally`: every debit, account and shard moved to exactly what the statement
+///   decided from its locked rows, and no shard below zero, else the statement fails
+///   whole; CHECK `transactions_refund_within_debit` and
+///   `merchant_shards_balance_nonnegative` stand behind it. As in the debit statement,
+///   a shard's new balance is first computed on an older version and must not fail
+///   there, so it is bounded at 0 and checked after.
+///
+/// Answers one row per credit, in order, with the refunded debit as it was locked
+/// (`debit_*`, null when there is no such debit), which says why a credit did not pass.
+const STATEMENT: &str = r#"
+WITH input AS (
+    SELECT *
+    FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::TEXT[]) WITH ORDINALITY
+         AS o (id, operation_key, account_id, amount, refund_of, ord)
+),
+held AS MATERIALIZED (
+    SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
+           t.refund_of, t.created_at
+    FROM input o
+    JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
+),
+fresh AS (
+    SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
+),
+debits AS MATERIALIZED (
+    SELECT d.operation_key, d.status, d.account_id, d.amount, d.refunded, d.merchant_shard
+    FROM transactions d
+    WHERE d.operation_key = ANY(ARRAY(SELECT f.refund_of FROM fresh f))
+      AND d.operation_key IS NOT NULL
+      AND d.kind = 'DEBIT'
+    ORDER BY d.operation_key
+    FOR NO KEY UPDATE
+),
+passing AS MATERIALIZED (
+    SELECT f.id, f.operation_key, f.account_id, f.amount, f.refund_of, d.merchant_shard
+    FROM fresh f
+    JOIN debits d ON d.operation_key = f.refund_of
+    WHERE d.status = 'APPLIED' AND d.account_id = f.account_id
+      AND d.refunded + f.amount <= d.amount
+),
+locked AS MATERIALIZED (
+    SELECT a.id, a.balance
+    FROM accounts a
+    WHERE a.id = ANY(ARRAY(SELECT p.account_id FROM passing p)) AND a.kind = 'MEMBER'
+    ORDER BY a.id
+    FOR NO KEY UPDATE
+),
+inserted AS (
+    INSERT INTO transactions (id, operation_key, kind, status, account_id, amount, refund_of, merchant_shard)
+    SELECT p.id, p.operation_key, 'CREDIT', 'APPLIED', p.account_id, p.amount, p.refund_of,
+           p.merchant_shard
+    FROM passing p
+    JOIN locked l ON l.id = p.account_id
+    ORDER BY p.operation_key
+    ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
+    RETURNING id, operation_key, kind, status, account_id, amount, refund_of, merchant_shard,
+              created_at
+),
+refunded AS (
+    UPDATE transactions d SET refunded = d.refunded + i.amount
+    FROM inserted i
+    JOIN debits x ON x.operation_key = i.refund_of
+    WHERE d.operation_key = i.refund_of AND d.operation_key IS NOT NULL AND d.kind = 'DEBIT'
+    RETURNING d.refunded, x.refunded + i.amount AS expected, x.amount
+),
+moved AS (
+    UPDATE accounts a SET balance = a.balance + t.total
+    FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
+    JOIN locked l ON l.id = t.account_id
+    WHERE a.id = t.account_id
+    RETURNING a.id, a.balance, l.balance + t.total AS expected
+),
+shards AS MATERIALIZED (
+    SELECT s.shard, s.balance
+    FROM merchant_shards s
+    WHERE s.shard = ANY(ARRAY(SELECT i.merchant_shard FROM inserted i))
+    ORDER BY s.shard
+    FOR NO KEY UPDATE
+),
+drawn AS (
+    UPDATE merchant_shards s SET balance = GREATEST(s.balance - t.total, 0)
+    FROM (SELECT merchant_shard, SUM(amount)::BIGINT AS total FROM inserted GROUP BY merchant_shard) AS t
+    JOIN shards x ON x.shard = t.merchant_shard
+    WHERE s.shard = t.merchant_shard
+    RETURNING s.shard, s.balance, x.balance - t.total AS expected
+),
+tally AS MATERIALIZED (
+    SELECT CASE WHEN c.refunded = c.inserted AND c.moved = c.accounts AND c.drawn = c.shards
+                     AND c.off_debits = 0 AND c.off_account IS NULL AND c.off_shard IS NULL
+                THEN 0
+                ELSE CAST('account invariant breach;credit;inserted=' || c.inserted
+                          || ';refunded=' || c.refunded || ';accounts=' || c.accounts
+                          || ';moved=' || c.moved || ';shards=' || c.shards
+                          || ';drawn=' || c.drawn || ';debits_off=' || c.off_debits
+                          || ';account=' || COALESCE(c.off_account, 0)
+                          || ';shard=' || COALESCE(c.off_shard, -1) AS INTEGER)
+           END AS breach
+    FROM (SELECT (SELECT COUNT(*) FROM inserted) AS inserted,
+                 (SELECT COUNT(*) FROM refunded) AS refunded,
+                 (SELECT COUNT(DISTINCT account_id) FROM inserted) AS accounts,
+                 (SELECT COUNT(*) FROM moved) AS moved,
+                 (SELECT COUNT(DISTINCT merchant_shard) FROM inserted) AS shards,
+                 (SELECT COUNT(*) FROM drawn) AS drawn,
+                 (SELECT COUNT(*) FROM refunded
+                  WHERE refunded <> expected OR expected > amount) AS off_debits,
+                 (SELECT MIN(id) FROM moved WHERE balance <> expected) AS off_account,
+                 (SELECT MIN(shard) FROM drawn WHERE balance <> expected OR expected < 0)
+                     AS off_shard) AS c
+)
+SELECT o.ord, i.id IS NOT NULL AS created,
+       COALESCE(i.id, h.id) AS id,
+       COALESCE(i.operation_key, h.operation_key) AS operation_key,
+       COALESCE(i.kind, h.kind) AS kind,
+       COALESCE(i.status, h.status) AS status,
+       COALESCE(i.account_id, h.account_id) AS account_id,
+       COALESCE(i.amount, h.amount) AS amount,
+       COALESCE(i.refund_of, h.refund_of) AS refund_of,
+       COALESCE(i.created_at, h.created_at) AS created_at,
+       a.kind AS account_kind,
+       d.status AS debit_status, d.account_id AS debit_account_id,
+       d.amount AS debit_amount, d.refunded AS debit_refunded,
+       t.breach
+FROM input o
+CROSS JOIN tally t
+LEFT JOIN inserted i ON i.operation_key = o.operation_key
+LEFT JOIN held h ON h.ord = o.ord
+LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
+LEFT JOIN debits d ON d.operation_key = o.refund_of
+ORDER BY o.ord
+"#;
+
+/// The refunded debit as the statement locked it.
+struct Debit {
+    status: TransactionStatus,
+    account_id: i64,
+    amount: i64,
+    refunded: i64,
+}
+
+/// Applies `credits` (distinct keys, at most one per refunded debit) in one statement
+/// and answers each as `POST /v1/credits` would.
+#[tracing::instrument(skip_all, fields(credits = credits.len()))]
+pub(crate) async fn apply(pool: &PgPool, credits: &[CreditRequest]) -> Result<Vec<Answer>> {
+    let ids: Vec<Uuid> = credits.iter().map(|_| Uuid::now_v7()).collect();
+    let keys: Vec<&str> = credits.iter().map(|c| c.operation_key.as_str()).collect();
+    let accounts: Vec<i64> = credits.iter().map(|c| c.account_id).collect();
+    let amounts: Vec<i64> = credits.iter().map(|c| c.amount.minor()).collect();
+    let debit_keys: Vec<&str> = credits.iter().map(|c| c.refund_of.as_str()).collect();
+    let rows = retry::on_conflict(Error::is_conflict, || async {
+        sqlx::query(STATEMENT)
+            .bind(&ids)
+            .bind(&keys)
+            .bind(&accounts)
+            .bind(&amounts)
+            .bind(&debit_keys)
+            .fetch_all(pool)
+            .await
+            .map_err(Error::from)
+    })
+    .await?;
+    let mut met = Vec::with_capacity(rows.len());
+    let mut debits = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        met.push(Met::read(row, Rule::Credit, i)?);
+        debits.push(debit_of(row)?);
+    }
+    let applied = met.iter().filter(|m| matches!(m, Met::Recorded(_))).count();
+    if applied > 0 {
+        metrics::counter!("account_credits_total", "outcome" => "applied")
+            .increment(applied as u64);
+    }
+    ledger::answer(pool, credits, met, ledger::created, |i| {
+        why_not_refundable(&credits[i], debits[i].as_ref())
+    })
+    .await
+}
+
+fn debit_of(row: &sqlx::postgres::PgRow) -> Result<Option<Debit>> {
+    let Some(status) = row.try_get::<Option<String>, _>("debit_status")? else {
+        return Ok(None);
+    };
+    let status = TransactionStatus::try_from(status).map_err(|e| sqlx::Error::ColumnDecode {
+        index: "debit_status".into(),
+        source: Box::new(e),
+    })?;
+    Ok(Some(Debit {
+        status,
+        account_id: row.try_get("debit_account_id")?,
+        amount: row.try_get("debit_amount")?,
+        refunded: row.try_get("debit_refunded")?,
+    }))
+}
+
+/// Why the refunded debit, as locked, does not allow `req`; `None` if it does.
+fn why_not_refundable(req: &CreditRequest, debit: Option<&Debit>) -> Option<Error> {
+    let key = || req.refund_of.as_str().to_owned();
+    let Some(d) = debit else {
+        return Some(Error::DebitNotFound(key()));
+    };
+    if d.status != TransactionStatus::Applied {
+        return Some(Error::DebitDeclined(key()));
+    }
+    if d.account_id != req.account_id {
+        return Some(Error::RefundAccountMismatch {
+            debit: key(),
+            debited: d.account_id,
+            requested: req.account_id,
+        });
+    }
+    let left = d.amount - d.refunded;
+    (req.amount.minor() > left).then(|| Error::RefundExceedsDebit {
+        debit: key(),
+        requested: req.amount.minor(),
+        left,
+    })
+}

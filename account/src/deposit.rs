@@ -1,0 +1,111 @@
+//! The deposit rule: money paid into a member account from outside (an operator's
+//! top-up), once per operation key. The merchant is not involved: like an opening, a
+//! deposit adds money to the system, and the ledger explains it.
+
+use paysaga_common::retry;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::{
+    api::DepositRequest,
+    error::{Error, Result, Rule},
+    ledger::{self, Answer, Met},
+};
+
+/// One statement, in the lock order of [`crate::ledger`]: `held` (keys that already
+/// hold a row), `locked` (the other deposits' member accounts, by id), `inserted` (in
+/// key order; a key a concurrent statement holds is waited for and skipped), `moved`
+/// (each account raised by the sum of its inserted deposits), `tally` (every account
+/// moved to exactly its locked balance plus its deposits, else the statement fails
+/// whole). Answers one row per deposit, in order.
+const STATEMENT: &str = r#"
+WITH input AS (
+    SELECT *
+    FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]) WITH ORDINALITY
+         AS o (id, operation_key, account_id, amount, ord)
+),
+held AS MATERIALIZED (
+    SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
+           t.refund_of, t.created_at
+    FROM input o
+    JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
+),
+fresh AS (
+    SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
+),
+locked AS MATERIALIZED (
+    SELECT a.id, a.balance
+    FROM accounts a
+    WHERE a.id = ANY(ARRAY(SELECT f.account_id FROM fresh f)) AND a.kind = 'MEMBER'
+    ORDER BY a.id
+    FOR NO KEY UPDATE
+),
+inserted AS (
+    INSERT INTO transactions (id, operation_key, kind, status, account_id, amount)
+    SELECT f.id, f.operation_key, 'DEPOSIT', 'APPLIED', f.account_id, f.amount
+    FROM fresh f
+    JOIN locked l ON l.id = f.account_id
+    ORDER BY f.operation_key
+    ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
+    RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at
+),
+moved AS (
+    UPDATE accounts a SET balance = a.balance + t.total
+    FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
+    JOIN locked l ON l.id = t.account_id
+    WHERE a.id = t.account_id
+    RETURNING a.id, a.balance, l.balance + t.total AS expected
+),
+tally AS MATERIALIZED (
+    SELECT CASE WHEN c.moved = c.accounts AND c.off IS NULL THEN 0
+                ELSE CAST('account invariant breach;deposit;accounts=' || c.accounts
+                          || ';moved=' || c.moved || ';account=' || COALESCE(c.off, 0) AS INTEGER)
+           END AS breach
+    FROM (SELECT (SELECT COUNT(DISTINCT account_id) FROM inserted) AS accounts,
+                 (SELECT COUNT(*) FROM moved) AS moved,
+                 (SELECT MIN(id) FROM moved WHERE balance <> expected) AS off) AS c
+)
+SELECT o.ord, i.id IS NOT NULL AS created,
+       COALESCE(i.id, h.id) AS id,
+       COALESCE(i.operation_key, h.operation_key) AS operation_key,
+       COALESCE(i.kind, h.kind) AS kind,
+       COALESCE(i.status, h.status) AS status,
+       COALESCE(i.account_id, h.account_id) AS account_id,
+       COALESCE(i.amount, h.amount) AS amount,
+       COALESCE(i.refund_of, h.refund_of) AS refund_of,
+       COALESCE(i.created_at, h.created_at) AS created_at,
+       a.kind AS account_kind, t.breach
+FROM input o
+CROSS JOIN tally t
+LEFT JOIN inserted i ON i.operation_key = o.operation_key
+LEFT JOIN held h ON h.ord = o.ord
+LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
+ORDER BY o.ord
+"#;
+
+/// Applies `deposits` (distinct keys) in one statement and answers each as
+/// `POST /v1/deposits` would.
+#[tracing::instrument(skip_all, fields(deposits = deposits.len()))]
+pub(crate) async fn apply(pool: &PgPool, deposits: &[DepositRequest]) -> Result<Vec<Answer>> {
+    let ids: Vec<Uuid> = deposits.iter().map(|_| Uuid::now_v7()).collect();
+    let keys: Vec<&str> = deposits.iter().map(|d| d.operation_key.as_str()).collect();
+    let accounts: Vec<i64> = deposits.iter().map(|d| d.account_id).collect();
+    let amounts: Vec<i64> = deposits.iter().map(|d| d.amount.minor()).collect();
+    let rows = retry::on_conflict(Error::is_conflict, || async {
+        sqlx::query(STATEMENT)
+            .bind(&ids)
+            .bind(&keys)
+            .bind(&accounts)
+            .bind(&amounts)
+            .fetch_all(pool)
+            .await
+            .map_err(Error::from)
+    })
+    .await?;
+    let met = rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| Met::read(row, Rule::Deposit, i))
+        .collect::<Result<Vec<_>>>()?;
+    ledger::answer(pool, deposits, met, ledger::created, |_| None).await
+}
