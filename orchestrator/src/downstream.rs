@@ -25,7 +25,7 @@ use paysaga_contracts::account::{
 };
 use paysaga_contracts::batch::Reply;
 use paysaga_contracts::order::{
-    api::{codes as order_codes, OrderBatch, OrderOp, Reservation, ReservationState},
+    api::{ErrorCode as OrderCode, OrderBatch, OrderOp, Reservation, ReservationState},
     client::OrderClient,
 };
 use serde::de::DeserializeOwned;
@@ -67,45 +67,45 @@ impl Attempt {
         }
     }
 
-    /// Classifies a failed call: a rejection whose code is in `definite` is final,
-    /// anything else (a timeout, a 5xx, an unexpected 4xx such as a refused
-    /// credential) is unknown and is retried, then escalated.
-    fn from_error(e: CallError, latency: Duration, definite: &[&str]) -> Self {
-        match &e {
-            CallError::Rejected { status, body } if definite.contains(&body.code.as_str()) => {
-                Attempt {
-                    outcome: Outcome::Rejected,
-                    status: Some(*status),
-                    latency,
-                    error: Some(e.to_string()),
-                    code: Some(body.code.clone()),
-                }
-            }
-            _ => Attempt::unknown(e.status(), latency, e.to_string()),
-        }
-    }
-
-    /// Classifies a failed account call: a rejection whose account code `definite`
-    /// accepts is final, anything else is unknown (as in [`Attempt::from_error`]).
-    fn from_account_error(
+    /// Classifies a failed call: a rejection whose code, read by `parse` as the
+    /// downstream's code type, is one `definite` accepts is final; anything else
+    /// (a timeout, a 5xx, an unexpected 4xx such as a refused credential) is
+    /// unknown and is retried, then escalated.
+    fn from_error<C: Copy>(
         e: CallError,
         latency: Duration,
-        definite: fn(AccountCode) -> bool,
+        parse: fn(&str) -> Option<C>,
+        definite: fn(C) -> bool,
+        name: fn(C) -> &'static str,
     ) -> Self {
-        match e
-            .code()
-            .and_then(AccountCode::parse)
-            .filter(|c| definite(*c))
-        {
+        match e.code().and_then(parse).filter(|c| definite(*c)) {
             Some(code) => Attempt {
                 outcome: Outcome::Rejected,
                 status: e.status(),
                 latency,
                 error: Some(e.to_string()),
-                code: Some(code.as_str().to_owned()),
+                code: Some(name(code).to_owned()),
             },
             None => Attempt::unknown(e.status(), latency, e.to_string()),
         }
+    }
+
+    fn from_account_error(
+        e: CallError,
+        latency: Duration,
+        definite: fn(AccountCode) -> bool,
+    ) -> Self {
+        Attempt::from_error(
+            e,
+            latency,
+            AccountCode::parse,
+            definite,
+            AccountCode::as_str,
+        )
+    }
+
+    fn from_order_error(e: CallError, latency: Duration, definite: fn(OrderCode) -> bool) -> Self {
+        Attempt::from_error(e, latency, OrderCode::parse, definite, OrderCode::as_str)
     }
 }
 
@@ -280,15 +280,14 @@ impl Downstream {
                     a.latency,
                     format!("confirm answered {}", a.body.state),
                 ),
-                Err(e) => Attempt::from_error(
-                    e,
-                    start.elapsed(),
-                    &[
-                        order_codes::RESERVATION_EXPIRED,
-                        order_codes::RESERVATION_CANCELLED,
-                        order_codes::RESERVATION_NOT_FOUND,
-                    ],
-                ),
+                Err(e) => Attempt::from_order_error(e, start.elapsed(), |code| {
+                    matches!(
+                        code,
+                        OrderCode::ReservationExpired
+                            | OrderCode::ReservationCancelled
+                            | OrderCode::ReservationNotFound
+                    )
+                }),
             },
             Action::CancelReservation | Action::CancelOrder => {
                 match self.cancel(p.reservation_id).await {
@@ -305,14 +304,12 @@ impl Downstream {
                         a.latency,
                         format!("cancel answered {}", a.body.state),
                     ),
-                    Err(e) => Attempt::from_error(
-                        e,
-                        start.elapsed(),
-                        &[
-                            order_codes::RESERVATION_NOT_FOUND,
-                            order_codes::RESERVATION_CONFIRMED,
-                        ],
-                    ),
+                    Err(e) => Attempt::from_order_error(e, start.elapsed(), |code| {
+                        matches!(
+                            code,
+                            OrderCode::ReservationNotFound | OrderCode::ReservationConfirmed
+                        )
+                    }),
                 }
             }
             Action::Refund => {

@@ -5,10 +5,13 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use paysaga_common::{error::internal_error_response, pass::PassError, retry, ApiError};
+use paysaga_common::{
+    batch::BatchFailure, error::internal_error_response, pass::PassError, retry, ApiError,
+    ErrorBody,
+};
 use paysaga_contracts::batch::Reply;
 
-use crate::api::codes;
+use crate::{api::ErrorCode, breach::Breach};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -60,7 +63,11 @@ pub enum Error {
     /// Something that must never happen did (e.g. a unit not in the state its
     /// reservation implies). The transaction is rolled back; nothing is written.
     #[error("invariant violated: {0}")]
-    Invariant(String),
+    Invariant(Breach),
+    /// The group-committed statement this operation rode in failed as a whole (its own
+    /// error inside); the operation may not have been applied.
+    #[error("{0}")]
+    Batch(BatchFailure<Error>),
 }
 
 impl From<ApiError> for Error {
@@ -70,91 +77,106 @@ impl From<ApiError> for Error {
 }
 
 impl Error {
-    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
-        Error::Api(ApiError::unprocessable(code, message))
+    pub fn invalid(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error::Api(ApiError::unprocessable(code.as_str(), message))
     }
 
     fn api(&self) -> Option<ApiError> {
         let e = match self {
             Error::Api(e) => e.clone(),
-            Error::SoldOut => ApiError::conflict(codes::SOLD_OUT, "no units left for this product"),
+            Error::SoldOut => ApiError::conflict(
+                ErrorCode::SoldOut.as_str(),
+                "no units left for this product",
+            ),
             Error::MemberLimit => ApiError::conflict(
-                codes::MEMBER_LIMIT_REACHED,
+                ErrorCode::MemberLimitReached.as_str(),
                 "you already hold a reservation of this product, or bought as many as allowed",
             ),
-            Error::ProductNotFound(id) => {
-                ApiError::not_found(codes::PRODUCT_NOT_FOUND, format!("product {id} not found"))
-            }
+            Error::ProductNotFound(id) => ApiError::not_found(
+                ErrorCode::ProductNotFound.as_str(),
+                format!("product {id} not found"),
+            ),
             // A pass is an admission credential: one that does not admit this member to
             // this product now is refused as a credential is (403), however it failed.
             Error::Pass(e) => ApiError::new(StatusCode::FORBIDDEN, e.code(), e.to_string()),
             Error::PassWrongProduct { pass, asked } => ApiError::new(
                 StatusCode::FORBIDDEN,
-                codes::PASS_WRONG_PRODUCT,
+                ErrorCode::PassWrongProduct.as_str(),
                 format!("the pass is for product {pass}, not product {asked}"),
             ),
             Error::PassWrongMember => ApiError::new(
                 StatusCode::FORBIDDEN,
-                codes::PASS_WRONG_MEMBER,
+                ErrorCode::PassWrongMember.as_str(),
                 "the pass was issued to another member",
             ),
             Error::PassAlreadyUsed => ApiError::conflict(
-                codes::PASS_ALREADY_USED,
+                ErrorCode::PassAlreadyUsed.as_str(),
                 "the pass has already been used by another member",
             ),
-            Error::ReservationNotFound => {
-                ApiError::not_found(codes::RESERVATION_NOT_FOUND, "reservation not found")
-            }
+            Error::ReservationNotFound => ApiError::not_found(
+                ErrorCode::ReservationNotFound.as_str(),
+                "reservation not found",
+            ),
             Error::NotSoldOut => ApiError::conflict(
-                codes::NOT_SOLD_OUT,
+                ErrorCode::NotSoldOut.as_str(),
                 "units of this product are on sale: reserve one instead of waiting",
             ),
             Error::NothingToWaitFor => ApiError::conflict(
-                codes::NOTHING_TO_WAIT_FOR,
+                ErrorCode::NothingToWaitFor.as_str(),
                 "no unit of this product is held by anyone, so none can come back",
             ),
-            Error::NotOnWaitlist => {
-                ApiError::not_found(codes::NOT_ON_WAITLIST, "you are not on this waitlist")
+            Error::NotOnWaitlist => ApiError::not_found(
+                ErrorCode::NotOnWaitlist.as_str(),
+                "you are not on this waitlist",
+            ),
+            Error::OfferNotFound => {
+                ApiError::not_found(ErrorCode::OfferNotFound.as_str(), "offer not found")
             }
-            Error::OfferNotFound => ApiError::not_found(codes::OFFER_NOT_FOUND, "offer not found"),
             Error::OfferExpired => ApiError::conflict(
-                codes::OFFER_EXPIRED,
+                ErrorCode::OfferExpired.as_str(),
                 "the offer's deadline passed; the unit went to the next in line",
             ),
             Error::OfferReleased => ApiError::conflict(
-                codes::OFFER_RELEASED,
+                ErrorCode::OfferReleased.as_str(),
                 "the offer was given up when you left the waitlist",
             ),
             Error::ReservationExpired => ApiError::conflict(
-                codes::RESERVATION_EXPIRED,
+                ErrorCode::ReservationExpired.as_str(),
                 "the reservation expired; its unit is back on sale",
             ),
             Error::ReservationCancelled => ApiError::conflict(
-                codes::RESERVATION_CANCELLED,
+                ErrorCode::ReservationCancelled.as_str(),
                 "the reservation was cancelled",
             ),
             Error::ReservationConfirmed => ApiError::conflict(
-                codes::RESERVATION_CONFIRMED,
+                ErrorCode::ReservationConfirmed.as_str(),
                 "the reservation is confirmed (paid); only an operator can cancel it",
             ),
-            Error::Database(_) | Error::Invariant(_) | Error::Task(_) => return None,
+            Error::Database(_) | Error::Invariant(_) | Error::Task(_) | Error::Batch(_) => {
+                return None
+            }
         };
         Some(e)
     }
 }
 
-/// What a set-based statement says to fail on purpose when its own counts disagree:
-/// it casts an explanation containing this to `INTEGER` (SQLSTATE 22P02), the one way
-/// a plain SQL statement can abort itself, so an autocommit statement is rolled back
-/// whole.
-pub(crate) const BREACH_MARK: &str = "invariant breach";
+/// SQLSTATE of `invariant_breach(detail)` (migration `..._invariant_breach.sql`): a
+/// set-based statement found its own writes disagreeing with its plan and aborted itself
+/// whole; DETAIL is the breach as JSON.
+const BREACH_SQLSTATE: &str = "OB001";
 
-/// A statement's error, its deliberate failure (see [`BREACH_MARK`]) as the invariant
-/// breach it reports.
+/// A statement's error; its deliberate failure (see [`BREACH_SQLSTATE`]) as the
+/// invariant breach it reports.
 pub(crate) fn from_statement(e: sqlx::Error) -> Error {
-    if let sqlx::Error::Database(db) = &e {
-        if db.code().as_deref() == Some("22P02") && db.message().contains(BREACH_MARK) {
-            return Error::Invariant(db.message().to_owned());
+    if let Some(db) = e.as_database_error() {
+        if db.code().as_deref() == Some(BREACH_SQLSTATE) {
+            let detail = db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .and_then(|pg| pg.detail())
+                .and_then(|d| serde_json::from_str::<Breach>(d).ok());
+            if let Some(breach) = detail {
+                return Error::Invariant(breach);
+            }
         }
     }
     e.into()
@@ -162,8 +184,9 @@ pub(crate) fn from_statement(e: sqlx::Error) -> Error {
 
 /// Waits until the server has finished a statement that failed on `conn`. The error
 /// reaches the client before the server aborts the statement's implicit transaction, so
-/// until then its row locks are still held: claims falling back one by one would skip
-/// those units and find a product sold out. One more round trip, on failures only.
+/// until then its row locks are still held: a statement run next (a retry, the next
+/// flush) would skip those units and find a product sold out, or wait for the locks.
+/// One more round trip, on failures only.
 pub(crate) async fn settle(conn: &mut sqlx::PgConnection) {
     if let Err(e) = sqlx::Connection::ping(conn).await {
         tracing::warn!(error = %e, "settling a connection after a failed statement");
@@ -174,14 +197,22 @@ impl Error {
     /// This error as one operation's answer inside a batch: the status and body its own
     /// endpoint would have sent (internal errors never reach here: they fail the batch).
     pub(crate) fn reply(&self) -> Reply {
-        match self.api() {
-            Some(e) => Reply::error(e.status.as_u16(), e.code, e.message),
-            None => Reply::error(
-                500,
+        let (status, code, message) = match self.api() {
+            Some(e) => (e.status, e.code, e.message),
+            None if self.is_unavailable() => unavailable(),
+            None => (
+                StatusCode::INTERNAL_SERVER_ERROR,
                 paysaga_common::error::codes::INTERNAL,
-                "internal error",
+                "internal error".to_owned(),
             ),
-        }
+        };
+        Reply::refused(
+            status.as_u16(),
+            &ErrorBody {
+                code: code.to_owned(),
+                message,
+            },
+        )
     }
 
     /// PostgreSQL rolled the transaction back to break a deadlock or a serialization
@@ -202,9 +233,19 @@ impl Error {
             }
             _ if self.is_conflict() => true,
             Error::Database(e) => paysaga_common::db::unavailable(e),
+            Error::Batch(f) => f.flush_error().is_some_and(Error::is_unavailable),
             _ => false,
         }
     }
+}
+
+/// The answer to a request the database could not serve: 503, retry shortly.
+fn unavailable() -> (StatusCode, &'static str, String) {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        paysaga_common::error::codes::UNAVAILABLE,
+        "the service's database is overloaded or unavailable; retry shortly".to_owned(),
+    )
 }
 
 impl IntoResponse for Error {
@@ -217,12 +258,8 @@ impl IntoResponse for Error {
                 // as an unknown outcome, as it must).
                 if self.is_unavailable() {
                     tracing::warn!(error = %self, cause = ?self, "database busy or unavailable; answering 503");
-                    return ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        paysaga_common::error::codes::UNAVAILABLE,
-                        "the service's database is overloaded or unavailable; retry shortly",
-                    )
-                    .into_response();
+                    let (status, code, message) = unavailable();
+                    return ApiError::new(status, code, message).into_response();
                 }
                 internal_error_response(&self)
             }

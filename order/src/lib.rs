@@ -1,18 +1,21 @@
-//! The order service: products with one row per unit, reservations claimed with
-//! `FOR UPDATE SKIP LOCKED` (concurrent claims sharing one statement), expiry, and
-//! idempotent confirm and cancel, one at a time or group-committed in batches; the FIFO
-//! waitlist that returned units are offered to; the transactional outbox of its events.
+//! The order service: products with one row per unit; its stock rules, each one
+//! set-based statement for any number of operations (a lone one is a batch of one):
+//! the claim of a unit with `FOR UPDATE SKIP LOCKED` (`claim`), and confirm, cancel and
+//! expiry (`settle`); the FIFO waitlist that returned units are offered to; the
+//! transactional outbox of its events.
 
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::order::api;
-pub mod batch;
-pub mod claims;
+pub mod breach;
+/// Public because paysaga-bench's claim bench calls the claim itself.
+pub mod claim;
 pub mod config;
 pub(crate) mod error;
 pub mod outbox;
-/// Public because paysaga-bench's claim bench calls the claim itself.
 pub mod reservations;
 pub(crate) mod routes;
+pub mod settle;
+pub mod states;
 /// Public because paysaga-bench's claim bench stocks products directly.
 pub mod stock;
 pub mod sweep;
@@ -50,7 +53,7 @@ pub struct AppState {
     /// How long a unit offered to a waitlist member is held for them.
     pub offer_ttl: Duration,
     /// Group commit of reservations' claims, one per process.
-    pub claims: claims::Claims,
+    pub claims: claim::Claims,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -63,7 +66,7 @@ impl AppState {
     /// Needs a Tokio runtime: it starts the claims' flushing task.
     pub fn new(pool: PgPool, config: &Config) -> Self {
         Self {
-            claims: claims::Claims::new(pool.clone(), config.claim_batch, config.claim_flushes),
+            claims: claim::Claims::new(pool.clone(), config.claim_batch, config.claim_flushes),
             pool,
             verifier: Arc::new(Verifier::from_source(
                 &config.buyer_keys,
@@ -128,6 +131,7 @@ impl AppState {
         api::UsedPasses,
         api::OrderOp,
         api::OrderBatch,
+        api::ErrorCode,
         api::WaitlistEntry,
         api::WaitlistState,
         api::WaitlistOffer,

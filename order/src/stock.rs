@@ -74,9 +74,9 @@ pub async fn create_product(pool: &PgPool, name: &str, price: i64, units: i64) -
     .await?;
     insert_units(&mut tx, id, units).await?;
     tx.commit().await?;
-    product(pool, id)
-        .await?
-        .ok_or_else(|| crate::error::Error::Invariant("created product vanished".into()))
+    product(pool, id).await?.ok_or_else(|| {
+        crate::error::Error::Invariant(crate::breach::Breach::missing("created product", id))
+    })
 }
 
 /// Adds `count` AVAILABLE units; `None` when the product does not exist.

@@ -1,64 +1,20 @@
-//! The expiry sweeps: reservations past their deadline give their units back (to the
-//! head of the product's waitlist, else on sale), and offers past theirs pass their
-//! units on; both in bounded batches that several instances can run at once.
+//! The expiry sweeps, scheduled: reservations past their deadline give their units back
+//! (to the head of the product's waitlist, else on sale), and offers past theirs pass
+//! their units on; both in bounded batches that several instances can run at once.
 
 use std::time::{Duration, Instant};
 
 use paysaga_common::jobs::Jobs;
 use sqlx::PgPool;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
-/// Expires up to `batch` due reservations in one transaction and returns how many units
-/// came back (each offered to the head of its product's waitlist by the handoff
-/// trigger, in this transaction, or else on sale). Rows are claimed with `SKIP LOCKED`: a reservation being
-/// confirmed or cancelled right now, or swept by another instance, is left to them.
-#[tracing::instrument(skip_all, fields(batch))]
+/// Expires up to `batch` due reservations, one statement (the confirm and cancel rule's,
+/// [`crate::settle::sweep`]), and returns how many units came back (each offered to the
+/// head of its product's waitlist by the handoff trigger, in that statement, or else on
+/// sale).
 pub async fn sweep_batch(pool: &PgPool, batch: i64) -> Result<u64> {
-    let mut tx = pool.begin().await?;
-    let (expired, released, offered): (i64, i64, i64) = sqlx::query_as(
-        r#"
-        WITH due AS (
-            SELECT id
-            FROM reservations
-            WHERE state = 'RESERVED' AND expires_at <= now()
-            ORDER BY expires_at
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED
-        ), expired AS (
-            UPDATE reservations r
-            SET state = 'EXPIRED', updated_at = now()
-            FROM due
-            WHERE r.id = due.id
-            RETURNING r.unit_id
-        ), released AS (
-            UPDATE product_stock s
-            SET state = 'AVAILABLE', updated_at = now()
-            FROM expired
-            WHERE s.id = expired.unit_id AND s.state = 'RESERVED'
-            RETURNING s.id, s.state
-        )
-        SELECT (SELECT COUNT(*) FROM expired), (SELECT COUNT(*) FROM released),
-               (SELECT COUNT(*) FROM released WHERE state = 'OFFERED')
-        "#,
-    )
-    .bind(batch)
-    .fetch_one(&mut *tx)
-    .await?;
-    if expired != released {
-        // Dropping the transaction rolls the batch back: nothing half-done is kept.
-        return Err(Error::Invariant(format!(
-            "sweep expired {expired} reservations but released {released} units"
-        )));
-    }
-    tx.commit().await?;
-    crate::waitlist::count_handoffs(std::iter::repeat_n(
-        "OFFERED",
-        usize::try_from(offered).unwrap_or(0),
-    ));
-    let released = u64::try_from(released).unwrap_or(0);
-    metrics::counter!("order_units_returned_total", "reason" => "expired").increment(released);
-    Ok(released)
+    crate::settle::sweep(pool, batch).await
 }
 
 /// One sweep run: batches until one comes back short, at most `max_batches` of them, so

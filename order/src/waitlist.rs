@@ -17,64 +17,62 @@ use uuid::Uuid;
 
 use crate::{
     api::{OfferState, Reservation, WaitlistEntry, WaitlistOffer, WaitlistState},
+    breach::{Breach, Holder},
     error::{Error, Result},
     reservations::{self, ReservationRow},
+    states::{Text, UnitState},
 };
 
-/// Counts offers made by a unit return whose final unit state is `state` (the handoff
-/// turns a unit that was put back on sale into `OFFERED` in the same row version).
-pub(crate) fn count_handoffs<'a>(states: impl IntoIterator<Item = &'a str>) -> u64 {
-    let made = states.into_iter().filter(|s| *s == "OFFERED").count() as u64;
-    if made > 0 {
+/// Counts offers made by units coming back (the handoff turns a unit that was put back
+/// on sale into `OFFERED` in the same row version; the returning statement counts the
+/// units it left `OFFERED`).
+pub(crate) fn count_offers_made(made: i64) {
+    if let Ok(made @ 1..) = u64::try_from(made) {
         metrics::counter!("order_waitlist_offers_total", "outcome" => "made").increment(made);
     }
-    made
 }
 
 #[derive(sqlx::FromRow)]
 struct EntryRow {
     id: Uuid,
     product_id: i64,
-    member_id: String,
-    state: String,
+    #[sqlx(try_from = "String")]
+    member_id: MemberId,
+    state: Text<WaitlistState>,
     position: Option<i64>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     offer_id: Option<Uuid>,
     unit_id: Option<i64>,
-    offer_state: Option<String>,
+    offer_state: Option<Text<OfferState>>,
     offer_expires_at: Option<DateTime<Utc>>,
     reservation_id: Option<Uuid>,
 }
 
-impl TryFrom<EntryRow> for WaitlistEntry {
-    type Error = Error;
-    fn try_from(r: EntryRow) -> Result<Self> {
-        let bad = |what: String| Error::Invariant(format!("waitlist entry {}: {what}", r.id));
-        let state =
-            WaitlistState::parse(&r.state).ok_or_else(|| bad(format!("state {}", r.state)))?;
-        let member_id =
-            MemberId::parse(r.member_id.clone()).map_err(|e| bad(format!("member id: {e}")))?;
-        let offer = match (r.offer_id, r.unit_id, &r.offer_state, r.offer_expires_at) {
-            (Some(offer_id), Some(unit_id), Some(s), Some(expires_at)) => Some(WaitlistOffer {
-                offer_id,
-                unit_id,
-                state: OfferState::parse(s).ok_or_else(|| bad(format!("offer state {s}")))?,
-                expires_at,
-                reservation_id: r.reservation_id,
-            }),
+impl From<EntryRow> for WaitlistEntry {
+    fn from(r: EntryRow) -> Self {
+        let offer = match (r.offer_id, r.unit_id, r.offer_state, r.offer_expires_at) {
+            (Some(offer_id), Some(unit_id), Some(Text(state)), Some(expires_at)) => {
+                Some(WaitlistOffer {
+                    offer_id,
+                    unit_id,
+                    state,
+                    expires_at,
+                    reservation_id: r.reservation_id,
+                })
+            }
             _ => None,
         };
-        Ok(WaitlistEntry {
+        WaitlistEntry {
             id: r.id,
             product_id: r.product_id,
-            member_id,
-            state,
+            member_id: r.member_id,
+            state: r.state.0,
             position: r.position,
             offer,
             joined_at: r.created_at,
             updated_at: r.updated_at,
-        })
+        }
     }
 }
 
@@ -106,7 +104,7 @@ async fn latest(
     .bind(member.as_str())
     .fetch_optional(&mut *conn)
     .await?;
-    row.map(WaitlistEntry::try_from).transpose()
+    Ok(row.map(WaitlistEntry::from))
 }
 
 /// `GET /v1/products/{id}/waitlist/me`.
@@ -182,7 +180,9 @@ pub async fn join(pool: &PgPool, req: &JoinRequest<'_>) -> Result<Joined> {
     .await?;
     let created = latest(&mut tx, req.product_id, req.member)
         .await?
-        .ok_or_else(|| Error::Invariant("a new waitlist entry vanished".into()))?;
+        .ok_or_else(|| {
+            Error::Invariant(Breach::missing("new waitlist entry of member", req.member))
+        })?;
     tx.commit().await?;
     metrics::counter!("order_waitlist_joins_total").increment(1);
     Ok(Joined::Created(created))
@@ -241,7 +241,7 @@ pub async fn leave(
     member: &MemberId,
 ) -> Result<Option<WaitlistEntry>> {
     let mut tx = pool.begin().await?;
-    let live: Option<(Uuid, String)> = sqlx::query_as(
+    let live: Option<(Uuid, Text<WaitlistState>)> = sqlx::query_as(
         r#"
         SELECT id, state
         FROM waitlist_entries
@@ -253,10 +253,10 @@ pub async fn leave(
     .bind(member.as_str())
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((entry_id, state)) = live else {
+    let Some((entry_id, Text(state))) = live else {
         return Ok(None);
     };
-    if state == "OFFERED" {
+    if state == WaitlistState::Offered {
         let unit: i64 = sqlx::query_scalar(
             r#"
             UPDATE waitlist_offers
@@ -269,9 +269,7 @@ pub async fn leave(
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| {
-            Error::Invariant(format!(
-                "waitlist entry {entry_id} is OFFERED without a live offer"
-            ))
+            Error::Invariant(Breach::missing("live offer of waitlist entry", entry_id))
         })?;
         pass_on(&mut tx, &[unit]).await?;
         metrics::counter!("order_waitlist_offers_total", "outcome" => "released").increment(1);
@@ -288,7 +286,7 @@ pub async fn leave(
 /// Puts offered units back on sale, which hands each to the next in line (the
 /// migration's trigger) or leaves it AVAILABLE. Every unit must have been OFFERED.
 async fn pass_on(tx: &mut Transaction<'_, Postgres>, units: &[i64]) -> Result<()> {
-    let states: Vec<String> = sqlx::query_scalar(
+    let states: Vec<Text<UnitState>> = sqlx::query_scalar(
         r#"
         UPDATE product_stock
         SET state = 'AVAILABLE', updated_at = now()
@@ -300,13 +298,14 @@ async fn pass_on(tx: &mut Transaction<'_, Postgres>, units: &[i64]) -> Result<()
     .fetch_all(&mut **tx)
     .await?;
     if states.len() != units.len() {
-        return Err(Error::Invariant(format!(
-            "{} offered units passed on, {} expected",
-            states.len(),
-            units.len()
+        return Err(Error::Invariant(Breach::count(
+            "pass on",
+            "offered units put back on sale",
+            units.len() as i64,
+            states.len() as i64,
         )));
     }
-    count_handoffs(states.iter().map(String::as_str));
+    count_offers_made(states.iter().filter(|s| s.0 == UnitState::Offered).count() as i64);
     Ok(())
 }
 
@@ -316,7 +315,7 @@ struct LockedOffer {
     member_id: String,
     product_id: i64,
     unit_id: i64,
-    state: String,
+    state: Text<OfferState>,
     due: bool,
 }
 
@@ -373,22 +372,18 @@ pub async fn take(pool: &PgPool, req: &TakeRequest<'_>) -> Result<Take> {
     if offer.member_id != req.member.as_str() {
         return Err(Error::OfferNotFound);
     }
-    match offer.state.as_str() {
-        "TAKEN" => {
+    match offer.state.0 {
+        OfferState::Taken => {
             let r = reservations::by_offer(&mut tx, req.offer_id)
                 .await?
                 .ok_or_else(|| {
-                    Error::Invariant(format!(
-                        "offer {} TAKEN without a reservation",
-                        req.offer_id
-                    ))
+                    Error::Invariant(Breach::missing("reservation of taken offer", req.offer_id))
                 })?;
             return Ok(Take::Taken(r));
         }
-        "EXPIRED" => return Err(Error::OfferExpired),
-        "RELEASED" => return Err(Error::OfferReleased),
-        "OFFERED" => {}
-        other => return Err(Error::Invariant(format!("offer in state {other}"))),
+        OfferState::Expired => return Err(Error::OfferExpired),
+        OfferState::Released => return Err(Error::OfferReleased),
+        OfferState::Offered => {}
     }
     if offer.due {
         expire_offers(&mut tx, &[req.offer_id]).await?;
@@ -421,10 +416,12 @@ pub async fn take(pool: &PgPool, req: &TakeRequest<'_>) -> Result<Take> {
     .await?
     .rows_affected();
     if moved != 1 {
-        return Err(Error::Invariant(format!(
-            "unit {} of live offer {} is not OFFERED",
-            offer.unit_id, req.offer_id
-        )));
+        return Err(Error::Invariant(Breach::Unit {
+            unit_id: offer.unit_id,
+            holder: Some(Holder::Offer(req.offer_id)),
+            expected: UnitState::Offered,
+            found: None,
+        }));
     }
     let row = sqlx::query_as::<_, ReservationRow>(
         r#"
@@ -462,7 +459,7 @@ pub async fn take(pool: &PgPool, req: &TakeRequest<'_>) -> Result<Take> {
         .bind(offer.entry_id)
         .execute(&mut *tx)
         .await?;
-    let reservation = Reservation::try_from(row)?;
+    let reservation = Reservation::from(row);
     tx.commit().await?;
     metrics::counter!("order_waitlist_offers_total", "outcome" => "taken").increment(1);
     metrics::counter!("order_reservations_total", "outcome" => "offer_taken").increment(1);
@@ -496,10 +493,11 @@ async fn expire_offers(tx: &mut Transaction<'_, Postgres>, offers: &[Uuid]) -> R
     .fetch_all(&mut **tx)
     .await?;
     if units.len() != offers.len() {
-        return Err(Error::Invariant(format!(
-            "{} of {} due offers expired with their entries",
-            units.len(),
-            offers.len()
+        return Err(Error::Invariant(Breach::count(
+            "expire offers",
+            "due offers expired with their entries",
+            offers.len() as i64,
+            units.len() as i64,
         )));
     }
     pass_on(tx, &units).await?;
@@ -544,12 +542,11 @@ pub async fn catch_up(pool: &PgPool) -> Result<u64> {
     let made: i32 = sqlx::query_scalar(r#"SELECT waitlist_catch_up()"#)
         .fetch_one(pool)
         .await?;
-    let made = u64::try_from(made).unwrap_or(0);
+    count_offers_made(i64::from(made));
     if made > 0 {
-        metrics::counter!("order_waitlist_offers_total", "outcome" => "made").increment(made);
         tracing::info!(offers = made, "waiters caught up with units on sale");
     }
-    Ok(made)
+    Ok(u64::try_from(made).unwrap_or(0))
 }
 
 /// One offer sweep run: due offers in batches (at most `max_batches`), then the

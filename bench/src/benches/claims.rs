@@ -14,7 +14,8 @@ use std::{
 use anyhow::Context as _;
 use clap::Args;
 use order::{
-    reservations::{self, Canceller, Claim, ClaimRequest},
+    claim::{self, Claim, NewClaim},
+    settle::{self, Canceller, Op},
     stock,
 };
 use paysaga_common::{auth::MemberId, db};
@@ -31,7 +32,8 @@ use crate::{
 /// How a claim is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
-    /// The service's own claim: one row per unit, `FOR UPDATE SKIP LOCKED`.
+    /// The service's own claim statement (a claim of one): one row per unit,
+    /// `FOR UPDATE SKIP LOCKED`.
     SkipLockedUnits,
     /// One counter row: `SELECT ... FOR UPDATE`, then `UPDATE`, in a transaction.
     CounterForUpdate,
@@ -184,16 +186,21 @@ async fn claim_once(ctx: &Ctx, i: usize) -> anyhow::Result<Outcome> {
     match ctx.strategy {
         Strategy::SkipLockedUnits => {
             let member = MemberId::parse(member).map_err(anyhow::Error::msg)?;
-            let req = ClaimRequest {
+            let req = [NewClaim {
                 product_id: product,
-                member: &member,
+                member,
                 pass_id: Uuid::new_v4(),
                 ttl: Duration::from_secs(600),
                 cap: 1,
-            };
-            // The same loop the reserve handler runs: look again while locked units may come back.
+            }];
+            // The same loop the reserve handler runs: look again while locked units may
+            // come back. Each claimer its own statement (a claim of one), as a lone claim.
             for attempt in 0..3 {
-                match reservations::claim(pool, &req).await? {
+                let outcome = claim::claim(pool, &req)
+                    .await?
+                    .pop()
+                    .context("a claim of one answered nothing")??;
+                match outcome {
                     Claim::Created(r) => {
                         return Ok(Outcome::Success {
                             retries: attempt,
@@ -362,7 +369,7 @@ async fn drive(
                 }) => {
                     if let (true, Some(id)) = (ctx.release, reservation) {
                         if let Err(e) =
-                            reservations::cancel(&ctx.pool, id, Canceller::Service).await
+                            settle::one(&ctx.pool, Op::Cancel(id, Canceller::Service)).await
                         {
                             tracing::warn!(error = %e, "release failed");
                             return Answer::from(Label::error("release"));

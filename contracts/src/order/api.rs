@@ -140,47 +140,156 @@ pub struct UsedPasses {
 }
 
 /// The order service's own error codes (the common ones are in
-/// `paysaga_common::error::codes`).
-pub mod codes {
-    pub const SOLD_OUT: &str = "SOLD_OUT";
+/// `paysaga_common::error::codes`): the `code` of its error bodies, typed. The wire
+/// strings are `as_str`; a caller reads a refusal's code with [`ErrorCode::parse`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    SoldOut,
     /// The member already holds a live reservation of the product, or has reserved and
     /// bought as many units as the order service's `PURCHASE_CAP` allows.
-    pub const MEMBER_LIMIT_REACHED: &str = "MEMBER_LIMIT_REACHED";
-    pub const PASS_MALFORMED: &str = "PASS_MALFORMED";
-    pub const PASS_INVALID_SIGNATURE: &str = "PASS_INVALID_SIGNATURE";
-    pub const PASS_EXPIRED: &str = "PASS_EXPIRED";
-    pub const PASS_WRONG_PRODUCT: &str = "PASS_WRONG_PRODUCT";
-    pub const PASS_WRONG_MEMBER: &str = "PASS_WRONG_MEMBER";
-    pub const PASS_ALREADY_USED: &str = "PASS_ALREADY_USED";
-    pub const PRODUCT_NOT_FOUND: &str = "PRODUCT_NOT_FOUND";
-    pub const RESERVATION_NOT_FOUND: &str = "RESERVATION_NOT_FOUND";
-    pub const RESERVATION_EXPIRED: &str = "RESERVATION_EXPIRED";
-    pub const RESERVATION_CANCELLED: &str = "RESERVATION_CANCELLED";
-    pub const RESERVATION_CONFIRMED: &str = "RESERVATION_CONFIRMED";
-    pub const INVALID_NAME: &str = "INVALID_NAME";
-    pub const INVALID_PRICE: &str = "INVALID_PRICE";
-    pub const INVALID_UNITS: &str = "INVALID_UNITS";
-    pub const INVALID_PRODUCT_ID: &str = "INVALID_PRODUCT_ID";
-    pub const TOO_MANY_PASS_IDS: &str = "TOO_MANY_PASS_IDS";
+    MemberLimitReached,
+    PassMalformed,
+    PassInvalidSignature,
+    PassExpired,
+    PassWrongProduct,
+    PassWrongMember,
+    PassAlreadyUsed,
+    ProductNotFound,
+    ReservationNotFound,
+    ReservationExpired,
+    ReservationCancelled,
+    ReservationConfirmed,
+    InvalidName,
+    InvalidPrice,
+    InvalidUnits,
+    InvalidProductId,
+    TooManyPassIds,
     /// Joining a waitlist while units are on sale: buy one instead.
-    pub const NOT_SOLD_OUT: &str = "NOT_SOLD_OUT";
+    NotSoldOut,
     /// Joining a waitlist of a product none of whose units is held by a reservation or
     /// an offer: no unit can come back.
-    pub const NOTHING_TO_WAIT_FOR: &str = "NOTHING_TO_WAIT_FOR";
+    NothingToWaitFor,
     /// The member has no entry in the product's waitlist (leave), or never had one (read).
-    pub const NOT_ON_WAITLIST: &str = "NOT_ON_WAITLIST";
+    NotOnWaitlist,
     /// No such offer, or it is another member's.
-    pub const OFFER_NOT_FOUND: &str = "OFFER_NOT_FOUND";
+    OfferNotFound,
     /// The offer's deadline passed; its unit went to the next waiter or back on sale.
-    pub const OFFER_EXPIRED: &str = "OFFER_EXPIRED";
+    OfferExpired,
     /// The offer was given up by leaving the waitlist.
-    pub const OFFER_RELEASED: &str = "OFFER_RELEASED";
+    OfferReleased,
     /// `POST /v1/events/ack` named no event id, or more than 1,000.
-    pub const INVALID_EVENT_IDS: &str = "INVALID_EVENT_IDS";
+    InvalidEventIds,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 25] = [
+        ErrorCode::SoldOut,
+        ErrorCode::MemberLimitReached,
+        ErrorCode::PassMalformed,
+        ErrorCode::PassInvalidSignature,
+        ErrorCode::PassExpired,
+        ErrorCode::PassWrongProduct,
+        ErrorCode::PassWrongMember,
+        ErrorCode::PassAlreadyUsed,
+        ErrorCode::ProductNotFound,
+        ErrorCode::ReservationNotFound,
+        ErrorCode::ReservationExpired,
+        ErrorCode::ReservationCancelled,
+        ErrorCode::ReservationConfirmed,
+        ErrorCode::InvalidName,
+        ErrorCode::InvalidPrice,
+        ErrorCode::InvalidUnits,
+        ErrorCode::InvalidProductId,
+        ErrorCode::TooManyPassIds,
+        ErrorCode::NotSoldOut,
+        ErrorCode::NothingToWaitFor,
+        ErrorCode::NotOnWaitlist,
+        ErrorCode::OfferNotFound,
+        ErrorCode::OfferExpired,
+        ErrorCode::OfferReleased,
+        ErrorCode::InvalidEventIds,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::SoldOut => "SOLD_OUT",
+            ErrorCode::MemberLimitReached => "MEMBER_LIMIT_REACHED",
+            ErrorCode::PassMalformed => "PASS_MALFORMED",
+            ErrorCode::PassInvalidSignature => "PASS_INVALID_SIGNATURE",
+            ErrorCode::PassExpired => "PASS_EXPIRED",
+            ErrorCode::PassWrongProduct => "PASS_WRONG_PRODUCT",
+            ErrorCode::PassWrongMember => "PASS_WRONG_MEMBER",
+            ErrorCode::PassAlreadyUsed => "PASS_ALREADY_USED",
+            ErrorCode::ProductNotFound => "PRODUCT_NOT_FOUND",
+            ErrorCode::ReservationNotFound => "RESERVATION_NOT_FOUND",
+            ErrorCode::ReservationExpired => "RESERVATION_EXPIRED",
+            ErrorCode::ReservationCancelled => "RESERVATION_CANCELLED",
+            ErrorCode::ReservationConfirmed => "RESERVATION_CONFIRMED",
+            ErrorCode::InvalidName => "INVALID_NAME",
+            ErrorCode::InvalidPrice => "INVALID_PRICE",
+            ErrorCode::InvalidUnits => "INVALID_UNITS",
+            ErrorCode::InvalidProductId => "INVALID_PRODUCT_ID",
+            ErrorCode::TooManyPassIds => "TOO_MANY_PASS_IDS",
+            ErrorCode::NotSoldOut => "NOT_SOLD_OUT",
+            ErrorCode::NothingToWaitFor => "NOTHING_TO_WAIT_FOR",
+            ErrorCode::NotOnWaitlist => "NOT_ON_WAITLIST",
+            ErrorCode::OfferNotFound => "OFFER_NOT_FOUND",
+            ErrorCode::OfferExpired => "OFFER_EXPIRED",
+            ErrorCode::OfferReleased => "OFFER_RELEASED",
+            ErrorCode::InvalidEventIds => "INVALID_EVENT_IDS",
+        }
+    }
+
+    /// The code an error body carries, if it is one of the order service's own.
+    pub fn parse(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// [`ErrorCode`]'s wire strings as constants, for callers that compare a body's `code`
+/// as text.
+pub mod codes {
+    use super::ErrorCode;
+
+    pub const SOLD_OUT: &str = ErrorCode::SoldOut.as_str();
+    pub const MEMBER_LIMIT_REACHED: &str = ErrorCode::MemberLimitReached.as_str();
+    pub const PASS_MALFORMED: &str = ErrorCode::PassMalformed.as_str();
+    pub const PASS_INVALID_SIGNATURE: &str = ErrorCode::PassInvalidSignature.as_str();
+    pub const PASS_EXPIRED: &str = ErrorCode::PassExpired.as_str();
+    pub const PASS_WRONG_PRODUCT: &str = ErrorCode::PassWrongProduct.as_str();
+    pub const PASS_WRONG_MEMBER: &str = ErrorCode::PassWrongMember.as_str();
+    pub const PASS_ALREADY_USED: &str = ErrorCode::PassAlreadyUsed.as_str();
+    pub const PRODUCT_NOT_FOUND: &str = ErrorCode::ProductNotFound.as_str();
+    pub const RESERVATION_NOT_FOUND: &str = ErrorCode::ReservationNotFound.as_str();
+    pub const RESERVATION_EXPIRED: &str = ErrorCode::ReservationExpired.as_str();
+    pub const RESERVATION_CANCELLED: &str = ErrorCode::ReservationCancelled.as_str();
+    pub const RESERVATION_CONFIRMED: &str = ErrorCode::ReservationConfirmed.as_str();
+    pub const INVALID_NAME: &str = ErrorCode::InvalidName.as_str();
+    pub const INVALID_PRICE: &str = ErrorCode::InvalidPrice.as_str();
+    pub const INVALID_UNITS: &str = ErrorCode::InvalidUnits.as_str();
+    pub const INVALID_PRODUCT_ID: &str = ErrorCode::InvalidProductId.as_str();
+    pub const TOO_MANY_PASS_IDS: &str = ErrorCode::TooManyPassIds.as_str();
+    pub const NOT_SOLD_OUT: &str = ErrorCode::NotSoldOut.as_str();
+    pub const NOTHING_TO_WAIT_FOR: &str = ErrorCode::NothingToWaitFor.as_str();
+    pub const NOT_ON_WAITLIST: &str = ErrorCode::NotOnWaitlist.as_str();
+    pub const OFFER_NOT_FOUND: &str = ErrorCode::OfferNotFound.as_str();
+    pub const OFFER_EXPIRED: &str = ErrorCode::OfferExpired.as_str();
+    pub const OFFER_RELEASED: &str = ErrorCode::OfferReleased.as_str();
+    pub const INVALID_EVENT_IDS: &str = ErrorCode::InvalidEventIds.as_str();
 }
 
 /// One operation of `POST /v1/batch` (service credential). Each is answered as its own
-/// endpoint would answer it; the confirms and cancels of one batch commit together.
+/// endpoint would answer it; the confirms and cancels of one batch commit together (a
+/// batch naming a reservation more than once, in rounds: the k-th operation on each
+/// reservation in round k, each round committed; a 5xx reply to one operation is an
+/// unknown outcome, to be asked by reservation id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum OrderOp {
@@ -289,6 +398,40 @@ impl OfferState {
         })
     }
 }
+
+/// A state name none of the state enums here knows: what a stored or received value
+/// that is not one of them reads as.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} {value:?}")]
+pub struct UnknownState {
+    pub kind: &'static str,
+    pub value: String,
+}
+
+/// `FromStr` and `TryFrom<String>` through each state enum's `parse`.
+macro_rules! parsed_from_text {
+    ($($t:ty => $kind:literal),* $(,)?) => {$(
+        impl std::str::FromStr for $t {
+            type Err = UnknownState;
+            fn from_str(s: &str) -> Result<Self, UnknownState> {
+                <$t>::parse(s).ok_or_else(|| UnknownState { kind: $kind, value: s.to_owned() })
+            }
+        }
+
+        impl TryFrom<String> for $t {
+            type Error = UnknownState;
+            fn try_from(s: String) -> Result<Self, UnknownState> {
+                s.parse()
+            }
+        }
+    )*};
+}
+
+parsed_from_text!(
+    ReservationState => "reservation state",
+    WaitlistState => "waitlist entry state",
+    OfferState => "offer state",
+);
 
 /// A unit held for one waitlist member until `expires_at`: take it with
 /// `POST /v1/offers/{offer_id}/reservation`.
@@ -410,4 +553,42 @@ pub struct OfferExpired {
     pub product_id: String,
     pub member_id: String,
     pub unit_id: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_code_reads_back_and_serialises_as_its_wire_string() {
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(code));
+            assert_eq!(
+                serde_json::to_value(code).expect("serialises"),
+                serde_json::json!(code.as_str())
+            );
+        }
+        assert_eq!(ErrorCode::parse("INTERNAL"), None);
+    }
+
+    #[test]
+    fn states_read_from_text_and_refuse_unknown_names() {
+        for s in [
+            ReservationState::Reserved,
+            ReservationState::Confirmed,
+            ReservationState::Cancelled,
+            ReservationState::Expired,
+        ] {
+            assert_eq!(ReservationState::try_from(s.as_str().to_owned()), Ok(s));
+        }
+        assert_eq!(
+            "SOLD".parse::<ReservationState>(),
+            Err(UnknownState {
+                kind: "reservation state",
+                value: "SOLD".into()
+            })
+        );
+        assert_eq!("LEFT".parse::<WaitlistState>(), Ok(WaitlistState::Left));
+        assert_eq!("TAKEN".parse::<OfferState>(), Ok(OfferState::Taken));
+    }
 }

@@ -10,9 +10,8 @@ use paysaga_contracts::batch::{Replies, BATCH_TOO_LARGE, MAX_OPS};
 
 use crate::{
     api::{OrderBatch, OrderOp},
-    batch,
     error::{Error, Result},
-    AppState,
+    settle, AppState,
 };
 
 /// The common 64 KB limit holds fewer than 1,000 operations (about 75 bytes each), so
@@ -20,15 +19,19 @@ use crate::{
 /// batch gets its `BATCH_TOO_LARGE` rather than a 413.
 pub const BODY_LIMIT: usize = 256 * 1024;
 
-/// Apply up to 1,000 confirms, cancels and lookups together (service). The confirms and
-/// cancels commit in one transaction; each operation gets the status and body its own
-/// endpoint would have answered. A 5xx means nothing was applied.
+/// Apply up to 1,000 confirms, cancels and lookups together (service). Each operation
+/// gets the status and body its own endpoint would have answered. They commit together
+/// (one statement); a batch naming a reservation more than once commits in rounds, the
+/// k-th operation on each reservation in round k. A 5xx for the whole batch means nothing
+/// was applied; a 5xx for one operation (a later round failed) means its outcome is
+/// unknown: ask for the reservation.
 #[utoipa::path(post, path = "/v1/batch", security(("service" = [])), request_body = OrderBatch,
     responses(
         (status = 200, body = Replies, description = "one reply per operation, in order: the status and body of `POST /v1/reservations/{id}/confirm`, `POST /v1/reservations/{id}/cancel` (as a service) or `GET /v1/reservations/{id}`"),
         (status = 400, body = ErrorBody, description = "BATCH_TOO_LARGE: no operations, or more than 1,000"),
         (status = 403, body = ErrorBody, description = "FORBIDDEN: a buyer token"),
-        (status = 500, body = ErrorBody, description = "the batch failed as a whole; nothing was written")))]
+        (status = 500, body = ErrorBody, description = "the batch failed as a whole; nothing was written"),
+        (status = 503, body = ErrorBody, description = "UNAVAILABLE: the database could not serve; nothing was written")))]
 #[tracing::instrument(skip_all, fields(caller = %caller.0, ops = req.ops.len()))]
 pub async fn batch(
     State(state): State<AppState>,
@@ -46,7 +49,8 @@ pub async fn batch(
     }
     let spans =
         telemetry::batch_op_spans(&req.traceparents, req.ops.len(), |i| op_span(&req.ops[i]));
-    let results = super::detached(async move { batch::apply(&state.pool, &req.ops).await }).await?;
+    let results =
+        super::detached(async move { settle::batch(&state.pool, &req.ops).await }).await?;
     for (span, reply) in spans.iter().zip(&results) {
         span.record("status", reply.status);
     }

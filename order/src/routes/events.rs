@@ -9,7 +9,7 @@ use paysaga_common::{
 };
 
 use crate::{
-    api::{codes, AckEvents, OutboxPage, OutboxQuery, DEFAULT_OUTBOX_PAGE, MAX_OUTBOX_PAGE},
+    api::{AckEvents, ErrorCode, OutboxPage, OutboxQuery, DEFAULT_OUTBOX_PAGE, MAX_OUTBOX_PAGE},
     error::{Error, Result},
     outbox, AppState,
 };
@@ -51,7 +51,7 @@ pub async fn ack(
     let most = usize::try_from(MAX_OUTBOX_PAGE).unwrap_or(usize::MAX);
     if req.ids.is_empty() || req.ids.len() > most {
         return Err(Error::invalid(
-            codes::INVALID_EVENT_IDS,
+            ErrorCode::InvalidEventIds,
             format!("name 1 to {MAX_OUTBOX_PAGE} event ids"),
         ));
     }

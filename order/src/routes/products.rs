@@ -12,7 +12,7 @@ use paysaga_common::{
 };
 
 use crate::{
-    api::{codes, AddUnits, Availability, CreateProduct, Product},
+    api::{AddUnits, Availability, CreateProduct, ErrorCode, Product},
     error::{Error, Result},
     stock::{self, MAX_UNITS_PER_CALL},
     AppState,
@@ -22,7 +22,7 @@ fn product_name(name: &str) -> Result<String> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
         return Err(Error::invalid(
-            codes::INVALID_NAME,
+            ErrorCode::InvalidName,
             "name must be 1 to 200 printable characters",
         ));
     }
@@ -32,7 +32,7 @@ fn product_name(name: &str) -> Result<String> {
 fn unit_count(n: i64, min: i64) -> Result<i64> {
     if n < min || n > MAX_UNITS_PER_CALL {
         return Err(Error::invalid(
-            codes::INVALID_UNITS,
+            ErrorCode::InvalidUnits,
             format!("units must be {min} to {MAX_UNITS_PER_CALL}"),
         ));
     }
@@ -57,8 +57,8 @@ pub async fn create(
     Json(req): Json<CreateProduct>,
 ) -> Result<(StatusCode, Json<Product>)> {
     let name = product_name(&req.name)?;
-    let price =
-        Amount::new(req.price).map_err(|e| Error::invalid(codes::INVALID_PRICE, e.to_string()))?;
+    let price = Amount::new(req.price)
+        .map_err(|e| Error::invalid(ErrorCode::InvalidPrice, e.to_string()))?;
     let units = unit_count(req.units, 0)?;
     let product = stock::create_product(&state.pool, &name, price.minor(), units).await?;
     tracing::info!(product_id = product.id, units, "product created");

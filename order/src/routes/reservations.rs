@@ -13,9 +13,12 @@ use paysaga_common::{
 use uuid::Uuid;
 
 use crate::{
-    api::{codes, CreateReservation, Reservation, UsedPasses, UsedPassesQuery},
+    api::{CreateReservation, ErrorCode, Reservation, UsedPasses, UsedPassesQuery},
+    breach::Breach,
+    claim::{Claim, NewClaim},
     error::{Error, Result},
-    reservations::{self, CancelOutcome, Canceller, Claim, ClaimRequest, ConfirmOutcome},
+    reservations,
+    settle::{self, Canceller, Op},
     stock, AppState,
 };
 
@@ -85,15 +88,15 @@ async fn reserve(
         });
     }
 
-    let claim = ClaimRequest {
+    let claim = NewClaim {
         product_id: req.product_id,
-        member: &member,
+        member: member.clone(),
         pass_id: claims.pid,
         ttl: state.ttl,
         cap: state.purchase_cap,
     };
     for _ in 0..CLAIM_ATTEMPTS {
-        match state.claims.claim(&claim).await? {
+        match state.claims.claim(claim.clone()).await? {
             Claim::Created(r) => {
                 metrics::counter!("order_reservations_total", "outcome" => "created").increment(1);
                 return Ok((StatusCode::CREATED, Json(r)));
@@ -102,7 +105,7 @@ async fn reserve(
                 let existing = reservations::by_pass(&state.pool, claims.pid)
                     .await?
                     .ok_or_else(|| {
-                        Error::Invariant("pass id conflicted but no reservation holds it".into())
+                        Error::Invariant(Breach::missing("reservation of used pass", claims.pid))
                     })?;
                 return replay(existing, &member);
             }
@@ -159,14 +162,9 @@ pub async fn confirm(
     caller: Service<{ ORCHESTRATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Reservation>> {
-    let outcome =
-        super::detached(async move { reservations::confirm(&state.pool, id).await }).await?;
-    match outcome {
-        ConfirmOutcome::Confirmed(r) => Ok(Json(r)),
-        ConfirmOutcome::Expired => Err(Error::ReservationExpired),
-        ConfirmOutcome::Cancelled => Err(Error::ReservationCancelled),
-        ConfirmOutcome::NotFound => Err(Error::ReservationNotFound),
-    }
+    let confirmed =
+        super::detached(async move { settle::one(&state.pool, Op::Confirm(id)).await }).await?;
+    Ok(Json(confirmed))
 }
 
 /// Cancel a reservation; its unit goes back on sale (buyer: own, while unpaid; service:
@@ -182,19 +180,13 @@ pub async fn cancel(
     caller: Caller<{ ORCHESTRATOR | OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Reservation>> {
-    let outcome = super::detached(async move {
-        let who = match &caller {
-            Caller::Buyer(m) => Canceller::Buyer(m),
-            Caller::Service(_) => Canceller::Service,
-        };
-        reservations::cancel(&state.pool, id, who).await
-    })
-    .await?;
-    match outcome {
-        CancelOutcome::Done(r) => Ok(Json(r)),
-        CancelOutcome::Confirmed => Err(Error::ReservationConfirmed),
-        CancelOutcome::NotFound => Err(Error::ReservationNotFound),
-    }
+    let who = match caller {
+        Caller::Buyer(m) => Canceller::Buyer(m),
+        Caller::Service(_) => Canceller::Service,
+    };
+    let cancelled =
+        super::detached(async move { settle::one(&state.pool, Op::Cancel(id, who)).await }).await?;
+    Ok(Json(cancelled))
 }
 
 /// Most pass ids one `passes/used` call may ask about (1,000 ids is ~40 KB, inside the
@@ -212,7 +204,7 @@ pub async fn used_passes(
 ) -> Result<Json<UsedPasses>> {
     if req.pass_ids.len() > MAX_PASS_IDS {
         return Err(Error::invalid(
-            codes::TOO_MANY_PASS_IDS,
+            ErrorCode::TooManyPassIds,
             format!("at most {MAX_PASS_IDS} pass ids per call"),
         ));
     }

@@ -4,7 +4,6 @@ mod support;
 
 mod bad_input;
 mod batch;
-mod batch_paths;
 mod claims_batched;
 mod expiry;
 mod hoarding;
@@ -13,6 +12,7 @@ mod outbox;
 mod passes;
 mod races;
 mod reserve_concurrency;
+mod settle;
 mod timeouts;
 mod waitlist;
 mod waitlist_races;

@@ -1,7 +1,8 @@
 //! The FIFO waitlist: join rules and codes, positions, leaving; every path that brings
 //! a unit back offers it to the head of the line in its own transaction (sweep, expiry
-//! on touch, cancel, both batch paths, refund, units added); offers taken, expired,
-//! released; only the offered member can have the unit; events in the outbox.
+//! on touch, cancel, a batch of one and one of two rounds, refund, units added); offers
+//! taken, expired, released; only the offered member can have the unit; events in the
+//! outbox.
 
 use std::time::Duration;
 
@@ -233,20 +234,18 @@ async fn every_return_path_offers_the_unit_to_the_head_of_the_line() {
     assert_eq!(e.code(), Some("RESERVATION_EXPIRED"));
     // 3. The owner's cancel.
     h.buyer("holder-2").cancel(held[2].id).await.unwrap();
-    // 4. A batch through its one statement (cancels only, each id once): the handoff
-    //    runs inside that statement.
-    let replies = order::batch::apply_fast(
+    // 4. A batch of one cancel: the handoff runs inside its statement.
+    let replies = order::settle::batch(
         &pool,
         &[OrderOp::Cancel {
             reservation_id: held[3].id,
         }],
     )
     .await
-    .unwrap()
-    .expect("the one statement takes a batch of cancels");
+    .unwrap();
     assert_eq!(replies[0].status, 200);
-    // 5. The batch's general path (a lookup beside the cancel sends it there).
-    let replies = order::batch::apply_general(
+    // 5. A batch naming the reservation twice (a cancel, then a lookup): two rounds.
+    let replies = order::settle::batch(
         &pool,
         &[
             OrderOp::Cancel {
