@@ -1,7 +1,7 @@
 //! Who may call what: the schema wall between service roles, service-only endpoints,
 //! and members who see only their own accounts.
 
-use crate::support::{debit, Svc};
+use crate::support::Svc;
 use paysaga_common::testkit::buyer_token;
 use sqlx::postgres::PgPoolOptions;
 
@@ -49,10 +49,7 @@ async fn buyers_cannot_move_money_and_see_only_their_own_account() {
     let svc = Svc::start().await;
     let mine = svc.open("member-1", 1_000).await;
     let theirs = svc.open("member-2", 1_000).await;
-    svc.client
-        .debit(&debit("pay:a:debit", mine.id, 100))
-        .await
-        .expect("paid");
+    svc.pay("pay:a:debit", mine.id, 100).await;
 
     let buyer = buyer_token("member-1");
     let body = serde_json::json!({"operation_key": "pay:evil:debit", "account_id": theirs.id, "amount": 500});

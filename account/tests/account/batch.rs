@@ -113,11 +113,7 @@ async fn each_reply_is_what_the_single_endpoint_answers() {
     let poor = svc.open("member-2", 50).await;
     let merchant = svc.merchant_id().await;
     let ghost = 987_654;
-    let before = svc
-        .client
-        .debit(&debit("pay:old:debit", rich.id, 100))
-        .await
-        .expect("applied");
+    let before = svc.pay("pay:old:debit", rich.id, 100).await;
     assert_eq!(before.status, 201);
     let total_before = svc.total_money().await;
 
@@ -532,11 +528,7 @@ async fn a_batch_that_fails_in_the_database_applies_none_of_its_debits() {
 async fn a_statement_whose_counts_disagree_applies_nothing() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
-    let paid = svc
-        .client
-        .debit(&debit("pay:0:debit", a.id, 100))
-        .await
-        .expect("paid");
+    let paid = svc.pay("pay:0:debit", a.id, 100).await;
     assert_eq!(paid.status, 201);
     sqlx::query(
         r#"CREATE FUNCTION account_service.skip() RETURNS trigger LANGUAGE plpgsql
@@ -589,11 +581,7 @@ async fn a_statement_whose_counts_disagree_applies_nothing() {
             .expect("drop");
     }
     // Without the faults, the same requests go through.
-    let again = svc
-        .client
-        .debit(&debit("pay:1:debit", a.id, 100))
-        .await
-        .expect("applied");
+    let again = svc.pay("pay:1:debit", a.id, 100).await;
     assert_eq!(again.status, 201);
     assert_eq!(svc.balance(a.id).await, 800);
 }

@@ -52,11 +52,7 @@ async fn same_key_with_a_different_request_is_refused_without_effect() {
     let a = svc.open("member-1", 10_000).await;
     let b = svc.open("member-2", 10_000).await;
 
-    let first = svc
-        .client
-        .debit(&debit("k1", a.id, 500))
-        .await
-        .expect("applied");
+    let first = svc.pay("k1", a.id, 500).await;
     assert_eq!(first.status, 201);
 
     for (req, what) in [
@@ -103,11 +99,7 @@ async fn a_declined_key_stays_declined_after_the_account_is_topped_up() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 100).await;
 
-    let paid = svc
-        .client
-        .debit(&debit("pay:1:debit", a.id, 100))
-        .await
-        .expect("applied");
+    let paid = svc.pay("pay:1:debit", a.id, 100).await;
     assert_eq!(paid.status, 201);
     let declined = svc
         .client

@@ -34,10 +34,7 @@ async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
     let b = svc.open("member-2", 100).await;
-    svc.client
-        .debit(&debit("pay:1:debit", a.id, 400))
-        .await
-        .expect("paid");
+    svc.pay("pay:1:debit", a.id, 400).await;
     svc.client
         .credit(&CreditRequest {
             operation_key: key("pay:1:refund"),

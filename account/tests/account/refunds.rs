@@ -19,10 +19,7 @@ async fn a_refund_moves_money_back_and_replays_idempotently() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
     let total = svc.total_money().await;
-    svc.client
-        .debit(&debit("pay:1:debit", a.id, 400))
-        .await
-        .expect("paid");
+    svc.pay("pay:1:debit", a.id, 400).await;
 
     let first = svc
         .client
@@ -64,10 +61,7 @@ async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
     let b = svc.open("member-2", 1_000).await;
-    svc.client
-        .debit(&debit("d1", a.id, 300))
-        .await
-        .expect("paid");
+    svc.pay("d1", a.id, 300).await;
     svc.client
         .debit(&debit("d2", a.id, 5_000))
         .await
@@ -148,10 +142,7 @@ async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
 async fn racing_refunds_of_one_debit_stop_at_its_amount() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
-    svc.client
-        .debit(&debit("d", a.id, 100))
-        .await
-        .expect("paid");
+    svc.pay("d", a.id, 100).await;
 
     let reqs: Vec<_> = (0..30)
         .map(|i| refund(&format!("r{i}"), a.id, 10, "d"))
@@ -178,7 +169,7 @@ async fn racing_refund_batches_stop_at_the_debits_amount() {
     let a = svc.open("member-1", 1_000).await;
     let b = svc.open("member-2", 1_000).await;
     for (k, id) in [("d", a.id), ("e", b.id)] {
-        svc.client.debit(&debit(k, id, 100)).await.expect("paid");
+        svc.pay(k, id, 100).await;
     }
     // Eight batches of five refunds of each debit, the same key sent in several, and
     // single refunds meanwhile: far more keys than the 10 refunds each debit has room for.

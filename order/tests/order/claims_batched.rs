@@ -38,6 +38,24 @@ fn moved(before: &str, after: &str, series: &str) -> f64 {
     metric(after, series) - metric(before, series)
 }
 
+/// Flushes, claims flushed and failed flushes between two scrapes.
+fn flush_moves(before: &str, after: &str) -> (f64, f64, f64) {
+    (
+        moved(before, after, FLUSHES),
+        moved(before, after, FLUSHED),
+        moved(before, after, FLUSH_ERRORS),
+    )
+}
+
+/// The answers of fired claims, in the order they were fired.
+async fn replies(pending: Vec<tokio::task::JoinHandle<Reply>>) -> Vec<Reply> {
+    join_all(pending)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
     let _serial = SERIAL.lock().await;
@@ -405,11 +423,7 @@ async fn a_mixed_flush_answers_each_request_as_its_claim_alone() {
         .unwrap()
         .expect("the held claim goes through");
     assert_eq!(holder.status, 201);
-    let got: Vec<Reply> = join_all(pending)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let got = replies(pending).await;
     let after = h.metrics().await;
     assert_eq!(
         (
@@ -545,19 +559,11 @@ async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
     wait_for_waiting(&h, 1 + requests.len()).await;
     held.tx.rollback().await.unwrap();
     assert_eq!(held.claim.await.unwrap().unwrap().status, 201);
-    let got: Vec<Reply> = join_all(pending)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let got = replies(pending).await;
     let after = h.metrics().await;
 
     assert_eq!(
-        (
-            moved(&before, &after, FLUSHES),
-            moved(&before, &after, FLUSHED),
-            moved(&before, &after, FLUSH_ERRORS)
-        ),
+        flush_moves(&before, &after),
         (2.0, 4.0, 0.0),
         "the three claims rode one flush, which did not fail"
     );
@@ -633,18 +639,10 @@ async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
     // The flush of three now waits on the held pass, every unit of the product locked.
     wait_blocked(&h).await;
     late_tx.commit().await.unwrap();
-    let got: Vec<Reply> = join_all(pending)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let got = replies(pending).await;
     let after = h.metrics().await;
     assert_eq!(
-        (
-            moved(&before, &after, FLUSHES),
-            moved(&before, &after, FLUSHED),
-            moved(&before, &after, FLUSH_ERRORS)
-        ),
+        flush_moves(&before, &after),
         (2.0, 4.0, 0.0),
         "two flushes, neither failed"
     );

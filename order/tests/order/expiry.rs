@@ -13,12 +13,7 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
     let h = Harness::start().await;
     let pool = h.service_pool().await;
     let product = h.product(1).await;
-    let alice = h
-        .buyer("alice")
-        .reserve(product.id, &pass(product.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let alice = h.reserve_as("alice", product.id).await;
 
     let bob_early = h
         .buyer("bob")
@@ -71,12 +66,7 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
 async fn confirm_after_the_deadline_expires_it_without_waiting_for_the_sweep() {
     let h = Harness::start().await;
     let product = h.product(2).await;
-    let r = h
-        .buyer("alice")
-        .reserve(product.id, &pass(product.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", product.id).await;
     h.make_due(r.id).await;
 
     let e = h.service().confirm(r.id).await.unwrap_err();
@@ -167,12 +157,7 @@ async fn one_sweep_run_is_bounded_by_its_batches() {
 async fn the_scheduled_sweep_runs_by_itself() {
     let h = Harness::start_with(|c| c.sweep_interval = Duration::from_millis(100)).await;
     let product = h.product(1).await;
-    let r = h
-        .buyer("alice")
-        .reserve(product.id, &pass(product.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", product.id).await;
     h.make_due(r.id).await;
     // Wait for the job to act (bounded; no assertion on how long it took).
     for _ in 0..300 {

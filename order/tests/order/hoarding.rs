@@ -48,22 +48,12 @@ async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_end
     // Expired: the unit is back and the member may reserve again.
     h.make_due(first.id).await;
     h.service().cancel(first.id).await.unwrap();
-    let second = h
-        .buyer("hoarder")
-        .reserve(product.id, &pass(product.id, "hoarder"))
-        .await
-        .unwrap()
-        .body;
+    let second = h.reserve_as("hoarder", product.id).await;
     assert_ne!(second.id, first.id);
 
     // Cancelled: the same.
     h.service().cancel(second.id).await.unwrap();
-    let third = h
-        .buyer("hoarder")
-        .reserve(product.id, &pass(product.id, "hoarder"))
-        .await
-        .unwrap()
-        .body;
+    let third = h.reserve_as("hoarder", product.id).await;
 
     // Bought: with the default cap of one, no further unit.
     h.service().confirm(third.id).await.unwrap();
@@ -84,20 +74,10 @@ async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_end
 async fn a_cap_of_two_allows_a_second_purchase_but_never_two_live_reservations() {
     let h = Harness::start_with(|c| c.purchase_cap = 2).await;
     let product = h.product(5).await;
-    let first = h
-        .buyer("fan")
-        .reserve(product.id, &pass(product.id, "fan"))
-        .await
-        .unwrap()
-        .body;
+    let first = h.reserve_as("fan", product.id).await;
     refused_without_writing(&h, product.id, "fan").await;
     h.service().confirm(first.id).await.unwrap();
-    let second = h
-        .buyer("fan")
-        .reserve(product.id, &pass(product.id, "fan"))
-        .await
-        .unwrap()
-        .body;
+    let second = h.reserve_as("fan", product.id).await;
     refused_without_writing(&h, product.id, "fan").await;
     h.service().confirm(second.id).await.unwrap();
     refused_without_writing(&h, product.id, "fan").await;
@@ -168,24 +148,14 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
         1
     );
     assert_eq!(reservation_state(&h.admin, first.id).await, "EXPIRED");
-    let second = h
-        .buyer("hoarder")
-        .reserve(product.id, &pass(product.id, "hoarder"))
-        .await
-        .unwrap()
-        .body;
+    let second = h.reserve_as("hoarder", product.id).await;
     refused_without_writing(&h, product.id, "hoarder").await;
 
     // Cancelled: again; then bought twice, up to the cap and no further.
     h.service().cancel(second.id).await.unwrap();
     let mut bought = Vec::new();
     for _ in 0..2 {
-        let r = h
-            .buyer("hoarder")
-            .reserve(product.id, &pass(product.id, "hoarder"))
-            .await
-            .unwrap()
-            .body;
+        let r = h.reserve_as("hoarder", product.id).await;
         refused_without_writing(&h, product.id, "hoarder").await;
         h.service().confirm(r.id).await.unwrap();
         bought.push(r.id);

@@ -35,12 +35,7 @@ async fn products_units_and_counts() {
     assert_eq!((grown.units_total, grown.available), (5, 5));
     assert_eq!(unit_states(&h.admin, p.id).await, (5, 0, 0));
 
-    let r = h
-        .buyer("alice")
-        .reserve(p.id, &pass(p.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", p.id).await;
     assert_eq!(r.price, 12_900);
     h.service().confirm(r.id).await.unwrap();
     h.buyer("bob")
@@ -71,12 +66,7 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
     let h = Harness::start().await;
     let svc = h.service();
     let p = h.product(1).await;
-    let r = h
-        .buyer("alice")
-        .reserve(p.id, &pass(p.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", p.id).await;
     assert_eq!(r.state, ReservationState::Reserved);
 
     let first = svc.confirm(r.id).await.unwrap().body;

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::support::{inconsistencies, pass, reservation_state, unit_states, Harness};
+use crate::support::{inconsistencies, reservation_state, unit_states, Harness};
 use futures::future::join_all;
 use paysaga_common::client::CallError;
 use paysaga_contracts::order::api::ReservationState;
@@ -24,12 +24,7 @@ async fn confirm_cancel_and_expiry_race_with_one_winner_each() {
         let mut reservations = Vec::new();
         for i in 0..PER_ROUND {
             let member = format!("r{round}-m{i}");
-            let r = h
-                .buyer(&member)
-                .reserve(product.id, &pass(product.id, &member))
-                .await
-                .unwrap()
-                .body;
+            let r = h.reserve_as(&member, product.id).await;
             reservations.push((member, r.id));
         }
         // Deadlines scattered around now in one statement just before the race: about
@@ -141,14 +136,7 @@ async fn operator_cancel_racing_confirm_leaves_tables_consistent() {
     let mut ids = Vec::new();
     for i in 0..30 {
         let member = format!("m{i}");
-        ids.push(
-            h.buyer(&member)
-                .reserve(product.id, &pass(product.id, &member))
-                .await
-                .unwrap()
-                .body
-                .id,
-        );
+        ids.push(h.reserve_as(&member, product.id).await.id);
     }
     let races = ids.iter().map(|id| {
         let (a, b) = (h.service(), h.service());

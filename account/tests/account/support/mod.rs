@@ -7,12 +7,16 @@ use std::time::Duration;
 use account::Config;
 use paysaga_common::{
     auth::MemberId,
+    client::Answer,
     money::Amount,
     testkit::{service_token, InProcess, TestDb},
 };
 use paysaga_contracts::{
     account::{
-        api::{Account, AccountBatch, AccountOp, DebitRequest, OpenAccountRequest, OperationKey},
+        api::{
+            Account, AccountBatch, AccountOp, DebitRequest, OpenAccountRequest, OperationKey,
+            Transaction,
+        },
         client::AccountClient,
     },
     batch::Reply,
@@ -121,6 +125,14 @@ impl Svc {
         .fetch_one(&self.admin)
         .await
         .expect("count")
+    }
+
+    /// A debit that must be applied.
+    pub async fn pay(&self, k: &str, account_id: i64, minor: i64) -> Answer<Transaction> {
+        self.client
+            .debit(&debit(k, account_id, minor))
+            .await
+            .expect("debit applied")
     }
 
     /// `POST /v1/batch` as the orchestrator: the replies, in order (panics unless 200).

@@ -10,7 +10,10 @@ use paysaga_common::{
     pass::{PassClaims, PassSigner},
     testkit::{buyer_token, service_token, InProcess, TestDb},
 };
-use paysaga_contracts::order::{api::Product, client::OrderClient};
+use paysaga_contracts::order::{
+    api::{Product, Reservation},
+    client::OrderClient,
+};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -275,23 +278,21 @@ pub async fn reservation_state(admin: &PgPool, id: Uuid) -> String {
 }
 
 impl Harness {
+    /// One reservation by `member`, with a valid pass for the product.
+    pub async fn reserve_as(&self, member: &str, product_id: i64) -> Reservation {
+        self.buyer(member)
+            .reserve(product_id, &pass(product_id, member))
+            .await
+            .expect("reserve")
+            .body
+    }
+
     /// `n` reservations of a product, one per member `{prefix}-{i}`.
-    pub async fn reserve_many(
-        &self,
-        product_id: i64,
-        n: usize,
-        prefix: &str,
-    ) -> Vec<paysaga_contracts::order::api::Reservation> {
+    pub async fn reserve_many(&self, product_id: i64, n: usize, prefix: &str) -> Vec<Reservation> {
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
             let member = format!("{prefix}-{i}");
-            let r = self
-                .buyer(&member)
-                .reserve(product_id, &pass(product_id, &member))
-                .await
-                .expect("reserve")
-                .body;
-            out.push(r);
+            out.push(self.reserve_as(&member, product_id).await);
         }
         out
     }
