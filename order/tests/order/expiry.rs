@@ -90,24 +90,23 @@ async fn confirm_after_the_deadline_expires_it_without_waiting_for_the_sweep() {
     h.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn several_sweepers_at_once_return_each_unit_exactly_once() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let product = h.product(300).await;
-    for i in 0..300 {
-        let m = format!("m{i}");
-        h.buyer(&m)
-            .reserve(product.id, &pass(product.id, &m))
-            .await
-            .unwrap();
-    }
+/// Every reservation's deadline moved into the past.
+async fn expire_all(h: &Harness) {
     sqlx::query(
         r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second'"#,
     )
     .execute(&h.admin)
     .await
     .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn several_sweepers_at_once_return_each_unit_exactly_once() {
+    let h = Harness::start().await;
+    let pool = h.service_pool().await;
+    let product = h.product(300).await;
+    h.reserve_many(product.id, 300, "m").await;
+    expire_all(&h).await;
     // Four "instances", small batches, so they genuinely overlap.
     let sweepers = (0..4).map(|_| {
         let pool = pool.clone();
@@ -132,19 +131,8 @@ async fn one_sweep_run_is_bounded_by_its_batches() {
     let h = Harness::start().await;
     let pool = h.service_pool().await;
     let product = h.product(25).await;
-    for i in 0..25 {
-        let m = format!("m{i}");
-        h.buyer(&m)
-            .reserve(product.id, &pass(product.id, &m))
-            .await
-            .unwrap();
-    }
-    sqlx::query(
-        r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second'"#,
-    )
-    .execute(&h.admin)
-    .await
-    .unwrap();
+    h.reserve_many(product.id, 25, "m").await;
+    expire_all(&h).await;
     // 2 batches of 10 per run: the run stops at 20 and the next one finishes the rest.
     assert_eq!(order::sweep::sweep(&pool, 10, 2).await.unwrap(), 20);
     assert_eq!(unit_states(&h.admin, product.id).await, (20, 5, 0));
