@@ -88,29 +88,24 @@ async fn confirm_cancel_and_expiry_race_with_one_winner_each() {
                     let e = cancel.expect_err("buyer cancel of a paid reservation must be refused");
                     assert_eq!(e.code(), Some("RESERVATION_CONFIRMED"));
                 }
-                "CANCELLED" => {
+                ended @ ("CANCELLED" | "EXPIRED") => {
+                    let (code, cancel_says, state) = if ended == "CANCELLED" {
+                        (
+                            "RESERVATION_CANCELLED",
+                            "cancel won",
+                            ReservationState::Cancelled,
+                        )
+                    } else {
+                        (
+                            "RESERVATION_EXPIRED",
+                            "cancel answers the expiry",
+                            ReservationState::Expired,
+                        )
+                    };
                     for c in &confirms {
-                        assert_eq!(
-                            c.as_ref().err().and_then(|e| e.code()),
-                            Some("RESERVATION_CANCELLED")
-                        );
+                        assert_eq!(c.as_ref().err().and_then(|e| e.code()), Some(code));
                     }
-                    assert_eq!(
-                        cancel.expect("cancel won").state,
-                        ReservationState::Cancelled
-                    );
-                }
-                "EXPIRED" => {
-                    for c in &confirms {
-                        assert_eq!(
-                            c.as_ref().err().and_then(|e| e.code()),
-                            Some("RESERVATION_EXPIRED")
-                        );
-                    }
-                    assert_eq!(
-                        cancel.expect("cancel answers the expiry").state,
-                        ReservationState::Expired
-                    );
+                    assert_eq!(cancel.expect(cancel_says).state, state);
                 }
                 other => panic!("reservation {id} left in {other} after the race"),
             }
