@@ -1,7 +1,7 @@
 //! Who may call what: the schema wall between service roles, service-only endpoints,
 //! and members who see only their own accounts.
 
-use crate::support::Svc;
+use crate::support::{number, Svc};
 use paysaga_common::testkit::buyer_token;
 use sqlx::postgres::PgPoolOptions;
 
@@ -37,10 +37,7 @@ async fn account_app_cannot_read_another_services_schema() {
     );
 
     // And its own schema is reachable, so the refusal above is the wall, not a broken login.
-    let own: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts")
-        .fetch_one(&as_account)
-        .await
-        .expect("own schema");
+    let own = number(&as_account, "SELECT COUNT(*) FROM account_service.accounts").await;
     assert_eq!(own, 1, "just the merchant account");
 }
 
@@ -118,11 +115,7 @@ async fn buyers_cannot_move_money_and_see_only_their_own_account() {
     assert_eq!(view.recent_transactions[0].operation_key, "pay:a:debit");
 
     // Someone else's, and the merchant's: exactly like a missing account.
-    let merchant_id: i64 =
-        sqlx::query_scalar("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
-            .fetch_one(&svc.admin)
-            .await
-            .expect("merchant");
+    let merchant_id = svc.merchant_id().await;
     for id in [theirs.id, merchant_id, 987_654] {
         let r = svc
             .http
@@ -183,27 +176,25 @@ async fn two_instances_migrating_a_fresh_database_at_once_both_serve() {
         assert_eq!(r.status(), 200);
     }
     let admin = db.admin_pool().await;
-    let applied: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM account_service._sqlx_migrations WHERE success")
-            .fetch_one(&admin)
-            .await
-            .expect("count");
+    let applied = number(
+        &admin,
+        "SELECT COUNT(*) FROM account_service._sqlx_migrations WHERE success",
+    )
+    .await;
     assert_eq!(
         applied,
         account::MIGRATOR.iter().count() as i64,
         "each migration applied once"
     );
-    let merchants: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MERCHANT'")
-            .fetch_one(&admin)
-            .await
-            .expect("count");
-    assert_eq!(merchants, 1);
-    let shards: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.merchant_shards")
-        .fetch_one(&admin)
-        .await
-        .expect("count");
-    assert_eq!(shards, 16);
+    for (sql, want) in [
+        (
+            "SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MERCHANT'",
+            1,
+        ),
+        ("SELECT COUNT(*) FROM account_service.merchant_shards", 16),
+    ] {
+        assert_eq!(number(&admin, sql).await, want, "{sql}");
+    }
     for stop in stops {
         let _ = stop.send(());
     }

@@ -69,10 +69,9 @@ async fn malformed_requests_are_answered_with_codes() {
         "no refused request wrote a row"
     );
     assert_eq!(svc.balance(a.id).await, 1_000);
-    let accounts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts")
-        .fetch_one(&svc.admin)
-        .await
-        .expect("count");
+    let accounts = svc
+        .number("SELECT COUNT(*) FROM account_service.accounts")
+        .await;
     assert_eq!(accounts, 2, "the merchant and member-1 only");
 }
 

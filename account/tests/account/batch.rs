@@ -95,12 +95,9 @@ async fn many_debits_over_distinct_accounts_apply_once_each() {
     assert_eq!(svc.merchant_balance().await, sum);
     assert_shards_match_rows(&svc).await;
     // One batch, one merchant shard: every row records it, and refunds draw from it.
-    let shards_used: i64 = sqlx::query_scalar(
-        "SELECT COUNT(DISTINCT merchant_shard) FROM account_service.transactions WHERE operation_key IS NOT NULL",
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("shards");
+    let shards_used = svc
+        .number("SELECT COUNT(DISTINCT merchant_shard) FROM account_service.transactions WHERE operation_key IS NOT NULL")
+        .await;
     assert_eq!(shards_used, 1, "the batch credits one shard");
     assert_eq!(svc.total_money().await, total_before, "money conserved");
     assert_eq!(svc.negative_balances().await, 0);
@@ -401,17 +398,9 @@ async fn concurrent_overlapping_batches_never_double_apply_or_deadlock() {
     }
     let declined = rows.iter().filter(|r| r.1 == "DECLINED").count();
     assert!(declined > 0, "the accounts ran out, as intended");
-    let unexplained: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.accounts a
-           WHERE a.kind = 'MEMBER' AND a.balance <> 2000 - (
-               SELECT COALESCE(SUM(t.amount), 0) FROM account_service.transactions t
-               WHERE t.account_id = a.id AND t.kind = 'DEBIT' AND t.status = 'APPLIED')"#,
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("balances");
     assert_eq!(
-        unexplained, 0,
+        svc.unexplained_balances(2000).await,
+        0,
         "every balance is its opening minus its applied debits"
     );
     assert_shards_match_rows(&svc).await;

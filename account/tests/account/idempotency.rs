@@ -85,12 +85,9 @@ async fn same_key_with_a_different_request_is_refused_without_effect() {
     assert_eq!(svc.balance(a.id).await, 9_500);
     assert_eq!(svc.balance(b.id).await, 10_000);
     assert_eq!(svc.merchant_balance().await, 500);
-    let refunded: i64 = sqlx::query_scalar(
-        "SELECT refunded FROM account_service.transactions WHERE operation_key = 'k1'",
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("row");
+    let refunded = svc
+        .number("SELECT refunded FROM account_service.transactions WHERE operation_key = 'k1'")
+        .await;
     assert_eq!(refunded, 0);
 }
 
