@@ -5,7 +5,9 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use crate::support::{inconsistencies, reservation_state, snapshot, unit_states, Harness};
+use crate::support::{
+    count, count_by, inconsistencies, reservation_state, snapshot, unit_states, Harness,
+};
 use futures::future::join_all;
 use paysaga_common::{
     client::{Answer, CallError},
@@ -120,13 +122,7 @@ async fn a_batch_of_confirms_applies_each_once() {
         assert_eq!(orders, vec![(c.order_id.unwrap(), "CONFIRMED".to_owned())]);
     }
     assert_eq!(unit_states(&h.admin, product.id).await, (0, 0, 100));
-    let confirmed: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1 AND state = 'CONFIRMED'"#,
-    )
-    .bind(product.id)
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let confirmed = count_by(&h.admin, r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1 AND state = 'CONFIRMED'"#, product.id).await;
     assert_eq!(confirmed, 100);
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
 
@@ -134,10 +130,7 @@ async fn a_batch_of_confirms_applies_each_once() {
     let before = snapshot(&h.admin).await;
     assert_eq!(batch(&svc, &ops).await, first);
     assert_eq!(snapshot(&h.admin).await, before);
-    let orders: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.orders"#)
-        .fetch_one(&h.admin)
-        .await
-        .unwrap();
+    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders"#).await;
     assert_eq!(orders, 100, "never more sold than the stock");
     h.stop().await;
 }

@@ -5,7 +5,9 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use crate::support::{claims, inconsistencies, metric, pass, signer, unit_states, Harness};
+use crate::support::{
+    claims, count, count_by, inconsistencies, metric, pass, signer, unit_states, Harness,
+};
 use futures::future::join_all;
 use paysaga_common::client::{Answer, CallError};
 use paysaga_contracts::order::api::{Reservation, ReservationState};
@@ -166,12 +168,12 @@ async fn concurrent_replays_of_a_pass_get_its_one_reservation() {
     assert_eq!(answers.iter().filter(|a| a.status == 201).count(), 1);
     assert!(answers.iter().all(|a| a.status == 201 || a.status == 200));
     assert!(answers.iter().all(|a| a.body == answers[0].body));
-    let rows: i64 =
-        sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.reservations WHERE pass_id = $1"#)
-            .bind(c.pid)
-            .fetch_one(&h.admin)
-            .await
-            .unwrap();
+    let rows = count_by(
+        &h.admin,
+        r#"SELECT COUNT(*) FROM order_service.reservations WHERE pass_id = $1"#,
+        c.pid,
+    )
+    .await;
     assert_eq!(rows, 1);
     // No unit stays RESERVED for a claim that lost its pass.
     assert_eq!(unit_states(&h.admin, product.id).await, (9, 1, 0));
@@ -350,16 +352,15 @@ async fn hold_pass(h: &Harness, member: &str, pass_id: Uuid) -> Transaction<'sta
 /// Until one of the service's statements waits on another transaction.
 async fn wait_blocked(h: &Harness) {
     wait_for("a claim to wait on a held pass", || async {
-        let waiting: i64 = sqlx::query_scalar(
+        let waiting = count(
+            &h.admin,
             r#"
             SELECT COUNT(*) FROM pg_stat_activity
             WHERE datname = current_database() AND usename = 'order_app'
               AND wait_event_type = 'Lock' AND wait_event = 'transactionid'
             "#,
         )
-        .fetch_one(&h.admin)
-        .await
-        .unwrap();
+        .await;
         waiting == 1
     })
     .await;
@@ -576,13 +577,12 @@ async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
     );
     assert_eq!(unit_states(&h.admin, fine.id).await, (3, 2, 0));
     assert_eq!(unit_states(&h.admin, broken.id).await, (1, 0, 0));
-    let on_broken: i64 = sqlx::query_scalar(
+    let on_broken = count_by(
+        &h.admin,
         r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1"#,
+        broken.id,
     )
-    .bind(broken.id)
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(on_broken, 1, "only the hand-made row");
     h.stop().await;
 }
@@ -724,12 +724,7 @@ async fn a_claim_racing_the_members_other_claim_is_over_the_limit_alone() {
     };
     assert_eq!(made.member_id.as_str(), "bystander");
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 1, 0));
-    let racer: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.reservations WHERE member_id = 'racer' AND state = 'RESERVED'"#,
-    )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let racer = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.reservations WHERE member_id = 'racer' AND state = 'RESERVED'"#).await;
     assert_eq!(racer, 1, "only the other transaction's reservation");
     h.stop().await;
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{inconsistencies, pass, reservation_state, unit_states, Harness};
+use crate::support::{count, inconsistencies, pass, reservation_state, unit_states, Harness};
 use futures::future::join_all;
 use paysaga_contracts::order::api::ReservationState;
 
@@ -82,10 +82,7 @@ async fn confirm_after_the_deadline_expires_it_without_waiting_for_the_sweep() {
         h.buyer("alice").cancel(r.id).await.unwrap().body.state,
         ReservationState::Expired
     );
-    let orders: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.orders"#)
-        .fetch_one(&h.admin)
-        .await
-        .unwrap();
+    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders"#).await;
     assert_eq!(orders, 0);
     h.stop().await;
 }
@@ -115,12 +112,11 @@ async fn several_sweepers_at_once_return_each_unit_exactly_once() {
     let total: u64 = join_all(sweepers).await.into_iter().sum();
     assert_eq!(total, 300, "every unit returned once, none twice");
     assert_eq!(unit_states(&h.admin, product.id).await, (300, 0, 0));
-    let expired: i64 = sqlx::query_scalar(
+    let expired = count(
+        &h.admin,
         r#"SELECT COUNT(*) FROM order_service.reservations WHERE state = 'EXPIRED'"#,
     )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(expired, 300);
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     h.stop().await;

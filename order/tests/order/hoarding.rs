@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::support::{
-    claims, inconsistencies, pass, reservation_state, signer, snapshot, unit_states, Harness,
+    claims, count, inconsistencies, pass, reservation_state, signer, snapshot, unit_states, Harness,
 };
 
 async fn refused_without_writing(h: &Harness, product_id: i64, member: &str) {
@@ -82,12 +82,7 @@ async fn a_cap_of_two_allows_a_second_purchase_but_never_two_live_reservations()
     h.service().confirm(second.id).await.unwrap();
     refused_without_writing(&h, product.id, "fan").await;
     assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 2));
-    let orders: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'fan' AND state = 'CONFIRMED'"#,
-    )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'fan' AND state = 'CONFIRMED'"#).await;
     assert_eq!(orders, 2);
     h.stop().await;
 }
@@ -175,12 +170,7 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
         states,
         [("CANCELLED", 1), ("CONFIRMED", 2), ("EXPIRED", 1)].map(|(s, n)| (s.to_owned(), n))
     );
-    let orders: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'hoarder' AND state = 'CONFIRMED'"#,
-    )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'hoarder' AND state = 'CONFIRMED'"#).await;
     assert_eq!(orders, 2);
     assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 2));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());

@@ -1,7 +1,7 @@
 //! Products and the life of a reservation end to end over HTTP: create, add units,
 //! counts, confirm (idempotent, one order), cancel by buyer and by operator, visibility.
 
-use crate::support::{inconsistencies, pass, unit_states, Harness};
+use crate::support::{inconsistencies, order_state, pass, unit_states, Harness};
 use paysaga_contracts::order::api::{CreateProduct, ReservationState};
 use uuid::Uuid;
 
@@ -74,13 +74,13 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
     assert_eq!(first.state, ReservationState::Confirmed);
     assert_eq!(first, again);
     let order_id = first.order_id.expect("order id on a confirmed reservation");
-    let (order_state, order_unit): (String, i64) =
+    let (state, order_unit): (String, i64) =
         sqlx::query_as(r#"SELECT state, unit_id FROM order_service.orders WHERE id = $1"#)
             .bind(order_id)
             .fetch_one(&h.admin)
             .await
             .unwrap();
-    assert_eq!((order_state.as_str(), order_unit), ("CONFIRMED", r.unit_id));
+    assert_eq!((state.as_str(), order_unit), ("CONFIRMED", r.unit_id));
     assert_eq!(unit_states(&h.admin, p.id).await, (0, 0, 1));
 
     // The buyer cannot undo a paid reservation; an operator can (the saga refunds).
@@ -97,13 +97,7 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
         cancelled,
         "cancel is idempotent"
     );
-    let order_state: String =
-        sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE id = $1"#)
-            .bind(order_id)
-            .fetch_one(&h.admin)
-            .await
-            .unwrap();
-    assert_eq!(order_state, "CANCELLED");
+    assert_eq!(order_state(&h.admin, order_id).await, "CANCELLED");
     assert_eq!(unit_states(&h.admin, p.id).await, (1, 0, 0));
     let e = svc.confirm(r.id).await.unwrap_err();
     assert_eq!(

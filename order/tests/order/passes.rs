@@ -1,15 +1,16 @@
 //! Pass checks: single use, bound to its member and product, signed by the gate's key,
 //! unexpired; each refusal with its own code and nothing written.
 
-use crate::support::{claims, pass, signer, unit_states, Harness};
+use crate::support::{claims, count, pass, signer, unit_states, Harness};
 use ed25519_dalek::SigningKey;
 use paysaga_common::pass::PassSigner;
 
 async fn reservations_count(h: &Harness) -> i64 {
-    sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.reservations"#)
-        .fetch_one(&h.admin)
-        .await
-        .unwrap()
+    count(
+        &h.admin,
+        r#"SELECT COUNT(*) FROM order_service.reservations"#,
+    )
+    .await
 }
 
 #[tokio::test]

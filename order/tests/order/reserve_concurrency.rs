@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::support::{inconsistencies, pass, unit_states, Harness};
+use crate::support::{count, inconsistencies, pass, unit_states, Harness};
 use futures::future::join_all;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -110,12 +110,7 @@ async fn members_firing_many_passes_at_once_hold_one_unit_each() {
         }
     }
     assert_eq!((created, replayed, refused), (5, 5, 90));
-    let members: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(DISTINCT member_id) FROM order_service.reservations WHERE state = 'RESERVED'"#,
-    )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let members = count(&h.admin, r#"SELECT COUNT(DISTINCT member_id) FROM order_service.reservations WHERE state = 'RESERVED'"#).await;
     assert_eq!(members, 5);
     assert_eq!(unit_states(&h.admin, product.id).await, (5, 5, 0));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{inconsistencies, reservation_state, unit_states, Harness};
+use crate::support::{count_by, inconsistencies, reservation_state, unit_states, Harness};
 use paysaga_common::testkit::service_token;
 use paysaga_contracts::order::{api::ReservationState, client::OrderClient};
 use sqlx::{Postgres, Transaction};
@@ -75,13 +75,12 @@ async fn a_confirm_whose_caller_gave_up_still_completes() {
     assert_eq!(reservation_state(&h.admin, r.id).await, "CONFIRMED");
     let retry = h.service().confirm(r.id).await.unwrap().body;
     assert_eq!(retry.state, ReservationState::Confirmed);
-    let orders: i64 = sqlx::query_scalar(
+    let orders = count_by(
+        &h.admin,
         r#"SELECT COUNT(*) FROM order_service.orders WHERE reservation_id = $1"#,
+        r.id,
     )
-    .bind(r.id)
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(orders, 1);
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     h.stop().await;

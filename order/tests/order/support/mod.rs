@@ -243,13 +243,50 @@ pub async fn waitlist_problems(admin: &PgPool) -> Vec<String> {
 
 /// Units of a product that are OFFERED, from the table.
 pub async fn offered_units(admin: &PgPool, product_id: i64) -> i64 {
-    sqlx::query_scalar(
+    count_by(
+        admin,
         r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'OFFERED'"#,
+        product_id,
     )
-    .bind(product_id)
-    .fetch_one(admin)
     .await
-    .expect("offered units")
+}
+
+/// One number read through `admin`.
+pub async fn count(admin: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(admin)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// One number read through `admin`, the query taking one argument.
+pub async fn count_by<T>(admin: &PgPool, sql: &str, arg: T) -> i64
+where
+    T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+{
+    sqlx::query_scalar(sql)
+        .bind(arg)
+        .fetch_one(admin)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// The state of one order, from the table.
+pub async fn order_state(admin: &PgPool, id: Uuid) -> String {
+    sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE id = $1"#)
+        .bind(id)
+        .fetch_one(admin)
+        .await
+        .expect("order state")
+}
+
+/// The states of the orders made from one reservation.
+pub async fn orders_of(admin: &PgPool, reservation: Uuid) -> Vec<String> {
+    sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE reservation_id = $1"#)
+        .bind(reservation)
+        .fetch_all(admin)
+        .await
+        .expect("orders of a reservation")
 }
 
 /// Units of a product per state, from the table.
