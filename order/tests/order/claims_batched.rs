@@ -6,7 +6,8 @@
 use std::{collections::HashMap, time::Duration};
 
 use crate::support::{
-    claims, count, count_by, inconsistencies, metric, pass, signer, unit_states, Harness,
+    claims, count, count_by, inconsistencies, live_spread, metric, pass, signer, unit_states,
+    Harness,
 };
 use futures::future::join_all;
 use paysaga_common::client::{Answer, CallError};
@@ -86,18 +87,7 @@ async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
     assert_eq!((created.len(), sold_out), (100, 200));
 
     assert_eq!(unit_states(&h.admin, product.id).await, (0, 100, 0));
-    let (live, units, members): (i64, i64, i64) = sqlx::query_as(
-        r#"
-        SELECT COUNT(*), COUNT(DISTINCT unit_id), COUNT(DISTINCT member_id)
-        FROM order_service.reservations
-        WHERE product_id = $1 AND state = 'RESERVED'
-        "#,
-    )
-    .bind(product.id)
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
-    assert_eq!((live, units, members), (100, 100, 100));
+    assert_eq!(live_spread(&h.admin, product.id).await, (100, 100, 100));
     let mut answered: Vec<Uuid> = created.iter().map(|r| r.id).collect();
     answered.sort_unstable();
     let stored: Vec<Uuid> = sqlx::query_scalar(

@@ -8,6 +8,18 @@ use crate::support::{
     claims, count, inconsistencies, pass, reservation_state, signer, snapshot, unit_states, Harness,
 };
 
+/// The hoarder sends `token` for the product: the answer, which must be a success.
+async fn hoarder_sends(
+    h: &Harness,
+    product_id: i64,
+    token: &str,
+) -> paysaga_common::client::Answer<paysaga_contracts::order::api::Reservation> {
+    h.buyer("hoarder")
+        .reserve(product_id, token)
+        .await
+        .expect("reservation answered")
+}
+
 async fn refused_without_writing(h: &Harness, product_id: i64, member: &str) {
     let before = snapshot(&h.admin).await;
     let err = h
@@ -28,20 +40,11 @@ async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_end
     let h = Harness::start().await;
     let product = h.product(5).await;
     let first_pass = pass(product.id, "hoarder");
-    let first = h
-        .buyer("hoarder")
-        .reserve(product.id, &first_pass)
-        .await
-        .unwrap()
-        .body;
+    let first = hoarder_sends(&h, product.id, &first_pass).await.body;
 
     // While it lives, any new pass is refused; the same pass replays the reservation.
     refused_without_writing(&h, product.id, "hoarder").await;
-    let again = h
-        .buyer("hoarder")
-        .reserve(product.id, &first_pass)
-        .await
-        .unwrap();
+    let again = hoarder_sends(&h, product.id, &first_pass).await;
     assert_eq!(again.body.id, first.id);
     assert_eq!(unit_states(&h.admin, product.id).await, (4, 1, 0));
 
@@ -99,11 +102,7 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
     let mut short = claims(product.id, "hoarder");
     short.exp = chrono::Utc::now().timestamp() + 2;
     let first_pass = signer().sign(&short);
-    let first = h
-        .buyer("hoarder")
-        .reserve(product.id, &first_pass)
-        .await
-        .unwrap();
+    let first = hoarder_sends(&h, product.id, &first_pass).await;
     assert_eq!(first.status, 201);
     let first = first.body;
 
@@ -126,11 +125,7 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
     // A fresh pass does not get round the live reservation, and writes nothing.
     refused_without_writing(&h, product.id, "hoarder").await;
     // The expired pass itself still answers with the reservation it made.
-    let again = h
-        .buyer("hoarder")
-        .reserve(product.id, &first_pass)
-        .await
-        .unwrap();
+    let again = hoarder_sends(&h, product.id, &first_pass).await;
     assert_eq!((again.status, again.body.id), (200, first.id));
     assert_eq!(unit_states(&h.admin, product.id).await, (4, 1, 0));
 

@@ -27,20 +27,8 @@ async fn confirm_cancel_and_expiry_race_with_one_winner_each() {
             let r = h.reserve_as(&member, product.id).await;
             reservations.push((member, r.id));
         }
-        // Deadlines scattered around now in one statement just before the race: about
-        // a third already due, the rest a little ahead, so expiry (by the sweep or on
-        // touch) genuinely competes with confirm and cancel.
-        sqlx::query(
-            r#"
-            UPDATE order_service.reservations
-            SET expires_at = now() + (random() * 0.3 - 0.1) * INTERVAL '1 second'
-            WHERE product_id = $1
-            "#,
-        )
-        .bind(product.id)
-        .execute(&h.admin)
-        .await
-        .unwrap();
+        // Just before the race, so expiry competes with confirm and cancel.
+        h.scatter_deadlines(product.id).await;
 
         type Answers = (
             Uuid,

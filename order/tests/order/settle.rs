@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    count, inconsistencies, order_state, orders_of, reservation_state, snapshot, unit_states,
-    Harness,
+    count, inconsistencies, order_state, orders_of, reservation_state, snapshot, state_rows,
+    unit_states, Harness,
 };
 use order::{
     breach::{Breach, Holder},
@@ -186,23 +186,19 @@ async fn lone_operations_and_one_batch_agree() {
 
     let tables = a.tables(&h).await;
     assert_eq!(tables, b.tables(&h).await);
-    let expected: Vec<(&str, Vec<&str>)> = vec![
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("CANCELLED", vec![]),
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("CANCELLED", vec![]),
-        ("EXPIRED", vec![]),
-        ("EXPIRED", vec![]),
-        ("EXPIRED", vec![]),
-        ("CANCELLED", vec![]),
-        ("CANCELLED", vec![]),
-    ];
-    let expected: Vec<(String, Vec<String>)> = expected
-        .into_iter()
-        .map(|(s, o)| (s.to_owned(), o.into_iter().map(str::to_owned).collect()))
-        .collect();
+    let expected = state_rows(&[
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("CANCELLED", &[]),
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("CANCELLED", &[]),
+        ("EXPIRED", &[]),
+        ("EXPIRED", &[]),
+        ("EXPIRED", &[]),
+        ("CANCELLED", &[]),
+        ("CANCELLED", &[]),
+    ]);
     assert_eq!(tables, expected);
     assert_eq!(unit_states(&h.admin, a.product).await, (7, 0, 4));
     assert_eq!(unit_states(&h.admin, b.product).await, (7, 0, 4));

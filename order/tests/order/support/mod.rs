@@ -104,6 +104,23 @@ impl Harness {
         .expect("backdate");
     }
 
+    /// Scatters the deadlines of a product's reservations around now in one statement:
+    /// about a third already due, the rest a little ahead, so that expiry (by the sweep
+    /// or on touch) genuinely competes with whatever runs next.
+    pub async fn scatter_deadlines(&self, product_id: i64) {
+        sqlx::query(
+            r#"
+            UPDATE order_service.reservations
+            SET expires_at = now() + (random() * 0.3 - 0.1) * INTERVAL '1 second'
+            WHERE product_id = $1
+            "#,
+        )
+        .bind(product_id)
+        .execute(&self.admin)
+        .await
+        .expect("scatter deadlines");
+    }
+
     pub async fn stop(mut self) {
         self.service.stop().await.expect("order stops cleanly");
     }
@@ -249,6 +266,28 @@ pub async fn offered_units(admin: &PgPool, product_id: i64) -> i64 {
         product_id,
     )
     .await
+}
+
+/// Expected rows of (reservation state, its orders' states), owned as the tables read them.
+pub fn state_rows(rows: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
+    rows.iter()
+        .map(|(s, o)| (s.to_string(), o.iter().map(|x| x.to_string()).collect()))
+        .collect()
+}
+
+/// A product's live reservations: how many, over how many units and members.
+pub async fn live_spread(admin: &PgPool, product_id: i64) -> (i64, i64, i64) {
+    sqlx::query_as(
+        r#"
+        SELECT COUNT(*), COUNT(DISTINCT unit_id), COUNT(DISTINCT member_id)
+        FROM order_service.reservations
+        WHERE product_id = $1 AND state = 'RESERVED'
+        "#,
+    )
+    .bind(product_id)
+    .fetch_one(admin)
+    .await
+    .expect("live reservations")
 }
 
 /// One number read through `admin`.
