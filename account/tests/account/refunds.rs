@@ -84,52 +84,26 @@ async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
         .credit(&refund("r3", a.id, 100, "d1"))
         .await
         .expect("rest of it");
-    let more = svc
-        .client
-        .credit(&refund("r4", a.id, 1, "d1"))
-        .await
-        .expect_err("nothing left");
-    assert_eq!(more.code(), Some("REFUND_EXCEEDS_DEBIT"));
-
-    let unknown = svc
-        .client
-        .credit(&refund("r5", a.id, 1, "no-such-debit"))
-        .await
-        .expect_err("unknown debit");
-    assert_eq!(
-        (unknown.status(), unknown.code()),
-        (Some(404), Some("DEBIT_NOT_FOUND"))
-    );
-    let of_a_credit = svc
-        .client
-        .credit(&refund("r6", a.id, 1, "r1"))
-        .await
-        .expect_err("a credit is no debit");
-    assert_eq!(of_a_credit.code(), Some("DEBIT_NOT_FOUND"));
-    let declined = svc
-        .client
-        .credit(&refund("r7", a.id, 1, "d2"))
-        .await
-        .expect_err("declined debit");
-    assert_eq!(
-        (declined.status(), declined.code()),
-        (Some(422), Some("DEBIT_DECLINED"))
-    );
-    let elsewhere = svc
-        .client
-        .credit(&refund("r8", b.id, 1, "d1"))
-        .await
-        .expect_err("other account");
-    assert_eq!(elsewhere.code(), Some("REFUND_ACCOUNT_MISMATCH"));
-    let nobody = svc
-        .client
-        .credit(&refund("r9", 999_999, 1, "d1"))
-        .await
-        .expect_err("no account");
-    assert_eq!(
-        (nobody.status(), nobody.code()),
-        (Some(404), Some("ACCOUNT_NOT_FOUND"))
-    );
+    // Each refusal: (key, account, amount, refunded debit, status, code).
+    for (k, account, minor, of, status, code) in [
+        ("r4", a.id, 1, "d1", 422, "REFUND_EXCEEDS_DEBIT"), // nothing left
+        ("r5", a.id, 1, "no-such-debit", 404, "DEBIT_NOT_FOUND"),
+        ("r6", a.id, 1, "r1", 404, "DEBIT_NOT_FOUND"), // a credit is no debit
+        ("r7", a.id, 1, "d2", 422, "DEBIT_DECLINED"),
+        ("r8", b.id, 1, "d1", 422, "REFUND_ACCOUNT_MISMATCH"),
+        ("r9", 999_999, 1, "d1", 404, "ACCOUNT_NOT_FOUND"),
+    ] {
+        let err = svc
+            .client
+            .credit(&refund(k, account, minor, of))
+            .await
+            .expect_err(k);
+        assert_eq!(
+            (err.status(), err.code()),
+            (Some(status), Some(code)),
+            "{k}"
+        );
+    }
 
     // Only the two accepted refunds left a trace; the refused ones moved nothing.
     assert_eq!(svc.count_where("kind = 'CREDIT'").await, 2);
