@@ -98,11 +98,7 @@ async fn a_declined_key_stays_declined_after_the_account_is_topped_up() {
 
     let paid = svc.pay("pay:1:debit", a.id, 100).await;
     assert_eq!(paid.status, 201);
-    let declined = svc
-        .client
-        .debit(&debit("pay:2:debit", a.id, 60))
-        .await
-        .expect_err("no money left");
+    let declined = svc.refused("pay:2:debit", a.id, 60).await;
     assert_eq!(declined.status(), Some(422));
     assert_eq!(declined.code(), Some("INSUFFICIENT_FUNDS"));
 
@@ -127,11 +123,7 @@ async fn a_declined_key_stays_declined_after_the_account_is_topped_up() {
     );
     assert_eq!(svc.balance(a.id).await, 100);
 
-    let again = svc
-        .client
-        .debit(&debit("pay:2:debit", a.id, 60))
-        .await
-        .expect_err("still declined");
+    let again = svc.refused("pay:2:debit", a.id, 60).await;
     assert_eq!(again.code(), Some("INSUFFICIENT_FUNDS"));
     assert_eq!(
         svc.balance(a.id).await,
@@ -160,12 +152,7 @@ async fn lookup_by_key_tells_what_happened() {
     assert_eq!(missing.status(), Some(404));
     assert_eq!(missing.code(), Some("TRANSACTION_NOT_FOUND"));
 
-    let applied = svc
-        .client
-        .debit(&debit("pay:x:debit", a.id, 300))
-        .await
-        .expect("applied")
-        .body;
+    let applied = svc.pay("pay:x:debit", a.id, 300).await.body;
     let found = svc
         .client
         .transaction_by_key("pay:x:debit")

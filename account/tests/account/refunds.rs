@@ -1,7 +1,7 @@
 //! Refund credits: back to the debited account, never more than the debit in total,
 //! even when refunds race.
 
-use crate::support::{amount, debit, key, Svc};
+use crate::support::{amount, key, Svc};
 use futures::future::join_all;
 use paysaga_contracts::account::api::{AccountOp, CreditRequest, TransactionKind};
 
@@ -62,10 +62,7 @@ async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
     let a = svc.open("member-1", 1_000).await;
     let b = svc.open("member-2", 1_000).await;
     svc.pay("d1", a.id, 300).await;
-    svc.client
-        .debit(&debit("d2", a.id, 5_000))
-        .await
-        .expect_err("declined");
+    svc.refused("d2", a.id, 5_000).await;
 
     svc.client
         .credit(&refund("r1", a.id, 200, "d1"))

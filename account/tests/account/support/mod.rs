@@ -7,7 +7,7 @@ use std::time::Duration;
 use account::Config;
 use paysaga_common::{
     auth::MemberId,
-    client::Answer,
+    client::{Answer, CallError},
     money::Amount,
     testkit::{service_token, InProcess, TestDb},
 };
@@ -149,6 +149,14 @@ impl Svc {
             .debit(&debit(k, account_id, minor))
             .await
             .expect("debit applied")
+    }
+
+    /// A debit that must be refused: why.
+    pub async fn refused(&self, k: &str, account_id: i64, minor: i64) -> CallError {
+        self.client
+            .debit(&debit(k, account_id, minor))
+            .await
+            .expect_err("debit refused")
     }
 
     /// `POST /v1/batch` as the orchestrator: the replies, in order (panics unless 200).
