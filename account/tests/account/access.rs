@@ -3,7 +3,26 @@
 
 use crate::support::{number, Svc};
 use paysaga_common::testkit::buyer_token;
+use reqwest::Method;
 use sqlx::postgres::PgPoolOptions;
+
+/// A request to the service with `token` (none: anonymous) and maybe a JSON body.
+async fn send(
+    svc: &Svc,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> reqwest::Response {
+    let mut req = svc.http.request(method, svc.url(path));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        req = req.json(body);
+    }
+    req.send().await.expect("answer")
+}
 
 #[tokio::test]
 async fn account_app_cannot_read_another_services_schema() {
@@ -61,53 +80,31 @@ async fn buyers_cannot_move_money_and_see_only_their_own_account() {
             serde_json::json!({"member_id": "member-1", "opening_balance": 1_000_000}),
         ),
     ] {
-        let r = svc
-            .http
-            .post(svc.url(path))
-            .bearer_auth(&buyer)
-            .json(&body)
-            .send()
-            .await
-            .expect("answer");
+        let r = send(&svc, Method::POST, path, Some(&buyer), Some(&body)).await;
         assert_eq!(r.status(), 403, "{path}");
         let e: serde_json::Value = r.json().await.expect("json");
         assert_eq!(e["code"], "FORBIDDEN");
     }
-    let r = svc
-        .http
-        .get(svc.url("/v1/transactions/pay:a:debit"))
-        .bearer_auth(&buyer)
-        .send()
-        .await
-        .expect("answer");
+    let r = send(
+        &svc,
+        Method::GET,
+        "/v1/transactions/pay:a:debit",
+        Some(&buyer),
+        None,
+    )
+    .await;
     assert_eq!(r.status(), 403);
 
-    let r = svc
-        .http
-        .post(svc.url("/v1/debits"))
-        .json(&body)
-        .send()
-        .await
-        .expect("answer");
+    let r = send(&svc, Method::POST, "/v1/debits", None, Some(&body)).await;
     assert_eq!(r.status(), 401);
     let e: serde_json::Value = r.json().await.expect("json");
     assert_eq!(e["code"], "UNAUTHENTICATED");
-    let r = svc
-        .http
-        .get(svc.url(&format!("/v1/accounts/{}", mine.id)))
-        .send()
-        .await
-        .expect("answer");
+    let mine_path = format!("/v1/accounts/{}", mine.id);
+    let r = send(&svc, Method::GET, &mine_path, None, None).await;
     assert_eq!(r.status(), 401);
 
     // Own account: visible, with its history.
-    let r = svc
-        .http
-        .get(svc.url(&format!("/v1/accounts/{}", mine.id)))
-        .bearer_auth(&buyer)
-        .send()
-        .await
-        .expect("answer");
+    let r = send(&svc, Method::GET, &mine_path, Some(&buyer), None).await;
     assert_eq!(r.status(), 200);
     let view: paysaga_contracts::account::api::AccountView = r.json().await.expect("view");
     assert_eq!(view.account.balance, 900);
@@ -117,13 +114,8 @@ async fn buyers_cannot_move_money_and_see_only_their_own_account() {
     // Someone else's, and the merchant's: exactly like a missing account.
     let merchant_id = svc.merchant_id().await;
     for id in [theirs.id, merchant_id, 987_654] {
-        let r = svc
-            .http
-            .get(svc.url(&format!("/v1/accounts/{id}")))
-            .bearer_auth(&buyer)
-            .send()
-            .await
-            .expect("answer");
+        let path = format!("/v1/accounts/{id}");
+        let r = send(&svc, Method::GET, &path, Some(&buyer), None).await;
         assert_eq!(r.status(), 404, "account {id}");
         let e: serde_json::Value = r.json().await.expect("json");
         assert_eq!(e["code"], "ACCOUNT_NOT_FOUND");
