@@ -112,9 +112,9 @@ async fn bad_requests_get_4xx_codes_and_change_nothing() {
         (404, "NOT_FOUND", get("/v1/nothing-here")),
     ];
 
-    for (status, code, probe) in cases {
-        let what = format!("{} {}", probe.method, probe.path);
-        let (got_status, body) = send(&h, probe).await;
+    for (status, code, case) in cases {
+        let what = format!("{} {}", case.method, case.path);
+        let (got_status, body) = send(&h, case).await;
         assert_eq!(got_status, status, "{what}: {body}");
         assert_eq!(body["code"], code, "{what}: {body}");
         assert!(
