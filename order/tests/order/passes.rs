@@ -13,6 +13,14 @@ async fn reservations_count(h: &Harness) -> i64 {
     .await
 }
 
+/// The tables hold `reservations` rows and the product's units are `units`
+/// (available, reserved, sold); then the service stops.
+async fn ends_with(h: Harness, product_id: i64, reservations: i64, units: (i64, i64, i64)) {
+    assert_eq!(reservations_count(&h).await, reservations);
+    assert_eq!(unit_states(&h.admin, product_id).await, units);
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn replay_by_its_member_returns_the_same_reservation_and_others_are_refused() {
     let h = Harness::start().await;
@@ -35,9 +43,7 @@ async fn replay_by_its_member_returns_the_same_reservation_and_others_are_refuse
         (Some(409), Some("PASS_ALREADY_USED"))
     );
 
-    assert_eq!(reservations_count(&h).await, 1);
-    assert_eq!(unit_states(&h.admin, product.id).await, (4, 1, 0));
-    h.stop().await;
+    ends_with(h, product.id, 1, (4, 1, 0)).await;
 }
 
 #[tokio::test]
@@ -161,9 +167,7 @@ async fn bad_passes_are_refused_with_distinct_codes_and_write_nothing() {
         "FORBIDDEN",
     );
 
-    assert_eq!(reservations_count(&h).await, 0);
-    assert_eq!(unit_states(&h.admin, product.id).await, (5, 0, 0));
-    h.stop().await;
+    ends_with(h, product.id, 0, (5, 0, 0)).await;
 }
 
 #[tokio::test]
