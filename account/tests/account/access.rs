@@ -1,9 +1,28 @@
 //! Who may call what: the schema wall between service roles, service-only endpoints,
 //! and members who see only their own accounts.
 
-use crate::support::{debit, Svc};
+use crate::support::{number, Svc};
 use paysaga_common::testkit::buyer_token;
+use reqwest::Method;
 use sqlx::postgres::PgPoolOptions;
+
+/// A request to the service with `token` (none: anonymous) and maybe a JSON body.
+async fn send(
+    svc: &Svc,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> reqwest::Response {
+    let mut req = svc.http.request(method, svc.url(path));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        req = req.json(body);
+    }
+    req.send().await.expect("answer")
+}
 
 #[tokio::test]
 async fn account_app_cannot_read_another_services_schema() {
@@ -37,10 +56,7 @@ async fn account_app_cannot_read_another_services_schema() {
     );
 
     // And its own schema is reachable, so the refusal above is the wall, not a broken login.
-    let own: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts")
-        .fetch_one(&as_account)
-        .await
-        .expect("own schema");
+    let own = number(&as_account, "SELECT COUNT(*) FROM account_service.accounts").await;
     assert_eq!(own, 1, "just the merchant account");
 }
 
@@ -49,10 +65,7 @@ async fn buyers_cannot_move_money_and_see_only_their_own_account() {
     let svc = Svc::start().await;
     let mine = svc.open("member-1", 1_000).await;
     let theirs = svc.open("member-2", 1_000).await;
-    svc.client
-        .debit(&debit("pay:a:debit", mine.id, 100))
-        .await
-        .expect("paid");
+    svc.pay("pay:a:debit", mine.id, 100).await;
 
     let buyer = buyer_token("member-1");
     let body = serde_json::json!({"operation_key": "pay:evil:debit", "account_id": theirs.id, "amount": 500});
@@ -67,53 +80,31 @@ async fn buyers_cannot_move_money_and_see_only_their_own_account() {
             serde_json::json!({"member_id": "member-1", "opening_balance": 1_000_000}),
         ),
     ] {
-        let r = svc
-            .http
-            .post(svc.url(path))
-            .bearer_auth(&buyer)
-            .json(&body)
-            .send()
-            .await
-            .expect("answer");
+        let r = send(&svc, Method::POST, path, Some(&buyer), Some(&body)).await;
         assert_eq!(r.status(), 403, "{path}");
         let e: serde_json::Value = r.json().await.expect("json");
         assert_eq!(e["code"], "FORBIDDEN");
     }
-    let r = svc
-        .http
-        .get(svc.url("/v1/transactions/pay:a:debit"))
-        .bearer_auth(&buyer)
-        .send()
-        .await
-        .expect("answer");
+    let r = send(
+        &svc,
+        Method::GET,
+        "/v1/transactions/pay:a:debit",
+        Some(&buyer),
+        None,
+    )
+    .await;
     assert_eq!(r.status(), 403);
 
-    let r = svc
-        .http
-        .post(svc.url("/v1/debits"))
-        .json(&body)
-        .send()
-        .await
-        .expect("answer");
+    let r = send(&svc, Method::POST, "/v1/debits", None, Some(&body)).await;
     assert_eq!(r.status(), 401);
     let e: serde_json::Value = r.json().await.expect("json");
     assert_eq!(e["code"], "UNAUTHENTICATED");
-    let r = svc
-        .http
-        .get(svc.url(&format!("/v1/accounts/{}", mine.id)))
-        .send()
-        .await
-        .expect("answer");
+    let mine_path = format!("/v1/accounts/{}", mine.id);
+    let r = send(&svc, Method::GET, &mine_path, None, None).await;
     assert_eq!(r.status(), 401);
 
     // Own account: visible, with its history.
-    let r = svc
-        .http
-        .get(svc.url(&format!("/v1/accounts/{}", mine.id)))
-        .bearer_auth(&buyer)
-        .send()
-        .await
-        .expect("answer");
+    let r = send(&svc, Method::GET, &mine_path, Some(&buyer), None).await;
     assert_eq!(r.status(), 200);
     let view: paysaga_contracts::account::api::AccountView = r.json().await.expect("view");
     assert_eq!(view.account.balance, 900);
@@ -121,19 +112,10 @@ async fn buyers_cannot_move_money_and_see_only_their_own_account() {
     assert_eq!(view.recent_transactions[0].operation_key, "pay:a:debit");
 
     // Someone else's, and the merchant's: exactly like a missing account.
-    let merchant_id: i64 =
-        sqlx::query_scalar("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
-            .fetch_one(&svc.admin)
-            .await
-            .expect("merchant");
+    let merchant_id = svc.merchant_id().await;
     for id in [theirs.id, merchant_id, 987_654] {
-        let r = svc
-            .http
-            .get(svc.url(&format!("/v1/accounts/{id}")))
-            .bearer_auth(&buyer)
-            .send()
-            .await
-            .expect("answer");
+        let path = format!("/v1/accounts/{id}");
+        let r = send(&svc, Method::GET, &path, Some(&buyer), None).await;
         assert_eq!(r.status(), 404, "account {id}");
         let e: serde_json::Value = r.json().await.expect("json");
         assert_eq!(e["code"], "ACCOUNT_NOT_FOUND");
@@ -186,27 +168,25 @@ async fn two_instances_migrating_a_fresh_database_at_once_both_serve() {
         assert_eq!(r.status(), 200);
     }
     let admin = db.admin_pool().await;
-    let applied: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM account_service._sqlx_migrations WHERE success")
-            .fetch_one(&admin)
-            .await
-            .expect("count");
+    let applied = number(
+        &admin,
+        "SELECT COUNT(*) FROM account_service._sqlx_migrations WHERE success",
+    )
+    .await;
     assert_eq!(
         applied,
         account::MIGRATOR.iter().count() as i64,
         "each migration applied once"
     );
-    let merchants: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MERCHANT'")
-            .fetch_one(&admin)
-            .await
-            .expect("count");
-    assert_eq!(merchants, 1);
-    let shards: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.merchant_shards")
-        .fetch_one(&admin)
-        .await
-        .expect("count");
-    assert_eq!(shards, 16);
+    for (sql, want) in [
+        (
+            "SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MERCHANT'",
+            1,
+        ),
+        ("SELECT COUNT(*) FROM account_service.merchant_shards", 16),
+    ] {
+        assert_eq!(number(&admin, sql).await, want, "{sql}");
+    }
     for stop in stops {
         let _ = stop.send(());
     }

@@ -7,11 +7,7 @@ use paysaga_common::testkit::service_token;
 async fn malformed_requests_are_answered_with_codes() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
-    let merchant_id: i64 =
-        sqlx::query_scalar("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
-            .fetch_one(&svc.admin)
-            .await
-            .expect("merchant");
+    let merchant_id = svc.merchant_id().await;
     let rows_before = svc.count_where("TRUE").await;
     let token = service_token("orchestrator");
 
@@ -22,176 +18,35 @@ async fn malformed_requests_are_answered_with_codes() {
             .header("content-type", "application/json")
             .body(body)
     };
+    let get = |path: &str| svc.http.get(svc.url(path)).bearer_auth(&token);
     let id = a.id;
+    // One request a row reads better than what rustfmt would make of it.
+    #[rustfmt::skip]
     let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
         (raw("/v1/debits", "{not json".into()), 400, "MALFORMED_JSON"),
         // A valid debit, refused only for its size: whitespace past 64 KiB.
-        (
-            raw(
-                "/v1/debits",
-                format!(
-                    r#"{{"operation_key": "padded", "account_id": {id}, "amount": 5}}{}"#,
-                    " ".repeat(70_000)
-                ),
-            ),
-            413,
-            "PAYLOAD_TOO_LARGE",
-        ),
-        (
-            raw(
-                "/v1/debits",
-                format!(r#"{{"account_id": {id}, "amount": 5}}"#),
-            ),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            raw(
-                "/v1/debits",
-                format!(r#"{{"operation_key": "k", "account_id": "{id}", "amount": 5}}"#),
-            ),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            raw(
-                "/v1/debits",
-                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": -5}}"#),
-            ),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            raw(
-                "/v1/debits",
-                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 0}}"#),
-            ),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            raw(
-                "/v1/debits",
-                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 1.5}}"#),
-            ),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            raw(
-                "/v1/debits",
-                format!(r#"{{"operation_key": "a b", "account_id": {id}, "amount": 5}}"#),
-            ),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            raw(
-                "/v1/debits",
-                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 5, "extra": 1}}"#),
-            ),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            raw(
-                "/v1/debits",
-                r#"{"operation_key": "k", "account_id": 424242, "amount": 5}"#.into(),
-            ),
-            404,
-            "ACCOUNT_NOT_FOUND",
-        ),
-        (
-            raw(
-                "/v1/debits",
-                format!(r#"{{"operation_key": "k", "account_id": {merchant_id}, "amount": 5}}"#),
-            ),
-            422,
-            "ACCOUNT_NOT_MEMBER",
-        ),
-        (
-            raw(
-                "/v1/credits",
-                format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 5}}"#),
-            ),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            raw(
-                "/v1/accounts",
-                r#"{"member_id": "m", "opening_balance": -1}"#.into(),
-            ),
-            422,
-            "INVALID_OPENING_BALANCE",
-        ),
-        (
-            raw(
-                "/v1/accounts",
-                r#"{"member_id": "m", "opening_balance": 1000000000000000}"#.into(),
-            ),
-            422,
-            "INVALID_OPENING_BALANCE",
-        ),
-        (
-            raw(
-                "/v1/accounts",
-                r#"{"member_id": "has space", "opening_balance": 1}"#.into(),
-            ),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            raw("/v1/accounts", r#"{"member_id": "m"}"#.into()),
-            422,
-            "INVALID_BODY",
-        ),
-        (
-            svc.http
-                .post(svc.url("/v1/debits"))
-                .bearer_auth(&token)
-                .body("{}"),
-            415,
-            "UNSUPPORTED_MEDIA_TYPE",
-        ),
-        (
-            svc.http
-                .get(svc.url("/v1/accounts/abc"))
-                .bearer_auth(&token),
-            400,
-            "INVALID_PATH",
-        ),
-        (
-            svc.http
-                .get(svc.url("/v1/accounts/99999999999999999999"))
-                .bearer_auth(&token),
-            400,
-            "INVALID_PATH",
-        ),
-        (
-            svc.http
-                .get(svc.url("/v1/accounts/424242"))
-                .bearer_auth(&token),
-            404,
-            "ACCOUNT_NOT_FOUND",
-        ),
-        (
-            svc.http
-                .get(svc.url(&format!("/v1/transactions/{}", "x".repeat(200))))
-                .bearer_auth(&token),
-            400,
-            "INVALID_OPERATION_KEY",
-        ),
-        (
-            svc.http.delete(svc.url("/v1/debits")).bearer_auth(&token),
-            405,
-            "METHOD_NOT_ALLOWED",
-        ),
-        (
-            svc.http.get(svc.url("/v1/nothing")).bearer_auth(&token),
-            404,
-            "NOT_FOUND",
-        ),
+        (raw("/v1/debits", format!(r#"{{"operation_key": "padded", "account_id": {id}, "amount": 5}}{}"#, " ".repeat(70_000))), 413, "PAYLOAD_TOO_LARGE"),
+        (raw("/v1/debits", format!(r#"{{"account_id": {id}, "amount": 5}}"#)), 422, "INVALID_BODY"),
+        (raw("/v1/debits", format!(r#"{{"operation_key": "k", "account_id": "{id}", "amount": 5}}"#)), 422, "INVALID_BODY"),
+        (raw("/v1/debits", format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": -5}}"#)), 422, "INVALID_BODY"),
+        (raw("/v1/debits", format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 0}}"#)), 422, "INVALID_BODY"),
+        (raw("/v1/debits", format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 1.5}}"#)), 422, "INVALID_BODY"),
+        (raw("/v1/debits", format!(r#"{{"operation_key": "a b", "account_id": {id}, "amount": 5}}"#)), 422, "INVALID_BODY"),
+        (raw("/v1/debits", format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 5, "extra": 1}}"#)), 422, "INVALID_BODY"),
+        (raw("/v1/debits", r#"{"operation_key": "k", "account_id": 424242, "amount": 5}"#.into()), 404, "ACCOUNT_NOT_FOUND"),
+        (raw("/v1/debits", format!(r#"{{"operation_key": "k", "account_id": {merchant_id}, "amount": 5}}"#)), 422, "ACCOUNT_NOT_MEMBER"),
+        (raw("/v1/credits", format!(r#"{{"operation_key": "k", "account_id": {id}, "amount": 5}}"#)), 422, "INVALID_BODY"),
+        (raw("/v1/accounts", r#"{"member_id": "m", "opening_balance": -1}"#.into()), 422, "INVALID_OPENING_BALANCE"),
+        (raw("/v1/accounts", r#"{"member_id": "m", "opening_balance": 1000000000000000}"#.into()), 422, "INVALID_OPENING_BALANCE"),
+        (raw("/v1/accounts", r#"{"member_id": "has space", "opening_balance": 1}"#.into()), 422, "INVALID_BODY"),
+        (raw("/v1/accounts", r#"{"member_id": "m"}"#.into()), 422, "INVALID_BODY"),
+        (svc.http.post(svc.url("/v1/debits")).bearer_auth(&token).body("{}"), 415, "UNSUPPORTED_MEDIA_TYPE"),
+        (get("/v1/accounts/abc"), 400, "INVALID_PATH"),
+        (get("/v1/accounts/99999999999999999999"), 400, "INVALID_PATH"),
+        (get("/v1/accounts/424242"), 404, "ACCOUNT_NOT_FOUND"),
+        (get(&format!("/v1/transactions/{}", "x".repeat(200))), 400, "INVALID_OPERATION_KEY"),
+        (svc.http.delete(svc.url("/v1/debits")).bearer_auth(&token), 405, "METHOD_NOT_ALLOWED"),
+        (get("/v1/nothing"), 404, "NOT_FOUND"),
     ];
     for (i, (req, status, code)) in cases.into_iter().enumerate() {
         let r = req.send().await.expect("answer");
@@ -214,10 +69,9 @@ async fn malformed_requests_are_answered_with_codes() {
         "no refused request wrote a row"
     );
     assert_eq!(svc.balance(a.id).await, 1_000);
-    let accounts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts")
-        .fetch_one(&svc.admin)
-        .await
-        .expect("count");
+    let accounts = svc
+        .number("SELECT COUNT(*) FROM account_service.accounts")
+        .await;
     assert_eq!(accounts, 2, "the merchant and member-1 only");
 }
 

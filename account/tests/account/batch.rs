@@ -95,12 +95,9 @@ async fn many_debits_over_distinct_accounts_apply_once_each() {
     assert_eq!(svc.merchant_balance().await, sum);
     assert_shards_match_rows(&svc).await;
     // One batch, one merchant shard: every row records it, and refunds draw from it.
-    let shards_used: i64 = sqlx::query_scalar(
-        "SELECT COUNT(DISTINCT merchant_shard) FROM account_service.transactions WHERE operation_key IS NOT NULL",
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("shards");
+    let shards_used = svc
+        .number("SELECT COUNT(DISTINCT merchant_shard) FROM account_service.transactions WHERE operation_key IS NOT NULL")
+        .await;
     assert_eq!(shards_used, 1, "the batch credits one shard");
     assert_eq!(svc.total_money().await, total_before, "money conserved");
     assert_eq!(svc.negative_balances().await, 0);
@@ -113,11 +110,7 @@ async fn each_reply_is_what_the_single_endpoint_answers() {
     let poor = svc.open("member-2", 50).await;
     let merchant = svc.merchant_id().await;
     let ghost = 987_654;
-    let before = svc
-        .client
-        .debit(&debit("pay:old:debit", rich.id, 100))
-        .await
-        .expect("applied");
+    let before = svc.pay("pay:old:debit", rich.id, 100).await;
     assert_eq!(before.status, 201);
     let total_before = svc.total_money().await;
 
@@ -405,17 +398,9 @@ async fn concurrent_overlapping_batches_never_double_apply_or_deadlock() {
     }
     let declined = rows.iter().filter(|r| r.1 == "DECLINED").count();
     assert!(declined > 0, "the accounts ran out, as intended");
-    let unexplained: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.accounts a
-           WHERE a.kind = 'MEMBER' AND a.balance <> 2000 - (
-               SELECT COALESCE(SUM(t.amount), 0) FROM account_service.transactions t
-               WHERE t.account_id = a.id AND t.kind = 'DEBIT' AND t.status = 'APPLIED')"#,
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("balances");
     assert_eq!(
-        unexplained, 0,
+        svc.unexplained_balances(2000).await,
+        0,
         "every balance is its opening minus its applied debits"
     );
     assert_shards_match_rows(&svc).await;
@@ -532,11 +517,7 @@ async fn a_batch_that_fails_in_the_database_applies_none_of_its_debits() {
 async fn a_statement_whose_counts_disagree_applies_nothing() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
-    let paid = svc
-        .client
-        .debit(&debit("pay:0:debit", a.id, 100))
-        .await
-        .expect("paid");
+    let paid = svc.pay("pay:0:debit", a.id, 100).await;
     assert_eq!(paid.status, 201);
     sqlx::query(
         r#"CREATE FUNCTION account_service.skip() RETURNS trigger LANGUAGE plpgsql
@@ -589,11 +570,7 @@ async fn a_statement_whose_counts_disagree_applies_nothing() {
             .expect("drop");
     }
     // Without the faults, the same requests go through.
-    let again = svc
-        .client
-        .debit(&debit("pay:1:debit", a.id, 100))
-        .await
-        .expect("applied");
+    let again = svc.pay("pay:1:debit", a.id, 100).await;
     assert_eq!(again.status, 201);
     assert_eq!(svc.balance(a.id).await, 800);
 }

@@ -333,12 +333,7 @@ async fn concurrent_batches_spread_over_the_merchant_shards() {
     for replies in futures::future::join_all(calls).await {
         assert!(replies.iter().all(|r| r.status == 201));
     }
-    let used: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM account_service.merchant_shards WHERE balance > 0",
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("shards");
+    let used = svc.shards_used().await;
     assert!(used > 8, "batches spread over the shards: {used}");
     assert_eq!(svc.merchant_balance().await, 64 * 4 * 10);
     assert_eq!(svc.negative_balances().await, 0);
@@ -394,25 +389,16 @@ async fn concurrent_batches_and_single_calls_share_keys_and_accounts_safely() {
     }
     assert!(single.iter().all(|s| *s == 201 || *s == 200));
 
-    let dupes: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM (SELECT operation_key FROM account_service.transactions
-           WHERE operation_key IS NOT NULL GROUP BY operation_key HAVING COUNT(*) > 1) d"#,
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("dupes");
+    let dupes = svc
+        .number(
+            r#"SELECT COUNT(*) FROM (SELECT operation_key FROM account_service.transactions
+               WHERE operation_key IS NOT NULL GROUP BY operation_key HAVING COUNT(*) > 1) d"#,
+        )
+        .await;
     assert_eq!(dupes, 0, "one row per key");
-    let unexplained: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.accounts a
-           WHERE a.kind = 'MEMBER' AND a.balance <> 1000000 - (
-               SELECT COALESCE(SUM(t.amount), 0) FROM account_service.transactions t
-               WHERE t.account_id = a.id AND t.kind = 'DEBIT' AND t.status = 'APPLIED')"#,
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("balances");
     assert_eq!(
-        unexplained, 0,
+        svc.unexplained_balances(1_000_000).await,
+        0,
         "every balance is its opening minus its debits"
     );
     assert_eq!(svc.total_money().await, total_before, "money conserved");

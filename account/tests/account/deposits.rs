@@ -15,6 +15,8 @@ fn keyed_opening(member: &str, balance: i64, key: &str) -> OpenAccountRequest {
     }
 }
 
+const M1_ACCOUNTS: &str = "SELECT COUNT(*) FROM account_service.accounts WHERE member_id = 'm-1'";
+
 #[tokio::test]
 async fn a_keyed_opening_opens_one_account_however_often_and_concurrently_it_is_sent() {
     let svc = Svc::start().await;
@@ -32,11 +34,7 @@ async fn a_keyed_opening_opens_one_account_however_often_and_concurrently_it_is_
     assert_eq!(created, 1, "exactly one send opened it");
     assert_eq!(ids.len(), 1, "every send answered the same account");
 
-    let accounts: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts WHERE member_id = 'm-1'")
-            .fetch_one(&svc.admin)
-            .await
-            .unwrap();
+    let accounts = svc.number(M1_ACCOUNTS).await;
     assert_eq!(accounts, 1);
     assert_eq!(
         svc.count_where("kind = 'OPENING'").await,
@@ -60,11 +58,7 @@ async fn a_keyed_opening_opens_one_account_however_often_and_concurrently_it_is_
     }
     // Unkeyed openings are not affected: each opens an account.
     svc.open("m-1", 0).await;
-    let accounts: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM account_service.accounts WHERE member_id = 'm-1'")
-            .fetch_one(&svc.admin)
-            .await
-            .unwrap();
+    let accounts = svc.number(M1_ACCOUNTS).await;
     assert_eq!(accounts, 2);
 }
 
@@ -96,21 +90,16 @@ async fn a_deposit_pays_in_once_per_key_and_the_ledger_explains_every_balance() 
         0,
         "a deposit never touches the merchant"
     );
-    let explained: i64 = sqlx::query_scalar(
-        "SELECT COALESCE(SUM(amount), 0)::BIGINT FROM account_service.transactions
-         WHERE kind IN ('OPENING', 'DEPOSIT') AND status = 'APPLIED'",
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .unwrap();
+    let explained = svc
+        .number(
+            "SELECT COALESCE(SUM(amount), 0)::BIGINT FROM account_service.transactions
+             WHERE kind IN ('OPENING', 'DEPOSIT') AND status = 'APPLIED'",
+        )
+        .await;
     assert_eq!(explained, svc.total_money().await);
 
     // The merchant account cannot be topped up, and a missing account is 404.
-    let merchant: i64 =
-        sqlx::query_scalar("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
-            .fetch_one(&svc.admin)
-            .await
-            .unwrap();
+    let merchant = svc.merchant_id().await;
     for (account_id, code) in [
         (merchant, "ACCOUNT_NOT_MEMBER"),
         (987_654, "ACCOUNT_NOT_FOUND"),

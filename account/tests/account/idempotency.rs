@@ -52,11 +52,7 @@ async fn same_key_with_a_different_request_is_refused_without_effect() {
     let a = svc.open("member-1", 10_000).await;
     let b = svc.open("member-2", 10_000).await;
 
-    let first = svc
-        .client
-        .debit(&debit("k1", a.id, 500))
-        .await
-        .expect("applied");
+    let first = svc.pay("k1", a.id, 500).await;
     assert_eq!(first.status, 201);
 
     for (req, what) in [
@@ -89,12 +85,9 @@ async fn same_key_with_a_different_request_is_refused_without_effect() {
     assert_eq!(svc.balance(a.id).await, 9_500);
     assert_eq!(svc.balance(b.id).await, 10_000);
     assert_eq!(svc.merchant_balance().await, 500);
-    let refunded: i64 = sqlx::query_scalar(
-        "SELECT refunded FROM account_service.transactions WHERE operation_key = 'k1'",
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("row");
+    let refunded = svc
+        .number("SELECT refunded FROM account_service.transactions WHERE operation_key = 'k1'")
+        .await;
     assert_eq!(refunded, 0);
 }
 
@@ -103,17 +96,9 @@ async fn a_declined_key_stays_declined_after_the_account_is_topped_up() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 100).await;
 
-    let paid = svc
-        .client
-        .debit(&debit("pay:1:debit", a.id, 100))
-        .await
-        .expect("applied");
+    let paid = svc.pay("pay:1:debit", a.id, 100).await;
     assert_eq!(paid.status, 201);
-    let declined = svc
-        .client
-        .debit(&debit("pay:2:debit", a.id, 60))
-        .await
-        .expect_err("no money left");
+    let declined = svc.refused("pay:2:debit", a.id, 60).await;
     assert_eq!(declined.status(), Some(422));
     assert_eq!(declined.code(), Some("INSUFFICIENT_FUNDS"));
 
@@ -138,11 +123,7 @@ async fn a_declined_key_stays_declined_after_the_account_is_topped_up() {
     );
     assert_eq!(svc.balance(a.id).await, 100);
 
-    let again = svc
-        .client
-        .debit(&debit("pay:2:debit", a.id, 60))
-        .await
-        .expect_err("still declined");
+    let again = svc.refused("pay:2:debit", a.id, 60).await;
     assert_eq!(again.code(), Some("INSUFFICIENT_FUNDS"));
     assert_eq!(
         svc.balance(a.id).await,
@@ -163,20 +144,16 @@ async fn lookup_by_key_tells_what_happened() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
 
-    let missing = svc
-        .client
-        .transaction_by_key("pay:never:debit")
-        .await
-        .expect_err("never happened");
-    assert_eq!(missing.status(), Some(404));
-    assert_eq!(missing.code(), Some("TRANSACTION_NOT_FOUND"));
+    // A key never used, and a malformed one.
+    for (k, status, code) in [
+        ("pay:never:debit", 404, "TRANSACTION_NOT_FOUND"),
+        ("has space", 400, "INVALID_OPERATION_KEY"),
+    ] {
+        let e = svc.client.transaction_by_key(k).await.expect_err(k);
+        assert_eq!((e.status(), e.code()), (Some(status), Some(code)), "{k}");
+    }
 
-    let applied = svc
-        .client
-        .debit(&debit("pay:x:debit", a.id, 300))
-        .await
-        .expect("applied")
-        .body;
+    let applied = svc.pay("pay:x:debit", a.id, 300).await.body;
     let found = svc
         .client
         .transaction_by_key("pay:x:debit")
@@ -184,12 +161,4 @@ async fn lookup_by_key_tells_what_happened() {
         .expect("found")
         .body;
     assert_eq!(found, applied);
-
-    let bad = svc
-        .client
-        .transaction_by_key("has space")
-        .await
-        .expect_err("malformed key");
-    assert_eq!(bad.status(), Some(400));
-    assert_eq!(bad.code(), Some("INVALID_OPERATION_KEY"));
 }

@@ -1,7 +1,7 @@
 //! Refund credits: back to the debited account, never more than the debit in total,
 //! even when refunds race.
 
-use crate::support::{amount, debit, key, Svc};
+use crate::support::{amount, key, Svc};
 use futures::future::join_all;
 use paysaga_contracts::account::api::{AccountOp, CreditRequest, TransactionKind};
 
@@ -19,10 +19,7 @@ async fn a_refund_moves_money_back_and_replays_idempotently() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
     let total = svc.total_money().await;
-    svc.client
-        .debit(&debit("pay:1:debit", a.id, 400))
-        .await
-        .expect("paid");
+    svc.pay("pay:1:debit", a.id, 400).await;
 
     let first = svc
         .client
@@ -64,14 +61,8 @@ async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
     let b = svc.open("member-2", 1_000).await;
-    svc.client
-        .debit(&debit("d1", a.id, 300))
-        .await
-        .expect("paid");
-    svc.client
-        .debit(&debit("d2", a.id, 5_000))
-        .await
-        .expect_err("declined");
+    svc.pay("d1", a.id, 300).await;
+    svc.refused("d2", a.id, 5_000).await;
 
     svc.client
         .credit(&refund("r1", a.id, 200, "d1"))
@@ -90,52 +81,26 @@ async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
         .credit(&refund("r3", a.id, 100, "d1"))
         .await
         .expect("rest of it");
-    let more = svc
-        .client
-        .credit(&refund("r4", a.id, 1, "d1"))
-        .await
-        .expect_err("nothing left");
-    assert_eq!(more.code(), Some("REFUND_EXCEEDS_DEBIT"));
-
-    let unknown = svc
-        .client
-        .credit(&refund("r5", a.id, 1, "no-such-debit"))
-        .await
-        .expect_err("unknown debit");
-    assert_eq!(
-        (unknown.status(), unknown.code()),
-        (Some(404), Some("DEBIT_NOT_FOUND"))
-    );
-    let of_a_credit = svc
-        .client
-        .credit(&refund("r6", a.id, 1, "r1"))
-        .await
-        .expect_err("a credit is no debit");
-    assert_eq!(of_a_credit.code(), Some("DEBIT_NOT_FOUND"));
-    let declined = svc
-        .client
-        .credit(&refund("r7", a.id, 1, "d2"))
-        .await
-        .expect_err("declined debit");
-    assert_eq!(
-        (declined.status(), declined.code()),
-        (Some(422), Some("DEBIT_DECLINED"))
-    );
-    let elsewhere = svc
-        .client
-        .credit(&refund("r8", b.id, 1, "d1"))
-        .await
-        .expect_err("other account");
-    assert_eq!(elsewhere.code(), Some("REFUND_ACCOUNT_MISMATCH"));
-    let nobody = svc
-        .client
-        .credit(&refund("r9", 999_999, 1, "d1"))
-        .await
-        .expect_err("no account");
-    assert_eq!(
-        (nobody.status(), nobody.code()),
-        (Some(404), Some("ACCOUNT_NOT_FOUND"))
-    );
+    // Each refusal: (key, account, amount, refunded debit, status, code).
+    for (k, account, minor, of, status, code) in [
+        ("r4", a.id, 1, "d1", 422, "REFUND_EXCEEDS_DEBIT"), // nothing left
+        ("r5", a.id, 1, "no-such-debit", 404, "DEBIT_NOT_FOUND"),
+        ("r6", a.id, 1, "r1", 404, "DEBIT_NOT_FOUND"), // a credit is no debit
+        ("r7", a.id, 1, "d2", 422, "DEBIT_DECLINED"),
+        ("r8", b.id, 1, "d1", 422, "REFUND_ACCOUNT_MISMATCH"),
+        ("r9", 999_999, 1, "d1", 404, "ACCOUNT_NOT_FOUND"),
+    ] {
+        let err = svc
+            .client
+            .credit(&refund(k, account, minor, of))
+            .await
+            .expect_err(k);
+        assert_eq!(
+            (err.status(), err.code()),
+            (Some(status), Some(code)),
+            "{k}"
+        );
+    }
 
     // Only the two accepted refunds left a trace; the refused ones moved nothing.
     assert_eq!(svc.count_where("kind = 'CREDIT'").await, 2);
@@ -148,10 +113,7 @@ async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
 async fn racing_refunds_of_one_debit_stop_at_its_amount() {
     let svc = Svc::start().await;
     let a = svc.open("member-1", 1_000).await;
-    svc.client
-        .debit(&debit("d", a.id, 100))
-        .await
-        .expect("paid");
+    svc.pay("d", a.id, 100).await;
 
     let reqs: Vec<_> = (0..30)
         .map(|i| refund(&format!("r{i}"), a.id, 10, "d"))
@@ -178,7 +140,7 @@ async fn racing_refund_batches_stop_at_the_debits_amount() {
     let a = svc.open("member-1", 1_000).await;
     let b = svc.open("member-2", 1_000).await;
     for (k, id) in [("d", a.id), ("e", b.id)] {
-        svc.client.debit(&debit(k, id, 100)).await.expect("paid");
+        svc.pay(k, id, 100).await;
     }
     // Eight batches of five refunds of each debit, the same key sent in several, and
     // single refunds meanwhile: far more keys than the 10 refunds each debit has room for.

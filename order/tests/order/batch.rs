@@ -5,7 +5,9 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use crate::support::{inconsistencies, reservation_state, snapshot, unit_states, Harness};
+use crate::support::{
+    count, count_by, inconsistencies, reservation_state, snapshot, state_rows, unit_states, Harness,
+};
 use futures::future::join_all;
 use paysaga_common::{
     client::{Answer, CallError},
@@ -120,13 +122,7 @@ async fn a_batch_of_confirms_applies_each_once() {
         assert_eq!(orders, vec![(c.order_id.unwrap(), "CONFIRMED".to_owned())]);
     }
     assert_eq!(unit_states(&h.admin, product.id).await, (0, 0, 100));
-    let confirmed: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1 AND state = 'CONFIRMED'"#,
-    )
-    .bind(product.id)
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let confirmed = count_by(&h.admin, r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1 AND state = 'CONFIRMED'"#, product.id).await;
     assert_eq!(confirmed, 100);
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
 
@@ -134,10 +130,7 @@ async fn a_batch_of_confirms_applies_each_once() {
     let before = snapshot(&h.admin).await;
     assert_eq!(batch(&svc, &ops).await, first);
     assert_eq!(snapshot(&h.admin).await, before);
-    let orders: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.orders"#)
-        .fetch_one(&h.admin)
-        .await
-        .unwrap();
+    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders"#).await;
     assert_eq!(orders, 100, "never more sold than the stock");
     h.stop().await;
 }
@@ -289,21 +282,17 @@ async fn a_mixed_batch_answers_as_the_single_endpoints_do() {
     // The tables of both worlds agree, and with the answers.
     let states = a.states(&h).await;
     assert_eq!(states, b.states(&h).await);
-    let expected_states: Vec<(&str, Vec<&str>)> = vec![
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("RESERVED", vec![]),
-        ("CANCELLED", vec![]),
-        ("CANCELLED", vec!["CANCELLED"]),
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("CANCELLED", vec!["CANCELLED"]),
-        ("CANCELLED", vec![]),
-        ("EXPIRED", vec![]),
-        ("EXPIRED", vec![]),
-    ];
-    let expected_states: Vec<(String, Vec<String>)> = expected_states
-        .into_iter()
-        .map(|(s, o)| (s.to_owned(), o.into_iter().map(str::to_owned).collect()))
-        .collect();
+    let expected_states = state_rows(&[
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("RESERVED", &[]),
+        ("CANCELLED", &[]),
+        ("CANCELLED", &["CANCELLED"]),
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("CANCELLED", &["CANCELLED"]),
+        ("CANCELLED", &[]),
+        ("EXPIRED", &[]),
+        ("EXPIRED", &[]),
+    ]);
     assert_eq!(states, expected_states);
     if let Said::Ok(_, r) = &replies[16] {
         let orders = order_rows(&h, a.fresh[3]).await;
@@ -354,18 +343,7 @@ async fn batches_single_calls_and_the_sweep_race_to_one_outcome_each() {
         let product = h.product(N as i64).await;
         let rs = h.reserve_many(product.id, N, &format!("r{round}")).await;
         let ids: Vec<Uuid> = rs.iter().map(|r| r.id).collect();
-        // About a third already due, the rest a little ahead: expiry competes too.
-        sqlx::query(
-            r#"
-            UPDATE order_service.reservations
-            SET expires_at = now() + (random() * 0.3 - 0.1) * INTERVAL '1 second'
-            WHERE product_id = $1
-            "#,
-        )
-        .bind(product.id)
-        .execute(&h.admin)
-        .await
-        .unwrap();
+        h.scatter_deadlines(product.id).await;
 
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (round + 1));
         let batches: Vec<Vec<OrderOp>> = (0..BATCHES)

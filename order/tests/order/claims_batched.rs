@@ -5,7 +5,10 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use crate::support::{claims, inconsistencies, metric, pass, signer, unit_states, Harness};
+use crate::support::{
+    claims, count, count_by, inconsistencies, live_spread, metric, pass, signer, unit_states,
+    Harness,
+};
 use futures::future::join_all;
 use paysaga_common::client::{Answer, CallError};
 use paysaga_contracts::order::api::{Reservation, ReservationState};
@@ -38,6 +41,24 @@ fn moved(before: &str, after: &str, series: &str) -> f64 {
     metric(after, series) - metric(before, series)
 }
 
+/// Flushes, claims flushed and failed flushes between two scrapes.
+fn flush_moves(before: &str, after: &str) -> (f64, f64, f64) {
+    (
+        moved(before, after, FLUSHES),
+        moved(before, after, FLUSHED),
+        moved(before, after, FLUSH_ERRORS),
+    )
+}
+
+/// The answers of fired claims, in the order they were fired.
+async fn replies(pending: Vec<tokio::task::JoinHandle<Reply>>) -> Vec<Reply> {
+    join_all(pending)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
     let _serial = SERIAL.lock().await;
@@ -66,18 +87,7 @@ async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
     assert_eq!((created.len(), sold_out), (100, 200));
 
     assert_eq!(unit_states(&h.admin, product.id).await, (0, 100, 0));
-    let (live, units, members): (i64, i64, i64) = sqlx::query_as(
-        r#"
-        SELECT COUNT(*), COUNT(DISTINCT unit_id), COUNT(DISTINCT member_id)
-        FROM order_service.reservations
-        WHERE product_id = $1 AND state = 'RESERVED'
-        "#,
-    )
-    .bind(product.id)
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
-    assert_eq!((live, units, members), (100, 100, 100));
+    assert_eq!(live_spread(&h.admin, product.id).await, (100, 100, 100));
     let mut answered: Vec<Uuid> = created.iter().map(|r| r.id).collect();
     answered.sort_unstable();
     let stored: Vec<Uuid> = sqlx::query_scalar(
@@ -148,12 +158,12 @@ async fn concurrent_replays_of_a_pass_get_its_one_reservation() {
     assert_eq!(answers.iter().filter(|a| a.status == 201).count(), 1);
     assert!(answers.iter().all(|a| a.status == 201 || a.status == 200));
     assert!(answers.iter().all(|a| a.body == answers[0].body));
-    let rows: i64 =
-        sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.reservations WHERE pass_id = $1"#)
-            .bind(c.pid)
-            .fetch_one(&h.admin)
-            .await
-            .unwrap();
+    let rows = count_by(
+        &h.admin,
+        r#"SELECT COUNT(*) FROM order_service.reservations WHERE pass_id = $1"#,
+        c.pid,
+    )
+    .await;
     assert_eq!(rows, 1);
     // No unit stays RESERVED for a claim that lost its pass.
     assert_eq!(unit_states(&h.admin, product.id).await, (9, 1, 0));
@@ -332,16 +342,15 @@ async fn hold_pass(h: &Harness, member: &str, pass_id: Uuid) -> Transaction<'sta
 /// Until one of the service's statements waits on another transaction.
 async fn wait_blocked(h: &Harness) {
     wait_for("a claim to wait on a held pass", || async {
-        let waiting: i64 = sqlx::query_scalar(
+        let waiting = count(
+            &h.admin,
             r#"
             SELECT COUNT(*) FROM pg_stat_activity
             WHERE datname = current_database() AND usename = 'order_app'
               AND wait_event_type = 'Lock' AND wait_event = 'transactionid'
             "#,
         )
-        .fetch_one(&h.admin)
-        .await
-        .unwrap();
+        .await;
         waiting == 1
     })
     .await;
@@ -405,11 +414,7 @@ async fn a_mixed_flush_answers_each_request_as_its_claim_alone() {
         .unwrap()
         .expect("the held claim goes through");
     assert_eq!(holder.status, 201);
-    let got: Vec<Reply> = join_all(pending)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let got = replies(pending).await;
     let after = h.metrics().await;
     assert_eq!(
         (
@@ -545,19 +550,11 @@ async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
     wait_for_waiting(&h, 1 + requests.len()).await;
     held.tx.rollback().await.unwrap();
     assert_eq!(held.claim.await.unwrap().unwrap().status, 201);
-    let got: Vec<Reply> = join_all(pending)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let got = replies(pending).await;
     let after = h.metrics().await;
 
     assert_eq!(
-        (
-            moved(&before, &after, FLUSHES),
-            moved(&before, &after, FLUSHED),
-            moved(&before, &after, FLUSH_ERRORS)
-        ),
+        flush_moves(&before, &after),
         (2.0, 4.0, 0.0),
         "the three claims rode one flush, which did not fail"
     );
@@ -570,13 +567,12 @@ async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
     );
     assert_eq!(unit_states(&h.admin, fine.id).await, (3, 2, 0));
     assert_eq!(unit_states(&h.admin, broken.id).await, (1, 0, 0));
-    let on_broken: i64 = sqlx::query_scalar(
+    let on_broken = count_by(
+        &h.admin,
         r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1"#,
+        broken.id,
     )
-    .bind(broken.id)
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(on_broken, 1, "only the hand-made row");
     h.stop().await;
 }
@@ -633,18 +629,10 @@ async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
     // The flush of three now waits on the held pass, every unit of the product locked.
     wait_blocked(&h).await;
     late_tx.commit().await.unwrap();
-    let got: Vec<Reply> = join_all(pending)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let got = replies(pending).await;
     let after = h.metrics().await;
     assert_eq!(
-        (
-            moved(&before, &after, FLUSHES),
-            moved(&before, &after, FLUSHED),
-            moved(&before, &after, FLUSH_ERRORS)
-        ),
+        flush_moves(&before, &after),
         (2.0, 4.0, 0.0),
         "two flushes, neither failed"
     );
@@ -726,12 +714,7 @@ async fn a_claim_racing_the_members_other_claim_is_over_the_limit_alone() {
     };
     assert_eq!(made.member_id.as_str(), "bystander");
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 1, 0));
-    let racer: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.reservations WHERE member_id = 'racer' AND state = 'RESERVED'"#,
-    )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let racer = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.reservations WHERE member_id = 'racer' AND state = 'RESERVED'"#).await;
     assert_eq!(racer, 1, "only the other transaction's reservation");
     h.stop().await;
 }

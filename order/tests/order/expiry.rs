@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{inconsistencies, pass, reservation_state, unit_states, Harness};
+use crate::support::{count, inconsistencies, pass, reservation_state, unit_states, Harness};
 use futures::future::join_all;
 use paysaga_contracts::order::api::ReservationState;
 
@@ -13,12 +13,7 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
     let h = Harness::start().await;
     let pool = h.service_pool().await;
     let product = h.product(1).await;
-    let alice = h
-        .buyer("alice")
-        .reserve(product.id, &pass(product.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let alice = h.reserve_as("alice", product.id).await;
 
     let bob_early = h
         .buyer("bob")
@@ -71,12 +66,7 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
 async fn confirm_after_the_deadline_expires_it_without_waiting_for_the_sweep() {
     let h = Harness::start().await;
     let product = h.product(2).await;
-    let r = h
-        .buyer("alice")
-        .reserve(product.id, &pass(product.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", product.id).await;
     h.make_due(r.id).await;
 
     let e = h.service().confirm(r.id).await.unwrap_err();
@@ -92,12 +82,19 @@ async fn confirm_after_the_deadline_expires_it_without_waiting_for_the_sweep() {
         h.buyer("alice").cancel(r.id).await.unwrap().body.state,
         ReservationState::Expired
     );
-    let orders: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.orders"#)
-        .fetch_one(&h.admin)
-        .await
-        .unwrap();
+    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders"#).await;
     assert_eq!(orders, 0);
     h.stop().await;
+}
+
+/// Every reservation's deadline moved into the past.
+async fn expire_all(h: &Harness) {
+    sqlx::query(
+        r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second'"#,
+    )
+    .execute(&h.admin)
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -105,19 +102,8 @@ async fn several_sweepers_at_once_return_each_unit_exactly_once() {
     let h = Harness::start().await;
     let pool = h.service_pool().await;
     let product = h.product(300).await;
-    for i in 0..300 {
-        let m = format!("m{i}");
-        h.buyer(&m)
-            .reserve(product.id, &pass(product.id, &m))
-            .await
-            .unwrap();
-    }
-    sqlx::query(
-        r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second'"#,
-    )
-    .execute(&h.admin)
-    .await
-    .unwrap();
+    h.reserve_many(product.id, 300, "m").await;
+    expire_all(&h).await;
     // Four "instances", small batches, so they genuinely overlap.
     let sweepers = (0..4).map(|_| {
         let pool = pool.clone();
@@ -126,12 +112,11 @@ async fn several_sweepers_at_once_return_each_unit_exactly_once() {
     let total: u64 = join_all(sweepers).await.into_iter().sum();
     assert_eq!(total, 300, "every unit returned once, none twice");
     assert_eq!(unit_states(&h.admin, product.id).await, (300, 0, 0));
-    let expired: i64 = sqlx::query_scalar(
+    let expired = count(
+        &h.admin,
         r#"SELECT COUNT(*) FROM order_service.reservations WHERE state = 'EXPIRED'"#,
     )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(expired, 300);
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     h.stop().await;
@@ -142,19 +127,8 @@ async fn one_sweep_run_is_bounded_by_its_batches() {
     let h = Harness::start().await;
     let pool = h.service_pool().await;
     let product = h.product(25).await;
-    for i in 0..25 {
-        let m = format!("m{i}");
-        h.buyer(&m)
-            .reserve(product.id, &pass(product.id, &m))
-            .await
-            .unwrap();
-    }
-    sqlx::query(
-        r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second'"#,
-    )
-    .execute(&h.admin)
-    .await
-    .unwrap();
+    h.reserve_many(product.id, 25, "m").await;
+    expire_all(&h).await;
     // 2 batches of 10 per run: the run stops at 20 and the next one finishes the rest.
     assert_eq!(order::sweep::sweep(&pool, 10, 2).await.unwrap(), 20);
     assert_eq!(unit_states(&h.admin, product.id).await, (20, 5, 0));
@@ -167,12 +141,7 @@ async fn one_sweep_run_is_bounded_by_its_batches() {
 async fn the_scheduled_sweep_runs_by_itself() {
     let h = Harness::start_with(|c| c.sweep_interval = Duration::from_millis(100)).await;
     let product = h.product(1).await;
-    let r = h
-        .buyer("alice")
-        .reserve(product.id, &pass(product.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", product.id).await;
     h.make_due(r.id).await;
     // Wait for the job to act (bounded; no assertion on how long it took).
     for _ in 0..300 {

@@ -5,8 +5,20 @@
 use std::time::Duration;
 
 use crate::support::{
-    claims, inconsistencies, pass, reservation_state, signer, snapshot, unit_states, Harness,
+    claims, count, inconsistencies, pass, reservation_state, signer, snapshot, unit_states, Harness,
 };
+
+/// The hoarder sends `token` for the product: the answer, which must be a success.
+async fn hoarder_sends(
+    h: &Harness,
+    product_id: i64,
+    token: &str,
+) -> paysaga_common::client::Answer<paysaga_contracts::order::api::Reservation> {
+    h.buyer("hoarder")
+        .reserve(product_id, token)
+        .await
+        .expect("reservation answered")
+}
 
 async fn refused_without_writing(h: &Harness, product_id: i64, member: &str) {
     let before = snapshot(&h.admin).await;
@@ -28,42 +40,23 @@ async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_end
     let h = Harness::start().await;
     let product = h.product(5).await;
     let first_pass = pass(product.id, "hoarder");
-    let first = h
-        .buyer("hoarder")
-        .reserve(product.id, &first_pass)
-        .await
-        .unwrap()
-        .body;
+    let first = hoarder_sends(&h, product.id, &first_pass).await.body;
 
     // While it lives, any new pass is refused; the same pass replays the reservation.
     refused_without_writing(&h, product.id, "hoarder").await;
-    let again = h
-        .buyer("hoarder")
-        .reserve(product.id, &first_pass)
-        .await
-        .unwrap();
+    let again = hoarder_sends(&h, product.id, &first_pass).await;
     assert_eq!(again.body.id, first.id);
     assert_eq!(unit_states(&h.admin, product.id).await, (4, 1, 0));
 
     // Expired: the unit is back and the member may reserve again.
     h.make_due(first.id).await;
     h.service().cancel(first.id).await.unwrap();
-    let second = h
-        .buyer("hoarder")
-        .reserve(product.id, &pass(product.id, "hoarder"))
-        .await
-        .unwrap()
-        .body;
+    let second = h.reserve_as("hoarder", product.id).await;
     assert_ne!(second.id, first.id);
 
     // Cancelled: the same.
     h.service().cancel(second.id).await.unwrap();
-    let third = h
-        .buyer("hoarder")
-        .reserve(product.id, &pass(product.id, "hoarder"))
-        .await
-        .unwrap()
-        .body;
+    let third = h.reserve_as("hoarder", product.id).await;
 
     // Bought: with the default cap of one, no further unit.
     h.service().confirm(third.id).await.unwrap();
@@ -84,30 +77,15 @@ async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_end
 async fn a_cap_of_two_allows_a_second_purchase_but_never_two_live_reservations() {
     let h = Harness::start_with(|c| c.purchase_cap = 2).await;
     let product = h.product(5).await;
-    let first = h
-        .buyer("fan")
-        .reserve(product.id, &pass(product.id, "fan"))
-        .await
-        .unwrap()
-        .body;
+    let first = h.reserve_as("fan", product.id).await;
     refused_without_writing(&h, product.id, "fan").await;
     h.service().confirm(first.id).await.unwrap();
-    let second = h
-        .buyer("fan")
-        .reserve(product.id, &pass(product.id, "fan"))
-        .await
-        .unwrap()
-        .body;
+    let second = h.reserve_as("fan", product.id).await;
     refused_without_writing(&h, product.id, "fan").await;
     h.service().confirm(second.id).await.unwrap();
     refused_without_writing(&h, product.id, "fan").await;
     assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 2));
-    let orders: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'fan' AND state = 'CONFIRMED'"#,
-    )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'fan' AND state = 'CONFIRMED'"#).await;
     assert_eq!(orders, 2);
     h.stop().await;
 }
@@ -124,11 +102,7 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
     let mut short = claims(product.id, "hoarder");
     short.exp = chrono::Utc::now().timestamp() + 2;
     let first_pass = signer().sign(&short);
-    let first = h
-        .buyer("hoarder")
-        .reserve(product.id, &first_pass)
-        .await
-        .unwrap();
+    let first = hoarder_sends(&h, product.id, &first_pass).await;
     assert_eq!(first.status, 201);
     let first = first.body;
 
@@ -151,11 +125,7 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
     // A fresh pass does not get round the live reservation, and writes nothing.
     refused_without_writing(&h, product.id, "hoarder").await;
     // The expired pass itself still answers with the reservation it made.
-    let again = h
-        .buyer("hoarder")
-        .reserve(product.id, &first_pass)
-        .await
-        .unwrap();
+    let again = hoarder_sends(&h, product.id, &first_pass).await;
     assert_eq!((again.status, again.body.id), (200, first.id));
     assert_eq!(unit_states(&h.admin, product.id).await, (4, 1, 0));
 
@@ -168,24 +138,14 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
         1
     );
     assert_eq!(reservation_state(&h.admin, first.id).await, "EXPIRED");
-    let second = h
-        .buyer("hoarder")
-        .reserve(product.id, &pass(product.id, "hoarder"))
-        .await
-        .unwrap()
-        .body;
+    let second = h.reserve_as("hoarder", product.id).await;
     refused_without_writing(&h, product.id, "hoarder").await;
 
     // Cancelled: again; then bought twice, up to the cap and no further.
     h.service().cancel(second.id).await.unwrap();
     let mut bought = Vec::new();
     for _ in 0..2 {
-        let r = h
-            .buyer("hoarder")
-            .reserve(product.id, &pass(product.id, "hoarder"))
-            .await
-            .unwrap()
-            .body;
+        let r = h.reserve_as("hoarder", product.id).await;
         refused_without_writing(&h, product.id, "hoarder").await;
         h.service().confirm(r.id).await.unwrap();
         bought.push(r.id);
@@ -205,12 +165,7 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
         states,
         [("CANCELLED", 1), ("CONFIRMED", 2), ("EXPIRED", 1)].map(|(s, n)| (s.to_owned(), n))
     );
-    let orders: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'hoarder' AND state = 'CONFIRMED'"#,
-    )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'hoarder' AND state = 'CONFIRMED'"#).await;
     assert_eq!(orders, 2);
     assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 2));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());

@@ -1,7 +1,7 @@
 //! Products and the life of a reservation end to end over HTTP: create, add units,
 //! counts, confirm (idempotent, one order), cancel by buyer and by operator, visibility.
 
-use crate::support::{inconsistencies, pass, unit_states, Harness};
+use crate::support::{inconsistencies, order_state, pass, unit_states, Harness};
 use paysaga_contracts::order::api::{CreateProduct, ReservationState};
 use uuid::Uuid;
 
@@ -35,12 +35,7 @@ async fn products_units_and_counts() {
     assert_eq!((grown.units_total, grown.available), (5, 5));
     assert_eq!(unit_states(&h.admin, p.id).await, (5, 0, 0));
 
-    let r = h
-        .buyer("alice")
-        .reserve(p.id, &pass(p.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", p.id).await;
     assert_eq!(r.price, 12_900);
     h.service().confirm(r.id).await.unwrap();
     h.buyer("bob")
@@ -71,12 +66,7 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
     let h = Harness::start().await;
     let svc = h.service();
     let p = h.product(1).await;
-    let r = h
-        .buyer("alice")
-        .reserve(p.id, &pass(p.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", p.id).await;
     assert_eq!(r.state, ReservationState::Reserved);
 
     let first = svc.confirm(r.id).await.unwrap().body;
@@ -84,13 +74,13 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
     assert_eq!(first.state, ReservationState::Confirmed);
     assert_eq!(first, again);
     let order_id = first.order_id.expect("order id on a confirmed reservation");
-    let (order_state, order_unit): (String, i64) =
+    let (state, order_unit): (String, i64) =
         sqlx::query_as(r#"SELECT state, unit_id FROM order_service.orders WHERE id = $1"#)
             .bind(order_id)
             .fetch_one(&h.admin)
             .await
             .unwrap();
-    assert_eq!((order_state.as_str(), order_unit), ("CONFIRMED", r.unit_id));
+    assert_eq!((state.as_str(), order_unit), ("CONFIRMED", r.unit_id));
     assert_eq!(unit_states(&h.admin, p.id).await, (0, 0, 1));
 
     // The buyer cannot undo a paid reservation; an operator can (the saga refunds).
@@ -107,13 +97,7 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
         cancelled,
         "cancel is idempotent"
     );
-    let order_state: String =
-        sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE id = $1"#)
-            .bind(order_id)
-            .fetch_one(&h.admin)
-            .await
-            .unwrap();
-    assert_eq!(order_state, "CANCELLED");
+    assert_eq!(order_state(&h.admin, order_id).await, "CANCELLED");
     assert_eq!(unit_states(&h.admin, p.id).await, (1, 0, 0));
     let e = svc.confirm(r.id).await.unwrap_err();
     assert_eq!(

@@ -1,15 +1,24 @@
 //! Pass checks: single use, bound to its member and product, signed by the gate's key,
 //! unexpired; each refusal with its own code and nothing written.
 
-use crate::support::{claims, pass, signer, unit_states, Harness};
+use crate::support::{claims, count, pass, signer, unit_states, Harness};
 use ed25519_dalek::SigningKey;
 use paysaga_common::pass::PassSigner;
 
 async fn reservations_count(h: &Harness) -> i64 {
-    sqlx::query_scalar(r#"SELECT COUNT(*) FROM order_service.reservations"#)
-        .fetch_one(&h.admin)
-        .await
-        .unwrap()
+    count(
+        &h.admin,
+        r#"SELECT COUNT(*) FROM order_service.reservations"#,
+    )
+    .await
+}
+
+/// The tables hold `reservations` rows and the product's units are `units`
+/// (available, reserved, sold); then the service stops.
+async fn ends_with(h: Harness, product_id: i64, reservations: i64, units: (i64, i64, i64)) {
+    assert_eq!(reservations_count(&h).await, reservations);
+    assert_eq!(unit_states(&h.admin, product_id).await, units);
+    h.stop().await;
 }
 
 #[tokio::test]
@@ -34,9 +43,7 @@ async fn replay_by_its_member_returns_the_same_reservation_and_others_are_refuse
         (Some(409), Some("PASS_ALREADY_USED"))
     );
 
-    assert_eq!(reservations_count(&h).await, 1);
-    assert_eq!(unit_states(&h.admin, product.id).await, (4, 1, 0));
-    h.stop().await;
+    ends_with(h, product.id, 1, (4, 1, 0)).await;
 }
 
 #[tokio::test]
@@ -160,9 +167,7 @@ async fn bad_passes_are_refused_with_distinct_codes_and_write_nothing() {
         "FORBIDDEN",
     );
 
-    assert_eq!(reservations_count(&h).await, 0);
-    assert_eq!(unit_states(&h.admin, product.id).await, (5, 0, 0));
-    h.stop().await;
+    ends_with(h, product.id, 0, (5, 0, 0)).await;
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::support::{inconsistencies, pass, reservation_state, unit_states, Harness};
+use crate::support::{count, inconsistencies, reservation_state, unit_states, Harness};
 use futures::future::join_all;
 use paysaga_common::client::CallError;
 use paysaga_contracts::order::api::ReservationState;
@@ -24,28 +24,11 @@ async fn confirm_cancel_and_expiry_race_with_one_winner_each() {
         let mut reservations = Vec::new();
         for i in 0..PER_ROUND {
             let member = format!("r{round}-m{i}");
-            let r = h
-                .buyer(&member)
-                .reserve(product.id, &pass(product.id, &member))
-                .await
-                .unwrap()
-                .body;
+            let r = h.reserve_as(&member, product.id).await;
             reservations.push((member, r.id));
         }
-        // Deadlines scattered around now in one statement just before the race: about
-        // a third already due, the rest a little ahead, so expiry (by the sweep or on
-        // touch) genuinely competes with confirm and cancel.
-        sqlx::query(
-            r#"
-            UPDATE order_service.reservations
-            SET expires_at = now() + (random() * 0.3 - 0.1) * INTERVAL '1 second'
-            WHERE product_id = $1
-            "#,
-        )
-        .bind(product.id)
-        .execute(&h.admin)
-        .await
-        .unwrap();
+        // Just before the race, so expiry competes with confirm and cancel.
+        h.scatter_deadlines(product.id).await;
 
         type Answers = (
             Uuid,
@@ -93,29 +76,24 @@ async fn confirm_cancel_and_expiry_race_with_one_winner_each() {
                     let e = cancel.expect_err("buyer cancel of a paid reservation must be refused");
                     assert_eq!(e.code(), Some("RESERVATION_CONFIRMED"));
                 }
-                "CANCELLED" => {
+                ended @ ("CANCELLED" | "EXPIRED") => {
+                    let (code, cancel_says, state) = if ended == "CANCELLED" {
+                        (
+                            "RESERVATION_CANCELLED",
+                            "cancel won",
+                            ReservationState::Cancelled,
+                        )
+                    } else {
+                        (
+                            "RESERVATION_EXPIRED",
+                            "cancel answers the expiry",
+                            ReservationState::Expired,
+                        )
+                    };
                     for c in &confirms {
-                        assert_eq!(
-                            c.as_ref().err().and_then(|e| e.code()),
-                            Some("RESERVATION_CANCELLED")
-                        );
+                        assert_eq!(c.as_ref().err().and_then(|e| e.code()), Some(code));
                     }
-                    assert_eq!(
-                        cancel.expect("cancel won").state,
-                        ReservationState::Cancelled
-                    );
-                }
-                "EXPIRED" => {
-                    for c in &confirms {
-                        assert_eq!(
-                            c.as_ref().err().and_then(|e| e.code()),
-                            Some("RESERVATION_EXPIRED")
-                        );
-                    }
-                    assert_eq!(
-                        cancel.expect("cancel answers the expiry").state,
-                        ReservationState::Expired
-                    );
+                    assert_eq!(cancel.expect(cancel_says).state, state);
                 }
                 other => panic!("reservation {id} left in {other} after the race"),
             }
@@ -141,14 +119,7 @@ async fn operator_cancel_racing_confirm_leaves_tables_consistent() {
     let mut ids = Vec::new();
     for i in 0..30 {
         let member = format!("m{i}");
-        ids.push(
-            h.buyer(&member)
-                .reserve(product.id, &pass(product.id, &member))
-                .await
-                .unwrap()
-                .body
-                .id,
-        );
+        ids.push(h.reserve_as(&member, product.id).await.id);
     }
     let races = ids.iter().map(|id| {
         let (a, b) = (h.service(), h.service());
@@ -165,12 +136,11 @@ async fn operator_cancel_racing_confirm_leaves_tables_consistent() {
     }
     assert_eq!(unit_states(&h.admin, product.id).await, (30, 0, 0));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    let confirmed_orders: i64 = sqlx::query_scalar(
+    let confirmed_orders = count(
+        &h.admin,
         r#"SELECT COUNT(*) FROM order_service.orders WHERE state = 'CONFIRMED'"#,
     )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(confirmed_orders, 0);
     h.stop().await;
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::support::{inconsistencies, pass, unit_states, Harness};
+use crate::support::{count, inconsistencies, live_spread, pass, unit_states, Harness};
 use futures::future::join_all;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -45,17 +45,7 @@ async fn two_hundred_buyers_for_one_hundred_units() {
     // From the tables themselves.
     let (available, reserved, sold) = unit_states(&h.admin, product.id).await;
     assert_eq!((available, reserved, sold), (0, 100, 0));
-    let (live, distinct_units): (i64, i64) = sqlx::query_as(
-        r#"
-        SELECT COUNT(*), COUNT(DISTINCT unit_id)
-        FROM order_service.reservations
-        WHERE product_id = $1 AND state = 'RESERVED'
-        "#,
-    )
-    .bind(product.id)
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let (live, distinct_units, _) = live_spread(&h.admin, product.id).await;
     assert_eq!((live, distinct_units), (100, 100));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
 
@@ -110,12 +100,7 @@ async fn members_firing_many_passes_at_once_hold_one_unit_each() {
         }
     }
     assert_eq!((created, replayed, refused), (5, 5, 90));
-    let members: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(DISTINCT member_id) FROM order_service.reservations WHERE state = 'RESERVED'"#,
-    )
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    let members = count(&h.admin, r#"SELECT COUNT(DISTINCT member_id) FROM order_service.reservations WHERE state = 'RESERVED'"#).await;
     assert_eq!(members, 5);
     assert_eq!(unit_states(&h.admin, product.id).await, (5, 5, 0));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());

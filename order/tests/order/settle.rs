@@ -7,7 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{inconsistencies, reservation_state, snapshot, unit_states, Harness};
+use crate::support::{
+    count, inconsistencies, order_state, orders_of, reservation_state, snapshot, state_rows,
+    unit_states, Harness,
+};
 use order::{
     breach::{Breach, Holder},
     settle::{self, Canceller, Op},
@@ -106,13 +109,7 @@ impl World {
     async fn tables(&self, h: &Harness) -> Vec<(String, Vec<String>)> {
         let mut out = Vec::new();
         for id in &self.named {
-            let orders: Vec<String> = sqlx::query_scalar(
-                r#"SELECT state FROM order_service.orders WHERE reservation_id = $1"#,
-            )
-            .bind(id)
-            .fetch_all(&h.admin)
-            .await
-            .unwrap();
+            let orders = orders_of(&h.admin, *id).await;
             out.push((reservation_state(&h.admin, *id).await, orders));
         }
         out
@@ -189,23 +186,19 @@ async fn lone_operations_and_one_batch_agree() {
 
     let tables = a.tables(&h).await;
     assert_eq!(tables, b.tables(&h).await);
-    let expected: Vec<(&str, Vec<&str>)> = vec![
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("CANCELLED", vec![]),
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("CONFIRMED", vec!["CONFIRMED"]),
-        ("CANCELLED", vec![]),
-        ("EXPIRED", vec![]),
-        ("EXPIRED", vec![]),
-        ("EXPIRED", vec![]),
-        ("CANCELLED", vec![]),
-        ("CANCELLED", vec![]),
-    ];
-    let expected: Vec<(String, Vec<String>)> = expected
-        .into_iter()
-        .map(|(s, o)| (s.to_owned(), o.into_iter().map(str::to_owned).collect()))
-        .collect();
+    let expected = state_rows(&[
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("CANCELLED", &[]),
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("CONFIRMED", &["CONFIRMED"]),
+        ("CANCELLED", &[]),
+        ("EXPIRED", &[]),
+        ("EXPIRED", &[]),
+        ("EXPIRED", &[]),
+        ("CANCELLED", &[]),
+        ("CANCELLED", &[]),
+    ]);
     assert_eq!(tables, expected);
     assert_eq!(unit_states(&h.admin, a.product).await, (7, 0, 4));
     assert_eq!(unit_states(&h.admin, b.product).await, (7, 0, 4));
@@ -256,12 +249,7 @@ async fn lookups_beside_writes_answer_as_lone_lookups() {
     };
     let a_ops = only_lookups_of(&a);
     let b_ops = only_lookups_of(&b);
-    let orders = || async {
-        sqlx::query_scalar::<_, i64>(r#"SELECT COUNT(*) FROM order_service.orders"#)
-            .fetch_one(&h.admin)
-            .await
-            .unwrap()
-    };
+    let orders = || count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders"#);
     let before = orders().await;
     let started = chrono::Utc::now();
     let batched = settle::batch(&pool, &a_ops).await.expect("mixed batch");
@@ -321,13 +309,7 @@ async fn a_refund_in_a_batch_cancels_the_order_as_alone() {
     );
     assert_eq!(unit_states(&h.admin, product.id).await, (2, 0, 2));
     for refunded in [rs[1].id, rs[3].id] {
-        let orders: Vec<String> = sqlx::query_scalar(
-            r#"SELECT state FROM order_service.orders WHERE reservation_id = $1"#,
-        )
-        .bind(refunded)
-        .fetch_all(&h.admin)
-        .await
-        .unwrap();
+        let orders = orders_of(&h.admin, refunded).await;
         assert_eq!(orders, vec!["CANCELLED".to_owned()]);
     }
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
@@ -385,13 +367,7 @@ async fn a_refund_whose_order_was_committed_meanwhile_is_run_again() {
         (refunded.state, refunded.order_id),
         (ReservationState::Cancelled, Some(order_id))
     );
-    let order_state: String =
-        sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE id = $1"#)
-            .bind(order_id)
-            .fetch_one(&h.admin)
-            .await
-            .unwrap();
-    assert_eq!(order_state, "CANCELLED");
+    assert_eq!(order_state(&h.admin, order_id).await, "CANCELLED");
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 0, 0));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     h.stop().await;
@@ -400,16 +376,15 @@ async fn a_refund_whose_order_was_committed_meanwhile_is_run_again() {
 /// Until one of the service's statements waits for a row lock.
 async fn wait_for_lock_wait(h: &Harness) {
     for _ in 0..1_000 {
-        let waiting: i64 = sqlx::query_scalar(
+        let waiting = count(
+            &h.admin,
             r#"
             SELECT COUNT(*) FROM pg_stat_activity
             WHERE datname = current_database() AND usename = 'order_app'
               AND wait_event_type = 'Lock'
             "#,
         )
-        .fetch_one(&h.admin)
-        .await
-        .unwrap();
+        .await;
         if waiting == 1 {
             return;
         }

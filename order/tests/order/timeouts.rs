@@ -3,10 +3,23 @@
 
 use std::time::Duration;
 
-use crate::support::{inconsistencies, pass, reservation_state, unit_states, Harness};
+use crate::support::{count_by, inconsistencies, reservation_state, unit_states, Harness};
 use paysaga_common::testkit::service_token;
 use paysaga_contracts::order::{api::ReservationState, client::OrderClient};
-use sqlx::Connection;
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+/// Another session holding the reservation's row lock until the returned transaction
+/// ends.
+async fn lock_reservation(h: &Harness, id: Uuid) -> Transaction<'static, Postgres> {
+    let mut tx = h.admin.begin().await.unwrap();
+    sqlx::query(r#"SELECT 1 FROM order_service.reservations WHERE id = $1 FOR UPDATE"#)
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
 
 #[tokio::test]
 async fn a_lock_held_too_long_becomes_a_503_and_changes_nothing() {
@@ -16,23 +29,10 @@ async fn a_lock_held_too_long_becomes_a_503_and_changes_nothing() {
     })
     .await;
     let product = h.product(1).await;
-    let r = h
-        .buyer("alice")
-        .reserve(product.id, &pass(product.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", product.id).await;
 
     // Another session holds the reservation's row lock and does not let go.
-    let mut blocker = sqlx::PgConnection::connect(&h.db.admin_url())
-        .await
-        .unwrap();
-    let mut tx = blocker.begin().await.unwrap();
-    sqlx::query(r#"SELECT 1 FROM order_service.reservations WHERE id = $1 FOR UPDATE"#)
-        .bind(r.id)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let tx = lock_reservation(&h, r.id).await;
 
     let e = h.service().confirm(r.id).await.unwrap_err();
     assert_eq!(e.status(), Some(503), "{e}");
@@ -50,22 +50,9 @@ async fn a_lock_held_too_long_becomes_a_503_and_changes_nothing() {
 async fn a_confirm_whose_caller_gave_up_still_completes() {
     let h = Harness::start().await;
     let product = h.product(1).await;
-    let r = h
-        .buyer("alice")
-        .reserve(product.id, &pass(product.id, "alice"))
-        .await
-        .unwrap()
-        .body;
+    let r = h.reserve_as("alice", product.id).await;
 
-    let mut blocker = sqlx::PgConnection::connect(&h.db.admin_url())
-        .await
-        .unwrap();
-    let mut tx = blocker.begin().await.unwrap();
-    sqlx::query(r#"SELECT 1 FROM order_service.reservations WHERE id = $1 FOR UPDATE"#)
-        .bind(r.id)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let tx = lock_reservation(&h, r.id).await;
 
     // The caller times out and hangs up while the confirm waits for the lock.
     let impatient = OrderClient::new(
@@ -88,13 +75,12 @@ async fn a_confirm_whose_caller_gave_up_still_completes() {
     assert_eq!(reservation_state(&h.admin, r.id).await, "CONFIRMED");
     let retry = h.service().confirm(r.id).await.unwrap().body;
     assert_eq!(retry.state, ReservationState::Confirmed);
-    let orders: i64 = sqlx::query_scalar(
+    let orders = count_by(
+        &h.admin,
         r#"SELECT COUNT(*) FROM order_service.orders WHERE reservation_id = $1"#,
+        r.id,
     )
-    .bind(r.id)
-    .fetch_one(&h.admin)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(orders, 1);
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     h.stop().await;

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::support::{inconsistencies, unit_states, Harness};
+use crate::support::{count_by, inconsistencies, offered_units, unit_states, Harness};
 use futures::future::join_all;
 use paysaga_contracts::order::api::{OrderBatch, OrderOp, WaitlistState};
 use sqlx::PgPool;
@@ -33,16 +33,6 @@ async fn offered_members(admin: &PgPool, product_id: i64) -> Vec<String> {
     .unwrap();
     m.sort();
     m
-}
-
-async fn offered(admin: &PgPool, product_id: i64) -> i64 {
-    sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'OFFERED'"#,
-    )
-    .bind(product_id)
-    .fetch_one(admin)
-    .await
-    .unwrap()
 }
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {
@@ -120,7 +110,7 @@ async fn many_units_back_at_once_each_to_exactly_one_waiter_first_in_line() {
     // Each of the 60 units is offered to exactly one waiter, and those are the first 60
     // in line; the last 20 still wait, in order.
     assert_eq!(unit_states(&h.admin, product.id).await, (0, 0, 0));
-    assert_eq!(offered(&h.admin, product.id).await, 60);
+    assert_eq!(offered_units(&h.admin, product.id).await, 60);
     assert_eq!(
         offered_members(&h.admin, product.id).await,
         sorted(line[..60].to_vec())
@@ -180,18 +170,16 @@ async fn a_sweep_racing_batch_cancels_of_the_same_reservations() {
         for t in join_all(tasks).await {
             t.unwrap();
         }
-        assert_eq!(offered(&h.admin, product.id).await, 24, "round {round}");
+        assert_eq!(
+            offered_units(&h.admin, product.id).await,
+            24,
+            "round {round}"
+        );
         assert_eq!(
             offered_members(&h.admin, product.id).await,
             sorted(line[..24].to_vec())
         );
-        let events: i64 = sqlx::query_scalar(
-            r#"SELECT COUNT(*) FROM order_service.outbox_events WHERE type = 'waitlist.offer_made' AND data->>'product_id' = $1"#,
-        )
-        .bind(product.id.to_string())
-        .fetch_one(&h.admin)
-        .await
-        .unwrap();
+        let events = count_by(&h.admin, r#"SELECT COUNT(*) FROM order_service.outbox_events WHERE type = 'waitlist.offer_made' AND data->>'product_id' = $1"#, product.id.to_string()).await;
         assert_eq!(events, 24);
         assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     }
@@ -242,7 +230,7 @@ async fn joins_racing_returns_never_leave_a_unit_on_sale_while_someone_waits() {
         }
         // Every unit came back: offered to as many joiners as there were (at most the
         // twenty units), the rest on sale only if nobody is left waiting.
-        let offers = offered(&h.admin, product.id).await;
+        let offers = offered_units(&h.admin, product.id).await;
         let (available, reserved, sold) = unit_states(&h.admin, product.id).await;
         assert_eq!((reserved, sold, offers + available), (0, 0, 20));
         assert_eq!(
@@ -340,7 +328,7 @@ async fn takes_and_leaves_racing_the_offer_sweep_end_each_offer_once() {
     let (available, reserved, sold) = unit_states(&h.admin, product.id).await;
     assert_eq!((available, sold), (0, 0));
     assert_eq!(reserved, taken);
-    assert_eq!(offered(&h.admin, product.id).await, 20 - taken);
+    assert_eq!(offered_units(&h.admin, product.id).await, 20 - taken);
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     Arc::into_inner(h).unwrap().stop().await;
 }

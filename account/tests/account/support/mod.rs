@@ -7,12 +7,16 @@ use std::time::Duration;
 use account::Config;
 use paysaga_common::{
     auth::MemberId,
+    client::{Answer, CallError},
     money::Amount,
     testkit::{service_token, InProcess, TestDb},
 };
 use paysaga_contracts::{
     account::{
-        api::{Account, AccountBatch, AccountOp, DebitRequest, OpenAccountRequest, OperationKey},
+        api::{
+            Account, AccountBatch, AccountOp, DebitRequest, OpenAccountRequest, OperationKey,
+            Transaction,
+        },
         client::AccountClient,
     },
     batch::Reply,
@@ -95,32 +99,64 @@ impl Svc {
             .expect("balance")
     }
 
+    /// One number read as the administrator.
+    pub async fn number(&self, sql: &str) -> i64 {
+        number(&self.admin, sql).await
+    }
+
     /// The merchant's money: the sum of its shard rows.
     pub async fn merchant_balance(&self) -> i64 {
-        sqlx::query_scalar("SELECT SUM(balance)::BIGINT FROM account_service.merchant_shards")
-            .fetch_one(&self.admin)
+        self.number("SELECT SUM(balance)::BIGINT FROM account_service.merchant_shards")
             .await
-            .expect("merchant balance")
     }
 
     /// Every balance, merchant shards included.
     pub async fn total_money(&self) -> i64 {
-        sqlx::query_scalar(
+        self.number(
             "SELECT (SELECT SUM(balance) FROM account_service.accounts)::BIGINT
                   + (SELECT SUM(balance) FROM account_service.merchant_shards)::BIGINT",
         )
-        .fetch_one(&self.admin)
         .await
-        .expect("total money")
     }
 
     pub async fn count_where(&self, predicate: &str) -> i64 {
-        sqlx::query_scalar(&format!(
+        self.number(&format!(
             "SELECT COUNT(*) FROM account_service.transactions WHERE {predicate}"
         ))
-        .fetch_one(&self.admin)
         .await
-        .expect("count")
+    }
+
+    /// Member accounts whose balance is not `opening` minus their applied debits.
+    pub async fn unexplained_balances(&self, opening: i64) -> i64 {
+        self.number(&format!(
+            r#"SELECT COUNT(*) FROM account_service.accounts a
+               WHERE a.kind = 'MEMBER' AND a.balance <> {opening} - (
+                   SELECT COALESCE(SUM(t.amount), 0) FROM account_service.transactions t
+                   WHERE t.account_id = a.id AND t.kind = 'DEBIT' AND t.status = 'APPLIED')"#
+        ))
+        .await
+    }
+
+    /// Merchant shards holding money.
+    pub async fn shards_used(&self) -> i64 {
+        self.number("SELECT COUNT(*) FROM account_service.merchant_shards WHERE balance > 0")
+            .await
+    }
+
+    /// A debit that must be applied.
+    pub async fn pay(&self, k: &str, account_id: i64, minor: i64) -> Answer<Transaction> {
+        self.client
+            .debit(&debit(k, account_id, minor))
+            .await
+            .expect("debit applied")
+    }
+
+    /// A debit that must be refused: why.
+    pub async fn refused(&self, k: &str, account_id: i64, minor: i64) -> CallError {
+        self.client
+            .debit(&debit(k, account_id, minor))
+            .await
+            .expect_err("debit refused")
     }
 
     /// `POST /v1/batch` as the orchestrator: the replies, in order (panics unless 200).
@@ -157,21 +193,25 @@ impl Svc {
 
     /// The merchant account's id.
     pub async fn merchant_id(&self) -> i64 {
-        sqlx::query_scalar("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
-            .fetch_one(&self.admin)
+        self.number("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
             .await
-            .expect("merchant")
     }
 
     pub async fn negative_balances(&self) -> i64 {
-        sqlx::query_scalar(
+        self.number(
             "SELECT (SELECT COUNT(*) FROM account_service.accounts WHERE balance < 0)
                   + (SELECT COUNT(*) FROM account_service.merchant_shards WHERE balance < 0)",
         )
-        .fetch_one(&self.admin)
         .await
-        .expect("negatives")
     }
+}
+
+/// One number (a count, a sum, an id) read through `pool`.
+pub async fn number(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// A credential of the role that calls `path` in production: accounts are opened and

@@ -10,7 +10,10 @@ use paysaga_common::{
     pass::{PassClaims, PassSigner},
     testkit::{buyer_token, service_token, InProcess, TestDb},
 };
-use paysaga_contracts::order::{api::Product, client::OrderClient};
+use paysaga_contracts::order::{
+    api::{Product, Reservation},
+    client::OrderClient,
+};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -99,6 +102,23 @@ impl Harness {
         .execute(&self.admin)
         .await
         .expect("backdate");
+    }
+
+    /// Scatters the deadlines of a product's reservations around now in one statement:
+    /// about a third already due, the rest a little ahead, so that expiry (by the sweep
+    /// or on touch) genuinely competes with whatever runs next.
+    pub async fn scatter_deadlines(&self, product_id: i64) {
+        sqlx::query(
+            r#"
+            UPDATE order_service.reservations
+            SET expires_at = now() + (random() * 0.3 - 0.1) * INTERVAL '1 second'
+            WHERE product_id = $1
+            "#,
+        )
+        .bind(product_id)
+        .execute(&self.admin)
+        .await
+        .expect("scatter deadlines");
     }
 
     pub async fn stop(mut self) {
@@ -240,13 +260,72 @@ pub async fn waitlist_problems(admin: &PgPool) -> Vec<String> {
 
 /// Units of a product that are OFFERED, from the table.
 pub async fn offered_units(admin: &PgPool, product_id: i64) -> i64 {
-    sqlx::query_scalar(
+    count_by(
+        admin,
         r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'OFFERED'"#,
+        product_id,
+    )
+    .await
+}
+
+/// Expected rows of (reservation state, its orders' states), owned as the tables read them.
+pub fn state_rows(rows: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
+    rows.iter()
+        .map(|(s, o)| (s.to_string(), o.iter().map(|x| x.to_string()).collect()))
+        .collect()
+}
+
+/// A product's live reservations: how many, over how many units and members.
+pub async fn live_spread(admin: &PgPool, product_id: i64) -> (i64, i64, i64) {
+    sqlx::query_as(
+        r#"
+        SELECT COUNT(*), COUNT(DISTINCT unit_id), COUNT(DISTINCT member_id)
+        FROM order_service.reservations
+        WHERE product_id = $1 AND state = 'RESERVED'
+        "#,
     )
     .bind(product_id)
     .fetch_one(admin)
     .await
-    .expect("offered units")
+    .expect("live reservations")
+}
+
+/// One number read through `admin`.
+pub async fn count(admin: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(admin)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// One number read through `admin`, the query taking one argument.
+pub async fn count_by<T>(admin: &PgPool, sql: &str, arg: T) -> i64
+where
+    T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+{
+    sqlx::query_scalar(sql)
+        .bind(arg)
+        .fetch_one(admin)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// The state of one order, from the table.
+pub async fn order_state(admin: &PgPool, id: Uuid) -> String {
+    sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE id = $1"#)
+        .bind(id)
+        .fetch_one(admin)
+        .await
+        .expect("order state")
+}
+
+/// The states of the orders made from one reservation.
+pub async fn orders_of(admin: &PgPool, reservation: Uuid) -> Vec<String> {
+    sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE reservation_id = $1"#)
+        .bind(reservation)
+        .fetch_all(admin)
+        .await
+        .expect("orders of a reservation")
 }
 
 /// Units of a product per state, from the table.
@@ -275,23 +354,21 @@ pub async fn reservation_state(admin: &PgPool, id: Uuid) -> String {
 }
 
 impl Harness {
+    /// One reservation by `member`, with a valid pass for the product.
+    pub async fn reserve_as(&self, member: &str, product_id: i64) -> Reservation {
+        self.buyer(member)
+            .reserve(product_id, &pass(product_id, member))
+            .await
+            .expect("reserve")
+            .body
+    }
+
     /// `n` reservations of a product, one per member `{prefix}-{i}`.
-    pub async fn reserve_many(
-        &self,
-        product_id: i64,
-        n: usize,
-        prefix: &str,
-    ) -> Vec<paysaga_contracts::order::api::Reservation> {
+    pub async fn reserve_many(&self, product_id: i64, n: usize, prefix: &str) -> Vec<Reservation> {
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
             let member = format!("{prefix}-{i}");
-            let r = self
-                .buyer(&member)
-                .reserve(product_id, &pass(product_id, &member))
-                .await
-                .expect("reserve")
-                .body;
-            out.push(r);
+            out.push(self.reserve_as(&member, product_id).await);
         }
         out
     }
