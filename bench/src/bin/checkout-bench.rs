@@ -2,21 +2,14 @@
 //! services, buyers signed up through the member service; prints markdown. Needs the service binaries of the same profile.
 
 use anyhow::bail;
-use clap::Parser;
 use paysaga_bench::benches::{self, checkout::CheckoutArgs};
-
-/// Checkout saga throughput with ample stock and funds.
-#[derive(Parser)]
-#[command(name = "checkout-bench")]
-struct Cli {
-    #[command(flatten)]
-    args: CheckoutArgs,
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    benches::init_tracing();
-    let args = Cli::parse().args;
+    let args: CheckoutArgs = benches::start(
+        "checkout-bench",
+        "Checkout saga throughput with ample stock and funds.",
+    );
     eprintln!(
         "checkout-bench: {} payments, concurrency {}",
         args.buyers, args.concurrency

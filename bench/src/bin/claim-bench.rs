@@ -1,20 +1,13 @@
 //! `claim-bench`: compares claim strategies on a database of its own and prints markdown.
 
-use clap::Parser;
 use paysaga_bench::benches::{self, claims::BenchConfig};
-
-/// The order service's claim against counter-row alternatives, on one database.
-#[derive(Parser)]
-#[command(name = "claim-bench")]
-struct Cli {
-    #[command(flatten)]
-    cfg: BenchConfig,
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    benches::init_tracing();
-    let cfg = Cli::parse().cfg;
+    let cfg: BenchConfig = benches::start(
+        "claim-bench",
+        "The order service's claim against counter-row alternatives, on one database.",
+    );
     eprintln!(
         "claim-bench: {} claimers over {} PostgreSQL connections; large stock {}",
         cfg.concurrency, cfg.connections, cfg.large_stock
