@@ -241,7 +241,7 @@ fn which(name: &str, extra: &[PathBuf]) -> Option<PathBuf> {
 }
 
 /// Directories of installed PostgreSQL versions, newest first.
-fn postgres_bin_dirs() -> Vec<PathBuf> {
+pub fn postgres_bin_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()

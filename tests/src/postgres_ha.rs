@@ -49,18 +49,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The directory of the newest PostgreSQL installed the Debian way, or an error saying
 /// how to install it.
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+    paysaga_supervisor::infra::postgres_bin_dirs()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("postgres").is_file().then_some((version, bin))
-        })
-        .collect();
-    versions.sort_by_key(|v| v.0);
-    versions.pop().map(|(_, bin)| bin).context(
+        .find(|bin| bin.join("postgres").is_file())
+        .context(
         "PostgreSQL's server programs are not installed under /usr/lib/postgresql/<version>/bin: \
          install them with `sudo apt-get install postgresql` (Debian, Ubuntu)",
     )
