@@ -187,6 +187,6 @@ fn verifier_pids(stack: &Stack) -> Vec<Option<u32>> {
         ServiceKind::Orchestrator,
     ]
     .iter()
-    .map(|k| stack.services.process(*k).and_then(|p| p.pid()))
+    .map(|k| stack.pid(*k))
     .collect()
 }
