@@ -3,9 +3,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use paysaga_e2e::{
-    invariants, Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions,
-};
+use paysaga_e2e::{invariants, Admin, Driver, Endpoints, Outcome, Stack, StackOptions};
 
 const UNITS: i64 = 50;
 const BUYERS: usize = 500;
