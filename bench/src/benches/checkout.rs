@@ -107,3 +107,21 @@ impl CheckoutReport {
         self.invariants.holds() && self.pay.count("completed") == self.pay.ops
     }
 }
+
+/// The `checkout-bench` binary: its flags, the run, the markdown on stdout.
+pub async fn main() -> anyhow::Result<()> {
+    let args: CheckoutArgs = super::start(
+        "checkout-bench",
+        "Checkout saga throughput with ample stock and funds.",
+    );
+    eprintln!(
+        "checkout-bench: {} payments, concurrency {}",
+        args.buyers, args.concurrency
+    );
+    let report = run(&args).await?;
+    println!("{}", report.markdown());
+    if !report.ok() {
+        anyhow::bail!("a payment did not complete or an invariant did not hold");
+    }
+    Ok(())
+}

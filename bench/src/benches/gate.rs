@@ -649,3 +649,15 @@ impl BenchReport {
         out
     }
 }
+
+/// The `gate-bench` binary: its flags, the run, the markdown on stdout.
+pub async fn main() -> anyhow::Result<()> {
+    let cfg: BenchConfig = super::start(
+        "gate-bench",
+        "The gate's benchmark, in process against the shared Redis.",
+    );
+    eprintln!("gate-bench: {cfg:?}");
+    let report = run(&cfg).await?;
+    println!("{}", report.markdown());
+    Ok(())
+}
