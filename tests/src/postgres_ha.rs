@@ -182,14 +182,10 @@ impl PostgresHa {
         this.run_tool(
             "initdb",
             &[
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--no-instructions",
-                "-D",
-                &this.primary.data.display().to_string(),
-            ],
+                &paysaga_supervisor::infra::INITDB_ARGS[..],
+                &[this.primary.data.display().to_string().as_str()],
+            ]
+            .concat(),
         )
         .await?;
         this.spawn_until_ready(Role::Primary).await?;
@@ -449,19 +445,7 @@ impl PostgresHa {
     }
 
     async fn spawn_haproxy(&mut self, program: &Path, config: &Path) -> anyhow::Result<()> {
-        let check = std::process::Command::new(program)
-            .args(["-c", "-q", "-f"])
-            .arg(config)
-            .output()
-            .with_context(|| format!("cannot run {}", program.display()))?;
-        if !check.status.success() {
-            bail!(
-                "HAProxy rejects {}:\n{}{}",
-                config.display(),
-                String::from_utf8_lossy(&check.stdout),
-                String::from_utf8_lossy(&check.stderr)
-            );
-        }
+        paysaga_supervisor::haproxy::check_config(program, config)?;
         let log = OpenOptions::new()
             .create(true)
             .append(true)
