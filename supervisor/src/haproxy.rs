@@ -226,6 +226,24 @@ impl Drop for Haproxy {
     }
 }
 
+/// Has `program` (HAProxy) check `config` without starting, and fails with what it said.
+pub fn check_config(program: &Path, config: &Path) -> anyhow::Result<()> {
+    let check = std::process::Command::new(program)
+        .args(["-c", "-q", "-f"])
+        .arg(config)
+        .output()
+        .with_context(|| format!("cannot run {}", program.display()))?;
+    if !check.status.success() {
+        bail!(
+            "HAProxy rejects {}:\n{}{}",
+            config.display(),
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,22 +276,4 @@ mod tests {
             "{c}"
         );
     }
-}
-
-/// Has `program` (HAProxy) check `config` without starting, and fails with what it said.
-pub fn check_config(program: &Path, config: &Path) -> anyhow::Result<()> {
-    let check = std::process::Command::new(program)
-        .args(["-c", "-q", "-f"])
-        .arg(config)
-        .output()
-        .with_context(|| format!("cannot run {}", program.display()))?;
-    if !check.status.success() {
-        bail!(
-            "HAProxy rejects {}:\n{}{}",
-            config.display(),
-            String::from_utf8_lossy(&check.stdout),
-            String::from_utf8_lossy(&check.stderr)
-        );
-    }
-    Ok(())
 }
