@@ -8,13 +8,7 @@ use paysaga_bench::cli::{Cli, Command, Settings};
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,sqlx=error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    paysaga_bench::benches::init_tracing();
     if let Some(Command::CeilingServer) = cli.command {
         return match paysaga_bench::ceiling::server::serve().await {
             Ok(()) => ExitCode::SUCCESS,

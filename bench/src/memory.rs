@@ -116,14 +116,7 @@ pub async fn redis_prefix_usage(
     let mut cursor: u64 = 0;
     let (mut keys, mut bytes) = (0u64, 0u64);
     loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
+        let (next, batch) = scan(conn, cursor, &pattern).await?;
         for key in batch {
             let used: Option<u64> = redis::cmd("MEMORY")
                 .arg("USAGE")
@@ -142,6 +135,22 @@ pub async fn redis_prefix_usage(
     }
 }
 
+/// One `SCAN` step over the keys matching `pattern`: the next cursor and a batch.
+async fn scan(
+    conn: &mut redis::aio::MultiplexedConnection,
+    cursor: u64,
+    pattern: &str,
+) -> Result<(u64, Vec<String>)> {
+    Ok(redis::cmd("SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(1000)
+        .query_async(conn)
+        .await?)
+}
+
 /// Deletes every key under `prefix`.
 pub async fn redis_delete_prefix(
     conn: &mut redis::aio::MultiplexedConnection,
@@ -150,14 +159,7 @@ pub async fn redis_delete_prefix(
     let pattern = format!("{prefix}*");
     let mut cursor: u64 = 0;
     loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
+        let (next, batch) = scan(conn, cursor, &pattern).await?;
         if !batch.is_empty() {
             let _: () = redis::cmd("DEL").arg(&batch).query_async(conn).await?;
         }

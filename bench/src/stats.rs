@@ -52,17 +52,23 @@ impl RunSummary {
 
     /// The one-line form printed as each phase ends.
     pub fn line(&self) -> String {
+        let [p50, p95, p99, max] = quantiles(&self.latency);
         format!(
             "  {:<34} {:>9.0} ops/s  p50 {:>8}  p95 {:>8}  p99 {:>8}  max {:>8}  errors {}",
             self.name,
             self.per_s,
-            human_us(self.latency.p50_us),
-            human_us(self.latency.p95_us),
-            human_us(self.latency.p99_us),
-            human_us(self.latency.max_us),
+            p50,
+            p95,
+            p99,
+            max,
             self.errors()
         )
     }
+}
+
+/// p50, p95, p99 and max of `l`, each in its human unit.
+fn quantiles(l: &Latency) -> [String; 4] {
+    [l.p50_us, l.p95_us, l.p99_us, l.max_us].map(human_us)
 }
 
 /// The phases as one markdown table: throughput, latency, and each outcome's count,
@@ -85,18 +91,11 @@ pub fn markdown_table(runs: &[RunSummary]) -> String {
             })
             .collect::<Vec<_>>()
             .join("; ");
+        let [p50, p95, p99, max] = quantiles(&r.latency);
         let _ = writeln!(
             md,
             "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
-            r.name,
-            r.concurrency,
-            r.ops,
-            r.per_s,
-            human_us(r.latency.p50_us),
-            human_us(r.latency.p95_us),
-            human_us(r.latency.p99_us),
-            human_us(r.latency.max_us),
-            outcomes
+            r.name, r.concurrency, r.ops, r.per_s, p50, p95, p99, max, outcomes
         );
     }
     md

@@ -107,6 +107,18 @@ fn setup(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl System {
+    /// The buyer-facing services of this system, called through `http`, with counters of
+    /// their own.
+    pub fn endpoints(&self, http: Client) -> crate::flow::Endpoints {
+        crate::flow::Endpoints {
+            http,
+            gate: self.gate.as_str().into(),
+            order: self.order.as_str().into(),
+            orchestrator: self.orchestrator.as_str().into(),
+            counters: Arc::new(crate::flow::Counters::default()),
+        }
+    }
+
     /// Starts the five services (release binaries beside this one) with logs at `warn`,
     /// so per-request logging does not become the thing measured.
     /// `BENCH_SERVICE_ENV` (`NAME=VALUE` pairs, space-separated) sets variables for

@@ -127,6 +127,26 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// `member`'s attempt before its first request: no answer yet, nothing held.
+    pub fn unanswered(member: &str) -> Attempt {
+        Attempt {
+            member: member.to_owned(),
+            outcome: Outcome::Unanswered {
+                step: Step::Pass,
+                reason: String::new(),
+            },
+            pass_id: None,
+            reservation_id: None,
+            payment_id: None,
+            payment: None,
+            time_to_answer: Duration::ZERO,
+            retries: 0,
+            waitlist: None,
+        }
+    }
+}
+
+impl Attempt {
     /// Whether the buyer went to the waitlist and took an offered unit (whatever the
     /// payment for it then did).
     pub fn took_offer(&self) -> bool {
@@ -511,20 +531,7 @@ impl Driver {
     /// policy, wait in line after SOLD_OUT).
     pub async fn buy(&self, buyer: &Buyer, product_id: i64) -> Attempt {
         let start = Instant::now();
-        let mut attempt = Attempt {
-            member: buyer.member.clone(),
-            outcome: Outcome::Unanswered {
-                step: Step::Pass,
-                reason: String::new(),
-            },
-            pass_id: None,
-            reservation_id: None,
-            payment_id: None,
-            payment: None,
-            time_to_answer: Duration::ZERO,
-            retries: 0,
-            waitlist: None,
-        };
+        let mut attempt = Attempt::unanswered(&buyer.member);
         attempt.outcome = self.buy_steps(buyer, product_id, &mut attempt).await;
         attempt.time_to_answer = start.elapsed();
         attempt

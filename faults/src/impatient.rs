@@ -92,17 +92,7 @@ async fn buy(
     stats: &ClientStats,
 ) -> Attempt {
     let start = Instant::now();
-    let mut a = Attempt {
-        member: buyer.member.clone(),
-        outcome: unanswered(Step::Pass, ""),
-        pass_id: None,
-        reservation_id: None,
-        payment_id: None,
-        payment: None,
-        time_to_answer: Duration::ZERO,
-        retries: 0,
-        waitlist: None,
-    };
+    let mut a = Attempt::unanswered(&buyer.member);
     a.outcome = buy_steps(driver, buyer, product_id, rng, stats, &mut a).await;
     a.time_to_answer = start.elapsed();
     a

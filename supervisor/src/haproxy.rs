@@ -142,21 +142,7 @@ impl Haproxy {
         let log_path = dir.join("haproxy.log");
         std::fs::write(&config_path, config(wiring))
             .with_context(|| format!("cannot write {}", config_path.display()))?;
-        let check = std::process::Command::new(program)
-            .arg("-c")
-            .arg("-q")
-            .arg("-f")
-            .arg(&config_path)
-            .output()
-            .with_context(|| format!("cannot run {}", program.display()))?;
-        if !check.status.success() {
-            bail!(
-                "HAProxy rejects {}:\n{}{}",
-                config_path.display(),
-                String::from_utf8_lossy(&check.stdout),
-                String::from_utf8_lossy(&check.stderr)
-            );
-        }
+        check_config(program, &config_path)?;
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -238,6 +224,24 @@ impl Drop for Haproxy {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Has `program` (HAProxy) check `config` without starting, and fails with what it said.
+pub fn check_config(program: &Path, config: &Path) -> anyhow::Result<()> {
+    let check = std::process::Command::new(program)
+        .args(["-c", "-q", "-f"])
+        .arg(config)
+        .output()
+        .with_context(|| format!("cannot run {}", program.display()))?;
+    if !check.status.success() {
+        bail!(
+            "HAProxy rejects {}:\n{}{}",
+            config.display(),
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -240,8 +240,19 @@ fn which(name: &str, extra: &[PathBuf]) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// `initdb`'s flags for a throwaway cluster (superuser `postgres`, trust auth, UTF-8);
+/// the data directory follows.
+pub const INITDB_ARGS: [&str; 6] = [
+    "-U",
+    "postgres",
+    "--auth=trust",
+    "--encoding=UTF8",
+    "--no-instructions",
+    "-D",
+];
+
 /// Directories of installed PostgreSQL versions, newest first.
-fn postgres_bin_dirs() -> Vec<PathBuf> {
+pub fn postgres_bin_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -297,14 +308,7 @@ impl PrivatePostgres {
             this.own(&dir)?;
             let status = this
                 .command(&initdb)
-                .args([
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "--encoding=UTF8",
-                    "--no-instructions",
-                    "-D",
-                ])
+                .args(INITDB_ARGS)
                 .arg(&dir)
                 .stdout(Stdio::null())
                 .status()

@@ -49,18 +49,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The directory of the newest PostgreSQL installed the Debian way, or an error saying
 /// how to install it.
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+    paysaga_supervisor::infra::postgres_bin_dirs()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("postgres").is_file().then_some((version, bin))
-        })
-        .collect();
-    versions.sort_by_key(|v| v.0);
-    versions.pop().map(|(_, bin)| bin).context(
+        .find(|bin| bin.join("postgres").is_file())
+        .context(
         "PostgreSQL's server programs are not installed under /usr/lib/postgresql/<version>/bin: \
          install them with `sudo apt-get install postgresql` (Debian, Ubuntu)",
     )
@@ -190,14 +182,10 @@ impl PostgresHa {
         this.run_tool(
             "initdb",
             &[
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--no-instructions",
-                "-D",
-                &this.primary.data.display().to_string(),
-            ],
+                &paysaga_supervisor::infra::INITDB_ARGS[..],
+                &[this.primary.data.display().to_string().as_str()],
+            ]
+            .concat(),
         )
         .await?;
         this.spawn_until_ready(Role::Primary).await?;
@@ -457,19 +445,7 @@ impl PostgresHa {
     }
 
     async fn spawn_haproxy(&mut self, program: &Path, config: &Path) -> anyhow::Result<()> {
-        let check = std::process::Command::new(program)
-            .args(["-c", "-q", "-f"])
-            .arg(config)
-            .output()
-            .with_context(|| format!("cannot run {}", program.display()))?;
-        if !check.status.success() {
-            bail!(
-                "HAProxy rejects {}:\n{}{}",
-                config.display(),
-                String::from_utf8_lossy(&check.stdout),
-                String::from_utf8_lossy(&check.stderr)
-            );
-        }
+        paysaga_supervisor::haproxy::check_config(program, config)?;
         let log = OpenOptions::new()
             .create(true)
             .append(true)

@@ -69,6 +69,13 @@ impl Default for StackOptions {
 }
 
 impl StackOptions {
+    /// The gate recomputes its quota and the orchestrator recovers every second, so a
+    /// test's drop settles in seconds rather than at the production intervals.
+    pub fn quick_loops(self) -> Self {
+        self.env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
+            .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+    }
+
     /// `label` names the log directory (`target/e2e-logs/<label>-...`).
     pub fn new(label: &str) -> Self {
         Self {
@@ -372,5 +379,15 @@ impl Stack {
     /// Log file locations, for a failure message.
     pub fn log_paths(&self) -> String {
         self.services.log_paths()
+    }
+
+    /// The running process id of `kind`, if it is running.
+    pub fn pid(&self, kind: ServiceKind) -> Option<u32> {
+        self.services.process(kind).and_then(|p| p.pid())
+    }
+
+    /// How many times `kind` has been started, if it is part of this system.
+    pub fn starts(&self, kind: ServiceKind) -> Option<u32> {
+        self.services.process(kind).map(|p| p.starts())
     }
 }

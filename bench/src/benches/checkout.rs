@@ -4,7 +4,7 @@
 //! first, then every one paid until terminal; PostgreSQL commits per payment and the
 //! system's invariants read from the tables afterwards.
 
-use std::{fmt::Write as _, sync::Arc, time::Duration};
+use std::{fmt::Write as _, time::Duration};
 
 use anyhow::Context as _;
 use clap::{builder::TypedValueParser as _, Args};
@@ -12,7 +12,6 @@ use paysaga_drop::InvariantReport;
 
 use crate::{
     client,
-    flow::{Counters, Endpoints},
     load::Load,
     scenario::{drop::PRICE, saga},
     stats::{self, RunSummary},
@@ -50,13 +49,7 @@ pub async fn run(args: &CheckoutArgs) -> anyhow::Result<CheckoutReport> {
         .seed_buyers(&run_id, args.buyers as usize, PRICE * 10)
         .await?;
     let product = sys.create_product("checkout", PRICE, args.buyers).await?;
-    let ep = Endpoints {
-        http,
-        gate: sys.gate.as_str().into(),
-        order: sys.order.as_str().into(),
-        orchestrator: sys.orchestrator.as_str().into(),
-        counters: Arc::new(Counters::default()),
-    };
+    let ep = sys.endpoints(http);
     let bound = Duration::from_secs(600);
     let load = Load::new("checkout: reserve", args.concurrency, args.buyers, bound);
     let (reserve, slots) = saga::reserve(&load, ep.clone(), buyers.clone(), product).await;
@@ -106,4 +99,22 @@ impl CheckoutReport {
     pub fn ok(&self) -> bool {
         self.invariants.holds() && self.pay.count("completed") == self.pay.ops
     }
+}
+
+/// The `checkout-bench` binary: its flags, the run, the markdown on stdout.
+pub async fn main() -> anyhow::Result<()> {
+    let args: CheckoutArgs = super::start(
+        "checkout-bench",
+        "Checkout saga throughput with ample stock and funds.",
+    );
+    eprintln!(
+        "checkout-bench: {} payments, concurrency {}",
+        args.buyers, args.concurrency
+    );
+    let report = run(&args).await?;
+    println!("{}", report.markdown());
+    if !report.ok() {
+        anyhow::bail!("a payment did not complete or an invariant did not hold");
+    }
+    Ok(())
 }

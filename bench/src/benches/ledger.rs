@@ -234,3 +234,18 @@ pub fn verdict(runs: &[LedgerRun]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The `ledger-bench` binary: its flags, the run, the markdown on stdout.
+pub async fn main() -> anyhow::Result<()> {
+    let args: LedgerArgs = super::start(
+        "ledger-bench",
+        "Whether the merchant side serialises payments.",
+    );
+    eprintln!(
+        "ledger-bench: {} s per run, {} concurrent clients, {} distinct buyers, pool {}, debits over HTTP",
+        args.seconds, args.concurrency, args.buyers, args.pool
+    );
+    let runs = run(&args).await?;
+    println!("{}", markdown(&runs));
+    verdict(&runs)
+}

@@ -264,3 +264,18 @@ impl SigninReport {
         Ok(())
     }
 }
+
+/// The `signin-bench` binary: its flags, the run, the markdown on stdout.
+pub async fn main() -> anyhow::Result<()> {
+    let args: SigninArgs = super::start(
+        "signin-bench",
+        "What a password check costs the member service.",
+    );
+    eprintln!(
+        "signin-bench: {} members, {} s per run at {:?} clients, Argon2id m={} KiB t={}",
+        args.members, args.seconds, args.concurrency, args.memory_kib, args.iterations
+    );
+    let report = run(&args).await?;
+    println!("{}", report.markdown());
+    report.verdict()
+}

@@ -2,26 +2,7 @@
 //! with OWASP's Argon2id parameters, at each concurrency level; prints markdown. Runs
 //! the account and member services in its own process (build it with `--release`).
 
-use clap::Parser;
-use paysaga_bench::benches::{self, signin::SigninArgs};
-
-/// What a password check costs the member service.
-#[derive(Parser)]
-#[command(name = "signin-bench")]
-struct Cli {
-    #[command(flatten)]
-    args: SigninArgs,
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    benches::init_tracing();
-    let args = Cli::parse().args;
-    eprintln!(
-        "signin-bench: {} members, {} s per run at {:?} clients, Argon2id m={} KiB t={}",
-        args.members, args.seconds, args.concurrency, args.memory_kib, args.iterations
-    );
-    let report = benches::signin::run(&args).await?;
-    println!("{}", report.markdown());
-    report.verdict()
+    paysaga_bench::benches::signin::main().await
 }

@@ -24,13 +24,7 @@ pub async fn measure(bench: &mut Bench) -> Result<Ceilings> {
     ];
     for (i, (name, url)) in phases.into_iter().enumerate() {
         let load = bench.phase(name);
-        ceiling::http::run(
-            &warmup(&load),
-            client.clone(),
-            url.clone(),
-            bench.ceiling_buyers.clone(),
-        )
-        .await;
+        warm_up(bench, &load, &client, &url).await;
         let server_pid = [("ceiling server".to_owned(), server.pid)];
         let cpu_before = crate::cpu::snapshot(&server_pid);
         let s = bench.keep(
@@ -129,13 +123,18 @@ pub async fn adjacent_http_auth(bench: &mut Bench, label: &str) -> Result<f64> {
     let client = client::http_client(bench.settings.concurrency)?;
     let url = format!("{}/v1/auth", server.plain);
     let load = bench.phase(&format!("{label}: HTTP + buyer auth ceiling, beside it"));
+    warm_up(bench, &load, &client, &url).await;
+    let s = bench.keep(ceiling::http::run(&load, client, url, bench.ceiling_buyers.clone()).await);
+    Ok(s.outcome("ok").map_or(0.0, |o| o.per_s))
+}
+
+/// Runs `load`'s warm-up against `url` and throws its numbers away.
+async fn warm_up(bench: &Bench, load: &crate::load::Load, client: &reqwest::Client, url: &str) {
     ceiling::http::run(
-        &warmup(&load),
+        &warmup(load),
         client.clone(),
-        url.clone(),
+        url.to_owned(),
         bench.ceiling_buyers.clone(),
     )
     .await;
-    let s = bench.keep(ceiling::http::run(&load, client, url, bench.ceiling_buyers.clone()).await);
-    Ok(s.outcome("ok").map_or(0.0, |o| o.per_s))
 }

@@ -72,13 +72,7 @@ async fn level(
     let n = bench.settings.checkout_buyers as usize;
     let scenario = format!("6 checkout, {clients} clients");
     let http = client::http_client(clients)?;
-    let ep = Endpoints {
-        http,
-        gate: sys.gate.as_str().into(),
-        order: sys.order.as_str().into(),
-        orchestrator: sys.orchestrator.as_str().into(),
-        counters: Arc::new(Counters::default()),
-    };
+    let ep = sys.endpoints(http);
     let progress = bench.settings.progress;
     let phase = |name: String, ops: usize| Load {
         show_progress: progress,

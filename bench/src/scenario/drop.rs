@@ -11,7 +11,7 @@ use paysaga_common::{
 use crate::{
     client::Buyers,
     error::Result,
-    flow::{Counters, Endpoints},
+    flow::Counters,
     load::{self, Load, Outcome},
     stats::RunSummary,
     system::System,
@@ -101,13 +101,7 @@ pub async fn run(sys: &System, spec: DropSpec<'_>) -> Result<DropResult> {
         )),
         Entry::Gate => None,
     };
-    let endpoints = Endpoints {
-        http: sys.http.clone(),
-        gate: sys.gate.as_str().into(),
-        order: sys.order.as_str().into(),
-        orchestrator: sys.orchestrator.as_str().into(),
-        counters: Arc::new(Counters::default()),
-    };
+    let endpoints = sys.endpoints(sys.http.clone());
     let before = sys.reservation_requests_seen_by_order().await?;
     let (entry, product, buyers, accounts) = (
         spec.entry,

@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use crate::{
     error::Result,
-    flow::{Counters, Endpoints},
+    flow::Endpoints,
     invariants,
     memory::{self, ProcessMemory, Sampler},
     report::MemoryRow,
@@ -20,13 +20,7 @@ use crate::{
 pub const OPENING_BALANCE: i64 = PRICE * 1_000;
 
 fn endpoints(sys: &System) -> Endpoints {
-    Endpoints {
-        http: sys.http.clone(),
-        gate: sys.gate.as_str().into(),
-        order: sys.order.as_str().into(),
-        orchestrator: sys.orchestrator.as_str().into(),
-        counters: Arc::new(Counters::default()),
-    }
+    sys.endpoints(sys.http.clone())
 }
 
 async fn redis_pid(url: &str) -> Option<u32> {

@@ -19,11 +19,9 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut resets = 0;
     let mut unfinished = 0;
     for i in 0..ctx.plan.repeats {
-        if i > 0 && ctx.drop_over() {
+        if !ctx.next_strike(i).await? {
             break;
         }
-        ctx.strike_when_in(&["PROCESSING", "ACCOUNT_DEBITED"])
-            .await?;
         unfinished += ctx.unfinished().await?;
         let until = Instant::now() + ctx.plan.fault_for;
         let mut refused = false;

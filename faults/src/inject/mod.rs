@@ -149,6 +149,18 @@ impl Ctx<'_> {
         .await
     }
 
+    /// Before strike `i` of a repeated fault: false once the drop is over (the first strike
+    /// always goes ahead), else true when payments are mid-saga (taking money or just
+    /// debited), the moment the fault hurts most.
+    pub async fn next_strike(&self, i: u32) -> anyhow::Result<bool> {
+        if i > 0 && self.drop_over() {
+            return Ok(false);
+        }
+        self.strike_when_in(&["PROCESSING", "ACCOUNT_DEBITED"])
+            .await?;
+        Ok(true)
+    }
+
     /// Polls until some payment is in one of `states` (the moment to strike), the drop is
     /// over, or [`IN_FLIGHT_WAIT`] passes. Returns how many were there.
     pub async fn strike_when_in(&self, states: &[&str]) -> anyhow::Result<i64> {

@@ -57,11 +57,9 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut longest_ms = 0;
     let mut longest_promotion_ms = 0;
     for i in 0..ctx.plan.repeats {
-        if i > 0 && ctx.drop_over() {
+        if !ctx.next_strike(i).await? {
             break;
         }
-        ctx.strike_when_in(&["PROCESSING", "ACCOUNT_DEBITED"])
-            .await?;
         let cluster = ctx
             .cluster
             .as_deref_mut()

@@ -13,11 +13,9 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut kills = 0;
     let mut keys_lost = 0;
     for i in 0..ctx.plan.repeats {
-        if i > 0 && ctx.drop_over() {
+        if !ctx.next_strike(i).await? {
             break;
         }
-        ctx.strike_when_in(&["PROCESSING", "ACCOUNT_DEBITED"])
-            .await?;
         let redis = ctx
             .redis
             .as_deref_mut()

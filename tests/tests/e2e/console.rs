@@ -208,8 +208,7 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
     };
 
     let mut stack_options = StackOptions::new("console")
-        .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
-        .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+        .quick_loops()
         // One failed attempt makes a delivery DEAD, so the test has some to replay.
         .env(ServiceKind::Orchestrator, "WEBHOOK_MAX_ATTEMPTS", 1)
         .proxy(Link::OrchestratorToAccount);

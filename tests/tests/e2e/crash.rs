@@ -14,8 +14,7 @@ const PRICE: i64 = 7_500;
 async fn orchestrator_killed_mid_drop_and_restarted() -> anyhow::Result<()> {
     let mut stack = Stack::start(
         StackOptions::new("crash")
-            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
-            .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+            .quick_loops()
             .env(ServiceKind::Orchestrator, "DOWNSTREAM_TIMEOUT_MS", 2000)
             .env(ServiceKind::Orchestrator, "LEASE_MS", 6000)
             .proxy(Link::OrchestratorToAccount),
@@ -44,13 +43,7 @@ async fn orchestrator_killed_mid_drop_and_restarted() -> anyhow::Result<()> {
         .heal();
 
     let attempts = drop.await?;
-    assert_eq!(
-        stack
-            .services
-            .process(ServiceKind::Orchestrator)
-            .map(|p| p.starts()),
-        Some(2)
-    );
+    assert_eq!(stack.starts(ServiceKind::Orchestrator), Some(2));
 
     // Recovery may still be finishing payments whose buyers stopped waiting.
     let report = run

@@ -3,9 +3,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use paysaga_e2e::{
-    invariants, Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions,
-};
+use paysaga_e2e::{invariants, Admin, Driver, Endpoints, Outcome, Stack, StackOptions};
 
 const UNITS: i64 = 50;
 const BUYERS: usize = 500;
@@ -22,12 +20,7 @@ fn balance(i: usize) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_units_five_hundred_buyers_some_underfunded() -> anyhow::Result<()> {
-    let stack = Stack::start(
-        StackOptions::new("drop")
-            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
-            .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000),
-    )
-    .await?;
+    let stack = Stack::start(StackOptions::new("drop").quick_loops()).await?;
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let admin = Admin::new(
         endpoints.clone(),

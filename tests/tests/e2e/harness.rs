@@ -18,18 +18,10 @@ async fn services_stop_restart_and_never_outlive_the_stack() -> anyhow::Result<(
         Stack::start(StackOptions::new("harness").only(&[ServiceKind::Account])).await?;
     let url = stack.url(ServiceKind::Account);
     let http = reqwest::Client::new();
-    let first = stack
-        .services
-        .process(ServiceKind::Account)
-        .and_then(|p| p.pid())
-        .expect("running");
+    let first = stack.pid(ServiceKind::Account).expect("running");
 
     stack.restart(ServiceKind::Account, Stop::Term).await?;
-    let second = stack
-        .services
-        .process(ServiceKind::Account)
-        .and_then(|p| p.pid())
-        .expect("running");
+    let second = stack.pid(ServiceKind::Account).expect("running");
     assert_ne!(first, second);
     assert!(!alive(first), "the stopped process is gone");
     assert!(
@@ -50,18 +42,8 @@ async fn services_stop_restart_and_never_outlive_the_stack() -> anyhow::Result<(
         .await
         .is_err());
     stack.start_service(ServiceKind::Account).await?;
-    let third = stack
-        .services
-        .process(ServiceKind::Account)
-        .and_then(|p| p.pid())
-        .expect("running");
-    assert_eq!(
-        stack
-            .services
-            .process(ServiceKind::Account)
-            .map(|p| p.starts()),
-        Some(3)
-    );
+    let third = stack.pid(ServiceKind::Account).expect("running");
+    assert_eq!(stack.starts(ServiceKind::Account), Some(3));
 
     let log = stack
         .services

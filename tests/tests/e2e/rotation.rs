@@ -70,15 +70,7 @@ async fn a_signing_key_rotates_without_restarting_the_services_that_verify_it() 
     admin
         .wait_for_quota(product.id, 3, Duration::from_secs(30))
         .await?;
-    let pids_before: Vec<Option<u32>> = [
-        ServiceKind::Account,
-        ServiceKind::Order,
-        ServiceKind::Gate,
-        ServiceKind::Orchestrator,
-    ]
-    .iter()
-    .map(|k| stack.services.process(*k).and_then(|p| p.pid()))
-    .collect();
+    let pids_before = verifier_pids(&stack);
 
     let old_key = stack.wiring().member_signing_keys.clone();
     let before = admin.open_buyer("before-rotation", PRICE * 2).await?;
@@ -99,15 +91,7 @@ async fn a_signing_key_rotates_without_restarting_the_services_that_verify_it() 
         "the new key signs"
     );
 
-    let pids_after: Vec<Option<u32>> = [
-        ServiceKind::Account,
-        ServiceKind::Order,
-        ServiceKind::Gate,
-        ServiceKind::Orchestrator,
-    ]
-    .iter()
-    .map(|k| stack.services.process(*k).and_then(|p| p.pid()))
-    .collect();
+    let pids_after = verifier_pids(&stack);
     assert_eq!(pids_before, pids_after, "no verifying service restarted");
 
     // Both tokens everywhere: the read endpoints, then a whole purchase each (gate pass,
@@ -192,4 +176,17 @@ async fn a_signing_key_rotates_without_restarting_the_services_that_verify_it() 
     assert!(report.violations().is_empty(), "{:?}", report.violations());
     pool.close().await;
     Ok(())
+}
+
+/// The process ids of the services that verify tokens but do not sign them.
+fn verifier_pids(stack: &Stack) -> Vec<Option<u32>> {
+    [
+        ServiceKind::Account,
+        ServiceKind::Order,
+        ServiceKind::Gate,
+        ServiceKind::Orchestrator,
+    ]
+    .iter()
+    .map(|k| stack.pid(*k))
+    .collect()
 }

@@ -178,8 +178,7 @@ async fn start_stack(label: &str, collector: &str, proxy: bool) -> anyhow::Resul
     let mut options = StackOptions::new(label)
         .env_all("OTEL_EXPORTER_OTLP_ENDPOINT", collector)
         .env_all("OTEL_BSP_SCHEDULE_DELAY", 100)
-        .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
-        .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+        .quick_loops()
         // The restarted orchestrator takes the dead one's payment once its lease ends;
         // the lease must outlast a call and its probe.
         .env(ServiceKind::Orchestrator, "LEASE_MS", 9000)

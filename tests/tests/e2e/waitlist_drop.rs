@@ -36,8 +36,7 @@ fn balance(i: usize) -> i64 {
 async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Result<()> {
     let stack = Stack::start(
         StackOptions::new("waitlist-drop")
-            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
-            .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+            .quick_loops()
             .env(ServiceKind::Order, "RESERVATION_TTL_SECS", 30)
             .env(ServiceKind::Order, "WAITLIST_OFFER_TTL_SECS", 5),
     )
