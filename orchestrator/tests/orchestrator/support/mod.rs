@@ -13,7 +13,10 @@ use paysaga_common::{
     testkit::{buyer_token, service_token, InProcess, TestDb},
 };
 use paysaga_contracts::account::{api::OpenAccountRequest, client::AccountClient};
-use paysaga_contracts::orchestrator::{api::CreatePayment, client::OrchestratorClient};
+use paysaga_contracts::orchestrator::{
+    api::{CreatePayment, PaymentTimeline},
+    client::OrchestratorClient,
+};
 use paysaga_contracts::order::{api::CreateProduct, client::OrderClient};
 use paysaga_e2e::FaultProxy;
 use sqlx::PgPool;
@@ -48,6 +51,19 @@ impl Orchestrator {
             service_token("operator"),
             Duration::from_secs(30),
         )
+    }
+    /// The buyer's first payment of `res` from `acct` under key `k1`; its id.
+    pub async fn pay_k1(&self, member: &str, res: Uuid, acct: i64) -> Uuid {
+        self.buyer(member)
+            .pay("k1", &pay_request(res, acct))
+            .await
+            .expect("pay")
+            .payment
+            .id
+    }
+    /// The operator's timeline of payment `id`.
+    pub async fn timeline(&self, id: Uuid) -> PaymentTimeline {
+        self.operator().timeline(id).await.expect("timeline").body
     }
     /// Kills the instance: its server, jobs and drivers stop writing at once.
     pub fn kill(&mut self) {
@@ -174,6 +190,19 @@ impl Stack {
             .expect("open account");
         self.opening_total += balance;
         a.body.id
+    }
+
+    /// `member` with an account of `balance` holding one reservation on a new product of
+    /// `units`: the account id and the reservation.
+    pub async fn buyer_with_reservation(
+        &mut self,
+        member: &str,
+        balance: i64,
+        units: i64,
+    ) -> (i64, Uuid) {
+        let acct = self.open_account(member, balance).await;
+        let product = self.product(units).await;
+        (acct, self.reserve(product, member).await)
     }
 
     pub async fn product(&self, units: i64) -> i64 {
