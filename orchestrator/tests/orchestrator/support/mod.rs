@@ -260,60 +260,52 @@ impl Stack {
         panic!("payment {payment} never settled");
     }
 
-    pub async fn payment_id_for(&self, reservation: Uuid) -> Uuid {
-        sqlx::query_scalar(r#"SELECT id FROM payment_service.payments WHERE reservation_id = $1"#)
-            .bind(reservation)
+    /// One value read through the admin pool by `sql` with `bind` as `$1`.
+    async fn read<T, B>(&self, what: &str, sql: &'static str, bind: B) -> T
+    where
+        T: Send + Unpin,
+        (T,): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+        B: 'static + Send + sqlx::Encode<'static, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        sqlx::query_scalar(sql)
+            .bind(bind)
             .fetch_one(&self.admin)
             .await
-            .expect("payment for reservation")
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+
+    pub async fn payment_id_for(&self, reservation: Uuid) -> Uuid {
+        let sql = r#"SELECT id FROM payment_service.payments WHERE reservation_id = $1"#;
+        self.read("payment for reservation", sql, reservation).await
     }
 
     pub async fn unit_state(&self, reservation: Uuid) -> String {
-        sqlx::query_scalar(
-            r#"SELECT s.state FROM order_service.product_stock s
-               JOIN order_service.reservations r ON r.unit_id = s.id WHERE r.id = $1"#,
-        )
-        .bind(reservation)
-        .fetch_one(&self.admin)
-        .await
-        .expect("unit")
+        let sql = r#"SELECT s.state FROM order_service.product_stock s
+               JOIN order_service.reservations r ON r.unit_id = s.id WHERE r.id = $1"#;
+        self.read("unit", sql, reservation).await
     }
 
     pub async fn reservation_state(&self, reservation: Uuid) -> String {
-        sqlx::query_scalar(r#"SELECT state FROM order_service.reservations WHERE id = $1"#)
-            .bind(reservation)
-            .fetch_one(&self.admin)
-            .await
-            .expect("reservation")
+        let sql = r#"SELECT state FROM order_service.reservations WHERE id = $1"#;
+        self.read("reservation", sql, reservation).await
     }
 
     pub async fn balance(&self, account: i64) -> i64 {
-        sqlx::query_scalar(r#"SELECT balance FROM account_service.balances WHERE account_id = $1"#)
-            .bind(account)
-            .fetch_one(&self.admin)
-            .await
-            .expect("balance")
+        let sql = r#"SELECT balance FROM account_service.balances WHERE account_id = $1"#;
+        self.read("balance", sql, account).await
     }
 
     pub async fn merchant_balance(&self) -> i64 {
-        sqlx::query_scalar(
-            r#"SELECT balance FROM account_service.balances WHERE kind = 'MERCHANT'"#,
-        )
-        .fetch_one(&self.admin)
-        .await
-        .expect("merchant balance")
+        let sql = r#"SELECT balance FROM account_service.balances WHERE kind = $1"#;
+        self.read("merchant balance", sql, "MERCHANT").await
     }
 
     /// Applied debits under this payment's debit key (0 or 1: the key is unique downstream).
     pub async fn applied_debits(&self, payment: Uuid) -> i64 {
-        sqlx::query_scalar(
-            r#"SELECT COUNT(*) FROM account_service.transactions
-               WHERE operation_key = $1 AND kind = 'DEBIT' AND status = 'APPLIED'"#,
-        )
-        .bind(format!("pay:{payment}:debit"))
-        .fetch_one(&self.admin)
-        .await
-        .expect("debits")
+        let sql = r#"SELECT COUNT(*) FROM account_service.transactions
+               WHERE operation_key = $1 AND kind = 'DEBIT' AND status = 'APPLIED'"#;
+        self.read("debits", sql, format!("pay:{payment}:debit"))
+            .await
     }
 
     /// The money invariant, from the tables: for every payment debited − refunded is 0
