@@ -119,21 +119,26 @@ impl Stack {
     /// A fault proxy in front of the account service, and test settings whose
     /// orchestrator reaches the account service through it.
     pub async fn via_account_proxy(&self) -> (FaultProxy, Config) {
-        let proxy = FaultProxy::in_front_of(proxy_target(&self.account_url))
+        self.via_proxy(&self.account_url, |c, url| c.account_url = url)
             .await
-            .expect("proxy in front of account");
-        let mut config = self.config();
-        config.account_url = proxy.http_url();
-        (proxy, config)
     }
 
     /// [`Stack::via_account_proxy`] for the order service.
     pub async fn via_order_proxy(&self) -> (FaultProxy, Config) {
-        let proxy = FaultProxy::in_front_of(proxy_target(&self.order_url))
+        self.via_proxy(&self.order_url, |c, url| c.order_url = url)
             .await
-            .expect("proxy in front of order");
+    }
+
+    async fn via_proxy(
+        &self,
+        service_url: &str,
+        point_at: impl FnOnce(&mut Config, String),
+    ) -> (FaultProxy, Config) {
+        let proxy = FaultProxy::in_front_of(proxy_target(service_url))
+            .await
+            .unwrap_or_else(|e| panic!("proxy in front of {service_url}: {e}"));
         let mut config = self.config();
-        config.order_url = proxy.http_url();
+        point_at(&mut config, proxy.http_url());
         (proxy, config)
     }
 
