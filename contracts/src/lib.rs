@@ -4,6 +4,42 @@
 //! uses the same definitions, so the two cannot drift; no service crate depends on
 //! another. The contracts themselves are described in docs/ARCHITECTURE.md.
 
+/// The constructors of a client that wraps one `ServiceClient`: a new connection pool,
+/// a shared one (many buyers in a test or benchmark), or a ready `ServiceClient`.
+macro_rules! service_client_constructors {
+    ($client:ident) => {
+        impl $client {
+            pub fn new(
+                base: impl Into<String>,
+                token: impl Into<paysaga_common::client::Credential>,
+                timeout: std::time::Duration,
+            ) -> Self {
+                Self::from_service_client(paysaga_common::client::ServiceClient::new(
+                    base, token, timeout,
+                ))
+            }
+
+            pub fn with_http(
+                http: reqwest::Client,
+                base: impl Into<String>,
+                token: impl Into<paysaga_common::client::Credential>,
+            ) -> Self {
+                Self::from_service_client(paysaga_common::client::ServiceClient::with_http(
+                    http, base, token,
+                ))
+            }
+
+            pub fn from_service_client(inner: paysaga_common::client::ServiceClient) -> Self {
+                Self { inner }
+            }
+
+            pub fn base_url(&self) -> &str {
+                self.inner.base_url()
+            }
+        }
+    };
+}
+
 pub mod account;
 pub mod batch;
 pub mod events;

@@ -24,37 +24,20 @@ use utoipa::{
 /// Each type with its payload's schema name, summary and the service it comes from.
 fn catalogue() -> Vec<(&'static str, String, &'static str)> {
     vec![
-        (
-            types::PAYMENT_COMPLETED,
-            PaymentCompleted::name().into_owned(),
-            "A payment reached COMPLETED: the buyer was charged and the order confirmed.",
-        ),
-        (
-            types::PAYMENT_FAILED,
-            PaymentFailed::name().into_owned(),
-            "A payment reached FAILED: nothing was charged.",
-        ),
-        (
-            types::PAYMENT_REFUNDED,
-            PaymentRefunded::name().into_owned(),
-            "A payment reached REFUNDED: the charge was paid back.",
-        ),
-        (
-            types::RESERVATION_EXPIRED,
-            ReservationExpired::name().into_owned(),
-            "A reservation ran out before it was paid (from the order service).",
-        ),
-        (
-            types::WAITLIST_OFFER_MADE,
-            WaitlistOfferMade::name().into_owned(),
-            "A returned unit was offered to the head of a product's waitlist (from the order service).",
-        ),
-        (
-            types::WAITLIST_OFFER_EXPIRED,
-            WaitlistOfferExpired::name().into_owned(),
-            "An offer ran out before the member took it (from the order service).",
-        ),
+        entry::<PaymentCompleted>(types::PAYMENT_COMPLETED, "A payment reached COMPLETED: the buyer was charged and the order confirmed."),
+        entry::<PaymentFailed>(types::PAYMENT_FAILED, "A payment reached FAILED: nothing was charged."),
+        entry::<PaymentRefunded>(types::PAYMENT_REFUNDED, "A payment reached REFUNDED: the charge was paid back."),
+        entry::<ReservationExpired>(types::RESERVATION_EXPIRED, "A reservation ran out before it was paid (from the order service)."),
+        entry::<WaitlistOfferMade>(types::WAITLIST_OFFER_MADE, "A returned unit was offered to the head of a product's waitlist (from the order service)."),
+        entry::<WaitlistOfferExpired>(types::WAITLIST_OFFER_EXPIRED, "An offer ran out before the member took it (from the order service)."),
     ]
+}
+
+fn entry<T: ToSchema>(
+    event_type: &'static str,
+    summary: &'static str,
+) -> (&'static str, String, &'static str) {
+    (event_type, T::name().into_owned(), summary)
 }
 
 /// Adds the payload schemas and the `webhooks` object.

@@ -82,45 +82,46 @@ pub async fn list_endpoints(
     Ok(AxumJson(state.webhooks.endpoints().await?))
 }
 
-/// Disable an endpoint: no new deliveries are made for it, and its pending ones wait
-/// until it is enabled again. Repeating it changes nothing.
-#[utoipa::path(
-    post, path = "/v1/webhook-endpoints/{id}/disable", tag = "webhooks",
-    params(("id" = Uuid, Path, description = "endpoint id")),
-    responses(
-        (status = 200, body = WebhookEndpoint),
-        (status = 404, description = "WEBHOOK_ENDPOINT_NOT_FOUND", body = paysaga_common::ErrorBody),
-    ),
-    security(("service" = []))
-)]
-#[tracing::instrument(skip_all, fields(endpoint_id = %id, operator = %operator))]
-pub async fn disable_endpoint(
-    State(state): State<ApiState>,
-    Service(operator): Service<{ OPERATOR }>,
-    Path(id): Path<Uuid>,
-) -> Result<AxumJson<WebhookEndpoint>> {
-    Ok(AxumJson(state.webhooks.set_enabled(id, false).await?))
+/// An endpoint switch: the disable and enable routes differ only in their path, doc and
+/// the state they set.
+macro_rules! endpoint_switch {
+    ($(#[$doc:meta])* $name:ident, $path:literal, $enabled:literal) => {
+        $(#[$doc])*
+        #[utoipa::path(
+            post, path = $path, tag = "webhooks",
+            params(("id" = Uuid, Path, description = "endpoint id")),
+            responses(
+                (status = 200, body = WebhookEndpoint),
+                (status = 404, description = "WEBHOOK_ENDPOINT_NOT_FOUND", body = paysaga_common::ErrorBody),
+            ),
+            security(("service" = []))
+        )]
+        #[tracing::instrument(skip_all, fields(endpoint_id = %id, operator = %operator))]
+        pub async fn $name(
+            State(state): State<ApiState>,
+            Service(operator): Service<{ OPERATOR }>,
+            Path(id): Path<Uuid>,
+        ) -> Result<AxumJson<WebhookEndpoint>> {
+            Ok(AxumJson(state.webhooks.set_enabled(id, $enabled).await?))
+        }
+    };
 }
 
-/// Enable an endpoint again: its waiting deliveries go out, and new events are
-/// delivered to it. Repeating it changes nothing.
-#[utoipa::path(
-    post, path = "/v1/webhook-endpoints/{id}/enable", tag = "webhooks",
-    params(("id" = Uuid, Path, description = "endpoint id")),
-    responses(
-        (status = 200, body = WebhookEndpoint),
-        (status = 404, description = "WEBHOOK_ENDPOINT_NOT_FOUND", body = paysaga_common::ErrorBody),
-    ),
-    security(("service" = []))
-)]
-#[tracing::instrument(skip_all, fields(endpoint_id = %id, operator = %operator))]
-pub async fn enable_endpoint(
-    State(state): State<ApiState>,
-    Service(operator): Service<{ OPERATOR }>,
-    Path(id): Path<Uuid>,
-) -> Result<AxumJson<WebhookEndpoint>> {
-    Ok(AxumJson(state.webhooks.set_enabled(id, true).await?))
-}
+endpoint_switch!(
+    /// Disable an endpoint: no new deliveries are made for it, and its pending ones wait
+    /// until it is enabled again. Repeating it changes nothing.
+    disable_endpoint,
+    "/v1/webhook-endpoints/{id}/disable",
+    false
+);
+
+endpoint_switch!(
+    /// Enable an endpoint again: its waiting deliveries go out, and new events are
+    /// delivered to it. Repeating it changes nothing.
+    enable_endpoint,
+    "/v1/webhook-endpoints/{id}/enable",
+    true
+);
 
 /// Deliveries, most recently changed first, by state and endpoint.
 #[utoipa::path(

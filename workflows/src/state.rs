@@ -45,12 +45,6 @@ impl State {
     }
 }
 
-impl std::fmt::Display for State {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A stored name that is not one of ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseError(pub String);
@@ -63,15 +57,28 @@ impl std::fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-impl std::str::FromStr for State {
-    type Err = ParseError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        State::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| ParseError(s.to_owned()))
-    }
+/// Each saga name is shown and parsed as its stored `as_str` spelling.
+macro_rules! stored_names {
+    ($($name:ident),*) => {$(
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = ParseError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $name::ALL
+                    .into_iter()
+                    .find(|n| n.as_str() == s)
+                    .ok_or_else(|| ParseError(s.to_owned()))
+            }
+        }
+    )*};
 }
+
+stored_names!(State, Action, Outcome);
 
 /// What the orchestrator does next. Every action but [`Action::Complete`] is one
 /// idempotent downstream call under a fixed operation key.
@@ -137,22 +144,6 @@ impl Action {
     }
 }
 
-impl std::fmt::Display for Action {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Action {
-    type Err = ParseError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Action::ALL
-            .into_iter()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| ParseError(s.to_owned()))
-    }
-}
-
 /// What came of one attempt at an action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -179,22 +170,6 @@ impl Outcome {
     /// Only an unknown outcome is retried: a definite answer is final by definition.
     pub fn is_retryable(self) -> bool {
         matches!(self, Outcome::Unknown)
-    }
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Outcome {
-    type Err = ParseError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Outcome::ALL
-            .into_iter()
-            .find(|o| o.as_str() == s)
-            .ok_or_else(|| ParseError(s.to_owned()))
     }
 }
 

@@ -1,8 +1,6 @@
 //! The typed client other services use to call the account service.
 
-use std::time::Duration;
-
-use paysaga_common::client::{Answer, CallError, Credential, ServiceClient};
+use paysaga_common::client::{Answer, CallError, ServiceClient};
 
 use super::api::{
     Account, AccountBatch, AccountView, CreditRequest, DebitRequest, DepositRequest,
@@ -19,22 +17,9 @@ pub struct AccountClient {
     inner: ServiceClient,
 }
 
+service_client_constructors!(AccountClient);
+
 impl AccountClient {
-    /// `base` is e.g. `http://127.0.0.1:8082`; `token` a service credential.
-    pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
-        Self {
-            inner: ServiceClient::new(base, token, timeout),
-        }
-    }
-
-    pub fn from_service_client(inner: ServiceClient) -> Self {
-        Self { inner }
-    }
-
-    pub fn base_url(&self) -> &str {
-        self.inner.base_url()
-    }
-
     /// `POST /v1/accounts` -> 201 `Account`.
     pub async fn open_account(
         &self,

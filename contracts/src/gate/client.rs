@@ -1,8 +1,6 @@
 //! The typed client for the gate, sharing its wire types with the server.
 
-use std::time::Duration;
-
-use paysaga_common::client::{Answer, CallError, Credential, ServiceClient};
+use paysaga_common::client::{Answer, CallError, ServiceClient};
 
 use super::api::{IssuePass, PassIssued, QuotaView};
 
@@ -13,24 +11,9 @@ pub struct GateClient {
     inner: ServiceClient,
 }
 
+service_client_constructors!(GateClient);
+
 impl GateClient {
-    pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
-        Self {
-            inner: ServiceClient::new(base, token, timeout),
-        }
-    }
-
-    /// Shares an existing HTTP connection pool (many buyers in a test or benchmark).
-    pub fn with_http(
-        http: reqwest::Client,
-        base: impl Into<String>,
-        token: impl Into<Credential>,
-    ) -> Self {
-        Self {
-            inner: ServiceClient::with_http(http, base, token),
-        }
-    }
-
     /// `POST /v1/passes` (buyer): 201 with a pass (the same one while it lives).
     /// Rejections: 409 `SOLD_OUT`, 404 `PRODUCT_NOT_FOUND`, 422 `INVALID_PRODUCT_ID`;
     /// 503 `QUOTA_UNAVAILABLE` arrives as an unknown outcome (retry).

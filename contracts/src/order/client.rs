@@ -1,9 +1,9 @@
 //! The typed client other services (and tests, and the benchmark) use to call the
 //! order service; it shares its wire types with the server.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use paysaga_common::client::{Answer, CallError, Credential, ServiceClient};
+use paysaga_common::client::{Answer, CallError, ServiceClient};
 use reqwest::Method;
 use uuid::Uuid;
 
@@ -25,32 +25,9 @@ pub struct OrderClient {
 #[derive(serde::Serialize)]
 struct Empty {}
 
+service_client_constructors!(OrderClient);
+
 impl OrderClient {
-    pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
-        Self {
-            inner: ServiceClient::new(base, token, timeout),
-        }
-    }
-
-    /// Shares an existing HTTP connection pool (e.g. many buyer clients in a benchmark).
-    pub fn with_http(
-        http: reqwest::Client,
-        base: impl Into<String>,
-        token: impl Into<Credential>,
-    ) -> Self {
-        Self {
-            inner: ServiceClient::with_http(http, base, token),
-        }
-    }
-
-    pub fn from_service_client(inner: ServiceClient) -> Self {
-        Self { inner }
-    }
-
-    pub fn base_url(&self) -> &str {
-        self.inner.base_url()
-    }
-
     /// `POST /v1/products` (service).
     pub async fn create_product(&self, req: &CreateProduct) -> Result<Answer<Product>, CallError> {
         self.inner.post("/v1/products", req).await

@@ -52,47 +52,47 @@ pub async fn steps(
     Ok(AxumJson(state.operations.timeline(id).await?))
 }
 
-/// Resume a payment: clears the attention flag and its attempt count and drives it now.
-#[utoipa::path(
-    post, path = "/v1/payments/{id}/resume", tag = "operator",
-    params(("id" = Uuid, Path, description = "payment id")),
-    responses(
-        (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
-        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
-        (status = 409, description = "PAYMENT_NOT_RESUMABLE: nothing left to do", body = paysaga_common::ErrorBody),
-    ),
-    security(("service" = []))
-)]
-#[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
-pub async fn resume(
-    State(state): State<SagaState>,
-    Service(operator): Service<{ OPERATOR }>,
-    Path(id): Path<Uuid>,
-) -> Result<AxumJson<PaymentAdmin>> {
-    let note = format!("resumed by {operator}");
-    let row = state.operations.resume(id, &note).await?;
-    Ok(AxumJson(row.to_admin()))
+/// An operator's action on one payment: resume and refund differ only in their path,
+/// doc, conflict, the operation they call and the note they leave.
+macro_rules! payment_action {
+    ($(#[$doc:meta])* $name:ident, $path:literal, $conflict:literal, $done:literal) => {
+        $(#[$doc])*
+        #[utoipa::path(
+            post, path = $path, tag = "operator",
+            params(("id" = Uuid, Path, description = "payment id")),
+            responses(
+                (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
+                (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
+                (status = 409, description = $conflict, body = paysaga_common::ErrorBody),
+            ),
+            security(("service" = []))
+        )]
+        #[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
+        pub async fn $name(
+            State(state): State<SagaState>,
+            Service(operator): Service<{ OPERATOR }>,
+            Path(id): Path<Uuid>,
+        ) -> Result<AxumJson<PaymentAdmin>> {
+            let note = format!("{} by {operator}", $done);
+            let row = state.operations.$name(id, &note).await?;
+            Ok(AxumJson(row.to_admin()))
+        }
+    };
 }
 
-/// Refund a COMPLETED payment: cancel the order, then credit the buyer, through the
-/// saga (REFUND_PROCESSING -> REFUNDED). Repeating it returns the refund in progress.
-#[utoipa::path(
-    post, path = "/v1/payments/{id}/refund", tag = "operator",
-    params(("id" = Uuid, Path, description = "payment id")),
-    responses(
-        (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
-        (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
-        (status = 409, description = "PAYMENT_NOT_REFUNDABLE", body = paysaga_common::ErrorBody),
-    ),
-    security(("service" = []))
-)]
-#[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
-pub async fn refund(
-    State(state): State<SagaState>,
-    Service(operator): Service<{ OPERATOR }>,
-    Path(id): Path<Uuid>,
-) -> Result<AxumJson<PaymentAdmin>> {
-    let note = format!("refund requested by {operator}");
-    let row = state.operations.refund(id, &note).await?;
-    Ok(AxumJson(row.to_admin()))
-}
+payment_action!(
+    /// Resume a payment: clears the attention flag and its attempt count and drives it now.
+    resume,
+    "/v1/payments/{id}/resume",
+    "PAYMENT_NOT_RESUMABLE: nothing left to do",
+    "resumed"
+);
+
+payment_action!(
+    /// Refund a COMPLETED payment: cancel the order, then credit the buyer, through the
+    /// saga (REFUND_PROCESSING -> REFUNDED). Repeating it returns the refund in progress.
+    refund,
+    "/v1/payments/{id}/refund",
+    "PAYMENT_NOT_REFUNDABLE",
+    "refund requested"
+);

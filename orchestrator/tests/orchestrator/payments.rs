@@ -28,9 +28,7 @@ fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn happy_path_completes_with_one_debit() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("buyer-1", 100_000).await;
-    let product = s.product(3).await;
-    let res = s.reserve(product, "buyer-1").await;
+    let (acct, res) = s.buyer_with_reservation("buyer-1", 100_000, 3).await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
 
     let answer = o
@@ -56,7 +54,7 @@ async fn happy_path_completes_with_one_debit() {
     assert_eq!(s.balance(acct).await, 100_000 - PRICE, "buyer debited once");
     assert_eq!(s.merchant_balance().await, PRICE, "merchant credited once");
 
-    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let tl = o.timeline(id).await;
     assert_eq!(
         steps_summary(&tl),
         pairs(&[
@@ -179,17 +177,10 @@ async fn the_answer_is_stored_with_the_settling_move() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn insufficient_funds_fails_and_releases_the_unit() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("poor-1", PRICE - 1).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "poor-1").await;
+    let (acct, res) = s.buyer_with_reservation("poor-1", PRICE - 1, 1).await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
 
-    let answer = o
-        .buyer("poor-1")
-        .pay("k1", &pay_request(res, acct))
-        .await
-        .expect("pay");
-    let id = answer.payment.id;
+    let id = o.pay_k1("poor-1", res, acct).await;
     assert_eq!(s.settled(id).await, "FAILED");
     let p = o.buyer("poor-1").payment(id).await.expect("payment").body;
     assert_eq!(p.failure_code.as_deref(), Some("INSUFFICIENT_FUNDS"));
@@ -202,7 +193,7 @@ async fn insufficient_funds_fails_and_releases_the_unit() {
         "the unit is back on sale"
     );
     assert_eq!(s.reservation_state(res).await, "CANCELLED");
-    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let tl = o.timeline(id).await;
     assert_eq!(
         steps_summary(&tl),
         pairs(&[("DEBIT", "REJECTED"), ("CANCEL_RESERVATION", "SUCCEEDED")])
@@ -213,9 +204,7 @@ async fn insufficient_funds_fails_and_releases_the_unit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reservation_expiring_before_confirm_is_refunded() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("late-1", 100_000).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "late-1").await;
+    let (acct, res) = s.buyer_with_reservation("late-1", 100_000, 1).await;
     // Right after the debit commits, the reservation runs out.
     let admin = s.admin.clone();
     let after_debit = hook(move |_id, action| {
@@ -239,18 +228,13 @@ async fn reservation_expiring_before_confirm_is_refunded() {
         )
         .await;
 
-    let answer = o
-        .buyer("late-1")
-        .pay("k1", &pay_request(res, acct))
-        .await
-        .expect("pay");
-    let id = answer.payment.id;
+    let id = o.pay_k1("late-1", res, acct).await;
     assert_eq!(s.settled(id).await, "REFUNDED");
     assert_eq!(s.applied_debits(id).await, 1, "debited once");
     assert_eq!(s.balance(acct).await, 100_000, "net money moved is 0");
     assert_eq!(s.merchant_balance().await, 0);
     assert_eq!(s.unit_state(res).await, "AVAILABLE");
-    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let tl = o.timeline(id).await;
     assert_eq!(
         steps_summary(&tl),
         pairs(&[
@@ -265,9 +249,7 @@ async fn reservation_expiring_before_confirm_is_refunded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("slow-1", 100_000).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "slow-1").await;
+    let (acct, res) = s.buyer_with_reservation("slow-1", 100_000, 1).await;
     let (proxy, config) = s.via_account_proxy().await;
     proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(2000));
     let o = s.orchestrator(config, Hooks::default()).await;
@@ -282,7 +264,7 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
     assert!(proxy.counts().slowed == 1, "the debit answer was held back");
     assert_eq!(s.applied_debits(id).await, 1, "exactly one debit");
     assert_eq!(s.balance(acct).await, 100_000 - PRICE);
-    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let tl = o.timeline(id).await;
     let debits: Vec<_> = tl.steps.iter().filter(|st| st.action == "DEBIT").collect();
     assert!(
         debits
@@ -304,21 +286,13 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("slow-2", 100_000).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "slow-2").await;
+    let (acct, res) = s.buyer_with_reservation("slow-2", 100_000, 1).await;
     let trigger = format!(r#""op":"confirm","reservation_id":"{res}""#);
     let (proxy, config) = s.via_order_proxy().await;
     proxy.slow_first_answer(trigger.as_bytes(), Duration::from_millis(2000));
     let o = s.orchestrator(config, Hooks::default()).await;
 
-    let id = o
-        .buyer("slow-2")
-        .pay("k1", &pay_request(res, acct))
-        .await
-        .expect("pay")
-        .payment
-        .id;
+    let id = o.pay_k1("slow-2", res, acct).await;
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert!(
         proxy.counts().slowed == 1,
@@ -326,7 +300,7 @@ async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
     );
     assert_eq!(s.unit_state(res).await, "SOLD");
     assert_eq!(s.applied_debits(id).await, 1);
-    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let tl = o.timeline(id).await;
     let confirms: Vec<_> = tl
         .steps
         .iter()
@@ -352,9 +326,7 @@ async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("crash-1", 100_000).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "crash-1").await;
+    let (acct, res) = s.buyer_with_reservation("crash-1", 100_000, 1).await;
 
     // Instance A dies between the debit's answer and recording it.
     let reached = Arc::new(Notify::new());
@@ -666,7 +638,7 @@ async fn operator_refund_cancels_the_order_and_credits_the_buyer() {
     assert!(
         matches!(&refused, Err(CallError::Rejected { status: 409, body }) if body.code == "PAYMENT_NOT_REFUNDABLE")
     );
-    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let tl = o.timeline(id).await;
     assert_eq!(
         steps_summary(&tl),
         pairs(&[
@@ -721,9 +693,7 @@ async fn insert_stuck(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exhausted_attempts_flag_the_payment_and_an_operator_resumes_it() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("flag-1", 100_000).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "flag-1").await;
+    let (acct, res) = s.buyer_with_reservation("flag-1", 100_000, 1).await;
     // The account service is unreachable for this instance.
     let mut config = s.config();
     config.account_url = "http://127.0.0.1:9".into();
@@ -1100,9 +1070,7 @@ async fn the_table_accepts_exactly_the_positions_the_machine_reaches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("impatient-1", 100_000).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "impatient-1").await;
+    let (acct, res) = s.buyer_with_reservation("impatient-1", 100_000, 1).await;
     // The debit is slow, so the first request is still running when its buyer gives up.
     let (proxy, config) = s.via_account_proxy().await;
     proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(1500));
@@ -1141,9 +1109,7 @@ async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("outage-1", 100_000).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "outage-1").await;
+    let (acct, res) = s.buyer_with_reservation("outage-1", 100_000, 1).await;
     let (proxy, config) = s.via_order_proxy().await;
     let proxy = Arc::new(proxy);
     // The order service goes dark right after the debit commits.
@@ -1192,7 +1158,7 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert_eq!(s.applied_debits(id).await, 1);
     assert_eq!(s.unit_state(res).await, "SOLD");
-    let tl = o.operator().timeline(id).await.expect("timeline").body;
+    let tl = o.timeline(id).await;
     let confirms: Vec<&str> = tl
         .steps
         .iter()
@@ -1217,9 +1183,7 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keys_racing_for_one_reservation_make_one_payment_and_leave_no_key_behind() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("racer-1", 100_000).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "racer-1").await;
+    let (acct, res) = s.buyer_with_reservation("racer-1", 100_000, 1).await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
 
     let tasks: Vec<_> = (0..20)

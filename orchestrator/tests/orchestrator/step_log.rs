@@ -4,15 +4,13 @@
 
 use std::time::Duration;
 
-use crate::support::{pay_request, Stack};
+use crate::support::Stack;
 use orchestrator::Hooks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_debit_answer_settled_by_query_is_marked_in_the_step_log() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("lost-1", 100_000).await;
-    let product = s.product(1).await;
-    let res = s.reserve(product, "lost-1").await;
+    let (acct, res) = s.buyer_with_reservation("lost-1", 100_000, 1).await;
     // The debit reaches the ledger and commits; its answer outlasts the call's timeout.
     let (proxy, mut config) = s.via_account_proxy().await;
     proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(3000));
@@ -21,13 +19,7 @@ async fn a_lost_debit_answer_settled_by_query_is_marked_in_the_step_log() {
     config.downstream_timeout = Duration::from_millis(1300);
     let o = s.orchestrator(config, Hooks::default()).await;
 
-    let id = o
-        .buyer("lost-1")
-        .pay("k1", &pay_request(res, acct))
-        .await
-        .expect("pay")
-        .payment
-        .id;
+    let id = o.pay_k1("lost-1", res, acct).await;
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert_eq!(proxy.counts().slowed, 1, "the debit answer was held back");
 
@@ -53,7 +45,7 @@ async fn a_lost_debit_answer_settled_by_query_is_marked_in_the_step_log() {
         ]
     );
 
-    let timeline = o.operator().timeline(id).await.expect("timeline").body;
+    let timeline = o.timeline(id).await;
     let marked: Vec<_> = timeline
         .steps
         .iter()

@@ -387,22 +387,17 @@ async fn old_settled_events_are_purged_and_pending_ones_kept() {
             .expect("record");
     }
     // Nothing is old enough yet.
-    assert_eq!(
+    let purge_hour_old = || async {
         store::purge(&pool, Duration::from_secs(3600), 1000)
             .await
-            .expect("purge"),
-        (0, 0)
-    );
+            .expect("purge")
+    };
+    assert_eq!(purge_hour_old().await, (0, 0));
     sqlx::query(r#"UPDATE events SET recorded_at = now() - INTERVAL '2 hours'"#)
         .execute(&pool)
         .await
         .expect("age");
-    assert_eq!(
-        store::purge(&pool, Duration::from_secs(3600), 1000)
-            .await
-            .expect("purge"),
-        (1, 1)
-    );
+    assert_eq!(purge_hour_old().await, (1, 1));
     let left: Vec<Uuid> = sqlx::query_scalar(r#"SELECT id FROM events"#)
         .fetch_all(&pool)
         .await

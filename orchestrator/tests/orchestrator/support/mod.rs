@@ -13,7 +13,10 @@ use paysaga_common::{
     testkit::{buyer_token, service_token, InProcess, TestDb},
 };
 use paysaga_contracts::account::{api::OpenAccountRequest, client::AccountClient};
-use paysaga_contracts::orchestrator::{api::CreatePayment, client::OrchestratorClient};
+use paysaga_contracts::orchestrator::{
+    api::{CreatePayment, PaymentTimeline},
+    client::OrchestratorClient,
+};
 use paysaga_contracts::order::{api::CreateProduct, client::OrderClient};
 use paysaga_e2e::FaultProxy;
 use sqlx::PgPool;
@@ -48,6 +51,19 @@ impl Orchestrator {
             service_token("operator"),
             Duration::from_secs(30),
         )
+    }
+    /// The buyer's first payment of `res` from `acct` under key `k1`; its id.
+    pub async fn pay_k1(&self, member: &str, res: Uuid, acct: i64) -> Uuid {
+        self.buyer(member)
+            .pay("k1", &pay_request(res, acct))
+            .await
+            .expect("pay")
+            .payment
+            .id
+    }
+    /// The operator's timeline of payment `id`.
+    pub async fn timeline(&self, id: Uuid) -> PaymentTimeline {
+        self.operator().timeline(id).await.expect("timeline").body
     }
     /// Kills the instance: its server, jobs and drivers stop writing at once.
     pub fn kill(&mut self) {
@@ -103,21 +119,26 @@ impl Stack {
     /// A fault proxy in front of the account service, and test settings whose
     /// orchestrator reaches the account service through it.
     pub async fn via_account_proxy(&self) -> (FaultProxy, Config) {
-        let proxy = FaultProxy::in_front_of(proxy_target(&self.account_url))
+        self.via_proxy(&self.account_url, |c, url| c.account_url = url)
             .await
-            .expect("proxy in front of account");
-        let mut config = self.config();
-        config.account_url = proxy.http_url();
-        (proxy, config)
     }
 
     /// [`Stack::via_account_proxy`] for the order service.
     pub async fn via_order_proxy(&self) -> (FaultProxy, Config) {
-        let proxy = FaultProxy::in_front_of(proxy_target(&self.order_url))
+        self.via_proxy(&self.order_url, |c, url| c.order_url = url)
             .await
-            .expect("proxy in front of order");
+    }
+
+    async fn via_proxy(
+        &self,
+        service_url: &str,
+        point_at: impl FnOnce(&mut Config, String),
+    ) -> (FaultProxy, Config) {
+        let proxy = FaultProxy::in_front_of(proxy_target(service_url))
+            .await
+            .unwrap_or_else(|e| panic!("proxy in front of {service_url}: {e}"));
         let mut config = self.config();
-        config.order_url = proxy.http_url();
+        point_at(&mut config, proxy.http_url());
         (proxy, config)
     }
 
@@ -176,6 +197,19 @@ impl Stack {
         a.body.id
     }
 
+    /// `member` with an account of `balance` holding one reservation on a new product of
+    /// `units`: the account id and the reservation.
+    pub async fn buyer_with_reservation(
+        &mut self,
+        member: &str,
+        balance: i64,
+        units: i64,
+    ) -> (i64, Uuid) {
+        let acct = self.open_account(member, balance).await;
+        let product = self.product(units).await;
+        (acct, self.reserve(product, member).await)
+    }
+
     pub async fn product(&self, units: i64) -> i64 {
         let req = CreateProduct {
             name: "drop".into(),
@@ -231,60 +265,52 @@ impl Stack {
         panic!("payment {payment} never settled");
     }
 
-    pub async fn payment_id_for(&self, reservation: Uuid) -> Uuid {
-        sqlx::query_scalar(r#"SELECT id FROM payment_service.payments WHERE reservation_id = $1"#)
-            .bind(reservation)
+    /// One value read through the admin pool by `sql` with `bind` as `$1`.
+    async fn read<T, B>(&self, what: &str, sql: &'static str, bind: B) -> T
+    where
+        T: Send + Unpin,
+        (T,): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+        B: 'static + Send + sqlx::Encode<'static, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        sqlx::query_scalar(sql)
+            .bind(bind)
             .fetch_one(&self.admin)
             .await
-            .expect("payment for reservation")
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+
+    pub async fn payment_id_for(&self, reservation: Uuid) -> Uuid {
+        let sql = r#"SELECT id FROM payment_service.payments WHERE reservation_id = $1"#;
+        self.read("payment for reservation", sql, reservation).await
     }
 
     pub async fn unit_state(&self, reservation: Uuid) -> String {
-        sqlx::query_scalar(
-            r#"SELECT s.state FROM order_service.product_stock s
-               JOIN order_service.reservations r ON r.unit_id = s.id WHERE r.id = $1"#,
-        )
-        .bind(reservation)
-        .fetch_one(&self.admin)
-        .await
-        .expect("unit")
+        let sql = r#"SELECT s.state FROM order_service.product_stock s
+               JOIN order_service.reservations r ON r.unit_id = s.id WHERE r.id = $1"#;
+        self.read("unit", sql, reservation).await
     }
 
     pub async fn reservation_state(&self, reservation: Uuid) -> String {
-        sqlx::query_scalar(r#"SELECT state FROM order_service.reservations WHERE id = $1"#)
-            .bind(reservation)
-            .fetch_one(&self.admin)
-            .await
-            .expect("reservation")
+        let sql = r#"SELECT state FROM order_service.reservations WHERE id = $1"#;
+        self.read("reservation", sql, reservation).await
     }
 
     pub async fn balance(&self, account: i64) -> i64 {
-        sqlx::query_scalar(r#"SELECT balance FROM account_service.balances WHERE account_id = $1"#)
-            .bind(account)
-            .fetch_one(&self.admin)
-            .await
-            .expect("balance")
+        let sql = r#"SELECT balance FROM account_service.balances WHERE account_id = $1"#;
+        self.read("balance", sql, account).await
     }
 
     pub async fn merchant_balance(&self) -> i64 {
-        sqlx::query_scalar(
-            r#"SELECT balance FROM account_service.balances WHERE kind = 'MERCHANT'"#,
-        )
-        .fetch_one(&self.admin)
-        .await
-        .expect("merchant balance")
+        let sql = r#"SELECT balance FROM account_service.balances WHERE kind = $1"#;
+        self.read("merchant balance", sql, "MERCHANT").await
     }
 
     /// Applied debits under this payment's debit key (0 or 1: the key is unique downstream).
     pub async fn applied_debits(&self, payment: Uuid) -> i64 {
-        sqlx::query_scalar(
-            r#"SELECT COUNT(*) FROM account_service.transactions
-               WHERE operation_key = $1 AND kind = 'DEBIT' AND status = 'APPLIED'"#,
-        )
-        .bind(format!("pay:{payment}:debit"))
-        .fetch_one(&self.admin)
-        .await
-        .expect("debits")
+        let sql = r#"SELECT COUNT(*) FROM account_service.transactions
+               WHERE operation_key = $1 AND kind = 'DEBIT' AND status = 'APPLIED'"#;
+        self.read("debits", sql, format!("pay:{payment}:debit"))
+            .await
     }
 
     /// The money invariant, from the tables: for every payment debited − refunded is 0
