@@ -64,13 +64,13 @@ impl Stack {
         let admin = db.admin_pool().await;
 
         let mut account_config = account::Config::local(db.role_url("account_app"));
-        account_config.db_max_connections = 8;
+        account_config.database.max_connections = 8;
         let account = InProcess::start("account", |listener, shutdown| {
             account::run(account_config, listener, shutdown)
         })
         .await;
         let mut order_config = order::Config::local(db.role_url("order_app"));
-        order_config.db_max_connections = 8;
+        order_config.database.max_connections = 8;
         let order = InProcess::start("order", |listener, shutdown| {
             order::run(order_config, listener, shutdown)
         })
