@@ -96,7 +96,7 @@ impl Stack {
         c.response_wait = Duration::from_millis(3000);
         c.lease = Duration::from_millis(4000);
         c.recovery_interval = Duration::from_millis(1000);
-        c.db_max_connections = 8;
+        c.database.max_connections = 8;
         c
     }
 
