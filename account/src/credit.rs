@@ -4,9 +4,7 @@
 //! account never change, its refunded total only grows), so asking again gives the
 //! same answer.
 
-use paysaga_common::retry;
 use sqlx::{PgPool, Row};
-use uuid::Uuid;
 
 use crate::{
     api::{CreditRequest, TransactionStatus},
@@ -170,23 +168,8 @@ struct Debit {
 /// and answers each as `POST /v1/credits` would.
 #[tracing::instrument(skip_all, fields(credits = credits.len()))]
 pub(crate) async fn apply(pool: &PgPool, credits: &[CreditRequest]) -> Result<Vec<Answer>> {
-    let ids: Vec<Uuid> = credits.iter().map(|_| Uuid::now_v7()).collect();
-    let keys: Vec<&str> = credits.iter().map(|c| c.operation_key.as_str()).collect();
-    let accounts: Vec<i64> = credits.iter().map(|c| c.account_id).collect();
-    let amounts: Vec<i64> = credits.iter().map(|c| c.amount.minor()).collect();
     let debit_keys: Vec<&str> = credits.iter().map(|c| c.refund_of.as_str()).collect();
-    let rows = retry::on_conflict(Error::is_conflict, || async {
-        sqlx::query(STATEMENT)
-            .bind(&ids)
-            .bind(&keys)
-            .bind(&accounts)
-            .bind(&amounts)
-            .bind(&debit_keys)
-            .fetch_all(pool)
-            .await
-            .map_err(Error::from)
-    })
-    .await?;
+    let rows = ledger::run(pool, STATEMENT, credits, |q| q.bind(debit_keys.clone())).await?;
     let mut met = Vec::with_capacity(rows.len());
     let mut debits = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {

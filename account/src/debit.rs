@@ -2,9 +2,7 @@
 //! debit the balance does not cover is recorded `DECLINED` under its key, so a late
 //! duplicate can never succeed after the caller was told "declined".
 
-use paysaga_common::retry;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 use crate::{
     api::{DebitRequest, Transaction, TransactionStatus},
@@ -130,27 +128,8 @@ pub(crate) async fn apply(
     shard: i16,
     debits: &[DebitRequest],
 ) -> Result<Vec<Answer>> {
-    let ids: Vec<Uuid> = debits.iter().map(|_| Uuid::now_v7()).collect();
-    let keys: Vec<&str> = debits.iter().map(|d| d.operation_key.as_str()).collect();
-    let accounts: Vec<i64> = debits.iter().map(|d| d.account_id).collect();
-    let amounts: Vec<i64> = debits.iter().map(|d| d.amount.minor()).collect();
-    let rows = retry::on_conflict(Error::is_conflict, || async {
-        sqlx::query(STATEMENT)
-            .bind(&ids)
-            .bind(&keys)
-            .bind(&accounts)
-            .bind(&amounts)
-            .bind(shard)
-            .fetch_all(pool)
-            .await
-            .map_err(Error::from)
-    })
-    .await?;
-    let met = rows
-        .iter()
-        .enumerate()
-        .map(|(i, row)| Met::read(row, Rule::Debit, i))
-        .collect::<Result<Vec<_>>>()?;
+    let rows = ledger::run(pool, STATEMENT, debits, |q| q.bind(shard)).await?;
+    let met = Met::read_all(&rows, Rule::Debit)?;
     count(&met);
     ledger::answer(pool, debits, met, recorded, |_| None).await
 }

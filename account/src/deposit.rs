@@ -2,13 +2,11 @@
 //! top-up), once per operation key. The merchant is not involved: like an opening, a
 //! deposit adds money to the system, and the ledger explains it.
 
-use paysaga_common::retry;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 use crate::{
     api::DepositRequest,
-    error::{Error, Result, Rule},
+    error::{Result, Rule},
     ledger::{self, Answer, Met},
 };
 
@@ -87,25 +85,7 @@ ORDER BY o.ord
 /// `POST /v1/deposits` would.
 #[tracing::instrument(skip_all, fields(deposits = deposits.len()))]
 pub(crate) async fn apply(pool: &PgPool, deposits: &[DepositRequest]) -> Result<Vec<Answer>> {
-    let ids: Vec<Uuid> = deposits.iter().map(|_| Uuid::now_v7()).collect();
-    let keys: Vec<&str> = deposits.iter().map(|d| d.operation_key.as_str()).collect();
-    let accounts: Vec<i64> = deposits.iter().map(|d| d.account_id).collect();
-    let amounts: Vec<i64> = deposits.iter().map(|d| d.amount.minor()).collect();
-    let rows = retry::on_conflict(Error::is_conflict, || async {
-        sqlx::query(STATEMENT)
-            .bind(&ids)
-            .bind(&keys)
-            .bind(&accounts)
-            .bind(&amounts)
-            .fetch_all(pool)
-            .await
-            .map_err(Error::from)
-    })
-    .await?;
-    let met = rows
-        .iter()
-        .enumerate()
-        .map(|(i, row)| Met::read(row, Rule::Deposit, i))
-        .collect::<Result<Vec<_>>>()?;
+    let rows = ledger::run(pool, STATEMENT, deposits, |q| q).await?;
+    let met = Met::read_all(&rows, Rule::Deposit)?;
     ledger::answer(pool, deposits, met, ledger::created, |_| None).await
 }

@@ -22,7 +22,12 @@
 
 use std::collections::HashMap;
 
-use sqlx::{postgres::PgRow, FromRow, PgPool, Row};
+use paysaga_common::retry;
+use sqlx::{
+    postgres::{PgArguments, PgRow},
+    query::Query,
+    FromRow, PgPool, Postgres, Row,
+};
 
 use crate::{
     api::{
@@ -52,6 +57,8 @@ pub(crate) trait Keyed: Clone {
     fn group(&self) -> Self::Group;
     fn key(&self) -> &str;
     fn account_id(&self) -> i64;
+    /// The amount moved, in minor units.
+    fn amount(&self) -> i64;
     /// Whether a stored transaction is this same request (a replay) or not (a reuse).
     fn is_request_of(&self, t: &Transaction) -> bool;
 }
@@ -67,6 +74,9 @@ impl Keyed for DebitRequest {
     }
     fn account_id(&self) -> i64 {
         self.account_id
+    }
+    fn amount(&self) -> i64 {
+        self.amount.minor()
     }
     fn is_request_of(&self, t: &Transaction) -> bool {
         t.kind == TransactionKind::Debit
@@ -86,6 +96,9 @@ impl Keyed for CreditRequest {
     }
     fn account_id(&self) -> i64 {
         self.account_id
+    }
+    fn amount(&self) -> i64 {
+        self.amount.minor()
     }
     fn is_request_of(&self, t: &Transaction) -> bool {
         t.kind == TransactionKind::Credit
@@ -108,6 +121,9 @@ impl Keyed for DepositRequest {
     fn account_id(&self) -> i64 {
         self.account_id
     }
+    fn amount(&self) -> i64 {
+        self.amount.minor()
+    }
     fn is_request_of(&self, t: &Transaction) -> bool {
         t.kind == TransactionKind::Deposit
             && t.account_id == self.account_id
@@ -128,7 +144,43 @@ pub(crate) enum Met {
     Nothing { account: Option<AccountKind> },
 }
 
+/// A rule's statement with its parameters bound.
+pub(crate) type Bound<'q> = Query<'q, Postgres, PgArguments>;
+
+/// Runs a rule's `statement` over `requests` with the parameters every rule's statement
+/// opens with (`$1` a fresh transaction id each, `$2` the keys, `$3` the accounts, `$4`
+/// the amounts), then those `more` binds; again while PostgreSQL rolls it back as a
+/// conflict (it changed nothing), under the same ids.
+pub(crate) async fn run<'q, R: Keyed>(
+    pool: &PgPool,
+    statement: &'q str,
+    requests: &'q [R],
+    more: impl Fn(Bound<'q>) -> Bound<'q>,
+) -> Result<Vec<PgRow>> {
+    let ids: Vec<uuid::Uuid> = requests.iter().map(|_| uuid::Uuid::now_v7()).collect();
+    let keys: Vec<&str> = requests.iter().map(Keyed::key).collect();
+    let accounts: Vec<i64> = requests.iter().map(Keyed::account_id).collect();
+    let amounts: Vec<i64> = requests.iter().map(Keyed::amount).collect();
+    retry::on_conflict(Error::is_conflict, || async {
+        let bound = sqlx::query(statement)
+            .bind(ids.clone())
+            .bind(keys.clone())
+            .bind(accounts.clone())
+            .bind(amounts.clone());
+        more(bound).fetch_all(pool).await.map_err(Error::from)
+    })
+    .await
+}
+
 impl Met {
+    /// Reads every answer row of a `rule`'s statement, in request order.
+    pub(crate) fn read_all(rows: &[PgRow], rule: Rule) -> Result<Vec<Met>> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, row)| Met::read(row, rule, i))
+            .collect()
+    }
+
     /// Reads one answer row, checking that it answers request `index` (0-based).
     pub(crate) fn read(row: &PgRow, rule: Rule, index: usize) -> Result<Met> {
         let ord: i64 = row.try_get("ord")?;
