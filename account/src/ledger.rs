@@ -59,8 +59,37 @@ pub(crate) trait Keyed: Clone {
     fn account_id(&self) -> i64;
     /// The amount moved, in minor units.
     fn amount(&self) -> i64;
+    /// The kind of transaction the rule records.
+    const KIND: TransactionKind;
+    /// The debit a refund is of (credits only).
+    fn refund_of(&self) -> Option<&str> {
+        None
+    }
     /// Whether a stored transaction is this same request (a replay) or not (a reuse).
-    fn is_request_of(&self, t: &Transaction) -> bool;
+    fn is_request_of(&self, t: &Transaction) -> bool {
+        t.kind == Self::KIND
+            && t.account_id == self.account_id()
+            && t.amount == self.amount()
+            && match self.refund_of() {
+                Some(debit) => t.refund_of.as_deref() == Some(debit),
+                None => true,
+            }
+    }
+}
+
+/// The fields every rule's request carries, read alike.
+macro_rules! request_fields {
+    () => {
+        fn key(&self) -> &str {
+            self.operation_key.as_str()
+        }
+        fn account_id(&self) -> i64 {
+            self.account_id
+        }
+        fn amount(&self) -> i64 {
+            self.amount.minor()
+        }
+    };
 }
 
 impl Keyed for DebitRequest {
@@ -69,20 +98,8 @@ impl Keyed for DebitRequest {
     fn group(&self) -> i64 {
         self.account_id
     }
-    fn key(&self) -> &str {
-        self.operation_key.as_str()
-    }
-    fn account_id(&self) -> i64 {
-        self.account_id
-    }
-    fn amount(&self) -> i64 {
-        self.amount.minor()
-    }
-    fn is_request_of(&self, t: &Transaction) -> bool {
-        t.kind == TransactionKind::Debit
-            && t.account_id == self.account_id
-            && t.amount == self.amount.minor()
-    }
+    request_fields!();
+    const KIND: TransactionKind = TransactionKind::Debit;
 }
 
 impl Keyed for CreditRequest {
@@ -91,20 +108,10 @@ impl Keyed for CreditRequest {
     fn group(&self) -> String {
         self.refund_of.as_str().to_owned()
     }
-    fn key(&self) -> &str {
-        self.operation_key.as_str()
-    }
-    fn account_id(&self) -> i64 {
-        self.account_id
-    }
-    fn amount(&self) -> i64 {
-        self.amount.minor()
-    }
-    fn is_request_of(&self, t: &Transaction) -> bool {
-        t.kind == TransactionKind::Credit
-            && t.account_id == self.account_id
-            && t.amount == self.amount.minor()
-            && t.refund_of.as_deref() == Some(self.refund_of.as_str())
+    request_fields!();
+    const KIND: TransactionKind = TransactionKind::Credit;
+    fn refund_of(&self) -> Option<&str> {
+        Some(self.refund_of.as_str())
     }
 }
 
@@ -115,20 +122,8 @@ impl Keyed for DepositRequest {
     fn group(&self) -> String {
         self.operation_key.as_str().to_owned()
     }
-    fn key(&self) -> &str {
-        self.operation_key.as_str()
-    }
-    fn account_id(&self) -> i64 {
-        self.account_id
-    }
-    fn amount(&self) -> i64 {
-        self.amount.minor()
-    }
-    fn is_request_of(&self, t: &Transaction) -> bool {
-        t.kind == TransactionKind::Deposit
-            && t.account_id == self.account_id
-            && t.amount == self.amount.minor()
-    }
+    request_fields!();
+    const KIND: TransactionKind = TransactionKind::Deposit;
 }
 
 /// What a rule's statement met for one request, read from the columns every rule's
