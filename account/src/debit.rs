@@ -39,18 +39,16 @@ use crate::{
 /// debit was decided on.
 ///
 /// Answers one row per debit, in order.
-const STATEMENT: &str = r#"
+const STATEMENT: &str = concat!(
+    r#"
 WITH input AS (
     SELECT *
     FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]) WITH ORDINALITY
          AS o (id, operation_key, account_id, amount, ord)
 ),
-held AS MATERIALIZED (
-    SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
-           t.refund_of, t.created_at
-    FROM input o
-    JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
-),
+"#,
+    ledger::held!(),
+    r#"
 locked AS MATERIALIZED (
     SELECT a.id, a.balance
     FROM accounts a
@@ -102,23 +100,15 @@ tally AS MATERIALIZED (
                  (SELECT COUNT(*) FROM credited) AS credited,
                  (SELECT MIN(id) FROM moved WHERE balance <> expected OR expected < 0) AS off) AS c
 )
-SELECT o.ord, i.id IS NOT NULL AS created,
-       COALESCE(i.id, h.id) AS id,
-       COALESCE(i.operation_key, h.operation_key) AS operation_key,
-       COALESCE(i.kind, h.kind) AS kind,
-       COALESCE(i.status, h.status) AS status,
-       COALESCE(i.account_id, h.account_id) AS account_id,
-       COALESCE(i.amount, h.amount) AS amount,
-       COALESCE(i.refund_of, h.refund_of) AS refund_of,
-       COALESCE(i.created_at, h.created_at) AS created_at,
-       a.kind AS account_kind, t.breach
-FROM input o
-CROSS JOIN tally t
-LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN held h ON h.ord = o.ord
-LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
+"#,
+    ledger::answer_columns!(),
+    r#", t.breach
+"#,
+    ledger::answer_joins!(),
+    r#"
 ORDER BY o.ord
-"#;
+"#
+);
 
 /// Applies `debits` (distinct keys, at most one per account) in one statement, paying
 /// into merchant `shard`, and answers each as `POST /v1/debits` would.

@@ -16,18 +16,16 @@ use crate::{
 /// (each account raised by the sum of its inserted deposits), `tally` (every account
 /// moved to exactly its locked balance plus its deposits, else the statement fails
 /// whole). Answers one row per deposit, in order.
-const STATEMENT: &str = r#"
+const STATEMENT: &str = concat!(
+    r#"
 WITH input AS (
     SELECT *
     FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]) WITH ORDINALITY
          AS o (id, operation_key, account_id, amount, ord)
 ),
-held AS MATERIALIZED (
-    SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
-           t.refund_of, t.created_at
-    FROM input o
-    JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
-),
+"#,
+    ledger::held!(),
+    r#"
 fresh AS (
     SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
 ),
@@ -63,23 +61,15 @@ tally AS MATERIALIZED (
                  (SELECT COUNT(*) FROM moved) AS moved,
                  (SELECT MIN(id) FROM moved WHERE balance <> expected) AS off) AS c
 )
-SELECT o.ord, i.id IS NOT NULL AS created,
-       COALESCE(i.id, h.id) AS id,
-       COALESCE(i.operation_key, h.operation_key) AS operation_key,
-       COALESCE(i.kind, h.kind) AS kind,
-       COALESCE(i.status, h.status) AS status,
-       COALESCE(i.account_id, h.account_id) AS account_id,
-       COALESCE(i.amount, h.amount) AS amount,
-       COALESCE(i.refund_of, h.refund_of) AS refund_of,
-       COALESCE(i.created_at, h.created_at) AS created_at,
-       a.kind AS account_kind, t.breach
-FROM input o
-CROSS JOIN tally t
-LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN held h ON h.ord = o.ord
-LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
+"#,
+    ledger::answer_columns!(),
+    r#", t.breach
+"#,
+    ledger::answer_joins!(),
+    r#"
 ORDER BY o.ord
-"#;
+"#
+);
 
 /// Applies `deposits` (distinct keys) in one statement and answers each as
 /// `POST /v1/deposits` would.

@@ -139,6 +139,55 @@ pub(crate) enum Met {
     Nothing { account: Option<AccountKind> },
 }
 
+/// The `held` step of every rule's statement: the requests whose keys already hold a
+/// row, answered from it.
+macro_rules! held {
+    () => {
+        r#"
+held AS MATERIALIZED (
+    SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
+           t.refund_of, t.created_at
+    FROM input o
+    JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
+),
+"#
+    };
+}
+pub(crate) use held;
+
+/// The columns every rule's statement answers each request with ([`Met::read`]), from
+/// `inserted` or else `held`.
+macro_rules! answer_columns {
+    () => {
+        r#"
+SELECT o.ord, i.id IS NOT NULL AS created,
+       COALESCE(i.id, h.id) AS id,
+       COALESCE(i.operation_key, h.operation_key) AS operation_key,
+       COALESCE(i.kind, h.kind) AS kind,
+       COALESCE(i.status, h.status) AS status,
+       COALESCE(i.account_id, h.account_id) AS account_id,
+       COALESCE(i.amount, h.amount) AS amount,
+       COALESCE(i.refund_of, h.refund_of) AS refund_of,
+       COALESCE(i.created_at, h.created_at) AS created_at,
+       a.kind AS account_kind"#
+    };
+}
+pub(crate) use answer_columns;
+
+/// What [`answer_columns`] reads from, one row per request in `input`.
+macro_rules! answer_joins {
+    () => {
+        r#"
+FROM input o
+CROSS JOIN tally t
+LEFT JOIN inserted i ON i.operation_key = o.operation_key
+LEFT JOIN held h ON h.ord = o.ord
+LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
+"#
+    };
+}
+pub(crate) use answer_joins;
+
 /// A rule's statement with its parameters bound.
 pub(crate) type Bound<'q> = Query<'q, Postgres, PgArguments>;
 
