@@ -4,9 +4,7 @@
 //! account never change, its refunded total only grows), so asking again gives the
 //! same answer.
 
-use paysaga_common::retry;
 use sqlx::{PgPool, Row};
-use uuid::Uuid;
 
 use crate::{
     api::{CreditRequest, TransactionStatus},
@@ -36,18 +34,16 @@ use crate::{
 ///
 /// Answers one row per credit, in order, with the refunded debit as it was locked
 /// (`debit_*`, null when there is no such debit), which says why a credit did not pass.
-const STATEMENT: &str = r#"
+const STATEMENT: &str = concat!(
+    r#"
 WITH input AS (
     SELECT *
     FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::TEXT[]) WITH ORDINALITY
          AS o (id, operation_key, account_id, amount, refund_of, ord)
 ),
-held AS MATERIALIZED (
-    SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
-           t.refund_of, t.created_at
-    FROM input o
-    JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
-),
+"#,
+    ledger::held!(),
+    r#"
 fresh AS (
     SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
 ),
@@ -136,27 +132,19 @@ tally AS MATERIALIZED (
                  (SELECT MIN(shard) FROM drawn WHERE balance <> expected OR expected < 0)
                      AS off_shard) AS c
 )
-SELECT o.ord, i.id IS NOT NULL AS created,
-       COALESCE(i.id, h.id) AS id,
-       COALESCE(i.operation_key, h.operation_key) AS operation_key,
-       COALESCE(i.kind, h.kind) AS kind,
-       COALESCE(i.status, h.status) AS status,
-       COALESCE(i.account_id, h.account_id) AS account_id,
-       COALESCE(i.amount, h.amount) AS amount,
-       COALESCE(i.refund_of, h.refund_of) AS refund_of,
-       COALESCE(i.created_at, h.created_at) AS created_at,
-       a.kind AS account_kind,
+"#,
+    ledger::answer_columns!(),
+    r#",
        d.status AS debit_status, d.account_id AS debit_account_id,
        d.amount AS debit_amount, d.refunded AS debit_refunded,
        t.breach
-FROM input o
-CROSS JOIN tally t
-LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN held h ON h.ord = o.ord
-LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
+"#,
+    ledger::answer_joins!(),
+    r#"
 LEFT JOIN debits d ON d.operation_key = o.refund_of
 ORDER BY o.ord
-"#;
+"#
+);
 
 /// The refunded debit as the statement locked it.
 struct Debit {
@@ -170,23 +158,8 @@ struct Debit {
 /// and answers each as `POST /v1/credits` would.
 #[tracing::instrument(skip_all, fields(credits = credits.len()))]
 pub(crate) async fn apply(pool: &PgPool, credits: &[CreditRequest]) -> Result<Vec<Answer>> {
-    let ids: Vec<Uuid> = credits.iter().map(|_| Uuid::now_v7()).collect();
-    let keys: Vec<&str> = credits.iter().map(|c| c.operation_key.as_str()).collect();
-    let accounts: Vec<i64> = credits.iter().map(|c| c.account_id).collect();
-    let amounts: Vec<i64> = credits.iter().map(|c| c.amount.minor()).collect();
     let debit_keys: Vec<&str> = credits.iter().map(|c| c.refund_of.as_str()).collect();
-    let rows = retry::on_conflict(Error::is_conflict, || async {
-        sqlx::query(STATEMENT)
-            .bind(&ids)
-            .bind(&keys)
-            .bind(&accounts)
-            .bind(&amounts)
-            .bind(&debit_keys)
-            .fetch_all(pool)
-            .await
-            .map_err(Error::from)
-    })
-    .await?;
+    let rows = ledger::run(pool, STATEMENT, credits, |q| q.bind(debit_keys.clone())).await?;
     let mut met = Vec::with_capacity(rows.len());
     let mut debits = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {

@@ -2,9 +2,7 @@
 //! debit the balance does not cover is recorded `DECLINED` under its key, so a late
 //! duplicate can never succeed after the caller was told "declined".
 
-use paysaga_common::retry;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 use crate::{
     api::{DebitRequest, Transaction, TransactionStatus},
@@ -41,18 +39,16 @@ use crate::{
 /// debit was decided on.
 ///
 /// Answers one row per debit, in order.
-const STATEMENT: &str = r#"
+const STATEMENT: &str = concat!(
+    r#"
 WITH input AS (
     SELECT *
     FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]) WITH ORDINALITY
          AS o (id, operation_key, account_id, amount, ord)
 ),
-held AS MATERIALIZED (
-    SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
-           t.refund_of, t.created_at
-    FROM input o
-    JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
-),
+"#,
+    ledger::held!(),
+    r#"
 locked AS MATERIALIZED (
     SELECT a.id, a.balance
     FROM accounts a
@@ -104,23 +100,15 @@ tally AS MATERIALIZED (
                  (SELECT COUNT(*) FROM credited) AS credited,
                  (SELECT MIN(id) FROM moved WHERE balance <> expected OR expected < 0) AS off) AS c
 )
-SELECT o.ord, i.id IS NOT NULL AS created,
-       COALESCE(i.id, h.id) AS id,
-       COALESCE(i.operation_key, h.operation_key) AS operation_key,
-       COALESCE(i.kind, h.kind) AS kind,
-       COALESCE(i.status, h.status) AS status,
-       COALESCE(i.account_id, h.account_id) AS account_id,
-       COALESCE(i.amount, h.amount) AS amount,
-       COALESCE(i.refund_of, h.refund_of) AS refund_of,
-       COALESCE(i.created_at, h.created_at) AS created_at,
-       a.kind AS account_kind, t.breach
-FROM input o
-CROSS JOIN tally t
-LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN held h ON h.ord = o.ord
-LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
+"#,
+    ledger::answer_columns!(),
+    r#", t.breach
+"#,
+    ledger::answer_joins!(),
+    r#"
 ORDER BY o.ord
-"#;
+"#
+);
 
 /// Applies `debits` (distinct keys, at most one per account) in one statement, paying
 /// into merchant `shard`, and answers each as `POST /v1/debits` would.
@@ -130,27 +118,8 @@ pub(crate) async fn apply(
     shard: i16,
     debits: &[DebitRequest],
 ) -> Result<Vec<Answer>> {
-    let ids: Vec<Uuid> = debits.iter().map(|_| Uuid::now_v7()).collect();
-    let keys: Vec<&str> = debits.iter().map(|d| d.operation_key.as_str()).collect();
-    let accounts: Vec<i64> = debits.iter().map(|d| d.account_id).collect();
-    let amounts: Vec<i64> = debits.iter().map(|d| d.amount.minor()).collect();
-    let rows = retry::on_conflict(Error::is_conflict, || async {
-        sqlx::query(STATEMENT)
-            .bind(&ids)
-            .bind(&keys)
-            .bind(&accounts)
-            .bind(&amounts)
-            .bind(shard)
-            .fetch_all(pool)
-            .await
-            .map_err(Error::from)
-    })
-    .await?;
-    let met = rows
-        .iter()
-        .enumerate()
-        .map(|(i, row)| Met::read(row, Rule::Debit, i))
-        .collect::<Result<Vec<_>>>()?;
+    let rows = ledger::run(pool, STATEMENT, debits, |q| q.bind(shard)).await?;
+    let met = Met::read_all(&rows, Rule::Debit)?;
     count(&met);
     ledger::answer(pool, debits, met, recorded, |_| None).await
 }

@@ -2,13 +2,11 @@
 //! top-up), once per operation key. The merchant is not involved: like an opening, a
 //! deposit adds money to the system, and the ledger explains it.
 
-use paysaga_common::retry;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 use crate::{
     api::DepositRequest,
-    error::{Error, Result, Rule},
+    error::{Result, Rule},
     ledger::{self, Answer, Met},
 };
 
@@ -18,18 +16,16 @@ use crate::{
 /// (each account raised by the sum of its inserted deposits), `tally` (every account
 /// moved to exactly its locked balance plus its deposits, else the statement fails
 /// whole). Answers one row per deposit, in order.
-const STATEMENT: &str = r#"
+const STATEMENT: &str = concat!(
+    r#"
 WITH input AS (
     SELECT *
     FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]) WITH ORDINALITY
          AS o (id, operation_key, account_id, amount, ord)
 ),
-held AS MATERIALIZED (
-    SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
-           t.refund_of, t.created_at
-    FROM input o
-    JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
-),
+"#,
+    ledger::held!(),
+    r#"
 fresh AS (
     SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
 ),
@@ -65,47 +61,21 @@ tally AS MATERIALIZED (
                  (SELECT COUNT(*) FROM moved) AS moved,
                  (SELECT MIN(id) FROM moved WHERE balance <> expected) AS off) AS c
 )
-SELECT o.ord, i.id IS NOT NULL AS created,
-       COALESCE(i.id, h.id) AS id,
-       COALESCE(i.operation_key, h.operation_key) AS operation_key,
-       COALESCE(i.kind, h.kind) AS kind,
-       COALESCE(i.status, h.status) AS status,
-       COALESCE(i.account_id, h.account_id) AS account_id,
-       COALESCE(i.amount, h.amount) AS amount,
-       COALESCE(i.refund_of, h.refund_of) AS refund_of,
-       COALESCE(i.created_at, h.created_at) AS created_at,
-       a.kind AS account_kind, t.breach
-FROM input o
-CROSS JOIN tally t
-LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN held h ON h.ord = o.ord
-LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
+"#,
+    ledger::answer_columns!(),
+    r#", t.breach
+"#,
+    ledger::answer_joins!(),
+    r#"
 ORDER BY o.ord
-"#;
+"#
+);
 
 /// Applies `deposits` (distinct keys) in one statement and answers each as
 /// `POST /v1/deposits` would.
 #[tracing::instrument(skip_all, fields(deposits = deposits.len()))]
 pub(crate) async fn apply(pool: &PgPool, deposits: &[DepositRequest]) -> Result<Vec<Answer>> {
-    let ids: Vec<Uuid> = deposits.iter().map(|_| Uuid::now_v7()).collect();
-    let keys: Vec<&str> = deposits.iter().map(|d| d.operation_key.as_str()).collect();
-    let accounts: Vec<i64> = deposits.iter().map(|d| d.account_id).collect();
-    let amounts: Vec<i64> = deposits.iter().map(|d| d.amount.minor()).collect();
-    let rows = retry::on_conflict(Error::is_conflict, || async {
-        sqlx::query(STATEMENT)
-            .bind(&ids)
-            .bind(&keys)
-            .bind(&accounts)
-            .bind(&amounts)
-            .fetch_all(pool)
-            .await
-            .map_err(Error::from)
-    })
-    .await?;
-    let met = rows
-        .iter()
-        .enumerate()
-        .map(|(i, row)| Met::read(row, Rule::Deposit, i))
-        .collect::<Result<Vec<_>>>()?;
+    let rows = ledger::run(pool, STATEMENT, deposits, |q| q).await?;
+    let met = Met::read_all(&rows, Rule::Deposit)?;
     ledger::answer(pool, deposits, met, ledger::created, |_| None).await
 }

@@ -18,8 +18,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A rejection from a common extractor (auth, JSON, path).
-    #[error("{}: {}", .0.code, .0.message)]
-    Api(ApiError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
     /// Recorded under its key: the same key is declined forever.
     #[error("insufficient funds for debit {}", .0.operation_key)]
     InsufficientFunds(Box<Transaction>),
@@ -174,12 +174,6 @@ impl Breach {
     }
 }
 
-impl From<ApiError> for Error {
-    fn from(e: ApiError) -> Self {
-        Error::Api(e)
-    }
-}
-
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
         if paysaga_common::db::unavailable(&e) {
@@ -316,16 +310,11 @@ mod tests {
 
     #[test]
     fn a_database_out_of_reach_is_503_unavailable_not_500() {
-        let lost = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        for e in [
-            sqlx::Error::Io(lost),
-            sqlx::Error::PoolTimedOut,
-            sqlx::Error::PoolClosed,
-        ] {
-            let api = Error::from(e).into_api().expect("a client-facing answer");
-            assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
-            assert_eq!(api.code, common_codes::UNAVAILABLE);
-        }
+        paysaga_common::testkit::check_database_outages(|e| Error::from(e).into_response());
+        let api = Error::from(sqlx::Error::PoolClosed)
+            .into_api()
+            .expect("a client-facing answer");
+        assert_eq!(api.code, common_codes::UNAVAILABLE);
         assert!(Error::from(sqlx::Error::RowNotFound).into_api().is_err());
     }
 

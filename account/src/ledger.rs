@@ -22,7 +22,12 @@
 
 use std::collections::HashMap;
 
-use sqlx::{postgres::PgRow, FromRow, PgPool, Row};
+use paysaga_common::retry;
+use sqlx::{
+    postgres::{PgArguments, PgRow},
+    query::Query,
+    FromRow, PgPool, Postgres, Row,
+};
 
 use crate::{
     api::{
@@ -52,8 +57,39 @@ pub(crate) trait Keyed: Clone {
     fn group(&self) -> Self::Group;
     fn key(&self) -> &str;
     fn account_id(&self) -> i64;
+    /// The amount moved, in minor units.
+    fn amount(&self) -> i64;
+    /// The kind of transaction the rule records.
+    const KIND: TransactionKind;
+    /// The debit a refund is of (credits only).
+    fn refund_of(&self) -> Option<&str> {
+        None
+    }
     /// Whether a stored transaction is this same request (a replay) or not (a reuse).
-    fn is_request_of(&self, t: &Transaction) -> bool;
+    fn is_request_of(&self, t: &Transaction) -> bool {
+        t.kind == Self::KIND
+            && t.account_id == self.account_id()
+            && t.amount == self.amount()
+            && match self.refund_of() {
+                Some(debit) => t.refund_of.as_deref() == Some(debit),
+                None => true,
+            }
+    }
+}
+
+/// The fields every rule's request carries, read alike.
+macro_rules! request_fields {
+    () => {
+        fn key(&self) -> &str {
+            self.operation_key.as_str()
+        }
+        fn account_id(&self) -> i64 {
+            self.account_id
+        }
+        fn amount(&self) -> i64 {
+            self.amount.minor()
+        }
+    };
 }
 
 impl Keyed for DebitRequest {
@@ -62,17 +98,8 @@ impl Keyed for DebitRequest {
     fn group(&self) -> i64 {
         self.account_id
     }
-    fn key(&self) -> &str {
-        self.operation_key.as_str()
-    }
-    fn account_id(&self) -> i64 {
-        self.account_id
-    }
-    fn is_request_of(&self, t: &Transaction) -> bool {
-        t.kind == TransactionKind::Debit
-            && t.account_id == self.account_id
-            && t.amount == self.amount.minor()
-    }
+    request_fields!();
+    const KIND: TransactionKind = TransactionKind::Debit;
 }
 
 impl Keyed for CreditRequest {
@@ -81,17 +108,10 @@ impl Keyed for CreditRequest {
     fn group(&self) -> String {
         self.refund_of.as_str().to_owned()
     }
-    fn key(&self) -> &str {
-        self.operation_key.as_str()
-    }
-    fn account_id(&self) -> i64 {
-        self.account_id
-    }
-    fn is_request_of(&self, t: &Transaction) -> bool {
-        t.kind == TransactionKind::Credit
-            && t.account_id == self.account_id
-            && t.amount == self.amount.minor()
-            && t.refund_of.as_deref() == Some(self.refund_of.as_str())
+    request_fields!();
+    const KIND: TransactionKind = TransactionKind::Credit;
+    fn refund_of(&self) -> Option<&str> {
+        Some(self.refund_of.as_str())
     }
 }
 
@@ -102,17 +122,8 @@ impl Keyed for DepositRequest {
     fn group(&self) -> String {
         self.operation_key.as_str().to_owned()
     }
-    fn key(&self) -> &str {
-        self.operation_key.as_str()
-    }
-    fn account_id(&self) -> i64 {
-        self.account_id
-    }
-    fn is_request_of(&self, t: &Transaction) -> bool {
-        t.kind == TransactionKind::Deposit
-            && t.account_id == self.account_id
-            && t.amount == self.amount.minor()
-    }
+    request_fields!();
+    const KIND: TransactionKind = TransactionKind::Deposit;
 }
 
 /// What a rule's statement met for one request, read from the columns every rule's
@@ -128,7 +139,92 @@ pub(crate) enum Met {
     Nothing { account: Option<AccountKind> },
 }
 
+/// The `held` step of every rule's statement: the requests whose keys already hold a
+/// row, answered from it.
+macro_rules! held {
+    () => {
+        r#"
+held AS MATERIALIZED (
+    SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
+           t.refund_of, t.created_at
+    FROM input o
+    JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
+),
+"#
+    };
+}
+pub(crate) use held;
+
+/// The columns every rule's statement answers each request with ([`Met::read`]), from
+/// `inserted` or else `held`.
+macro_rules! answer_columns {
+    () => {
+        r#"
+SELECT o.ord, i.id IS NOT NULL AS created,
+       COALESCE(i.id, h.id) AS id,
+       COALESCE(i.operation_key, h.operation_key) AS operation_key,
+       COALESCE(i.kind, h.kind) AS kind,
+       COALESCE(i.status, h.status) AS status,
+       COALESCE(i.account_id, h.account_id) AS account_id,
+       COALESCE(i.amount, h.amount) AS amount,
+       COALESCE(i.refund_of, h.refund_of) AS refund_of,
+       COALESCE(i.created_at, h.created_at) AS created_at,
+       a.kind AS account_kind"#
+    };
+}
+pub(crate) use answer_columns;
+
+/// What [`answer_columns`] reads from, one row per request in `input`.
+macro_rules! answer_joins {
+    () => {
+        r#"
+FROM input o
+CROSS JOIN tally t
+LEFT JOIN inserted i ON i.operation_key = o.operation_key
+LEFT JOIN held h ON h.ord = o.ord
+LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
+"#
+    };
+}
+pub(crate) use answer_joins;
+
+/// A rule's statement with its parameters bound.
+pub(crate) type Bound<'q> = Query<'q, Postgres, PgArguments>;
+
+/// Runs a rule's `statement` over `requests` with the parameters every rule's statement
+/// opens with (`$1` a fresh transaction id each, `$2` the keys, `$3` the accounts, `$4`
+/// the amounts), then those `more` binds; again while PostgreSQL rolls it back as a
+/// conflict (it changed nothing), under the same ids.
+pub(crate) async fn run<'q, R: Keyed>(
+    pool: &PgPool,
+    statement: &'q str,
+    requests: &'q [R],
+    more: impl Fn(Bound<'q>) -> Bound<'q>,
+) -> Result<Vec<PgRow>> {
+    let ids: Vec<uuid::Uuid> = requests.iter().map(|_| uuid::Uuid::now_v7()).collect();
+    let keys: Vec<&str> = requests.iter().map(Keyed::key).collect();
+    let accounts: Vec<i64> = requests.iter().map(Keyed::account_id).collect();
+    let amounts: Vec<i64> = requests.iter().map(Keyed::amount).collect();
+    retry::on_conflict(Error::is_conflict, || async {
+        let bound = sqlx::query(statement)
+            .bind(ids.clone())
+            .bind(keys.clone())
+            .bind(accounts.clone())
+            .bind(amounts.clone());
+        more(bound).fetch_all(pool).await.map_err(Error::from)
+    })
+    .await
+}
+
 impl Met {
+    /// Reads every answer row of a `rule`'s statement, in request order.
+    pub(crate) fn read_all(rows: &[PgRow], rule: Rule) -> Result<Vec<Met>> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, row)| Met::read(row, rule, i))
+            .collect()
+    }
+
     /// Reads one answer row, checking that it answers request `index` (0-based).
     pub(crate) fn read(row: &PgRow, rule: Rule, index: usize) -> Result<Met> {
         let ord: i64 = row.try_get("ord")?;

@@ -23,7 +23,7 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use paysaga_common::{auth::Verifier, db, server};
+use paysaga_common::{auth::Verifier, server, service};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
@@ -57,15 +57,7 @@ impl FromRef<AppState> for Arc<Verifier> {
 impl AppState {
     /// Connects as the service's role and runs its migrations.
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
-        let pool = db::open(
-            &config.database_url,
-            config.migration_database_url.as_deref(),
-            SCHEMA,
-            config.db_max_connections,
-            config.db_limits,
-            &MIGRATOR,
-        )
-        .await?;
+        let pool = config.database.open(SCHEMA, &MIGRATOR).await?;
         let verifier = Verifier::from_source(&config.buyer_keys, &config.service_keys);
         Ok(Self {
             pool,
@@ -115,15 +107,10 @@ pub fn app(state: AppState) -> Router {
     server::finish(api, ApiDoc::openapi())
 }
 
-/// The account process, as the `account` binary and `paysaga service account` both run it:
-/// configuration from the environment, logging, the listening socket (handed over by a
-/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
+/// The account process, as the `account` binary and `paysaga service account` both run it
+/// ([`service::serve_from_env`]).
 pub async fn serve_from_env() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing_for("account", config.log_format);
-    config.dev_fallbacks.warn("account");
-    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
-    run(config, listener, paysaga_common::server::shutdown_signal()).await
+    service::serve_from_env("account", Config::from_env, |c| &c.process, run).await
 }
 
 /// Connects, migrates and serves until `shutdown` resolves. The service has no

@@ -4,25 +4,21 @@ use std::{sync::Arc, time::Duration};
 
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
-    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    config::{self, ConfigError, Secrets},
     credentials::{ServiceKeys, TokenSource},
     limits::MemberRate,
+    service::{Database, Process},
 };
 use paysaga_webhooks::WebhookConfig;
 
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `DATABASE_URL`: the `payment_app` role. Required; the development password only
-    /// with `PAYSAGA_DEV_KEYS=1`.
-    pub database_url: String,
-    /// `MIGRATION_DATABASE_URL`: the schema's migrator role, to apply migrations and
-    /// grants at start; see `paysaga_common::config::migration_database_url`.
-    pub migration_database_url: Option<String>,
-    /// `DB_STATEMENT_TIMEOUT_MS`, `DB_IDLE_IN_TRANSACTION_MS`: limits on every
-    /// connection of the service.
-    pub db_limits: paysaga_common::db::Limits,
-    /// `LISTEN_ADDR`.
-    pub listen_addr: String,
+    /// `DATABASE_URL` (the `payment_app` role), `MIGRATION_DATABASE_URL`,
+    /// `DB_MAX_CONNECTIONS` (at least 2) and the connection limits.
+    pub database: Database,
+    /// `LISTEN_ADDR` (default `127.0.0.1:8083`), `LOG_FORMAT`, and the development keys
+    /// in use.
+    pub process: Process,
     /// `ACCOUNT_URL`: the account service.
     pub account_url: String,
     /// `ORDER_URL`: the order service.
@@ -39,8 +35,6 @@ pub struct Config {
     /// `SERVICE_SIGNING_KEY` (and `SERVICE_TOKEN_LIFETIME_SECS`): the orchestrator's own
     /// key, minting and renewing its credentials toward account and order. Required.
     pub service_credential: Arc<TokenSource>,
-    /// The development keys and password in use (development mode only), warned at start.
-    pub dev_fallbacks: DevFallbacks,
     /// `DOWNSTREAM_TIMEOUT_MS`: per call to account or order (default 2000).
     pub downstream_timeout: Duration,
     /// `RESPONSE_WAIT_MS`: how long `POST /v1/payments` waits for a terminal state
@@ -68,10 +62,6 @@ pub struct Config {
     /// `WRITE_FLUSHES`: group-commit flushes of the saga's own writes in flight at once
     /// (default 2, 1 to 64), with the same trade-off.
     pub write_flushes: usize,
-    /// `DB_MAX_CONNECTIONS` (default 16).
-    pub db_max_connections: u32,
-    /// `LOG_FORMAT`: `json` or `pretty` (default pretty).
-    pub log_format: LogFormat,
     /// `MEMBER_RATE_PER_SEC` / `MEMBER_RATE_BURST`: a buyer's payment requests
     /// (`POST /v1/payments`, `GET /v1/payments/{id}`) per member (defaults 20 and 40).
     pub member_rate: MemberRate,
@@ -79,7 +69,6 @@ pub struct Config {
     pub webhooks: WebhookConfig,
 }
 
-pub const DEFAULT_DATABASE_URL: &str = "postgres://payment_app:paysaga-dev@127.0.0.1:5432/paysaga";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8083";
 pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 pub const DEFAULT_ORDER_URL: &str = "http://127.0.0.1:8084";
@@ -100,20 +89,17 @@ impl Config {
     pub fn from_env() -> Result<Config, config::Error> {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
-        let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
-        let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
+        let database = Database::urls_from_env(&mut secrets, "payment_app")?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
         let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
         let service_credential = Arc::new(TokenSource::from_secrets(
             &mut secrets,
             ServiceRole::Orchestrator,
         )?);
-        let dev_fallbacks = secrets.finish()?;
+        let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let c = Config {
-            database_url,
-            migration_database_url,
-            db_limits: config::db_limits()?,
-            listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
+            database: database.with_pool_from_env()?,
+            process,
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
             gate_url: std::env::var("GATE_URL")
@@ -122,7 +108,6 @@ impl Config {
             buyer_keys,
             service_keys,
             service_credential,
-            dev_fallbacks,
             downstream_timeout: config::millis(
                 "DOWNSTREAM_TIMEOUT_MS",
                 Duration::from_millis(2000),
@@ -140,8 +125,6 @@ impl Config {
             )?,
             downstream_batches: config::parse("DOWNSTREAM_BATCHES", DEFAULT_BATCHES_IN_FLIGHT)?,
             write_flushes: config::parse("WRITE_FLUSHES", DEFAULT_BATCHES_IN_FLIGHT)?,
-            db_max_connections: config::parse("DB_MAX_CONNECTIONS", 16)?,
-            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
             member_rate: MemberRate::from_env()?,
             webhooks: WebhookConfig::from_env()?,
         };
@@ -156,19 +139,15 @@ impl Config {
         account_url: impl Into<String>,
         order_url: impl Into<String>,
     ) -> Config {
-        let database_url: String = database_url.into();
         Config {
-            migration_database_url: paysaga_common::db::dev_migrator_url(&database_url),
-            database_url,
-            db_limits: paysaga_common::db::Limits::default(),
-            listen_addr: DEFAULT_LISTEN_ADDR.to_owned(),
+            database: Database::local(database_url),
+            process: Process::local(DEFAULT_LISTEN_ADDR),
             account_url: account_url.into(),
             order_url: order_url.into(),
             gate_url: None,
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),
             service_credential: Arc::new(TokenSource::development(ServiceRole::Orchestrator)),
-            dev_fallbacks: DevFallbacks::default(),
             downstream_timeout: Duration::from_millis(2000),
             response_wait: Duration::from_millis(3000),
             recovery_interval: Duration::from_millis(1000),
@@ -180,8 +159,6 @@ impl Config {
             idempotency_purge_interval: Duration::from_millis(60_000),
             downstream_batches: DEFAULT_BATCHES_IN_FLIGHT,
             write_flushes: DEFAULT_BATCHES_IN_FLIGHT,
-            db_max_connections: 16,
-            log_format: LogFormat::Pretty,
             member_rate: MemberRate::default(),
             webhooks: WebhookConfig::default(),
         }
@@ -249,10 +226,10 @@ impl Config {
                 return Err(invalid(name, n, "must be 1 to 64"));
             }
         }
-        if self.db_max_connections < 2 {
+        if self.database.max_connections < 2 {
             return Err(invalid(
                 "DB_MAX_CONNECTIONS",
-                self.db_max_connections,
+                self.database.max_connections,
                 "must be at least 2",
             ));
         }

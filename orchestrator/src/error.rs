@@ -23,8 +23,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A rejection from a common extractor or an input check, already shaped.
-    #[error("{}: {}", .0.code, .0.message)]
-    Api(ApiError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
     /// The member called faster than `MEMBER_RATE_PER_SEC` allows; nothing was done.
     #[error(transparent)]
     RateLimited(#[from] RateLimited),
@@ -174,12 +174,6 @@ pub enum Breach {
     Unanswered,
 }
 
-impl From<ApiError> for Error {
-    fn from(e: ApiError) -> Self {
-        Error::Api(e)
-    }
-}
-
 impl Error {
     /// The database could not serve (connection lost, server down or a standby): a
     /// retry may succeed, so it is answered 503, not 500.
@@ -313,23 +307,25 @@ mod tests {
 
     #[test]
     fn a_database_out_of_reach_is_503_unavailable_not_500() {
-        let lost = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        for e in [
-            Error::Database(sqlx::Error::Io(lost)),
-            Error::Database(sqlx::Error::PoolTimedOut),
-            Error::Database(sqlx::Error::PoolClosed),
-            Error::GroupCommit(GroupCommitFailure(BatchFailure::Flush {
-                batch: "saga_writes",
-                error: std::sync::Arc::new(Error::Database(sqlx::Error::PoolTimedOut)),
-            })),
-        ] {
-            let api = e.api().expect("a client-facing answer");
-            assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
-            assert_eq!(api.code, common_codes::UNAVAILABLE);
-            let response = e.into_response();
-            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        for response in
+            paysaga_common::testkit::check_database_outages(|e| Error::Database(e).into_response())
+        {
             assert!(response.headers().contains_key(header::RETRY_AFTER));
         }
+        let flush_timed_out = Error::GroupCommit(GroupCommitFailure(BatchFailure::Flush {
+            batch: "saga_writes",
+            error: std::sync::Arc::new(Error::Database(sqlx::Error::PoolTimedOut)),
+        }));
+        let api = flush_timed_out.api().expect("a client-facing answer");
+        assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(api.code, common_codes::UNAVAILABLE);
+        let response = flush_timed_out.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().contains_key(header::RETRY_AFTER));
+        let api = Error::Database(sqlx::Error::PoolClosed)
+            .api()
+            .expect("a client-facing answer");
+        assert_eq!(api.code, common_codes::UNAVAILABLE);
         // The log shows a failed flush with the flush's own error and its cause.
         let failed = Error::GroupCommit(GroupCommitFailure(BatchFailure::Flush {
             batch: "saga_writes",

@@ -30,7 +30,7 @@ use std::{
 };
 
 use axum::{extract::State, response::Response, routing::get, Router};
-use paysaga_common::{auth::Verifier, db, limits::MemberLimiter, server};
+use paysaga_common::{auth::Verifier, limits::MemberLimiter, server, service};
 use paysaga_console::{ConsoleConfig, ConsoleState};
 use paysaga_contracts::{AccountClient, OrderClient};
 use paysaga_webhooks::Webhooks;
@@ -129,15 +129,7 @@ impl AppState {
 
     /// Connects as the service role and brings the schema up to date.
     pub async fn connect(config: &Config, hooks: Hooks) -> anyhow::Result<Self> {
-        let pool = db::open(
-            &config.database_url,
-            config.migration_database_url.as_deref(),
-            SCHEMA,
-            config.db_max_connections,
-            config.db_limits,
-            &MIGRATOR,
-        )
-        .await?;
+        let pool = config.database.open(SCHEMA, &MIGRATOR).await?;
         Ok(Self::new(pool, config, hooks))
     }
 }
@@ -168,15 +160,10 @@ impl Drop for AliveGuard {
     }
 }
 
-/// The orchestrator process, as the `orchestrator` binary and `paysaga service orchestrator` both run it:
-/// configuration from the environment, logging, the listening socket (handed over by a
-/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
+/// The orchestrator process, as the `orchestrator` binary and `paysaga service
+/// orchestrator` both run it ([`service::serve_from_env`]).
 pub async fn serve_from_env() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing_for("orchestrator", config.log_format);
-    config.dev_fallbacks.warn("orchestrator");
-    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
-    run(config, listener, paysaga_common::server::shutdown_signal()).await
+    service::serve_from_env("orchestrator", Config::from_env, |c| &c.process, run).await
 }
 
 /// Connects, migrates, starts recovery, the idempotency purge, the event ingest and the

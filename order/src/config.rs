@@ -5,24 +5,20 @@ use std::time::Duration;
 use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
     auth::BuyerKeySource,
-    config::{self, ConfigError, DevFallbacks, LogFormat, Secrets},
+    config::{self, ConfigError, Secrets},
     credentials::ServiceKeys,
     keys::{self, DevKey},
+    service::{Database, Process},
 };
 
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `DATABASE_URL`: the `order_app` role. Required; the development password only
-    /// with `PAYSAGA_DEV_KEYS=1`.
-    pub database_url: String,
-    /// `MIGRATION_DATABASE_URL`: the schema's migrator role, to apply migrations and
-    /// grants at start; see `paysaga_common::config::migration_database_url`.
-    pub migration_database_url: Option<String>,
-    /// `DB_STATEMENT_TIMEOUT_MS`, `DB_IDLE_IN_TRANSACTION_MS`: limits on every
-    /// connection of the service.
-    pub db_limits: paysaga_common::db::Limits,
-    /// `LISTEN_ADDR`.
-    pub listen_addr: String,
+    /// `DATABASE_URL` (the `order_app` role), `MIGRATION_DATABASE_URL`,
+    /// `DB_MAX_CONNECTIONS` (at least 1) and the connection limits.
+    pub database: Database,
+    /// `LISTEN_ADDR` (default `127.0.0.1:8084`), `LOG_FORMAT`, and the development keys
+    /// in use.
+    pub process: Process,
     /// `PASS_PUBLIC_KEY`: the gate's Ed25519 public key (base64). Required; the
     /// development key only with `PAYSAGA_DEV_KEYS=1`.
     pub pass_public_key: VerifyingKey,
@@ -32,8 +28,6 @@ pub struct Config {
     /// `SERVICE_KEYS`: each caller role's public keys, verifying service credentials.
     /// Required.
     pub service_keys: ServiceKeys,
-    /// The development keys and password in use (development mode only), warned at start.
-    pub dev_fallbacks: DevFallbacks,
     /// `RESERVATION_TTL_SECS`: how long a reservation holds its unit (default 600).
     pub reservation_ttl: Duration,
     /// `PURCHASE_CAP`: how many units of one product a member may hold and buy in all
@@ -50,19 +44,14 @@ pub struct Config {
     pub sweep_batch: i64,
     /// `SWEEP_MAX_BATCHES`: batches per sweep run, so one run is bounded (default 20).
     pub sweep_max_batches: u32,
-    /// `DB_MAX_CONNECTIONS` (default 16).
-    pub db_max_connections: u32,
     /// `CLAIM_BATCH`: the most claims one group-commit flush carries (default 256,
     /// 1 to 10000); 1 turns group commit off, each claim then its own statement.
     pub claim_batch: usize,
     /// `CLAIM_FLUSHES`: claim flushes in flight at once (default 1, 1 to 64); each holds
     /// a connection for its statement.
     pub claim_flushes: usize,
-    /// `LOG_FORMAT`: `json` or `pretty` (default pretty).
-    pub log_format: LogFormat,
 }
 
-pub const DEFAULT_DATABASE_URL: &str = "postgres://order_app:paysaga-dev@127.0.0.1:5432/paysaga";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8084";
 /// As many claims per flush as the gate's quota script takes per call.
 pub const DEFAULT_CLAIM_BATCH: usize = 256;
@@ -86,12 +75,11 @@ impl Config {
     pub fn from_env() -> Result<Config, config::Error> {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
-        let database_url = config::database_url(&mut secrets, DEFAULT_DATABASE_URL)?;
-        let migration_database_url = config::migration_database_url(&mut secrets, &database_url)?;
+        let database = Database::urls_from_env(&mut secrets, "order_app")?;
         let pass_public_key = keys::verifying_key(&mut secrets, "PASS_PUBLIC_KEY", DevKey::Passes)?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
         let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
-        let dev_fallbacks = secrets.finish()?;
+        let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let purchase_cap: i64 = config::parse("PURCHASE_CAP", 1)?;
         if !(1..=1_000).contains(&purchase_cap) {
             return Err(invalid("PURCHASE_CAP", purchase_cap, "must be 1 to 1000"));
@@ -132,11 +120,11 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        let db_max_connections: u32 = config::parse("DB_MAX_CONNECTIONS", 16)?;
-        if db_max_connections == 0 {
+        let database = database.with_pool_from_env()?;
+        if database.max_connections == 0 {
             return Err(invalid(
                 "DB_MAX_CONNECTIONS",
-                db_max_connections,
+                database.max_connections,
                 "must be at least 1",
             ));
         }
@@ -149,49 +137,38 @@ impl Config {
             return Err(invalid("CLAIM_FLUSHES", claim_flushes, "must be 1 to 64"));
         }
         Ok(Config {
-            database_url,
-            migration_database_url,
-            db_limits: config::db_limits()?,
-            listen_addr: config::string("LISTEN_ADDR", DEFAULT_LISTEN_ADDR),
+            database,
+            process,
             pass_public_key,
             buyer_keys,
             service_keys,
-            dev_fallbacks,
             reservation_ttl: Duration::from_secs(ttl_secs),
             purchase_cap,
             waitlist_offer_ttl: Duration::from_secs(offer_ttl_secs),
             sweep_interval,
             sweep_batch,
             sweep_max_batches,
-            db_max_connections,
             claim_batch,
             claim_flushes,
-            log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
         })
     }
 
     /// Defaults for a given database, for tests and tools (development pass key).
     pub fn local(database_url: impl Into<String>) -> Config {
-        let database_url: String = database_url.into();
         Config {
-            migration_database_url: paysaga_common::db::dev_migrator_url(&database_url),
-            database_url,
-            db_limits: paysaga_common::db::Limits::default(),
-            listen_addr: "127.0.0.1:0".to_owned(),
+            database: Database::local(database_url),
+            process: Process::local("127.0.0.1:0"),
             pass_public_key: DevKey::Passes.verifying_key(),
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),
-            dev_fallbacks: DevFallbacks::default(),
             reservation_ttl: Duration::from_secs(600),
             purchase_cap: 1,
             waitlist_offer_ttl: Duration::from_secs(120),
             sweep_interval: Duration::from_millis(1000),
             sweep_batch: 500,
             sweep_max_batches: 20,
-            db_max_connections: 16,
             claim_batch: DEFAULT_CLAIM_BATCH,
             claim_flushes: DEFAULT_CLAIM_FLUSHES,
-            log_format: LogFormat::Pretty,
         }
     }
 }

@@ -18,8 +18,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A rejection from a common extractor or an input check, already shaped.
-    #[error("{}: {}", .0.code, .0.message)]
-    Api(ApiError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error("no units left")]
     SoldOut,
     #[error(
@@ -68,12 +68,6 @@ pub enum Error {
     /// error inside); the operation may not have been applied.
     #[error("{0}")]
     Batch(BatchFailure<Error>),
-}
-
-impl From<ApiError> for Error {
-    fn from(e: ApiError) -> Self {
-        Error::Api(e)
-    }
 }
 
 impl Error {
@@ -273,16 +267,6 @@ mod tests {
 
     #[test]
     fn a_database_out_of_reach_is_503_unavailable_not_500() {
-        let lost = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        for e in [
-            sqlx::Error::Io(lost),
-            sqlx::Error::PoolTimedOut,
-            sqlx::Error::PoolClosed,
-        ] {
-            let response = Error::Database(e).into_response();
-            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-        }
-        let response = Error::Database(sqlx::Error::RowNotFound).into_response();
-        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        paysaga_common::testkit::check_database_outages(|e| Error::Database(e).into_response());
     }
 }

@@ -29,7 +29,7 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use paysaga_common::{auth::Verifier, db, pass::PassVerifier, server};
+use paysaga_common::{auth::Verifier, pass::PassVerifier, server, service};
 use sqlx::{migrate::Migrator, PgPool};
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
@@ -81,15 +81,7 @@ impl AppState {
 
     /// Connects as the service role and brings the schema up to date.
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
-        let pool = db::open(
-            &config.database_url,
-            config.migration_database_url.as_deref(),
-            SCHEMA,
-            config.db_max_connections,
-            config.db_limits,
-            &MIGRATOR,
-        )
-        .await?;
+        let pool = config.database.open(SCHEMA, &MIGRATOR).await?;
         Ok(Self::new(pool, config))
     }
 }
@@ -185,15 +177,10 @@ pub fn app(state: AppState) -> Router {
     server::finish(api, ApiDoc::openapi())
 }
 
-/// The order process, as the `order` binary and `paysaga service order` both run it:
-/// configuration from the environment, logging, the listening socket (handed over by a
-/// supervisor, else bound to `LISTEN_ADDR`), then serving until SIGINT or SIGTERM.
+/// The order process, as the `order` binary and `paysaga service order` both run it
+/// ([`service::serve_from_env`]).
 pub async fn serve_from_env() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    paysaga_common::telemetry::init_tracing_for("order", config.log_format);
-    config.dev_fallbacks.warn("order");
-    let listener = paysaga_common::server::listener(&config.listen_addr).await?;
-    run(config, listener, paysaga_common::server::shutdown_signal()).await
+    service::serve_from_env("order", Config::from_env, |c| &c.process, run).await
 }
 
 /// Connects, migrates, starts the expiry sweep, serves until `shutdown`, then stops the sweep.

@@ -46,65 +46,53 @@ impl From<ReservationRow> for Reservation {
     }
 }
 
+/// The `reservations` columns of [`ReservationRow`], then `$filter`.
+macro_rules! select {
+    ($filter:literal) => {
+        concat!(
+            "SELECT id, product_id, member_id, unit_id, price, state, expires_at, order_id, ",
+            "created_at, updated_at FROM reservations ",
+            $filter
+        )
+    };
+}
+
+/// The one reservation `sql` selects by `key`, if any.
+async fn one<'c>(
+    executor: impl sqlx::PgExecutor<'c>,
+    sql: &'static str,
+    key: Uuid,
+) -> Result<Option<Reservation>> {
+    let row = sqlx::query_as::<_, ReservationRow>(sql)
+        .bind(key)
+        .fetch_optional(executor)
+        .await?;
+    Ok(row.map(Reservation::from))
+}
+
 /// The reservation made by taking an offer, if any.
 pub(crate) async fn by_offer(
     tx: &mut Transaction<'_, Postgres>,
     offer_id: Uuid,
 ) -> Result<Option<Reservation>> {
-    let row = sqlx::query_as::<_, ReservationRow>(
-        r#"
-        SELECT id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at
-        FROM reservations
-        WHERE offer_id = $1
-        "#,
-    )
-    .bind(offer_id)
-    .fetch_optional(&mut **tx)
-    .await?;
-    Ok(row.map(Reservation::from))
+    one(&mut **tx, select!("WHERE offer_id = $1"), offer_id).await
 }
 
 /// The reservation made with a pass, if any.
 pub async fn by_pass(pool: &PgPool, pass_id: Uuid) -> Result<Option<Reservation>> {
-    let row = sqlx::query_as::<_, ReservationRow>(
-        r#"
-        SELECT id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at
-        FROM reservations
-        WHERE pass_id = $1
-        "#,
-    )
-    .bind(pass_id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(Reservation::from))
+    one(pool, select!("WHERE pass_id = $1"), pass_id).await
 }
 
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<Reservation>> {
-    let row = sqlx::query_as::<_, ReservationRow>(
-        r#"
-        SELECT id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at
-        FROM reservations
-        WHERE id = $1
-        "#,
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(Reservation::from))
+    one(pool, select!("WHERE id = $1"), id).await
 }
 
 /// The reservations of `ids` that exist, in no particular order.
 pub(crate) async fn by_ids(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<Reservation>> {
-    let rows = sqlx::query_as::<_, ReservationRow>(
-        r#"
-        SELECT id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at
-        FROM reservations
-        WHERE id = ANY($1)
-        "#,
-    )
-    .bind(ids)
-    .fetch_all(pool)
-    .await?;
+    let rows = sqlx::query_as::<_, ReservationRow>(select!("WHERE id = ANY($1)"))
+        .bind(ids)
+        .fetch_all(pool)
+        .await?;
     Ok(rows.into_iter().map(Reservation::from).collect())
 }
 

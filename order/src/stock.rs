@@ -99,10 +99,12 @@ pub async fn add_units(pool: &PgPool, product_id: i64, count: i64) -> Result<Opt
     product(pool, product_id).await
 }
 
-/// One product with its counts.
-pub async fn product(pool: &PgPool, product_id: i64) -> Result<Option<Product>> {
-    let row = sqlx::query_as::<_, ProductRow>(
-        r#"
+/// Products with their counts (the columns of [`ProductRow`]), then `$tail`: one and the
+/// same count for the product view and the listing.
+macro_rules! with_counts {
+    ($tail:literal) => {
+        concat!(
+            r#"
         SELECT p.id, p.name, p.price, p.created_at,
                COUNT(s.id) AS units_total,
                COUNT(s.id) FILTER (WHERE s.state = 'AVAILABLE') AS available,
@@ -113,10 +115,18 @@ pub async fn product(pool: &PgPool, product_id: i64) -> Result<Option<Product>> 
                 WHERE w.product_id = p.id AND w.state = 'WAITING') AS waiting
         FROM products p
         LEFT JOIN product_stock s ON s.product_id = p.id
-        WHERE p.id = $1
-        GROUP BY p.id
         "#,
-    )
+            $tail
+        )
+    };
+}
+
+/// One product with its counts.
+pub async fn product(pool: &PgPool, product_id: i64) -> Result<Option<Product>> {
+    let row = sqlx::query_as::<_, ProductRow>(with_counts!(
+        "WHERE p.id = $1
+        GROUP BY p.id"
+    ))
     .bind(product_id)
     .fetch_optional(pool)
     .await?;
@@ -125,22 +135,10 @@ pub async fn product(pool: &PgPool, product_id: i64) -> Result<Option<Product>> 
 
 /// Every product with its counts, oldest first.
 pub async fn list_products(pool: &PgPool) -> Result<Vec<Product>> {
-    let rows = sqlx::query_as::<_, ProductRow>(
-        r#"
-        SELECT p.id, p.name, p.price, p.created_at,
-               COUNT(s.id) AS units_total,
-               COUNT(s.id) FILTER (WHERE s.state = 'AVAILABLE') AS available,
-               COUNT(s.id) FILTER (WHERE s.state = 'RESERVED') AS reserved,
-               COUNT(s.id) FILTER (WHERE s.state = 'OFFERED') AS offered,
-               COUNT(s.id) FILTER (WHERE s.state = 'SOLD') AS sold,
-               (SELECT COUNT(*) FROM waitlist_entries w
-                WHERE w.product_id = p.id AND w.state = 'WAITING') AS waiting
-        FROM products p
-        LEFT JOIN product_stock s ON s.product_id = p.id
-        GROUP BY p.id
-        ORDER BY p.id
-        "#,
-    )
+    let rows = sqlx::query_as::<_, ProductRow>(with_counts!(
+        "GROUP BY p.id
+        ORDER BY p.id"
+    ))
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(Product::from).collect())

@@ -612,7 +612,7 @@ async fn speed_single_calls_against_batches() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     for (mode, size, in_flight) in [("single", 1, 64), ("batch", 64, 4), ("batch", 5, 8)] {
-        let svc = Svc::start_with(|c| c.db_max_connections = 16).await;
+        let svc = Svc::start_with(|c| c.database.max_connections = 16).await;
         let mut accounts = Vec::with_capacity(n);
         for i in 0..n {
             accounts.push(svc.open(&format!("member-{i}"), 10_000).await.id);

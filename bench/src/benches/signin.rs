@@ -133,7 +133,7 @@ pub async fn run(args: &SigninArgs) -> anyhow::Result<SigninReport> {
 
 async fn measure(db: &BenchDb, args: &SigninArgs) -> anyhow::Result<SigninReport> {
     let mut account_config = account::Config::local(db.role_url("account_app")?);
-    account_config.db_max_connections = 8;
+    account_config.database.max_connections = 8;
     let account = start("account", |listener, stop| async move {
         account::run(account_config, listener, async {
             let _ = stop.await;

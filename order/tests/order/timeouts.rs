@@ -25,7 +25,7 @@ async fn lock_reservation(h: &Harness, id: Uuid) -> Transaction<'static, Postgre
 async fn a_lock_held_too_long_becomes_a_503_and_changes_nothing() {
     let h = Harness::start_with(|c| {
         c.sweep_interval = Duration::from_secs(3600);
-        c.db_limits.statement_timeout_ms = 300;
+        c.database.limits.statement_timeout_ms = 300;
     })
     .await;
     let product = h.product(1).await;

@@ -44,7 +44,7 @@ impl Svc {
     pub async fn start_with(tune: impl FnOnce(&mut Config)) -> Self {
         let db = TestDb::new().await;
         let mut config = Config::local(db.role_url("account_app"));
-        config.db_max_connections = 24;
+        config.database.max_connections = 24;
         tune(&mut config);
         let service = InProcess::start("account", |listener, shutdown| {
             account::run(config, listener, shutdown)

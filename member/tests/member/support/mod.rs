@@ -51,7 +51,7 @@ pub async fn dead_url() -> String {
 
 pub async fn start_account(db: &TestDb) -> InProcess {
     let mut config = account::Config::local(db.role_url("account_app"));
-    config.db_max_connections = 8;
+    config.database.max_connections = 8;
     InProcess::start("account", |listener, shutdown| {
         account::run(config, listener, shutdown)
     })

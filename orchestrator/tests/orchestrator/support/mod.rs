@@ -80,13 +80,13 @@ impl Stack {
         let admin = db.admin_pool().await;
 
         let mut account_config = account::Config::local(db.role_url("account_app"));
-        account_config.db_max_connections = 8;
+        account_config.database.max_connections = 8;
         let account = InProcess::start("account", |listener, shutdown| {
             account::run(account_config, listener, shutdown)
         })
         .await;
         let mut order_config = order::Config::local(db.role_url("order_app"));
-        order_config.db_max_connections = 8;
+        order_config.database.max_connections = 8;
         let order = InProcess::start("order", |listener, shutdown| {
             order::run(order_config, listener, shutdown)
         })
@@ -112,7 +112,7 @@ impl Stack {
         c.response_wait = Duration::from_millis(3000);
         c.lease = Duration::from_millis(4000);
         c.recovery_interval = Duration::from_millis(1000);
-        c.db_max_connections = 8;
+        c.database.max_connections = 8;
         c
     }
 

@@ -35,7 +35,7 @@ impl Harness {
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
         let db = TestDb::new().await;
         let mut config = Config::local(db.role_url("order_app"));
-        config.db_max_connections = 12;
+        config.database.max_connections = 12;
         tweak(&mut config);
         let service = InProcess::start("order", |listener, shutdown| {
             order::run(config, listener, shutdown)
