@@ -63,13 +63,9 @@ passing AS MATERIALIZED (
     WHERE d.status = 'APPLIED' AND d.account_id = f.account_id
       AND d.refunded + f.amount <= d.amount
 ),
-locked AS MATERIALIZED (
-    SELECT a.id, a.balance
-    FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT p.account_id FROM passing p)) AND a.kind = 'MEMBER'
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-),
+"#,
+    ledger::locked_members!("p.account_id FROM passing p"),
+    r#"
 inserted AS (
     INSERT INTO transactions (id, operation_key, kind, status, account_id, amount, refund_of, merchant_shard)
     SELECT p.id, p.operation_key, 'CREDIT', 'APPLIED', p.account_id, p.amount, p.refund_of,

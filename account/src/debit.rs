@@ -40,14 +40,7 @@ use crate::{
 ///
 /// Answers one row per debit, in order.
 const STATEMENT: &str = concat!(
-    r#"
-WITH input AS (
-    SELECT *
-    FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]) WITH ORDINALITY
-         AS o (id, operation_key, account_id, amount, ord)
-),
-"#,
-    ledger::held!(),
+    ledger::input_held!(),
     r#"
 locked AS MATERIALIZED (
     SELECT a.id, a.balance

@@ -17,25 +17,14 @@ use crate::{
 /// moved to exactly its locked balance plus its deposits, else the statement fails
 /// whole). Answers one row per deposit, in order.
 const STATEMENT: &str = concat!(
-    r#"
-WITH input AS (
-    SELECT *
-    FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]) WITH ORDINALITY
-         AS o (id, operation_key, account_id, amount, ord)
-),
-"#,
-    ledger::held!(),
+    ledger::input_held!(),
     r#"
 fresh AS (
     SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
 ),
-locked AS MATERIALIZED (
-    SELECT a.id, a.balance
-    FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT f.account_id FROM fresh f)) AND a.kind = 'MEMBER'
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-),
+"#,
+    ledger::locked_members!("f.account_id FROM fresh f"),
+    r#"
 inserted AS (
     INSERT INTO transactions (id, operation_key, kind, status, account_id, amount)
     SELECT f.id, f.operation_key, 'DEPOSIT', 'APPLIED', f.account_id, f.amount

@@ -155,6 +155,42 @@ held AS MATERIALIZED (
 }
 pub(crate) use held;
 
+/// The `input` every rule without a refund column opens with, then [`held`].
+macro_rules! input_held {
+    () => {
+        concat!(
+            r#"
+WITH input AS (
+    SELECT *
+    FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]) WITH ORDINALITY
+         AS o (id, operation_key, account_id, amount, ord)
+),
+"#,
+            $crate::ledger::held!()
+        )
+    };
+}
+pub(crate) use input_held;
+
+/// `locked`: the member accounts `$source` names, by id, in the lock order.
+macro_rules! locked_members {
+    ($source:literal) => {
+        concat!(
+            r#"
+locked AS MATERIALIZED (
+    SELECT a.id, a.balance
+    FROM accounts a
+    WHERE a.id = ANY(ARRAY(SELECT "#,
+            $source,
+            r#")) AND a.kind = 'MEMBER'
+    ORDER BY a.id
+    FOR NO KEY UPDATE
+),"#
+        )
+    };
+}
+pub(crate) use locked_members;
+
 /// The columns every rule's statement answers each request with ([`Met::read`]), from
 /// `inserted` or else `held`.
 macro_rules! answer_columns {

@@ -144,33 +144,38 @@ pub async fn list_products(pool: &PgPool) -> Result<Vec<Product>> {
     Ok(rows.into_iter().map(Product::from).collect())
 }
 
+/// A query over one product's AVAILABLE units, `$aggregate` opening the subquery.
+macro_rules! of_available {
+    ($aggregate:literal) => {
+        concat!(
+            "SELECT ",
+            $aggregate,
+            " FROM product_stock s WHERE s.product_id = p.id AND s.state = 'AVAILABLE')
+        FROM products p
+        WHERE p.id = $1"
+        )
+    };
+}
+
 /// Units AVAILABLE now (read from the partial index alone); `None` for an unknown product.
 pub async fn availability(pool: &PgPool, product_id: i64) -> Result<Option<i64>> {
-    let available: Option<i64> = sqlx::query_scalar(
-        r#"
-        SELECT (SELECT COUNT(*) FROM product_stock s WHERE s.product_id = p.id AND s.state = 'AVAILABLE')
-        FROM products p
-        WHERE p.id = $1
-        "#,
-    )
-    .bind(product_id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(available)
+    of_product(pool, product_id, of_available!("(SELECT COUNT(*)")).await
 }
 
 /// What a claim that found nothing needs to know: does the product exist, and is any
 /// unit AVAILABLE (locked by an in-flight transaction that may yet give it back)?
 pub async fn probe(pool: &PgPool, product_id: i64) -> Result<Option<bool>> {
-    let any: Option<bool> = sqlx::query_scalar(
-        r#"
-        SELECT EXISTS (SELECT 1 FROM product_stock s WHERE s.product_id = p.id AND s.state = 'AVAILABLE')
-        FROM products p
-        WHERE p.id = $1
-        "#,
-    )
-    .bind(product_id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(any)
+    of_product(pool, product_id, of_available!("EXISTS (SELECT 1")).await
+}
+
+/// Runs `sql` (a scalar per product, `$1` its id); `None` for an unknown product.
+async fn of_product<T>(pool: &PgPool, product_id: i64, sql: &'static str) -> Result<Option<T>>
+where
+    T: Send + Unpin,
+    (T,): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+{
+    Ok(sqlx::query_scalar(sql)
+        .bind(product_id)
+        .fetch_optional(pool)
+        .await?)
 }
