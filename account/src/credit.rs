@@ -83,14 +83,9 @@ refunded AS (
     JOIN debits x ON x.operation_key = i.refund_of
     WHERE d.operation_key = i.refund_of AND d.operation_key IS NOT NULL AND d.kind = 'DEBIT'
     RETURNING d.refunded, x.refunded + i.amount AS expected, x.amount
-),
-moved AS (
-    UPDATE accounts a SET balance = a.balance + t.total
-    FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
-    JOIN locked l ON l.id = t.account_id
-    WHERE a.id = t.account_id
-    RETURNING a.id, a.balance, l.balance + t.total AS expected
-),
+),"#,
+    ledger::raised!(),
+    r#"
 shards AS MATERIALIZED (
     SELECT s.shard, s.balance
     FROM merchant_shards s

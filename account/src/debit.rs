@@ -56,13 +56,9 @@ inserted AS (
     SELECT o.id, o.operation_key, 'DEBIT',
            CASE WHEN o.amount <= l.balance THEN 'APPLIED' ELSE 'DECLINED' END,
            o.account_id, o.amount,
-           CASE WHEN o.amount <= l.balance THEN $5::SMALLINT END
-    FROM input o
-    JOIN locked l ON l.id = o.account_id
-    ORDER BY o.operation_key
-    ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
-    RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at
-),
+           CASE WHEN o.amount <= l.balance THEN $5::SMALLINT END"#,
+    ledger::insert_once!("input o", "o"),
+    r#"
 applied AS (
     SELECT i.account_id, i.amount, l.balance - i.amount AS expected
     FROM inserted i

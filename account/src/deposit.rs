@@ -27,20 +27,10 @@ fresh AS (
     r#"
 inserted AS (
     INSERT INTO transactions (id, operation_key, kind, status, account_id, amount)
-    SELECT f.id, f.operation_key, 'DEPOSIT', 'APPLIED', f.account_id, f.amount
-    FROM fresh f
-    JOIN locked l ON l.id = f.account_id
-    ORDER BY f.operation_key
-    ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
-    RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at
-),
-moved AS (
-    UPDATE accounts a SET balance = a.balance + t.total
-    FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
-    JOIN locked l ON l.id = t.account_id
-    WHERE a.id = t.account_id
-    RETURNING a.id, a.balance, l.balance + t.total AS expected
-),
+    SELECT f.id, f.operation_key, 'DEPOSIT', 'APPLIED', f.account_id, f.amount"#,
+    ledger::insert_once!("fresh f", "f"),
+    ledger::raised!(),
+    r#"
 tally AS MATERIALIZED (
     SELECT CASE WHEN c.moved = c.accounts AND c.off IS NULL THEN 0
                 ELSE CAST('account invariant breach;deposit;accounts=' || c.accounts

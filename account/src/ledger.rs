@@ -191,6 +191,45 @@ locked AS MATERIALIZED (
 }
 pub(crate) use locked_members;
 
+/// How `inserted` ends when it answers the common columns: the rows of `$from` (alias
+/// `$alias`) whose account is locked, in key order, a key a concurrent statement holds
+/// waited for and skipped.
+macro_rules! insert_once {
+    ($from:literal, $alias:literal) => {
+        concat!(
+            "
+    FROM ",
+            $from,
+            "
+    JOIN locked l ON l.id = ",
+            $alias,
+            ".account_id
+    ORDER BY ",
+            $alias,
+            r#".operation_key
+    ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
+    RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at
+),"#
+        )
+    };
+}
+pub(crate) use insert_once;
+
+/// `moved`: each locked account raised by the sum of its `inserted` rows.
+macro_rules! raised {
+    () => {
+        r#"
+moved AS (
+    UPDATE accounts a SET balance = a.balance + t.total
+    FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
+    JOIN locked l ON l.id = t.account_id
+    WHERE a.id = t.account_id
+    RETURNING a.id, a.balance, l.balance + t.total AS expected
+),"#
+    };
+}
+pub(crate) use raised;
+
 /// The columns every rule's statement answers each request with ([`Met::read`]), from
 /// `inserted` or else `held`.
 macro_rules! answer_columns {
