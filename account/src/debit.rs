@@ -90,13 +90,7 @@ tally AS MATERIALIZED (
                  (SELECT MIN(id) FROM moved WHERE balance <> expected OR expected < 0) AS off) AS c
 )
 "#,
-    ledger::answer_columns!(),
-    r#", t.breach
-"#,
-    ledger::answer_joins!(),
-    r#"
-ORDER BY o.ord
-"#
+    ledger::answered!()
 );
 
 /// Applies `debits` (distinct keys, at most one per account) in one statement, paying

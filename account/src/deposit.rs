@@ -41,13 +41,7 @@ tally AS MATERIALIZED (
                  (SELECT MIN(id) FROM moved WHERE balance <> expected) AS off) AS c
 )
 "#,
-    ledger::answer_columns!(),
-    r#", t.breach
-"#,
-    ledger::answer_joins!(),
-    r#"
-ORDER BY o.ord
-"#
+    ledger::answered!()
 );
 
 /// Applies `deposits` (distinct keys) in one statement and answers each as

@@ -263,6 +263,20 @@ LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
 }
 pub(crate) use answer_joins;
 
+/// How a rule's statement without columns of its own ends: [`answer_columns`] with the
+/// breach, from [`answer_joins`], one row per request in order.
+macro_rules! answered {
+    () => {
+        concat!(
+            $crate::ledger::answer_columns!(),
+            ", t.breach\n",
+            $crate::ledger::answer_joins!(),
+            "\nORDER BY o.ord\n"
+        )
+    };
+}
+pub(crate) use answered;
+
 /// A rule's statement with its parameters bound.
 pub(crate) type Bound<'q> = Query<'q, Postgres, PgArguments>;
 
