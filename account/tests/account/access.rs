@@ -62,9 +62,7 @@ async fn account_app_cannot_read_another_services_schema() {
 
 #[tokio::test]
 async fn buyers_cannot_move_money_and_see_only_their_own_account() {
-    let svc = Svc::start().await;
-    let mine = svc.open("member-1", 1_000).await;
-    let theirs = svc.open("member-2", 1_000).await;
+    let (svc, mine, theirs) = Svc::with_two_members(1_000, 1_000).await;
     svc.pay("pay:a:debit", mine.id, 100).await;
 
     let buyer = buyer_token("member-1");

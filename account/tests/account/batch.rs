@@ -105,9 +105,7 @@ async fn many_debits_over_distinct_accounts_apply_once_each() {
 
 #[tokio::test]
 async fn each_reply_is_what_the_single_endpoint_answers() {
-    let svc = Svc::start().await;
-    let rich = svc.open("member-1", 1_000).await;
-    let poor = svc.open("member-2", 50).await;
+    let (svc, rich, poor) = Svc::with_two_members(1_000, 50).await;
     let merchant = svc.merchant_id().await;
     let ghost = 987_654;
     let before = svc.pay("pay:old:debit", rich.id, 100).await;
@@ -479,9 +477,7 @@ async fn a_buyer_token_is_forbidden() {
 
 #[tokio::test]
 async fn a_batch_that_fails_in_the_database_applies_none_of_its_debits() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
-    let b = svc.open("member-2", 1_000).await;
+    let (svc, a, b) = Svc::with_two_members(1_000, 1_000).await;
     // The last write of the transaction fails: everything before it must roll back.
     sqlx::query(
         r#"CREATE FUNCTION account_service.refuse() RETURNS trigger LANGUAGE plpgsql

@@ -48,9 +48,7 @@ async fn fifty_concurrent_identical_debits_take_money_once() {
 
 #[tokio::test]
 async fn same_key_with_a_different_request_is_refused_without_effect() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 10_000).await;
-    let b = svc.open("member-2", 10_000).await;
+    let (svc, a, b) = Svc::with_two_members(10_000, 10_000).await;
 
     let first = svc.pay("k1", a.id, 500).await;
     assert_eq!(first.status, 201);

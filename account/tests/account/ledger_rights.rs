@@ -31,9 +31,7 @@ async fn digest(svc: &Svc) -> String {
 
 #[tokio::test]
 async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
-    let b = svc.open("member-2", 100).await;
+    let (svc, a, b) = Svc::with_two_members(1_000, 100).await;
     svc.pay("pay:1:debit", a.id, 400).await;
     svc.client
         .credit(&CreditRequest {

@@ -58,9 +58,7 @@ async fn a_refund_moves_money_back_and_replays_idempotently() {
 
 #[tokio::test]
 async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
-    let b = svc.open("member-2", 1_000).await;
+    let (svc, a, b) = Svc::with_two_members(1_000, 1_000).await;
     svc.pay("d1", a.id, 300).await;
     svc.refused("d2", a.id, 5_000).await;
 
@@ -136,9 +134,7 @@ async fn racing_refunds_of_one_debit_stop_at_its_amount() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_refund_batches_stop_at_the_debits_amount() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
-    let b = svc.open("member-2", 1_000).await;
+    let (svc, a, b) = Svc::with_two_members(1_000, 1_000).await;
     for (k, id) in [("d", a.id), ("e", b.id)] {
         svc.pay(k, id, 100).await;
     }

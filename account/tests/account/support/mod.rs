@@ -75,6 +75,14 @@ impl Svc {
         format!("{}{path}", self.base)
     }
 
+    /// A fresh service with `member-1` and `member-2` opened with these balances.
+    pub async fn with_two_members(first: i64, second: i64) -> (Self, Account, Account) {
+        let svc = Self::start().await;
+        let a = svc.open("member-1", first).await;
+        let b = svc.open("member-2", second).await;
+        (svc, a, b)
+    }
+
     pub async fn open(&self, member: &str, opening: i64) -> Account {
         let req = OpenAccountRequest {
             member_id: MemberId::parse(member).expect("member id"),
