@@ -99,10 +99,7 @@ async fn expire_all(h: &Harness) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn several_sweepers_at_once_return_each_unit_exactly_once() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let product = h.product(300).await;
-    h.reserve_many(product.id, 300, "m").await;
+    let (h, pool, product, _) = Harness::all_reserved(300, "m").await;
     expire_all(&h).await;
     // Four "instances", small batches, so they genuinely overlap.
     let sweepers = (0..4).map(|_| {
@@ -124,10 +121,7 @@ async fn several_sweepers_at_once_return_each_unit_exactly_once() {
 
 #[tokio::test]
 async fn one_sweep_run_is_bounded_by_its_batches() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let product = h.product(25).await;
-    h.reserve_many(product.id, 25, "m").await;
+    let (h, pool, product, _) = Harness::all_reserved(25, "m").await;
     expire_all(&h).await;
     // 2 batches of 10 per run: the run stops at 20 and the next one finishes the rest.
     assert_eq!(order::sweep::sweep(&pool, 10, 2).await.unwrap(), 20);

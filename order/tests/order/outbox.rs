@@ -6,10 +6,7 @@ use paysaga_contracts::order::api::{events, AckEvents, ReservationExpired};
 
 #[tokio::test]
 async fn expiries_write_events_served_until_acknowledged() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let product = h.product(3).await;
-    let rs = h.reserve_many(product.id, 3, "outbox").await;
+    let (h, pool, product, rs) = Harness::all_reserved(3, "outbox").await;
     // A cancel and a confirm write no event; the two expiries (sweep, touch) do.
     h.buyer("outbox-2").cancel(rs[2].id).await.unwrap();
     h.make_due(rs[0].id).await;

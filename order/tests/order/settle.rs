@@ -287,10 +287,7 @@ async fn lookups_beside_writes_answer_as_lone_lookups() {
 
 #[tokio::test]
 async fn a_refund_in_a_batch_cancels_the_order_as_alone() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let product = h.product(4).await;
-    let rs = h.reserve_many(product.id, 4, "m").await;
+    let (h, pool, product, rs) = Harness::all_reserved(4, "m").await;
     h.service().confirm(rs[1].id).await.unwrap();
     h.service().confirm(rs[3].id).await.unwrap();
 
@@ -398,10 +395,7 @@ async fn wait_for_lock_wait(h: &Harness) {
 /// own operations with the failure; the first round's stay committed and answered.
 #[tokio::test]
 async fn a_reservation_named_twice_runs_in_rounds_each_committed() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let product = h.product(3).await;
-    let rs = h.reserve_many(product.id, 3, "m").await;
+    let (h, pool, product, rs) = Harness::all_reserved(3, "m").await;
 
     let ops = [
         confirm(rs[0].id),
@@ -456,10 +450,7 @@ async fn a_reservation_named_twice_runs_in_rounds_each_committed() {
 
 #[tokio::test]
 async fn the_statement_fails_whole_on_a_broken_unit() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let product = h.product(3).await;
-    let rs = h.reserve_many(product.id, 3, "m").await;
+    let (h, pool, _, rs) = Harness::all_reserved(3, "m").await;
     sqlx::query(r#"UPDATE order_service.product_stock SET state = 'SOLD' WHERE id = $1"#)
         .bind(rs[2].unit_id)
         .execute(&h.admin)

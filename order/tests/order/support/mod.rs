@@ -87,6 +87,19 @@ impl Harness {
     }
 
     /// A pool as the service role, to drive the sweep directly.
+    /// A fresh harness, a pool of the service's role, and a product of `units` units
+    /// each reserved by its own member, `{prefix}-{i}`.
+    pub async fn all_reserved(
+        units: usize,
+        prefix: &str,
+    ) -> (Self, PgPool, Product, Vec<Reservation>) {
+        let h = Self::start().await;
+        let pool = h.service_pool().await;
+        let product = h.product(units as i64).await;
+        let rs = h.reserve_many(product.id, units, prefix).await;
+        (h, pool, product, rs)
+    }
+
     pub async fn service_pool(&self) -> PgPool {
         paysaga_common::db::connect(&self.db.role_url("order_app"), order::SCHEMA, 8)
             .await
