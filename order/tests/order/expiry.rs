@@ -115,8 +115,7 @@ async fn several_sweepers_at_once_return_each_unit_exactly_once() {
     )
     .await;
     assert_eq!(expired, 300);
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 #[tokio::test]

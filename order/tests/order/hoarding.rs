@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::support::{
-    claims, count, inconsistencies, pass, reservation_state, signer, snapshot, unit_states, Harness,
+    claims, count, pass, reservation_state, signer, snapshot, unit_states, Harness,
 };
 
 /// The hoarder sends `token` for the product: the answer, which must be a success.
@@ -69,8 +69,7 @@ async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_end
         .reserve(other.id, &pass(other.id, "hoarder"))
         .await
         .unwrap();
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,6 +167,5 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
     let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'hoarder' AND state = 'CONFIRMED'"#).await;
     assert_eq!(orders, 2);
     assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 2));
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }

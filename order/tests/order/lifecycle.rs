@@ -1,7 +1,7 @@
 //! Products and the life of a reservation end to end over HTTP: create, add units,
 //! counts, confirm (idempotent, one order), cancel by buyer and by operator, visibility.
 
-use crate::support::{inconsistencies, order_state, pass, unit_states, Harness};
+use crate::support::{order_state, pass, unit_states, Harness};
 use paysaga_contracts::order::api::{CreateProduct, ReservationState};
 use uuid::Uuid;
 
@@ -104,8 +104,7 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
         (e.status(), e.code()),
         (Some(409), Some("RESERVATION_CANCELLED"))
     );
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 #[tokio::test]
@@ -149,6 +148,5 @@ async fn buyers_see_and_cancel_only_their_own() {
             (Some(404), Some("RESERVATION_NOT_FOUND"))
         );
     }
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }

@@ -103,6 +103,5 @@ async fn members_firing_many_passes_at_once_hold_one_unit_each() {
     let members = count(&h.admin, r#"SELECT COUNT(DISTINCT member_id) FROM order_service.reservations WHERE state = 'RESERVED'"#).await;
     assert_eq!(members, 5);
     assert_eq!(unit_states(&h.admin, product.id).await, (5, 5, 0));
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }

@@ -281,8 +281,7 @@ async fn lookups_beside_writes_answer_as_lone_lookups() {
     );
     // Three confirms of reserved units in each world became orders.
     assert_eq!(orders().await, before + 6);
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 #[tokio::test]
@@ -309,8 +308,7 @@ async fn a_refund_in_a_batch_cancels_the_order_as_alone() {
         let orders = orders_of(&h.admin, refunded).await;
         assert_eq!(orders, vec!["CANCELLED".to_owned()]);
     }
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 /// A service cancel that waits for the reservation's lock while a confirm commits finds
@@ -366,8 +364,7 @@ async fn a_refund_whose_order_was_committed_meanwhile_is_run_again() {
     );
     assert_eq!(order_state(&h.admin, order_id).await, "CANCELLED");
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 0, 0));
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 /// Until one of the service's statements waits for a row lock.
@@ -620,6 +617,5 @@ async fn time_per_batch() {
     assert_eq!((sold, orders), (confirmed, confirmed));
     let (_, reserved, _) = unit_states(&h.admin, product.id).await;
     assert_eq!(reserved, (2 * batches * SIZE) as i64);
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }

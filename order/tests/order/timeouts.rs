@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{count_by, inconsistencies, reservation_state, unit_states, Harness};
+use crate::support::{count_by, reservation_state, unit_states, Harness};
 use paysaga_common::testkit::service_token;
 use paysaga_contracts::order::{api::ReservationState, client::OrderClient};
 use sqlx::{Postgres, Transaction};
@@ -42,8 +42,7 @@ async fn a_lock_held_too_long_becomes_a_503_and_changes_nothing() {
     tx.rollback().await.unwrap();
     let confirmed = h.service().confirm(r.id).await.unwrap().body;
     assert_eq!(confirmed.state, ReservationState::Confirmed);
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 #[tokio::test]
@@ -82,6 +81,5 @@ async fn a_confirm_whose_caller_gave_up_still_completes() {
     )
     .await;
     assert_eq!(orders, 1);
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    h.stop().await;
+    h.stop_consistent().await;
 }

@@ -137,6 +137,12 @@ impl Harness {
     pub async fn stop(mut self) {
         self.service.stop().await.expect("order stops cleanly");
     }
+
+    /// Asserts that no row contradicts another ([`inconsistencies`]), then stops.
+    pub async fn stop_consistent(self) {
+        assert_eq!(inconsistencies(&self.admin).await, Vec::<String>::new());
+        self.stop().await;
+    }
 }
 
 /// A credential of the role that calls `path` in production: the gate reads
