@@ -5,7 +5,7 @@
 
 use crate::support::{amount, debit, key, Svc};
 use paysaga_contracts::account::api::CreditRequest;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::{postgres::PgPoolOptions, PgPool};
 
 fn sqlstate(e: &sqlx::Error) -> Option<String> {
     e.as_database_error()
@@ -69,13 +69,7 @@ async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
         "CREATE TABLE account_service.shadow_ledger (id INT)",
         "DELETE FROM account_service._sqlx_migrations",
     ];
-    for sql in refused_by_grants {
-        let err = sqlx::query(sql)
-            .execute(&app)
-            .await
-            .expect_err(&format!("account_app: {sql} must be refused"));
-        assert_eq!(sqlstate(&err).as_deref(), Some("42501"), "{sql}: {err}");
-    }
+    refused_all(&app, &refused_by_grants, "42501").await;
     // The three columns the service may update only move forward.
     let refused_by_guard = [
         "UPDATE account_service.transactions SET refunded = 0 WHERE refunded > 0",
@@ -83,17 +77,23 @@ async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
         "UPDATE account_service.transactions SET merchant_shard = (merchant_shard + 1) % 16 \
          WHERE kind = 'DEBIT' AND status = 'APPLIED'",
     ];
-    for sql in refused_by_guard {
-        let err = sqlx::query(sql)
-            .execute(&app)
-            .await
-            .expect_err(&format!("account_app: {sql} must be refused"));
-        assert_eq!(sqlstate(&err).as_deref(), Some("23000"), "{sql}: {err}");
-    }
+    refused_all(&app, &refused_by_guard, "23000").await;
     app.close().await;
 
     assert_eq!(digest(&svc).await, before, "the ledger reads as it did");
     // The service itself still works with exactly these rights.
     svc.pay("pay:3:debit", a.id, 100).await;
     assert_eq!(svc.balance(a.id).await, 1_000 - 400 + 150 - 100);
+}
+
+/// Runs each of `statements` as the service and asserts PostgreSQL refuses it with
+/// SQLSTATE `code`.
+async fn refused_all(app: &PgPool, statements: &[&str], code: &str) {
+    for sql in statements {
+        let err = sqlx::query(sql)
+            .execute(app)
+            .await
+            .expect_err(&format!("account_app: {sql} must be refused"));
+        assert_eq!(sqlstate(&err).as_deref(), Some(code), "{sql}: {err}");
+    }
 }

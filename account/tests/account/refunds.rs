@@ -21,19 +21,17 @@ async fn a_refund_moves_money_back_and_replays_idempotently() {
     let total = svc.total_money().await;
     svc.pay("pay:1:debit", a.id, 400).await;
 
-    let first = svc
-        .client
-        .credit(&refund("pay:1:refund", a.id, 400, "pay:1:debit"))
-        .await
-        .expect("refunded");
+    let credit = || async {
+        svc.client
+            .credit(&refund("pay:1:refund", a.id, 400, "pay:1:debit"))
+            .await
+            .expect("credit answered")
+    };
+    let first = credit().await;
     assert_eq!(first.status, 201);
     assert_eq!(first.body.kind, TransactionKind::Credit);
     assert_eq!(first.body.refund_of.as_deref(), Some("pay:1:debit"));
-    let replay = svc
-        .client
-        .credit(&refund("pay:1:refund", a.id, 400, "pay:1:debit"))
-        .await
-        .expect("replay");
+    let replay = credit().await;
     assert_eq!(replay.status, 200);
     assert_eq!(replay.body, first.body);
 
