@@ -55,10 +55,7 @@ async fn assert_shards_match_rows(svc: &Svc) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_debits_over_distinct_accounts_apply_once_each() {
     let svc = Svc::start().await;
-    let mut accounts = Vec::new();
-    for i in 0..200 {
-        accounts.push(svc.open(&format!("member-{i}"), 10_000).await);
-    }
+    let accounts = svc.open_many(200, 10_000).await;
     let total_before = svc.total_money().await;
 
     let ops: Vec<AccountOp> = accounts
@@ -270,10 +267,7 @@ async fn debits_on_one_account_are_decided_in_batch_order() {
 #[tokio::test]
 async fn a_retried_batch_changes_nothing_and_replays() {
     let svc = Svc::start().await;
-    let mut accounts = Vec::new();
-    for i in 0..10 {
-        accounts.push(svc.open(&format!("member-{i}"), 1_000).await);
-    }
+    let accounts = svc.open_many(10, 1_000).await;
     // Three debits per account; the third on account 0 does not fit.
     let ops: Vec<AccountOp> = (0..30)
         .map(|i| {
@@ -302,10 +296,7 @@ async fn a_retried_batch_changes_nothing_and_replays() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_overlapping_batches_never_double_apply_or_deadlock() {
     let svc = Svc::start().await;
-    let mut accounts = Vec::new();
-    for i in 0..20 {
-        accounts.push(svc.open(&format!("member-{i}"), 2_000).await);
-    }
+    let accounts = svc.open_many(20, 2_000).await;
     let total_before = svc.total_money().await;
     // 200 keys, each always the same request; ten per account, more than it can pay.
     let request = |k: usize| {
@@ -609,10 +600,7 @@ async fn speed_single_calls_against_batches() {
         .unwrap_or(200);
     for (mode, size, in_flight) in [("single", 1, 64), ("batch", 64, 4), ("batch", 5, 8)] {
         let svc = Svc::start_with(|c| c.database.max_connections = 16).await;
-        let mut accounts = Vec::with_capacity(n);
-        for i in 0..n {
-            accounts.push(svc.open(&format!("member-{i}"), 10_000).await.id);
-        }
+        let accounts = svc.open_many_ids(n, 10_000).await;
         let reqs: Vec<_> = accounts
             .iter()
             .enumerate()

@@ -319,10 +319,7 @@ async fn a_batch_answers_and_moves_money_as_its_calls_one_by_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_batches_spread_over_the_merchant_shards() {
     let svc = Svc::start().await;
-    let mut accounts = Vec::new();
-    for i in 0..64 {
-        accounts.push(svc.open(&format!("member-{i}"), 1_000).await.id);
-    }
+    let accounts = svc.open_many_ids(64, 1_000).await;
     let calls = (0..64).map(|b| {
         let ops = (0..4)
             .map(|j| debit_op(&format!("pay:{b}:{j}:debit"), accounts[(b + j) % 64], 10))
@@ -345,10 +342,7 @@ async fn concurrent_batches_spread_over_the_merchant_shards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_batches_and_single_calls_share_keys_and_accounts_safely() {
     let svc = Svc::start().await;
-    let mut accounts = Vec::new();
-    for i in 0..12 {
-        accounts.push(svc.open(&format!("member-{i}"), 1_000_000).await.id);
-    }
+    let accounts = svc.open_many_ids(12, 1_000_000).await;
     let total_before = svc.total_money().await;
     let request = |k: usize| (format!("pay:{k}:debit"), accounts[k % 12], 10 + k as i64);
     let batches = (0..16usize).map(|t| {

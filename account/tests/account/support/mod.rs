@@ -83,6 +83,21 @@ impl Svc {
         (svc, a, b)
     }
 
+    /// Opens `member-0` .. `member-{n-1}`, each with `opening`, one after another.
+    pub async fn open_many(&self, n: usize, opening: i64) -> Vec<Account> {
+        let mut accounts = Vec::with_capacity(n);
+        for i in 0..n {
+            accounts.push(self.open(&format!("member-{i}"), opening).await);
+        }
+        accounts
+    }
+
+    /// [`Svc::open_many`], answering the account ids.
+    pub async fn open_many_ids(&self, n: usize, opening: i64) -> Vec<i64> {
+        let accounts = self.open_many(n, opening).await;
+        accounts.into_iter().map(|a| a.id).collect()
+    }
+
     pub async fn open(&self, member: &str, opening: i64) -> Account {
         let req = OpenAccountRequest {
             member_id: MemberId::parse(member).expect("member id"),
