@@ -5,8 +5,7 @@ use paysaga_common::testkit::service_token;
 
 #[tokio::test]
 async fn malformed_requests_are_answered_with_codes() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
+    let (svc, a) = Svc::with_member(1_000).await;
     let merchant_id = svc.merchant_id().await;
     let rows_before = svc.count_where("TRUE").await;
     let token = service_token("orchestrator");

@@ -216,8 +216,7 @@ async fn each_reply_is_what_the_single_endpoint_answers() {
 
 #[tokio::test]
 async fn a_repeated_key_whose_first_use_failed_is_tried_on_its_own() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
+    let (svc, a) = Svc::with_member(1_000).await;
     let replies = svc
         .batch(vec![
             debit_op("pay:x:debit", 987_654, 100),
@@ -233,8 +232,7 @@ async fn a_repeated_key_whose_first_use_failed_is_tried_on_its_own() {
 
 #[tokio::test]
 async fn debits_on_one_account_are_decided_in_batch_order() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 300).await;
+    let (svc, a) = Svc::with_member(300).await;
     let replies = svc
         .batch(vec![
             debit_op("pay:1:debit", a.id, 200),
@@ -399,8 +397,7 @@ async fn concurrent_overlapping_batches_never_double_apply_or_deadlock() {
 
 #[tokio::test]
 async fn empty_and_oversized_batches_are_refused_whole() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000_000).await;
+    let (svc, a) = Svc::with_member(1_000_000).await;
     let before = snapshot(&svc).await;
     for n in [0, MAX_OPS + 1] {
         let ops: Vec<Value> = (0..n)
@@ -440,8 +437,7 @@ async fn empty_and_oversized_batches_are_refused_whole() {
 
 #[tokio::test]
 async fn a_buyer_token_is_forbidden() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
+    let (svc, a) = Svc::with_member(1_000).await;
     let body = json!({"ops": [{"op": "debit", "operation_key": "pay:evil:debit", "account_id": a.id, "amount": 500}]});
     let r = svc
         .http
@@ -502,8 +498,7 @@ async fn a_batch_that_fails_in_the_database_applies_none_of_its_debits() {
 /// disagree, and it fails whole: a 500, and nothing recorded or moved.
 #[tokio::test]
 async fn a_statement_whose_counts_disagree_applies_nothing() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
+    let (svc, a) = Svc::with_member(1_000).await;
     let paid = svc.pay("pay:0:debit", a.id, 100).await;
     assert_eq!(paid.status, 201);
     sqlx::query(

@@ -91,8 +91,7 @@ async fn same_key_with_a_different_request_is_refused_without_effect() {
 
 #[tokio::test]
 async fn a_declined_key_stays_declined_after_the_account_is_topped_up() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 100).await;
+    let (svc, a) = Svc::with_member(100).await;
 
     let paid = svc.pay("pay:1:debit", a.id, 100).await;
     assert_eq!(paid.status, 201);
@@ -139,8 +138,7 @@ async fn a_declined_key_stays_declined_after_the_account_is_topped_up() {
 
 #[tokio::test]
 async fn lookup_by_key_tells_what_happened() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
+    let (svc, a) = Svc::with_member(1_000).await;
 
     // A key never used, and a malformed one.
     for (k, status, code) in [

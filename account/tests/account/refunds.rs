@@ -16,8 +16,7 @@ fn refund(k: &str, account_id: i64, minor: i64, of: &str) -> CreditRequest {
 
 #[tokio::test]
 async fn a_refund_moves_money_back_and_replays_idempotently() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
+    let (svc, a) = Svc::with_member(1_000).await;
     let total = svc.total_money().await;
     svc.pay("pay:1:debit", a.id, 400).await;
 
@@ -107,8 +106,7 @@ async fn refunds_never_exceed_the_debit_and_are_refused_precisely() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_refunds_of_one_debit_stop_at_its_amount() {
-    let svc = Svc::start().await;
-    let a = svc.open("member-1", 1_000).await;
+    let (svc, a) = Svc::with_member(1_000).await;
     svc.pay("d", a.id, 100).await;
 
     let reqs: Vec<_> = (0..30)

@@ -75,10 +75,16 @@ impl Svc {
         format!("{}{path}", self.base)
     }
 
+    /// A fresh service with `member-1` opened with `opening`.
+    pub async fn with_member(opening: i64) -> (Self, Account) {
+        let svc = Self::start().await;
+        let a = svc.open("member-1", opening).await;
+        (svc, a)
+    }
+
     /// A fresh service with `member-1` and `member-2` opened with these balances.
     pub async fn with_two_members(first: i64, second: i64) -> (Self, Account, Account) {
-        let svc = Self::start().await;
-        let a = svc.open("member-1", first).await;
+        let (svc, a) = Self::with_member(first).await;
         let b = svc.open("member-2", second).await;
         (svc, a, b)
     }
