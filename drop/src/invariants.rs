@@ -256,59 +256,10 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
     r.reservations_cancelled = row.try_get("cancelled")?;
     r.reservations_expired = row.try_get("expired")?;
 
-    r.oversold_units = scalar(
-        pool,
-        r#"
-        SELECT SUM(GREATEST(held.n - units.n, 0))::BIGINT
-        FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
-        JOIN (
-            SELECT product_id, COUNT(*) AS n
-            FROM order_service.reservations
-            WHERE state IN ('RESERVED', 'CONFIRMED')
-            GROUP BY product_id
-        ) AS held USING (product_id)
-        "#,
-    )
-    .await?
-        + scalar(
-            pool,
-            r#"
-            SELECT SUM(GREATEST(sold.n - units.n, 0))::BIGINT
-            FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
-            JOIN (
-                SELECT product_id, COUNT(*) AS n FROM order_service.orders WHERE state = 'CONFIRMED' GROUP BY product_id
-            ) AS sold USING (product_id)
-            "#,
-        )
-        .await?;
-
-    r.units_in_two_live_reservations = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*) FROM (
-            SELECT unit_id
-            FROM order_service.reservations
-            WHERE state IN ('RESERVED', 'CONFIRMED')
-            GROUP BY unit_id
-            HAVING COUNT(*) > 1
-        ) AS doubled
-        "#,
-    )
-    .await?;
-
-    r.unit_state_mismatches = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*)
-        FROM order_service.product_stock AS u
-        LEFT JOIN order_service.reservations AS live
-            ON live.unit_id = u.id AND live.state IN ('RESERVED', 'CONFIRMED')
-        WHERE (u.state IN ('AVAILABLE', 'OFFERED') AND live.id IS NOT NULL)
-           OR (u.state = 'RESERVED' AND (live.id IS NULL OR live.state <> 'RESERVED'))
-           OR (u.state = 'SOLD' AND (live.id IS NULL OR live.state <> 'CONFIRMED'))
-        "#,
-    )
-    .await?;
+    r.oversold_units =
+        scalar(pool, OVERSOLD_BY_RESERVATIONS).await? + scalar(pool, OVERSOLD_BY_ORDERS).await?;
+    r.units_in_two_live_reservations = scalar(pool, UNITS_IN_TWO_LIVE_RESERVATIONS).await?;
+    r.unit_state_mismatches = scalar(pool, UNIT_STATE_MISMATCHES).await?;
     Ok(())
 }
 
@@ -331,131 +282,27 @@ async fn waitlist(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
     r.offers_taken = row.try_get("taken")?;
     r.offers_expired = row.try_get("expired")?;
 
-    r.offered_units_without_one_live_offer = scalar(
-        pool,
-        r#"
-        SELECT
-            (SELECT COUNT(*) FROM (
-                SELECT u.id
-                FROM order_service.product_stock AS u
-                LEFT JOIN order_service.waitlist_offers AS o ON o.unit_id = u.id AND o.state = 'OFFERED'
-                WHERE u.state = 'OFFERED'
-                GROUP BY u.id
-                HAVING COUNT(o.id) <> 1
-            ) AS bad)
-          + (SELECT COUNT(*)
-             FROM order_service.waitlist_offers AS o
-             JOIN order_service.product_stock AS u ON u.id = o.unit_id
-             WHERE o.state = 'OFFERED' AND u.state <> 'OFFERED')
-        "#,
-    )
-    .await?;
+    r.offered_units_without_one_live_offer =
+        scalar(pool, OFFERED_UNITS_WITHOUT_ONE_LIVE_OFFER).await?;
 
-    r.members_with_two_live_offers = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*) FROM (
-            SELECT product_id, member_id
-            FROM order_service.waitlist_offers
-            WHERE state = 'OFFERED'
-            GROUP BY product_id, member_id
-            HAVING COUNT(*) > 1
-        ) AS doubled
-        "#,
-    )
-    .await?;
+    r.members_with_two_live_offers = scalar(pool, MEMBERS_WITH_TWO_LIVE_OFFERS).await?;
 
-    r.available_while_waiting = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*) FROM order_service.products AS p
-        WHERE EXISTS (SELECT 1 FROM order_service.product_stock AS u
-                      WHERE u.product_id = p.id AND u.state = 'AVAILABLE')
-          AND EXISTS (SELECT 1 FROM order_service.waitlist_entries AS w
-                      WHERE w.product_id = p.id AND w.state = 'WAITING')
-        "#,
-    )
-    .await?;
+    r.available_while_waiting = scalar(pool, AVAILABLE_WHILE_WAITING).await?;
 
-    r.offer_units_reserved_by_others = scalar(
-        pool,
-        r#"
-        SELECT
-            (SELECT COUNT(*)
-             FROM order_service.waitlist_offers AS o
-             JOIN order_service.reservations AS res
-               ON res.unit_id = o.unit_id AND res.state IN ('RESERVED', 'CONFIRMED')
-             WHERE o.state = 'OFFERED')
-          + (SELECT COUNT(*)
-             FROM order_service.reservations AS res
-             JOIN order_service.waitlist_offers AS o ON o.id = res.offer_id
-             WHERE o.unit_id <> res.unit_id OR o.member_id <> res.member_id)
-        "#,
-    )
-    .await?;
+    r.offer_units_reserved_by_others = scalar(pool, OFFER_UNITS_RESERVED_BY_OTHERS).await?;
     Ok(())
 }
 
 async fn money(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
-    r.balance_total = scalar(
-        pool,
-        r#"
-        SELECT ((SELECT COALESCE(SUM(balance), 0) FROM account_service.accounts)
-              + (SELECT COALESCE(SUM(balance), 0) FROM account_service.merchant_shards))::BIGINT
-        "#,
-    )
-    .await?;
-    r.deposits_total = scalar(
-        pool,
-        r#"
-        SELECT COALESCE(SUM(amount), 0)::BIGINT
-        FROM account_service.transactions
-        WHERE kind IN ('OPENING', 'DEPOSIT') AND status = 'APPLIED'
-        "#,
-    )
-    .await?;
+    r.balance_total = scalar(pool, BALANCE_TOTAL).await?;
+    r.deposits_total = scalar(pool, DEPOSITS_TOTAL).await?;
     r.balance_drift = r.balance_total - r.deposits_total;
 
-    r.ledger_mismatches = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*)
-        FROM account_service.accounts AS a
-        LEFT JOIN (
-            SELECT account_id,
-                   SUM(CASE kind WHEN 'DEBIT' THEN -amount ELSE amount END) AS net
-            FROM account_service.transactions
-            WHERE status = 'APPLIED'
-            GROUP BY account_id
-        ) AS l ON l.account_id = a.id
-        WHERE a.kind = 'MEMBER' AND a.balance <> COALESCE(l.net, 0)
-        "#,
-    )
-    .await?;
+    r.ledger_mismatches = scalar(pool, LEDGER_MISMATCHES).await?;
 
-    r.operation_keys_applied_twice = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*) FROM (
-            SELECT operation_key
-            FROM account_service.transactions
-            WHERE operation_key IS NOT NULL
-            GROUP BY operation_key
-            HAVING COUNT(*) > 1
-        ) AS twice
-        "#,
-    )
-    .await?;
+    r.operation_keys_applied_twice = scalar(pool, OPERATION_KEYS_APPLIED_TWICE).await?;
 
-    r.money_moved = scalar(
-        pool,
-        r#"
-        SELECT COALESCE(SUM(CASE kind WHEN 'DEBIT' THEN amount ELSE -amount END), 0)::BIGINT
-        FROM account_service.transactions
-        WHERE status = 'APPLIED' AND kind IN ('DEBIT', 'CREDIT')
-        "#,
-    )
-    .await?;
+    r.money_moved = scalar(pool, MONEY_MOVED).await?;
     Ok(())
 }
 
@@ -514,9 +361,143 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
 
     // Money kept per reservation across every payment-shaped debit, including debits whose
     // payment row does not exist (which would be money taken with nothing to show for it).
-    r.reservations_charged_twice = scalar(
-        pool,
-        r#"
+    r.reservations_charged_twice = scalar(pool, RESERVATIONS_CHARGED_TWICE).await?;
+
+    r.orders_without_completed_payment = scalar(pool, ORDERS_WITHOUT_COMPLETED_PAYMENT).await?;
+    Ok(())
+}
+
+// One query per count; each must return a single BIGINT (NULL reads as 0).
+
+/// Units held by live reservations beyond a product's stock.
+const OVERSOLD_BY_RESERVATIONS: &str = r#"
+        SELECT SUM(GREATEST(held.n - units.n, 0))::BIGINT
+        FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
+        JOIN (
+            SELECT product_id, COUNT(*) AS n
+            FROM order_service.reservations
+            WHERE state IN ('RESERVED', 'CONFIRMED')
+            GROUP BY product_id
+        ) AS held USING (product_id)
+        "#;
+
+/// Units sold by confirmed orders beyond a product's stock.
+const OVERSOLD_BY_ORDERS: &str = r#"
+            SELECT SUM(GREATEST(sold.n - units.n, 0))::BIGINT
+            FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
+            JOIN (
+                SELECT product_id, COUNT(*) AS n FROM order_service.orders WHERE state = 'CONFIRMED' GROUP BY product_id
+            ) AS sold USING (product_id)
+            "#;
+
+const UNITS_IN_TWO_LIVE_RESERVATIONS: &str = r#"
+        SELECT COUNT(*) FROM (
+            SELECT unit_id
+            FROM order_service.reservations
+            WHERE state IN ('RESERVED', 'CONFIRMED')
+            GROUP BY unit_id
+            HAVING COUNT(*) > 1
+        ) AS doubled
+        "#;
+
+const UNIT_STATE_MISMATCHES: &str = r#"
+        SELECT COUNT(*)
+        FROM order_service.product_stock AS u
+        LEFT JOIN order_service.reservations AS live
+            ON live.unit_id = u.id AND live.state IN ('RESERVED', 'CONFIRMED')
+        WHERE (u.state IN ('AVAILABLE', 'OFFERED') AND live.id IS NOT NULL)
+           OR (u.state = 'RESERVED' AND (live.id IS NULL OR live.state <> 'RESERVED'))
+           OR (u.state = 'SOLD' AND (live.id IS NULL OR live.state <> 'CONFIRMED'))
+        "#;
+
+const OFFERED_UNITS_WITHOUT_ONE_LIVE_OFFER: &str = r#"
+        SELECT
+            (SELECT COUNT(*) FROM (
+                SELECT u.id
+                FROM order_service.product_stock AS u
+                LEFT JOIN order_service.waitlist_offers AS o ON o.unit_id = u.id AND o.state = 'OFFERED'
+                WHERE u.state = 'OFFERED'
+                GROUP BY u.id
+                HAVING COUNT(o.id) <> 1
+            ) AS bad)
+          + (SELECT COUNT(*)
+             FROM order_service.waitlist_offers AS o
+             JOIN order_service.product_stock AS u ON u.id = o.unit_id
+             WHERE o.state = 'OFFERED' AND u.state <> 'OFFERED')
+        "#;
+
+const MEMBERS_WITH_TWO_LIVE_OFFERS: &str = r#"
+        SELECT COUNT(*) FROM (
+            SELECT product_id, member_id
+            FROM order_service.waitlist_offers
+            WHERE state = 'OFFERED'
+            GROUP BY product_id, member_id
+            HAVING COUNT(*) > 1
+        ) AS doubled
+        "#;
+
+const AVAILABLE_WHILE_WAITING: &str = r#"
+        SELECT COUNT(*) FROM order_service.products AS p
+        WHERE EXISTS (SELECT 1 FROM order_service.product_stock AS u
+                      WHERE u.product_id = p.id AND u.state = 'AVAILABLE')
+          AND EXISTS (SELECT 1 FROM order_service.waitlist_entries AS w
+                      WHERE w.product_id = p.id AND w.state = 'WAITING')
+        "#;
+
+const OFFER_UNITS_RESERVED_BY_OTHERS: &str = r#"
+        SELECT
+            (SELECT COUNT(*)
+             FROM order_service.waitlist_offers AS o
+             JOIN order_service.reservations AS res
+               ON res.unit_id = o.unit_id AND res.state IN ('RESERVED', 'CONFIRMED')
+             WHERE o.state = 'OFFERED')
+          + (SELECT COUNT(*)
+             FROM order_service.reservations AS res
+             JOIN order_service.waitlist_offers AS o ON o.id = res.offer_id
+             WHERE o.unit_id <> res.unit_id OR o.member_id <> res.member_id)
+        "#;
+
+const BALANCE_TOTAL: &str = r#"
+        SELECT ((SELECT COALESCE(SUM(balance), 0) FROM account_service.accounts)
+              + (SELECT COALESCE(SUM(balance), 0) FROM account_service.merchant_shards))::BIGINT
+        "#;
+
+const DEPOSITS_TOTAL: &str = r#"
+        SELECT COALESCE(SUM(amount), 0)::BIGINT
+        FROM account_service.transactions
+        WHERE kind IN ('OPENING', 'DEPOSIT') AND status = 'APPLIED'
+        "#;
+
+const LEDGER_MISMATCHES: &str = r#"
+        SELECT COUNT(*)
+        FROM account_service.accounts AS a
+        LEFT JOIN (
+            SELECT account_id,
+                   SUM(CASE kind WHEN 'DEBIT' THEN -amount ELSE amount END) AS net
+            FROM account_service.transactions
+            WHERE status = 'APPLIED'
+            GROUP BY account_id
+        ) AS l ON l.account_id = a.id
+        WHERE a.kind = 'MEMBER' AND a.balance <> COALESCE(l.net, 0)
+        "#;
+
+const OPERATION_KEYS_APPLIED_TWICE: &str = r#"
+        SELECT COUNT(*) FROM (
+            SELECT operation_key
+            FROM account_service.transactions
+            WHERE operation_key IS NOT NULL
+            GROUP BY operation_key
+            HAVING COUNT(*) > 1
+        ) AS twice
+        "#;
+
+const MONEY_MOVED: &str = r#"
+        SELECT COALESCE(SUM(CASE kind WHEN 'DEBIT' THEN amount ELSE -amount END), 0)::BIGINT
+        FROM account_service.transactions
+        WHERE status = 'APPLIED' AND kind IN ('DEBIT', 'CREDIT')
+        "#;
+
+const RESERVATIONS_CHARGED_TWICE: &str = r#"
         WITH kept AS (
             SELECT d.operation_key,
                    d.amount - COALESCE((
@@ -534,13 +515,9 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
             GROUP BY 1
             HAVING COUNT(*) > 1 OR BOOL_OR(p.id IS NULL)
         ) AS charged
-        "#,
-    )
-    .await?;
+        "#;
 
-    r.orders_without_completed_payment = scalar(
-        pool,
-        r#"
+const ORDERS_WITHOUT_COMPLETED_PAYMENT: &str = r#"
         SELECT COUNT(*)
         FROM order_service.reservations AS res
         WHERE res.state = 'CONFIRMED'
@@ -548,8 +525,4 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
               SELECT 1 FROM payment_service.payments AS p
               WHERE p.reservation_id = res.id
                 AND p.state IN ('COMPLETED', 'PROCESSING', 'ACCOUNT_DEBITED', 'ORDER_CONFIRMED', 'REFUND_PROCESSING'))
-        "#,
-    )
-    .await?;
-    Ok(())
-}
+        "#;
