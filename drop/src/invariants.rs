@@ -204,6 +204,26 @@ async fn scalar(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
     Ok(v.unwrap_or(0))
 }
 
+/// Runs a one-row query of BIGINT counts and returns them in column order, so each
+/// caller destructures them into its fields in the order its SELECT names them.
+pub(crate) async fn counts<const N: usize>(
+    pool: &PgPool,
+    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    what: &str,
+) -> anyhow::Result<[i64; N]> {
+    let row = query.fetch_one(pool).await.context(what.to_owned())?;
+    anyhow::ensure!(
+        row.len() == N,
+        "{what}: {} columns, expected {N}",
+        row.len()
+    );
+    let mut out = [0; N];
+    for (i, v) in out.iter_mut().enumerate() {
+        *v = row.try_get(i)?;
+    }
+    Ok(out)
+}
+
 /// Reads every invariant from the tables. `pool` must be an administrator's pool on the
 /// system's database (it reads `order_service`, `account_service` and `payment_service`).
 pub async fn check(pool: &PgPool) -> anyhow::Result<InvariantReport> {
@@ -216,8 +236,17 @@ pub async fn check(pool: &PgPool) -> anyhow::Result<InvariantReport> {
 }
 
 async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
-    let row = sqlx::query(
-        r#"
+    [
+        r.products,
+        r.units_total,
+        r.units_available,
+        r.units_reserved,
+        r.units_offered,
+        r.units_sold,
+    ] = counts(
+        pool,
+        sqlx::query(
+            r#"
         SELECT
             (SELECT COUNT(*) FROM order_service.products) AS products,
             COUNT(*) AS total,
@@ -227,19 +256,20 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
             COUNT(*) FILTER (WHERE state = 'SOLD') AS sold
         FROM order_service.product_stock
         "#,
+        ),
+        "reading product_stock",
     )
-    .fetch_one(pool)
-    .await
-    .context("reading product_stock")?;
-    r.products = row.try_get("products")?;
-    r.units_total = row.try_get("total")?;
-    r.units_available = row.try_get("available")?;
-    r.units_reserved = row.try_get("reserved")?;
-    r.units_offered = row.try_get("offered")?;
-    r.units_sold = row.try_get("sold")?;
+    .await?;
 
-    let row = sqlx::query(
-        r#"
+    [
+        r.reservations_live,
+        r.reservations_confirmed,
+        r.reservations_cancelled,
+        r.reservations_expired,
+    ] = counts(
+        pool,
+        sqlx::query(
+            r#"
         SELECT
             COUNT(*) FILTER (WHERE state = 'RESERVED') AS live,
             COUNT(*) FILTER (WHERE state = 'CONFIRMED') AS confirmed,
@@ -247,14 +277,10 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
             COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
         FROM order_service.reservations
         "#,
+        ),
+        "reading reservations",
     )
-    .fetch_one(pool)
-    .await
-    .context("reading reservations")?;
-    r.reservations_live = row.try_get("live")?;
-    r.reservations_confirmed = row.try_get("confirmed")?;
-    r.reservations_cancelled = row.try_get("cancelled")?;
-    r.reservations_expired = row.try_get("expired")?;
+    .await?;
 
     r.oversold_units =
         scalar(pool, OVERSOLD_BY_RESERVATIONS).await? + scalar(pool, OVERSOLD_BY_ORDERS).await?;
@@ -264,8 +290,10 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
 }
 
 async fn waitlist(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
-    let row = sqlx::query(
-        r#"
+    [r.waitlist_waiting, r.offers_live, r.offers_taken, r.offers_expired] = counts(
+        pool,
+        sqlx::query(
+            r#"
         SELECT
             (SELECT COUNT(*) FROM order_service.waitlist_entries WHERE state = 'WAITING') AS waiting,
             COUNT(*) FILTER (WHERE state = 'OFFERED') AS live,
@@ -273,14 +301,10 @@ async fn waitlist(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
             COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
         FROM order_service.waitlist_offers
         "#,
+        ),
+        "reading the waitlist",
     )
-    .fetch_one(pool)
-    .await
-    .context("reading the waitlist")?;
-    r.waitlist_waiting = row.try_get("waiting")?;
-    r.offers_live = row.try_get("live")?;
-    r.offers_taken = row.try_get("taken")?;
-    r.offers_expired = row.try_get("expired")?;
+    .await?;
 
     r.offered_units_without_one_live_offer =
         scalar(pool, OFFERED_UNITS_WITHOUT_ONE_LIVE_OFFER).await?;
@@ -308,7 +332,9 @@ async fn money(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
 
 async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
     // Money per payment, from the ledger: its debit (fixed key) and the credits refunding it.
-    let row = sqlx::query(
+    [r.payments, r.payments_completed, r.payments_failed, r.payments_refunded, r.payments_not_terminal, r.payments_needing_attention, r.payments_settling, r.payments_bad_net, r.completed_not_debited_or_confirmed, r.closed_payments_keeping_money] = counts(
+        pool,
+        sqlx::query(
         r#"
         WITH money AS (
             SELECT p.id, p.state, p.amount, p.reservation_id, p.needs_attention, p.pending_action,
@@ -344,20 +370,10 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
             COUNT(*) FILTER (WHERE state IN ('FAILED', 'REFUNDED') AND debited - refunded <> 0) AS closed_keeping
         FROM money
         "#,
+    ),
+        "reading payments against the ledger",
     )
-    .fetch_one(pool)
-    .await
-    .context("reading payments against the ledger")?;
-    r.payments = row.try_get("payments")?;
-    r.payments_completed = row.try_get("completed")?;
-    r.payments_failed = row.try_get("failed")?;
-    r.payments_refunded = row.try_get("refunded")?;
-    r.payments_not_terminal = row.try_get("not_terminal")?;
-    r.payments_needing_attention = row.try_get("attention")?;
-    r.payments_settling = row.try_get("settling")?;
-    r.payments_bad_net = row.try_get("bad_net")?;
-    r.completed_not_debited_or_confirmed = row.try_get("completed_bad")?;
-    r.closed_payments_keeping_money = row.try_get("closed_keeping")?;
+    .await?;
 
     // Money kept per reservation across every payment-shaped debit, including debits whose
     // payment row does not exist (which would be money taken with nothing to show for it).
