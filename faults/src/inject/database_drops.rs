@@ -48,12 +48,11 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         for kind in SERVICES {
             ctx.proxy(Link::Database(kind))?.heal();
         }
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.between_strikes().await;
     }
-    Ok(Injection {
-        faults: resets,
-        evidence: vec![("payments unfinished at a pulse".into(), unfinished)],
-        ..Injection::default()
-    })
+    Ok(Injection::evidenced(
+        resets,
+        "payments unfinished at a pulse",
+        unfinished,
+    ))
 }

@@ -33,15 +33,11 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         };
         tokio::time::sleep(period).await;
         ctx.proxy(Link::OrchestratorToOrder)?.heal();
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.between_strikes().await;
     }
-    Ok(Injection {
-        faults: cuts,
-        evidence: vec![(
-            "payments awaiting debit or confirm at a cut".into(),
-            confirming,
-        )],
-        ..Injection::default()
-    })
+    Ok(Injection::evidenced(
+        cuts,
+        "payments awaiting debit or confirm at a cut",
+        confirming,
+    ))
 }

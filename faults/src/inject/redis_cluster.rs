@@ -104,8 +104,7 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             .context("the redis-cluster-master-loss scenario runs on a Redis Cluster")?
             .restart(shard.master)
             .await?;
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.between_strikes().await;
     }
     let ms = |v: u128| i64::try_from(v).unwrap_or(i64::MAX);
     Ok(Injection {

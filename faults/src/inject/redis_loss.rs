@@ -3,8 +3,6 @@
 //! empty after a while: the quota, the passes in flight and the sold-out marks are gone,
 //! and the gate must degrade, then rebuild its quota from the order service.
 
-use std::time::Duration;
-
 use anyhow::Context as _;
 
 use super::{Ctx, Injection};
@@ -29,12 +27,11 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             .context("the redis-loss scenario runs on a private Redis")?
             .restart()
             .await?;
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.between_strikes().await;
     }
-    Ok(Injection {
-        faults: kills,
-        evidence: vec![("Redis keys lost with the server".into(), keys_lost)],
-        ..Injection::default()
-    })
+    Ok(Injection::evidenced(
+        kills,
+        "Redis keys lost with the server",
+        keys_lost,
+    ))
 }

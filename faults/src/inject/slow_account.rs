@@ -47,15 +47,11 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             tokio::time::sleep(SAMPLE_EVERY).await;
         }
         ctx.proxy(Link::OrchestratorToAccount)?.heal();
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.between_strikes().await;
     }
-    Ok(Injection {
-        faults: pulses,
-        evidence: vec![(
-            "most payments waiting for a debit during a pulse".into(),
-            most_waiting,
-        )],
-        ..Injection::default()
-    })
+    Ok(Injection::evidenced(
+        pulses,
+        "most payments waiting for a debit during a pulse",
+        most_waiting,
+    ))
 }
