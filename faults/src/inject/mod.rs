@@ -198,6 +198,27 @@ impl Ctx<'_> {
             .await;
     }
 
+    /// Heals `link`, then waits [`Ctx::between_strikes`].
+    pub async fn heal_then_wait(&mut self, link: Link) -> anyhow::Result<()> {
+        self.proxy(link)?.heal();
+        self.between_strikes().await;
+        Ok(())
+    }
+
+    /// The scenario's own Redis; `scenario` names the scenario in the error without one.
+    pub fn private_redis(&mut self, scenario: &str) -> anyhow::Result<&mut PrivateRedis> {
+        self.redis
+            .as_deref_mut()
+            .with_context(|| format!("the {scenario} scenario runs on a private Redis"))
+    }
+
+    /// The scenario's Redis Cluster; `scenario` names the scenario in the error without one.
+    pub fn redis_cluster(&mut self, scenario: &str) -> anyhow::Result<&mut RedisCluster> {
+        self.cluster
+            .as_deref_mut()
+            .with_context(|| format!("the {scenario} scenario runs on a Redis Cluster"))
+    }
+
     /// Sleeps a random time in `[lo, hi)`.
     pub async fn pause(&mut self, lo: Duration, hi: Duration) {
         let ms = self

@@ -32,8 +32,7 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             ctx.plan.fault_for
         };
         tokio::time::sleep(period).await;
-        ctx.proxy(Link::OrchestratorToOrder)?.heal();
-        ctx.between_strikes().await;
+        ctx.heal_then_wait(Link::OrchestratorToOrder).await?;
     }
     Ok(Injection::evidenced(
         cuts,

@@ -3,8 +3,6 @@
 //! empty after a while: the quota, the passes in flight and the sold-out marks are gone,
 //! and the gate must degrade, then rebuild its quota from the order service.
 
-use anyhow::Context as _;
-
 use super::{Ctx, Injection};
 
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
@@ -14,19 +12,12 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         if !ctx.next_strike(i).await? {
             break;
         }
-        let redis = ctx
-            .redis
-            .as_deref_mut()
-            .context("the redis-loss scenario runs on a private Redis")?;
+        let redis = ctx.private_redis("redis-loss")?;
         keys_lost += redis.dbsize().await.unwrap_or(0);
         redis.kill();
         kills += 1;
         tokio::time::sleep(ctx.plan.fault_for).await;
-        ctx.redis
-            .as_deref_mut()
-            .context("the redis-loss scenario runs on a private Redis")?
-            .restart()
-            .await?;
+        ctx.private_redis("redis-loss")?.restart().await?;
         ctx.between_strikes().await;
     }
     Ok(Injection::evidenced(

@@ -46,8 +46,7 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             most_waiting = most_waiting.max(ctx.count_in(&["PROCESSING"]).await?);
             tokio::time::sleep(SAMPLE_EVERY).await;
         }
-        ctx.proxy(Link::OrchestratorToAccount)?.heal();
-        ctx.between_strikes().await;
+        ctx.heal_then_wait(Link::OrchestratorToAccount).await?;
     }
     Ok(Injection::evidenced(
         pulses,
