@@ -15,6 +15,9 @@ const SERVICES: [ServiceKind; 3] = [
     ServiceKind::Orchestrator,
 ];
 
+/// What the evidence counts: the faults hitting work in progress.
+const EVIDENCE: &str = "payments unfinished at a pulse";
+
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut resets = 0;
     let mut unfinished = 0;
@@ -50,9 +53,5 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         }
         ctx.between_strikes().await;
     }
-    Ok(Injection::evidenced(
-        resets,
-        "payments unfinished at a pulse",
-        unfinished,
-    ))
+    Ok(Injection::evidenced(resets, EVIDENCE, unfinished))
 }

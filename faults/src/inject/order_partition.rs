@@ -13,6 +13,9 @@ use paysaga_e2e::Link;
 use super::{Aim, Ctx, Injection};
 use crate::scenario::PARTITION_RESERVATION_TTL;
 
+/// What the evidence counts: the faults hitting work in progress.
+const EVIDENCE: &str = "payments awaiting debit or confirm at a cut";
+
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut cuts = 0;
     let mut confirming = 0;
@@ -34,9 +37,5 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         tokio::time::sleep(period).await;
         ctx.heal_then_wait(Link::OrchestratorToOrder).await?;
     }
-    Ok(Injection::evidenced(
-        cuts,
-        "payments awaiting debit or confirm at a cut",
-        confirming,
-    ))
+    Ok(Injection::evidenced(cuts, EVIDENCE, confirming))
 }

@@ -5,6 +5,9 @@
 
 use super::{Ctx, Injection};
 
+/// What the evidence counts: the faults hitting work in progress.
+const EVIDENCE: &str = "Redis keys lost with the server";
+
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut kills = 0;
     let mut keys_lost = 0;
@@ -20,9 +23,5 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         ctx.private_redis("redis-loss")?.restart().await?;
         ctx.between_strikes().await;
     }
-    Ok(Injection::evidenced(
-        kills,
-        "Redis keys lost with the server",
-        keys_lost,
-    ))
+    Ok(Injection::evidenced(kills, EVIDENCE, keys_lost))
 }

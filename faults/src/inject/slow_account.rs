@@ -20,6 +20,9 @@ const DEBIT_OP: &[u8] = br#""op":"debit""#;
 /// How often the number of payments waiting for their debit is sampled during a pulse.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
+/// What the evidence counts: the faults hitting work in progress.
+const EVIDENCE: &str = "most payments waiting for a debit during a pulse";
+
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let held = DOWNSTREAM_TIMEOUT * 3 / 2;
     let per_leg = DOWNSTREAM_TIMEOUT * 3 / 4;
@@ -48,9 +51,5 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         }
         ctx.heal_then_wait(Link::OrchestratorToAccount).await?;
     }
-    Ok(Injection::evidenced(
-        pulses,
-        "most payments waiting for a debit during a pulse",
-        most_waiting,
-    ))
+    Ok(Injection::evidenced(pulses, EVIDENCE, most_waiting))
 }
