@@ -259,86 +259,91 @@ impl Report {
         md.push_str("\n### Load phases\n\n");
         md.push_str(&stats::markdown_table(&self.runs));
 
-        if !self.figures.is_empty() {
-            md.push_str("\n### Figures\n\n| scenario | figure | value |\n|---|---|---:|\n");
-            for f in &self.figures {
-                let _ = writeln!(
-                    md,
+        section(
+            &mut md,
+            "\n### Figures\n\n| scenario | figure | value |\n|---|---|---:|\n",
+            &self.figures,
+            |f| {
+                format!(
                     "| {} | {} | {} {} |",
                     f.scenario,
                     f.name,
                     fmt_num(f.value),
                     f.unit
-                );
-            }
-        }
-        if !self.ratios.is_empty() {
-            md.push_str("\n### Ratios to the machine's limits\n\n| paysaga figure | value | ceiling | ceiling value | ratio |\n|---|---:|---|---:|---:|\n");
-            for r in &self.ratios {
-                let _ = writeln!(
-                    md,
+                )
+            },
+        );
+        section(
+            &mut md,
+            "\n### Ratios to the machine's limits\n\n| paysaga figure | value | ceiling | ceiling value | ratio |\n|---|---:|---|---:|---:|\n",
+            &self.ratios,
+            |r| {
+                format!(
                     "| {} | {} | {} | {} | {:.2} |",
                     r.name,
                     fmt_num(r.measured),
                     r.ceiling_name,
                     fmt_num(r.ceiling),
                     r.ratio
-                );
-            }
-        }
-        if !self.targets.is_empty() {
-            md.push_str("\n### Targets\n\n| target | measured | required | met | how |\n|---|---:|---:|---|---|\n");
-            for t in &self.targets {
+                )
+            },
+        );
+        section(
+            &mut md,
+            "\n### Targets\n\n| target | measured | required | met | how |\n|---|---:|---:|---|---|\n",
+            &self.targets,
+            |t| {
                 let op = if t.bound == Bound::AtLeast {
                     "≥"
                 } else {
                     "≤"
                 };
-                let _ = writeln!(
-                    md,
+                format!(
                     "| {} | {} | {op} {} | {} | {} |",
                     t.name,
                     fmt_num(t.measured),
                     fmt_num(t.threshold),
                     if t.met { "**met**" } else { "**not met**" },
                     t.detail
-                );
-            }
-        }
+                )
+            },
+        );
         if !self.checkout.is_empty() {
             md.push_str(
                 "\n### Checkout: reserve + pay until terminal, one timed operation per buyer\n\n",
             );
             md.push_str(&checkout_table(&self.checkout));
         }
-        if !self.memory.is_empty() {
-            md.push_str("\n### Memory\n\n| phase | process | peak RSS (sampled) | RSS at end | VmHWM |\n|---|---|---:|---:|---:|\n");
-            for row in &self.memory {
+        section(
+            &mut md,
+            "\n### Memory\n\n| phase | process | peak RSS (sampled) | RSS at end | VmHWM |\n|---|---|---:|---:|---:|\n",
+            &self.memory,
+            |row| {
                 let p = &row.process;
-                let _ = writeln!(
-                    md,
+                format!(
                     "| {} | {} | {:.1} MiB | {:.1} MiB | {:.1} MiB |",
                     row.phase,
                     p.name,
                     p.peak_rss_kib as f64 / 1024.0,
                     p.end_rss_kib as f64 / 1024.0,
                     p.hwm_kib as f64 / 1024.0
-                );
-            }
-        }
-        if !self.invariants.is_empty() {
-            md.push_str("\n### Invariants checked in PostgreSQL\n\n| scenario | check | holds | detail |\n|---|---|---|---|\n");
-            for i in &self.invariants {
-                let _ = writeln!(
-                    md,
+                )
+            },
+        );
+        section(
+            &mut md,
+            "\n### Invariants checked in PostgreSQL\n\n| scenario | check | holds | detail |\n|---|---|---|---|\n",
+            &self.invariants,
+            |i| {
+                format!(
                     "| {} | {} | {} | {} |",
                     i.scenario,
                     i.check,
                     if i.ok { "yes" } else { "**NO**" },
                     i.detail
-                );
-            }
-        }
+                )
+            },
+        );
         if !self.notes.is_empty() {
             md.push_str("\n### Notes\n\n");
             for n in &self.notes {
@@ -422,6 +427,18 @@ fn fmt_ms(v: f64) -> String {
         format!("{v:.2}")
     } else {
         "n/a".into()
+    }
+}
+
+/// Appends `head` (a title and a table's header) and one line per row, when there are rows.
+fn section<T>(md: &mut String, head: &str, rows: &[T], line: impl Fn(&T) -> String) {
+    if rows.is_empty() {
+        return;
+    }
+    md.push_str(head);
+    for row in rows {
+        md.push_str(&line(row));
+        md.push('\n');
     }
 }
 

@@ -393,21 +393,19 @@ impl Driver {
         product_id: i64,
         retries: &mut u32,
     ) -> Result<paysaga_contracts::gate::api::PassIssued, CallError> {
-        let client = self.gate(buyer);
-        let mut n = 0;
-        loop {
-            match client.issue_pass(product_id).await {
-                Ok(a) => return Ok(a.body),
-                Err(e @ CallError::Unknown { .. }) if n < self.patience.retries => {
-                    self.errors.note();
+        let client = &self.gate(buyer);
+        self.retrying(
+            retries,
+            move || async move { client.issue_pass(product_id).await.map(|a| a.body) },
+            |e| {
+                let again = self.unknown_noted(e);
+                if again {
                     tracing::debug!(member = %buyer.member, error = %e, "pass: unknown outcome, retrying");
                 }
-                Err(e) => return Err(e),
-            }
-            n += 1;
-            *retries += 1;
-            self.pause(n).await;
-        }
+                again
+            },
+        )
+        .await
     }
 
     /// `POST order /v1/reservations` with `pass`, retried with the same pass on unknown
@@ -420,17 +418,8 @@ impl Driver {
         retries: &mut u32,
     ) -> Result<Reservation, CallError> {
         let client = self.order(buyer);
-        let mut n = 0;
-        loop {
-            match client.reserve(product_id, pass).await {
-                Ok(a) => return Ok(a.body),
-                Err(CallError::Unknown { .. }) if n < self.patience.retries => self.errors.note(),
-                Err(e) => return Err(e),
-            }
-            n += 1;
-            *retries += 1;
-            self.pause(n).await;
-        }
+        self.retried(retries, || client.reserve(product_id, pass))
+            .await
     }
 
     fn orchestrator(&self, buyer: &Buyer) -> OrchestratorClient {
@@ -471,25 +460,22 @@ impl Driver {
     ) -> Result<Payment, CallError> {
         // One client (one connection pool) for every retry of this payment.
         let client = self.orchestrator(buyer);
-        let body = CreatePayment {
+        let client = &client;
+        let body = &CreatePayment {
             reservation_id,
             account_id: buyer.account_id,
         };
-        let mut n = 0;
-        loop {
-            match client.pay(idempotency_key, &body).await {
-                Ok(a) => return Ok(a.payment),
-                Err(CallError::Rejected {
-                    status: 409,
-                    ref body,
-                }) if body.code == "IDEMPOTENCY_KEY_IN_PROGRESS" && n < self.patience.retries => {}
-                Err(CallError::Unknown { .. }) if n < self.patience.retries => self.errors.note(),
-                Err(e) => return Err(e),
-            }
-            n += 1;
-            *retries += 1;
-            self.pause(n).await;
-        }
+        self.retrying(
+            retries,
+            move || async move { client.pay(idempotency_key, body).await.map(|a| a.payment) },
+            |e| match e {
+                CallError::Rejected { status: 409, body } => {
+                    body.code == "IDEMPOTENCY_KEY_IN_PROGRESS"
+                }
+                _ => self.unknown_noted(e),
+            },
+        )
+        .await
     }
 
     /// Polls a payment until it is terminal, or `patience.follow_for` passes.
@@ -517,9 +503,7 @@ impl Driver {
             match client.payment(current.id).await {
                 Ok(a) => current = a.body,
                 Err(e) => {
-                    if matches!(e, CallError::Unknown { .. }) {
-                        self.errors.note();
-                    }
+                    self.unknown_noted(&e);
                     last_error = e.to_string();
                 }
             }
@@ -631,17 +615,49 @@ impl Driver {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<Answer<T>, CallError>>,
     {
+        self.retrying(
+            retries,
+            || {
+                let answer = call();
+                async move { answer.await.map(|a| a.body) }
+            },
+            |e| self.unknown_noted(e),
+        )
+        .await
+    }
+
+    /// Calls `call` again, after a growing pause, while `again` takes its error for one
+    /// worth asking again about and the buyer's patience lasts; counts each retry.
+    async fn retrying<T, F, Fut>(
+        &self,
+        retries: &mut u32,
+        mut call: F,
+        mut again: impl FnMut(&CallError) -> bool,
+    ) -> Result<T, CallError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, CallError>>,
+    {
         let mut n = 0;
         loop {
             match call().await {
-                Ok(a) => return Ok(a.body),
-                Err(CallError::Unknown { .. }) if n < self.patience.retries => self.errors.note(),
+                Ok(v) => return Ok(v),
+                Err(e) if n < self.patience.retries && again(&e) => {}
                 Err(e) => return Err(e),
             }
             n += 1;
             *retries += 1;
             self.pause(n).await;
         }
+    }
+
+    /// Whether `e` is an unknown outcome (worth asking again), noted in the error log.
+    fn unknown_noted(&self, e: &CallError) -> bool {
+        let unknown = matches!(e, CallError::Unknown { .. });
+        if unknown {
+            self.errors.note();
+        }
+        unknown
     }
 
     /// Joins the product's waitlist and waits until a unit is offered and taken, the

@@ -204,6 +204,26 @@ async fn scalar(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
     Ok(v.unwrap_or(0))
 }
 
+/// Runs a one-row query of BIGINT counts and returns them in column order, so each
+/// caller destructures them into its fields in the order its SELECT names them.
+pub(crate) async fn counts<const N: usize>(
+    pool: &PgPool,
+    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    what: &str,
+) -> anyhow::Result<[i64; N]> {
+    let row = query.fetch_one(pool).await.context(what.to_owned())?;
+    anyhow::ensure!(
+        row.len() == N,
+        "{what}: {} columns, expected {N}",
+        row.len()
+    );
+    let mut out = [0; N];
+    for (i, v) in out.iter_mut().enumerate() {
+        *v = row.try_get(i)?;
+    }
+    Ok(out)
+}
+
 /// Reads every invariant from the tables. `pool` must be an administrator's pool on the
 /// system's database (it reads `order_service`, `account_service` and `payment_service`).
 pub async fn check(pool: &PgPool) -> anyhow::Result<InvariantReport> {
@@ -216,8 +236,17 @@ pub async fn check(pool: &PgPool) -> anyhow::Result<InvariantReport> {
 }
 
 async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
-    let row = sqlx::query(
-        r#"
+    [
+        r.products,
+        r.units_total,
+        r.units_available,
+        r.units_reserved,
+        r.units_offered,
+        r.units_sold,
+    ] = counts(
+        pool,
+        sqlx::query(
+            r#"
         SELECT
             (SELECT COUNT(*) FROM order_service.products) AS products,
             COUNT(*) AS total,
@@ -227,19 +256,20 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
             COUNT(*) FILTER (WHERE state = 'SOLD') AS sold
         FROM order_service.product_stock
         "#,
+        ),
+        "reading product_stock",
     )
-    .fetch_one(pool)
-    .await
-    .context("reading product_stock")?;
-    r.products = row.try_get("products")?;
-    r.units_total = row.try_get("total")?;
-    r.units_available = row.try_get("available")?;
-    r.units_reserved = row.try_get("reserved")?;
-    r.units_offered = row.try_get("offered")?;
-    r.units_sold = row.try_get("sold")?;
+    .await?;
 
-    let row = sqlx::query(
-        r#"
+    [
+        r.reservations_live,
+        r.reservations_confirmed,
+        r.reservations_cancelled,
+        r.reservations_expired,
+    ] = counts(
+        pool,
+        sqlx::query(
+            r#"
         SELECT
             COUNT(*) FILTER (WHERE state = 'RESERVED') AS live,
             COUNT(*) FILTER (WHERE state = 'CONFIRMED') AS confirmed,
@@ -247,74 +277,23 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
             COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
         FROM order_service.reservations
         "#,
-    )
-    .fetch_one(pool)
-    .await
-    .context("reading reservations")?;
-    r.reservations_live = row.try_get("live")?;
-    r.reservations_confirmed = row.try_get("confirmed")?;
-    r.reservations_cancelled = row.try_get("cancelled")?;
-    r.reservations_expired = row.try_get("expired")?;
-
-    r.oversold_units = scalar(
-        pool,
-        r#"
-        SELECT SUM(GREATEST(held.n - units.n, 0))::BIGINT
-        FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
-        JOIN (
-            SELECT product_id, COUNT(*) AS n
-            FROM order_service.reservations
-            WHERE state IN ('RESERVED', 'CONFIRMED')
-            GROUP BY product_id
-        ) AS held USING (product_id)
-        "#,
-    )
-    .await?
-        + scalar(
-            pool,
-            r#"
-            SELECT SUM(GREATEST(sold.n - units.n, 0))::BIGINT
-            FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
-            JOIN (
-                SELECT product_id, COUNT(*) AS n FROM order_service.orders WHERE state = 'CONFIRMED' GROUP BY product_id
-            ) AS sold USING (product_id)
-            "#,
-        )
-        .await?;
-
-    r.units_in_two_live_reservations = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*) FROM (
-            SELECT unit_id
-            FROM order_service.reservations
-            WHERE state IN ('RESERVED', 'CONFIRMED')
-            GROUP BY unit_id
-            HAVING COUNT(*) > 1
-        ) AS doubled
-        "#,
+        ),
+        "reading reservations",
     )
     .await?;
 
-    r.unit_state_mismatches = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*)
-        FROM order_service.product_stock AS u
-        LEFT JOIN order_service.reservations AS live
-            ON live.unit_id = u.id AND live.state IN ('RESERVED', 'CONFIRMED')
-        WHERE (u.state IN ('AVAILABLE', 'OFFERED') AND live.id IS NOT NULL)
-           OR (u.state = 'RESERVED' AND (live.id IS NULL OR live.state <> 'RESERVED'))
-           OR (u.state = 'SOLD' AND (live.id IS NULL OR live.state <> 'CONFIRMED'))
-        "#,
-    )
-    .await?;
+    r.oversold_units =
+        scalar(pool, OVERSOLD_BY_RESERVATIONS).await? + scalar(pool, OVERSOLD_BY_ORDERS).await?;
+    r.units_in_two_live_reservations = scalar(pool, UNITS_IN_TWO_LIVE_RESERVATIONS).await?;
+    r.unit_state_mismatches = scalar(pool, UNIT_STATE_MISMATCHES).await?;
     Ok(())
 }
 
 async fn waitlist(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
-    let row = sqlx::query(
-        r#"
+    [r.waitlist_waiting, r.offers_live, r.offers_taken, r.offers_expired] = counts(
+        pool,
+        sqlx::query(
+            r#"
         SELECT
             (SELECT COUNT(*) FROM order_service.waitlist_entries WHERE state = 'WAITING') AS waiting,
             COUNT(*) FILTER (WHERE state = 'OFFERED') AS live,
@@ -322,146 +301,40 @@ async fn waitlist(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
             COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
         FROM order_service.waitlist_offers
         "#,
-    )
-    .fetch_one(pool)
-    .await
-    .context("reading the waitlist")?;
-    r.waitlist_waiting = row.try_get("waiting")?;
-    r.offers_live = row.try_get("live")?;
-    r.offers_taken = row.try_get("taken")?;
-    r.offers_expired = row.try_get("expired")?;
-
-    r.offered_units_without_one_live_offer = scalar(
-        pool,
-        r#"
-        SELECT
-            (SELECT COUNT(*) FROM (
-                SELECT u.id
-                FROM order_service.product_stock AS u
-                LEFT JOIN order_service.waitlist_offers AS o ON o.unit_id = u.id AND o.state = 'OFFERED'
-                WHERE u.state = 'OFFERED'
-                GROUP BY u.id
-                HAVING COUNT(o.id) <> 1
-            ) AS bad)
-          + (SELECT COUNT(*)
-             FROM order_service.waitlist_offers AS o
-             JOIN order_service.product_stock AS u ON u.id = o.unit_id
-             WHERE o.state = 'OFFERED' AND u.state <> 'OFFERED')
-        "#,
+        ),
+        "reading the waitlist",
     )
     .await?;
 
-    r.members_with_two_live_offers = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*) FROM (
-            SELECT product_id, member_id
-            FROM order_service.waitlist_offers
-            WHERE state = 'OFFERED'
-            GROUP BY product_id, member_id
-            HAVING COUNT(*) > 1
-        ) AS doubled
-        "#,
-    )
-    .await?;
+    r.offered_units_without_one_live_offer =
+        scalar(pool, OFFERED_UNITS_WITHOUT_ONE_LIVE_OFFER).await?;
 
-    r.available_while_waiting = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*) FROM order_service.products AS p
-        WHERE EXISTS (SELECT 1 FROM order_service.product_stock AS u
-                      WHERE u.product_id = p.id AND u.state = 'AVAILABLE')
-          AND EXISTS (SELECT 1 FROM order_service.waitlist_entries AS w
-                      WHERE w.product_id = p.id AND w.state = 'WAITING')
-        "#,
-    )
-    .await?;
+    r.members_with_two_live_offers = scalar(pool, MEMBERS_WITH_TWO_LIVE_OFFERS).await?;
 
-    r.offer_units_reserved_by_others = scalar(
-        pool,
-        r#"
-        SELECT
-            (SELECT COUNT(*)
-             FROM order_service.waitlist_offers AS o
-             JOIN order_service.reservations AS res
-               ON res.unit_id = o.unit_id AND res.state IN ('RESERVED', 'CONFIRMED')
-             WHERE o.state = 'OFFERED')
-          + (SELECT COUNT(*)
-             FROM order_service.reservations AS res
-             JOIN order_service.waitlist_offers AS o ON o.id = res.offer_id
-             WHERE o.unit_id <> res.unit_id OR o.member_id <> res.member_id)
-        "#,
-    )
-    .await?;
+    r.available_while_waiting = scalar(pool, AVAILABLE_WHILE_WAITING).await?;
+
+    r.offer_units_reserved_by_others = scalar(pool, OFFER_UNITS_RESERVED_BY_OTHERS).await?;
     Ok(())
 }
 
 async fn money(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
-    r.balance_total = scalar(
-        pool,
-        r#"
-        SELECT ((SELECT COALESCE(SUM(balance), 0) FROM account_service.accounts)
-              + (SELECT COALESCE(SUM(balance), 0) FROM account_service.merchant_shards))::BIGINT
-        "#,
-    )
-    .await?;
-    r.deposits_total = scalar(
-        pool,
-        r#"
-        SELECT COALESCE(SUM(amount), 0)::BIGINT
-        FROM account_service.transactions
-        WHERE kind IN ('OPENING', 'DEPOSIT') AND status = 'APPLIED'
-        "#,
-    )
-    .await?;
+    r.balance_total = scalar(pool, BALANCE_TOTAL).await?;
+    r.deposits_total = scalar(pool, DEPOSITS_TOTAL).await?;
     r.balance_drift = r.balance_total - r.deposits_total;
 
-    r.ledger_mismatches = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*)
-        FROM account_service.accounts AS a
-        LEFT JOIN (
-            SELECT account_id,
-                   SUM(CASE kind WHEN 'DEBIT' THEN -amount ELSE amount END) AS net
-            FROM account_service.transactions
-            WHERE status = 'APPLIED'
-            GROUP BY account_id
-        ) AS l ON l.account_id = a.id
-        WHERE a.kind = 'MEMBER' AND a.balance <> COALESCE(l.net, 0)
-        "#,
-    )
-    .await?;
+    r.ledger_mismatches = scalar(pool, LEDGER_MISMATCHES).await?;
 
-    r.operation_keys_applied_twice = scalar(
-        pool,
-        r#"
-        SELECT COUNT(*) FROM (
-            SELECT operation_key
-            FROM account_service.transactions
-            WHERE operation_key IS NOT NULL
-            GROUP BY operation_key
-            HAVING COUNT(*) > 1
-        ) AS twice
-        "#,
-    )
-    .await?;
+    r.operation_keys_applied_twice = scalar(pool, OPERATION_KEYS_APPLIED_TWICE).await?;
 
-    r.money_moved = scalar(
-        pool,
-        r#"
-        SELECT COALESCE(SUM(CASE kind WHEN 'DEBIT' THEN amount ELSE -amount END), 0)::BIGINT
-        FROM account_service.transactions
-        WHERE status = 'APPLIED' AND kind IN ('DEBIT', 'CREDIT')
-        "#,
-    )
-    .await?;
+    r.money_moved = scalar(pool, MONEY_MOVED).await?;
     Ok(())
 }
 
 async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
     // Money per payment, from the ledger: its debit (fixed key) and the credits refunding it.
-    let row = sqlx::query(
+    [r.payments, r.payments_completed, r.payments_failed, r.payments_refunded, r.payments_not_terminal, r.payments_needing_attention, r.payments_settling, r.payments_bad_net, r.completed_not_debited_or_confirmed, r.closed_payments_keeping_money] = counts(
+        pool,
+        sqlx::query(
         r#"
         WITH money AS (
             SELECT p.id, p.state, p.amount, p.reservation_id, p.needs_attention, p.pending_action,
@@ -497,26 +370,150 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
             COUNT(*) FILTER (WHERE state IN ('FAILED', 'REFUNDED') AND debited - refunded <> 0) AS closed_keeping
         FROM money
         "#,
+    ),
+        "reading payments against the ledger",
     )
-    .fetch_one(pool)
-    .await
-    .context("reading payments against the ledger")?;
-    r.payments = row.try_get("payments")?;
-    r.payments_completed = row.try_get("completed")?;
-    r.payments_failed = row.try_get("failed")?;
-    r.payments_refunded = row.try_get("refunded")?;
-    r.payments_not_terminal = row.try_get("not_terminal")?;
-    r.payments_needing_attention = row.try_get("attention")?;
-    r.payments_settling = row.try_get("settling")?;
-    r.payments_bad_net = row.try_get("bad_net")?;
-    r.completed_not_debited_or_confirmed = row.try_get("completed_bad")?;
-    r.closed_payments_keeping_money = row.try_get("closed_keeping")?;
+    .await?;
 
     // Money kept per reservation across every payment-shaped debit, including debits whose
     // payment row does not exist (which would be money taken with nothing to show for it).
-    r.reservations_charged_twice = scalar(
-        pool,
-        r#"
+    r.reservations_charged_twice = scalar(pool, RESERVATIONS_CHARGED_TWICE).await?;
+
+    r.orders_without_completed_payment = scalar(pool, ORDERS_WITHOUT_COMPLETED_PAYMENT).await?;
+    Ok(())
+}
+
+// One query per count; each must return a single BIGINT (NULL reads as 0).
+
+/// Units held by live reservations beyond a product's stock.
+const OVERSOLD_BY_RESERVATIONS: &str = r#"
+        SELECT SUM(GREATEST(held.n - units.n, 0))::BIGINT
+        FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
+        JOIN (
+            SELECT product_id, COUNT(*) AS n
+            FROM order_service.reservations
+            WHERE state IN ('RESERVED', 'CONFIRMED')
+            GROUP BY product_id
+        ) AS held USING (product_id)
+        "#;
+
+/// Units sold by confirmed orders beyond a product's stock.
+const OVERSOLD_BY_ORDERS: &str = r#"
+            SELECT SUM(GREATEST(sold.n - units.n, 0))::BIGINT
+            FROM (SELECT product_id, COUNT(*) AS n FROM order_service.product_stock GROUP BY product_id) AS units
+            JOIN (
+                SELECT product_id, COUNT(*) AS n FROM order_service.orders WHERE state = 'CONFIRMED' GROUP BY product_id
+            ) AS sold USING (product_id)
+            "#;
+
+const UNITS_IN_TWO_LIVE_RESERVATIONS: &str = r#"
+        SELECT COUNT(*) FROM (
+            SELECT unit_id
+            FROM order_service.reservations
+            WHERE state IN ('RESERVED', 'CONFIRMED')
+            GROUP BY unit_id
+            HAVING COUNT(*) > 1
+        ) AS doubled
+        "#;
+
+const UNIT_STATE_MISMATCHES: &str = r#"
+        SELECT COUNT(*)
+        FROM order_service.product_stock AS u
+        LEFT JOIN order_service.reservations AS live
+            ON live.unit_id = u.id AND live.state IN ('RESERVED', 'CONFIRMED')
+        WHERE (u.state IN ('AVAILABLE', 'OFFERED') AND live.id IS NOT NULL)
+           OR (u.state = 'RESERVED' AND (live.id IS NULL OR live.state <> 'RESERVED'))
+           OR (u.state = 'SOLD' AND (live.id IS NULL OR live.state <> 'CONFIRMED'))
+        "#;
+
+const OFFERED_UNITS_WITHOUT_ONE_LIVE_OFFER: &str = r#"
+        SELECT
+            (SELECT COUNT(*) FROM (
+                SELECT u.id
+                FROM order_service.product_stock AS u
+                LEFT JOIN order_service.waitlist_offers AS o ON o.unit_id = u.id AND o.state = 'OFFERED'
+                WHERE u.state = 'OFFERED'
+                GROUP BY u.id
+                HAVING COUNT(o.id) <> 1
+            ) AS bad)
+          + (SELECT COUNT(*)
+             FROM order_service.waitlist_offers AS o
+             JOIN order_service.product_stock AS u ON u.id = o.unit_id
+             WHERE o.state = 'OFFERED' AND u.state <> 'OFFERED')
+        "#;
+
+const MEMBERS_WITH_TWO_LIVE_OFFERS: &str = r#"
+        SELECT COUNT(*) FROM (
+            SELECT product_id, member_id
+            FROM order_service.waitlist_offers
+            WHERE state = 'OFFERED'
+            GROUP BY product_id, member_id
+            HAVING COUNT(*) > 1
+        ) AS doubled
+        "#;
+
+const AVAILABLE_WHILE_WAITING: &str = r#"
+        SELECT COUNT(*) FROM order_service.products AS p
+        WHERE EXISTS (SELECT 1 FROM order_service.product_stock AS u
+                      WHERE u.product_id = p.id AND u.state = 'AVAILABLE')
+          AND EXISTS (SELECT 1 FROM order_service.waitlist_entries AS w
+                      WHERE w.product_id = p.id AND w.state = 'WAITING')
+        "#;
+
+const OFFER_UNITS_RESERVED_BY_OTHERS: &str = r#"
+        SELECT
+            (SELECT COUNT(*)
+             FROM order_service.waitlist_offers AS o
+             JOIN order_service.reservations AS res
+               ON res.unit_id = o.unit_id AND res.state IN ('RESERVED', 'CONFIRMED')
+             WHERE o.state = 'OFFERED')
+          + (SELECT COUNT(*)
+             FROM order_service.reservations AS res
+             JOIN order_service.waitlist_offers AS o ON o.id = res.offer_id
+             WHERE o.unit_id <> res.unit_id OR o.member_id <> res.member_id)
+        "#;
+
+const BALANCE_TOTAL: &str = r#"
+        SELECT ((SELECT COALESCE(SUM(balance), 0) FROM account_service.accounts)
+              + (SELECT COALESCE(SUM(balance), 0) FROM account_service.merchant_shards))::BIGINT
+        "#;
+
+const DEPOSITS_TOTAL: &str = r#"
+        SELECT COALESCE(SUM(amount), 0)::BIGINT
+        FROM account_service.transactions
+        WHERE kind IN ('OPENING', 'DEPOSIT') AND status = 'APPLIED'
+        "#;
+
+const LEDGER_MISMATCHES: &str = r#"
+        SELECT COUNT(*)
+        FROM account_service.accounts AS a
+        LEFT JOIN (
+            SELECT account_id,
+                   SUM(CASE kind WHEN 'DEBIT' THEN -amount ELSE amount END) AS net
+            FROM account_service.transactions
+            WHERE status = 'APPLIED'
+            GROUP BY account_id
+        ) AS l ON l.account_id = a.id
+        WHERE a.kind = 'MEMBER' AND a.balance <> COALESCE(l.net, 0)
+        "#;
+
+const OPERATION_KEYS_APPLIED_TWICE: &str = r#"
+        SELECT COUNT(*) FROM (
+            SELECT operation_key
+            FROM account_service.transactions
+            WHERE operation_key IS NOT NULL
+            GROUP BY operation_key
+            HAVING COUNT(*) > 1
+        ) AS twice
+        "#;
+
+const MONEY_MOVED: &str = r#"
+        SELECT COALESCE(SUM(CASE kind WHEN 'DEBIT' THEN amount ELSE -amount END), 0)::BIGINT
+        FROM account_service.transactions
+        WHERE status = 'APPLIED' AND kind IN ('DEBIT', 'CREDIT')
+        "#;
+
+const RESERVATIONS_CHARGED_TWICE: &str = r#"
         WITH kept AS (
             SELECT d.operation_key,
                    d.amount - COALESCE((
@@ -534,13 +531,9 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
             GROUP BY 1
             HAVING COUNT(*) > 1 OR BOOL_OR(p.id IS NULL)
         ) AS charged
-        "#,
-    )
-    .await?;
+        "#;
 
-    r.orders_without_completed_payment = scalar(
-        pool,
-        r#"
+const ORDERS_WITHOUT_COMPLETED_PAYMENT: &str = r#"
         SELECT COUNT(*)
         FROM order_service.reservations AS res
         WHERE res.state = 'CONFIRMED'
@@ -548,8 +541,4 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
               SELECT 1 FROM payment_service.payments AS p
               WHERE p.reservation_id = res.id
                 AND p.state IN ('COMPLETED', 'PROCESSING', 'ACCOUNT_DEBITED', 'ORDER_CONFIRMED', 'REFUND_PROCESSING'))
-        "#,
-    )
-    .await?;
-    Ok(())
-}
+        "#;

@@ -15,6 +15,7 @@
 use anyhow::Context;
 use sqlx::{PgPool, Row};
 
+use crate::invariants::counts;
 use crate::stats::Latency;
 
 /// One product's sell-through.
@@ -64,8 +65,16 @@ impl SellThrough {
 /// database (it reads `order_service` and `payment_service`).
 pub async fn read(pool: &PgPool, product_id: i64) -> anyhow::Result<SellThrough> {
     let mut s = SellThrough::default();
-    let row = sqlx::query(
-        r#"
+    [
+        s.units_total,
+        s.units_sold,
+        s.units_available,
+        s.units_reserved,
+        s.units_offered,
+    ] = counts(
+        pool,
+        sqlx::query(
+            r#"
         SELECT COUNT(*) AS total,
                COUNT(*) FILTER (WHERE state = 'SOLD') AS sold,
                COUNT(*) FILTER (WHERE state = 'AVAILABLE') AS available,
@@ -74,18 +83,15 @@ pub async fn read(pool: &PgPool, product_id: i64) -> anyhow::Result<SellThrough>
         FROM order_service.product_stock
         WHERE product_id = $1
         "#,
+        )
+        .bind(product_id),
+        "reading the product's units",
     )
-    .bind(product_id)
-    .fetch_one(pool)
-    .await
-    .context("reading the product's units")?;
-    s.units_total = row.try_get("total")?;
-    s.units_sold = row.try_get("sold")?;
-    s.units_available = row.try_get("available")?;
-    s.units_reserved = row.try_get("reserved")?;
-    s.units_offered = row.try_get("offered")?;
+    .await?;
 
-    let row = sqlx::query(
+    [s.entries, s.entries_waiting, s.offers_made, s.offers_taken, s.offers_expired, s.offers_released, s.offers_live, s.sold_via_waitlist] = counts(
+        pool,
+        sqlx::query(
         r#"
         SELECT (SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1) AS entries,
                (SELECT COUNT(*) FROM order_service.waitlist_entries
@@ -101,21 +107,15 @@ pub async fn read(pool: &PgPool, product_id: i64) -> anyhow::Result<SellThrough>
         WHERE o.product_id = $1
         "#,
     )
-    .bind(product_id)
-    .fetch_one(pool)
-    .await
-    .context("reading the product's waitlist")?;
-    s.entries = row.try_get("entries")?;
-    s.entries_waiting = row.try_get("waiting")?;
-    s.offers_made = row.try_get("made")?;
-    s.offers_taken = row.try_get("taken")?;
-    s.offers_expired = row.try_get("expired")?;
-    s.offers_released = row.try_get("released")?;
-    s.offers_live = row.try_get("live")?;
-    s.sold_via_waitlist = row.try_get("sold_via_waitlist")?;
+    .bind(product_id),
+        "reading the product's waitlist",
+    )
+    .await?;
 
-    let row = sqlx::query(
-        r#"
+    [s.payments_completed, s.payments_failed, s.payments_refunded] = counts(
+        pool,
+        sqlx::query(
+            r#"
         SELECT COUNT(*) FILTER (WHERE p.state = 'COMPLETED') AS completed,
                COUNT(*) FILTER (WHERE p.state = 'FAILED') AS failed,
                COUNT(*) FILTER (WHERE p.state = 'REFUNDED') AS refunded
@@ -123,14 +123,11 @@ pub async fn read(pool: &PgPool, product_id: i64) -> anyhow::Result<SellThrough>
         JOIN order_service.reservations AS r ON r.id = p.reservation_id
         WHERE r.product_id = $1
         "#,
+        )
+        .bind(product_id),
+        "reading the product's payments",
     )
-    .bind(product_id)
-    .fetch_one(pool)
-    .await
-    .context("reading the product's payments")?;
-    s.payments_completed = row.try_get("completed")?;
-    s.payments_failed = row.try_get("failed")?;
-    s.payments_refunded = row.try_get("refunded")?;
+    .await?;
 
     // Per return: the unit's next reservation, and when its payment COMPLETED if it did.
     let rows = sqlx::query(

@@ -189,46 +189,33 @@ pub fn record_figures(
         c.sold_out_at_order as f64,
         "buyers",
     );
-    if let Some(w) = s.outcome("completed") {
-        report.figure(scenario, "winners COMPLETED", w.count as f64, "buyers");
-        report.figure(
-            scenario,
+    // Winners' and losers' answers, each timed the same way.
+    let answers = [
+        (
+            "completed",
+            Some("winners COMPLETED"),
             "winner: p50 time to COMPLETED",
-            ms(w.latency.p50_us),
-            "ms",
-        );
-        report.figure(
-            scenario,
             "winner: p95 time to COMPLETED",
-            ms(w.latency.p95_us),
-            "ms",
-        );
-        report.figure(
-            scenario,
             "every winner COMPLETED by",
-            w.last_answer_s,
-            "s after the start",
-        );
-    }
-    if let Some(l) = s.outcome("sold_out") {
-        report.figure(
-            scenario,
+        ),
+        (
+            "sold_out",
+            None,
             "loser: p50 time to SOLD_OUT",
-            ms(l.latency.p50_us),
-            "ms",
-        );
-        report.figure(
-            scenario,
             "loser: p95 time to SOLD_OUT",
-            ms(l.latency.p95_us),
-            "ms",
-        );
-        report.figure(
-            scenario,
             "every loser told SOLD_OUT by",
-            l.last_answer_s,
-            "s after the start",
-        );
+        ),
+    ];
+    for (outcome, count, p50, p95, all_by) in answers {
+        let Some(o) = s.outcome(outcome) else {
+            continue;
+        };
+        if let Some(count) = count {
+            report.figure(scenario, count, o.count as f64, "buyers");
+        }
+        report.figure(scenario, p50, ms(o.latency.p50_us), "ms");
+        report.figure(scenario, p95, ms(o.latency.p95_us), "ms");
+        report.figure(scenario, all_by, o.last_answer_s, "s after the start");
     }
     report.figure(
         scenario,

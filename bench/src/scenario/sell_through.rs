@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use paysaga_drop::{
     invariants as drop_invariants, sell_through, stats::Latency, Admin, Attempt, Driver, Endpoints,
-    Outcome, WaitEnd, WaitlistPolicy,
+    Outcome, WaitEnd, WaitlistPolicy, Waitlisted,
 };
 use paysaga_e2e::{Stack, StackOptions};
 use paysaga_supervisor::ServiceKind;
@@ -120,6 +120,14 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
         })
     };
     let unanswered = n(&|a| !a.outcome.is_definite());
+    // A count summed over the buyers who went to the waitlist.
+    let in_line = |f: &dyn Fn(&Waitlisted) -> u32| -> f64 {
+        attempts
+            .iter()
+            .filter_map(|a| a.waitlist.as_ref())
+            .map(|w| f64::from(f(w)))
+            .sum()
+    };
     let r = &mut bench.report;
     let fig = |r: &mut crate::report::Report, name: &str, v: f64, unit: &str| {
         r.figure(SCENARIO, name, v, unit);
@@ -155,21 +163,13 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     fig(
         r,
         "told SOLD_OUT while units were on sale (buyer went back to the sale)",
-        attempts
-            .iter()
-            .filter_map(|a| a.waitlist.as_ref())
-            .map(|w| f64::from(w.on_sale_seen))
-            .sum(),
+        in_line(&|w| w.on_sale_seen),
         "times",
     );
     fig(
         r,
         "joins refused NOT_SOLD_OUT (buyer went back to the sale)",
-        attempts
-            .iter()
-            .filter_map(|a| a.waitlist.as_ref())
-            .map(|w| f64::from(w.not_sold_out))
-            .sum(),
+        in_line(&|w| w.not_sold_out),
         "answers",
     );
     fig(r, "offers made", st.offers_made as f64, "offers");

@@ -15,6 +15,9 @@ const SERVICES: [ServiceKind; 3] = [
     ServiceKind::Orchestrator,
 ];
 
+/// What the evidence counts: the faults hitting work in progress.
+const EVIDENCE: &str = "payments unfinished at a pulse";
+
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut resets = 0;
     let mut unfinished = 0;
@@ -48,12 +51,7 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         for kind in SERVICES {
             ctx.proxy(Link::Database(kind))?.heal();
         }
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.between_strikes().await;
     }
-    Ok(Injection {
-        faults: resets,
-        evidence: vec![("payments unfinished at a pulse".into(), unfinished)],
-        ..Injection::default()
-    })
+    Ok(Injection::evidenced(resets, EVIDENCE, unfinished))
 }

@@ -57,6 +57,17 @@ pub struct Injection {
     pub healed_at: Option<Instant>,
 }
 
+impl Injection {
+    /// `faults` injected, shown hitting work in progress by one named count.
+    pub fn evidenced(faults: u32, what: &str, count: i64) -> Self {
+        Injection {
+            faults,
+            evidence: vec![(what.into(), count)],
+            ..Injection::default()
+        }
+    }
+}
+
 /// What an injector works with while the drop runs.
 pub struct Ctx<'a> {
     pub stack: &'a mut Stack,
@@ -178,6 +189,34 @@ impl Ctx<'_> {
     /// stop repeating (the first fault is always injected).
     pub fn drop_over(&self) -> bool {
         self.drop_done.load(Ordering::Acquire)
+    }
+
+    /// Sleeps 300 ms to 1 s after a fault heals, so the next one lands at a random point
+    /// of the recovery.
+    pub async fn between_strikes(&mut self) {
+        self.pause(Duration::from_millis(300), Duration::from_millis(1000))
+            .await;
+    }
+
+    /// Heals `link`, then waits [`Ctx::between_strikes`].
+    pub async fn heal_then_wait(&mut self, link: Link) -> anyhow::Result<()> {
+        self.proxy(link)?.heal();
+        self.between_strikes().await;
+        Ok(())
+    }
+
+    /// The scenario's own Redis; `scenario` names the scenario in the error without one.
+    pub fn private_redis(&mut self, scenario: &str) -> anyhow::Result<&mut PrivateRedis> {
+        self.redis
+            .as_deref_mut()
+            .with_context(|| format!("the {scenario} scenario runs on a private Redis"))
+    }
+
+    /// The scenario's Redis Cluster; `scenario` names the scenario in the error without one.
+    pub fn redis_cluster(&mut self, scenario: &str) -> anyhow::Result<&mut RedisCluster> {
+        self.cluster
+            .as_deref_mut()
+            .with_context(|| format!("the {scenario} scenario runs on a Redis Cluster"))
     }
 
     /// Sleeps a random time in `[lo, hi)`.

@@ -13,6 +13,9 @@ use paysaga_e2e::Link;
 use super::{Aim, Ctx, Injection};
 use crate::scenario::PARTITION_RESERVATION_TTL;
 
+/// What the evidence counts: the faults hitting work in progress.
+const EVIDENCE: &str = "payments awaiting debit or confirm at a cut";
+
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut cuts = 0;
     let mut confirming = 0;
@@ -32,16 +35,7 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             ctx.plan.fault_for
         };
         tokio::time::sleep(period).await;
-        ctx.proxy(Link::OrchestratorToOrder)?.heal();
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.heal_then_wait(Link::OrchestratorToOrder).await?;
     }
-    Ok(Injection {
-        faults: cuts,
-        evidence: vec![(
-            "payments awaiting debit or confirm at a cut".into(),
-            confirming,
-        )],
-        ..Injection::default()
-    })
+    Ok(Injection::evidenced(cuts, EVIDENCE, confirming))
 }

@@ -60,10 +60,7 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         if !ctx.next_strike(i).await? {
             break;
         }
-        let cluster = ctx
-            .cluster
-            .as_deref_mut()
-            .context("the redis-cluster-master-loss scenario runs on a Redis Cluster")?;
+        let cluster = ctx.redis_cluster("redis-cluster-master-loss")?;
         let slot = cluster.keyslot(&tag).await?;
         let shard = cluster
             .shards()
@@ -99,13 +96,10 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             gate_back += 1;
             longest_ms = longest_ms.max(took.as_millis());
         }
-        ctx.cluster
-            .as_deref_mut()
-            .context("the redis-cluster-master-loss scenario runs on a Redis Cluster")?
+        ctx.redis_cluster("redis-cluster-master-loss")?
             .restart(shard.master)
             .await?;
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.between_strikes().await;
     }
     let ms = |v: u128| i64::try_from(v).unwrap_or(i64::MAX);
     Ok(Injection {

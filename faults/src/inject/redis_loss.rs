@@ -3,11 +3,10 @@
 //! empty after a while: the quota, the passes in flight and the sold-out marks are gone,
 //! and the gate must degrade, then rebuild its quota from the order service.
 
-use std::time::Duration;
-
-use anyhow::Context as _;
-
 use super::{Ctx, Injection};
+
+/// What the evidence counts: the faults hitting work in progress.
+const EVIDENCE: &str = "Redis keys lost with the server";
 
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut kills = 0;
@@ -16,25 +15,13 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
         if !ctx.next_strike(i).await? {
             break;
         }
-        let redis = ctx
-            .redis
-            .as_deref_mut()
-            .context("the redis-loss scenario runs on a private Redis")?;
+        let redis = ctx.private_redis("redis-loss")?;
         keys_lost += redis.dbsize().await.unwrap_or(0);
         redis.kill();
         kills += 1;
         tokio::time::sleep(ctx.plan.fault_for).await;
-        ctx.redis
-            .as_deref_mut()
-            .context("the redis-loss scenario runs on a private Redis")?
-            .restart()
-            .await?;
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.private_redis("redis-loss")?.restart().await?;
+        ctx.between_strikes().await;
     }
-    Ok(Injection {
-        faults: kills,
-        evidence: vec![("Redis keys lost with the server".into(), keys_lost)],
-        ..Injection::default()
-    })
+    Ok(Injection::evidenced(kills, EVIDENCE, keys_lost))
 }

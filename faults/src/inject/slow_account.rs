@@ -20,6 +20,9 @@ const DEBIT_OP: &[u8] = br#""op":"debit""#;
 /// How often the number of payments waiting for their debit is sampled during a pulse.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
+/// What the evidence counts: the faults hitting work in progress.
+const EVIDENCE: &str = "most payments waiting for a debit during a pulse";
+
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let held = DOWNSTREAM_TIMEOUT * 3 / 2;
     let per_leg = DOWNSTREAM_TIMEOUT * 3 / 4;
@@ -46,16 +49,7 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
             most_waiting = most_waiting.max(ctx.count_in(&["PROCESSING"]).await?);
             tokio::time::sleep(SAMPLE_EVERY).await;
         }
-        ctx.proxy(Link::OrchestratorToAccount)?.heal();
-        ctx.pause(Duration::from_millis(300), Duration::from_millis(1000))
-            .await;
+        ctx.heal_then_wait(Link::OrchestratorToAccount).await?;
     }
-    Ok(Injection {
-        faults: pulses,
-        evidence: vec![(
-            "most payments waiting for a debit during a pulse".into(),
-            most_waiting,
-        )],
-        ..Injection::default()
-    })
+    Ok(Injection::evidenced(pulses, EVIDENCE, most_waiting))
 }
