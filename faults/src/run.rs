@@ -223,7 +223,7 @@ pub async fn run_on(
 
     let tally = Tally::of(&attempts);
     // Not an invariant (nothing oversold, no money kept), but buyers were turned away
-    // from stock that was there: reported as a finding (docs/faults.md).
+    // from stock that was there: printed with every report (docs/faults.md).
     evidence.push((
         "units left unsold while buyers were told sold out".into(),
         if tally.sold_out > 0 { unsold } else { 0 },

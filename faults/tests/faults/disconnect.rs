@@ -3,8 +3,8 @@
 //! Idempotency-Key must then hold its answer, so the buyer's retry is a replay, not an
 //! `IDEMPOTENCY_KEY_IN_PROGRESS` for as long as the request's lease lasts.
 //!
-//! Found by this suite (docs/faults.md, finding 1) and fixed in the orchestrator (the
-//! owned request runs in its own task); this is its regression test.
+//! A regression test for a bug this suite found (docs/faults.md, regression tests): the
+//! orchestrator now runs the owned request in its own task.
 //!
 //! The account service's PostgreSQL link is slowed so the debit (several round trips)
 //! takes over a second while the payment's creation is quick; the client drops its

@@ -1,5 +1,5 @@
-//! Found by the fault suite's drops (docs/faults.md, finding 2): buyers are told
-//! SOLD_OUT while units are still AVAILABLE. Twenty funded buyers come one after another
+//! A regression test for a bug the fault suite's drops found (docs/faults.md, regression
+//! tests): buyers told SOLD_OUT while units are still AVAILABLE. Twenty funded buyers come one after another
 //! for twenty units, each paying before the next arrives, and the gate's recompute job
 //! runs between them. Every one of them should get a unit.
 
