@@ -23,7 +23,7 @@ use paysaga_contracts::account::{
     },
     client::AccountClient,
 };
-use paysaga_contracts::batch::Reply;
+use paysaga_contracts::batch::{Replies, Reply};
 use paysaga_contracts::order::{
     api::{ErrorCode as OrderCode, OrderBatch, OrderOp, Reservation, ReservationState},
     client::OrderClient,
@@ -143,6 +143,25 @@ where
     }
 }
 
+/// A downstream's batcher: each flush sent by `send` in a span of its own (see
+/// [`untrace`]), its replies in the order of its operations.
+fn batcher<O, F, Fut>(
+    target: &'static str,
+    in_flight: usize,
+    send: F,
+) -> Coalescer<Traced<O>, Reply, CallError>
+where
+    O: Send + 'static,
+    F: Fn(Vec<O>, Vec<Option<String>>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Answer<Replies>, CallError>> + Send + 'static,
+{
+    Coalescer::new(target, MAX_BATCH, in_flight, move |traced| {
+        let (ops, traceparents, span) = untrace(traced, target);
+        let sent = send(ops, traceparents);
+        async move { sent.await.map(|a| a.body.results) }.instrument(span)
+    })
+}
+
 /// Splits traced operations into the operations and their contexts (an empty list
 /// when none has one, so an untraced batch is sent exactly as before), and the span
 /// the batch request is sent in: with tracing on, a span of its own linked to each
@@ -173,27 +192,13 @@ impl Downstream {
     /// The batchers to account and order, with at most `in_flight`
     /// batches to each downstream at once.
     pub fn new(account: AccountClient, order: OrderClient, in_flight: usize) -> Self {
-        let account = Coalescer::new("account", MAX_BATCH, in_flight, move |traced| {
+        let account = batcher("account", in_flight, move |ops, traceparents| {
             let client = account.clone();
-            let (ops, traceparents, span) = untrace(traced, "account");
-            async move {
-                client
-                    .batch(&AccountBatch { ops, traceparents })
-                    .await
-                    .map(|a| a.body.results)
-            }
-            .instrument(span)
+            async move { client.batch(&AccountBatch { ops, traceparents }).await }
         });
-        let order = Coalescer::new("order", MAX_BATCH, in_flight, move |traced| {
+        let order = batcher("order", in_flight, move |ops, traceparents| {
             let client = order.clone();
-            let (ops, traceparents, span) = untrace(traced, "order");
-            async move {
-                client
-                    .batch(&OrderBatch { ops, traceparents })
-                    .await
-                    .map(|a| a.body.results)
-            }
-            .instrument(span)
+            async move { client.batch(&OrderBatch { ops, traceparents }).await }
         });
         Self { account, order }
     }
