@@ -184,6 +184,27 @@ fn untrace<O>(traced: Vec<Traced<O>>, target: &'static str) -> (Vec<O>, Vec<Opti
     (ops, traceparents, span)
 }
 
+/// A confirm's or cancel's attempt: succeeded once the reservation is in a state
+/// `reached` accepts, unknown in any other, and a rejection only for the codes `ends`
+/// names.
+fn reservation_attempt(
+    answer: Result<Answer<Reservation>, CallError>,
+    start: Instant,
+    call: &str,
+    reached: fn(ReservationState) -> bool,
+    ends: fn(OrderCode) -> bool,
+) -> Attempt {
+    match answer {
+        Ok(a) if reached(a.body.state) => Attempt::succeeded(a.status, a.latency),
+        Ok(a) => Attempt::unknown(
+            Some(a.status),
+            a.latency,
+            format!("{call} answered {}", a.body.state),
+        ),
+        Err(e) => Attempt::from_order_error(e, start.elapsed(), ends),
+    }
+}
+
 fn op_key(action: Action, p: &PaymentRow) -> Result<OperationKey, String> {
     OperationKey::parse(action.operation_key(p.id)).map_err(str::to_owned)
 }
@@ -276,47 +297,37 @@ impl Downstream {
                     }
                 }
             }
-            Action::Confirm => match self.confirm(p.reservation_id).await {
-                Ok(a) if a.body.state == ReservationState::Confirmed => {
-                    Attempt::succeeded(a.status, a.latency)
-                }
-                Ok(a) => Attempt::unknown(
-                    Some(a.status),
-                    a.latency,
-                    format!("confirm answered {}", a.body.state),
-                ),
-                Err(e) => Attempt::from_order_error(e, start.elapsed(), |code| {
+            Action::Confirm => reservation_attempt(
+                self.confirm(p.reservation_id).await,
+                start,
+                "confirm",
+                |state| state == ReservationState::Confirmed,
+                |code| {
                     matches!(
                         code,
                         OrderCode::ReservationExpired
                             | OrderCode::ReservationCancelled
                             | OrderCode::ReservationNotFound
                     )
-                }),
-            },
-            Action::CancelReservation | Action::CancelOrder => {
-                match self.cancel(p.reservation_id).await {
-                    Ok(a)
-                        if matches!(
-                            a.body.state,
-                            ReservationState::Cancelled | ReservationState::Expired
-                        ) =>
-                    {
-                        Attempt::succeeded(a.status, a.latency)
-                    }
-                    Ok(a) => Attempt::unknown(
-                        Some(a.status),
-                        a.latency,
-                        format!("cancel answered {}", a.body.state),
-                    ),
-                    Err(e) => Attempt::from_order_error(e, start.elapsed(), |code| {
-                        matches!(
-                            code,
-                            OrderCode::ReservationNotFound | OrderCode::ReservationConfirmed
-                        )
-                    }),
-                }
-            }
+                },
+            ),
+            Action::CancelReservation | Action::CancelOrder => reservation_attempt(
+                self.cancel(p.reservation_id).await,
+                start,
+                "cancel",
+                |state| {
+                    matches!(
+                        state,
+                        ReservationState::Cancelled | ReservationState::Expired
+                    )
+                },
+                |code| {
+                    matches!(
+                        code,
+                        OrderCode::ReservationNotFound | OrderCode::ReservationConfirmed
+                    )
+                },
+            ),
             Action::Refund => {
                 let (key, refund_of) = match (op_key(Action::Refund, p), op_key(Action::Debit, p)) {
                     (Ok(k), Ok(d)) => (k, d),
