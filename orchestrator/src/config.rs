@@ -199,16 +199,15 @@ mod tests {
     fn defaults_are_valid_and_unsafe_leases_are_refused() {
         let c = Config::local("postgres://x@h/db", "http://a", "http://o");
         assert!(c.validate().is_ok());
-        let short = Config {
-            lease: Duration::from_millis(1000),
-            ..c.clone()
-        };
-        assert!(short.validate().is_err());
-        let batch = Config {
-            recovery_batch: 0,
-            ..c.clone()
-        };
-        assert!(batch.validate().is_err());
+        let refused: [fn(&mut Config); 2] = [
+            |c| c.lease = Duration::from_millis(1000),
+            |c| c.recovery_batch = 0,
+        ];
+        for change in refused {
+            let mut bad = c.clone();
+            change(&mut bad);
+            assert!(bad.validate().is_err());
+        }
         // Sub-second job periods follow the job runner's one rule (rounded up to whole
         // seconds, logged at start), as in every service.
         let sub_second = Config {

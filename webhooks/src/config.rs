@@ -117,25 +117,16 @@ mod tests {
     fn settings_that_break_delivery_are_refused() {
         let d = WebhookConfig::default();
         assert!(d.validate().is_ok());
-        let short_lease = WebhookConfig {
-            lease: d.timeout,
-            ..d.clone()
-        };
-        assert!(short_lease.validate().is_err());
-        let no_attempts = WebhookConfig {
-            max_attempts: 0,
-            ..d.clone()
-        };
-        assert!(no_attempts.validate().is_err());
-        let cap_below_base = WebhookConfig {
-            backoff_cap: Duration::from_millis(1),
-            ..d.clone()
-        };
-        assert!(cap_below_base.validate().is_err());
-        let big_batch = WebhookConfig {
-            ingest_batch: 1001,
-            ..d
-        };
-        assert!(big_batch.validate().is_err());
+        let refused: [fn(&mut WebhookConfig); 4] = [
+            |c| c.lease = c.timeout,
+            |c| c.max_attempts = 0,
+            |c| c.backoff_cap = Duration::from_millis(1),
+            |c| c.ingest_batch = 1001,
+        ];
+        for change in refused {
+            let mut c = d.clone();
+            change(&mut c);
+            assert!(c.validate().is_err(), "{c:?}");
+        }
     }
 }
