@@ -682,6 +682,27 @@ impl<const ALLOW: u8> AllowList<ALLOW> {
     );
 }
 
+/// Whose bearer token a request carries: a service's whose role `ALLOW` admits (a
+/// service of another role is refused here), or one that is no service's, for the
+/// extractor to judge as a buyer's.
+enum Presented<'p> {
+    Service(ServiceRole),
+    Other(Arc<Verifier>, &'p str),
+}
+
+fn presented<'p, S, const ALLOW: u8>(parts: &'p Parts, state: &S) -> Result<Presented<'p>, ApiError>
+where
+    Arc<Verifier>: FromRef<S>,
+{
+    let () = AllowList::<ALLOW>::VALID;
+    let verifier = Arc::<Verifier>::from_ref(state);
+    let token = bearer(parts)?;
+    match verifier.verify_service(token) {
+        Some(role) => admit(role.name(), ALLOW).map(Presented::Service),
+        None => Ok(Presented::Other(verifier, token)),
+    }
+}
+
 /// An authenticated internal caller (another service or an operator tool) whose role
 /// the route's allow list admits: `Service<{ ORCHESTRATOR }>`. Buyer tokens are refused
 /// with 403 `FORBIDDEN`, credentials of other roles (or of no role) with 403
@@ -697,12 +718,10 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let () = AllowList::<ALLOW>::VALID;
-        let verifier = Arc::<Verifier>::from_ref(state);
-        let token = bearer(parts)?;
-        if let Some(role) = verifier.verify_service(token) {
-            return admit(role.name(), ALLOW).map(Service);
-        }
+        let (verifier, token) = match presented::<S, ALLOW>(parts, state)? {
+            Presented::Service(role) => return Ok(Service(role)),
+            Presented::Other(verifier, token) => (verifier, token),
+        };
         if verifier.verify_buyer(token).is_some() {
             return Err(ApiError::new(
                 axum::http::StatusCode::FORBIDDEN,
@@ -740,12 +759,10 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let () = AllowList::<ALLOW>::VALID;
-        let verifier = Arc::<Verifier>::from_ref(state);
-        let token = bearer(parts)?;
-        if let Some(role) = verifier.verify_service(token) {
-            return admit(role.name(), ALLOW).map(Caller::Service);
-        }
+        let (verifier, token) = match presented::<S, ALLOW>(parts, state)? {
+            Presented::Service(role) => return Ok(Caller::Service(role)),
+            Presented::Other(verifier, token) => (verifier, token),
+        };
         if let Some(member) = verifier.verify_buyer_fetching(token).await {
             return Ok(Caller::Buyer(member));
         }

@@ -43,6 +43,43 @@ pub fn millis(name: &str, default: Duration) -> Result<Duration, ConfigError> {
     parse(name, default.as_millis() as u64).map(Duration::from_millis)
 }
 
+/// A setting that parsed but breaks a rule the service relies on.
+pub fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
+    ConfigError {
+        name: name.to_owned(),
+        value: value.to_string(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// `value` refused unless it lies in `lo..=hi` (the reason names both bounds).
+pub fn within<T: PartialOrd + Display>(
+    name: &str,
+    value: T,
+    lo: T,
+    hi: T,
+) -> Result<(), ConfigError> {
+    if lo <= value && value <= hi {
+        Ok(())
+    } else {
+        Err(invalid(name, &value, &format!("must be {lo} to {hi}")))
+    }
+}
+
+/// `value` refused when below `min`.
+pub fn at_least<T: PartialOrd + Display>(name: &str, value: T, min: T) -> Result<(), ConfigError> {
+    if value >= min {
+        Ok(())
+    } else {
+        Err(invalid(name, &value, &format!("must be at least {min}")))
+    }
+}
+
+/// A duration setting, in milliseconds, refused when below `min_ms`.
+pub fn millis_at_least(name: &str, value: Duration, min_ms: u128) -> Result<(), ConfigError> {
+    at_least(name, value.as_millis(), min_ms)
+}
+
 /// How logs are written: `LOG_FORMAT=json` for machines, `pretty` for people.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {

@@ -114,6 +114,12 @@ async fn pool_with(
         .await
 }
 
+/// One field of every row, as the array bound for an `UNNEST`/`ANY` parameter of a
+/// statement that writes or matches many rows at once.
+pub fn column<'a, T, U>(rows: &'a [T], field: impl FnMut(&'a T) -> U) -> Vec<U> {
+    rows.iter().map(field).collect()
+}
+
 /// Whether `e` says the database cannot serve right now, as during a failover, rather
 /// than that the request or the code is wrong: no connection (refused, broken, closed
 /// mid-statement: `Io`; none free in time: `PoolTimedOut`; the pool shut: `PoolClosed`),

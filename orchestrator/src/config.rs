@@ -77,14 +77,6 @@ pub const DEFAULT_ORDER_URL: &str = "http://127.0.0.1:8084";
 /// commits; measured in docs/benchmark.md).
 pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
 
-fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
-    ConfigError {
-        name: name.to_owned(),
-        value: value.to_string(),
-        reason: reason.to_owned(),
-    }
-}
-
 impl Config {
     pub fn from_env() -> Result<Config, config::Error> {
         // Every missing secret is named at once, before any other setting is judged.
@@ -166,73 +158,35 @@ impl Config {
 
     /// Settings that would break the saga's guarantees are refused at start-up.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let ms = |d: Duration| d.as_millis();
-        if self.downstream_timeout < Duration::from_millis(10) {
-            return Err(invalid(
-                "DOWNSTREAM_TIMEOUT_MS",
-                ms(self.downstream_timeout),
-                "must be at least 10",
-            ));
-        }
+        config::millis_at_least("DOWNSTREAM_TIMEOUT_MS", self.downstream_timeout, 10)?;
         // A step is one call plus one probe; a lease shorter than that would let a
         // second instance take over a payment whose first driver is still waiting.
         if self.lease < self.downstream_timeout * 3 {
-            return Err(invalid(
+            return Err(config::invalid(
                 "LEASE_MS",
-                ms(self.lease),
+                self.lease.as_millis(),
                 "must be at least 3 x DOWNSTREAM_TIMEOUT_MS",
             ));
         }
         if self.lease <= self.response_wait {
-            return Err(invalid(
+            return Err(config::invalid(
                 "LEASE_MS",
-                ms(self.lease),
+                self.lease.as_millis(),
                 "must exceed RESPONSE_WAIT_MS",
             ));
         }
-        if !(1..=10_000).contains(&self.recovery_batch) {
-            return Err(invalid(
-                "RECOVERY_BATCH",
-                self.recovery_batch,
-                "must be 1 to 10000",
-            ));
-        }
-        if self.recovery_max_batches == 0 {
-            return Err(invalid(
-                "RECOVERY_MAX_BATCHES",
-                self.recovery_max_batches,
-                "must be at least 1",
-            ));
-        }
-        if !(1..=1024).contains(&self.recovery_concurrency) {
-            return Err(invalid(
-                "RECOVERY_CONCURRENCY",
-                self.recovery_concurrency,
-                "must be 1 to 1024",
-            ));
-        }
-        if !(1..=24 * 365).contains(&self.idempotency_retention_hours) {
-            return Err(invalid(
-                "IDEMPOTENCY_RETENTION_HOURS",
-                self.idempotency_retention_hours,
-                "must be 1 to 8760",
-            ));
-        }
-        for (name, n) in [
-            ("DOWNSTREAM_BATCHES", self.downstream_batches),
-            ("WRITE_FLUSHES", self.write_flushes),
-        ] {
-            if !(1..=64).contains(&n) {
-                return Err(invalid(name, n, "must be 1 to 64"));
-            }
-        }
-        if self.database.max_connections < 2 {
-            return Err(invalid(
-                "DB_MAX_CONNECTIONS",
-                self.database.max_connections,
-                "must be at least 2",
-            ));
-        }
+        config::within("RECOVERY_BATCH", self.recovery_batch, 1, 10_000)?;
+        config::at_least("RECOVERY_MAX_BATCHES", self.recovery_max_batches, 1)?;
+        config::within("RECOVERY_CONCURRENCY", self.recovery_concurrency, 1, 1024)?;
+        config::within(
+            "IDEMPOTENCY_RETENTION_HOURS",
+            self.idempotency_retention_hours,
+            1,
+            24 * 365,
+        )?;
+        config::within("DOWNSTREAM_BATCHES", self.downstream_batches, 1, 64)?;
+        config::within("WRITE_FLUSHES", self.write_flushes, 1, 64)?;
+        config::at_least("DB_MAX_CONNECTIONS", self.database.max_connections, 2)?;
         self.webhooks.validate()
     }
 }
@@ -245,16 +199,15 @@ mod tests {
     fn defaults_are_valid_and_unsafe_leases_are_refused() {
         let c = Config::local("postgres://x@h/db", "http://a", "http://o");
         assert!(c.validate().is_ok());
-        let short = Config {
-            lease: Duration::from_millis(1000),
-            ..c.clone()
-        };
-        assert!(short.validate().is_err());
-        let batch = Config {
-            recovery_batch: 0,
-            ..c.clone()
-        };
-        assert!(batch.validate().is_err());
+        let refused: [fn(&mut Config); 2] = [
+            |c| c.lease = Duration::from_millis(1000),
+            |c| c.recovery_batch = 0,
+        ];
+        for change in refused {
+            let mut bad = c.clone();
+            change(&mut bad);
+            assert!(bad.validate().is_err());
+        }
         // Sub-second job periods follow the job runner's one rule (rounded up to whole
         // seconds, logged at start), as in every service.
         let sub_second = Config {

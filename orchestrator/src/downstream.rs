@@ -23,7 +23,7 @@ use paysaga_contracts::account::{
     },
     client::AccountClient,
 };
-use paysaga_contracts::batch::Reply;
+use paysaga_contracts::batch::{Replies, Reply};
 use paysaga_contracts::order::{
     api::{ErrorCode as OrderCode, OrderBatch, OrderOp, Reservation, ReservationState},
     client::OrderClient,
@@ -143,6 +143,25 @@ where
     }
 }
 
+/// A downstream's batcher: each flush sent by `send` in a span of its own (see
+/// [`untrace`]), its replies in the order of its operations.
+fn batcher<O, F, Fut>(
+    target: &'static str,
+    in_flight: usize,
+    send: F,
+) -> Coalescer<Traced<O>, Reply, CallError>
+where
+    O: Send + 'static,
+    F: Fn(Vec<O>, Vec<Option<String>>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Answer<Replies>, CallError>> + Send + 'static,
+{
+    Coalescer::new(target, MAX_BATCH, in_flight, move |traced| {
+        let (ops, traceparents, span) = untrace(traced, target);
+        let sent = send(ops, traceparents);
+        async move { sent.await.map(|a| a.body.results) }.instrument(span)
+    })
+}
+
 /// Splits traced operations into the operations and their contexts (an empty list
 /// when none has one, so an untraced batch is sent exactly as before), and the span
 /// the batch request is sent in: with tracing on, a span of its own linked to each
@@ -165,6 +184,27 @@ fn untrace<O>(traced: Vec<Traced<O>>, target: &'static str) -> (Vec<O>, Vec<Opti
     (ops, traceparents, span)
 }
 
+/// A confirm's or cancel's attempt: succeeded once the reservation is in a state
+/// `reached` accepts, unknown in any other, and a rejection only for the codes `ends`
+/// names.
+fn reservation_attempt(
+    answer: Result<Answer<Reservation>, CallError>,
+    start: Instant,
+    call: &str,
+    reached: fn(ReservationState) -> bool,
+    ends: fn(OrderCode) -> bool,
+) -> Attempt {
+    match answer {
+        Ok(a) if reached(a.body.state) => Attempt::succeeded(a.status, a.latency),
+        Ok(a) => Attempt::unknown(
+            Some(a.status),
+            a.latency,
+            format!("{call} answered {}", a.body.state),
+        ),
+        Err(e) => Attempt::from_order_error(e, start.elapsed(), ends),
+    }
+}
+
 fn op_key(action: Action, p: &PaymentRow) -> Result<OperationKey, String> {
     OperationKey::parse(action.operation_key(p.id)).map_err(str::to_owned)
 }
@@ -173,27 +213,13 @@ impl Downstream {
     /// The batchers to account and order, with at most `in_flight`
     /// batches to each downstream at once.
     pub fn new(account: AccountClient, order: OrderClient, in_flight: usize) -> Self {
-        let account = Coalescer::new("account", MAX_BATCH, in_flight, move |traced| {
+        let account = batcher("account", in_flight, move |ops, traceparents| {
             let client = account.clone();
-            let (ops, traceparents, span) = untrace(traced, "account");
-            async move {
-                client
-                    .batch(&AccountBatch { ops, traceparents })
-                    .await
-                    .map(|a| a.body.results)
-            }
-            .instrument(span)
+            async move { client.batch(&AccountBatch { ops, traceparents }).await }
         });
-        let order = Coalescer::new("order", MAX_BATCH, in_flight, move |traced| {
+        let order = batcher("order", in_flight, move |ops, traceparents| {
             let client = order.clone();
-            let (ops, traceparents, span) = untrace(traced, "order");
-            async move {
-                client
-                    .batch(&OrderBatch { ops, traceparents })
-                    .await
-                    .map(|a| a.body.results)
-            }
-            .instrument(span)
+            async move { client.batch(&OrderBatch { ops, traceparents }).await }
         });
         Self { account, order }
     }
@@ -271,47 +297,37 @@ impl Downstream {
                     }
                 }
             }
-            Action::Confirm => match self.confirm(p.reservation_id).await {
-                Ok(a) if a.body.state == ReservationState::Confirmed => {
-                    Attempt::succeeded(a.status, a.latency)
-                }
-                Ok(a) => Attempt::unknown(
-                    Some(a.status),
-                    a.latency,
-                    format!("confirm answered {}", a.body.state),
-                ),
-                Err(e) => Attempt::from_order_error(e, start.elapsed(), |code| {
+            Action::Confirm => reservation_attempt(
+                self.confirm(p.reservation_id).await,
+                start,
+                "confirm",
+                |state| state == ReservationState::Confirmed,
+                |code| {
                     matches!(
                         code,
                         OrderCode::ReservationExpired
                             | OrderCode::ReservationCancelled
                             | OrderCode::ReservationNotFound
                     )
-                }),
-            },
-            Action::CancelReservation | Action::CancelOrder => {
-                match self.cancel(p.reservation_id).await {
-                    Ok(a)
-                        if matches!(
-                            a.body.state,
-                            ReservationState::Cancelled | ReservationState::Expired
-                        ) =>
-                    {
-                        Attempt::succeeded(a.status, a.latency)
-                    }
-                    Ok(a) => Attempt::unknown(
-                        Some(a.status),
-                        a.latency,
-                        format!("cancel answered {}", a.body.state),
-                    ),
-                    Err(e) => Attempt::from_order_error(e, start.elapsed(), |code| {
-                        matches!(
-                            code,
-                            OrderCode::ReservationNotFound | OrderCode::ReservationConfirmed
-                        )
-                    }),
-                }
-            }
+                },
+            ),
+            Action::CancelReservation | Action::CancelOrder => reservation_attempt(
+                self.cancel(p.reservation_id).await,
+                start,
+                "cancel",
+                |state| {
+                    matches!(
+                        state,
+                        ReservationState::Cancelled | ReservationState::Expired
+                    )
+                },
+                |code| {
+                    matches!(
+                        code,
+                        OrderCode::ReservationNotFound | OrderCode::ReservationConfirmed
+                    )
+                },
+            ),
             Action::Refund => {
                 let (key, refund_of) = match (op_key(Action::Refund, p), op_key(Action::Debit, p)) {
                     (Ok(k), Ok(d)) => (k, d),

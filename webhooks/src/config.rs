@@ -77,81 +77,35 @@ impl WebhookConfig {
 
     /// Settings that would break delivery are refused at start-up.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let ms = |d: Duration| d.as_millis();
-        if self.timeout < Duration::from_millis(10) {
-            return Err(invalid(
-                "WEBHOOK_TIMEOUT_MS",
-                ms(self.timeout),
-                "must be at least 10",
-            ));
-        }
-        if !(1..=100).contains(&self.max_attempts) {
-            return Err(invalid(
-                "WEBHOOK_MAX_ATTEMPTS",
-                self.max_attempts,
-                "must be 1 to 100",
-            ));
-        }
+        config::millis_at_least("WEBHOOK_TIMEOUT_MS", self.timeout, 10)?;
+        config::within("WEBHOOK_MAX_ATTEMPTS", self.max_attempts, 1, 100)?;
         if self.backoff_base.is_zero() {
-            return Err(invalid(
+            return Err(config::invalid(
                 "WEBHOOK_BACKOFF_BASE_MS",
-                ms(self.backoff_base),
+                0,
                 "must be at least 1",
             ));
         }
         if self.backoff_cap < self.backoff_base {
-            return Err(invalid(
+            return Err(config::invalid(
                 "WEBHOOK_BACKOFF_CAP_MS",
-                ms(self.backoff_cap),
+                self.backoff_cap.as_millis(),
                 "must be at least WEBHOOK_BACKOFF_BASE_MS",
             ));
         }
-        if self.poll_interval < Duration::from_millis(10) {
-            return Err(invalid(
-                "WEBHOOK_POLL_INTERVAL_MS",
-                ms(self.poll_interval),
-                "must be at least 10",
-            ));
-        }
-        if !(1..=1024).contains(&self.concurrency) {
-            return Err(invalid(
-                "WEBHOOK_CONCURRENCY",
-                self.concurrency,
-                "must be 1 to 1024",
-            ));
-        }
+        config::millis_at_least("WEBHOOK_POLL_INTERVAL_MS", self.poll_interval, 10)?;
+        config::within("WEBHOOK_CONCURRENCY", self.concurrency, 1, 1024)?;
         // A delivery still running when its lease ends would be sent again by another
         // instance while the first is still waiting for the answer.
         if self.lease < self.timeout * 2 {
-            return Err(invalid(
+            return Err(config::invalid(
                 "WEBHOOK_LEASE_MS",
-                ms(self.lease),
+                self.lease.as_millis(),
                 "must be at least 2 x WEBHOOK_TIMEOUT_MS",
             ));
         }
-        if !(1..=1000).contains(&self.ingest_batch) {
-            return Err(invalid(
-                "WEBHOOK_INGEST_BATCH",
-                self.ingest_batch,
-                "must be 1 to 1000",
-            ));
-        }
-        if !(1..=87_600).contains(&self.retention_hours) {
-            return Err(invalid(
-                "EVENT_RETENTION_HOURS",
-                self.retention_hours,
-                "must be 1 to 87600",
-            ));
-        }
-        Ok(())
-    }
-}
-
-fn invalid(name: &str, value: impl ToString, reason: &str) -> ConfigError {
-    ConfigError {
-        name: name.to_owned(),
-        value: value.to_string(),
-        reason: reason.to_owned(),
+        config::within("WEBHOOK_INGEST_BATCH", self.ingest_batch, 1, 1000)?;
+        config::within("EVENT_RETENTION_HOURS", self.retention_hours, 1, 87_600)
     }
 }
 
@@ -163,25 +117,16 @@ mod tests {
     fn settings_that_break_delivery_are_refused() {
         let d = WebhookConfig::default();
         assert!(d.validate().is_ok());
-        let short_lease = WebhookConfig {
-            lease: d.timeout,
-            ..d.clone()
-        };
-        assert!(short_lease.validate().is_err());
-        let no_attempts = WebhookConfig {
-            max_attempts: 0,
-            ..d.clone()
-        };
-        assert!(no_attempts.validate().is_err());
-        let cap_below_base = WebhookConfig {
-            backoff_cap: Duration::from_millis(1),
-            ..d.clone()
-        };
-        assert!(cap_below_base.validate().is_err());
-        let big_batch = WebhookConfig {
-            ingest_batch: 1001,
-            ..d
-        };
-        assert!(big_batch.validate().is_err());
+        let refused: [fn(&mut WebhookConfig); 4] = [
+            |c| c.lease = c.timeout,
+            |c| c.max_attempts = 0,
+            |c| c.backoff_cap = Duration::from_millis(1),
+            |c| c.ingest_batch = 1001,
+        ];
+        for change in refused {
+            let mut c = d.clone();
+            change(&mut c);
+            assert!(c.validate().is_err(), "{c:?}");
+        }
     }
 }

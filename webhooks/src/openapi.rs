@@ -59,6 +59,12 @@ impl Modify for Catalogue {
             components.schemas.insert(name.into_owned(), schema);
         }
         let mut webhooks = serde_json::Map::new();
+        let formatted = |format: KnownFormat, description: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(format)))
+                .description(Some(description))
+        };
         for (event_type, payload, summary) in catalogue() {
             let envelope = format!("{payload}Event");
             let body = ObjectBuilder::new()
@@ -67,10 +73,10 @@ impl Modify for Catalogue {
                 )))
                 .property(
                     "id",
-                    ObjectBuilder::new()
-                        .schema_type(Type::String)
-                        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
-                        .description(Some("The event id (UUIDv7): the same on every retry and replay; deduplicate on it.")),
+                    formatted(
+                        KnownFormat::Uuid,
+                        "The event id (UUIDv7): the same on every retry and replay; deduplicate on it.",
+                    ),
                 )
                 .required("id")
                 .property(
@@ -82,10 +88,7 @@ impl Modify for Catalogue {
                 .required("type")
                 .property(
                     "created_at",
-                    ObjectBuilder::new()
-                        .schema_type(Type::String)
-                        .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
-                        .description(Some("When the event happened.")),
+                    formatted(KnownFormat::DateTime, "When the event happened."),
                 )
                 .required("created_at")
                 .property("data", Ref::from_schema_name(payload.clone()))

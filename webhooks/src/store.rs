@@ -5,6 +5,7 @@
 use std::{fmt, str::FromStr, time::Duration};
 
 use chrono::{DateTime, Utc};
+use paysaga_common::db::column;
 use paysaga_contracts::orchestrator::api::{WebhookDelivery, WebhookEndpoint};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -503,21 +504,11 @@ pub async fn ingest(pool: &PgPool, events: &[Incoming]) -> Result<u64> {
         ON CONFLICT ON CONSTRAINT events_id_unique DO NOTHING
         "#,
     )
-    .bind(events.iter().map(|e| e.id).collect::<Vec<_>>())
-    .bind(
-        events
-            .iter()
-            .map(|e| e.event_type.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        events
-            .iter()
-            .map(|e| e.subject.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(events.iter().map(|e| e.data.clone()).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.occurred_at).collect::<Vec<_>>())
+    .bind(column(events, |e| e.id))
+    .bind(column(events, |e| e.event_type.as_str()))
+    .bind(column(events, |e| e.subject.as_str()))
+    .bind(column(events, |e| e.data.clone()))
+    .bind(column(events, |e| e.occurred_at))
     .execute(pool)
     .await?;
     Ok(inserted.rows_affected())

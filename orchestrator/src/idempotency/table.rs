@@ -6,6 +6,7 @@
 
 use std::{collections::HashSet, time::Duration};
 
+use paysaga_common::db::column;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -160,13 +161,13 @@ pub async fn claim_many(conn: &mut PgConnection, keys: &[NewKey]) -> Result<Vec<
         RETURNING owner_token
         "#,
     )
-    .bind(keys.iter().map(|k| k.scope.member.clone()).collect::<Vec<_>>())
-    .bind(keys.iter().map(|k| k.scope.operation).collect::<Vec<_>>())
-    .bind(keys.iter().map(|k| k.scope.key.as_str()).collect::<Vec<_>>())
-    .bind(keys.iter().map(|k| k.fingerprint.as_str()).collect::<Vec<_>>())
-    .bind(keys.iter().map(|k| k.token).collect::<Vec<_>>())
-    .bind(keys.iter().map(|k| ms(k.lease)).collect::<Vec<_>>())
-    .bind(keys.iter().map(|k| k.retention_hours).collect::<Vec<_>>())
+    .bind(column(keys, |k| k.scope.member.clone()))
+    .bind(column(keys, |k| k.scope.operation))
+    .bind(column(keys, |k| k.scope.key.as_str()))
+    .bind(column(keys, |k| k.fingerprint.as_str()))
+    .bind(column(keys, |k| k.token))
+    .bind(column(keys, |k| ms(k.lease)))
+    .bind(column(keys, |k| k.retention_hours))
     .fetch_all(&mut *conn)
     .await?
     .into_iter()
@@ -223,32 +224,12 @@ pub async fn complete_many(conn: &mut PgConnection, answers: &[Answered]) -> Res
         RETURNING a.token
         "#,
     )
-    .bind(
-        answers
-            .iter()
-            .map(|a| a.scope.member.clone())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        answers
-            .iter()
-            .map(|a| a.scope.operation)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        answers
-            .iter()
-            .map(|a| a.scope.key.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(answers.iter().map(|a| a.token).collect::<Vec<_>>())
-    .bind(
-        answers
-            .iter()
-            .map(|a| i32::from(a.status))
-            .collect::<Vec<_>>(),
-    )
-    .bind(answers.iter().map(|a| a.body.as_str()).collect::<Vec<_>>())
+    .bind(column(answers, |a| a.scope.member.clone()))
+    .bind(column(answers, |a| a.scope.operation))
+    .bind(column(answers, |a| a.scope.key.as_str()))
+    .bind(column(answers, |a| a.token))
+    .bind(column(answers, |a| i32::from(a.status)))
+    .bind(column(answers, |a| a.body.as_str()))
     .fetch_all(&mut *conn)
     .await?
     .into_iter()

@@ -189,6 +189,10 @@ async fn flush(pool: &PgPool, writes: Vec<Write>) -> Result<Vec<Written>> {
 
 type Applied = (Vec<Written>, Vec<Written>, Vec<Written>, Vec<Written>);
 
+fn written<T>(rows: impl IntoIterator<Item = T>, as_written: fn(T) -> Written) -> Vec<Written> {
+    rows.into_iter().map(as_written).collect()
+}
+
 async fn apply(
     conn: &mut PgConnection,
     opens: &[(idempotency::NewKey, payments::Linked)],
@@ -198,18 +202,13 @@ async fn apply(
 ) -> Result<Applied> {
     let mut out: Applied = Default::default();
     if !completes.is_empty() {
-        out.3 = idempotency::complete_many(conn, completes)
-            .await?
-            .into_iter()
-            .map(Written::Completed)
-            .collect();
+        out.3 = written(
+            idempotency::complete_many(conn, completes).await?,
+            Written::Completed,
+        );
     }
     if !records.is_empty() {
-        out.2 = steps::record_many(conn, records)
-            .await?
-            .into_iter()
-            .map(Written::Recorded)
-            .collect();
+        out.2 = written(steps::record_many(conn, records).await?, Written::Recorded);
     }
     // New requests: their keys first, then one insert for their payments (those whose
     // key was claimed) and the taken-over requests' payments together.
@@ -233,11 +232,7 @@ async fn apply(
         payments::insert_many(conn, &all).await?
     }
     .into_iter();
-    out.1 = made
-        .by_ref()
-        .take(inserts.len())
-        .map(Written::Inserted)
-        .collect();
+    out.1 = written(made.by_ref().take(inserts.len()), Written::Inserted);
     out.0 = claimed
         .iter()
         .map(|&c| Written::Opened(if c { Some(made.next().flatten()) } else { None }))

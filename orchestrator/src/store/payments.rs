@@ -2,6 +2,7 @@
 
 use std::{sync::LazyLock, time::Duration};
 
+use paysaga_common::db::column;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 use workflows::{Action, Position};
@@ -125,55 +126,20 @@ pub async fn insert_many(
     });
     let rows = sqlx::query_as::<_, Indexed>(&SQL)
         .bind(idx)
-        .bind(payments.iter().map(|p| p.new.id).collect::<Vec<_>>())
-        .bind(
-            payments
-                .iter()
-                .map(|p| p.new.member_id.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            payments
-                .iter()
-                .map(|p| p.new.account_id)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            payments
-                .iter()
-                .map(|p| p.new.reservation_id)
-                .collect::<Vec<_>>(),
-        )
-        .bind(payments.iter().map(|p| p.new.amount).collect::<Vec<_>>())
-        .bind(payments.iter().map(|p| p.driver).collect::<Vec<_>>())
-        .bind(payments.iter().map(|p| millis(p.lease)).collect::<Vec<_>>())
-        .bind(
-            payments
-                .iter()
-                .map(|p| p.scope.operation)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            payments
-                .iter()
-                .map(|p| p.scope.key.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(payments.iter().map(|p| p.token).collect::<Vec<_>>())
+        .bind(column(payments, |p| p.new.id))
+        .bind(column(payments, |p| p.new.member_id.clone()))
+        .bind(column(payments, |p| p.new.account_id))
+        .bind(column(payments, |p| p.new.reservation_id))
+        .bind(column(payments, |p| p.new.amount))
+        .bind(column(payments, |p| p.driver))
+        .bind(column(payments, |p| millis(p.lease)))
+        .bind(column(payments, |p| p.scope.operation))
+        .bind(column(payments, |p| p.scope.key.as_str()))
+        .bind(column(payments, |p| p.token))
         .bind(start.state().as_str())
         .bind(start.pending().map(Action::as_str))
-        .bind(
-            payments
-                .iter()
-                .map(|p| p.new.product_id)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            payments
-                .iter()
-                .map(|p| p.new.traceparent.as_deref())
-                .collect::<Vec<_>>(),
-        )
+        .bind(column(payments, |p| p.new.product_id))
+        .bind(column(payments, |p| p.new.traceparent.as_deref()))
         .fetch_all(&mut *conn)
         .await?;
     Indexed::place(rows, payments.len())
