@@ -149,13 +149,7 @@ struct World {
 impl World {
     async fn build(h: &Harness, tag: &str) -> World {
         let svc = h.service();
-        let product = h.product(9).await;
-        let rs: Vec<Uuid> = h
-            .reserve_many(product.id, 9, tag)
-            .await
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
+        let (product, rs) = h.product_reserved(9, tag).await;
         for id in &rs[4..6] {
             svc.confirm(*id).await.unwrap();
         }

@@ -68,13 +68,7 @@ struct World {
 impl World {
     async fn build(h: &Harness, tag: &str) -> World {
         let svc = h.service();
-        let product = h.product(11).await;
-        let rs: Vec<Uuid> = h
-            .reserve_many(product.id, 11, tag)
-            .await
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
+        let (product, rs) = h.product_reserved(11, tag).await;
         svc.confirm(rs[4]).await.unwrap();
         svc.cancel(rs[5]).await.unwrap();
         svc.cancel(rs[10]).await.unwrap();

@@ -391,6 +391,18 @@ impl Harness {
         }
         out
     }
+
+    /// A product of `n` units, all reserved by `n` buyers: the product and the ids.
+    pub async fn product_reserved(&self, n: usize, prefix: &str) -> (Product, Vec<Uuid>) {
+        let product = self.product(n as i64).await;
+        let ids = self
+            .reserve_many(product.id, n, prefix)
+            .await
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        (product, ids)
+    }
 }
 
 /// Every row of the reservation, unit and order tables as text, in a fixed order: two
