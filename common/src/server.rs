@@ -28,7 +28,7 @@ use tower::{
     ServiceBuilder, ServiceExt,
 };
 use utoipa::openapi::OpenApi;
-use utoipa_scalar::{Scalar, Servable};
+use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::{
     error,
@@ -58,16 +58,8 @@ pub fn finish(api: Router, openapi: OpenApi) -> Router {
 pub fn finish_with(api: Router, mut openapi: OpenApi, limits: ServerLimits) -> Router {
     crate::openapi::complete(&mut openapi);
     let metrics = telemetry::metrics_handle();
-    let spec = serde_json::to_string(&openapi).expect("OpenAPI document serialises");
     let limited = api
-        .route(
-            "/openapi.json",
-            get(move || {
-                let spec = spec.clone();
-                async move { ([(header::CONTENT_TYPE, "application/json")], spec) }
-            }),
-        )
-        .merge(Scalar::with_url("/docs", openapi))
+        .merge(docs(openapi))
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         // Load shedding over one concurrency budget shared by every route (a per-route
@@ -105,6 +97,16 @@ pub fn finish_with(api: Router, mut openapi: OpenApi, limits: ServerLimits) -> R
         .merge(exempt)
         .fallback(error::not_found)
         .layer(middleware::from_fn(telemetry::http_middleware))
+}
+
+/// `/openapi.json` and the Swagger UI at `/docs`, its scripts and styles compiled into
+/// the binary: the page works with no route out, and loads nothing from elsewhere onto
+/// an origin that also serves the operator console. The validator badge is off, since
+/// it would send the document to an outside service.
+fn docs(openapi: OpenApi) -> SwaggerUi {
+    SwaggerUi::new("/docs")
+        .url("/openapi.json", openapi)
+        .config(Config::from("/openapi.json").validator_url("none"))
 }
 
 /// The answer for a request the limits stopped: shed (503 `OVERLOADED`) or out of

@@ -2,6 +2,7 @@
 
 mod conflict_retry;
 mod db_unavailable;
+mod docs;
 mod jwks_rotation;
 mod metric_labels;
 mod server;

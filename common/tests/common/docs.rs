@@ -1,0 +1,96 @@
+//! `/docs` works with no route out: the page and everything it loads come from the
+//! service itself, and nothing it names points elsewhere.
+
+use axum::Router;
+use paysaga_common::{limits::ServerLimits, server::finish_with};
+use tokio::net::TcpListener;
+use utoipa::openapi::{InfoBuilder, OpenApiBuilder};
+
+/// The shared layers around an empty API, served on a free port.
+async fn served() -> String {
+    let openapi = OpenApiBuilder::new()
+        .info(InfoBuilder::new().title("docs test").version("1").build())
+        .build();
+    let app: Router = finish_with(Router::new(), openapi, ServerLimits::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// Every `src="…"` and `href="…"` value in `html`.
+fn references(html: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for attr in ["src=\"", "href=\""] {
+        let mut rest = html;
+        while let Some(at) = rest.find(attr) {
+            rest = &rest[at + attr.len()..];
+            let end = rest.find('"').expect("attribute closed");
+            found.push(rest[..end].to_owned());
+            rest = &rest[end..];
+        }
+    }
+    found
+}
+
+fn is_elsewhere(text: &str) -> bool {
+    text.contains("http://") || text.contains("https://") || text.contains("//cdn")
+}
+
+#[tokio::test]
+async fn the_docs_page_and_all_it_loads_come_from_the_service() {
+    let base = served().await;
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("{base}/docs/"))
+        .send()
+        .await
+        .expect("docs page");
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.expect("html");
+    let refs = references(&html);
+    assert!(
+        refs.iter().any(|r| r.ends_with(".js")),
+        "the page loads its scripts: {refs:?}"
+    );
+    for r in &refs {
+        assert!(
+            !r.starts_with("//") && !r.contains("://"),
+            "{r} points elsewhere"
+        );
+        let asset = http
+            .get(format!("{base}/docs/{}", r.trim_start_matches("./")))
+            .send()
+            .await
+            .expect("asset");
+        assert_eq!(asset.status(), 200, "{r} is served");
+        let body = asset.bytes().await.expect("asset body");
+        assert!(!body.is_empty(), "{r} has content");
+    }
+    let init = http
+        .get(format!("{base}/docs/swagger-initializer.js"))
+        .send()
+        .await
+        .expect("initializer");
+    assert_eq!(init.status(), 200);
+    let init = init.text().await.expect("initializer text");
+    assert!(init.contains("/openapi.json"), "{init}");
+    assert!(
+        !is_elsewhere(&init),
+        "the initializer names no other host: {init}"
+    );
+    // The bare path lands on the same page.
+    let bare = http.get(format!("{base}/docs")).send().await.expect("docs");
+    assert_eq!(bare.status(), 200);
+    assert_eq!(bare.text().await.expect("html"), html);
+    let spec: serde_json::Value = http
+        .get(format!("{base}/openapi.json"))
+        .send()
+        .await
+        .expect("spec")
+        .json()
+        .await
+        .expect("spec json");
+    assert_eq!(spec["info"]["title"], "docs test");
+    assert!(spec["openapi"].as_str().is_some_and(|v| v.starts_with('3')));
+}
