@@ -12,6 +12,8 @@ use paysaga_common::{
     service::{Database, Process},
 };
 
+use crate::proxies::TrustedProxies;
+
 /// The keys buyer tokens are signed with: the first signs, all are published.
 #[derive(Clone)]
 pub struct SigningKeys {
@@ -116,14 +118,17 @@ impl Argon2Params {
     };
 }
 
-/// A sign-in failure limit: `max_failures` within `window` refuses further attempts
-/// until the window has passed.
+/// Sign-in failure limits: a scope that reached its limit within `window` refuses
+/// further attempts until the window has passed (docs/members.md, "Throttling").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Throttle {
-    /// `SIGNIN_MAX_FAILURES_PER_EMAIL`, default 5.
-    pub per_email: u32,
-    /// `SIGNIN_MAX_FAILURES_PER_ADDRESS`, default 50.
+    /// `SIGNIN_MAX_FAILURES_PER_PAIR`, default 5: failures for one email from one address.
+    pub per_pair: u32,
+    /// `SIGNIN_MAX_FAILURES_PER_ADDRESS`, default 50: failures from one address, any email.
     pub per_address: u32,
+    /// `SIGNIN_MAX_FAILURES_PER_EMAIL`, default 50: failures for one email from any
+    /// address; past it, only the addresses that failed for the email are refused it.
+    pub per_email: u32,
     /// `SIGNIN_FAILURE_WINDOW_SECS`, default 900.
     pub window: Duration,
 }
@@ -131,9 +136,36 @@ pub struct Throttle {
 impl Default for Throttle {
     fn default() -> Self {
         Self {
-            per_email: 5,
+            per_pair: 5,
             per_address: 50,
+            per_email: 50,
             window: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// Sign-up limits, counted before any password is hashed: a window that is full refuses
+/// further sign-ups until it has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignUpLimits {
+    /// `SIGNUP_MAX_PER_ADDRESS`, default 5: sign-ups from one address per window.
+    pub per_address: u32,
+    /// `SIGNUP_ADDRESS_WINDOW_SECS`, default 60.
+    pub address_window: Duration,
+    /// `SIGNUP_MAX_TOTAL`, default 50: sign-ups from all addresses, on every instance,
+    /// per window.
+    pub total: u32,
+    /// `SIGNUP_TOTAL_WINDOW_SECS`, default 1.
+    pub total_window: Duration,
+}
+
+impl Default for SignUpLimits {
+    fn default() -> Self {
+        Self {
+            per_address: 5,
+            address_window: Duration::from_secs(60),
+            total: 50,
+            total_window: Duration::from_secs(1),
         }
     }
 }
@@ -171,9 +203,11 @@ pub struct Config {
     pub refresh_ttl: Duration,
     /// Sign-in failure limits.
     pub throttle: Throttle,
-    /// `TRUST_FORWARDED_FOR=1`: the client address is `X-Forwarded-For`'s first hop
-    /// (only behind a proxy that sets it); otherwise the connection's peer.
-    pub trust_forwarded_for: bool,
+    /// Sign-up limits.
+    pub sign_up: SignUpLimits,
+    /// `TRUSTED_PROXIES`, default none: comma-separated addresses and CIDR networks of
+    /// the proxies whose `X-Forwarded-For` names the client ([`TrustedProxies`]).
+    pub trusted_proxies: TrustedProxies,
     /// `ACCOUNT_REPAIR_SECS`, default 5: how often accounts still to be opened are opened.
     pub account_repair_every: Duration,
     /// `ACCOUNT_REPAIR_MIN_AGE_SECS`, default 5: members younger than this are left to
@@ -242,6 +276,28 @@ fn signing_keys_from_env(secrets: &mut Secrets) -> Result<SigningKeys, ConfigErr
     Ok(SigningKeys::development())
 }
 
+/// `TRUSTED_PROXIES`, parsed once. `TRUST_FORWARDED_FOR=1` is refused rather than
+/// ignored: it believed any peer's header, so a deployment still setting it must name
+/// its proxies instead.
+fn trusted_proxies_from_env() -> Result<TrustedProxies, ConfigError> {
+    if flag("TRUST_FORWARDED_FOR", false)? {
+        return Err(ConfigError {
+            name: "TRUST_FORWARDED_FOR".into(),
+            value: "1".into(),
+            reason: "not read: list the proxies whose X-Forwarded-For is believed in \
+                     TRUSTED_PROXIES (addresses or CIDR networks)"
+                .into(),
+        });
+    }
+    let text = config::string("TRUSTED_PROXIES", "");
+    text.parse()
+        .map_err(|e: crate::proxies::InvalidProxy| ConfigError {
+            name: "TRUSTED_PROXIES".into(),
+            value: text.clone(),
+            reason: e.to_string(),
+        })
+}
+
 fn cpus() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
@@ -278,17 +334,38 @@ impl Config {
         }
         let argon2_max_concurrent: usize = config::parse("ARGON2_MAX_CONCURRENT", cpus())?;
         positive("ARGON2_MAX_CONCURRENT", argon2_max_concurrent as u64)?;
+        let defaults = Throttle::default();
         let throttle = Throttle {
-            per_email: config::parse("SIGNIN_MAX_FAILURES_PER_EMAIL", 5)?,
-            per_address: config::parse("SIGNIN_MAX_FAILURES_PER_ADDRESS", 50)?,
-            window: secs("SIGNIN_FAILURE_WINDOW_SECS", 900)?,
+            per_pair: config::parse("SIGNIN_MAX_FAILURES_PER_PAIR", defaults.per_pair)?,
+            per_address: config::parse("SIGNIN_MAX_FAILURES_PER_ADDRESS", defaults.per_address)?,
+            per_email: config::parse("SIGNIN_MAX_FAILURES_PER_EMAIL", defaults.per_email)?,
+            window: secs("SIGNIN_FAILURE_WINDOW_SECS", defaults.window.as_secs())?,
         };
-        positive("SIGNIN_MAX_FAILURES_PER_EMAIL", throttle.per_email.into())?;
+        positive("SIGNIN_MAX_FAILURES_PER_PAIR", throttle.per_pair.into())?;
         positive(
             "SIGNIN_MAX_FAILURES_PER_ADDRESS",
             throttle.per_address.into(),
         )?;
+        positive("SIGNIN_MAX_FAILURES_PER_EMAIL", throttle.per_email.into())?;
         positive("SIGNIN_FAILURE_WINDOW_SECS", throttle.window.as_secs())?;
+        let defaults = SignUpLimits::default();
+        let sign_up = SignUpLimits {
+            per_address: config::parse("SIGNUP_MAX_PER_ADDRESS", defaults.per_address)?,
+            address_window: secs(
+                "SIGNUP_ADDRESS_WINDOW_SECS",
+                defaults.address_window.as_secs(),
+            )?,
+            total: config::parse("SIGNUP_MAX_TOTAL", defaults.total)?,
+            total_window: secs("SIGNUP_TOTAL_WINDOW_SECS", defaults.total_window.as_secs())?,
+        };
+        positive("SIGNUP_MAX_PER_ADDRESS", sign_up.per_address.into())?;
+        positive(
+            "SIGNUP_ADDRESS_WINDOW_SECS",
+            sign_up.address_window.as_secs(),
+        )?;
+        positive("SIGNUP_MAX_TOTAL", sign_up.total.into())?;
+        positive("SIGNUP_TOTAL_WINDOW_SECS", sign_up.total_window.as_secs())?;
+        let trusted_proxies = trusted_proxies_from_env()?;
         let access_ttl = secs("ACCESS_TOKEN_TTL_SECS", 900)?;
         let refresh_ttl = secs("REFRESH_TOKEN_TTL_SECS", 30 * 86_400)?;
         positive("ACCESS_TOKEN_TTL_SECS", access_ttl.as_secs())?;
@@ -315,7 +392,8 @@ impl Config {
             access_ttl,
             refresh_ttl,
             throttle,
-            trust_forwarded_for: flag("TRUST_FORWARDED_FOR", false)?,
+            sign_up,
+            trusted_proxies,
             account_repair_every: secs("ACCOUNT_REPAIR_SECS", 5)?,
             account_repair_min_age: secs("ACCOUNT_REPAIR_MIN_AGE_SECS", 5)?,
             bulk_signup: flag("MEMBER_BULK_SIGNUP", false)?,
@@ -338,7 +416,8 @@ impl Config {
             access_ttl: Duration::from_secs(900),
             refresh_ttl: Duration::from_secs(30 * 86_400),
             throttle: Throttle::default(),
-            trust_forwarded_for: false,
+            sign_up: SignUpLimits::default(),
+            trusted_proxies: TrustedProxies::default(),
             account_repair_every: Duration::from_secs(5),
             account_repair_min_age: Duration::from_secs(5),
             bulk_signup: false,

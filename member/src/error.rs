@@ -11,7 +11,7 @@ use paysaga_common::{
 };
 use paysaga_contracts::account::api::codes as account_codes;
 
-use crate::{api::codes, password::Rule};
+use crate::{api::codes, password::Rule, throttle::SignUpScope};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -42,6 +42,12 @@ pub enum Error {
     InvalidCredentials,
     #[error("too many failed sign-ins; retry after {retry_after_secs} s")]
     TooManyAttempts { retry_after_secs: u64 },
+    /// A sign-up refused before anything was looked up or hashed.
+    #[error("too many sign-ups {scope}; retry after {retry_after_secs} s")]
+    TooManySignUps {
+        scope: SignUpScope,
+        retry_after_secs: u64,
+    },
     #[error("this refresh token was already used; its sessions are revoked, sign in again")]
     RefreshTokenReused,
     #[error("unknown, expired or revoked refresh token")]
@@ -129,6 +135,9 @@ impl Error {
             Error::TooManyAttempts { .. } => {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, codes::TOO_MANY_ATTEMPTS, msg)
             }
+            Error::TooManySignUps { .. } => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, codes::TOO_MANY_SIGN_UPS, msg)
+            }
             Error::RefreshTokenReused => {
                 ApiError::new(StatusCode::UNAUTHORIZED, codes::REFRESH_TOKEN_REUSED, msg)
             }
@@ -165,7 +174,10 @@ impl Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let retry_after = match &self {
-            Error::TooManyAttempts { retry_after_secs } => Some(*retry_after_secs),
+            Error::TooManyAttempts { retry_after_secs }
+            | Error::TooManySignUps {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
             Error::AccountPending | Error::AccountUnavailable(_) | Error::Unavailable => {
                 Some(ACCOUNT_PENDING_RETRY_SECS)
             }

@@ -26,9 +26,10 @@ use crate::{
     members, sessions, AppState,
 };
 
-/// The client's address: the connection's peer, or with `TRUST_FORWARDED_FOR=1` the
-/// first hop of `X-Forwarded-For`. `None` when neither is known (a router called in
-/// process without connection info).
+/// The client's address: the connection's peer, or, when the peer is one of
+/// `TRUSTED_PROXIES`, the rightmost hop of `X-Forwarded-For` that is not
+/// ([`TrustedProxies::client_of`](crate::proxies::TrustedProxies::client_of)). `None`
+/// when no peer is known (a router called in process without connection info).
 pub struct ClientAddr(pub Option<IpAddr>);
 
 impl FromRequestParts<AppState> for ClientAddr {
@@ -38,25 +39,21 @@ impl FromRequestParts<AppState> for ClientAddr {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        if state.config.trust_forwarded_for {
-            let first_hop = parts
-                .headers
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split(',').next())
-                .and_then(|hop| hop.trim().parse::<IpAddr>().ok());
-            if first_hop.is_some() {
-                return Ok(Self(first_hop));
-            }
-        }
-        Ok(Self(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip()),
-        ))
+        let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() else {
+            return Ok(Self(None));
+        };
+        let forwarded = parts
+            .headers
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .map(|v| v.to_str().ok());
+        Ok(Self(Some(
+            state.config.trusted_proxies.client_of(peer.ip(), forwarded),
+        )))
     }
 }
+
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
 
 /// A member signed in with a token this service signed (current or previous key).
 pub struct Me(pub Uuid);
@@ -94,14 +91,16 @@ impl FromRequestParts<AppState> for Me {
         (status = 201, body = Member, description = "signed up, account open; also a retry of a sign-up whose account was pending"),
         (status = 409, body = ErrorBody, description = "EMAIL_TAKEN"),
         (status = 422, body = ErrorBody, description = "INVALID_EMAIL, PASSWORD_TOO_SHORT, PASSWORD_TOO_LONG, PASSWORD_CONTAINS_EMAIL, PASSWORD_TOO_COMMON, INVALID_BODY"),
+        (status = 429, body = ErrorBody, description = "TOO_MANY_SIGN_UPS (from this address, or in total), or TOO_MANY_ATTEMPTS for a retried sign-up after wrong passwords; with Retry-After (seconds)"),
         (status = 503, body = ErrorBody, description = "ACCOUNT_PENDING: the member exists, its account is not open yet; retry the same sign-up (Retry-After)"),
     ))]
-#[tracing::instrument(skip_all)]
+#[tracing::instrument(skip_all, fields(client = ?addr.0))]
 pub async fn sign_up(
     State(state): State<AppState>,
+    addr: ClientAddr,
     Json(req): Json<Credentials>,
 ) -> Result<impl IntoResponse> {
-    let member = members::sign_up(&state, req).await?;
+    let member = members::sign_up(&state, req, addr.0).await?;
     Ok((StatusCode::CREATED, Json(member)))
 }
 

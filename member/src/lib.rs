@@ -9,6 +9,7 @@ pub(crate) mod error;
 pub(crate) mod handlers;
 pub mod members;
 pub mod password;
+pub mod proxies;
 pub(crate) mod sessions;
 pub(crate) mod throttle;
 pub mod tokens;
@@ -50,7 +51,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/mem
 /// with long addresses.
 pub const BULK_BODY_LIMIT: usize = api::MAX_BULK_MEMBERS * 320;
 
-/// How often expired refresh tokens and sign-in failure counts are deleted.
+/// How often expired refresh tokens, sign-in failure counts and sign-up counts are
+/// deleted.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(300);
 
 #[derive(Clone, FromRef)]
@@ -144,7 +146,7 @@ pub async fn serve_from_env() -> anyhow::Result<()> {
 }
 
 /// Starts the periodic jobs: the account repair every `ACCOUNT_REPAIR_SECS`, and the
-/// deletion of expired refresh tokens and sign-in failure counts.
+/// deletion of expired refresh tokens, sign-in failure counts and sign-up counts.
 pub async fn start_jobs(state: &AppState) -> anyhow::Result<Jobs> {
     let jobs = Jobs::start().await?;
     let repair = state.clone();
@@ -167,7 +169,8 @@ pub async fn start_jobs(state: &AppState) -> anyhow::Result<Jobs> {
         let state = housekeeping.clone();
         async move {
             let tokens = sessions::purge_expired(&state).await;
-            let counts = throttle::purge(&state.pool, &state.config.throttle).await;
+            let counts =
+                throttle::purge(&state.pool, &state.config.throttle, &state.config.sign_up).await;
             match (tokens, counts) {
                 (Ok(tokens), Ok(counts)) => {
                     tracing::debug!(tokens, counts, "expired refresh tokens and counts deleted")

@@ -2,7 +2,7 @@
 //! (on sign-up, on its retry, on sign-in, and by the repair job), always under the same
 //! opening key, so however often it is attempted the member has one account.
 
-use std::time::Duration;
+use std::{net::IpAddr, time::Duration};
 
 use chrono::{DateTime, Utc};
 use futures::{stream, StreamExt};
@@ -91,15 +91,21 @@ async fn insert(pool: &PgPool, email: &Email, phc: &str) -> Result<Option<Member
     .await?)
 }
 
-/// `POST /v1/members`. The member row is committed first, then the account opened, then
-/// its id stored; if the account service fails in between, the member exists with no
-/// account (`ACCOUNT_PENDING`) until a retry of this sign-up, a sign-in or the repair
-/// job completes it.
-pub(crate) async fn sign_up(state: &AppState, creds: Credentials) -> Result<Member> {
+/// `POST /v1/members`. The body's rules are checked first (no query), then the sign-up
+/// limits take their count before anything is looked up or hashed. The member row is
+/// committed first, then the account opened, then its id stored; if the account service
+/// fails in between, the member exists with no account (`ACCOUNT_PENDING`) until a
+/// retry of this sign-up, a sign-in or the repair job completes it.
+pub(crate) async fn sign_up(
+    state: &AppState,
+    creds: Credentials,
+    address: Option<IpAddr>,
+) -> Result<Member> {
     let email = Email::parse(&creds.email).ok_or(Error::InvalidEmail)?;
     password::check(&creds.password, Some(&email)).map_err(Error::WeakPassword)?;
+    throttle::take_sign_up(&state.pool, &state.config.sign_up, address).await?;
     if let Some(existing) = by_email(&state.pool, &email).await? {
-        return complete_existing(state, existing, creds.password).await;
+        return complete_existing(state, existing, creds.password, address).await;
     }
     let phc = state.passwords.hash(creds.password.clone()).await?;
     match insert(&state.pool, &email, &phc).await? {
@@ -113,20 +119,25 @@ pub(crate) async fn sign_up(state: &AppState, creds: Credentials) -> Result<Memb
             let existing = by_email(&state.pool, &email)
                 .await?
                 .ok_or(Error::EmailTaken)?;
-            complete_existing(state, existing, creds.password).await
+            complete_existing(state, existing, creds.password, address).await
         }
     }
 }
 
 /// The same email again: a member whose account is still to be opened, signing up
 /// with the same password, is a retry and gets its account; anything else is taken.
-async fn complete_existing(state: &AppState, row: MemberRow, password: String) -> Result<Member> {
+async fn complete_existing(
+    state: &AppState,
+    row: MemberRow,
+    password: String,
+    address: Option<IpAddr>,
+) -> Result<Member> {
     if row.account_id.is_some() {
         return Err(Error::EmailTaken);
     }
-    // The answer tells whether the password was right: counted like a sign-in, so this
-    // is no way around sign-in throttling.
-    let who = Subjects::new(&row.email, None);
+    // The answer tells whether the password was right: counted like a sign-in from this
+    // address, so this is no way around sign-in throttling.
+    let who = Subjects::new(&row.email, address);
     let limits = &state.config.throttle;
     throttle::check(&state.pool, limits, &who).await?;
     if !state

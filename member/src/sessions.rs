@@ -183,7 +183,7 @@ pub(crate) async fn sign_in(
         metrics::counter!("member_sign_ins_total", "outcome" => "invalid").increment(1);
         return Err(Error::InvalidCredentials);
     };
-    throttle::clear_email(&state.pool, &who).await?;
+    throttle::clear_pair(&state.pool, &who).await?;
     if member.account_id.is_none() {
         // The sign-up's account opening failed earlier: try again now, but a session
         // does not depend on it (the repair job keeps trying).

@@ -152,8 +152,9 @@ async fn measure(db: &BenchDb, args: &SigninArgs) -> anyhow::Result<SigninReport
     config.bulk_signup = true;
     // Every attempt here is the benchmark's own; none should be refused for volume.
     config.throttle = Throttle {
-        per_email: u32::MAX,
+        per_pair: u32::MAX,
         per_address: u32::MAX,
+        per_email: u32::MAX,
         window: Duration::from_secs(60),
     };
     let hash_slots = config.argon2_max_concurrent;

@@ -29,8 +29,12 @@ pub mod codes {
     pub const ACCOUNT_PENDING: &str = "ACCOUNT_PENDING";
     /// Unknown email or wrong password: deliberately the same answer.
     pub const INVALID_CREDENTIALS: &str = "INVALID_CREDENTIALS";
-    /// Too many failed sign-ins for this email or from this address; see `Retry-After`.
+    /// Too many failed sign-ins for this email from this address, from this address,
+    /// or for this email from an address that has failed for it; see `Retry-After`.
     pub const TOO_MANY_ATTEMPTS: &str = "TOO_MANY_ATTEMPTS";
+    /// Too many sign-ups from this address, or from everyone at this moment; see
+    /// `Retry-After`. Nothing was looked up or stored.
+    pub const TOO_MANY_SIGN_UPS: &str = "TOO_MANY_SIGN_UPS";
     /// The refresh token was already used: its whole family is now revoked.
     pub const REFRESH_TOKEN_REUSED: &str = "REFRESH_TOKEN_REUSED";
     /// Unknown, expired or revoked refresh token.

@@ -43,7 +43,8 @@ impl MemberClient {
 
     /// `POST /v1/members` -> 201 `Member`. 409 `EMAIL_TAKEN`, 422 `INVALID_EMAIL` or a
     /// password rule; 503 `ACCOUNT_PENDING` (as `Unknown`): the member exists, its
-    /// account follows (retrying the same sign-up completes it).
+    /// account follows (retrying the same sign-up completes it); 429
+    /// `TOO_MANY_SIGN_UPS` or `TOO_MANY_ATTEMPTS` (as `Unknown` with status 429).
     pub async fn sign_up(&self, req: &Credentials) -> Result<Answer<Member>, CallError> {
         self.inner.post("/v1/members", req).await
     }

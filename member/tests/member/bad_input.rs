@@ -9,8 +9,8 @@ use paysaga_contracts::member::{api::ListMembers, client::MemberClient};
 use serde_json::json;
 
 /// Each table a refused body could have written (a member, a session's refresh token,
-/// a failed sign-in, the account a sign-up opens), with its row count and the md5 of its
-/// rows.
+/// a failed sign-in, the account a sign-up opens, a sign-up's count), with its row count
+/// and the md5 of its rows.
 async fn written(s: &Stack) -> Vec<(&'static str, i64, String)> {
     let mut out = Vec::new();
     for table in [
@@ -18,6 +18,7 @@ async fn written(s: &Stack) -> Vec<(&'static str, i64, String)> {
         "member_service.refresh_tokens",
         "member_service.sign_in_failures",
         "account_service.accounts",
+        "member_service.sign_up_attempts",
     ] {
         let (rows, digest): (i64, Option<String>) = sqlx::query_as(&format!(
             "SELECT COUNT(*), md5(string_agg(t::TEXT, '|' ORDER BY t::TEXT)) FROM {table} t"
@@ -50,6 +51,10 @@ async fn malformed_bodies_are_refused_with_codes() {
         rows[..3],
         [1, 1, 0],
         "one member, one refresh token, no failed sign-in"
+    );
+    assert_eq!(
+        rows[4], 2,
+        "the sign-up's counts: its address's and the total"
     );
 
     // Over 64 KiB: a huge password.

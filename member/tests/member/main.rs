@@ -1,10 +1,13 @@
-//! The member service's integration tests, one test binary: sign-up, sign-in, sessions, keys and top-ups.
+//! The member service's integration tests, one test binary: sign-up and its limits,
+//! sign-in and its throttling, client addresses, sessions, keys and top-ups.
 
 mod support;
 
+mod addresses;
 mod bad_input;
 mod keys;
 mod sessions;
 mod signin;
 mod signup;
+mod signup_limits;
 mod topups;

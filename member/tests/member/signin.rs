@@ -1,11 +1,13 @@
 //! Sign-in: tokens verifiable from the published key set, one answer for every bad
-//! credential, and throttling kept in PostgreSQL.
+//! credential, and throttling kept in PostgreSQL: per (email, address) pair, per
+//! address, and per email only where the email was failed.
 
 use std::time::Duration;
 
-use crate::support::{assert_throttled, creds, email, jwks_verifier, Stack, PASSWORD};
+use crate::support::{
+    assert_throttled, creds, email, jwks_verifier, pair_subject, subject, trusting, Stack, PASSWORD,
+};
 use paysaga_contracts::member::api::{codes, TOKEN_TYPE};
-use serde_json::json;
 
 #[tokio::test]
 async fn a_session_token_verifies_against_the_published_keys() {
@@ -49,25 +51,25 @@ async fn wrong_password_and_unknown_email_get_the_same_answer() {
     assert_eq!(wrong.2, malformed.2);
 }
 
-/// A stack that refuses sign-ins after `per_email` failures for one email, or
-/// `per_address` from one client address.
-async fn throttled(per_email: u32, per_address: u32) -> Stack {
+/// A stack that refuses sign-ins after `per_pair` failures for one email from one
+/// address, or `per_address` from one client address.
+async fn throttled(per_pair: u32, per_address: u32) -> Stack {
     Stack::start_with(true, |c| {
-        c.throttle.per_email = per_email;
+        c.throttle.per_pair = per_pair;
         c.throttle.per_address = per_address;
     })
     .await
 }
 
 #[tokio::test]
-async fn failures_per_email_are_throttled_across_instances() {
+async fn failures_per_email_and_address_are_throttled_across_instances() {
     let s = throttled(3, 1_000).await;
     let address = s.signed_up("throttled").await;
     for _ in 0..3 {
         let (status, _, body) = s.post_sign_in(&address, "wrong-password-123").await;
         assert_eq!(status, 401, "{body}");
     }
-    // Refused now, even with the right password, and with Retry-After.
+    // Refused now from this address, even with the right password, and with Retry-After.
     let refused = s.post_sign_in(&address.to_uppercase(), PASSWORD).await;
     assert_throttled(&refused);
     let retry: u64 = refused.1["retry-after"].to_str().unwrap().parse().unwrap();
@@ -80,14 +82,19 @@ async fn failures_per_email_are_throttled_across_instances() {
         .await
         .expect_err("throttled");
     assert_eq!(e.status(), Some(429));
+    assert_eq!(
+        s.failures("PAIR", &pair_subject(&address, "127.0.0.1"))
+            .await,
+        3
+    );
+    assert_eq!(s.failures("EMAIL", &subject(&address)).await, 3);
+    assert_eq!(s.failures("ADDRESS", &subject("127.0.0.1")).await, 3);
     let rows = s
-        .count(
-            "SELECT COUNT(*) FROM member_service.sign_in_failures WHERE scope = 'EMAIL' AND failures >= 3",
-        )
+        .count("SELECT COUNT(*) FROM member_service.sign_in_failures WHERE scope = 'PAIR'")
         .await;
-    assert_eq!(rows, 1);
+    assert_eq!(rows, 1, "the refusals counted nothing more");
 
-    // Another email is unaffected.
+    // Another email from the same address is unaffected.
     let other = s.signed_up("other").await;
     s.client
         .sign_in(&creds(&other, PASSWORD))
@@ -96,9 +103,9 @@ async fn failures_per_email_are_throttled_across_instances() {
 }
 
 #[tokio::test]
-async fn a_success_clears_the_email_count_and_the_window_ends() {
+async fn a_success_clears_the_pair_count_and_the_window_ends() {
     let s = Stack::start_with(true, |c| {
-        c.throttle.per_email = 2;
+        c.throttle.per_pair = 2;
         c.throttle.window = Duration::from_secs(2);
     })
     .await;
@@ -107,6 +114,13 @@ async fn a_success_clears_the_email_count_and_the_window_ends() {
     let right = creds(&address, PASSWORD);
     s.client.sign_in(&wrong).await.expect_err("wrong");
     s.client.sign_in(&right).await.expect("clears the count");
+    let pair = pair_subject(&address, "127.0.0.1");
+    assert_eq!(s.failures("PAIR", &pair).await, 0, "the pair's row is gone");
+    assert_eq!(
+        s.failures("EMAIL", &subject(&address)).await,
+        1,
+        "the email's count stays"
+    );
     s.client.sign_in(&wrong).await.expect_err("wrong");
     let e = s.client.sign_in(&wrong).await.expect_err("wrong");
     assert_eq!(
@@ -143,16 +157,17 @@ async fn failures_per_address_are_throttled_by_the_connection_address() {
         assert_eq!(e.status(), Some(401));
     }
     assert_throttled(&s.post_sign_in(&victim, PASSWORD).await);
-    // X-Forwarded-For is not trusted by default: a made-up hop changes nothing.
-    let r = s
-        .http
-        .post(s.url("/v1/sessions"))
-        .header("x-forwarded-for", "203.0.113.9")
-        .json(&json!({"email": victim, "password": PASSWORD}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 429);
+    // No proxy is trusted by default: a made-up X-Forwarded-For changes nothing.
+    for spoofed in ["203.0.113.9", "203.0.113.9, 10.0.0.1", "127.0.0.2"] {
+        assert_throttled(&s.sign_in_forwarded(&victim, PASSWORD, spoofed).await);
+    }
+    // Counted against the connection's address, and only it.
+    assert_eq!(s.failures("ADDRESS", &subject("127.0.0.1")).await, 4);
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM member_service.sign_in_failures WHERE scope = 'ADDRESS'")
+            .await,
+        1
+    );
     let (_second, client) = Stack::start_member(s.config.clone()).await;
     assert_eq!(
         client
@@ -165,34 +180,116 @@ async fn failures_per_address_are_throttled_by_the_connection_address() {
 }
 
 #[tokio::test]
-async fn a_trusted_forwarded_for_names_the_address() {
+async fn behind_trusted_proxies_the_rightmost_untrusted_hop_is_the_client() {
     let s = Stack::start_with(true, |c| {
-        c.throttle.per_email = 100;
+        c.throttle.per_pair = 100;
         c.throttle.per_address = 2;
-        c.trust_forwarded_for = true;
+        trusting(c, "10.0.0.0/8");
     })
     .await;
     let address = s.signed_up("proxied").await;
-    let attempt = |hop: &'static str, password: &'static str| {
-        let s = &s;
-        let address = address.clone();
+    // The client makes up a new leftmost hop each time; the proxies appended the
+    // address it came from, 198.51.100.7, and their own.
+    let attempt = |i: u32, hop: &'static str, password: &'static str| {
+        let (s, address) = (&s, address.clone());
         async move {
-            s.http
-                .post(s.url("/v1/sessions"))
-                .header("x-forwarded-for", format!("{hop}, 10.0.0.1"))
-                .json(&json!({"email": address, "password": password}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
+            let forwarded = format!("6.6.6.{i}, {hop}, 10.0.0.1");
+            s.sign_in_forwarded(&address, password, &forwarded).await.0
         }
     };
-    assert_eq!(attempt("198.51.100.7", "wrong-password-123").await, 401);
-    assert_eq!(attempt("198.51.100.7", "wrong-password-123").await, 401);
-    assert_eq!(attempt("198.51.100.7", PASSWORD).await, 429);
-    // Another client behind the same proxy is not held back.
-    assert_eq!(attempt("198.51.100.8", PASSWORD).await, 200);
+    assert_eq!(attempt(1, "198.51.100.7", "wrong-password-123").await, 401);
+    assert_eq!(attempt(2, "198.51.100.7", "wrong-password-123").await, 401);
+    assert_eq!(attempt(3, "198.51.100.7", PASSWORD).await, 429);
+    // Another client behind the same proxies is not held back.
+    assert_eq!(attempt(4, "198.51.100.8", PASSWORD).await, 200);
+    assert_eq!(s.failures("ADDRESS", &subject("198.51.100.7")).await, 2);
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM member_service.sign_in_failures WHERE scope = 'ADDRESS'")
+            .await,
+        1,
+        "neither the made-up hops nor the proxies were counted"
+    );
+}
+
+#[tokio::test]
+async fn a_guesser_is_refused_while_the_member_signs_in_from_elsewhere() {
+    // The production limits: 5 per pair, 50 per address, 50 per email.
+    let s = Stack::start_with(true, |c| trusting(c, "")).await;
+    let (victim, member, _) = s.signed_in("victim").await;
+    let attacker = "198.51.100.66";
+    let mut answers = Vec::new();
+    for i in 0..7 {
+        answers.push(
+            s.sign_in_forwarded(&victim, &format!("guess-number-{i}-abc"), attacker)
+                .await,
+        );
+    }
+    for (status, _, body) in &answers[..5] {
+        assert_eq!(*status, 401, "{body}");
+        assert_eq!(body["code"], codes::INVALID_CREDENTIALS);
+    }
+    for refused in &answers[5..] {
+        assert_throttled(refused);
+    }
+    // The guesser is refused even with the right password.
+    assert_throttled(&s.sign_in_forwarded(&victim, PASSWORD, attacker).await);
+    assert_eq!(
+        s.failures("PAIR", &pair_subject(&victim, attacker)).await,
+        5
+    );
+    assert_eq!(s.failures("EMAIL", &subject(&victim)).await, 5);
+    assert_eq!(s.failures("ADDRESS", &subject(attacker)).await, 5);
+
+    // The member, from an address that has not been guessing, gets in.
+    let (status, _, body) = s.sign_in_forwarded(&victim, PASSWORD, "203.0.113.5").await;
+    assert_eq!(status, 200, "{body}");
+    let token = body["access_token"].as_str().expect("an access token");
+    let me = s.client.me(token).await.expect("the token works");
+    assert_eq!(me.body.id, member.id);
+    let sessions = s
+        .count(&format!(
+            "SELECT COUNT(*) FROM member_service.refresh_tokens WHERE member_id = '{}'",
+            member.id
+        ))
+        .await;
+    assert_eq!(sessions, 2, "the first sign-in's and this one's");
+    // The guesser is still refused; the member's success excused none of its guesses.
+    assert_throttled(&s.sign_in_forwarded(&victim, PASSWORD, attacker).await);
+    assert_eq!(
+        s.failures("PAIR", &pair_subject(&victim, attacker)).await,
+        5
+    );
+}
+
+#[tokio::test]
+async fn an_email_guessed_at_from_many_addresses_is_refused_only_where_it_failed() {
+    let s = Stack::start_with(true, |c| {
+        c.throttle.per_pair = 100;
+        c.throttle.per_email = 3;
+        trusting(c, "");
+    })
+    .await;
+    let victim = s.signed_up("spread").await;
+    let wrong = "wrong-password-123";
+    for bot in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
+        assert_eq!(s.sign_in_forwarded(&victim, wrong, bot).await.0, 401);
+    }
+    // The email is at its limit: an address that failed for it is refused it...
+    assert_throttled(&s.sign_in_forwarded(&victim, PASSWORD, "198.51.100.1").await);
+    // ... one that has not gets in with the right password...
+    let (status, _, body) = s.sign_in_forwarded(&victim, PASSWORD, "203.0.113.5").await;
+    assert_eq!(status, 200, "{body}");
+    // ... and a new guesser gets one guess, then is refused too.
+    assert_eq!(
+        s.sign_in_forwarded(&victim, wrong, "198.51.100.4").await.0,
+        401
+    );
+    assert_throttled(&s.sign_in_forwarded(&victim, wrong, "198.51.100.4").await);
+    assert_eq!(s.failures("EMAIL", &subject(&victim)).await, 4);
+    // Other emails from those addresses are not held back by this email's count.
+    let other = s.signed_up("bystander").await;
+    let (status, _, _) = s.sign_in_forwarded(&other, PASSWORD, "198.51.100.1").await;
+    assert_eq!(status, 200);
 }
 
 #[tokio::test]

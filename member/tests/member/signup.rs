@@ -267,7 +267,7 @@ async fn sign_in_opens_a_pending_account_too() {
 
 #[tokio::test]
 async fn retried_sign_ups_cannot_be_used_to_guess_a_pending_members_password() {
-    let s = Stack::start_with(false, |c| c.throttle.per_email = 2).await;
+    let s = Stack::start_with(false, |c| c.throttle.per_pair = 2).await;
     let address = email("guess");
     s.sign_up_pending(&address).await;
     for guess in ["first-wrong-guess-1", "second-wrong-guess-2"] {

@@ -112,6 +112,10 @@ impl Stack {
         config.database.max_connections = 8;
         config.argon2 = Argon2Params::TEST_ONLY_CHEAP;
         config.account_timeout = Duration::from_secs(5);
+        // Every test signs its members up from 127.0.0.1: the sign-up limits stay out
+        // of the way unless a test sets them.
+        config.sign_up.per_address = 10_000;
+        config.sign_up.total = 10_000;
         tune(&mut config);
         let (member, client) = Self::start_member(config.clone()).await;
         Self {
@@ -169,6 +173,83 @@ impl Stack {
             .await
             .expect("answer");
         answer(r).await
+    }
+
+    /// POSTs `body` as JSON with `X-Forwarded-For: forwarded`, as a proxy in front of
+    /// the service would (or a client making the header up).
+    pub async fn post_forwarded(
+        &self,
+        path: &str,
+        forwarded: &str,
+        body: &Value,
+    ) -> (u16, HeaderMap, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .header("x-forwarded-for", forwarded)
+            .json(body)
+            .send()
+            .await
+            .expect("answer");
+        answer(r).await
+    }
+
+    /// A sign-up of `email` with the standard password, forwarded for `forwarded`.
+    pub async fn sign_up_forwarded(&self, email: &str, forwarded: &str) -> (u16, HeaderMap, Value) {
+        self.post_forwarded(
+            "/v1/members",
+            forwarded,
+            &json!({"email": email, "password": PASSWORD}),
+        )
+        .await
+    }
+
+    /// A sign-in of `email` with `password`, forwarded for `forwarded`.
+    pub async fn sign_in_forwarded(
+        &self,
+        email: &str,
+        password: &str,
+        forwarded: &str,
+    ) -> (u16, HeaderMap, Value) {
+        self.post_forwarded(
+            "/v1/sessions",
+            forwarded,
+            &json!({"email": email, "password": password}),
+        )
+        .await
+    }
+
+    /// The failures counted in `scope` for `subject` (0 for no row).
+    pub async fn failures(&self, scope: &str, subject: &[u8]) -> i64 {
+        sqlx::query_scalar(
+            "SELECT COALESCE(MAX(failures), 0)::BIGINT FROM member_service.sign_in_failures WHERE scope = $1 AND subject = $2",
+        )
+        .bind(scope)
+        .bind(subject)
+        .fetch_one(&self.admin)
+        .await
+        .expect("failures")
+    }
+
+    /// The sign-ups counted in `scope` for `subject` (0 for no row).
+    pub async fn sign_up_attempts(&self, scope: &str, subject: &[u8]) -> i64 {
+        sqlx::query_scalar(
+            "SELECT COALESCE(MAX(attempts), 0)::BIGINT FROM member_service.sign_up_attempts WHERE scope = $1 AND subject = $2",
+        )
+        .bind(scope)
+        .bind(subject)
+        .fetch_one(&self.admin)
+        .await
+        .expect("sign-up attempts")
+    }
+
+    /// Whether a member with `email` is stored.
+    pub async fn stored(&self, email: &str) -> bool {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM member_service.members WHERE email = $1)")
+            .bind(email.trim().to_lowercase())
+            .fetch_one(&self.admin)
+            .await
+            .expect("members")
     }
 
     /// Signs up `email` with the standard password; panics unless 201.
@@ -321,6 +402,34 @@ pub fn assert_throttled((status, headers, body): &(u16, HeaderMap, Value)) {
     assert_eq!(*status, 429, "{body}");
     assert_eq!(body["code"], codes::TOO_MANY_ATTEMPTS);
     assert!(headers.contains_key("retry-after"));
+}
+
+/// Checks a raw answer is 429 `TOO_MANY_SIGN_UPS`; its `Retry-After` in seconds.
+pub fn assert_sign_up_refused((status, headers, body): &(u16, HeaderMap, Value)) -> u64 {
+    assert_eq!(*status, 429, "{body}");
+    assert_eq!(body["code"], codes::TOO_MANY_SIGN_UPS);
+    headers["retry-after"]
+        .to_str()
+        .expect("text")
+        .parse()
+        .expect("seconds")
+}
+
+/// The subject a sign-in or sign-up count is stored under for `text` (an email, or an
+/// IPv4 address as written).
+pub fn subject(text: &str) -> Vec<u8> {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).to_vec()
+}
+
+/// The subject of the (email, address) pair's count.
+pub fn pair_subject(email: &str, address: &str) -> Vec<u8> {
+    subject(&format!("{email}\0{address}"))
+}
+
+/// Trusts the test's own connection (127.0.0.1) as a proxy, and `more`.
+pub fn trusting(config: &mut Config, more: &str) {
+    config.trusted_proxies = format!("127.0.0.1,{more}").parse().expect("proxies");
 }
 
 pub async fn answer(r: reqwest::Response) -> (u16, HeaderMap, Value) {
