@@ -240,6 +240,20 @@ fn secs(name: &str, default: u64) -> Result<Duration, ConfigError> {
     config::parse(name, default).map(Duration::from_secs)
 }
 
+/// A limit from the environment: a positive count.
+fn count(name: &str, default: u32) -> Result<u32, ConfigError> {
+    let n = config::parse(name, default)?;
+    positive(name, n.into())?;
+    Ok(n)
+}
+
+/// A limit's window from the environment, in whole seconds, at least one.
+fn window(name: &str, default: Duration) -> Result<Duration, ConfigError> {
+    let w = secs(name, default.as_secs())?;
+    positive(name, w.as_secs())?;
+    Ok(w)
+}
+
 fn positive(name: &str, value: u64) -> Result<(), ConfigError> {
     if value == 0 {
         return Err(ConfigError {
@@ -336,35 +350,18 @@ impl Config {
         positive("ARGON2_MAX_CONCURRENT", argon2_max_concurrent as u64)?;
         let defaults = Throttle::default();
         let throttle = Throttle {
-            per_pair: config::parse("SIGNIN_MAX_FAILURES_PER_PAIR", defaults.per_pair)?,
-            per_address: config::parse("SIGNIN_MAX_FAILURES_PER_ADDRESS", defaults.per_address)?,
-            per_email: config::parse("SIGNIN_MAX_FAILURES_PER_EMAIL", defaults.per_email)?,
-            window: secs("SIGNIN_FAILURE_WINDOW_SECS", defaults.window.as_secs())?,
+            per_pair: count("SIGNIN_MAX_FAILURES_PER_PAIR", defaults.per_pair)?,
+            per_address: count("SIGNIN_MAX_FAILURES_PER_ADDRESS", defaults.per_address)?,
+            per_email: count("SIGNIN_MAX_FAILURES_PER_EMAIL", defaults.per_email)?,
+            window: window("SIGNIN_FAILURE_WINDOW_SECS", defaults.window)?,
         };
-        positive("SIGNIN_MAX_FAILURES_PER_PAIR", throttle.per_pair.into())?;
-        positive(
-            "SIGNIN_MAX_FAILURES_PER_ADDRESS",
-            throttle.per_address.into(),
-        )?;
-        positive("SIGNIN_MAX_FAILURES_PER_EMAIL", throttle.per_email.into())?;
-        positive("SIGNIN_FAILURE_WINDOW_SECS", throttle.window.as_secs())?;
         let defaults = SignUpLimits::default();
         let sign_up = SignUpLimits {
-            per_address: config::parse("SIGNUP_MAX_PER_ADDRESS", defaults.per_address)?,
-            address_window: secs(
-                "SIGNUP_ADDRESS_WINDOW_SECS",
-                defaults.address_window.as_secs(),
-            )?,
-            total: config::parse("SIGNUP_MAX_TOTAL", defaults.total)?,
-            total_window: secs("SIGNUP_TOTAL_WINDOW_SECS", defaults.total_window.as_secs())?,
+            per_address: count("SIGNUP_MAX_PER_ADDRESS", defaults.per_address)?,
+            address_window: window("SIGNUP_ADDRESS_WINDOW_SECS", defaults.address_window)?,
+            total: count("SIGNUP_MAX_TOTAL", defaults.total)?,
+            total_window: window("SIGNUP_TOTAL_WINDOW_SECS", defaults.total_window)?,
         };
-        positive("SIGNUP_MAX_PER_ADDRESS", sign_up.per_address.into())?;
-        positive(
-            "SIGNUP_ADDRESS_WINDOW_SECS",
-            sign_up.address_window.as_secs(),
-        )?;
-        positive("SIGNUP_MAX_TOTAL", sign_up.total.into())?;
-        positive("SIGNUP_TOTAL_WINDOW_SECS", sign_up.total_window.as_secs())?;
         let trusted_proxies = trusted_proxies_from_env()?;
         let access_ttl = secs("ACCESS_TOKEN_TTL_SECS", 900)?;
         let refresh_ttl = secs("REFRESH_TOKEN_TTL_SECS", 30 * 86_400)?;
