@@ -110,12 +110,6 @@ async fn pool_with(
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(5))
-        // No ping before each use: it is one more round trip on the path of every
-        // statement. sqlx still pings a connection as it is released and drops it if
-        // that fails; one that broke while idle fails its next statement with `Io`
-        // before anything reached the server, which every caller already treats as
-        // unavailable (`unavailable`).
-        .test_before_acquire(false)
         .connect_with(options)
         .await
 }
