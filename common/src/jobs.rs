@@ -1,4 +1,4 @@
-//! Scheduled jobs: one small runner over tokio-cron-scheduler that every service uses.
+//! Scheduled jobs: one small runner, a tokio interval per job, that every service uses.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -12,26 +12,28 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Not tokio-cron-scheduler's repeated jobs: they compute each next tick from the one
+//! before, so a tick that comes later than one period (a loaded machine, a stalled
+//! runtime) leaves the next tick behind the last and the job never runs again
+//! (upstream issue mvniekerk/tokio-cron-scheduler#113). Here a late tick only delays
+//! the ones after it.
 
 use std::{
     future::Future,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     time::Duration,
 };
 
-use anyhow::Context;
-use tokio::sync::watch;
-use tokio_cron_scheduler::{Job, JobScheduler};
-
-/// The period tokio-cron-scheduler is given for a requested one: it repeats in whole
-/// seconds, and a sub-second period silently never fires. Rounds up, at least 1 s.
-fn whole_seconds(requested: Duration) -> Duration {
-    let secs = requested.as_millis().div_ceil(1000).max(1);
-    Duration::from_secs(u64::try_from(secs).unwrap_or(u64::MAX))
-}
+use anyhow::{ensure, Context};
+use tokio::{
+    sync::watch,
+    task::AbortHandle,
+    time::{interval_at, Instant, MissedTickBehavior},
+};
 
 /// At most one run of a job at a time: a tick that finds a run still going is skipped
 /// rather than doubled (a second sweep or recovery run would only contend with the
@@ -69,28 +71,21 @@ pub type JobWatch = watch::Receiver<JobCounts>;
 
 /// The scheduled jobs of one service. Started before the jobs are added; stopped with
 /// [`Jobs::shutdown`].
+#[derive(Debug, Default)]
 pub struct Jobs {
-    scheduler: JobScheduler,
-}
-
-impl std::fmt::Debug for Jobs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Jobs").finish_non_exhaustive()
-    }
+    tickers: Mutex<Vec<AbortHandle>>,
 }
 
 impl Jobs {
-    /// Starts an empty scheduler.
+    /// An empty set of jobs.
     pub async fn start() -> anyhow::Result<Self> {
-        let scheduler = JobScheduler::new().await?;
-        scheduler.start().await?;
-        Ok(Self { scheduler })
+        Ok(Self::default())
     }
 
-    /// Runs `job` every `period`, first after one period. The period is rounded up to
-    /// whole seconds, at least 1 s (logged here when that changes it); a tick that
-    /// finds the previous run still going is skipped (logged at debug). The returned
-    /// watch follows the job's [`JobCounts`].
+    /// Runs `job` every `period` (not zero), first after one period. A tick that finds
+    /// the previous run still going is skipped (logged at debug); a tick that comes
+    /// late, because the machine was too busy to run it on time, delays the ones after
+    /// it. The returned watch follows the job's [`JobCounts`].
     pub async fn every<F, Fut>(
         &self,
         name: &'static str,
@@ -101,43 +96,56 @@ impl Jobs {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let rounded = whole_seconds(period);
-        if rounded != period {
-            tracing::info!(
-                job = name,
-                requested_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
-                period_secs = rounded.as_secs(),
-                "job period rounded up to whole seconds"
-            );
-        }
+        ensure!(!period.is_zero(), "job {name}: the period must not be zero");
         let guard = NoOverlap::default();
         let (counts, watch) = watch::channel(JobCounts::default());
         let counts = Arc::new(counts);
-        let scheduled = Job::new_repeated_async(rounded, move |_id, _scheduler| {
-            let run = guard.try_enter().map(|running| (running, job()));
-            let counts = counts.clone();
-            Box::pin(async move {
-                match run {
-                    Some((running, run)) => {
-                        run.await;
-                        drop(running);
-                        counts.send_modify(|c| c.runs += 1);
+        let mut ticks = interval_at(Instant::now() + period, period);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let ticker = tokio::spawn(async move {
+            loop {
+                ticks.tick().await;
+                match guard.try_enter() {
+                    Some(running) => {
+                        let run = job();
+                        let counts = counts.clone();
+                        // Its own task, so that a slow run makes ticks skip rather
+                        // than wait, and a panicking run ends that run, not the job.
+                        tokio::spawn(async move {
+                            run.await;
+                            drop(running);
+                            counts.send_modify(|c| c.runs += 1);
+                        });
                     }
                     None => {
                         counts.send_modify(|c| c.skipped += 1);
                         tracing::debug!(job = name, "previous run still going; tick skipped");
                     }
                 }
-            })
-        })?;
-        self.scheduler.add(scheduled).await?;
+            }
+        });
+        self.tickers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(ticker.abort_handle());
         Ok(watch)
     }
 
-    /// Stops the scheduler: no further ticks. A run in progress is not waited for.
+    /// Stops every job: no further ticks. A run in progress is not waited for.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
-        self.scheduler.shutdown().await?;
+        self.stop_ticking();
         Ok(())
+    }
+
+    fn stop_ticking(&mut self) {
+        // A poisoned list still holds every ticker pushed before the panic.
+        let tickers = self
+            .tickers
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for ticker in tickers.drain(..) {
+            ticker.abort();
+        }
     }
 
     /// Waits for `serving` (a service's [`crate::server::serve`]) to end, then stops the
@@ -155,25 +163,18 @@ impl Jobs {
     }
 }
 
+/// Dropped without [`Jobs::shutdown`] (a service that failed to start), the jobs stop too.
+impl Drop for Jobs {
+    fn drop(&mut self) {
+        self.stop_ticking();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use super::*;
-
-    #[test]
-    fn periods_round_up_to_whole_seconds() {
-        let ms = Duration::from_millis;
-        assert_eq!(whole_seconds(ms(200)), Duration::from_secs(1));
-        assert_eq!(whole_seconds(Duration::ZERO), Duration::from_secs(1));
-        assert_eq!(whole_seconds(ms(1000)), Duration::from_secs(1));
-        assert_eq!(whole_seconds(ms(1001)), Duration::from_secs(2));
-        assert_eq!(whole_seconds(ms(1500)), Duration::from_secs(2));
-        assert_eq!(
-            whole_seconds(Duration::from_secs(30)),
-            Duration::from_secs(30)
-        );
-    }
 
     #[test]
     fn the_guard_admits_one_run_at_a_time() {
@@ -196,7 +197,6 @@ mod tests {
         let release = Arc::new(tokio::sync::Semaphore::new(0));
         let jobs = Jobs::start().await.expect("scheduler");
         let (g, m, r) = (going.clone(), most_at_once.clone(), release.clone());
-        // Sub-second, so it is rounded up to 1 s.
         let mut counts = jobs
             .every("slow", Duration::from_millis(300), move || {
                 let (g, m, r) = (g.clone(), m.clone(), r.clone());
@@ -223,5 +223,28 @@ mod tests {
             .expect("job alive");
         jobs.shutdown().await.expect("shutdown");
         assert_eq!(most_at_once.load(Ordering::SeqCst), 1, "runs overlapped");
+    }
+
+    /// A machine so loaded that the runtime stalls for longer than a period (here
+    /// the only worker thread is blocked) must delay the job, never end it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_job_keeps_running_after_the_runtime_stalls() {
+        let jobs = Jobs::start().await.expect("scheduler");
+        let mut counts = jobs
+            .every("steady", Duration::from_millis(200), || async {})
+            .await
+            .expect("scheduled");
+        let bound = Duration::from_secs(30);
+        tokio::time::timeout(bound, counts.wait_for(|c| c.runs >= 1))
+            .await
+            .expect("the job ran")
+            .expect("job alive");
+        std::thread::sleep(Duration::from_millis(6_500));
+        let before = counts.borrow().runs;
+        tokio::time::timeout(bound, counts.wait_for(|c| c.runs >= before + 3))
+            .await
+            .expect("the job ran again after the stall")
+            .expect("job alive");
+        jobs.shutdown().await.expect("shutdown");
     }
 }

@@ -66,8 +66,7 @@ pub async fn recover(engine: &Arc<Engine>, policy: RecoveryPolicy) -> Result<usi
     Ok(total)
 }
 
-/// Starts the recovery and purge jobs (periods in whole seconds; see
-/// `paysaga_common::jobs`). A run still going when the next is due is not doubled:
+/// Starts the recovery and purge jobs (see `paysaga_common::jobs`). A run still going when the next is due is not doubled:
 /// that tick is skipped. Neither runs once the instance has stopped.
 pub async fn start(
     engine: Arc<Engine>,

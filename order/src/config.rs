@@ -37,8 +37,7 @@ pub struct Config {
     /// `WAITLIST_OFFER_TTL_SECS`: how long a unit offered to the head of a waitlist is
     /// held for that member (default 120). Kept with each entry when it joins.
     pub waitlist_offer_ttl: Duration,
-    /// `SWEEP_INTERVAL_MS`: how often the expiry sweep runs (default 1000; the scheduler
-    /// works in whole seconds, so it is rounded up to one).
+    /// `SWEEP_INTERVAL_MS`: how often the expiry sweep runs (default 1000).
     pub sweep_interval: Duration,
     /// `SWEEP_BATCH`: reservations expired per transaction (default 500).
     pub sweep_batch: i64,

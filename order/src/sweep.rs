@@ -36,7 +36,7 @@ pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
     Ok(total)
 }
 
-/// Schedules the sweeps every `interval` (whole seconds; see `paysaga_common::jobs`):
+/// Schedules the sweeps every `interval` (see `paysaga_common::jobs`):
 /// reservations (then the outbox lag gauge) and, beside them, waitlist offers. A run
 /// still going when the next is due is not doubled: the later tick is skipped.
 pub async fn start(

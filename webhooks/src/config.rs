@@ -27,7 +27,7 @@ pub struct WebhookConfig {
     /// long (default 30000, at least 2 x `WEBHOOK_TIMEOUT_MS`).
     pub lease: Duration,
     /// `WEBHOOK_INGEST_INTERVAL_MS`: how often the order service's outbox is pulled
-    /// (default 1000; whole seconds, as every job period).
+    /// (default 1000).
     pub ingest_interval: Duration,
     /// `WEBHOOK_INGEST_BATCH`: events pulled per request (default 500, 1 to 1000).
     pub ingest_batch: u32,
