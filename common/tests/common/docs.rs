@@ -33,6 +33,14 @@ fn references(html: &str) -> Vec<String> {
     found
 }
 
+/// The body of `url`, once it answered 200: every fetch here checks that much
+/// before looking at what came back.
+async fn served_text(http: &reqwest::Client, url: String, what: &str) -> String {
+    let response = http.get(url).send().await.expect(what);
+    assert_eq!(response.status(), 200, "{what} is served");
+    response.text().await.expect(what)
+}
+
 fn is_elsewhere(text: &str) -> bool {
     text.contains("http://") || text.contains("https://") || text.contains("//cdn")
 }
@@ -41,13 +49,7 @@ fn is_elsewhere(text: &str) -> bool {
 async fn the_docs_page_and_all_it_loads_come_from_the_service() {
     let base = served().await;
     let http = reqwest::Client::new();
-    let page = http
-        .get(format!("{base}/docs/"))
-        .send()
-        .await
-        .expect("docs page");
-    assert_eq!(page.status(), 200);
-    let html = page.text().await.expect("html");
+    let html = served_text(&http, format!("{base}/docs/"), "docs page").await;
     let refs = references(&html);
     assert!(
         refs.iter().any(|r| r.ends_with(".js")),
@@ -58,31 +60,20 @@ async fn the_docs_page_and_all_it_loads_come_from_the_service() {
             !r.starts_with("//") && !r.contains("://"),
             "{r} points elsewhere"
         );
-        let asset = http
-            .get(format!("{base}/docs/{}", r.trim_start_matches("./")))
-            .send()
-            .await
-            .expect("asset");
-        assert_eq!(asset.status(), 200, "{r} is served");
-        let body = asset.bytes().await.expect("asset body");
+        let url = format!("{base}/docs/{}", r.trim_start_matches("./"));
+        let body = served_text(&http, url, r).await;
         assert!(!body.is_empty(), "{r} has content");
     }
-    let init = http
-        .get(format!("{base}/docs/swagger-initializer.js"))
-        .send()
-        .await
-        .expect("initializer");
-    assert_eq!(init.status(), 200);
-    let init = init.text().await.expect("initializer text");
+    let init_url = format!("{base}/docs/swagger-initializer.js");
+    let init = served_text(&http, init_url, "initializer").await;
     assert!(init.contains("/openapi.json"), "{init}");
     assert!(
         !is_elsewhere(&init),
         "the initializer names no other host: {init}"
     );
     // The bare path lands on the same page.
-    let bare = http.get(format!("{base}/docs")).send().await.expect("docs");
-    assert_eq!(bare.status(), 200);
-    assert_eq!(bare.text().await.expect("html"), html);
+    let bare = served_text(&http, format!("{base}/docs"), "bare docs page").await;
+    assert_eq!(bare, html);
     let spec: serde_json::Value = http
         .get(format!("{base}/openapi.json"))
         .send()

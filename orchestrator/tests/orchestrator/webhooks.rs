@@ -232,6 +232,22 @@ async fn scalar(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar(sql).fetch_one(pool).await?)
 }
 
+/// Waits, as [`eventually`], until the count `sql` makes about the endpoint `id` (its
+/// `$1`) is zero: how a test sees a backlog drain.
+async fn until_none(
+    what: &str,
+    bound: Duration,
+    pool: &PgPool,
+    sql: &str,
+    id: Uuid,
+) -> anyhow::Result<()> {
+    eventually(what, bound, || async move {
+        let left: i64 = sqlx::query_scalar(sql).bind(id).fetch_one(pool).await?;
+        Ok(left == 0)
+    })
+    .await
+}
+
 async fn endpoint(
     operator: &OrchestratorClient,
     receiver: &Receiver,
@@ -442,24 +458,14 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     report.assert_holds();
 
     // The switched-off endpoint has had everything so far; then it is disabled.
-    eventually(
+    until_none(
         "the switched endpoint caught up",
         Duration::from_secs(20),
-        || {
-            let pool = pool.clone();
-            let id = ep_switched.endpoint.id;
-            async move {
-                let behind = sqlx::query_scalar::<_, i64>(
-                    r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
-                        + (SELECT COUNT(*) FROM payment_service.webhook_deliveries
-                           WHERE endpoint_id = $1 AND state <> 'DELIVERED')"#,
-                )
-                .bind(id)
-                .fetch_one(&pool)
-                .await?;
-                Ok(behind == 0)
-            }
-        },
+        &pool,
+        r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
+            + (SELECT COUNT(*) FROM payment_service.webhook_deliveries
+               WHERE endpoint_id = $1 AND state <> 'DELIVERED')"#,
+        ep_switched.endpoint.id,
     )
     .await?;
     let disabled = operator
@@ -501,21 +507,15 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
 
     // Everything settles: every delivery DELIVERED or DEAD, except those waiting for the
     // disabled endpoint.
-    eventually("deliveries settled", Duration::from_secs(25), || {
-        let pool = pool.clone();
-        let switched_id = ep_switched.endpoint.id;
-        async move {
-            let open = sqlx::query_scalar::<_, i64>(
-                r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
-                        + (SELECT COUNT(*) FROM payment_service.webhook_deliveries
-                           WHERE state = 'PENDING' AND endpoint_id <> $1)"#,
-            )
-            .bind(switched_id)
-            .fetch_one(&pool)
-            .await?;
-            Ok(open == 0)
-        }
-    })
+    until_none(
+        "deliveries settled",
+        Duration::from_secs(25),
+        &pool,
+        r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
+            + (SELECT COUNT(*) FROM payment_service.webhook_deliveries
+               WHERE state = 'PENDING' AND endpoint_id <> $1)"#,
+        ep_switched.endpoint.id,
+    )
     .await?;
 
     let events = events_table(&pool).await?;

@@ -5,6 +5,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
+use crate::support::ops::{cancel, confirm, lookup};
 use crate::support::{
     count, count_by, inconsistencies, reservation_state, snapshot, state_rows, unit_states, Harness,
 };
@@ -73,15 +74,6 @@ async fn batch(svc: &OrderClient, ops: &[OrderOp]) -> Vec<Said> {
     replies.into_iter().map(reply_said).collect()
 }
 
-fn confirm(id: Uuid) -> OrderOp {
-    OrderOp::Confirm { reservation_id: id }
-}
-fn cancel(id: Uuid) -> OrderOp {
-    OrderOp::Cancel { reservation_id: id }
-}
-fn lookup(id: Uuid) -> OrderOp {
-    OrderOp::Reservation { reservation_id: id }
-}
 fn id_of(op: &OrderOp) -> Uuid {
     match *op {
         OrderOp::Confirm { reservation_id }

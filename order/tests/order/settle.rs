@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::ops::{cancel, confirm, lookup};
 use crate::support::{
     count, inconsistencies, order_state, orders_of, reservation_state, snapshot, state_rows,
     unit_states, Harness,
@@ -22,16 +23,6 @@ use paysaga_contracts::{
 };
 use sqlx::PgPool;
 use uuid::Uuid;
-
-fn confirm(id: Uuid) -> OrderOp {
-    OrderOp::Confirm { reservation_id: id }
-}
-fn cancel(id: Uuid) -> OrderOp {
-    OrderOp::Cancel { reservation_id: id }
-}
-fn lookup(id: Uuid) -> OrderOp {
-    OrderOp::Reservation { reservation_id: id }
-}
 
 /// A reply as two worlds built the same way must agree on it (ids and times differ):
 /// status, then the state or the error code, and whether an order is named.

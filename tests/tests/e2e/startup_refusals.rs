@@ -111,6 +111,17 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
+/// As [`refused`], and the output names every one of `words` (the setting, and why),
+/// so that an operator reading it knows what to change.
+fn refused_naming(name: &str, run: &Run, words: &[&str], what: &str) {
+    refused(name, run);
+    assert!(
+        words.iter().all(|w| run.output.contains(w)),
+        "{name} did not refuse {what}:\n{}",
+        run.output
+    );
+}
+
 fn refused(name: &str, run: &Run) {
     match run.status {
         None => panic!(
@@ -188,11 +199,11 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
             ),
         ],
     )?;
-    refused("order", &order);
-    assert!(
-        order.output.contains("PASS_PUBLIC_KEY") && order.output.contains("DEVELOPMENT"),
-        "order did not refuse the development pass key by name:\n{}",
-        order.output
+    refused_naming(
+        "order",
+        &order,
+        &["PASS_PUBLIC_KEY", "DEVELOPMENT"],
+        "the development pass key by name",
     );
 
     // Development mode does not make an explicit development key acceptable either.
@@ -206,11 +217,11 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
             ),
         ],
     )?;
-    refused("gate", &gate);
-    assert!(
-        gate.output.contains("PASS_SIGNING_KEY") && gate.output.contains("DEVELOPMENT"),
-        "gate did not refuse the development pass key by name:\n{}",
-        gate.output
+    refused_naming(
+        "gate",
+        &gate,
+        &["PASS_SIGNING_KEY", "DEVELOPMENT"],
+        "the development pass key by name",
     );
 
     // A caller's own signing key that is its role's development key.
@@ -226,11 +237,11 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
             ),
         ],
     )?;
-    refused("gate", &gate);
-    assert!(
-        gate.output.contains("SERVICE_SIGNING_KEY") && gate.output.contains("DEVELOPMENT"),
-        "gate did not refuse its development signing key by name:\n{}",
-        gate.output
+    refused_naming(
+        "gate",
+        &gate,
+        &["SERVICE_SIGNING_KEY", "DEVELOPMENT"],
+        "its development signing key by name",
     );
 
     // A verifier's key set holding one role's development key, in development mode too.
@@ -245,13 +256,11 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
             ),
         ],
     )?;
-    refused("account", &account);
-    assert!(
-        account.output.contains("SERVICE_KEYS")
-            && account.output.contains("orchestrator")
-            && account.output.contains("DEVELOPMENT"),
-        "account did not refuse the development orchestrator key by name:\n{}",
-        account.output
+    refused_naming(
+        "account",
+        &account,
+        &["SERVICE_KEYS", "orchestrator", "DEVELOPMENT"],
+        "the development orchestrator key by name",
     );
 
     // One key registered for two roles: its holder could sign as either.
@@ -266,12 +275,11 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
             ),
         ],
     )?;
-    refused("order", &order);
-    assert!(
-        order.output.contains("SERVICE_KEYS")
-            && order.output.contains("both gate and orchestrator"),
-        "order did not refuse a key shared by two roles:\n{}",
-        order.output
+    refused_naming(
+        "order",
+        &order,
+        &["SERVICE_KEYS", "both gate and orchestrator"],
+        "a key shared by two roles",
     );
 
     // The development database password outside development mode.
@@ -286,11 +294,11 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
             ("SERVICE_KEYS", own_service_keys()),
         ],
     )?;
-    refused("account", &account);
-    assert!(
-        account.output.contains("DATABASE_URL") && account.output.contains("development password"),
-        "account did not refuse the development password by name:\n{}",
-        account.output
+    refused_naming(
+        "account",
+        &account,
+        &["DATABASE_URL", "development password"],
+        "the development password by name",
     );
 
     // A member signing-key list holding the development buyer key.
@@ -308,11 +316,11 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
             ),
         ],
     )?;
-    refused("member", &member);
-    assert!(
-        member.output.contains("MEMBER_SIGNING_KEYS") && member.output.contains("DEVELOPMENT"),
-        "member did not refuse the development buyer key by name:\n{}",
-        member.output
+    refused_naming(
+        "member",
+        &member,
+        &["MEMBER_SIGNING_KEYS", "DEVELOPMENT"],
+        "the development buyer key by name",
     );
     Ok(())
 }

@@ -2,6 +2,8 @@
 //! pass minting, and the consistency checks read straight from PostgreSQL.
 #![allow(dead_code)]
 
+pub mod ops;
+
 use std::time::Duration;
 
 use order::Config;
