@@ -251,14 +251,21 @@ pub fn scenario_table() -> String {
         } else {
             String::new()
         };
+        let exercised = if sc.primary_fault().is_some() {
+            format!(
+                "{} = the drop's failovers, all struck with payments in flight",
+                sc.exercised_by()
+            )
+        } else {
+            format!("{} > 0{batch}", sc.exercised_by())
+        };
         let _ = writeln!(
             s,
-            "| {} | `{}` | {} | {} | {} > 0{batch} |",
+            "| {} | `{}` | {} | {} | {exercised} |",
             i + 1,
             sc.name(),
             sc.injects(),
             sc.proves(),
-            sc.exercised_by()
         );
     }
     s
