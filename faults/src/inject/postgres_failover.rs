@@ -286,12 +286,14 @@ pub async fn inject(scenario: Scenario, ctx: &mut Ctx<'_>) -> anyhow::Result<Inj
         let lost =
             read_retrying(async || lost_in_failover(&pool, &answered, &before.completed).await)
                 .await?;
-        let (terminal_at, timeline) = tokio::join!(
+        let (terminal_at, rejoined) = tokio::join!(
             all_terminal(&pool, ctx.waves, &answers, ctx.plan.recovery_bound),
-            ha.wait_sync_standby(old, REJOIN_WAIT)
+            async {
+                let timeline = ha.wait_sync_standby(old, REJOIN_WAIT).await?;
+                anyhow::Ok((timeline, Instant::now()))
+            }
         );
-        let timeline = timeline?;
-        let rejoined_at = Instant::now();
+        let (timeline, rejoined_at) = rejoined?;
         let first_checkout = first_checkout
             .await
             .context("the probe checkout's task failed")?;
