@@ -38,9 +38,8 @@ const ROUTE_WAIT: Duration = Duration::from_secs(30);
 /// How long the old primary may take to rejoin as the synchronous standby (Patroni's
 /// crash recovery or demotion, pg_rewind, catching up).
 const REJOIN_WAIT: Duration = Duration::from_secs(180);
-/// How long the first wave may take to be paying before the first strike goes ahead
-/// anyway.
-const FIRST_WAVE_WAIT: Duration = Duration::from_secs(30);
+/// How long a wave may take to be paying before its strike goes ahead anyway.
+const WAVE_WAIT: Duration = Duration::from_secs(30);
 /// How long a read of the database may keep failing right after a failover (pools
 /// reconnecting through HAProxy).
 const READ_WAIT: Duration = Duration::from_secs(30);
@@ -217,16 +216,20 @@ async fn all_terminal(
     }
 }
 
-/// Waits until the first wave is paying: some buyers told COMPLETED (so the new primary
-/// must hold acknowledged payments too, not only the set-up) and payments still in
+/// Waits until the wave just let in is paying: some of its buyers told COMPLETED (more
+/// than `completed_before` payments COMPLETED, so the new primary must hold
+/// acknowledged payments of this wave too, not only earlier ones) and payments still in
 /// flight.
-async fn first_wave_paying(ctx: &Ctx<'_>) -> anyhow::Result<()> {
-    let funded_per_wave = i64::try_from(ctx.waves.per_wave() / 4).unwrap_or(i64::MAX);
-    let paid_first = (ctx.plan.units / 5).min(funded_per_wave).max(1);
-    let deadline = Instant::now() + FIRST_WAVE_WAIT;
+async fn wave_paying(ctx: &Ctx<'_>, completed_before: usize) -> anyhow::Result<()> {
+    let funded_per_wave = ctx.waves.per_wave() / 4;
+    let paid = usize::try_from(ctx.plan.units / 5)
+        .unwrap_or(usize::MAX)
+        .min(funded_per_wave)
+        .max(1);
+    let deadline = Instant::now() + WAVE_WAIT;
     while !ctx.drop_over() && Instant::now() < deadline {
         let c = census(&ctx.pool).await?;
-        if i64::try_from(c.completed.len()).unwrap_or(i64::MAX) >= paid_first && c.unfinished > 0 {
+        if c.completed.len() >= completed_before + paid && c.unfinished > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -247,6 +250,8 @@ pub async fn inject(scenario: Scenario, ctx: &mut Ctx<'_>) -> anyhow::Result<Inj
     let mut failovers = Vec::new();
     let mut exported = false;
     let mut last_routed = None;
+    // Payments COMPLETED before the wave struck next was let in.
+    let mut completed_before = 0;
     for nth in 0..ctx.plan.failovers {
         let ha = ctx
             .postgres
@@ -256,9 +261,7 @@ pub async fn inject(scenario: Scenario, ctx: &mut Ctx<'_>) -> anyhow::Result<Inj
             .primary()
             .await
             .context("no node is primary before the fault")?;
-        if nth == 0 {
-            first_wave_paying(ctx).await?;
-        }
+        wave_paying(ctx, completed_before).await?;
         let Aimed { ops } = ctx.aim(&IN_FLIGHT, Aim::AnyBatch, &mut exported).await?;
         // Read before the strike: afterwards there is no primary to read until the
         // failover.
@@ -324,6 +327,10 @@ pub async fn inject(scenario: Scenario, ctx: &mut Ctx<'_>) -> anyhow::Result<Inj
         tracing::info!(failover = ?failovers.last(), payments = before.payments, "failover done");
         last_routed = Some(routed_at);
         // The next wave comes in: the next strike finds payments in flight again.
+        completed_before = read_retrying(async || census(&pool).await)
+            .await?
+            .completed
+            .len();
         ctx.waves.next();
     }
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
