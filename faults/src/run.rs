@@ -30,6 +30,9 @@ use crate::{
 
 /// How long the gate may take to learn a product's quota, and to rebuild it after a loss.
 const QUOTA_WAIT: Duration = Duration::from_secs(30);
+/// Between two buyers' arrivals within a wave of a failover scenario (about 65 a second): the
+/// wave pays all through its second or so, so a strike finds payments in flight.
+const FAILOVER_WAVE_SPACING: Duration = Duration::from_millis(15);
 /// Per-request timeout of patient buyers and of the operator's calls.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Per-request timeout of the injectors' reads of `/metrics`: a page that is slow to come
@@ -113,8 +116,12 @@ pub async fn run_on(
     // A failover scenario's buyers come in waves, one per failover and one after, each
     // let in by the injector; every other scenario's all at once.
     let waves = match scenario.primary_fault() {
-        Some(_) => Waves::new(buyers.len(), plan.failovers as usize + 1),
-        None => Waves::new(buyers.len(), 1),
+        Some(_) => Waves::new(
+            buyers.len(),
+            plan.failovers as usize + 1,
+            FAILOVER_WAVE_SPACING,
+        ),
+        None => Waves::at_once(buyers.len()),
     };
     let answers = Arc::new(Mutex::new(Vec::new()));
     let load = async {

@@ -135,6 +135,20 @@ struct Census {
     completed: Vec<uuid::Uuid>,
 }
 
+/// Payments COMPLETED and payments not terminal, right now.
+async fn counts(pool: &PgPool) -> anyhow::Result<(i64, i64)> {
+    sqlx::query_as(
+        r#"
+        SELECT COUNT(*) FILTER (WHERE state = 'COMPLETED'),
+               COUNT(*) FILTER (WHERE state NOT IN ('COMPLETED', 'FAILED', 'REFUNDED'))
+        FROM payment_service.payments
+        "#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("counting payments")
+}
+
 async fn census(pool: &PgPool) -> anyhow::Result<Census> {
     let (payments, unfinished): (i64, i64) = sqlx::query_as(
         r#"
@@ -228,8 +242,8 @@ async fn wave_paying(ctx: &Ctx<'_>, completed_before: usize) -> anyhow::Result<(
         .max(1);
     let deadline = Instant::now() + WAVE_WAIT;
     while !ctx.drop_over() && Instant::now() < deadline {
-        let c = census(&ctx.pool).await?;
-        if c.completed.len() >= completed_before + paid && c.unfinished > 0 {
+        let (completed, unfinished) = counts(&ctx.pool).await?;
+        if usize::try_from(completed).unwrap_or(0) >= completed_before + paid && unfinished > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
