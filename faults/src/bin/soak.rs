@@ -79,10 +79,10 @@ async fn main() -> anyhow::Result<()> {
     let mut reports = Vec::new();
     for scenario in scenarios {
         for round in 0..args.rounds {
-            let plan = Plan {
+            let plan = scenario.adapt(&Plan {
                 seed: first_seed.wrapping_add(u64::from(round)),
                 ..plan.clone()
-            };
+            });
             eprintln!(
                 "== {scenario} round {}/{} (seed {}, {} buyers, {} units)",
                 round + 1,
