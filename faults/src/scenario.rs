@@ -281,13 +281,14 @@ impl Scenario {
 
     /// `plan` as this scenario runs it. A failover scenario's buyers arrive in
     /// `failovers + 1` waves, each fault striking while one is paying, so its stock is
-    /// half the buyers: every wave finds units, the last one sells out.
+    /// at least one unit per buyer of the struck waves: every struck wave finds units
+    /// for all its buyers, the last wave gets what is left.
     pub fn adapt(self, plan: &Plan) -> Plan {
         let mut plan = plan.clone();
         if self.primary_fault().is_some() {
-            plan.units = plan
-                .units
-                .max(i64::try_from(plan.buyers / 2).unwrap_or(i64::MAX));
+            let failovers = plan.failovers as usize;
+            let struck = plan.buyers.div_ceil(failovers + 1) * failovers;
+            plan.units = plan.units.max(i64::try_from(struck).unwrap_or(i64::MAX));
         }
         plan
     }
