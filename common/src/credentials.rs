@@ -93,7 +93,7 @@ impl ServiceKeys {
                 .split_once(':')
                 .ok_or_else(|| format!("`{entry}` is not role:<base64 public key>"))?;
             let role = ServiceRole::parse(role).ok_or_else(|| {
-                format!("`{role}` is not a role (gate, orchestrator, member, operator)")
+                format!("`{role}` is not a role (gate, orchestrator, member, operator, order)")
             })?;
             let key = keys::parse_verifying_key(key).map_err(|e| format!("{role}: {e}"))?;
             entries.push((role, key));

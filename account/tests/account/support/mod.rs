@@ -244,10 +244,13 @@ pub async fn number(pool: &PgPool, sql: &str) -> i64 {
 }
 
 /// A credential of the role that calls `path` in production: accounts are opened and
-/// topped up by the member service or an operator, everything else is the saga's.
+/// topped up by the member service or an operator, holds placed and released by the
+/// order service, everything else is the saga's.
 pub fn token_for(path: &str) -> String {
     if path == "/v1/accounts" || path == "/v1/deposits" {
         service_token("operator")
+    } else if path.starts_with("/v1/holds") {
+        service_token("order")
     } else {
         service_token("orchestrator")
     }
@@ -266,6 +269,7 @@ pub fn debit(k: &str, account_id: i64, minor: i64) -> DebitRequest {
         operation_key: key(k),
         account_id,
         amount: amount(minor),
+        hold_key: None,
     }
 }
 
