@@ -132,15 +132,7 @@ async fn answer<O, T: DeserializeOwned>(
 where
     O: Send + 'static,
 {
-    let start = Instant::now();
-    match batcher.submit((op, telemetry::current_traceparent())).await {
-        Ok(reply) => reply.into_answer(start.elapsed()),
-        // The whole batch request failed: for each operation in it, an unknown outcome.
-        Err(failure) => Err(CallError::Unknown {
-            status: failure.flush_error().and_then(CallError::status),
-            reason: failure.to_string(),
-        }),
-    }
+    paysaga_contracts::batch::submit(batcher, (op, telemetry::current_traceparent())).await
 }
 
 /// A downstream's batcher: each flush sent by `send` in a span of its own (see

@@ -56,6 +56,22 @@ pub enum Error {
     ReservationCancelled,
     #[error("reservation is confirmed")]
     ReservationConfirmed,
+    /// The buyer's available balance does not cover the price: nothing held, no unit.
+    #[error("insufficient funds to hold {price}")]
+    InsufficientFunds { price: i64 },
+    /// A pass or offer that has made [`crate::funds::MAX_ATTEMPTS`] attempts.
+    #[error("the pass or offer was tried too often")]
+    AttemptsUsedUp,
+    #[error("the member has no account")]
+    NoAccount,
+    /// The account service gave no definite answer to a hold: nothing was reserved (a
+    /// hold it may have placed is reused by a retry, or released by the reconciliation).
+    #[error("the account service did not answer: {0}")]
+    Funds(paysaga_common::client::CallError),
+    /// The claim came later than a hold allows ([`crate::funds::CLAIM_WINDOW_SHARE`]):
+    /// nothing was reserved, the hold is released.
+    #[error("the claim came too late for its hold")]
+    ClaimTooLate,
     #[error("database error")]
     Database(#[from] sqlx::Error),
     #[error("request task failed")]
@@ -146,9 +162,27 @@ impl Error {
                 ErrorCode::ReservationConfirmed.as_str(),
                 "the reservation is confirmed (paid); only an operator can cancel it",
             ),
-            Error::Database(_) | Error::Invariant(_) | Error::Task(_) | Error::Batch(_) => {
-                return None
-            }
+            Error::InsufficientFunds { price } => ApiError::unprocessable(
+                ErrorCode::InsufficientFunds.as_str(),
+                format!(
+                    "your available balance (balance minus what your live reservations hold) \
+                     does not cover the price ({price}); nothing was held and no unit reserved"
+                ),
+            ),
+            Error::AttemptsUsedUp => ApiError::conflict(
+                ErrorCode::PassAlreadyUsed.as_str(),
+                "this pass (or offer) has been tried too often without a unit; take a new pass",
+            ),
+            Error::NoAccount => ApiError::unprocessable(
+                ErrorCode::NoAccount.as_str(),
+                "you have no account to hold the price on yet; nothing was reserved",
+            ),
+            Error::Database(_)
+            | Error::Invariant(_)
+            | Error::Task(_)
+            | Error::Batch(_)
+            | Error::Funds(_)
+            | Error::ClaimTooLate => return None,
         };
         Some(e)
     }
@@ -228,6 +262,8 @@ impl Error {
             _ if self.is_conflict() => true,
             Error::Database(e) => paysaga_common::db::unavailable(e),
             Error::Batch(f) => f.flush_error().is_some_and(Error::is_unavailable),
+            // Nothing was reserved; a retry with the same pass is safe.
+            Error::Funds(_) | Error::ClaimTooLate => true,
             _ => false,
         }
     }

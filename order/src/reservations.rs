@@ -78,6 +78,11 @@ pub(crate) async fn by_offer(
     one(&mut **tx, select!("WHERE offer_id = $1"), offer_id).await
 }
 
+/// The reservation made by taking an offer, if any, outside a transaction.
+pub(crate) async fn of_offer(pool: &PgPool, offer_id: Uuid) -> Result<Option<Reservation>> {
+    one(pool, select!("WHERE offer_id = $1"), offer_id).await
+}
+
 /// The reservation made with a pass, if any.
 pub async fn by_pass(pool: &PgPool, pass_id: Uuid) -> Result<Option<Reservation>> {
     one(pool, select!("WHERE pass_id = $1"), pass_id).await
