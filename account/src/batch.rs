@@ -59,9 +59,7 @@ pub async fn answer(pool: &PgPool, shards: u16, ops: Vec<AccountOp>) -> Result<V
             // with 400; the batch carries it as a plain string to answer the same.
             AccountOp::Transaction { operation_key } => match OperationKey::parse(operation_key) {
                 Ok(key) => key_reads.push((i, key)),
-                Err(why) => {
-                    replies[i] = Some(refusal(Error::InvalidOperationKey(why)))
-                }
+                Err(why) => replies[i] = Some(refusal(Error::InvalidOperationKey(why))),
             },
         }
     }

@@ -173,7 +173,10 @@ pub(crate) async fn apply(
         .iter()
         .map(|d| d.hold_key.as_ref().map(|k| k.as_str()))
         .collect();
-    let rows = ledger::run(pool, STATEMENT, debits, |q| q.bind(shard).bind(holds.clone())).await?;
+    let rows = ledger::run(pool, STATEMENT, debits, |q| {
+        q.bind(shard).bind(holds.clone())
+    })
+    .await?;
     let met = Met::read_all(&rows, Rule::Debit)?;
     count(&met);
     ledger::answer(pool, debits, met, recorded, |_| None).await

@@ -273,9 +273,7 @@ impl Error {
         }
         if let Some(code) = self.code() {
             let status = match code {
-                AccountCode::OperationKeyReused | AccountCode::HoldCaptured => {
-                    StatusCode::CONFLICT
-                }
+                AccountCode::OperationKeyReused | AccountCode::HoldCaptured => StatusCode::CONFLICT,
                 AccountCode::AccountNotFound
                 | AccountCode::TransactionNotFound
                 | AccountCode::DebitNotFound

@@ -207,7 +207,8 @@ pub async fn release_hold(
     Path(key): Path<String>,
 ) -> Result<impl IntoResponse> {
     let operation_key = OperationKey::parse(key).map_err(Error::InvalidOperationKey)?;
-    let outcomes = batch::releases(&state.pool, vec![(0, ReleaseRequest { operation_key })]).await?;
+    let outcomes =
+        batch::releases(&state.pool, vec![(0, ReleaseRequest { operation_key })]).await?;
     Ok(recorded(batch::lone(outcomes)?.map(|r| r.hold)))
 }
 
@@ -285,7 +286,11 @@ fn admit_ops(role: ServiceRole, ops: &[AccountOp]) -> Result<()> {
         Some(op) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             paysaga_common::error::codes::FORBIDDEN_CALLER,
-            format!("a {} credential may not send a {} operation", role, op_name(op)),
+            format!(
+                "a {} credential may not send a {} operation",
+                role,
+                op_name(op)
+            ),
         )
         .into()),
     }

@@ -112,11 +112,25 @@ ORDER BY o.ord
 
 /// The statement over `keys` and up to `sweep` due holds: one row per key, in order (one
 /// row of the tally alone when there are none), and how many holds it released.
-async fn run(pool: &PgPool, keys: &[&str], sweep: i64) -> Result<(Vec<sqlx::postgres::PgRow>, i64)> {
-    let rows = ledger::rerun(pool, || sqlx::query(STATEMENT).bind(keys.to_vec()).bind(sweep)).await?;
+async fn run(
+    pool: &PgPool,
+    keys: &[&str],
+    sweep: i64,
+) -> Result<(Vec<sqlx::postgres::PgRow>, i64)> {
+    let rows = ledger::rerun(pool, || {
+        sqlx::query(STATEMENT).bind(keys.to_vec()).bind(sweep)
+    })
+    .await?;
     let released = match rows.first() {
         Some(row) => row.try_get("swept")?,
-        None => return Err(Breach::Unanswered { rule: Rule::Release, sent: keys.len().max(1), got: 0 }.into()),
+        None => {
+            return Err(Breach::Unanswered {
+                rule: Rule::Release,
+                sent: keys.len().max(1),
+                got: 0,
+            }
+            .into())
+        }
     };
     Ok((rows, released))
 }

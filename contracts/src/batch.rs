@@ -96,7 +96,10 @@ impl Reply {
 /// Sends `op` with the next batch of `batcher` and answers it as if it had been its own
 /// call: its reply classified by [`Reply::into_answer`], and a batch request that failed
 /// as a whole an unknown outcome for each of its operations.
-pub async fn submit<O, T>(batcher: &Coalescer<O, Reply, CallError>, op: O) -> Result<Answer<T>, CallError>
+pub async fn submit<O, T>(
+    batcher: &Coalescer<O, Reply, CallError>,
+    op: O,
+) -> Result<Answer<T>, CallError>
 where
     O: Send + 'static,
     T: DeserializeOwned,

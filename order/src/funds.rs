@@ -26,8 +26,8 @@ use paysaga_common::{auth::MemberId, batch::Coalescer, client::CallError, money:
 use paysaga_contracts::{
     account::{
         api::{
-            AccountBatch, AccountCode, AccountOp, Hold, HoldPage, HoldRequest, HoldTtl,
-            ListHolds, OperationKey, ReleaseRequest,
+            AccountBatch, AccountCode, AccountOp, Hold, HoldPage, HoldRequest, HoldTtl, ListHolds,
+            OperationKey, ReleaseRequest,
         },
         client::AccountClient,
     },
@@ -194,9 +194,8 @@ impl Funds {
         price: i64,
         ttl: Duration,
     ) -> Result<Funded> {
-        let amount = Amount::new(price).map_err(|e| {
-            Error::Invariant(crate::breach::Breach::missing("a positive price", e))
-        })?;
+        let amount = Amount::new(price)
+            .map_err(|e| Error::Invariant(crate::breach::Breach::missing("a positive price", e)))?;
         let ttl_secs = HoldTtl::from_duration(ttl)
             .map_err(|e| Error::Invariant(crate::breach::Breach::missing("a hold time", e)))?;
         let window = chrono::Duration::from_std(self.claim_window()).unwrap_or_default();
@@ -216,16 +215,18 @@ impl Funds {
                     return match e.code().and_then(AccountCode::parse) {
                         // A concurrent request of the same source may just have made
                         // the reservation this one asks for.
-                        Some(AccountCode::InsufficientFunds) => match made_by(pool, source).await? {
-                            Some(r) => Ok(Funded::Reserved(r)),
-                            None => {
-                                metrics::counter!("order_holds_total", "outcome" => "insufficient_funds").increment(1);
-                                Err(Error::InsufficientFunds { price })
+                        Some(AccountCode::InsufficientFunds) => {
+                            match made_by(pool, source).await? {
+                                Some(r) => Ok(Funded::Reserved(r)),
+                                None => {
+                                    metrics::counter!("order_holds_total", "outcome" => "insufficient_funds").increment(1);
+                                    Err(Error::InsufficientFunds { price })
+                                }
                             }
-                        },
+                        }
                         Some(AccountCode::AccountNotFound) => Err(Error::NoAccount),
                         _ => Err(Error::Funds(e)),
-                    }
+                    };
                 }
             };
             let now = Utc::now();

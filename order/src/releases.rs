@@ -132,15 +132,16 @@ pub async fn reconcile(pool: &PgPool, funds: &Funds, cursor: &Cursor) -> Result<
             .iter()
             .filter_map(|h| reservation_of_hold(&h.operation_key))
             .collect();
-        let states: HashMap<Uuid, ReservationState> = sqlx::query_as::<_, (Uuid, Text<ReservationState>)>(
-            r#"SELECT id, state FROM reservations WHERE id = ANY($1)"#,
-        )
-        .bind(&ids)
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(|(id, Text(state))| (id, state))
-        .collect();
+        let states: HashMap<Uuid, ReservationState> =
+            sqlx::query_as::<_, (Uuid, Text<ReservationState>)>(
+                r#"SELECT id, state FROM reservations WHERE id = ANY($1)"#,
+            )
+            .bind(&ids)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .map(|(id, Text(state))| (id, state))
+            .collect();
         for id in ids {
             match states.get(&id) {
                 Some(ReservationState::Reserved) => {}
@@ -158,7 +159,9 @@ pub async fn reconcile(pool: &PgPool, funds: &Funds, cursor: &Cursor) -> Result<
                             tracing::info!(hold = %key, "released a hold no live reservation uses");
                         }
                         // Left behind the cursor: the hold lapses at its deadline.
-                        Err(e) => tracing::warn!(hold = %key, error = %e, "could not release an orphaned hold"),
+                        Err(e) => {
+                            tracing::warn!(hold = %key, error = %e, "could not release an orphaned hold")
+                        }
                     }
                 }
             }

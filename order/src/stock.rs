@@ -225,15 +225,19 @@ pub struct TermsCache(Arc<RwLock<HashMap<i64, Terms>>>);
 impl TermsCache {
     /// The terms of `product_id`; `None` for an unknown product.
     pub async fn get(&self, pool: &PgPool, product_id: i64) -> Result<Option<Terms>> {
-        if let Some(t) = self.0.read().unwrap_or_else(|p| p.into_inner()).get(&product_id) {
+        if let Some(t) = self
+            .0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&product_id)
+        {
             return Ok(Some(*t));
         }
-        let row: Option<(i64, Option<i32>)> = sqlx::query_as(
-            r#"SELECT price, reservation_ttl_secs FROM products WHERE id = $1"#,
-        )
-        .bind(product_id)
-        .fetch_optional(pool)
-        .await?;
+        let row: Option<(i64, Option<i32>)> =
+            sqlx::query_as(r#"SELECT price, reservation_ttl_secs FROM products WHERE id = $1"#)
+                .bind(product_id)
+                .fetch_optional(pool)
+                .await?;
         let Some((price, ttl)) = row else {
             return Ok(None);
         };

@@ -347,12 +347,11 @@ pub struct TakeRequest<'a> {
 pub async fn take(state: &AppState, req: &TakeRequest<'_>) -> Result<Take> {
     let pool = &state.pool;
     // Read first, without a lock: whose offer it is, and of which product.
-    let offer: Option<(String, i64, Text<OfferState>)> = sqlx::query_as(
-        r#"SELECT member_id, product_id, state FROM waitlist_offers WHERE id = $1"#,
-    )
-    .bind(req.offer_id)
-    .fetch_optional(pool)
-    .await?;
+    let offer: Option<(String, i64, Text<OfferState>)> =
+        sqlx::query_as(r#"SELECT member_id, product_id, state FROM waitlist_offers WHERE id = $1"#)
+            .bind(req.offer_id)
+            .fetch_optional(pool)
+            .await?;
     let Some((owner, product_id, Text(state_now))) = offer else {
         return Err(Error::OfferNotFound);
     };

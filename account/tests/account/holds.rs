@@ -194,7 +194,12 @@ async fn a_debit_captures_its_hold_once() {
         ("pay:3:debit", "HOLD_MISMATCH"),
         ("pay:5:debit", "HOLD_NOT_FOUND"),
     ] {
-        let t = svc.client.transaction_by_key(k).await.expect("on record").body;
+        let t = svc
+            .client
+            .transaction_by_key(k)
+            .await
+            .expect("on record")
+            .body;
         assert_eq!(t.status, TransactionStatus::Declined, "{k}");
         assert_eq!(t.declined_for.map(|c| c.as_str()), Some(why), "{k}");
     }
@@ -231,7 +236,11 @@ async fn a_release_happens_once_and_a_released_hold_is_never_captured() {
         .place_hold(&hold("res:1:hold", "member-1", 200, 600))
         .await
         .expect("placed");
-    let released = svc.order.release_hold("res:1:hold").await.expect("released");
+    let released = svc
+        .order
+        .release_hold("res:1:hold")
+        .await
+        .expect("released");
     assert_eq!(released.status, 200);
     assert_eq!(released.body.state, HoldState::Released);
     assert_eq!(svc.funds(acct.id).await, (500, 0));
@@ -327,8 +336,18 @@ async fn a_hold_past_its_deadline_cannot_be_captured_and_is_swept() {
     let pool = paysaga_common::db::connect(&svc.db.role_url("account_app"), account::SCHEMA, 2)
         .await
         .expect("connect as account_app");
-    assert_eq!(account::release::sweep_batch(&pool, 100).await.expect("sweep"), 2);
-    assert_eq!(account::release::sweep_batch(&pool, 100).await.expect("sweep"), 0);
+    assert_eq!(
+        account::release::sweep_batch(&pool, 100)
+            .await
+            .expect("sweep"),
+        2
+    );
+    assert_eq!(
+        account::release::sweep_batch(&pool, 100)
+            .await
+            .expect("sweep"),
+        0
+    );
     assert_eq!(svc.funds(acct.id).await, (500, 0));
     assert_eq!(
         svc.hold_row("res:2:hold").await,
@@ -346,7 +365,10 @@ async fn live_holds_are_listed_oldest_first_in_pages() {
             .await
             .expect("placed");
     }
-    svc.order.release_hold("res:2:hold").await.expect("released");
+    svc.order
+        .release_hold("res:2:hold")
+        .await
+        .expect("released");
     let mut seen = Vec::new();
     let mut q = ListHolds {
         older_than_ms: 0,
@@ -361,7 +383,10 @@ async fn live_holds_are_listed_oldest_first_in_pages() {
         q.after_created_at = Some(next.created_at);
         q.after_id = Some(next.id);
     }
-    assert_eq!(seen, ["res:0:hold", "res:1:hold", "res:3:hold", "res:4:hold"]);
+    assert_eq!(
+        seen,
+        ["res:0:hold", "res:1:hold", "res:3:hold", "res:4:hold"]
+    );
     let young = svc
         .order
         .holds(&ListHolds {
@@ -390,9 +415,11 @@ async fn each_role_sends_only_its_own_operations() {
     assert_eq!(code(&order_debit), "FORBIDDEN_CALLER");
     let saga_hold = svc
         .client
-        .batch(&AccountBatch::new(vec![AccountOp::Release(ReleaseRequest {
-            operation_key: key("res:1:hold"),
-        })]))
+        .batch(&AccountBatch::new(vec![AccountOp::Release(
+            ReleaseRequest {
+                operation_key: key("res:1:hold"),
+            },
+        )]))
         .await
         .expect_err("the saga holds nothing");
     assert_eq!(code(&saga_hold), "FORBIDDEN_CALLER");

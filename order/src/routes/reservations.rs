@@ -154,11 +154,12 @@ async fn claim_with(state: &AppState, claim: &NewClaim) -> Result<Claimed> {
         match state.claims.claim(claim.clone()).await? {
             Claim::Created(r) => return Ok(Claimed::Created(r)),
             Claim::PassUsed => {
-                let existing = reservations::by_pass(&state.pool, pass)
-                    .await?
-                    .ok_or_else(|| {
-                        Error::Invariant(Breach::missing("reservation of used pass", pass))
-                    })?;
+                let existing =
+                    reservations::by_pass(&state.pool, pass)
+                        .await?
+                        .ok_or_else(|| {
+                            Error::Invariant(Breach::missing("reservation of used pass", pass))
+                        })?;
                 return Ok(Claimed::Replay(existing));
             }
             Claim::MemberLimit => {

@@ -14,7 +14,8 @@ async fn hoarder_sends(
     product_id: i64,
     token: &str,
 ) -> paysaga_common::client::Answer<paysaga_contracts::order::api::Reservation> {
-    h.funded("hoarder").await
+    h.funded("hoarder")
+        .await
         .reserve(product_id, token)
         .await
         .expect("reservation answered")
@@ -66,7 +67,8 @@ async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_end
 
     // Another product is another limit.
     let other = h.product(1).await;
-    h.funded("hoarder").await
+    h.funded("hoarder")
+        .await
         .reserve(other.id, &pass(other.id, "hoarder"))
         .await
         .unwrap();

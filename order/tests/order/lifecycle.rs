@@ -39,7 +39,8 @@ async fn products_units_and_counts() {
     let r = h.reserve_as("alice", p.id).await;
     assert_eq!(r.price, 12_900);
     h.service().confirm(r.id).await.unwrap();
-    h.funded("bob").await
+    h.funded("bob")
+        .await
         .reserve(p.id, &pass(p.id, "bob"))
         .await
         .unwrap();

@@ -27,9 +27,19 @@ async fn replay_by_its_member_returns_the_same_reservation_and_others_are_refuse
     let product = h.product(5).await;
     let token = pass(product.id, "alice");
 
-    let first = h.funded("alice").await.reserve(product.id, &token).await.unwrap();
+    let first = h
+        .funded("alice")
+        .await
+        .reserve(product.id, &token)
+        .await
+        .unwrap();
     assert_eq!(first.status, 201);
-    let again = h.funded("alice").await.reserve(product.id, &token).await.unwrap();
+    let again = h
+        .funded("alice")
+        .await
+        .reserve(product.id, &token)
+        .await
+        .unwrap();
     assert_eq!(again.status, 200);
     assert_eq!(again.body, first.body);
 
@@ -54,9 +64,19 @@ async fn replay_after_sold_out_or_after_pass_expiry_still_returns_the_reservatio
     let mut c = claims(product.id, "alice");
     c.exp = chrono::Utc::now().timestamp() + 2;
     let token = signer().sign(&c);
-    let first = h.funded("alice").await.reserve(product.id, &token).await.unwrap();
+    let first = h
+        .funded("alice")
+        .await
+        .reserve(product.id, &token)
+        .await
+        .unwrap();
     // Sold out now, and the replay is not SOLD_OUT: it is the buyer's own reservation.
-    let again = h.funded("alice").await.reserve(product.id, &token).await.unwrap();
+    let again = h
+        .funded("alice")
+        .await
+        .reserve(product.id, &token)
+        .await
+        .unwrap();
     assert_eq!((again.status, again.body.id), (200, first.body.id));
 
     // Once the pass has expired, a retry of the request that used it is still a
@@ -64,7 +84,12 @@ async fn replay_after_sold_out_or_after_pass_expiry_still_returns_the_reservatio
     while chrono::Utc::now().timestamp() < c.exp {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    let late = h.funded("alice").await.reserve(product.id, &token).await.unwrap();
+    let late = h
+        .funded("alice")
+        .await
+        .reserve(product.id, &token)
+        .await
+        .unwrap();
     assert_eq!((late.status, late.body.id), (200, first.body.id));
     // ...while an expired pass that never reserved is refused.
     let mut unused = claims(product.id, "bob");
@@ -178,7 +203,8 @@ async fn the_gate_can_ask_which_passes_made_a_reservation() {
     let product = h.product(1).await;
     let used = claims(product.id, "alice");
     let unused = claims(product.id, "bob");
-    h.funded("alice").await
+    h.funded("alice")
+        .await
         .reserve(product.id, &signer().sign(&used))
         .await
         .unwrap();

@@ -370,7 +370,12 @@ async fn only_the_offered_member_takes_the_unit_before_the_deadline() {
     }
     let e = h.service().take_offer(offer).await.unwrap_err();
     assert_eq!(e.status(), Some(403));
-    let e = h.funded("w-1").await.take_offer(Uuid::now_v7()).await.unwrap_err();
+    let e = h
+        .funded("w-1")
+        .await
+        .take_offer(Uuid::now_v7())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Some("OFFER_NOT_FOUND"));
 
     // The member takes it: a reservation of that unit, paid like any other.

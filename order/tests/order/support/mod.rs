@@ -75,7 +75,11 @@ impl Harness {
 
     /// The account service as an operator opens and tops up accounts.
     pub fn accounts(&self) -> AccountClient {
-        AccountClient::with_http(self.http.clone(), &self.account_url, service_token("operator"))
+        AccountClient::with_http(
+            self.http.clone(),
+            &self.account_url,
+            service_token("operator"),
+        )
     }
 
     /// Opens `member`'s account with `balance` (once: a member's account is opened
@@ -187,6 +191,7 @@ impl Harness {
     }
 
     /// Moves a reservation's deadline into the past: the passage of time, without waiting.
+    /// Its hold, which carries the same deadline, is due at the same instant.
     pub async fn make_due(&self, reservation: Uuid) {
         sqlx::query(
             r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE id = $1"#,
@@ -195,6 +200,16 @@ impl Harness {
         .execute(&self.admin)
         .await
         .expect("backdate");
+        sqlx::query(
+            r#"UPDATE account_service.holds
+               SET created_at = LEAST(created_at, now() - INTERVAL '2 seconds'),
+                   expires_at = now() - INTERVAL '1 second'
+               WHERE operation_key = $1"#,
+        )
+        .bind(paysaga_contracts::order::api::hold_key(reservation))
+        .execute(&self.admin)
+        .await
+        .expect("backdate the hold");
     }
 
     /// Scatters the deadlines of a product's reservations around now in one statement:
