@@ -65,17 +65,30 @@ impl Admin {
         GateClient::with_http(self.http.clone(), &self.endpoints.gate, &self.token)
     }
 
-    /// Creates a product with `units` units at `price` minor units each.
+    /// Creates a product with `units` units at `price` minor units each, held by a
+    /// reservation for the order service's `RESERVATION_TTL_SECS`.
     pub async fn create_product(
         &self,
         name: &str,
         price: i64,
         units: i64,
     ) -> anyhow::Result<Product> {
+        self.create_product_holding(name, price, units, None).await
+    }
+
+    /// [`Admin::create_product`] with the product's own reservation hold time, seconds.
+    pub async fn create_product_holding(
+        &self,
+        name: &str,
+        price: i64,
+        units: i64,
+        reservation_ttl_secs: Option<u32>,
+    ) -> anyhow::Result<Product> {
         let req = CreateProduct {
             name: name.to_owned(),
             price,
             units,
+            reservation_ttl_secs,
         };
         Ok(self
             .order()
