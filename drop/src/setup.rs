@@ -57,6 +57,19 @@ impl Admin {
         ))
     }
 
+    /// Releases the hold of reservation `id` as an operator may (the money of a
+    /// reservation the operator judges abandoned): its payment's debit is then declined
+    /// `HOLD_RELEASED`, and the reservation released with it. Tests use it to make a
+    /// payment fail.
+    pub async fn release_hold(&self, reservation_id: uuid::Uuid) -> anyhow::Result<()> {
+        let key = paysaga_contracts::order::api::hold_key(reservation_id);
+        self.account()
+            .release_hold(&key)
+            .await
+            .with_context(|| format!("releasing hold {key}"))?;
+        Ok(())
+    }
+
     pub fn member(&self) -> MemberClient {
         MemberClient::new(&self.endpoints.member, &self.token, Duration::from_secs(60))
     }

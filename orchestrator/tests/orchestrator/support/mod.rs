@@ -247,6 +247,15 @@ impl Stack {
             .id
     }
 
+    /// Releases reservation `res`'s hold as an operator may: its payment's debit is then
+    /// declined `HOLD_RELEASED`.
+    pub async fn release_hold(&self, res: Uuid) {
+        self.account_service()
+            .release_hold(&paysaga_contracts::order::api::hold_key(res))
+            .await
+            .expect("hold released");
+    }
+
     /// Waits until the payment is terminal with nothing left to do (a liveness bound,
     /// not a timing assertion), and returns its state.
     pub async fn settled(&self, payment: Uuid) -> String {
