@@ -145,7 +145,8 @@ pub struct UsedPassesQuery {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsedPasses {
-    /// The asked-for pass ids that are on a reservation (in any state).
+    /// The asked-for pass ids that are on a reservation (in any state), or whose holder
+    /// was refused for want of funds (no unit was taken for them).
     pub used: Vec<Uuid>,
 }
 

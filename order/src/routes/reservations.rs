@@ -98,7 +98,7 @@ async fn reserve(
         .await?
         .ok_or(Error::ProductNotFound(req.product_id))?;
     // The price is held first: a buyer who cannot pay never takes a unit.
-    let held = match state
+    let funded = state
         .funds
         .hold_for(
             &state.pool,
@@ -107,10 +107,16 @@ async fn reserve(
             terms.price,
             terms.ttl(state.ttl),
         )
-        .await?
-    {
-        Funded::Held(held) => held,
-        Funded::Reserved(existing) => return replay(existing, &member),
+        .await;
+    let held = match funded {
+        Ok(Funded::Held(held)) => held,
+        Ok(Funded::Reserved(existing)) => return replay(existing, &member),
+        Err(e @ (Error::InsufficientFunds { .. } | Error::NoAccount)) => {
+            // The gate need not keep this pass's unit for it.
+            reservations::refuse_unfunded(&state.pool, claims.pid, req.product_id, &member).await?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
     };
     let key = hold_key(held.reservation_id);
     let claim = NewClaim {
@@ -250,7 +256,8 @@ pub async fn cancel(
 /// common 64 KB body limit).
 pub const MAX_PASS_IDS: usize = 1_000;
 
-/// Which of these passes have made a reservation (service; the gate's quota job).
+/// Which of these passes have made a reservation, or were refused because their holder
+/// could not pay (service; the gate's quota job: it stops counting them in flight).
 #[utoipa::path(post, path = "/v1/passes/used", security(("service" = [])), request_body = UsedPassesQuery,
     responses((status = 200, body = UsedPasses), (status = 422, body = ErrorBody, description = "TOO_MANY_PASS_IDS")))]
 #[tracing::instrument(skip_all, fields(caller = %caller.0, asked = req.pass_ids.len()))]
@@ -265,6 +272,6 @@ pub async fn used_passes(
             format!("at most {MAX_PASS_IDS} pass ids per call"),
         ));
     }
-    let used = reservations::used_passes(&state.pool, &req.pass_ids).await?;
+    let used = reservations::spent_passes(&state.pool, &req.pass_ids).await?;
     Ok(Json(UsedPasses { used }))
 }

@@ -53,15 +53,25 @@ async fn an_account_that_cannot_pay_takes_no_unit() {
     let product = h.product(3).await;
     h.open_account("poor", PRICE - 1).await;
 
+    let poor_pass = claims(product.id, "poor");
     let e = h
         .buyer("poor")
-        .reserve(product.id, &pass(product.id, "poor"))
+        .reserve(product.id, &signer().sign(&poor_pass))
         .await
         .expect_err("refused");
     assert_eq!(
         (e.status(), e.code()),
         (Some(422), Some("INSUFFICIENT_FUNDS"))
     );
+    // The gate stops counting the pass in flight: its unit is for someone who can pay.
+    let used = h
+        .gate()
+        .used_passes(&[poor_pass.pid])
+        .await
+        .expect("used passes")
+        .body
+        .used;
+    assert_eq!(used, vec![poor_pass.pid]);
     let e = h
         .buyer("nobody")
         .reserve(product.id, &pass(product.id, "nobody"))
