@@ -610,14 +610,8 @@ pub async fn catch_up(pool: &PgPool) -> Result<u64> {
 /// catch-up, then the waiting gauge.
 pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
     let start = Instant::now();
-    let mut total = 0;
-    for _ in 0..max_batches {
-        let n = expire_batch(pool, batch).await?;
-        total += n;
-        if n < u64::try_from(batch).unwrap_or(u64::MAX) {
-            break;
-        }
-    }
+    let total =
+        paysaga_common::jobs::in_batches(batch, max_batches, || expire_batch(pool, batch)).await?;
     catch_up(pool).await?;
     let waiting: i64 =
         sqlx::query_scalar(r#"SELECT COUNT(*) FROM waitlist_entries WHERE state = 'WAITING'"#)

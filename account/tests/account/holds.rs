@@ -132,10 +132,7 @@ async fn concurrent_holds_never_count_the_same_money() {
 #[tokio::test]
 async fn a_debit_captures_its_hold_once() {
     let (svc, acct, other) = Svc::with_two_members(500, 500).await;
-    svc.order
-        .place_hold(&hold("res:1:hold", "member-1", 200, 600))
-        .await
-        .expect("placed");
+    svc.place("res:1:hold", "member-1", 200).await;
     let merchant_before = svc.merchant_balance().await;
 
     let paid = svc
@@ -160,35 +157,32 @@ async fn a_debit_captures_its_hold_once() {
     assert_eq!((replay.status, replay.body.id), (200, paid.body.id));
 
     // Another debit cannot capture it again; its key stays declined.
-    let twice = svc
-        .client
-        .debit(&capture("pay:2:debit", acct.id, 200, "res:1:hold"))
-        .await
-        .expect_err("captured already");
-    assert_eq!(code(&twice), "HOLD_MISMATCH");
+    assert_eq!(
+        svc.declined("pay:2:debit", acct.id, 200, "res:1:hold")
+            .await,
+        "HOLD_MISMATCH",
+        "captured already"
+    );
     // A hold of another account or amount is no hold of this debit.
-    svc.order
-        .place_hold(&hold("res:3:hold", "member-2", 100, 600))
-        .await
-        .expect("placed");
-    let wrong_account = svc
-        .client
-        .debit(&capture("pay:3:debit", acct.id, 100, "res:3:hold"))
-        .await
-        .expect_err("not this account's");
-    assert_eq!(code(&wrong_account), "HOLD_MISMATCH");
-    let wrong_amount = svc
-        .client
-        .debit(&capture("pay:4:debit", other.id, 99, "res:3:hold"))
-        .await
-        .expect_err("not this amount");
-    assert_eq!(code(&wrong_amount), "HOLD_MISMATCH");
-    let missing = svc
-        .client
-        .debit(&capture("pay:5:debit", acct.id, 10, "res:none:hold"))
-        .await
-        .expect_err("no hold");
-    assert_eq!(code(&missing), "HOLD_NOT_FOUND");
+    svc.place("res:3:hold", "member-2", 100).await;
+    assert_eq!(
+        svc.declined("pay:3:debit", acct.id, 100, "res:3:hold")
+            .await,
+        "HOLD_MISMATCH",
+        "not this account's"
+    );
+    assert_eq!(
+        svc.declined("pay:4:debit", other.id, 99, "res:3:hold")
+            .await,
+        "HOLD_MISMATCH",
+        "not this amount"
+    );
+    assert_eq!(
+        svc.declined("pay:5:debit", acct.id, 10, "res:none:hold")
+            .await,
+        "HOLD_NOT_FOUND",
+        "no hold"
+    );
     for (k, why) in [
         ("pay:2:debit", "HOLD_MISMATCH"),
         ("pay:3:debit", "HOLD_MISMATCH"),
@@ -219,10 +213,7 @@ async fn a_debit_captures_its_hold_once() {
 #[tokio::test]
 async fn a_plain_debit_takes_only_the_available_balance() {
     let (svc, acct) = Svc::with_member(100).await;
-    svc.order
-        .place_hold(&hold("res:1:hold", "member-1", 80, 600))
-        .await
-        .expect("placed");
+    svc.place("res:1:hold", "member-1", 80).await;
     let short = svc.refused("pay:x:debit", acct.id, 30).await;
     assert_eq!(code(&short), "INSUFFICIENT_FUNDS");
     svc.pay("pay:y:debit", acct.id, 20).await;
@@ -232,10 +223,7 @@ async fn a_plain_debit_takes_only_the_available_balance() {
 #[tokio::test]
 async fn a_release_happens_once_and_a_released_hold_is_never_captured() {
     let (svc, acct) = Svc::with_member(500).await;
-    svc.order
-        .place_hold(&hold("res:1:hold", "member-1", 200, 600))
-        .await
-        .expect("placed");
+    svc.place("res:1:hold", "member-1", 200).await;
     let released = svc
         .order
         .release_hold("res:1:hold")
@@ -248,18 +236,18 @@ async fn a_release_happens_once_and_a_released_hold_is_never_captured() {
     assert_eq!((again.status, again.body), (200, released.body));
     assert_eq!(svc.funds(acct.id).await, (500, 0), "released once");
 
-    let late = svc
-        .client
-        .debit(&capture("pay:1:debit", acct.id, 200, "res:1:hold"))
-        .await
-        .expect_err("released");
-    assert_eq!(code(&late), "HOLD_RELEASED");
-    let late_again = svc
-        .client
-        .debit(&capture("pay:1:debit", acct.id, 200, "res:1:hold"))
-        .await
-        .expect_err("declined on record");
-    assert_eq!(code(&late_again), "HOLD_RELEASED");
+    assert_eq!(
+        svc.declined("pay:1:debit", acct.id, 200, "res:1:hold")
+            .await,
+        "HOLD_RELEASED",
+        "released"
+    );
+    assert_eq!(
+        svc.declined("pay:1:debit", acct.id, 200, "res:1:hold")
+            .await,
+        "HOLD_RELEASED",
+        "declined on record"
+    );
     // Placing under a released key replays the released hold: a key is placed once.
     let replaced = svc
         .order
@@ -272,10 +260,7 @@ async fn a_release_happens_once_and_a_released_hold_is_never_captured() {
     );
     assert_eq!(svc.funds(acct.id).await, (500, 0));
 
-    svc.order
-        .place_hold(&hold("res:2:hold", "member-1", 100, 600))
-        .await
-        .expect("placed");
+    svc.place("res:2:hold", "member-1", 100).await;
     svc.client
         .debit(&capture("pay:2:debit", acct.id, 100, "res:2:hold"))
         .await
@@ -300,10 +285,7 @@ async fn a_release_happens_once_and_a_released_hold_is_never_captured() {
 async fn a_hold_past_its_deadline_cannot_be_captured_and_is_swept() {
     let (svc, acct) = Svc::with_member(500).await;
     for k in ["res:1:hold", "res:2:hold"] {
-        svc.order
-            .place_hold(&hold(k, "member-1", 100, 600))
-            .await
-            .expect("placed");
+        svc.place(k, "member-1", 100).await;
     }
     // The passage of time, without waiting.
     sqlx::query(
@@ -313,12 +295,12 @@ async fn a_hold_past_its_deadline_cannot_be_captured_and_is_swept() {
     .execute(&svc.admin)
     .await
     .expect("backdate");
-    let late = svc
-        .client
-        .debit(&capture("pay:1:debit", acct.id, 100, "res:1:hold"))
-        .await
-        .expect_err("expired");
-    assert_eq!(code(&late), "HOLD_EXPIRED");
+    assert_eq!(
+        svc.declined("pay:1:debit", acct.id, 100, "res:1:hold")
+            .await,
+        "HOLD_EXPIRED",
+        "expired"
+    );
     assert_eq!(svc.funds(acct.id).await, (500, 200), "held until swept");
     let listed = svc
         .order
@@ -433,10 +415,7 @@ async fn each_role_sends_only_its_own_operations() {
     assert_eq!(svc.hold_row("res:1:hold").await, None);
 
     // A release and a hold in one batch: the release frees the money first.
-    svc.order
-        .place_hold(&hold("res:a:hold", "member-1", 500, 600))
-        .await
-        .expect("placed");
+    svc.place("res:a:hold", "member-1", 500).await;
     let replies = svc
         .order
         .batch(&AccountBatch::new(vec![
@@ -466,10 +445,7 @@ async fn the_database_refuses_holding_more_than_the_balance() {
         .expect_err("over the balance");
     let constraint = err.as_database_error().and_then(|e| e.constraint());
     assert_eq!(constraint, Some("accounts_available_nonnegative"));
-    svc.order
-        .place_hold(&hold("res:1:hold", "member-1", 50, 600))
-        .await
-        .expect("placed");
+    svc.place("res:1:hold", "member-1", 50).await;
     let twice = sqlx::query(
         "UPDATE account_service.holds SET state = 'HELD', settled_at = NULL
          WHERE operation_key = 'res:1:hold'",

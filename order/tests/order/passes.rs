@@ -26,20 +26,11 @@ async fn replay_by_its_member_returns_the_same_reservation_and_others_are_refuse
     let h = Harness::start().await;
     let product = h.product(5).await;
     let token = pass(product.id, "alice");
+    let alice = h.funded("alice").await;
 
-    let first = h
-        .funded("alice")
-        .await
-        .reserve(product.id, &token)
-        .await
-        .unwrap();
+    let first = alice.reserve(product.id, &token).await.unwrap();
     assert_eq!(first.status, 201);
-    let again = h
-        .funded("alice")
-        .await
-        .reserve(product.id, &token)
-        .await
-        .unwrap();
+    let again = alice.reserve(product.id, &token).await.unwrap();
     assert_eq!(again.status, 200);
     assert_eq!(again.body, first.body);
 
@@ -64,19 +55,10 @@ async fn replay_after_sold_out_or_after_pass_expiry_still_returns_the_reservatio
     let mut c = claims(product.id, "alice");
     c.exp = chrono::Utc::now().timestamp() + 2;
     let token = signer().sign(&c);
-    let first = h
-        .funded("alice")
-        .await
-        .reserve(product.id, &token)
-        .await
-        .unwrap();
+    let alice = h.funded("alice").await;
+    let first = alice.reserve(product.id, &token).await.unwrap();
     // Sold out now, and the replay is not SOLD_OUT: it is the buyer's own reservation.
-    let again = h
-        .funded("alice")
-        .await
-        .reserve(product.id, &token)
-        .await
-        .unwrap();
+    let again = alice.reserve(product.id, &token).await.unwrap();
     assert_eq!((again.status, again.body.id), (200, first.body.id));
 
     // Once the pass has expired, a retry of the request that used it is still a
@@ -84,12 +66,7 @@ async fn replay_after_sold_out_or_after_pass_expiry_still_returns_the_reservatio
     while chrono::Utc::now().timestamp() < c.exp {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    let late = h
-        .funded("alice")
-        .await
-        .reserve(product.id, &token)
-        .await
-        .unwrap();
+    let late = alice.reserve(product.id, &token).await.unwrap();
     assert_eq!((late.status, late.body.id), (200, first.body.id));
     // ...while an expired pass that never reserved is refused.
     let mut unused = claims(product.id, "bob");

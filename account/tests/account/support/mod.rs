@@ -224,6 +224,28 @@ impl Svc {
         Reply { status, body }
     }
 
+    /// Places a hold of `minor` on `member`'s account (600 s) as the order service does,
+    /// and checks it was placed or replayed.
+    pub async fn place(&self, k: &str, member: &str, minor: i64) {
+        let answer = self
+            .order
+            .place_hold(&hold(k, member, minor, 600))
+            .await
+            .expect("placed");
+        assert!(matches!(answer.status, 200 | 201), "{answer:?}");
+    }
+
+    /// A debit capturing `hold` that must be declined: the code it was declined with.
+    pub async fn declined(&self, k: &str, account_id: i64, minor: i64, hold: &str) -> String {
+        self.client
+            .debit(&capture(k, account_id, minor, hold))
+            .await
+            .expect_err("declined")
+            .code()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// `(balance, held)` of an account, read from the table.
     pub async fn funds(&self, account_id: i64) -> (i64, i64) {
         sqlx::query_as("SELECT balance, held FROM account_service.accounts WHERE id = $1")
