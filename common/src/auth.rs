@@ -961,7 +961,7 @@ mod tests {
             "",
             "Operator",
             "paysaga-demo",
-            "order",
+            "Order",
             "account",
             "operator ",
         ] {

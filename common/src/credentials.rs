@@ -405,7 +405,7 @@ mod tests {
         let e = ServiceKeys::parse(&format!("gate:{},member:{}", enc(&a), enc(&a))).unwrap_err();
         assert!(e.contains("both gate and member"), "{e}");
         assert!(ServiceKeys::parse("").is_err());
-        assert!(ServiceKeys::parse(&format!("order:{}", enc(&a))).is_err());
+        assert!(ServiceKeys::parse(&format!("account:{}", enc(&a))).is_err());
         assert!(ServiceKeys::parse("gate:AAAA").is_err());
         assert!(ServiceKeys::parse(&enc(&a)).is_err());
     }

@@ -227,7 +227,7 @@ impl Error {
     pub(crate) fn reply(&self) -> Reply {
         let (status, code, message) = match self.api() {
             Some(e) => (e.status, e.code, e.message),
-            None if self.is_unavailable() => unavailable(),
+            None if self.is_unavailable() => self.unavailable(),
             None => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 paysaga_common::error::codes::INTERNAL,
@@ -269,13 +269,25 @@ impl Error {
     }
 }
 
-/// The answer to a request the database could not serve: 503, retry shortly.
-fn unavailable() -> (StatusCode, &'static str, String) {
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        paysaga_common::error::codes::UNAVAILABLE,
-        "the service's database is overloaded or unavailable; retry shortly".to_owned(),
-    )
+impl Error {
+    /// The answer to a request that could not be served now and did nothing: 503, retry
+    /// shortly (with the same pass: a hold it placed is reused).
+    fn unavailable(&self) -> (StatusCode, &'static str, String) {
+        let message = match self {
+            Error::Funds(_) => {
+                "the account service did not answer; nothing was reserved, retry with the same pass"
+            }
+            Error::ClaimTooLate => {
+                "the reservation could not be made in time; nothing was reserved, retry"
+            }
+            _ => "the service's database is overloaded or unavailable; retry shortly",
+        };
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            paysaga_common::error::codes::UNAVAILABLE,
+            message.to_owned(),
+        )
+    }
 }
 
 impl IntoResponse for Error {
@@ -287,8 +299,8 @@ impl IntoResponse for Error {
                 // (a failover) are not bugs: say so, so callers retry (and a saga treats it
                 // as an unknown outcome, as it must).
                 if self.is_unavailable() {
-                    tracing::warn!(error = %self, cause = ?self, "database busy or unavailable; answering 503");
-                    let (status, code, message) = unavailable();
+                    tracing::warn!(error = %self, cause = ?self, "busy or unavailable; answering 503");
+                    let (status, code, message) = self.unavailable();
                     return ApiError::new(status, code, message).into_response();
                 }
                 internal_error_response(&self)
@@ -304,5 +316,33 @@ mod tests {
     #[test]
     fn a_database_out_of_reach_is_503_unavailable_not_500() {
         paysaga_common::testkit::check_database_outages(|e| Error::Database(e).into_response());
+    }
+
+    #[test]
+    fn an_account_service_without_an_answer_is_503_unavailable_not_500() {
+        let silent = Error::Funds(paysaga_common::client::CallError::Unknown {
+            status: None,
+            reason: "timed out".into(),
+        });
+        let (status, code, message) = silent.unavailable();
+        assert_eq!(
+            (status, code),
+            (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
+        );
+        assert!(message.contains("account service"), "{message}");
+        assert_eq!(
+            silent.into_response().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            Error::ClaimTooLate.into_response().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            Error::InsufficientFunds { price: 1 }
+                .into_response()
+                .status(),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
     }
 }
