@@ -17,7 +17,8 @@ pub const RECENT_TRANSACTIONS: i64 = 20;
 /// A member's most recent keyed transactions ($1 account, $2 limit). Public so a test
 /// can check its plan: it is read for every payment, and its cost must not grow with
 /// the ledger (index `transactions_account_keyed_recent`).
-pub const MEMBER_RECENT_SQL: &str = r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
+pub const MEMBER_RECENT_SQL: &str = r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, hold_key,
+           declined_for, created_at
     FROM transactions
     WHERE account_id = $1 AND operation_key IS NOT NULL
     ORDER BY created_at DESC, id DESC
@@ -42,7 +43,7 @@ pub async fn open(pool: &PgPool, req: &OpenAccountRequest) -> Result<(Account, b
         r#"INSERT INTO accounts (member_id, kind, balance, open_key)
            VALUES ($1, 'MEMBER', $2, $3)
            ON CONFLICT ON CONSTRAINT accounts_open_key_unique DO NOTHING
-           RETURNING id, member_id, kind, balance, created_at"#,
+           RETURNING id, member_id, kind, balance, held, created_at"#,
     )
     .bind(req.member_id.as_str())
     .bind(req.opening_balance)
@@ -76,7 +77,7 @@ pub async fn open(pool: &PgPool, req: &OpenAccountRequest) -> Result<(Account, b
 /// otherwise the key was reused for a different request.
 async fn opened_before(pool: &PgPool, key: &str, req: &OpenAccountRequest) -> Result<Account> {
     let found: Option<Opened> = sqlx::query_as(
-        r#"SELECT a.id, a.member_id, a.kind, a.balance, a.created_at,
+        r#"SELECT a.id, a.member_id, a.kind, a.balance, a.held, a.created_at,
                   COALESCE((SELECT SUM(t.amount) FROM transactions t
                             WHERE t.account_id = a.id AND t.kind = 'OPENING'), 0)::BIGINT AS opening
            FROM accounts a
@@ -112,7 +113,7 @@ struct Opened {
 #[tracing::instrument(skip_all, fields(account_id = id))]
 pub async fn view(pool: &PgPool, id: i64) -> Result<Option<AccountView>> {
     let row: Option<AccountRow> = sqlx::query_as(
-        r#"SELECT a.id, a.member_id, a.kind, b.balance, a.created_at
+        r#"SELECT a.id, a.member_id, a.kind, b.balance, a.held, a.created_at
            FROM accounts a
            JOIN balances b ON b.account_id = a.id
            WHERE a.id = $1"#,
@@ -126,7 +127,8 @@ pub async fn view(pool: &PgPool, id: i64) -> Result<Option<AccountView>> {
     // history is the ledger's; uuid v7 ids are time-ordered, so the primary key serves it.
     let recent: Vec<TransactionRow> = if account.kind == AccountKind::Merchant {
         sqlx::query_as(
-            r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
+            r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, hold_key,
+                      declined_for, created_at
                FROM transactions
                WHERE operation_key IS NOT NULL AND status = 'APPLIED'
                ORDER BY id DESC
@@ -160,7 +162,7 @@ pub async fn by_ids(pool: &PgPool, ids: &[i64]) -> Result<HashMap<i64, Account>>
                        THEN (SELECT COALESCE(SUM(s.balance), 0) FROM merchant_shards s)::BIGINT
                        ELSE a.balance
                   END AS balance,
-                  a.created_at
+                  a.held, a.created_at
            FROM accounts a
            WHERE a.id = ANY($1)"#,
     )

@@ -2,7 +2,8 @@
 //! run through its rule's statement in as few rounds as batch order allows, answered
 //! in order. A lone operation is a batch of one.
 //!
-//! Debits go first, then credits, then reads, so a read sees what the batch did. Every
+//! Debits go first, then credits, then releases, then holds, then reads, so a read sees
+//! what the batch did and a release frees money before a hold asks for it. Every
 //! operation gets the answer its own endpoint would give.
 
 use std::{
@@ -13,12 +14,20 @@ use std::{
 use paysaga_contracts::batch::{Reply, MAX_OPS};
 use sqlx::PgPool;
 
+use serde::Serialize;
+
 use crate::{
     accounts,
-    api::{AccountOp, CreditRequest, DebitRequest, DepositRequest, OperationKey, Transaction},
+    api::{
+        AccountOp, CreditRequest, DebitRequest, DepositRequest, HoldRequest, OperationKey,
+        ReleaseRequest,
+    },
     credit, debit, deposit,
     error::{Breach, Error, Result},
-    ledger::{self, Answer, Keyed, Outcome, Recorded},
+    hold,
+    holds::{self, HoldRecord},
+    ledger::{self, Answer, Outcome, Recorded, Request},
+    release,
     shard::merchant_shard,
 };
 
@@ -35,18 +44,22 @@ pub async fn answer(pool: &PgPool, shards: u16, ops: Vec<AccountOp>) -> Result<V
     let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
     let mut debits = Vec::new();
     let mut credits = Vec::new();
+    let mut releases = Vec::new();
+    let mut placements = Vec::new();
     let mut account_reads = Vec::new();
     let mut key_reads = Vec::new();
     for (i, op) in ops.into_iter().enumerate() {
         match op {
             AccountOp::Debit(req) => debits.push((i, req)),
             AccountOp::Credit(req) => credits.push((i, req)),
+            AccountOp::Release(req) => releases.push((i, req)),
+            AccountOp::Hold(req) => placements.push((i, req)),
             AccountOp::Account { account_id } => account_reads.push((i, account_id)),
             // The single GET takes the key from its path and refuses a malformed one
             // with 400; the batch carries it as a plain string to answer the same.
             AccountOp::Transaction { operation_key } => match OperationKey::parse(operation_key) {
                 Ok(key) => key_reads.push((i, key)),
-                Err(why) => replies[i] = Some(reply_to(Err(Error::InvalidOperationKey(why)))),
+                Err(why) => replies[i] = Some(refusal(Error::InvalidOperationKey(why))),
             },
         }
     }
@@ -58,13 +71,20 @@ pub async fn answer(pool: &PgPool, shards: u16, ops: Vec<AccountOp>) -> Result<V
     for (i, outcome) in moved.into_iter().flatten() {
         replies[i] = Some(reply_to(outcome));
     }
+    let held = [
+        self::releases(pool, releases).await?,
+        self::holds(pool, placements).await?,
+    ];
+    for (i, outcome) in held.into_iter().flatten() {
+        replies[i] = Some(reply_to(holds::public(outcome)));
+    }
     if !account_reads.is_empty() {
         let ids: BTreeSet<i64> = account_reads.iter().map(|(_, id)| *id).collect();
         let found = accounts::by_ids(pool, &ids.into_iter().collect::<Vec<_>>()).await?;
         for (i, id) in account_reads {
             replies[i] = Some(match found.get(&id) {
                 Some(account) => Reply::ok(200, account),
-                None => reply_to(Err(Error::AccountNotFound(id))),
+                None => refusal(Error::AccountNotFound(id)),
             });
         }
     }
@@ -74,7 +94,7 @@ pub async fn answer(pool: &PgPool, shards: u16, ops: Vec<AccountOp>) -> Result<V
         for (i, key) in key_reads {
             replies[i] = Some(match found.get(key.as_str()) {
                 Some(t) => Reply::ok(200, t),
-                None => reply_to(Err(Error::TransactionNotFound(key.to_string()))),
+                None => refusal(Error::TransactionNotFound(key.to_string())),
             });
         }
     }
@@ -91,18 +111,21 @@ pub async fn answer(pool: &PgPool, shards: u16, ops: Vec<AccountOp>) -> Result<V
 }
 
 /// The reply the operation's own endpoint would have sent.
-fn reply_to(outcome: Outcome) -> Reply {
+fn reply_to<T: Serialize>(outcome: Outcome<T>) -> Reply {
     match outcome {
-        Ok(r) => Reply::ok(if r.created { 201 } else { 200 }, &r.transaction),
-        Err(e) => {
-            let (status, body) = e.into_reply();
-            Reply::refused(status, &body)
-        }
+        Ok(r) => Reply::ok(if r.created { 201 } else { 200 }, &r.value),
+        Err(e) => refusal(e),
     }
 }
 
+/// The reply of an operation its own endpoint would have refused with `e`.
+fn refusal(e: Error) -> Reply {
+    let (status, body) = e.into_reply();
+    Reply::refused(status, &body)
+}
+
 /// The answer of a batch of one.
-pub fn lone(mut outcomes: Vec<(usize, Outcome)>) -> Result<Recorded> {
+pub fn lone<T>(mut outcomes: Vec<(usize, Outcome<T>)>) -> Result<Recorded<T>> {
     match (outcomes.pop(), outcomes.is_empty()) {
         (Some((_, outcome)), true) => outcome,
         (last, _) => Err(Breach::Unreplied {
@@ -143,6 +166,28 @@ pub async fn credits(
     .await
 }
 
+/// Releases the holds `ops` name.
+pub(crate) async fn releases(
+    pool: &PgPool,
+    ops: Vec<(usize, ReleaseRequest)>,
+) -> Result<Vec<(usize, Outcome<HoldRecord>)>> {
+    in_rounds(ops, |round: Vec<ReleaseRequest>| async move {
+        release::apply(pool, &round).await
+    })
+    .await
+}
+
+/// Places the holds `ops` ask for.
+pub(crate) async fn holds(
+    pool: &PgPool,
+    ops: Vec<(usize, HoldRequest)>,
+) -> Result<Vec<(usize, Outcome<HoldRecord>)>> {
+    in_rounds(ops, |round: Vec<HoldRequest>| async move {
+        hold::apply(pool, &round).await
+    })
+    .await
+}
+
 /// Pays `ops` in from outside.
 pub async fn deposits(
     pool: &PgPool,
@@ -164,14 +209,17 @@ pub async fn deposits(
 /// against what its key holds (a replay, a decline again, or a reuse), as if sent right
 /// after; if the key still holds nothing (its first occurrence was refused), the
 /// repeat runs in the next pass as a request of its own.
-async fn in_rounds<R, F, Fut>(ops: Vec<(usize, R)>, mut run: F) -> Result<Vec<(usize, Outcome)>>
+async fn in_rounds<R, F, Fut>(
+    ops: Vec<(usize, R)>,
+    mut run: F,
+) -> Result<Vec<(usize, Outcome<R::Record>)>>
 where
-    R: Keyed,
+    R: Request,
     F: FnMut(Vec<R>) -> Fut,
-    Fut: Future<Output = Result<Vec<Answer>>>,
+    Fut: Future<Output = Result<Vec<Answer<R::Record>>>>,
 {
     let mut outcomes = Vec::with_capacity(ops.len());
-    let mut holds: HashMap<String, Transaction> = HashMap::new();
+    let mut holds: HashMap<String, R::Record> = HashMap::new();
     let mut pending = ops;
     while !pending.is_empty() {
         let mut seen = HashSet::with_capacity(pending.len());
@@ -200,10 +248,7 @@ where
         pending = Vec::new();
         for (index, req) in repeats {
             match holds.get(req.key()) {
-                Some(t) => outcomes.push((
-                    index,
-                    ledger::answer_existing(t.clone(), req.is_request_of(t)),
-                )),
+                Some(t) => outcomes.push((index, req.again(t))),
                 None => pending.push((index, req)),
             }
         }
@@ -212,7 +257,7 @@ where
 }
 
 /// Round k: the k-th request of each group, in batch order.
-fn rounds<R: Keyed>(ops: Vec<(usize, R)>) -> Vec<Vec<(usize, R)>> {
+fn rounds<R: Request>(ops: Vec<(usize, R)>) -> Vec<Vec<(usize, R)>> {
     let mut depth: HashMap<R::Group, usize> = HashMap::with_capacity(ops.len());
     let mut rounds: Vec<Vec<(usize, R)>> = Vec::new();
     for (index, req) in ops {

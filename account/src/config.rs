@@ -1,5 +1,7 @@
 //! The account service's settings, read from the environment.
 
+use std::time::Duration;
+
 use paysaga_common::{
     auth::BuyerKeySource,
     config::{self, ConfigError, Secrets},
@@ -26,6 +28,12 @@ pub struct Config {
     /// `SERVICE_KEYS`: each caller role's public keys, verifying service credentials.
     /// Required: it decides who may open accounts and move money.
     pub service_keys: ServiceKeys,
+    /// `HOLD_SWEEP_INTERVAL_MS`, default 1000 (at least 10): how often holds past their
+    /// deadline are released. A lapsed hold can no longer be captured from its deadline
+    /// on; its money counts as held until this sweep.
+    pub hold_sweep_interval: Duration,
+    /// `HOLD_SWEEP_BATCH`, 1-10000, default 500: lapsed holds released per statement.
+    pub hold_sweep_batch: i64,
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8082";
@@ -47,12 +55,33 @@ impl Config {
             }
             .into());
         }
+        let hold_sweep_interval =
+            config::millis("HOLD_SWEEP_INTERVAL_MS", Duration::from_millis(1000))?;
+        if hold_sweep_interval < Duration::from_millis(10) {
+            return Err(ConfigError {
+                name: "HOLD_SWEEP_INTERVAL_MS".into(),
+                value: hold_sweep_interval.as_millis().to_string(),
+                reason: "must be at least 10".into(),
+            }
+            .into());
+        }
+        let hold_sweep_batch: i64 = config::parse("HOLD_SWEEP_BATCH", 500)?;
+        if !(1..=10_000).contains(&hold_sweep_batch) {
+            return Err(ConfigError {
+                name: "HOLD_SWEEP_BATCH".into(),
+                value: hold_sweep_batch.to_string(),
+                reason: "must be 1 to 10000".into(),
+            }
+            .into());
+        }
         Ok(Self {
             database: database.with_pool_from_env()?,
             process,
             merchant_shards,
             buyer_keys,
             service_keys,
+            hold_sweep_interval,
+            hold_sweep_batch,
         })
     }
 
@@ -65,6 +94,8 @@ impl Config {
             merchant_shards: MAX_MERCHANT_SHARDS,
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),
+            hold_sweep_interval: Duration::from_millis(1000),
+            hold_sweep_batch: 500,
         }
     }
 }

@@ -75,7 +75,7 @@ inserted AS (
     ORDER BY p.operation_key
     ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
     RETURNING id, operation_key, kind, status, account_id, amount, refund_of, merchant_shard,
-              created_at
+              hold_key, declined_for, created_at
 ),
 refunded AS (
     UPDATE transactions d SET refunded = d.refunded + i.amount

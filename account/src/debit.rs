@@ -1,6 +1,7 @@
-//! The debit rule: a member account pays a merchant shard, once per operation key; a
-//! debit the balance does not cover is recorded `DECLINED` under its key, so a late
-//! duplicate can never succeed after the caller was told "declined".
+//! The debit rule: a member account pays a merchant shard, once per operation key,
+//! either from its available balance or by capturing a hold placed for it; a debit the
+//! balance (or its hold) does not allow is recorded `DECLINED` under its key, with the
+//! reason, so a late duplicate can never succeed after the caller was told "declined".
 
 use sqlx::PgPool;
 
@@ -13,81 +14,148 @@ use crate::{
 /// One statement, in the lock order of [`crate::ledger`]:
 ///
 /// - `held`: the keys that already hold a row (as the statement's snapshot sees them):
-///   those are answered from it, and their accounts are not locked.
+///   those are answered from it, and nothing is locked for them.
+/// - `holding`: the holds the other debits capture, by key, `FOR NO KEY UPDATE` (a
+///   release or the sweep of the same hold waits, or is waited for).
 /// - `locked`: the other debits' member accounts, by id, `FOR NO KEY UPDATE` (the lock
 ///   a plain `UPDATE` takes: `FOR UPDATE` would also conflict with the `KEY SHARE` that
 ///   ledger inserts take on an account through the foreign key). In READ COMMITTED a
-///   locking read that waited returns the row's newest version, so each balance is the
-///   one this statement will change.
-/// - `inserted`: each debit decided against its account's locked balance (`APPLIED`
-///   with the round's shard, or `DECLINED` without one) and inserted in key order. A
-///   key a concurrent statement holds makes this one wait for it and skip it; with at
-///   most one debit per account in a statement (the caller's rounds), a skipped debit
-///   cannot have changed what another one of this statement was decided against.
-/// - `moved`: each account charged its applied debit; only rows `locked` holds.
+///   locking read that waited returns the row's newest version, so each balance, and
+///   what the account's holds hold, is the one this statement will change.
+/// - `decided`: each debit judged, at `clock` (read once every lock is held, so a
+///   deadline that passed while the statement waited counts): one without a hold
+///   against its account's available balance (`balance - held`); a capture against its
+///   hold (there, on this account, for this amount, not captured by another debit, not
+///   released, within its deadline). The hold's money is already set aside, so a
+///   capture needs no more of the balance.
+/// - `inserted`: `APPLIED` with the round's shard, or `DECLINED` with the reason, in
+///   key order. A key a concurrent statement holds makes this one wait for it and skip
+///   it; with at most one debit per account in a statement (the caller's rounds), a
+///   skipped debit cannot have changed what another one of this statement was decided
+///   against.
+/// - `captured`: each captured hold `CAPTURED` by its debit's key.
+/// - `moved`: each account charged its applied debit, and relieved of the hold it
+///   captured; only rows `locked` holds.
 /// - `credited`: the shard credited the sum of what `moved` took.
-/// - `tally`: every applied debit moved its account to exactly the locked balance less
-///   the debit, and the shard moved, else the statement fails whole (see
-///   [`crate::error::BREACH_MARK`]); CHECK `accounts_balance_nonnegative` stands
-///   behind it.
+/// - `tally`: every applied debit moved its account to exactly the locked balance (and
+///   held) less the debit, every capture captured its hold, and the shard moved, else
+///   the statement fails whole (see [`crate::error::BREACH_MARK`]); CHECK
+///   `accounts_available_nonnegative` stands behind it.
 ///
 /// PostgreSQL computes an update's new row first on the version the statement's
 /// snapshot sees, which can be older than the one `locked` holds, and, finding it
 /// superseded, computes it again on the newest before writing it. The first result
 /// must not fail (an older balance may not cover a debit the newest covers), so it is
-/// bounded at 0; what was written is checked by `tally`, against the balance the
-/// debit was decided on.
+/// bounded (at 0, and the balance at no less than what stays held); what was written is
+/// checked by `tally`, against the balance the debit was decided on.
 ///
 /// Answers one row per debit, in order.
 const STATEMENT: &str = concat!(
-    ledger::input_held!(),
     r#"
+WITH input AS (
+    SELECT *
+    FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $6::TEXT[]) WITH ORDINALITY
+         AS o (id, operation_key, account_id, amount, hold_key, ord)
+),
+"#,
+    ledger::held!(),
+    r#"
+fresh AS (
+    SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
+),
+holding AS MATERIALIZED (
+    SELECT h.operation_key, h.account_id, h.amount, h.state, h.expires_at
+    FROM holds h
+    WHERE h.operation_key = ANY(ARRAY(SELECT f.hold_key FROM fresh f WHERE f.hold_key IS NOT NULL))
+    ORDER BY h.operation_key
+    FOR NO KEY UPDATE
+),
 locked AS MATERIALIZED (
-    SELECT a.id, a.balance
+    SELECT a.id, a.balance, a.held
     FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT o.account_id FROM input o
-                           WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)))
+    WHERE a.id = ANY(ARRAY(SELECT f.account_id
+                           FROM fresh f
+                           CROSS JOIN (SELECT COUNT(*) FROM holding) AS holds_first))
       AND a.kind = 'MEMBER'
     ORDER BY a.id
     FOR NO KEY UPDATE
 ),
+clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS checked_at FROM (SELECT COUNT(*) FROM locked) AS locks_held
+),
+decided AS MATERIALIZED (
+    SELECT f.id, f.operation_key, f.account_id, f.amount, f.hold_key,
+           CASE
+               WHEN f.hold_key IS NULL THEN
+                   CASE WHEN f.amount > l.balance - l.held THEN 'INSUFFICIENT_FUNDS' END
+               WHEN h.operation_key IS NULL THEN 'HOLD_NOT_FOUND'
+               WHEN h.account_id <> f.account_id OR h.amount <> f.amount
+                    OR h.state = 'CAPTURED' THEN 'HOLD_MISMATCH'
+               WHEN h.state = 'RELEASED' THEN 'HOLD_RELEASED'
+               WHEN h.expires_at <= c.checked_at THEN 'HOLD_EXPIRED'
+           END AS declined_for
+    FROM fresh f
+    JOIN locked l ON l.id = f.account_id
+    CROSS JOIN clock c
+    LEFT JOIN holding h ON h.operation_key = f.hold_key
+),
 inserted AS (
-    INSERT INTO transactions (id, operation_key, kind, status, account_id, amount, merchant_shard)
-    SELECT o.id, o.operation_key, 'DEBIT',
-           CASE WHEN o.amount <= l.balance THEN 'APPLIED' ELSE 'DECLINED' END,
-           o.account_id, o.amount,
-           CASE WHEN o.amount <= l.balance THEN $5::SMALLINT END"#,
-    ledger::insert_once!("input o", "o"),
+    INSERT INTO transactions (id, operation_key, kind, status, account_id, amount, merchant_shard,
+                              hold_key, declined_for)
+    SELECT d.id, d.operation_key, 'DEBIT',
+           CASE WHEN d.declined_for IS NULL THEN 'APPLIED' ELSE 'DECLINED' END,
+           d.account_id, d.amount,
+           CASE WHEN d.declined_for IS NULL THEN $5::SMALLINT END,
+           d.hold_key, d.declined_for"#,
+    ledger::insert_once!("decided d", "d"),
     r#"
 applied AS (
-    SELECT i.account_id, i.amount, l.balance - i.amount AS expected
+    SELECT i.account_id, i.amount,
+           CASE WHEN i.hold_key IS NULL THEN 0 ELSE i.amount END AS released,
+           l.balance - i.amount AS expected,
+           l.held - CASE WHEN i.hold_key IS NULL THEN 0 ELSE i.amount END AS expected_held
     FROM inserted i
     JOIN locked l ON l.id = i.account_id
     WHERE i.status = 'APPLIED'
 ),
+captured AS (
+    UPDATE holds h SET state = 'CAPTURED', captured_by = i.operation_key, settled_at = now()
+    FROM inserted i
+    WHERE h.operation_key = ANY(ARRAY(SELECT x.operation_key FROM holding x))
+      AND h.operation_key = i.hold_key AND i.status = 'APPLIED' AND h.state = 'HELD'
+    RETURNING h.operation_key
+),
 moved AS (
-    UPDATE accounts a SET balance = GREATEST(a.balance - p.amount, 0)
+    UPDATE accounts a
+    SET balance = GREATEST(a.balance - p.amount, GREATEST(a.held - p.released, 0)),
+        held = GREATEST(a.held - p.released, 0)
     FROM applied p
     WHERE a.id = p.account_id
-    RETURNING a.id, a.balance, p.expected, p.amount
+    RETURNING a.id, a.balance, a.held, p.expected, p.expected_held
 ),
 credited AS (
     UPDATE merchant_shards s SET balance = s.balance + m.total
-    FROM (SELECT SUM(amount)::BIGINT AS total FROM moved) AS m
+    FROM (SELECT SUM(amount)::BIGINT AS total FROM applied) AS m
     WHERE s.shard = $5 AND m.total IS NOT NULL
     RETURNING s.shard
 ),
 tally AS MATERIALIZED (
     SELECT CASE WHEN c.moved = c.applied AND c.off IS NULL AND c.credited = LEAST(c.applied, 1)
+                     AND c.captured = c.capturing
                 THEN 0
                 ELSE CAST('account invariant breach;debit;shard=' || $5 || ';applied=' || c.applied
                           || ';moved=' || c.moved || ';credited=' || c.credited
+                          || ';capturing=' || c.capturing || ';captured=' || c.captured
                           || ';account=' || COALESCE(c.off, 0) AS INTEGER)
            END AS breach
     FROM (SELECT (SELECT COUNT(*) FROM applied) AS applied,
                  (SELECT COUNT(*) FROM moved) AS moved,
                  (SELECT COUNT(*) FROM credited) AS credited,
-                 (SELECT MIN(id) FROM moved WHERE balance <> expected OR expected < 0) AS off) AS c
+                 (SELECT COUNT(*) FROM applied WHERE released > 0) AS capturing,
+                 (SELECT COUNT(*) FROM captured) AS captured,
+                 (SELECT MIN(id) FROM moved
+                  WHERE balance <> expected OR held <> expected_held
+                     OR expected < 0 OR expected_held < 0) AS off) AS c
 )
 "#,
     ledger::answered!()
@@ -101,7 +169,14 @@ pub(crate) async fn apply(
     shard: i16,
     debits: &[DebitRequest],
 ) -> Result<Vec<Answer>> {
-    let rows = ledger::run(pool, STATEMENT, debits, |q| q.bind(shard)).await?;
+    let holds: Vec<Option<&str>> = debits
+        .iter()
+        .map(|d| d.hold_key.as_ref().map(|k| k.as_str()))
+        .collect();
+    let rows = ledger::run(pool, STATEMENT, debits, |q| {
+        q.bind(shard).bind(holds.clone())
+    })
+    .await?;
     let met = Met::read_all(&rows, Rule::Debit)?;
     count(&met);
     ledger::answer(pool, debits, met, recorded, |_| None).await
@@ -111,24 +186,28 @@ pub(crate) async fn apply(
 fn recorded(t: Transaction) -> Outcome {
     match t.status {
         TransactionStatus::Applied => ledger::created(t),
-        TransactionStatus::Declined => Err(Error::InsufficientFunds(Box::new(t))),
+        TransactionStatus::Declined => Err(Error::Declined(Box::new(t))),
     }
 }
 
 fn count(met: &[Met]) {
-    let (mut applied, mut declined) = (0u64, 0u64);
+    let (mut applied, mut captured, mut declined) = (0u64, 0u64, 0u64);
     for m in met {
         if let Met::Recorded(t) = m {
-            match t.status {
-                TransactionStatus::Applied => applied += 1,
-                TransactionStatus::Declined => declined += 1,
+            match (t.status, &t.hold_key) {
+                (TransactionStatus::Applied, None) => applied += 1,
+                (TransactionStatus::Applied, Some(_)) => captured += 1,
+                (TransactionStatus::Declined, _) => declined += 1,
             }
         }
     }
-    if applied > 0 {
-        metrics::counter!("account_debits_total", "outcome" => "applied").increment(applied);
-    }
-    if declined > 0 {
-        metrics::counter!("account_debits_total", "outcome" => "declined").increment(declined);
+    for (outcome, n) in [
+        ("applied", applied),
+        ("captured", captured),
+        ("declined", declined),
+    ] {
+        if n > 0 {
+            metrics::counter!("account_debits_total", "outcome" => outcome).increment(n);
+        }
     }
 }

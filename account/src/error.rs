@@ -20,9 +20,19 @@ pub enum Error {
     /// A rejection from a common extractor (auth, JSON, path).
     #[error(transparent)]
     Api(#[from] ApiError),
-    /// Recorded under its key: the same key is declined forever.
-    #[error("insufficient funds for debit {}", .0.operation_key)]
-    InsufficientFunds(Box<Transaction>),
+    /// A debit recorded `DECLINED` under its key (its `declined_for` says why: short of
+    /// funds, or a capture whose hold is gone): the same key is declined forever.
+    #[error("debit {} declined: {}", .0.operation_key, decline_reason(.0))]
+    Declined(Box<Transaction>),
+    /// A hold the available balance does not cover: nothing held, nothing recorded.
+    #[error("insufficient funds: {available} available, {amount} to hold")]
+    InsufficientFundsToHold { available: i64, amount: i64 },
+    #[error("member {0} has no account")]
+    NoAccount(String),
+    #[error("no hold under operation key {0}")]
+    HoldNotFound(String),
+    #[error("hold {0} was captured by a debit; it cannot be released")]
+    HoldCaptured(String),
     #[error("operation key {0} was already used for a different request")]
     OperationKeyReused(String),
     #[error("account {0} not found")]
@@ -69,20 +79,45 @@ pub enum Error {
     Breach(#[from] Breach),
 }
 
+/// Why a declined debit was declined, in words.
+fn decline_reason(t: &Transaction) -> &'static str {
+    match t.declined_for.unwrap_or(AccountCode::InsufficientFunds) {
+        AccountCode::HoldNotFound => "no hold under its hold key",
+        AccountCode::HoldReleased => "its hold was released",
+        AccountCode::HoldExpired => "its hold expired",
+        AccountCode::HoldMismatch => {
+            "its hold is on another account, for another amount, or already captured"
+        }
+        _ => "insufficient funds",
+    }
+}
+
 /// The rule a statement carries out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
     Debit,
     Credit,
     Deposit,
+    Hold,
+    Release,
 }
 
 impl Rule {
+    pub const ALL: [Rule; 5] = [
+        Rule::Debit,
+        Rule::Credit,
+        Rule::Deposit,
+        Rule::Hold,
+        Rule::Release,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Rule::Debit => "debit",
             Rule::Credit => "credit",
             Rule::Deposit => "deposit",
+            Rule::Hold => "hold",
+            Rule::Release => "release",
         }
     }
 }
@@ -158,12 +193,8 @@ impl Breach {
         let message = db.message();
         let start = message.find(BREACH_MARK)?;
         let mut parts = message[start..].trim_end_matches('"').split(';').skip(1);
-        let rule = match parts.next()? {
-            "debit" => Rule::Debit,
-            "credit" => Rule::Credit,
-            "deposit" => Rule::Deposit,
-            _ => return None,
-        };
+        let name = parts.next()?;
+        let rule = Rule::ALL.into_iter().find(|r| r.as_str() == name)?;
         let facts = parts
             .filter_map(|p| {
                 let (name, n) = p.split_once('=')?;
@@ -202,7 +233,11 @@ impl Error {
     /// The service's own code for this refusal, if it has one.
     fn code(&self) -> Option<AccountCode> {
         Some(match self {
-            Error::InsufficientFunds(_) => AccountCode::InsufficientFunds,
+            Error::Declined(t) => t.declined_for.unwrap_or(AccountCode::InsufficientFunds),
+            Error::InsufficientFundsToHold { .. } => AccountCode::InsufficientFunds,
+            Error::NoAccount(_) => AccountCode::AccountNotFound,
+            Error::HoldNotFound(_) => AccountCode::HoldNotFound,
+            Error::HoldCaptured(_) => AccountCode::HoldCaptured,
             Error::OperationKeyReused(_) => AccountCode::OperationKeyReused,
             Error::AccountNotFound(_) => AccountCode::AccountNotFound,
             Error::AccountNotMember(_) => AccountCode::AccountNotMember,
@@ -227,12 +262,22 @@ impl Error {
     /// responses and for the per-operation replies of a batch, so both say the same.
     pub(crate) fn into_api(self) -> Result<ApiError, Error> {
         let msg = self.to_string();
+        // Every recorded decline is 422, whatever its reason (a capture's missing hold
+        // included): the debit was judged and refused.
+        if let (Error::Declined(_), Some(code)) = (&self, self.code()) {
+            return Ok(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                code.as_str(),
+                msg,
+            ));
+        }
         if let Some(code) = self.code() {
             let status = match code {
-                AccountCode::OperationKeyReused => StatusCode::CONFLICT,
+                AccountCode::OperationKeyReused | AccountCode::HoldCaptured => StatusCode::CONFLICT,
                 AccountCode::AccountNotFound
                 | AccountCode::TransactionNotFound
-                | AccountCode::DebitNotFound => StatusCode::NOT_FOUND,
+                | AccountCode::DebitNotFound
+                | AccountCode::HoldNotFound => StatusCode::NOT_FOUND,
                 AccountCode::InvalidOperationKey => StatusCode::BAD_REQUEST,
                 AccountCode::InsufficientFunds
                 | AccountCode::AccountNotMember
@@ -240,7 +285,10 @@ impl Error {
                 | AccountCode::RefundExceedsDebit
                 | AccountCode::RefundAccountMismatch
                 | AccountCode::InvalidOpeningBalance
-                | AccountCode::AmountOutOfRange => StatusCode::UNPROCESSABLE_ENTITY,
+                | AccountCode::AmountOutOfRange
+                | AccountCode::HoldReleased
+                | AccountCode::HoldExpired
+                | AccountCode::HoldMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             };
             return Ok(ApiError::new(status, code.as_str(), msg));
         }

@@ -3,34 +3,37 @@
 use axum::{extract::State, http::StatusCode, response::IntoResponse};
 use paysaga_common::{
     auth::{
-        allow::{MEMBER, OPERATOR, ORCHESTRATOR},
-        Caller, Service,
+        allow::{MEMBER, OPERATOR, ORCHESTRATOR, ORDER},
+        Caller, Service, ServiceRole,
     },
-    extract::{Json, Path},
-    telemetry, ErrorBody,
+    extract::{Json, Path, Query},
+    telemetry, ApiError, ErrorBody,
 };
 
 use paysaga_contracts::batch::Replies;
+use serde::Serialize;
 
 use crate::{
     accounts,
     api::{
         Account, AccountBatch, AccountKind, AccountOp, AccountView, CreditRequest, DebitRequest,
-        DepositRequest, OpenAccountRequest, OperationKey, Transaction,
+        DepositRequest, Hold, HoldPage, HoldRequest, ListHolds, OpenAccountRequest, OperationKey,
+        ReleaseRequest, Transaction,
     },
     batch,
     error::{Error, Result},
+    holds,
     ledger::{self, Recorded},
     AppState,
 };
 
-fn recorded(r: Recorded) -> impl IntoResponse {
+fn recorded<T: Serialize>(r: Recorded<T>) -> impl IntoResponse {
     let status = if r.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    (status, Json(r.transaction))
+    (status, Json(r.value))
 }
 
 /// Open a member account with an opening deposit.
@@ -167,6 +170,85 @@ pub async fn transaction_by_key(
         .ok_or_else(|| Error::TransactionNotFound(key.to_string()))
 }
 
+/// Hold an amount of a member's account for a while, once per operation key: placed
+/// only if the available balance covers it.
+#[utoipa::path(post, path = "/v1/holds", security(("service" = [])), tag = "holds", request_body = HoldRequest,
+    responses(
+        (status = 201, body = Hold, description = "held until expires_at"),
+        (status = 200, body = Hold, description = "replay of the same request: the hold as it is now (HELD, CAPTURED or RELEASED)"),
+        (status = 422, body = ErrorBody, description = "INSUFFICIENT_FUNDS (nothing held, nothing recorded), INVALID_BODY"),
+        (status = 404, body = ErrorBody, description = "ACCOUNT_NOT_FOUND: the member has no account"),
+        (status = 409, body = ErrorBody, description = "OPERATION_KEY_REUSED"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0, operation_key = %req.operation_key))]
+pub async fn place_hold(
+    State(state): State<AppState>,
+    service: Service<{ ORDER }>,
+    Json(req): Json<HoldRequest>,
+) -> Result<impl IntoResponse> {
+    let outcomes = batch::holds(&state.pool, vec![(0, req)]).await?;
+    Ok(recorded(batch::lone(outcomes)?.map(|r| r.hold)))
+}
+
+/// Release a hold: its money is available again. Once per hold; a replay answers the
+/// same.
+#[utoipa::path(post, path = "/v1/holds/{operation_key}/release", security(("service" = [])), tag = "holds",
+    params(("operation_key" = String, Path, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]{1,128}$")),
+    responses(
+        (status = 200, body = Hold, description = "RELEASED (now or before; a hold that lapsed and was swept included)"),
+        (status = 409, body = ErrorBody, description = "HOLD_CAPTURED: a debit took the money"),
+        (status = 404, body = ErrorBody, description = "HOLD_NOT_FOUND"),
+        (status = 400, body = ErrorBody, description = "INVALID_OPERATION_KEY"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0, operation_key = %key))]
+pub async fn release_hold(
+    State(state): State<AppState>,
+    service: Service<{ ORDER | OPERATOR }>,
+    Path(key): Path<String>,
+) -> Result<impl IntoResponse> {
+    let operation_key = OperationKey::parse(key).map_err(Error::InvalidOperationKey)?;
+    let outcomes =
+        batch::releases(&state.pool, vec![(0, ReleaseRequest { operation_key })]).await?;
+    Ok(recorded(batch::lone(outcomes)?.map(|r| r.hold)))
+}
+
+/// A hold by its operation key.
+#[utoipa::path(get, path = "/v1/holds/{operation_key}", security(("service" = [])), tag = "holds",
+    params(("operation_key" = String, Path, min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]{1,128}$")),
+    responses(
+        (status = 200, body = Hold),
+        (status = 404, body = ErrorBody, description = "HOLD_NOT_FOUND"),
+        (status = 400, body = ErrorBody, description = "INVALID_OPERATION_KEY"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0, operation_key = %key))]
+pub async fn get_hold(
+    State(state): State<AppState>,
+    service: Service<{ ORDER | ORCHESTRATOR | OPERATOR }>,
+    Path(key): Path<String>,
+) -> Result<Json<Hold>> {
+    let key = OperationKey::parse(key).map_err(Error::InvalidOperationKey)?;
+    holds::by_key(&state.pool, key.as_str())
+        .await?
+        .map(Json)
+        .ok_or_else(|| Error::HoldNotFound(key.to_string()))
+}
+
+/// Live holds placed at least `older_than_ms` ago, oldest first: how the order service
+/// finds holds whose reservation never came to be.
+#[utoipa::path(get, path = "/v1/holds", security(("service" = [])), tag = "holds", params(ListHolds),
+    responses(
+        (status = 200, body = HoldPage),
+        (status = 400, body = ErrorBody, description = "INVALID_QUERY"),
+    ))]
+#[tracing::instrument(skip_all, fields(caller = %service.0))]
+pub async fn list_holds(
+    State(state): State<AppState>,
+    service: Service<{ ORDER | OPERATOR }>,
+    Query(q): Query<ListHolds>,
+) -> Result<Json<HoldPage>> {
+    Ok(Json(holds::list(&state.pool, &q).await?))
+}
+
 /// Many operations in one request, each answered as its own endpoint would answer it;
 /// the debits among them are applied together, in one statement unless an account
 /// repeats.
@@ -175,16 +257,17 @@ pub async fn transaction_by_key(
         (status = 200, body = Replies, description = "one reply {status, body} per operation, in order: debit as POST /v1/debits, credit as POST /v1/credits, account as GET /v1/accounts/{id} (the Account alone), transaction as GET /v1/transactions/{key}"),
         (status = 400, body = ErrorBody, description = "BATCH_TOO_LARGE (no operations, or more than 1000): nothing applied; MALFORMED_JSON"),
         (status = 422, body = ErrorBody, description = "INVALID_BODY (any operation malformed): nothing applied"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "buyer token"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "buyer token; FORBIDDEN_CALLER: an operation the caller's role may not send (the saga: debit, credit, account, transaction; the order service: hold, release), nothing applied"),
         (status = 500, body = ErrorBody, description = "the batch failed as a whole: the statement that failed applied nothing, and any committed before it (a batch whose accounts repeat runs in rounds) are found by key; ask by key"),
         (status = 503, body = ErrorBody, description = "UNAVAILABLE: nothing was done"),
     ))]
 #[tracing::instrument(skip_all, fields(caller = %service.0, ops = req.ops.len()))]
 pub async fn batch(
     State(state): State<AppState>,
-    service: Service<{ ORCHESTRATOR }>,
+    service: Service<{ ORCHESTRATOR | ORDER }>,
     Json(req): Json<AccountBatch>,
 ) -> Result<Json<Replies>> {
+    admit_ops(service.0, &req.ops)?;
     let spans =
         telemetry::batch_op_spans(&req.traceparents, req.ops.len(), |i| op_span(&req.ops[i]));
     let results = batch::answer(&state.pool, state.merchant_shards, req.ops).await?;
@@ -192,6 +275,36 @@ pub async fn batch(
         span.record("status", reply.status);
     }
     Ok(Json(Replies { results }))
+}
+
+/// Each operation of a batch must be one its caller's role may send (see
+/// [`AccountOp::allowed_roles`]); otherwise the whole batch is refused before anything
+/// is applied.
+fn admit_ops(role: ServiceRole, ops: &[AccountOp]) -> Result<()> {
+    match ops.iter().find(|op| !role.allowed_by(op.allowed_roles())) {
+        None => Ok(()),
+        Some(op) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            paysaga_common::error::codes::FORBIDDEN_CALLER,
+            format!(
+                "a {} credential may not send a {} operation",
+                role,
+                op_name(op)
+            ),
+        )
+        .into()),
+    }
+}
+
+fn op_name(op: &AccountOp) -> &'static str {
+    match op {
+        AccountOp::Debit(_) => "debit",
+        AccountOp::Credit(_) => "credit",
+        AccountOp::Account { .. } => "account",
+        AccountOp::Transaction { .. } => "transaction",
+        AccountOp::Hold(_) => "hold",
+        AccountOp::Release(_) => "release",
+    }
 }
 
 /// The span of one batch operation in its payment's trace (see
@@ -204,6 +317,8 @@ fn op_span(op: &AccountOp) -> tracing::Span {
         AccountOp::Transaction { operation_key } => {
             ("account transaction by key", Some(operation_key.as_str()))
         }
+        AccountOp::Hold(h) => ("account hold", Some(h.operation_key.as_str())),
+        AccountOp::Release(r) => ("account release", Some(r.operation_key.as_str())),
     };
     tracing::info_span!(
         "batch op",

@@ -1,14 +1,16 @@
-//! What the three money rules (`debit`, `credit`, `deposit`) share: the by-key lookup,
-//! the rows their statements answer with, and the answer a request gets from them
-//! (recorded, replayed, declined again, key reused, or refused).
+//! What the money rules (`debit`, `credit`, `deposit`; `hold` and `release` for what
+//! they share with them) have in common: the by-key lookup, the rows their statements
+//! answer with, and the answer a request gets from them (recorded, replayed, declined
+//! again, key reused, or refused).
 //!
 //! Each rule is one statement in autocommit: no `BEGIN`/`COMMIT`, one round trip, all
 //! of it or none of it. Every statement takes its row locks in one global order:
 //!
-//! 1. refunded debit rows, by operation key (credits only);
+//! 1. refunded debit rows, by operation key (credits only), and holds, by operation key
+//!    (a debit that captures one, a release);
 //! 2. member accounts, by id;
-//! 3. operation keys, sorted (the insert of the new ledger rows; a key another open
-//!    statement has just inserted makes this one wait for it, then skip it);
+//! 3. operation keys, sorted (the insert of the new ledger rows or holds; a key another
+//!    open statement has just inserted makes this one wait for it, then skip it);
 //! 4. merchant shards, by shard number (a debit round has one, a credit round locks
 //!    those its debits paid into).
 //!
@@ -38,24 +40,45 @@ use crate::{
     rows::TransactionRow,
 };
 
-/// A transaction and whether this request created it (`false`: a replay).
+/// What a request's key holds (a transaction, a hold) and whether this request created
+/// it (`false`: a replay).
 #[derive(Debug)]
-pub struct Recorded {
-    pub transaction: Transaction,
+pub struct Recorded<T = Transaction> {
+    pub value: T,
     pub created: bool,
 }
 
-/// What a request of a rule is answered.
-pub type Outcome = Result<Recorded>;
+impl<T> Recorded<T> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Recorded<U> {
+        Recorded {
+            value: f(self.value),
+            created: self.created,
+        }
+    }
+}
 
-/// A request of one of the rules, under its operation key.
-pub(crate) trait Keyed: Clone {
+/// What a request of a rule is answered.
+pub type Outcome<T = Transaction> = Result<Recorded<T>>;
+
+/// A request of one of the rules, under its operation key: what the batch's rounds need
+/// to know of it.
+pub(crate) trait Request: Clone {
     const RULE: Rule;
+    /// What the rule records under a key.
+    type Record: Clone;
     /// Requests the rule decides one after another, against what the one before left
-    /// (a debit's account, a refund's debit): at most one of a group per statement.
+    /// (a debit's account, a refund's debit, a hold's member): at most one of a group per
+    /// statement.
     type Group: Eq + std::hash::Hash;
     fn group(&self) -> Self::Group;
     fn key(&self) -> &str;
+    /// The answer to this request when its key already holds `record`: the same
+    /// request again (a replay, or a refusal on record), or a reuse of the key.
+    fn again(&self, record: &Self::Record) -> Outcome<Self::Record>;
+}
+
+/// A request of one of the money rules, recorded as a ledger transaction.
+pub(crate) trait Keyed: Request<Record = Transaction> {
     fn account_id(&self) -> i64;
     /// The amount moved, in minor units.
     fn amount(&self) -> i64;
@@ -63,6 +86,10 @@ pub(crate) trait Keyed: Clone {
     const KIND: TransactionKind;
     /// The debit a refund is of (credits only).
     fn refund_of(&self) -> Option<&str> {
+        None
+    }
+    /// The hold a debit captures (debits only).
+    fn hold_key(&self) -> Option<&str> {
         None
     }
     /// Whether a stored transaction is this same request (a replay) or not (a reuse).
@@ -74,15 +101,46 @@ pub(crate) trait Keyed: Clone {
                 Some(debit) => t.refund_of.as_deref() == Some(debit),
                 None => true,
             }
+            && t.hold_key.as_deref() == self.hold_key()
     }
 }
 
-/// The fields every rule's request carries, read alike.
+/// The [`Request`] side of a money rule: its key, its group, and a repeat answered from
+/// the transaction its key holds.
+macro_rules! ledger_request {
+    ($ty:ty, $rule:expr, $group:ty, |$r:ident| $grouped:expr) => {
+        impl Request for $ty {
+            const RULE: Rule = $rule;
+            type Record = Transaction;
+            type Group = $group;
+            fn group(&self) -> $group {
+                let $r = self;
+                $grouped
+            }
+            fn key(&self) -> &str {
+                self.operation_key.as_str()
+            }
+            fn again(&self, t: &Transaction) -> Outcome {
+                answer_existing(t.clone(), self.is_request_of(t))
+            }
+        }
+    };
+}
+
+ledger_request!(DebitRequest, Rule::Debit, i64, |r| r.account_id);
+ledger_request!(CreditRequest, Rule::Credit, String, |r| r
+    .refund_of
+    .as_str()
+    .to_owned());
+// A deposit always applies: no deposit is decided against another.
+ledger_request!(DepositRequest, Rule::Deposit, String, |r| r
+    .operation_key
+    .as_str()
+    .to_owned());
+
+/// The fields every money rule's request carries, read alike.
 macro_rules! request_fields {
     () => {
-        fn key(&self) -> &str {
-            self.operation_key.as_str()
-        }
         fn account_id(&self) -> i64 {
             self.account_id
         }
@@ -93,21 +151,14 @@ macro_rules! request_fields {
 }
 
 impl Keyed for DebitRequest {
-    const RULE: Rule = Rule::Debit;
-    type Group = i64;
-    fn group(&self) -> i64 {
-        self.account_id
-    }
     request_fields!();
     const KIND: TransactionKind = TransactionKind::Debit;
+    fn hold_key(&self) -> Option<&str> {
+        self.hold_key.as_ref().map(|k| k.as_str())
+    }
 }
 
 impl Keyed for CreditRequest {
-    const RULE: Rule = Rule::Credit;
-    type Group = String;
-    fn group(&self) -> String {
-        self.refund_of.as_str().to_owned()
-    }
     request_fields!();
     const KIND: TransactionKind = TransactionKind::Credit;
     fn refund_of(&self) -> Option<&str> {
@@ -116,24 +167,18 @@ impl Keyed for CreditRequest {
 }
 
 impl Keyed for DepositRequest {
-    const RULE: Rule = Rule::Deposit;
-    /// A deposit always applies: no deposit is decided against another.
-    type Group = String;
-    fn group(&self) -> String {
-        self.operation_key.as_str().to_owned()
-    }
     request_fields!();
     const KIND: TransactionKind = TransactionKind::Deposit;
 }
 
 /// What a rule's statement met for one request, read from the columns every rule's
-/// statement answers with (`ord, created, id, operation_key, kind, status, account_id,
-/// amount, refund_of, created_at, account_kind`).
-pub(crate) enum Met {
+/// statement answers with (`ord, created, id`, the record's own columns, and
+/// `account_kind`).
+pub(crate) enum Met<T = Transaction> {
     /// This statement recorded it.
-    Recorded(Transaction),
+    Recorded(T),
     /// The key held this before the statement began.
-    Held(Transaction),
+    Held(T),
     /// Nothing recorded and nothing visible under the key: the kind of the account
     /// named (`None`: no such account).
     Nothing { account: Option<AccountKind> },
@@ -146,7 +191,7 @@ macro_rules! held {
         r#"
 held AS MATERIALIZED (
     SELECT o.ord, t.id, t.operation_key, t.kind, t.status, t.account_id, t.amount,
-           t.refund_of, t.created_at
+           t.refund_of, t.hold_key, t.declined_for, t.created_at
     FROM input o
     JOIN transactions t ON t.operation_key = o.operation_key AND t.operation_key IS NOT NULL
 ),
@@ -208,7 +253,8 @@ macro_rules! insert_once {
             $alias,
             r#".operation_key
     ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
-    RETURNING id, operation_key, kind, status, account_id, amount, refund_of, created_at
+    RETURNING id, operation_key, kind, status, account_id, amount, refund_of, hold_key,
+              declined_for, created_at
 ),"#
         )
     };
@@ -243,6 +289,8 @@ SELECT o.ord, i.id IS NOT NULL AS created,
        COALESCE(i.account_id, h.account_id) AS account_id,
        COALESCE(i.amount, h.amount) AS amount,
        COALESCE(i.refund_of, h.refund_of) AS refund_of,
+       COALESCE(i.hold_key, h.hold_key) AS hold_key,
+       COALESCE(i.declined_for, h.declined_for) AS declined_for,
        COALESCE(i.created_at, h.created_at) AS created_at,
        a.kind AS account_kind"#
     };
@@ -280,10 +328,10 @@ pub(crate) use answered;
 /// A rule's statement with its parameters bound.
 pub(crate) type Bound<'q> = Query<'q, Postgres, PgArguments>;
 
-/// Runs a rule's `statement` over `requests` with the parameters every rule's statement
-/// opens with (`$1` a fresh transaction id each, `$2` the keys, `$3` the accounts, `$4`
-/// the amounts), then those `more` binds; again while PostgreSQL rolls it back as a
-/// conflict (it changed nothing), under the same ids.
+/// Runs a money rule's `statement` over `requests` with the parameters every such
+/// statement opens with (`$1` a fresh transaction id each, `$2` the keys, `$3` the
+/// accounts, `$4` the amounts), then those `more` binds; again while PostgreSQL rolls
+/// it back as a conflict (it changed nothing), under the same ids.
 pub(crate) async fn run<'q, R: Keyed>(
     pool: &PgPool,
     statement: &'q str,
@@ -291,22 +339,32 @@ pub(crate) async fn run<'q, R: Keyed>(
     more: impl Fn(Bound<'q>) -> Bound<'q>,
 ) -> Result<Vec<PgRow>> {
     let ids: Vec<uuid::Uuid> = requests.iter().map(|_| uuid::Uuid::now_v7()).collect();
-    let keys: Vec<&str> = requests.iter().map(Keyed::key).collect();
+    let keys: Vec<&str> = requests.iter().map(Request::key).collect();
     let accounts: Vec<i64> = requests.iter().map(Keyed::account_id).collect();
     let amounts: Vec<i64> = requests.iter().map(Keyed::amount).collect();
+    rerun(pool, || {
+        more(
+            sqlx::query(statement)
+                .bind(ids.clone())
+                .bind(keys.clone())
+                .bind(accounts.clone())
+                .bind(amounts.clone()),
+        )
+    })
+    .await
+}
+
+/// Runs the statement `bound` makes, again while PostgreSQL rolls it back as a
+/// conflict (it changed nothing).
+pub(crate) async fn rerun<'q>(pool: &PgPool, bound: impl Fn() -> Bound<'q>) -> Result<Vec<PgRow>> {
     retry::on_conflict(Error::is_conflict, || async {
-        let bound = sqlx::query(statement)
-            .bind(ids.clone())
-            .bind(keys.clone())
-            .bind(accounts.clone())
-            .bind(amounts.clone());
-        more(bound).fetch_all(pool).await.map_err(Error::from)
+        bound().fetch_all(pool).await.map_err(Error::from)
     })
     .await
 }
 
 impl Met {
-    /// Reads every answer row of a `rule`'s statement, in request order.
+    /// Reads every answer row of a money rule's statement, in request order.
     pub(crate) fn read_all(rows: &[PgRow], rule: Rule) -> Result<Vec<Met>> {
         rows.iter()
             .enumerate()
@@ -314,14 +372,30 @@ impl Met {
             .collect()
     }
 
-    /// Reads one answer row, checking that it answers request `index` (0-based).
+    /// Reads one answer row of a money rule's statement, checking that it answers
+    /// request `index` (0-based).
     pub(crate) fn read(row: &PgRow, rule: Rule, index: usize) -> Result<Met> {
+        Met::read_with(row, rule, index, |row| {
+            Ok(Transaction::from(TransactionRow::from_row(row)?))
+        })
+    }
+}
+
+impl<T> Met<T> {
+    /// Reads one answer row, its record decoded by `record`, checking that it answers
+    /// request `index` (0-based).
+    pub(crate) fn read_with(
+        row: &PgRow,
+        rule: Rule,
+        index: usize,
+        record: impl Fn(&PgRow) -> Result<T>,
+    ) -> Result<Met<T>> {
         let ord: i64 = row.try_get("ord")?;
         if usize::try_from(ord).ok() != Some(index + 1) {
             return Err(Breach::Misordered { rule, index, ord }.into());
         }
         if row.try_get::<Option<uuid::Uuid>, _>("id")?.is_some() {
-            let t = Transaction::from(TransactionRow::from_row(row)?);
+            let t = record(row)?;
             return Ok(if row.try_get("created")? {
                 Met::Recorded(t)
             } else {
@@ -341,30 +415,22 @@ impl Met {
 }
 
 /// A request's outcome, and what its key holds afterwards (for a repeat of the key).
-pub(crate) struct Answer {
-    pub outcome: Outcome,
-    pub holds: Option<Transaction>,
+pub(crate) struct Answer<T = Transaction> {
+    pub outcome: Outcome<T>,
+    pub holds: Option<T>,
 }
 
-impl Answer {
-    fn existing<R: Keyed>(req: &R, t: Transaction) -> Self {
+impl<T: Clone> Answer<T> {
+    pub(crate) fn existing<R: Request<Record = T>>(req: &R, t: T) -> Self {
         Answer {
-            outcome: answer_existing(t.clone(), req.is_request_of(&t)),
+            outcome: req.again(&t),
             holds: Some(t),
         }
     }
 }
 
-/// Each request's answer from what its rule's statement met.
-///
-/// `recorded` answers a transaction this statement wrote (a debit recorded `DECLINED`
-/// is a refusal). `refusal` is the rule's own reason for not recording a request on a
-/// member account (a refund's), if it has one. A request that met nothing is explained
-/// after the statement, in this order: the row its key holds now (a concurrent
-/// duplicate's, which committed while this statement waited for it: a replay, a
-/// decline again, or a reuse); else the account it named (missing, the merchant);
-/// else the rule's refusal. A request with none of these was neither recorded nor
-/// conflicted: a breach.
+/// Each money request's answer from what its rule's statement met (see
+/// [`answer_with`]): a member account's refusal is the rule's own, if it has one.
 pub(crate) async fn answer<R: Keyed>(
     pool: &PgPool,
     reqs: &[R],
@@ -372,6 +438,42 @@ pub(crate) async fn answer<R: Keyed>(
     recorded: impl Fn(Transaction) -> Outcome,
     mut refusal: impl FnMut(usize) -> Option<Error>,
 ) -> Result<Vec<Answer>> {
+    answer_with(
+        reqs,
+        met,
+        recorded,
+        |keys| async move { by_keys(pool, &keys).await },
+        |i, account| match account {
+            None => Some(Error::AccountNotFound(reqs[i].account_id())),
+            Some(AccountKind::Merchant) => Some(Error::AccountNotMember(reqs[i].account_id())),
+            Some(AccountKind::Member) => refusal(i),
+        },
+        |i| reqs[i].account_id(),
+    )
+    .await
+}
+
+/// Each request's answer from what its rule's statement met.
+///
+/// `recorded` answers a record this statement wrote (a debit recorded `DECLINED` is a
+/// refusal). A request that met nothing is explained after the statement, in this
+/// order: the record its key holds now (`lookup`: a concurrent duplicate's, which
+/// committed while this statement waited for it: a replay, a decline again, or a
+/// reuse); else `refused`, from the account the request named (missing, the merchant, a
+/// member's: the rule's own reason). A request with none of these was neither recorded
+/// nor conflicted: a breach (`account` names the account it concerns).
+pub(crate) async fn answer_with<R, Fut>(
+    reqs: &[R],
+    met: Vec<Met<R::Record>>,
+    recorded: impl Fn(R::Record) -> Outcome<R::Record>,
+    lookup: impl FnOnce(Vec<String>) -> Fut,
+    mut refused_for: impl FnMut(usize, Option<AccountKind>) -> Option<Error>,
+    account: impl Fn(usize) -> i64,
+) -> Result<Vec<Answer<R::Record>>>
+where
+    R: Request,
+    Fut: std::future::Future<Output = Result<HashMap<String, R::Record>>>,
+{
     if met.len() != reqs.len() {
         return Err(Breach::Unanswered {
             rule: R::RULE,
@@ -380,7 +482,7 @@ pub(crate) async fn answer<R: Keyed>(
         }
         .into());
     }
-    let mut answers: Vec<Option<Answer>> = Vec::with_capacity(reqs.len());
+    let mut answers: Vec<Option<Answer<R::Record>>> = Vec::with_capacity(reqs.len());
     let mut unexplained: Vec<(usize, Option<AccountKind>)> = Vec::new();
     for (i, (req, met)) in reqs.iter().zip(met).enumerate() {
         answers.push(match met {
@@ -396,23 +498,22 @@ pub(crate) async fn answer<R: Keyed>(
         });
     }
     if !unexplained.is_empty() {
-        let keys: Vec<&str> = unexplained.iter().map(|(i, _)| reqs[*i].key()).collect();
-        let found = by_keys(pool, &keys).await?;
-        for (i, account) in unexplained {
+        let keys: Vec<String> = unexplained
+            .iter()
+            .map(|(i, _)| reqs[*i].key().to_owned())
+            .collect();
+        let found = lookup(keys).await?;
+        for (i, kind) in unexplained {
             let req = &reqs[i];
-            let outcome = match (found.get(req.key()), account) {
-                (Some(t), _) => Answer::existing(req, t.clone()),
-                (None, None) => refused(Error::AccountNotFound(req.account_id())),
-                (None, Some(AccountKind::Merchant)) => {
-                    refused(Error::AccountNotMember(req.account_id()))
-                }
-                (None, Some(AccountKind::Member)) => match refusal(i) {
+            let outcome = match found.get(req.key()) {
+                Some(t) => Answer::existing(req, t.clone()),
+                None => match refused_for(i, kind) {
                     Some(e) => refused(e),
                     None => {
                         return Err(Breach::Unclaimed {
                             rule: R::RULE,
                             key: req.key().to_owned(),
-                            account: req.account_id(),
+                            account: account(i),
                         }
                         .into())
                     }
@@ -421,7 +522,7 @@ pub(crate) async fn answer<R: Keyed>(
             answers[i] = Some(outcome);
         }
     }
-    let answers: Vec<Answer> = answers.into_iter().flatten().collect();
+    let answers: Vec<Answer<R::Record>> = answers.into_iter().flatten().collect();
     if answers.len() != reqs.len() {
         return Err(Breach::Unanswered {
             rule: R::RULE,
@@ -433,17 +534,17 @@ pub(crate) async fn answer<R: Keyed>(
     Ok(answers)
 }
 
-fn refused(e: Error) -> Answer {
+fn refused<T>(e: Error) -> Answer<T> {
     Answer {
         outcome: Err(e),
         holds: None,
     }
 }
 
-/// A transaction this request created.
-pub(crate) fn created(transaction: Transaction) -> Outcome {
+/// What this request created.
+pub(crate) fn created<T>(value: T) -> Outcome<T> {
     Ok(Recorded {
-        transaction,
+        value,
         created: true,
     })
 }
@@ -457,10 +558,10 @@ pub(crate) fn answer_existing(existing: Transaction, same_request: bool) -> Outc
     }
     metrics::counter!("account_replays_total", "outcome" => "replayed").increment(1);
     if existing.status == TransactionStatus::Declined {
-        return Err(Error::InsufficientFunds(Box::new(existing)));
+        return Err(Error::Declined(Box::new(existing)));
     }
     Ok(Recorded {
-        transaction: existing,
+        value: existing,
         created: false,
     })
 }
@@ -469,7 +570,8 @@ pub(crate) fn answer_existing(existing: Transaction, same_request: bool) -> Outc
 #[tracing::instrument(skip_all, fields(operation_key = key))]
 pub async fn by_key(pool: &PgPool, key: &str) -> Result<Option<Transaction>> {
     let row: Option<TransactionRow> = sqlx::query_as(
-        r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
+        r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, hold_key,
+                  declined_for, created_at
            FROM transactions
            WHERE operation_key = $1"#,
     )
@@ -480,9 +582,14 @@ pub async fn by_key(pool: &PgPool, key: &str) -> Result<Option<Transaction>> {
 }
 
 /// Transactions by operation key, as `GET /v1/transactions/{key}` shows them.
-pub async fn by_keys(pool: &PgPool, keys: &[&str]) -> Result<HashMap<String, Transaction>> {
+pub async fn by_keys<K: AsRef<str>>(
+    pool: &PgPool,
+    keys: &[K],
+) -> Result<HashMap<String, Transaction>> {
+    let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
     let rows: Vec<TransactionRow> = sqlx::query_as(
-        r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, created_at
+        r#"SELECT id, operation_key, kind, status, account_id, amount, refund_of, hold_key,
+                  declined_for, created_at
            FROM transactions
            WHERE operation_key = ANY($1) AND operation_key IS NOT NULL"#,
     )

@@ -1,5 +1,6 @@
-//! The account service: member accounts, the merchant account, and an idempotent
-//! double-entry ledger of debits and refunds.
+//! The account service: member accounts, the merchant account, an idempotent
+//! double-entry ledger of debits and refunds, and holds (money set aside until a debit
+//! captures it or it is released).
 
 pub mod accounts;
 pub(crate) mod batch;
@@ -11,7 +12,10 @@ pub(crate) mod debit;
 pub(crate) mod deposit;
 pub(crate) mod error;
 pub(crate) mod handlers;
+pub(crate) mod hold;
+pub(crate) mod holds;
 pub(crate) mod ledger;
+pub mod release;
 pub(crate) mod rows;
 pub(crate) mod shard;
 
@@ -80,6 +84,10 @@ impl AppState {
         handlers::credit,
         handlers::deposit,
         handlers::transaction_by_key,
+        handlers::place_hold,
+        handlers::release_hold,
+        handlers::get_hold,
+        handlers::list_holds,
         handlers::batch
     ),
     components(schemas(paysaga_common::ErrorBody))
@@ -99,6 +107,15 @@ pub fn app(state: AppState) -> Router {
             get(handlers::transaction_by_key),
         )
         .route(
+            "/v1/holds",
+            post(handlers::place_hold).get(handlers::list_holds),
+        )
+        .route("/v1/holds/{operation_key}", get(handlers::get_hold))
+        .route(
+            "/v1/holds/{operation_key}/release",
+            post(handlers::release_hold),
+        )
+        .route(
             "/v1/batch",
             post(handlers::batch).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
         )
@@ -113,16 +130,24 @@ pub async fn serve_from_env() -> anyhow::Result<()> {
     service::serve_from_env("account", Config::from_env, |c| &c.process, run).await
 }
 
-/// Connects, migrates and serves until `shutdown` resolves. The service has no
-/// scheduled jobs.
+/// Connects, migrates, starts the sweep of lapsed holds, serves until `shutdown`
+/// resolves, then stops the sweep.
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = AppState::connect(&config).await?;
+    let jobs = release::start(
+        state.pool.clone(),
+        config.hold_sweep_interval,
+        config.hold_sweep_batch,
+    )
+    .await?;
     tracing::info!(addr = %listener.local_addr()?, merchant_shards = state.merchant_shards, "account service listening");
-    server::serve(listener, app(state), shutdown)
-        .await
-        .context("serving HTTP")
+    let served = server::serve(listener, app(state), shutdown).await;
+    if let Err(e) = jobs.shutdown().await {
+        tracing::warn!(error = %e, "hold sweep did not stop cleanly");
+    }
+    served.context("serving HTTP")
 }

@@ -101,6 +101,10 @@ impl DemoResult {
             l if l.count == 0 => "-".to_owned(),
             l => format!("{} / {}", table::millis(l.p50()), table::millis(l.p95())),
         };
+        let unfunded = |a: &Attempt| {
+            matches!(&a.outcome, Outcome::Rejected { code, .. }
+                if code == paysaga_contracts::order::api::codes::INSUFFICIENT_FUNDS)
+        };
         let refused = |code: &str| {
             n(&|a| {
                 a.waitlist
@@ -145,7 +149,11 @@ impl DemoResult {
                 n(&Attempt::via_waitlist).to_string(),
             ),
             (
-                "failed (FAILED: insufficient funds)",
+                "refused a unit: cannot pay (nothing held)",
+                n(&unfunded).to_string(),
+            ),
+            (
+                "failed (FAILED)",
                 n(&|a| matches!(a.outcome, Outcome::Failed { .. })).to_string(),
             ),
             (
@@ -158,7 +166,7 @@ impl DemoResult {
             ),
             (
                 "other definite rejections",
-                n(&|a| matches!(a.outcome, Outcome::Rejected { .. })).to_string(),
+                n(&|a| matches!(a.outcome, Outcome::Rejected { .. }) && !unfunded(a)).to_string(),
             ),
             (
                 "sold out in the end: at the gate / at order",
@@ -180,6 +188,13 @@ impl DemoResult {
             (
                 "oversold units (PostgreSQL)",
                 self.report.oversold_units.to_string(),
+            ),
+            (
+                "holds captured / released / still held (PostgreSQL)",
+                format!(
+                    "{} / {} / {}",
+                    self.report.holds_captured, self.report.holds_released, self.report.holds_live
+                ),
             ),
             ("money moved (ledger)", table::money(self.money_moved)),
             (
@@ -237,7 +252,7 @@ impl DemoResult {
     }
 }
 
-/// Every eighth buyer holds less than the price.
+/// Every eighth buyer holds less than the price: refused a unit, nothing held.
 fn opening_balance(i: usize, price: i64) -> i64 {
     if i % 8 == 7 {
         price / 2
@@ -297,8 +312,9 @@ pub async fn play(
         .context("waiting for the gate to learn the demo product")?;
     let balance_before = invariants::check(pool).await?.balance_total;
 
-    // Buyers told SOLD_OUT wait in line: a unit whose payment fails comes back to the
-    // first of them instead of going back on sale after everyone was turned away.
+    // Buyers told SOLD_OUT wait in line: a unit that comes back (a payment that fails,
+    // a reservation that expires) goes to the first of them instead of going back on
+    // sale after everyone was turned away.
     let driver =
         Driver::new(endpoints.clone(), Duration::from_secs(10)).with_waitlist(WaitlistPolicy {
             poll: WAITLIST_POLL,

@@ -576,14 +576,18 @@ pub enum ServiceRole {
     /// People and their tools: the `paysaga` operator commands, the test harness, the
     /// demo, the benchmark's setup.
     Operator,
+    /// The order service (holds a reservation's price on the buyer's account and
+    /// releases it).
+    Order,
 }
 
 impl ServiceRole {
-    pub const ALL: [ServiceRole; 4] = [
+    pub const ALL: [ServiceRole; 5] = [
         ServiceRole::Gate,
         ServiceRole::Orchestrator,
         ServiceRole::Member,
         ServiceRole::Operator,
+        ServiceRole::Order,
     ];
 
     /// The role a credential's `sub` names, if it names one.
@@ -598,6 +602,7 @@ impl ServiceRole {
             ServiceRole::Orchestrator => "orchestrator",
             ServiceRole::Member => "member",
             ServiceRole::Operator => "operator",
+            ServiceRole::Order => "order",
         }
     }
 
@@ -608,6 +613,7 @@ impl ServiceRole {
             ServiceRole::Orchestrator => allow::ORCHESTRATOR,
             ServiceRole::Member => allow::MEMBER,
             ServiceRole::Operator => allow::OPERATOR,
+            ServiceRole::Order => allow::ORDER,
         }
     }
 
@@ -631,7 +637,7 @@ impl std::str::FromStr for ServiceRole {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("not a service role (gate, orchestrator, member, operator)")]
+#[error("not a service role (gate, orchestrator, member, operator, order)")]
 pub struct UnknownRole;
 
 /// Allow lists: the roles a route admits, as the const parameter of [`Service`] and
@@ -643,8 +649,9 @@ pub mod allow {
     pub const ORCHESTRATOR: u8 = 1 << 1;
     pub const MEMBER: u8 = 1 << 2;
     pub const OPERATOR: u8 = 1 << 3;
+    pub const ORDER: u8 = 1 << 4;
     /// Every role: no route uses it; for checks over the whole set.
-    pub const ANY: u8 = GATE | ORCHESTRATOR | MEMBER | OPERATOR;
+    pub const ANY: u8 = GATE | ORCHESTRATOR | MEMBER | OPERATOR | ORDER;
 }
 
 /// The role a verified credential's `sub` names, if the allow list admits it; else
@@ -954,7 +961,7 @@ mod tests {
             "",
             "Operator",
             "paysaga-demo",
-            "order",
+            "Order",
             "account",
             "operator ",
         ] {

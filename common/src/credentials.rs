@@ -93,7 +93,7 @@ impl ServiceKeys {
                 .split_once(':')
                 .ok_or_else(|| format!("`{entry}` is not role:<base64 public key>"))?;
             let role = ServiceRole::parse(role).ok_or_else(|| {
-                format!("`{role}` is not a role (gate, orchestrator, member, operator)")
+                format!("`{role}` is not a role (gate, orchestrator, member, operator, order)")
             })?;
             let key = keys::parse_verifying_key(key).map_err(|e| format!("{role}: {e}"))?;
             entries.push((role, key));
@@ -405,7 +405,7 @@ mod tests {
         let e = ServiceKeys::parse(&format!("gate:{},member:{}", enc(&a), enc(&a))).unwrap_err();
         assert!(e.contains("both gate and member"), "{e}");
         assert!(ServiceKeys::parse("").is_err());
-        assert!(ServiceKeys::parse(&format!("order:{}", enc(&a))).is_err());
+        assert!(ServiceKeys::parse(&format!("account:{}", enc(&a))).is_err());
         assert!(ServiceKeys::parse("gate:AAAA").is_err());
         assert!(ServiceKeys::parse(&enc(&a)).is_err());
     }

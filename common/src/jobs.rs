@@ -163,6 +163,26 @@ impl Jobs {
     }
 }
 
+/// One run of a sweep: `batch` (which handles up to `size` due rows and says how many)
+/// again until one comes back short (nothing more is due) or `max_batches` have run, so
+/// a backlog is worked off over several runs instead of one unbounded one. The total.
+pub async fn in_batches<E, F, Fut>(size: i64, max_batches: u32, mut batch: F) -> Result<u64, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, E>>,
+{
+    let full = u64::try_from(size).unwrap_or(u64::MAX);
+    let mut total = 0;
+    for _ in 0..max_batches {
+        let n = batch().await?;
+        total += n;
+        if n < full {
+            break;
+        }
+    }
+    Ok(total)
+}
+
 /// Dropped without [`Jobs::shutdown`] (a service that failed to start), the jobs stop too.
 impl Drop for Jobs {
     fn drop(&mut self) {
@@ -175,6 +195,25 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use super::*;
+
+    #[tokio::test]
+    async fn batches_run_until_one_comes_back_short_or_the_bound() {
+        let mut due = 25u64;
+        let ran = in_batches::<(), _, _>(10, 20, || {
+            let n = due.min(10);
+            due -= n;
+            async move { Ok(n) }
+        })
+        .await;
+        assert_eq!((ran, due), (Ok(25), 0));
+        let mut calls = 0;
+        let bounded = in_batches::<(), _, _>(10, 3, || {
+            calls += 1;
+            async { Ok(10) }
+        })
+        .await;
+        assert_eq!((bounded, calls), (Ok(30), 3));
+    }
 
     #[test]
     fn the_guard_admits_one_run_at_a_time() {

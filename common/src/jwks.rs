@@ -184,8 +184,16 @@ impl RemoteKeys {
     }
 
     /// The key named `kid`, fetching the set first if it is unknown and no on-demand
-    /// fetch began within `min_interval`.
+    /// fetch began within `min_interval`. A caller first waits for a fetch already in
+    /// flight (the start's, or another caller's): many buyers arriving at once with a
+    /// key this process has not seen yet (a restart, a rotation) get it from that one
+    /// fetch instead of being refused meanwhile.
     pub async fn get_or_fetch(&self, kid: &str) -> Option<DecodingKey> {
+        if let Some(key) = self.get(kid) {
+            return Some(key);
+        }
+        let _one = self.fetching.lock().await;
+        // A fetch that finished while this caller waited may already hold the key.
         if let Some(key) = self.get(kid) {
             return Some(key);
         }
@@ -200,11 +208,6 @@ impl RemoteKeys {
                 return None;
             }
             *last = Some(Instant::now());
-        }
-        let _one = self.fetching.lock().await;
-        // A fetch that finished while this caller waited may already hold the key.
-        if let Some(key) = self.get(kid) {
-            return Some(key);
         }
         let outcome = match self.fetch_and_store().await {
             Ok(_) => "ok",
@@ -258,6 +261,47 @@ impl RemoteKeys {
 mod tests {
     use super::*;
     use ed25519_dalek::SigningKey;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn callers_with_an_unknown_kid_wait_for_the_one_fetch_in_flight() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let key = SigningKey::from_bytes(&[3; 32]).verifying_key();
+        let set = JwkSet::of(&[key]);
+        let kid = set.by_kid().into_keys().next().expect("a kid");
+        let served = Arc::new(AtomicUsize::new(0));
+        let count = served.clone();
+        let app = axum::Router::new().route(
+            "/jwks",
+            axum::routing::get(move || {
+                let (set, count) = (set.clone(), count.clone());
+                async move {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    // Slow enough that every caller arrives while it is in flight.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    axum::Json(set)
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let keys = RemoteKeys::new(url, Duration::from_secs(60));
+        let callers = (0..20).map(|_| {
+            let (keys, kid) = (keys.clone(), kid.clone());
+            tokio::spawn(async move { keys.get_or_fetch(&kid).await.is_some() })
+        });
+        for found in futures::future::join_all(callers).await {
+            assert!(
+                found.unwrap(),
+                "a caller was refused while the fetch was in flight"
+            );
+        }
+        assert_eq!(
+            served.load(Ordering::SeqCst),
+            1,
+            "one fetch for all of them"
+        );
+    }
 
     #[test]
     fn a_published_set_reads_back_by_thumbprint() {

@@ -30,13 +30,14 @@ pub enum DevKey {
 const RETIRED_SHARED_SERVICE_LABEL: &str = "paysaga DEVELOPMENT ONLY service-token key";
 
 impl DevKey {
-    pub const ALL: [DevKey; 6] = [
+    pub const ALL: [DevKey; 7] = [
         DevKey::BuyerTokens,
         DevKey::Passes,
         DevKey::Service(ServiceRole::Gate),
         DevKey::Service(ServiceRole::Orchestrator),
         DevKey::Service(ServiceRole::Member),
         DevKey::Service(ServiceRole::Operator),
+        DevKey::Service(ServiceRole::Order),
     ];
 
     /// DEVELOPMENT ONLY: a key derived from a public, fixed string. Anyone can mint
@@ -55,6 +56,7 @@ impl DevKey {
             DevKey::Service(ServiceRole::Operator) => {
                 "paysaga DEVELOPMENT ONLY operator credential key"
             }
+            DevKey::Service(ServiceRole::Order) => "paysaga DEVELOPMENT ONLY order credential key",
         };
         seeded(label)
     }

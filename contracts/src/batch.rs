@@ -3,9 +3,13 @@
 //! orchestrator sends its concurrent downstream operations this way (one HTTP request
 //! and one database transaction per batch instead of per operation).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use paysaga_common::{client::Answer, client::CallError, ErrorBody};
+use paysaga_common::{
+    batch::Coalescer,
+    client::{Answer, CallError},
+    ErrorBody,
+};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -86,6 +90,27 @@ impl Reply {
             status: Some(status),
             reason: format!("batch operation answered {status}"),
         })
+    }
+}
+
+/// Sends `op` with the next batch of `batcher` and answers it as if it had been its own
+/// call: its reply classified by [`Reply::into_answer`], and a batch request that failed
+/// as a whole an unknown outcome for each of its operations.
+pub async fn submit<O, T>(
+    batcher: &Coalescer<O, Reply, CallError>,
+    op: O,
+) -> Result<Answer<T>, CallError>
+where
+    O: Send + 'static,
+    T: DeserializeOwned,
+{
+    let start = Instant::now();
+    match batcher.submit(op).await {
+        Ok(reply) => reply.into_answer(start.elapsed()),
+        Err(failure) => Err(CallError::Unknown {
+            status: failure.flush_error().and_then(CallError::status),
+            reason: failure.to_string(),
+        }),
     }
 }
 

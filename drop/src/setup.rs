@@ -57,6 +57,19 @@ impl Admin {
         ))
     }
 
+    /// Releases the hold of reservation `id` as an operator may (the money of a
+    /// reservation the operator judges abandoned): its payment's debit is then declined
+    /// `HOLD_RELEASED`, and the reservation released with it. Tests use it to make a
+    /// payment fail.
+    pub async fn release_hold(&self, reservation_id: uuid::Uuid) -> anyhow::Result<()> {
+        let key = paysaga_contracts::order::api::hold_key(reservation_id);
+        self.account()
+            .release_hold(&key)
+            .await
+            .with_context(|| format!("releasing hold {key}"))?;
+        Ok(())
+    }
+
     pub fn member(&self) -> MemberClient {
         MemberClient::new(&self.endpoints.member, &self.token, Duration::from_secs(60))
     }
@@ -65,17 +78,30 @@ impl Admin {
         GateClient::with_http(self.http.clone(), &self.endpoints.gate, &self.token)
     }
 
-    /// Creates a product with `units` units at `price` minor units each.
+    /// Creates a product with `units` units at `price` minor units each, held by a
+    /// reservation for the order service's `RESERVATION_TTL_SECS`.
     pub async fn create_product(
         &self,
         name: &str,
         price: i64,
         units: i64,
     ) -> anyhow::Result<Product> {
+        self.create_product_holding(name, price, units, None).await
+    }
+
+    /// [`Admin::create_product`] with the product's own reservation hold time, seconds.
+    pub async fn create_product_holding(
+        &self,
+        name: &str,
+        price: i64,
+        units: i64,
+        reservation_ttl_secs: Option<u32>,
+    ) -> anyhow::Result<Product> {
         let req = CreateProduct {
             name: name.to_owned(),
             price,
             units,
+            reservation_ttl_secs,
         };
         Ok(self
             .order()

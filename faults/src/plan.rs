@@ -10,8 +10,9 @@ pub struct Plan {
     pub units: i64,
     /// Minor units per unit.
     pub price: i64,
-    /// Every n-th buyer holds one minor unit less than the price: their payments FAIL
-    /// and give the unit back, so a drop has more payments than units.
+    /// Every n-th buyer holds one minor unit less than the price: refused a unit at
+    /// their reservation (their account cannot hold the price; nothing held), under
+    /// every fault.
     pub underfunded_every: usize,
     /// Buyers in flight at once (the rest queue), so the drop lasts while faults hit.
     pub concurrency: usize,

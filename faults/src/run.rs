@@ -286,8 +286,8 @@ pub async fn run_on(
     }
     if !settled.within_bound {
         violations.push(format!(
-            "payments neither terminal nor flagged with a cause {:?} after healing: {} open, {} flagged without a cause",
-            plan.recovery_bound, settled.open, settled.flagged_without_cause
+            "payments neither terminal nor flagged with a cause, or holds not settled, {:?} after healing: {} open, {} flagged without a cause, {} holds owed",
+            plan.recovery_bound, settled.open, settled.flagged_without_cause, settled.holds_owed
         ));
     }
     let keys_twice = stats.keys_with_two_payments.load(Ordering::Relaxed);

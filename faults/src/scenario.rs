@@ -23,6 +23,9 @@ pub const MASTERS_FAILED_OVER: &str = "masters killed and failed over";
 /// still being served that Patroni replaced with their standby, reached through HAProxy.
 pub const PRIMARIES_FAILED_OVER: &str = "primaries struck mid-drop and failed over by Patroni";
 
+/// How old a hold without its reservation must be before the order service releases it.
+pub const HOLD_ORPHAN_GRACE: Duration = Duration::from_millis(3000);
+
 /// Pool size of each database-backed service.
 pub const DB_MAX_CONNECTIONS: u32 = 8;
 
@@ -212,6 +215,13 @@ impl Scenario {
         let mut o = StackOptions::new(&format!("faults-{}", self.name()))
             .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 200)
             .env(ServiceKind::Order, "SWEEP_INTERVAL_MS", 200)
+            // A hold a crash left without its reservation is released within seconds of
+            // the heal, not half a minute.
+            .env(
+                ServiceKind::Order,
+                "HOLD_ORPHAN_GRACE_MS",
+                HOLD_ORPHAN_GRACE.as_millis(),
+            )
             .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
             .env(
                 ServiceKind::Orchestrator,

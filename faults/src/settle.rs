@@ -1,5 +1,6 @@
 //! Waiting for recovery: every payment terminal with no work owed (a FAILED payment's
-//! reservation released), or flagged for an operator with a cause, read from
+//! reservation released), or flagged for an operator with a cause, and every live hold
+//! owned by a live reservation (no release owed, no orphan left), read from
 //! PostgreSQL, within a bound.
 
 use std::time::{Duration, Instant};
@@ -18,6 +19,8 @@ pub struct Settled {
     pub flagged: i64,
     /// Flagged without a cause: must be 0.
     pub flagged_without_cause: i64,
+    /// Live holds without their live reservation, and releases owed: must be 0.
+    pub holds_owed: i64,
     pub within_bound: bool,
 }
 
@@ -57,14 +60,16 @@ pub async fn open(pool: &PgPool) -> anyhow::Result<i64> {
 pub async fn wait(pool: &PgPool, healed_at: Instant, bound: Duration) -> anyhow::Result<Settled> {
     loop {
         let (open, flagged, blind) = census(pool).await?;
+        let holds_owed = paysaga_drop::invariants::holds_owed(pool).await?;
         let elapsed = healed_at.elapsed();
-        let settled = open == 0 && blind == 0;
+        let settled = open == 0 && blind == 0 && holds_owed == 0;
         if settled || elapsed >= bound {
             return Ok(Settled {
                 recovery: elapsed,
                 open,
                 flagged,
                 flagged_without_cause: blind,
+                holds_owed,
                 within_bound: settled,
             });
         }

@@ -15,6 +15,13 @@ GRANT SELECT ON account_service._sqlx_migrations TO account_app;
 REVOKE UPDATE, DELETE ON account_service.transactions FROM account_app;
 GRANT UPDATE (status, merchant_shard, refunded) ON account_service.transactions TO account_app;
 
--- Balances move; accounts and shards are never deleted, and only a balance changes.
+-- Balances move; accounts and shards are never deleted, and only a balance (and what
+-- an account's holds hold) changes.
 REVOKE UPDATE, DELETE ON account_service.accounts, account_service.merchant_shards FROM account_app;
 GRANT UPDATE (balance) ON account_service.accounts, account_service.merchant_shards TO account_app;
+GRANT UPDATE (held) ON account_service.accounts TO account_app;
+
+-- A hold is never deleted; only its state moves (once: holds_guard), with the debit
+-- that captured it and when. Its key, account, amount and deadline are fixed.
+REVOKE UPDATE, DELETE ON account_service.holds FROM account_app;
+GRANT UPDATE (state, captured_by, settled_at) ON account_service.holds TO account_app;

@@ -25,7 +25,7 @@ use paysaga_contracts::account::{
 };
 use paysaga_contracts::batch::{Replies, Reply};
 use paysaga_contracts::order::{
-    api::{ErrorCode as OrderCode, OrderBatch, OrderOp, Reservation, ReservationState},
+    api::{hold_key, ErrorCode as OrderCode, OrderBatch, OrderOp, Reservation, ReservationState},
     client::OrderClient,
 };
 use serde::de::DeserializeOwned;
@@ -132,15 +132,7 @@ async fn answer<O, T: DeserializeOwned>(
 where
     O: Send + 'static,
 {
-    let start = Instant::now();
-    match batcher.submit((op, telemetry::current_traceparent())).await {
-        Ok(reply) => reply.into_answer(start.elapsed()),
-        // The whole batch request failed: for each operation in it, an unknown outcome.
-        Err(failure) => Err(CallError::Unknown {
-            status: failure.flush_error().and_then(CallError::status),
-            reason: failure.to_string(),
-        }),
-    }
+    paysaga_contracts::batch::submit(batcher, (op, telemetry::current_traceparent())).await
 }
 
 /// A downstream's batcher: each flush sent by `send` in a span of its own (see
@@ -209,6 +201,24 @@ fn op_key(action: Action, p: &PaymentRow) -> Result<OperationKey, String> {
     OperationKey::parse(action.operation_key(p.id)).map_err(str::to_owned)
 }
 
+/// The key of the hold the payment's debit captures: its reservation's.
+fn hold_of(p: &PaymentRow) -> Result<OperationKey, String> {
+    OperationKey::parse(hold_key(p.reservation_id)).map_err(str::to_owned)
+}
+
+/// A debit declined on record: a definite rejection, with the reason it was declined
+/// for (short of funds, or its hold released, expired, missing or not its own).
+fn declined(t: &Transaction, status: u16, latency: Duration, what: &str) -> Attempt {
+    let code = t.declined_for.unwrap_or(AccountCode::InsufficientFunds);
+    Attempt {
+        outcome: Outcome::Rejected,
+        status: Some(status),
+        latency,
+        error: Some(format!("{what}: {code}")),
+        code: Some(code.as_str().to_owned()),
+    }
+}
+
 impl Downstream {
     /// The batchers to account and order, with at most `in_flight`
     /// batches to each downstream at once.
@@ -272,25 +282,24 @@ impl Downstream {
         };
         match action {
             Action::Debit => {
-                let key = match op_key(Action::Debit, p) {
-                    Ok(k) => k,
-                    Err(e) => return Attempt::unknown(None, Duration::ZERO, e),
+                let (key, hold) = match (op_key(Action::Debit, p), hold_of(p)) {
+                    (Ok(k), Ok(h)) => (k, h),
+                    (Err(e), _) | (_, Err(e)) => return Attempt::unknown(None, Duration::ZERO, e),
                 };
+                // The debit captures the reservation's hold: the price set aside when the
+                // unit was reserved, under a key derived from the reservation.
                 let req = DebitRequest {
                     operation_key: key,
                     account_id: p.account_id,
                     amount,
+                    hold_key: Some(hold),
                 };
                 match self.debit(req).await {
                     Ok(a) => match a.body.status {
                         TransactionStatus::Applied => Attempt::succeeded(a.status, a.latency),
-                        TransactionStatus::Declined => Attempt {
-                            outcome: Outcome::Rejected,
-                            status: Some(a.status),
-                            latency: a.latency,
-                            error: Some("debit declined".into()),
-                            code: Some(AccountCode::InsufficientFunds.as_str().to_owned()),
-                        },
+                        TransactionStatus::Declined => {
+                            declined(&a.body, a.status, a.latency, "debit declined")
+                        }
                     },
                     Err(e) => {
                         Attempt::from_account_error(e, start.elapsed(), AccountCode::ends_debit)
@@ -372,13 +381,9 @@ impl Downstream {
                 }
                 Some(match t.status {
                     TransactionStatus::Applied => Attempt::succeeded(a.status, start.elapsed()),
-                    TransactionStatus::Declined => Attempt {
-                        outcome: Outcome::Rejected,
-                        status: Some(a.status),
-                        latency: start.elapsed(),
-                        error: Some("probe: debit declined".into()),
-                        code: Some(AccountCode::InsufficientFunds.as_str().to_owned()),
-                    },
+                    TransactionStatus::Declined => {
+                        declined(t, a.status, start.elapsed(), "probe: debit declined")
+                    }
                 })
             }
             Action::Confirm => {

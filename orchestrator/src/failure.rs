@@ -14,6 +14,17 @@ pub enum FailureCode {
     AccountNotFound,
     /// The account is not a member's account.
     AccountNotMember,
+    /// The debit found no hold for the reservation (a reservation older than holds).
+    HoldNotFound,
+    /// The reservation's hold was released before the debit (the reservation was
+    /// cancelled): nothing was taken.
+    HoldReleased,
+    /// The reservation's hold passed its deadline before the debit (the reservation
+    /// expired): nothing was taken.
+    HoldExpired,
+    /// The reservation's hold is on another account or for another amount than the
+    /// payment's, or another debit captured it.
+    HoldMismatch,
     /// The order service has no such reservation (the release of a failed payment's unit).
     ReservationNotFound,
     /// The reservation was confirmed (the release of a failed payment's unit).
@@ -21,10 +32,14 @@ pub enum FailureCode {
 }
 
 impl FailureCode {
-    pub const ALL: [FailureCode; 5] = [
+    pub const ALL: [FailureCode; 9] = [
         FailureCode::InsufficientFunds,
         FailureCode::AccountNotFound,
         FailureCode::AccountNotMember,
+        FailureCode::HoldNotFound,
+        FailureCode::HoldReleased,
+        FailureCode::HoldExpired,
+        FailureCode::HoldMismatch,
         FailureCode::ReservationNotFound,
         FailureCode::ReservationConfirmed,
     ];
@@ -35,6 +50,10 @@ impl FailureCode {
             FailureCode::InsufficientFunds => "INSUFFICIENT_FUNDS",
             FailureCode::AccountNotFound => "ACCOUNT_NOT_FOUND",
             FailureCode::AccountNotMember => "ACCOUNT_NOT_MEMBER",
+            FailureCode::HoldNotFound => "HOLD_NOT_FOUND",
+            FailureCode::HoldReleased => "HOLD_RELEASED",
+            FailureCode::HoldExpired => "HOLD_EXPIRED",
+            FailureCode::HoldMismatch => "HOLD_MISMATCH",
             FailureCode::ReservationNotFound => "RESERVATION_NOT_FOUND",
             FailureCode::ReservationConfirmed => "RESERVATION_CONFIRMED",
         }

@@ -6,7 +6,8 @@
 //! disagree):
 //! - each request is classified from the committed rows: the member at the purchase cap
 //!   or holding a live reservation of the product, a second claim of one member and
-//!   product in the flush (only the first goes on);
+//!   product in the flush (only the first goes on), a claim past the window its hold
+//!   allows (see [`crate::funds`]);
 //! - per product, as many `AVAILABLE` units as requests go on are locked with
 //!   `LIMIT n FOR UPDATE SKIP LOCKED`, so buyers never queue on one row;
 //! - the reservations are inserted joined to those units by number, in (product,
@@ -22,11 +23,9 @@
 //! its unit, tables broken by hand: that claim alone fails with the breach; else the
 //! member's limit).
 
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, time::Instant};
 
+use chrono::{DateTime, Utc};
 use paysaga_common::{auth::MemberId, batch::Coalescer, retry};
 use sqlx::{FromRow, PgPool, Row};
 use uuid::Uuid;
@@ -39,16 +38,48 @@ use crate::{
     states::{Text, UnitState},
 };
 
-/// One claim: a unit of `product_id` for `member`, admitted by the pass `pass_id`.
+/// One claim: a unit of `product_id` for `member`, admitted by the pass `pass_id`,
+/// funded by the hold placed for reservation `id` (see [`crate::funds`]).
 #[derive(Debug, Clone)]
 pub struct NewClaim {
+    /// The reservation's id, the one its hold's key names.
+    pub id: Uuid,
     pub product_id: i64,
     pub member: MemberId,
     pub pass_id: Uuid,
-    pub ttl: Duration,
+    /// The hold's deadline, which the reservation takes as its own: both end at the
+    /// same instant.
+    pub expires_at: DateTime<Utc>,
+    /// The latest moment the reservation may be made: past it, the hold may be judged
+    /// abandoned and released, so the claim is refused instead.
+    pub claim_by: DateTime<Utc>,
     /// How many units of the product a member may hold or have bought at once (their
     /// `RESERVED` and `CONFIRMED` reservations).
     pub cap: i64,
+}
+
+impl NewClaim {
+    /// A claim of the statement alone, as the claim bench and tests drive it: a fresh
+    /// reservation id, its deadline `ttl` from now, no window. The service's claims are
+    /// made from a hold placed first (see [`crate::funds`]).
+    pub fn unfunded(
+        product_id: i64,
+        member: MemberId,
+        pass_id: Uuid,
+        ttl: std::time::Duration,
+        cap: i64,
+    ) -> Self {
+        let now = Utc::now();
+        NewClaim {
+            id: Uuid::now_v7(),
+            product_id,
+            member,
+            pass_id,
+            expires_at: now + chrono::Duration::from_std(ttl).unwrap_or_default(),
+            claim_by: now + chrono::Duration::days(1),
+            cap,
+        }
+    }
 }
 
 /// How a claim ended.
@@ -64,6 +95,8 @@ pub enum Claim {
     /// The member already holds a live reservation of the product, or has reserved and
     /// bought as many units as the cap allows (or claimed twice in one flush).
     MemberLimit,
+    /// The claim came after its `claim_by`: nothing was claimed.
+    TooLate,
 }
 
 /// What the statement says of one request.
@@ -72,6 +105,7 @@ enum Outcome {
     Created,
     MemberLimit,
     Nothing,
+    Late,
     /// Its insert met an existing row: its pass used, the member's other claim
     /// committed meanwhile, or its unit held (told apart by [`resolve`]).
     Conflict,
@@ -84,6 +118,7 @@ impl std::str::FromStr for Outcome {
             "CREATED" => Outcome::Created,
             "MEMBER_LIMIT" => Outcome::MemberLimit,
             "NOTHING" => Outcome::Nothing,
+            "LATE" => Outcome::Late,
             "CONFLICT" => Outcome::Conflict,
             _ => return Err(UnknownOutcome(s.to_owned())),
         })
@@ -99,9 +134,8 @@ pub struct UnknownOutcome(String);
 #[tracing::instrument(skip_all, fields(claims = claims.len()))]
 pub async fn claim(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Result<Claim>>> {
     let start = Instant::now();
-    // Reservation ids are made here, so an answer is matched to its request by id as
-    // well as by position.
-    let ids: Vec<Uuid> = claims.iter().map(|_| Uuid::now_v7()).collect();
+    // An answer is matched to its request by the reservation id as well as by position.
+    let ids: Vec<Uuid> = claims.iter().map(|c| c.id).collect();
     // A deadlock PostgreSQL broke rolled the statement back whole.
     let rows = retry::on_conflict(Error::is_conflict, || run(pool, claims, &ids)).await?;
     if rows.len() != claims.len() {
@@ -138,6 +172,7 @@ pub async fn claim(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Result<Clai
             }
             Outcome::MemberLimit => Ok(Claim::MemberLimit),
             Outcome::Nothing => Ok(Claim::NothingClaimable),
+            Outcome::Late => Ok(Claim::TooLate),
             Outcome::Conflict => {
                 let unit: Option<i64> = row.try_get("locked_unit")?;
                 conflicted.push((at, unit.unwrap_or_default()));
@@ -225,17 +260,19 @@ async fn run(
     let rows = sqlx::query(
         r#"
         WITH req AS MATERIALIZED (
-            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.ttl, r.cap, r.m, r.ord
-            FROM UNNEST($1::UUID[], $2::BIGINT[], $3::TEXT[], $4::UUID[], $5::FLOAT8[], $6::BIGINT[],
-                        $7::BIGINT[])
-                 WITH ORDINALITY AS r (id, product_id, member_id, pass_id, ttl, cap, m, ord)
+            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.expires_at, r.cap, r.m,
+                   r.claim_by <= clock_timestamp() AS late, r.ord
+            FROM UNNEST($1::UUID[], $2::BIGINT[], $3::TEXT[], $4::UUID[], $5::TIMESTAMPTZ[],
+                        $6::BIGINT[], $7::BIGINT[], $8::TIMESTAMPTZ[])
+                 WITH ORDINALITY AS r (id, product_id, member_id, pass_id, expires_at, cap, m,
+                                       claim_by, ord)
         ), classified AS MATERIALIZED (
             -- A LATERAL probe with a LIMIT, so that it stays one index probe per request
             -- on any plan: as a plain subquery, the generic plan made while the table
             -- was small intersected bitmaps of every live reservation, a cost growing
             -- with the drop. (A pass already used is found by the insert's conflict.)
-            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.ttl, r.cap, r.ord,
-                   h.held, h.live, r.m
+            SELECT r.id, r.product_id, r.member_id, r.pass_id, r.expires_at, r.cap, r.ord,
+                   h.held, h.live, r.m, r.late
             FROM req r
             -- Counted up to the cap only: that is all the comparison needs. Read along the
             -- member's own reservations, in the order of their index. The live states
@@ -254,12 +291,12 @@ async fn run(
                 ) y
             ) h
         ), fresh AS MATERIALIZED (
-            SELECT c.id, c.product_id, c.member_id, c.pass_id, c.ttl, c.ord,
+            SELECT c.id, c.product_id, c.member_id, c.pass_id, c.expires_at, c.ord,
                    row_number() OVER (PARTITION BY c.product_id ORDER BY c.ord) AS k
             FROM classified c
             -- One claim per member and product per flush, under the cap, none beside a
-            -- live reservation.
-            WHERE c.m = 1 AND c.held < c.cap AND NOT c.live
+            -- live reservation, none after its hold's window.
+            WHERE c.m = 1 AND c.held < c.cap AND NOT c.live AND NOT c.late
         ), wanted AS (
             SELECT f.product_id, COUNT(*) AS n
             FROM fresh f
@@ -291,7 +328,7 @@ async fn run(
             -- product, so two flushes waiting on each other's inserts cannot deadlock.
             INSERT INTO reservations (id, product_id, unit_id, member_id, pass_id, price, state, expires_at)
             SELECT f.id, f.product_id, u.id, f.member_id, f.pass_id, p.price, 'RESERVED',
-                   now() + make_interval(secs => f.ttl)
+                   f.expires_at
             FROM fresh f
             JOIN units u ON u.product_id = f.product_id AND u.k = f.k
             JOIN products p ON p.id = f.product_id
@@ -327,6 +364,7 @@ async fn run(
                              SELECT 1 FROM inserted i2
                              WHERE i2.product_id = r.product_id AND i2.member_id = r.member_id)
                          THEN 'MEMBER_LIMIT' ELSE 'NOTHING' END
+                    WHEN r.late THEN 'LATE'
                     WHEN u.id IS NULL THEN 'NOTHING'
                     ELSE 'CONFLICT' END AS outcome,
                u.id AS locked_unit,
@@ -336,7 +374,9 @@ async fn run(
         CROSS JOIN tally t
         LEFT JOIN fresh f ON f.ord = r.ord
         LEFT JOIN units u ON u.product_id = f.product_id AND u.k = f.k
-        LEFT JOIN inserted i ON i.id = r.id
+        -- Copies of one pass share its reservation id: the row is the answer of the copy
+        -- that went on to a unit only.
+        LEFT JOIN inserted i ON i.id = r.id AND f.ord IS NOT NULL
         ORDER BY r.ord
         "#,
     )
@@ -344,9 +384,10 @@ async fn run(
     .bind(claims.iter().map(|c| c.product_id).collect::<Vec<_>>())
     .bind(claims.iter().map(|c| c.member.as_str()).collect::<Vec<_>>())
     .bind(claims.iter().map(|c| c.pass_id).collect::<Vec<_>>())
-    .bind(claims.iter().map(|c| c.ttl.as_secs_f64()).collect::<Vec<_>>())
+    .bind(claims.iter().map(|c| c.expires_at).collect::<Vec<_>>())
     .bind(claims.iter().map(|c| c.cap).collect::<Vec<_>>())
     .bind(places(claims))
+    .bind(claims.iter().map(|c| c.claim_by).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
     .await;
     match rows {

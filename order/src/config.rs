@@ -1,12 +1,12 @@
 //! The order service's settings, read from the environment with local defaults.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
-    auth::BuyerKeySource,
+    auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, Secrets},
-    credentials::ServiceKeys,
+    credentials::{ServiceKeys, TokenSource},
     keys::{self, DevKey},
     service::{Database, Process},
 };
@@ -28,7 +28,25 @@ pub struct Config {
     /// `SERVICE_KEYS`: each caller role's public keys, verifying service credentials.
     /// Required.
     pub service_keys: ServiceKeys,
-    /// `RESERVATION_TTL_SECS`: how long a reservation holds its unit (default 600).
+    /// `SERVICE_SIGNING_KEY` (and `SERVICE_TOKEN_LIFETIME_SECS`): the order service's
+    /// own key, minting its credentials toward the account service. Required.
+    pub service_credential: Arc<TokenSource>,
+    /// `ACCOUNT_URL`: the account service, which holds each reservation's price.
+    pub account_url: String,
+    /// `ACCOUNT_TIMEOUT_MS`: per batch of holds or releases (default 2000).
+    pub account_timeout: Duration,
+    /// `HOLD_BATCHES`: batches of holds and releases in flight at once (default 1, 1 to
+    /// 64).
+    pub hold_batches: usize,
+    /// `HOLD_ORPHAN_GRACE_MS`: a hold this old with no reservation is released by the
+    /// reconciliation (default 30000, at least 300); a claim must follow its hold within
+    /// a third of it.
+    pub hold_orphan_grace: Duration,
+    /// `HOLD_RELEASE_INTERVAL_MS`: how often the releases that cancels owe are sent
+    /// (default 250).
+    pub hold_release_interval: Duration,
+    /// `RESERVATION_TTL_SECS`: how long a reservation holds its unit and its price
+    /// (default 600), unless its product sets its own.
     pub reservation_ttl: Duration,
     /// `PURCHASE_CAP`: how many units of one product a member may hold and buy in all
     /// (live and confirmed reservations; default 1). A member never holds two live
@@ -52,6 +70,7 @@ pub struct Config {
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8084";
+pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 /// As many claims per flush as the gate's quota script takes per call.
 pub const DEFAULT_CLAIM_BATCH: usize = 256;
 /// One flush at a time: claims that arrive meanwhile all ride in the next, so a busy
@@ -78,6 +97,8 @@ impl Config {
         let pass_public_key = keys::verifying_key(&mut secrets, "PASS_PUBLIC_KEY", DevKey::Passes)?;
         let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
         let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let service_credential =
+            Arc::new(TokenSource::from_secrets(&mut secrets, ServiceRole::Order)?);
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let purchase_cap: i64 = config::parse("PURCHASE_CAP", 1)?;
         if !(1..=1_000).contains(&purchase_cap) {
@@ -135,12 +156,28 @@ impl Config {
         if !(1..=64).contains(&claim_flushes) {
             return Err(invalid("CLAIM_FLUSHES", claim_flushes, "must be 1 to 64"));
         }
+        let account_timeout = config::millis("ACCOUNT_TIMEOUT_MS", Duration::from_millis(2000))?;
+        config::millis_at_least("ACCOUNT_TIMEOUT_MS", account_timeout, 10)?;
+        let hold_batches: usize = config::parse("HOLD_BATCHES", 1)?;
+        config::within("HOLD_BATCHES", hold_batches, 1, 64)?;
+        let hold_orphan_grace =
+            config::millis("HOLD_ORPHAN_GRACE_MS", Duration::from_millis(30_000))?;
+        config::millis_at_least("HOLD_ORPHAN_GRACE_MS", hold_orphan_grace, 300)?;
+        let hold_release_interval =
+            config::millis("HOLD_RELEASE_INTERVAL_MS", Duration::from_millis(250))?;
+        config::millis_at_least("HOLD_RELEASE_INTERVAL_MS", hold_release_interval, 10)?;
         Ok(Config {
             database,
             process,
             pass_public_key,
             buyer_keys,
             service_keys,
+            service_credential,
+            account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
+            account_timeout,
+            hold_batches,
+            hold_orphan_grace,
+            hold_release_interval,
             reservation_ttl: Duration::from_secs(ttl_secs),
             purchase_cap,
             waitlist_offer_ttl: Duration::from_secs(offer_ttl_secs),
@@ -152,14 +189,21 @@ impl Config {
         })
     }
 
-    /// Defaults for a given database, for tests and tools (development pass key).
-    pub fn local(database_url: impl Into<String>) -> Config {
+    /// Defaults for a given database and account service, for tests and tools
+    /// (development keys).
+    pub fn local(database_url: impl Into<String>, account_url: impl Into<String>) -> Config {
         Config {
             database: Database::local(database_url),
             process: Process::local("127.0.0.1:0"),
             pass_public_key: DevKey::Passes.verifying_key(),
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),
+            service_credential: Arc::new(TokenSource::development(ServiceRole::Order)),
+            account_url: account_url.into(),
+            account_timeout: Duration::from_millis(2000),
+            hold_batches: 1,
+            hold_orphan_grace: Duration::from_millis(30_000),
+            hold_release_interval: Duration::from_millis(250),
             reservation_ttl: Duration::from_secs(600),
             purchase_cap: 1,
             waitlist_offer_ttl: Duration::from_secs(120),

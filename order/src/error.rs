@@ -56,6 +56,22 @@ pub enum Error {
     ReservationCancelled,
     #[error("reservation is confirmed")]
     ReservationConfirmed,
+    /// The buyer's available balance does not cover the price: nothing held, no unit.
+    #[error("insufficient funds to hold {price}")]
+    InsufficientFunds { price: i64 },
+    /// A pass or offer that has made [`crate::funds::MAX_ATTEMPTS`] attempts.
+    #[error("the pass or offer was tried too often")]
+    AttemptsUsedUp,
+    #[error("the member has no account")]
+    NoAccount,
+    /// The account service gave no definite answer to a hold: nothing was reserved (a
+    /// hold it may have placed is reused by a retry, or released by the reconciliation).
+    #[error("the account service did not answer: {0}")]
+    Funds(paysaga_common::client::CallError),
+    /// The claim came later than a hold allows ([`crate::funds::CLAIM_WINDOW_SHARE`]):
+    /// nothing was reserved, the hold is released.
+    #[error("the claim came too late for its hold")]
+    ClaimTooLate,
     #[error("database error")]
     Database(#[from] sqlx::Error),
     #[error("request task failed")]
@@ -146,9 +162,27 @@ impl Error {
                 ErrorCode::ReservationConfirmed.as_str(),
                 "the reservation is confirmed (paid); only an operator can cancel it",
             ),
-            Error::Database(_) | Error::Invariant(_) | Error::Task(_) | Error::Batch(_) => {
-                return None
-            }
+            Error::InsufficientFunds { price } => ApiError::unprocessable(
+                ErrorCode::InsufficientFunds.as_str(),
+                format!(
+                    "your available balance (balance minus what your live reservations hold) \
+                     does not cover the price ({price}); nothing was held and no unit reserved"
+                ),
+            ),
+            Error::AttemptsUsedUp => ApiError::conflict(
+                ErrorCode::PassAlreadyUsed.as_str(),
+                "this pass (or offer) has been tried too often without a unit; take a new pass",
+            ),
+            Error::NoAccount => ApiError::unprocessable(
+                ErrorCode::NoAccount.as_str(),
+                "you have no account to hold the price on yet; nothing was reserved",
+            ),
+            Error::Database(_)
+            | Error::Invariant(_)
+            | Error::Task(_)
+            | Error::Batch(_)
+            | Error::Funds(_)
+            | Error::ClaimTooLate => return None,
         };
         Some(e)
     }
@@ -193,7 +227,7 @@ impl Error {
     pub(crate) fn reply(&self) -> Reply {
         let (status, code, message) = match self.api() {
             Some(e) => (e.status, e.code, e.message),
-            None if self.is_unavailable() => unavailable(),
+            None if self.is_unavailable() => self.unavailable(),
             None => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 paysaga_common::error::codes::INTERNAL,
@@ -228,18 +262,32 @@ impl Error {
             _ if self.is_conflict() => true,
             Error::Database(e) => paysaga_common::db::unavailable(e),
             Error::Batch(f) => f.flush_error().is_some_and(Error::is_unavailable),
+            // Nothing was reserved; a retry with the same pass is safe.
+            Error::Funds(_) | Error::ClaimTooLate => true,
             _ => false,
         }
     }
 }
 
-/// The answer to a request the database could not serve: 503, retry shortly.
-fn unavailable() -> (StatusCode, &'static str, String) {
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        paysaga_common::error::codes::UNAVAILABLE,
-        "the service's database is overloaded or unavailable; retry shortly".to_owned(),
-    )
+impl Error {
+    /// The answer to a request that could not be served now and did nothing: 503, retry
+    /// shortly (with the same pass: a hold it placed is reused).
+    fn unavailable(&self) -> (StatusCode, &'static str, String) {
+        let message = match self {
+            Error::Funds(_) => {
+                "the account service did not answer; nothing was reserved, retry with the same pass"
+            }
+            Error::ClaimTooLate => {
+                "the reservation could not be made in time; nothing was reserved, retry"
+            }
+            _ => "the service's database is overloaded or unavailable; retry shortly",
+        };
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            paysaga_common::error::codes::UNAVAILABLE,
+            message.to_owned(),
+        )
+    }
 }
 
 impl IntoResponse for Error {
@@ -251,8 +299,8 @@ impl IntoResponse for Error {
                 // (a failover) are not bugs: say so, so callers retry (and a saga treats it
                 // as an unknown outcome, as it must).
                 if self.is_unavailable() {
-                    tracing::warn!(error = %self, cause = ?self, "database busy or unavailable; answering 503");
-                    let (status, code, message) = unavailable();
+                    tracing::warn!(error = %self, cause = ?self, "busy or unavailable; answering 503");
+                    let (status, code, message) = self.unavailable();
                     return ApiError::new(status, code, message).into_response();
                 }
                 internal_error_response(&self)
@@ -268,5 +316,33 @@ mod tests {
     #[test]
     fn a_database_out_of_reach_is_503_unavailable_not_500() {
         paysaga_common::testkit::check_database_outages(|e| Error::Database(e).into_response());
+    }
+
+    #[test]
+    fn an_account_service_without_an_answer_is_503_unavailable_not_500() {
+        let silent = Error::Funds(paysaga_common::client::CallError::Unknown {
+            status: None,
+            reason: "timed out".into(),
+        });
+        let (status, code, message) = silent.unavailable();
+        assert_eq!(
+            (status, code),
+            (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
+        );
+        assert!(message.contains("account service"), "{message}");
+        assert_eq!(
+            silent.into_response().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            Error::ClaimTooLate.into_response().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            Error::InsufficientFunds { price: 1 }
+                .into_response()
+                .status(),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! The order service: products with one row per unit; its stock rules, each one
 //! set-based statement for any number of operations (a lone one is a batch of one):
 //! the claim of a unit with `FOR UPDATE SKIP LOCKED` (`claim`), and confirm, cancel and
-//! expiry (`settle`); the FIFO waitlist that returned units are offered to; the
-//! transactional outbox of its events.
+//! expiry (`settle`); the price of every reservation held on the buyer's account first
+//! (`funds`), and given back when it is cancelled (`releases`); the FIFO waitlist that
+//! returned units are offered to; the transactional outbox of its events.
 
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::order::api;
@@ -11,7 +12,9 @@ pub mod breach;
 pub mod claim;
 pub mod config;
 pub(crate) mod error;
+pub mod funds;
 pub mod outbox;
+pub mod releases;
 pub mod reservations;
 pub(crate) mod routes;
 pub mod settle;
@@ -30,6 +33,7 @@ use axum::{
     Router,
 };
 use paysaga_common::{auth::Verifier, pass::PassVerifier, server, service};
+use paysaga_contracts::account::client::AccountClient;
 use sqlx::{migrate::Migrator, PgPool};
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
@@ -47,7 +51,12 @@ pub struct AppState {
     pub pool: PgPool,
     pub verifier: Arc<Verifier>,
     pub passes: Arc<PassVerifier>,
+    /// The service's reservation hold time, for products without their own.
     pub ttl: Duration,
+    /// Holds of reservations' prices on buyers' accounts.
+    pub funds: funds::Funds,
+    /// Each product's price and hold time.
+    pub terms: stock::TermsCache,
     /// Units of one product a member may hold and buy in all.
     pub purchase_cap: i64,
     /// How long a unit offered to a waitlist member is held for them.
@@ -67,6 +76,16 @@ impl AppState {
     pub fn new(pool: PgPool, config: &Config) -> Self {
         Self {
             claims: claim::Claims::new(pool.clone(), config.claim_batch, config.claim_flushes),
+            funds: funds::Funds::new(
+                AccountClient::new(
+                    config.account_url.clone(),
+                    &config.service_credential,
+                    config.account_timeout,
+                ),
+                config.hold_orphan_grace,
+                config.hold_batches,
+            ),
+            terms: stock::TermsCache::default(),
             pool,
             verifier: Arc::new(Verifier::from_source(
                 &config.buyer_keys,
@@ -183,7 +202,8 @@ pub async fn serve_from_env() -> anyhow::Result<()> {
     service::serve_from_env("order", Config::from_env, |c| &c.process, run).await
 }
 
-/// Connects, migrates, starts the expiry sweep, serves until `shutdown`, then stops the sweep.
+/// Connects, migrates, starts the expiry sweeps and the holds' releases and
+/// reconciliation, serves until `shutdown`, then stops the jobs.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -197,10 +217,18 @@ pub async fn run(
         config.sweep_max_batches,
     )
     .await?;
+    let holds = releases::start(
+        state.pool.clone(),
+        state.funds.clone(),
+        config.hold_release_interval,
+    )
+    .await?;
     tracing::info!(addr = %listener.local_addr()?, "order service listening");
     let served = server::serve(listener, app(state), shutdown).await;
-    if let Err(e) = jobs.shutdown().await {
-        tracing::warn!(error = %e, "expiry sweep did not stop cleanly");
+    for (what, jobs) in [("expiry sweep", jobs), ("hold releases", holds)] {
+        if let Err(e) = jobs.shutdown().await {
+            tracing::warn!(error = %e, "{what} did not stop cleanly");
+        }
     }
     served?;
     Ok(())

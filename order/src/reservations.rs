@@ -78,6 +78,11 @@ pub(crate) async fn by_offer(
     one(&mut **tx, select!("WHERE offer_id = $1"), offer_id).await
 }
 
+/// The reservation made by taking an offer, if any, outside a transaction.
+pub(crate) async fn of_offer(pool: &PgPool, offer_id: Uuid) -> Result<Option<Reservation>> {
+    one(pool, select!("WHERE offer_id = $1"), offer_id).await
+}
+
 /// The reservation made with a pass, if any.
 pub async fn by_pass(pool: &PgPool, pass_id: Uuid) -> Result<Option<Reservation>> {
     one(pool, select!("WHERE pass_id = $1"), pass_id).await
@@ -94,6 +99,45 @@ pub(crate) async fn by_ids(pool: &PgPool, ids: &[Uuid]) -> Result<Vec<Reservatio
         .fetch_all(pool)
         .await?;
     Ok(rows.into_iter().map(Reservation::from).collect())
+}
+
+/// Records that `pass_id`'s holder could not pay for the unit it stood for (see
+/// [`spent_passes`]).
+pub async fn refuse_unfunded(
+    pool: &PgPool,
+    pass_id: Uuid,
+    product_id: i64,
+    member: &MemberId,
+) -> Result<()> {
+    sqlx::query(
+        r#"
+        INSERT INTO unfunded_passes (pass_id, product_id, member_id)
+        VALUES ($1, $2, $3)
+        ON CONFLICT (pass_id) DO NOTHING
+        "#,
+    )
+    .bind(pass_id)
+    .bind(product_id)
+    .bind(member.as_str())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Which of `pass_ids` the gate need not count in flight any more: those on a
+/// reservation, and those whose holder could not pay (`POST /v1/passes/used`).
+pub async fn spent_passes(pool: &PgPool, pass_ids: &[Uuid]) -> Result<Vec<Uuid>> {
+    let spent = sqlx::query_scalar(
+        r#"
+        SELECT pass_id FROM reservations WHERE pass_id = ANY($1)
+        UNION
+        SELECT pass_id FROM unfunded_passes WHERE pass_id = ANY($1)
+        "#,
+    )
+    .bind(pass_ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(spent)
 }
 
 /// Which of `pass_ids` are on a reservation (through `reservations_pass_id_unique`).

@@ -1,4 +1,11 @@
-//! Products and their units: creation, adding units, and the counts per state.
+//! Products and their units: creation, adding units, the counts per state, and the
+//! terms a reservation of a product is made on (its price and hold time).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -20,6 +27,7 @@ struct ProductRow {
     offered: i64,
     sold: i64,
     waiting: i64,
+    reservation_ttl_secs: Option<i32>,
 }
 
 impl From<ProductRow> for Product {
@@ -34,6 +42,7 @@ impl From<ProductRow> for Product {
             offered: r.offered,
             sold: r.sold,
             waiting: r.waiting,
+            reservation_ttl_secs: r.reservation_ttl_secs.and_then(|t| u32::try_from(t).ok()),
             created_at: r.created_at,
         }
     }
@@ -57,19 +66,30 @@ async fn insert_units(
     Ok(())
 }
 
+/// A new product's terms.
+pub struct NewProduct<'a> {
+    pub name: &'a str,
+    pub price: i64,
+    pub units: i64,
+    /// Its own reservation hold time, seconds (`None`: the service's).
+    pub reservation_ttl_secs: Option<u32>,
+}
+
 /// Creates a product and its units in one transaction: it exists with all its stock or not at all.
-#[tracing::instrument(skip_all, fields(units))]
-pub async fn create_product(pool: &PgPool, name: &str, price: i64, units: i64) -> Result<Product> {
+#[tracing::instrument(skip_all, fields(units = new.units))]
+pub async fn create_product(pool: &PgPool, new: &NewProduct<'_>) -> Result<Product> {
+    let (name, price, units) = (new.name, new.price, new.units);
     let mut tx = pool.begin().await?;
     let id: i64 = sqlx::query_scalar(
         r#"
-        INSERT INTO products (name, price)
-        VALUES ($1, $2)
+        INSERT INTO products (name, price, reservation_ttl_secs)
+        VALUES ($1, $2, $3)
         RETURNING id
         "#,
     )
     .bind(name)
     .bind(price)
+    .bind(new.reservation_ttl_secs.and_then(|t| i32::try_from(t).ok()))
     .fetch_one(&mut *tx)
     .await?;
     insert_units(&mut tx, id, units).await?;
@@ -105,7 +125,7 @@ macro_rules! with_counts {
     ($tail:literal) => {
         concat!(
             r#"
-        SELECT p.id, p.name, p.price, p.created_at,
+        SELECT p.id, p.name, p.price, p.created_at, p.reservation_ttl_secs,
                COUNT(s.id) AS units_total,
                COUNT(s.id) FILTER (WHERE s.state = 'AVAILABLE') AS available,
                COUNT(s.id) FILTER (WHERE s.state = 'RESERVED') AS reserved,
@@ -178,4 +198,59 @@ where
         .bind(product_id)
         .fetch_optional(pool)
         .await?)
+}
+
+/// What a reservation of a product is made on: the price held and paid, and how long
+/// the unit and the price are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terms {
+    pub price: i64,
+    /// The product's own hold time, if it set one.
+    pub reservation_ttl: Option<Duration>,
+}
+
+impl Terms {
+    /// The hold time, the service's `default` unless the product set its own.
+    pub fn ttl(&self, default: Duration) -> Duration {
+        self.reservation_ttl.unwrap_or(default)
+    }
+}
+
+/// Each product's [`Terms`], read once per process: a product's price and hold time are
+/// fixed when it is created (no route changes them), so the reservation path reads them
+/// from memory. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct TermsCache(Arc<RwLock<HashMap<i64, Terms>>>);
+
+impl TermsCache {
+    /// The terms of `product_id`; `None` for an unknown product.
+    pub async fn get(&self, pool: &PgPool, product_id: i64) -> Result<Option<Terms>> {
+        if let Some(t) = self
+            .0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&product_id)
+        {
+            return Ok(Some(*t));
+        }
+        let row: Option<(i64, Option<i32>)> =
+            sqlx::query_as(r#"SELECT price, reservation_ttl_secs FROM products WHERE id = $1"#)
+                .bind(product_id)
+                .fetch_optional(pool)
+                .await?;
+        let Some((price, ttl)) = row else {
+            return Ok(None);
+        };
+        let terms = Terms {
+            price,
+            reservation_ttl: ttl
+                .and_then(|t| u64::try_from(t).ok())
+                .map(Duration::from_secs),
+        };
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(product_id, terms);
+        Ok(Some(terms))
+    }
 }

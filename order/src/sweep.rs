@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use paysaga_common::jobs::Jobs;
+use paysaga_common::jobs::{self, Jobs};
 use sqlx::PgPool;
 
 use crate::error::Result;
@@ -21,14 +21,7 @@ pub async fn sweep_batch(pool: &PgPool, batch: i64) -> Result<u64> {
 /// a backlog is worked off over several runs instead of one unbounded one.
 pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
     let start = Instant::now();
-    let mut total = 0;
-    for _ in 0..max_batches {
-        let n = sweep_batch(pool, batch).await?;
-        total += n;
-        if n < u64::try_from(batch).unwrap_or(u64::MAX) {
-            break;
-        }
-    }
+    let total = jobs::in_batches(batch, max_batches, || sweep_batch(pool, batch)).await?;
     metrics::histogram!("order_sweep_seconds").record(start.elapsed().as_secs_f64());
     if total > 0 {
         tracing::info!(units_returned = total, "expired reservations swept");

@@ -16,11 +16,13 @@ use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::{
-    api::{OfferState, Reservation, WaitlistEntry, WaitlistOffer, WaitlistState},
+    api::{hold_key, OfferState, Reservation, WaitlistEntry, WaitlistOffer, WaitlistState},
     breach::{Breach, Holder},
     error::{Error, Result},
+    funds::{Funded, Held, Source},
     reservations::{self, ReservationRow},
     states::{Text, UnitState},
+    AppState,
 };
 
 /// Counts offers made by units coming back (the handoff turns a unit that was put back
@@ -330,16 +332,63 @@ pub enum Take {
 pub struct TakeRequest<'a> {
     pub offer_id: Uuid,
     pub member: &'a MemberId,
+    /// The service's reservation hold time, for a product without its own.
     pub ttl: Duration,
     pub cap: i64,
 }
 
-/// The offered unit becomes the member's reservation, with the reservation TTL and
-/// price of a claim, no gate pass (the offer stands in for it). The purchase cap and
-/// the one-live-reservation rule hold as for a claim. An offer past its deadline is
+/// The offered unit becomes the member's reservation, at the price and hold time of a
+/// claim, no gate pass (the offer stands in for it), and, like a claim, only once the
+/// price is held on the member's account ([`crate::funds`]): a member who cannot pay is
+/// refused and the offer stays theirs until its deadline. The purchase cap and the
+/// one-live-reservation rule hold as for a claim. An offer past its deadline is
 /// expired here and now (its unit passes on) and refused.
 #[tracing::instrument(skip_all, fields(offer_id = %req.offer_id))]
-pub async fn take(pool: &PgPool, req: &TakeRequest<'_>) -> Result<Take> {
+pub async fn take(state: &AppState, req: &TakeRequest<'_>) -> Result<Take> {
+    let pool = &state.pool;
+    // Read first, without a lock: whose offer it is, and of which product.
+    let offer: Option<(String, i64, Text<OfferState>)> =
+        sqlx::query_as(r#"SELECT member_id, product_id, state FROM waitlist_offers WHERE id = $1"#)
+            .bind(req.offer_id)
+            .fetch_optional(pool)
+            .await?;
+    let Some((owner, product_id, Text(state_now))) = offer else {
+        return Err(Error::OfferNotFound);
+    };
+    if owner != req.member.as_str() {
+        return Err(Error::OfferNotFound);
+    }
+    let source = Source::Offer(req.offer_id);
+    if state_now != OfferState::Offered {
+        // Nothing to hold: the transaction answers (taken before, expired, released).
+        return take_held(pool, req, None).await;
+    }
+    let terms = state
+        .terms
+        .get(pool, product_id)
+        .await?
+        .ok_or(Error::ProductNotFound(product_id))?;
+    let held = match state
+        .funds
+        .hold_for(pool, source, req.member, terms.price, terms.ttl(req.ttl))
+        .await?
+    {
+        Funded::Held(held) => held,
+        Funded::Reserved(r) => return Ok(Take::Taken(r)),
+    };
+    let key = hold_key(held.reservation_id);
+    let taken = take_held(pool, req, Some(&held)).await;
+    match &taken {
+        Ok(Take::Created(_)) => {}
+        Ok(Take::Taken(r)) if r.id == held.reservation_id => {}
+        Ok(Take::Taken(_)) | Err(_) => state.funds.abandon(&key).await,
+    }
+    taken
+}
+
+/// The take itself, in one transaction, funded by `held` (`None`: answers only an offer
+/// no longer on offer).
+async fn take_held(pool: &PgPool, req: &TakeRequest<'_>, held: Option<&Held>) -> Result<Take> {
     let mut tx = pool.begin().await?;
     // The entry first (the lock order), then the offer.
     let entry: Option<Uuid> = sqlx::query_scalar(
@@ -390,6 +439,10 @@ pub async fn take(pool: &PgPool, req: &TakeRequest<'_>) -> Result<Take> {
         tx.commit().await?;
         return Err(Error::OfferExpired);
     }
+    let Some(held) = held else {
+        // On offer again since it was read: the caller holds nothing for it yet.
+        return Err(Error::ClaimTooLate);
+    };
     let mine: i64 = sqlx::query_scalar(
         r#"
         SELECT COUNT(*)
@@ -423,25 +476,29 @@ pub async fn take(pool: &PgPool, req: &TakeRequest<'_>) -> Result<Take> {
             found: None,
         }));
     }
+    // The reservation takes its hold's id and deadline, and is made only within the
+    // window its hold allows (by this database's clock, as a claim's).
     let row = sqlx::query_as::<_, ReservationRow>(
         r#"
         INSERT INTO reservations (id, product_id, unit_id, member_id, offer_id, price, state, expires_at)
-        SELECT $1, p.id, $3, $4, $5, p.price, 'RESERVED', now() + make_interval(secs => $6)
+        SELECT $1, p.id, $3, $4, $5, p.price, 'RESERVED', $6
         FROM products p
-        WHERE p.id = $2
+        WHERE p.id = $2 AND clock_timestamp() < $7
         RETURNING id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at
         "#,
     )
-    .bind(Uuid::now_v7())
+    .bind(held.reservation_id)
     .bind(offer.product_id)
     .bind(offer.unit_id)
     .bind(req.member.as_str())
     .bind(req.offer_id)
-    .bind(req.ttl.as_secs_f64())
-    .fetch_one(&mut *tx)
+    .bind(held.hold.expires_at)
+    .bind(held.claim_by)
+    .fetch_optional(&mut *tx)
     .await;
     let row = match row {
-        Ok(row) => row,
+        Ok(Some(row)) => row,
+        Ok(None) => return Err(Error::ClaimTooLate),
         // A live reservation of the product is already the member's (a claim with a
         // pass, committed since the count above or allowed by a cap above one).
         Err(sqlx::Error::Database(e))
@@ -553,14 +610,8 @@ pub async fn catch_up(pool: &PgPool) -> Result<u64> {
 /// catch-up, then the waiting gauge.
 pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
     let start = Instant::now();
-    let mut total = 0;
-    for _ in 0..max_batches {
-        let n = expire_batch(pool, batch).await?;
-        total += n;
-        if n < u64::try_from(batch).unwrap_or(u64::MAX) {
-            break;
-        }
-    }
+    let total =
+        paysaga_common::jobs::in_batches(batch, max_batches, || expire_batch(pool, batch)).await?;
     catch_up(pool).await?;
     let waiting: i64 =
         sqlx::query_scalar(r#"SELECT COUNT(*) FROM waitlist_entries WHERE state = 'WAITING'"#)

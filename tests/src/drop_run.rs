@@ -32,6 +32,8 @@ pub struct Answers {
     /// Of the completed, those whose unit came through a waitlist offer.
     pub via_waitlist: i64,
     pub failed: i64,
+    /// Buyers refused a unit because their account could not hold its price.
+    pub unfunded: i64,
     pub sold_out: i64,
 }
 
@@ -131,8 +133,9 @@ impl DropRun {
     }
 
     /// Each buyer got a definite answer, and the right one for their money: a funded
-    /// buyer never FAILED, an underfunded one never paid. Anything else (no answer, a
-    /// refusal, a refund) fails the test, with `logs`.
+    /// buyer never FAILED nor was refused for funds, an underfunded one never paid (it is
+    /// refused a unit, `INSUFFICIENT_FUNDS`). Anything else (no answer, another refusal,
+    /// a refund) fails the test, with `logs`.
     pub fn answers(&self, attempts: &[Attempt], logs: &str) -> Answers {
         let funded: HashMap<&str, bool> = self
             .buyers
@@ -156,6 +159,14 @@ impl DropRun {
                 Outcome::Failed { .. } => {
                     assert!(!funded[a.member.as_str()], "{} funded but FAILED", a.member);
                     answers.failed += 1;
+                }
+                Outcome::Rejected { code, .. } if code == "INSUFFICIENT_FUNDS" => {
+                    assert!(
+                        !funded[a.member.as_str()],
+                        "{} funded but refused for funds",
+                        a.member
+                    );
+                    answers.unfunded += 1;
                 }
                 o if o.is_sold_out() => answers.sold_out += 1,
                 other => panic!("{}: no definite answer: {other:?}\n{logs}", a.member),

@@ -69,11 +69,13 @@ impl Default for StackOptions {
 }
 
 impl StackOptions {
-    /// The gate recomputes its quota and the orchestrator recovers every second, so a
+    /// The gate recomputes its quota and the orchestrator recovers every second, and
+    /// the order service releases a hold left without its reservation after 3 s, so a
     /// test's drop settles in seconds rather than at the production intervals.
     pub fn quick_loops(self) -> Self {
         self.env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
             .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
+            .env(ServiceKind::Order, "HOLD_ORPHAN_GRACE_MS", 3000)
     }
 
     /// `label` names the log directory (`target/e2e-logs/<label>-...`).

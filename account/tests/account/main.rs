@@ -8,6 +8,7 @@ mod batch;
 mod batch_paths;
 mod concurrency;
 mod deposits;
+mod holds;
 mod idempotency;
 mod ledger_rights;
 mod lookup_cost;

@@ -186,13 +186,13 @@ async fn claim_once(ctx: &Ctx, i: usize) -> anyhow::Result<Outcome> {
     match ctx.strategy {
         Strategy::SkipLockedUnits => {
             let member = MemberId::parse(member).map_err(anyhow::Error::msg)?;
-            let req = [NewClaim {
-                product_id: product,
+            let req = [NewClaim::unfunded(
+                product,
                 member,
-                pass_id: Uuid::new_v4(),
-                ttl: Duration::from_secs(600),
-                cap: 1,
-            }];
+                Uuid::new_v4(),
+                Duration::from_secs(600),
+                1,
+            )];
             // The same loop the reserve handler runs: look again while locked units may
             // come back. Each claimer its own statement (a claim of one), as a lone claim.
             for attempt in 0..3 {
@@ -209,6 +209,7 @@ async fn claim_once(ctx: &Ctx, i: usize) -> anyhow::Result<Outcome> {
                     }
                     Claim::PassUsed => anyhow::bail!("fresh pass id reported as used"),
                     Claim::MemberLimit => anyhow::bail!("a fresh member reported over its limit"),
+                    Claim::TooLate => anyhow::bail!("a claim without a window reported too late"),
                     Claim::NothingClaimable => {
                         if stock::probe(pool, product).await? != Some(true) {
                             return Ok(Outcome::SoldOut { retries: attempt });
@@ -400,7 +401,15 @@ async fn prepare(pool: &PgPool, strategy: Strategy, units: i64) -> anyhow::Resul
         while left > 0 || id.is_none() {
             let batch = left.min(stock::MAX_UNITS_PER_CALL);
             id = Some(match id {
-                None => stock::create_product(pool, "bench", 100, batch).await?.id,
+                None => {
+                    let new = stock::NewProduct {
+                        name: "bench",
+                        price: 100,
+                        units: batch,
+                        reservation_ttl_secs: None,
+                    };
+                    stock::create_product(pool, &new).await?.id
+                }
                 Some(id) => {
                     stock::add_units(pool, id, batch)
                         .await?

@@ -153,6 +153,7 @@ pub async fn run_once(shards: u16, args: &LedgerArgs) -> anyhow::Result<LedgerRu
                 operation_key: key,
                 account_id: buyer,
                 amount,
+                hold_key: None,
             };
             match client.debit(&req).await {
                 Ok(_) => Outcome::of("applied"),

@@ -41,7 +41,8 @@ fn setup(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Setup(format!("{what}: {e}"))
 }
 
-/// Every eighth buyer holds half the price, the others twice it.
+/// Every eighth buyer holds half the price (refused a unit: their account cannot hold
+/// it), the others twice it.
 fn opening_balance(i: usize) -> i64 {
     if i % 8 == 7 {
         PRICE / 2
@@ -135,6 +136,14 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     fig(r, "units on sale", st.units_total as f64, "units");
     fig(r, "buyers arriving at once", count as f64, "buyers");
     fig(r, "buyers who cannot pay", underfunded as f64, "buyers");
+    fig(
+        r,
+        "  refused a unit (INSUFFICIENT_FUNDS: nothing held)",
+        n(
+            &|a| matches!(&a.outcome, Outcome::Rejected { code, .. } if code == "INSUFFICIENT_FUNDS"),
+        ),
+        "buyers",
+    );
     fig(r, "units sold", st.units_sold as f64, "units");
     fig(
         r,

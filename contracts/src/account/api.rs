@@ -36,10 +36,24 @@ pub enum AccountCode {
     InvalidOperationKey,
     /// The movement would overflow a balance.
     AmountOutOfRange,
+    /// No hold under this operation key. On a capture: recorded, the debit's key stays
+    /// declined.
+    HoldNotFound,
+    /// A capture found its hold released (the reservation was cancelled, or the hold
+    /// lapsed and was swept). Recorded: the debit's key stays declined.
+    HoldReleased,
+    /// A capture found its hold past its deadline. Recorded: the debit's key stays
+    /// declined.
+    HoldExpired,
+    /// A capture named a hold on another account, for another amount, or one another
+    /// debit already captured. Recorded: the debit's key stays declined.
+    HoldMismatch,
+    /// A release of a hold that a debit captured: the money is paid, not held.
+    HoldCaptured,
 }
 
 impl AccountCode {
-    pub const ALL: [AccountCode; 12] = [
+    pub const ALL: [AccountCode; 17] = [
         AccountCode::InsufficientFunds,
         AccountCode::OperationKeyReused,
         AccountCode::AccountNotFound,
@@ -52,6 +66,11 @@ impl AccountCode {
         AccountCode::InvalidOpeningBalance,
         AccountCode::InvalidOperationKey,
         AccountCode::AmountOutOfRange,
+        AccountCode::HoldNotFound,
+        AccountCode::HoldReleased,
+        AccountCode::HoldExpired,
+        AccountCode::HoldMismatch,
+        AccountCode::HoldCaptured,
     ];
 
     /// The wire form.
@@ -69,6 +88,11 @@ impl AccountCode {
             AccountCode::InvalidOpeningBalance => "INVALID_OPENING_BALANCE",
             AccountCode::InvalidOperationKey => "INVALID_OPERATION_KEY",
             AccountCode::AmountOutOfRange => "AMOUNT_OUT_OF_RANGE",
+            AccountCode::HoldNotFound => "HOLD_NOT_FOUND",
+            AccountCode::HoldReleased => "HOLD_RELEASED",
+            AccountCode::HoldExpired => "HOLD_EXPIRED",
+            AccountCode::HoldMismatch => "HOLD_MISMATCH",
+            AccountCode::HoldCaptured => "HOLD_CAPTURED",
         }
     }
 
@@ -79,13 +103,25 @@ impl AccountCode {
     }
 
     /// A debit refused with this code never applies under its key: a decline is
-    /// recorded and answered again, and the account named is missing or not a member's.
+    /// recorded and answered again (short of funds, or a capture whose hold is gone),
+    /// and the account named is missing or not a member's.
     pub fn ends_debit(self) -> bool {
+        self.is_decline()
+            || matches!(
+                self,
+                AccountCode::AccountNotFound | AccountCode::AccountNotMember
+            )
+    }
+
+    /// A reason a debit is recorded `DECLINED` for (its `declined_for`).
+    pub fn is_decline(self) -> bool {
         matches!(
             self,
             AccountCode::InsufficientFunds
-                | AccountCode::AccountNotFound
-                | AccountCode::AccountNotMember
+                | AccountCode::HoldNotFound
+                | AccountCode::HoldReleased
+                | AccountCode::HoldExpired
+                | AccountCode::HoldMismatch
         )
     }
 
@@ -125,6 +161,11 @@ pub mod codes {
     pub const INVALID_OPENING_BALANCE: &str = AccountCode::InvalidOpeningBalance.as_str();
     pub const INVALID_OPERATION_KEY: &str = AccountCode::InvalidOperationKey.as_str();
     pub const AMOUNT_OUT_OF_RANGE: &str = AccountCode::AmountOutOfRange.as_str();
+    pub const HOLD_NOT_FOUND: &str = AccountCode::HoldNotFound.as_str();
+    pub const HOLD_RELEASED: &str = AccountCode::HoldReleased.as_str();
+    pub const HOLD_EXPIRED: &str = AccountCode::HoldExpired.as_str();
+    pub const HOLD_MISMATCH: &str = AccountCode::HoldMismatch.as_str();
+    pub const HOLD_CAPTURED: &str = AccountCode::HoldCaptured.as_str();
 }
 
 /// A stored name (an enum's column value) that this contract has no variant for.
@@ -264,6 +305,13 @@ pub struct Account {
     pub id: i64,
     pub member_id: String,
     pub balance: i64,
+    /// Money held by holds not yet captured or released (a lapsed hold counts until it
+    /// is swept, within a second or so). Always 0 for the merchant.
+    #[serde(default)]
+    pub held: i64,
+    /// `balance - held`: what a new hold or a debit may take. Never below 0.
+    #[serde(default)]
+    pub available: i64,
     pub kind: AccountKind,
     pub created_at: DateTime<Utc>,
 }
@@ -276,12 +324,18 @@ pub struct AccountView {
 }
 
 /// `POST /v1/debits`: take `amount` from a member account and give it to the merchant.
+/// With `hold_key` the debit captures that hold (placed on this account for this
+/// amount): it applies only while the hold is held and within its deadline, and is
+/// otherwise declined with the reason on record. Without one, the debit may take only
+/// the available balance (what no hold holds).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DebitRequest {
     pub operation_key: OperationKey,
     pub account_id: i64,
     pub amount: Amount,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_key: Option<OperationKey>,
 }
 
 /// `POST /v1/credits`: refund (part of) the debit whose operation key is `refund_of`,
@@ -303,8 +357,9 @@ pub enum TransactionKind {
     Deposit,
 }
 
-/// `APPLIED`: money moved. `DECLINED`: a debit refused for insufficient funds; no money
-/// moved, and the key can never succeed afterwards.
+/// `APPLIED`: money moved. `DECLINED`: a debit refused (insufficient funds, or a
+/// capture whose hold was gone; the reason is its `declined_for`); no money moved, and
+/// the key can never succeed afterwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TransactionStatus {
@@ -335,7 +390,151 @@ pub struct Transaction {
     /// For a credit: the operation key of the debit it refunds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refund_of: Option<String>,
+    /// For a debit that captures a hold: the hold's operation key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_key: Option<String>,
+    /// For a `DECLINED` debit: why (`INSUFFICIENT_FUNDS`, `HOLD_NOT_FOUND`,
+    /// `HOLD_RELEASED`, `HOLD_EXPIRED`, `HOLD_MISMATCH`); the code every replay of its
+    /// key is refused with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declined_for: Option<AccountCode>,
     pub created_at: DateTime<Utc>,
+}
+
+/// How long a hold lasts, in seconds: 1 to 86,400. The hold lapses at its deadline by
+/// the database's clock: it can no longer be captured, and its money is available again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u32", into = "u32")]
+pub struct HoldTtl(u32);
+
+/// The longest a hold may last.
+pub const MAX_HOLD_TTL_SECS: u32 = 86_400;
+
+impl HoldTtl {
+    pub fn new(secs: u32) -> Result<Self, &'static str> {
+        if (1..=MAX_HOLD_TTL_SECS).contains(&secs) {
+            Ok(Self(secs))
+        } else {
+            Err("a hold lasts 1 to 86400 seconds")
+        }
+    }
+    /// From a duration, rounded up to whole seconds.
+    pub fn from_duration(d: std::time::Duration) -> Result<Self, &'static str> {
+        let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+        Self::new(u32::try_from(secs).unwrap_or(u32::MAX))
+    }
+    pub fn secs(self) -> u32 {
+        self.0
+    }
+}
+
+impl TryFrom<u32> for HoldTtl {
+    type Error = &'static str;
+    fn try_from(secs: u32) -> Result<Self, Self::Error> {
+        Self::new(secs)
+    }
+}
+
+impl From<HoldTtl> for u32 {
+    fn from(t: HoldTtl) -> u32 {
+        t.0
+    }
+}
+
+/// `POST /v1/holds`: hold `amount` of the member's account for `ttl_secs`, once per
+/// operation key. Placed only if the account's available balance (balance minus what
+/// other holds hold) covers it: two holds never count the same money. The member's
+/// account is their first member account.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HoldRequest {
+    pub operation_key: OperationKey,
+    pub member_id: MemberId,
+    pub amount: Amount,
+    #[schema(value_type = u32, minimum = 1, maximum = 86400)]
+    pub ttl_secs: HoldTtl,
+}
+
+/// `POST /v1/holds/{key}/release` (or a batch's `release`): give the money of the hold
+/// under `operation_key` back to the available balance, once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    pub operation_key: OperationKey,
+}
+
+/// Where a hold is. `HELD` is live until its deadline; `CAPTURED` (a debit took the
+/// money) and `RELEASED` (the money is available again: released, or lapsed and swept)
+/// are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum HoldState {
+    Held,
+    Captured,
+    Released,
+}
+
+named!(HoldState, "hold state", {
+    Held => "HELD",
+    Captured => "CAPTURED",
+    Released => "RELEASED",
+});
+
+/// Money of a member account set aside, under an operation key, until a debit captures
+/// it, it is released, or its deadline passes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Hold {
+    pub id: Uuid,
+    pub operation_key: String,
+    pub account_id: i64,
+    pub amount: i64,
+    pub state: HoldState,
+    /// The deadline, by the account database's clock: past it a `HELD` hold can no
+    /// longer be captured and its money is no longer held.
+    pub expires_at: DateTime<Utc>,
+    /// The operation key of the debit that captured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captured_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    /// When it was captured or released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled_at: Option<DateTime<Utc>>,
+}
+
+impl Hold {
+    /// Held and within its deadline at `now`: capturable, its money set aside.
+    pub fn is_live(&self, now: DateTime<Utc>) -> bool {
+        self.state == HoldState::Held && self.expires_at > now
+    }
+}
+
+/// `GET /v1/holds`: live holds placed at least `older_than_ms` ago, oldest first, after
+/// the cursor (`after_created_at`, `after_id`), at most `limit` (1 to 1,000, default 500).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListHolds {
+    pub older_than_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_created_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_id: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+/// A page of [`ListHolds`]: `next` is the cursor of the last hold when the page is full.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HoldPage {
+    pub holds: Vec<Hold>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<HoldCursor>,
+}
+
+/// Where a [`HoldPage`] left off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HoldCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: Uuid,
 }
 
 /// One operation of `POST /v1/batch` (service credential). Each is answered as its own
@@ -352,6 +551,26 @@ pub enum AccountOp {
     Account { account_id: i64 },
     /// As `GET /v1/transactions/{key}`.
     Transaction { operation_key: String },
+    /// As `POST /v1/holds`.
+    Hold(HoldRequest),
+    /// As `POST /v1/holds/{key}/release`.
+    Release(ReleaseRequest),
+}
+
+impl AccountOp {
+    /// The roles that may send this operation: the saga moves money and reads it, the
+    /// order service holds and releases. A batch carrying an operation its caller may
+    /// not send is refused whole.
+    pub fn allowed_roles(&self) -> u8 {
+        use paysaga_common::auth::allow::{ORCHESTRATOR, ORDER};
+        match self {
+            AccountOp::Debit(_)
+            | AccountOp::Credit(_)
+            | AccountOp::Account { .. }
+            | AccountOp::Transaction { .. } => ORCHESTRATOR,
+            AccountOp::Hold(_) | AccountOp::Release(_) => ORDER,
+        }
+    }
 }
 
 /// `POST /v1/batch`: up to `batch::MAX_OPS` operations, answered in order.
@@ -450,5 +669,28 @@ mod tests {
             assert_eq!(AccountKind::try_from(kind.as_str().to_owned()), Ok(kind));
         }
         assert!(TransactionKind::try_from("OPENING".to_owned()).is_err());
+        for state in [HoldState::Held, HoldState::Captured, HoldState::Released] {
+            assert_eq!(
+                serde_json::to_value(state).expect("json"),
+                serde_json::json!(state.as_str())
+            );
+            assert_eq!(HoldState::try_from(state.as_str().to_owned()), Ok(state));
+        }
+    }
+
+    #[test]
+    fn hold_times_are_bounded_and_declines_end_a_debit() {
+        assert!(HoldTtl::new(0).is_err());
+        assert!(HoldTtl::new(MAX_HOLD_TTL_SECS + 1).is_err());
+        assert_eq!(HoldTtl::new(120).map(HoldTtl::secs), Ok(120));
+        assert_eq!(
+            HoldTtl::from_duration(std::time::Duration::from_millis(1500)).map(HoldTtl::secs),
+            Ok(2)
+        );
+        assert!(serde_json::from_value::<HoldTtl>(serde_json::json!(0)).is_err());
+        for code in AccountCode::ALL.into_iter().filter(|c| c.is_decline()) {
+            assert!(code.ends_debit(), "{code}");
+        }
+        assert!(!AccountCode::HoldCaptured.ends_debit());
     }
 }

@@ -3,8 +3,8 @@
 use paysaga_common::client::{Answer, CallError, ServiceClient};
 
 use super::api::{
-    Account, AccountBatch, AccountView, CreditRequest, DebitRequest, DepositRequest,
-    OpenAccountRequest, Transaction,
+    Account, AccountBatch, AccountView, CreditRequest, DebitRequest, DepositRequest, Hold,
+    HoldPage, HoldRequest, ListHolds, OpenAccountRequest, Transaction,
 };
 use crate::batch::Replies;
 
@@ -54,6 +54,58 @@ impl AccountClient {
     /// [`crate::batch::Reply::into_answer`]). A non-2xx answer concerns the whole batch.
     pub async fn batch(&self, req: &AccountBatch) -> Result<Answer<Replies>, CallError> {
         self.inner.post("/v1/batch", req).await
+    }
+
+    /// `POST /v1/holds` -> 201 `Hold` (200 with the hold as it is now on a replay, in any
+    /// state). 422 `INSUFFICIENT_FUNDS` (nothing held, nothing recorded), 404
+    /// `ACCOUNT_NOT_FOUND` (the member has no account), 409 `OPERATION_KEY_REUSED`.
+    pub async fn place_hold(&self, req: &HoldRequest) -> Result<Answer<Hold>, CallError> {
+        self.inner.post("/v1/holds", req).await
+    }
+
+    /// `POST /v1/holds/{key}/release` -> 200 `Hold` (`RELEASED`, also on a replay).
+    /// 409 `HOLD_CAPTURED`, 404 `HOLD_NOT_FOUND`.
+    pub async fn release_hold(&self, key: &str) -> Result<Answer<Hold>, CallError> {
+        self.inner
+            .post(
+                &format!("/v1/holds/{}/release", encode_segment(key)),
+                &serde_json::json!({}),
+            )
+            .await
+    }
+
+    /// `GET /v1/holds/{key}` -> `Hold`, or 404 `HOLD_NOT_FOUND`.
+    pub async fn hold(&self, key: &str) -> Result<Answer<Hold>, CallError> {
+        self.inner
+            .get(&format!("/v1/holds/{}", encode_segment(key)))
+            .await
+    }
+
+    /// `GET /v1/holds?...`: live holds placed at least `older_than_ms` ago, oldest first.
+    pub async fn holds(&self, q: &ListHolds) -> Result<Answer<HoldPage>, CallError> {
+        let mut url =
+            reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
+                status: None,
+                reason: e.to_string(),
+            })?;
+        {
+            let mut pairs = url.query_pairs_mut();
+            pairs.append_pair("older_than_ms", &q.older_than_ms.to_string());
+            if let Some(t) = q.after_created_at {
+                pairs.append_pair(
+                    "after_created_at",
+                    &t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+                );
+            }
+            if let Some(id) = q.after_id {
+                pairs.append_pair("after_id", &id.to_string());
+            }
+            if let Some(l) = q.limit {
+                pairs.append_pair("limit", &l.to_string());
+            }
+        }
+        let query = url.query().unwrap_or_default().to_owned();
+        self.inner.get(&format!("/v1/holds?{query}")).await
     }
 
     /// `GET /v1/transactions/{key}` -> `Transaction` (a DECLINED debit included), or

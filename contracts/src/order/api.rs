@@ -23,6 +23,12 @@ pub struct CreateProduct {
     /// Initial number of units, 0 to 100,000 (more are added in further calls).
     #[schema(example = 100, minimum = 0, maximum = 100_000)]
     pub units: i64,
+    /// How long a reservation of this product holds its unit and the price on the
+    /// buyer's account, 1 to 86,400 seconds; absent, the order service's
+    /// `RESERVATION_TTL_SECS` (600). A drop may choose e.g. 120.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = 120, minimum = 1, maximum = 86400)]
+    pub reservation_ttl_secs: Option<u32>,
 }
 
 /// `POST /v1/products/{id}/units`: add `count` more units.
@@ -49,6 +55,10 @@ pub struct Product {
     pub sold: i64,
     /// Members waiting in the product's waitlist (not yet offered a unit).
     pub waiting: i64,
+    /// The product's own reservation hold time in seconds; `null`: the order service's
+    /// `RESERVATION_TTL_SECS`.
+    #[serde(default)]
+    pub reservation_ttl_secs: Option<u32>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -135,7 +145,8 @@ pub struct UsedPassesQuery {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsedPasses {
-    /// The asked-for pass ids that are on a reservation (in any state).
+    /// The asked-for pass ids that are on a reservation (in any state), or whose holder
+    /// was refused for want of funds (no unit was taken for them).
     pub used: Vec<Uuid>,
 }
 
@@ -180,10 +191,18 @@ pub enum ErrorCode {
     OfferReleased,
     /// `POST /v1/events/ack` named no event id, or more than 1,000.
     InvalidEventIds,
+    /// The buyer's available balance (balance minus what their live holds hold) does not
+    /// cover the price: nothing was held and no unit taken.
+    InsufficientFunds,
+    /// The member has no account to hold the price on (yet): nothing was held and no
+    /// unit taken.
+    NoAccount,
+    /// A product's `reservation_ttl_secs` outside 1 to 86,400.
+    InvalidReservationTtl,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::SoldOut,
         ErrorCode::MemberLimitReached,
         ErrorCode::PassMalformed,
@@ -209,6 +228,9 @@ impl ErrorCode {
         ErrorCode::OfferExpired,
         ErrorCode::OfferReleased,
         ErrorCode::InvalidEventIds,
+        ErrorCode::InsufficientFunds,
+        ErrorCode::NoAccount,
+        ErrorCode::InvalidReservationTtl,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -238,6 +260,9 @@ impl ErrorCode {
             ErrorCode::OfferExpired => "OFFER_EXPIRED",
             ErrorCode::OfferReleased => "OFFER_RELEASED",
             ErrorCode::InvalidEventIds => "INVALID_EVENT_IDS",
+            ErrorCode::InsufficientFunds => "INSUFFICIENT_FUNDS",
+            ErrorCode::NoAccount => "NO_ACCOUNT",
+            ErrorCode::InvalidReservationTtl => "INVALID_RESERVATION_TTL",
         }
     }
 
@@ -283,6 +308,25 @@ pub mod codes {
     pub const OFFER_EXPIRED: &str = ErrorCode::OfferExpired.as_str();
     pub const OFFER_RELEASED: &str = ErrorCode::OfferReleased.as_str();
     pub const INVALID_EVENT_IDS: &str = ErrorCode::InvalidEventIds.as_str();
+    pub const INSUFFICIENT_FUNDS: &str = ErrorCode::InsufficientFunds.as_str();
+    pub const NO_ACCOUNT: &str = ErrorCode::NoAccount.as_str();
+    pub const INVALID_RESERVATION_TTL: &str = ErrorCode::InvalidReservationTtl.as_str();
+}
+
+/// The operation key of the hold that sets a reservation's price aside on the buyer's
+/// account: `res:{reservation_id}:hold`. The order service places and releases it under
+/// this key, and the saga's debit captures it by the same key, so any instance's retry
+/// of either is the same operation.
+pub fn hold_key(reservation_id: Uuid) -> String {
+    format!("res:{reservation_id}:hold")
+}
+
+/// The reservation a [`hold_key`] names, if it is one.
+pub fn reservation_of_hold(key: &str) -> Option<Uuid> {
+    key.strip_prefix("res:")?
+        .strip_suffix(":hold")?
+        .parse()
+        .ok()
 }
 
 /// One operation of `POST /v1/batch` (service credential). Each is answered as its own
@@ -590,5 +634,15 @@ mod tests {
         );
         assert_eq!("LEFT".parse::<WaitlistState>(), Ok(WaitlistState::Left));
         assert_eq!("TAKEN".parse::<OfferState>(), Ok(OfferState::Taken));
+    }
+
+    #[test]
+    fn a_hold_key_names_its_reservation_and_is_an_operation_key() {
+        let id = Uuid::now_v7();
+        let key = hold_key(id);
+        assert!(crate::account::api::OperationKey::parse(key.clone()).is_ok());
+        assert_eq!(reservation_of_hold(&key), Some(id));
+        assert_eq!(reservation_of_hold("pay:1:debit"), None);
+        assert_eq!(reservation_of_hold("res:not-a-uuid:hold"), None);
     }
 }

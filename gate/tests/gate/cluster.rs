@@ -18,7 +18,7 @@ use std::{
 use tokio::sync::watch;
 
 use crate::support::{
-    create_product, order_buyer, start_order, start_ready_gate, wait_ready_status, Service,
+    create_product, fund, order_buyer, start_order, start_ready_gate, wait_ready_status, Service,
 };
 use gate::Config;
 use paysaga_common::testkit::{buyer_token, TestDb};
@@ -149,6 +149,7 @@ async fn products_on_different_masters_never_get_more_passes_than_stock() {
         // Every pass buys a unit at the real order service; PostgreSQL agrees.
         for (member, pass) in &passes[&product] {
             order_buyer(&order, member)
+                .await
                 .reserve(product, pass)
                 .await
                 .expect("reservation");
@@ -296,6 +297,9 @@ async fn a_master_killed_mid_drop_is_covered_and_nothing_is_oversold() {
 
     // 400 buyers, 24 at a time; the master holding the product's slot is SIGKILLed
     // once a third of the stock has passes.
+    for i in 0..400 {
+        fund(&order, &format!("drop-{i}")).await;
+    }
     let http = reqwest::Client::new();
     let tally = Arc::new(Tally::default());
     let next = Arc::new(AtomicUsize::new(0));

@@ -52,7 +52,7 @@ async fn same_member_same_pass_and_bad_passes_fail_verification() {
     );
 
     // The real order service agrees.
-    let mallory = order_buyer(&sale.order, "mallory");
+    let mallory = order_buyer(&sale.order, "mallory").await;
     let e = mallory
         .reserve(sale.product, &forged)
         .await

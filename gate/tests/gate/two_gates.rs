@@ -64,6 +64,7 @@ async fn thousand_buyers_on_two_gates_get_exactly_one_hundred_passes() {
     // reservations and no unit is left.
     for (i, p) in &passes {
         let r = order_buyer(&sale.order, &format!("buyer-{i}"))
+            .await
             .reserve(sale.product, &p.pass)
             .await
             .expect("reservation with a gate pass");

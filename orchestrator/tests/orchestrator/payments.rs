@@ -121,10 +121,13 @@ async fn the_answer_is_stored_with_the_settling_move() {
     let mut s = Stack::start().await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
     let product = s.product(3).await;
-    for (n, balance) in [(1, 100_000), (2, 1)] {
+    for (n, released) in [(1, false), (2, true)] {
         let member = format!("answered-{n}");
-        let acct = s.open_account(&member, balance).await;
+        let acct = s.open_account(&member, 100_000).await;
         let res = s.reserve(product, &member).await;
+        if released {
+            s.release_hold(res).await;
+        }
         let key = format!("answered-key-{n}");
         let answer = o
             .buyer(&member)
@@ -132,11 +135,7 @@ async fn the_answer_is_stored_with_the_settling_move() {
             .await
             .expect("pay");
         assert_eq!(answer.status, 201, "settled within the wait");
-        let expected = if balance > PRICE {
-            "COMPLETED"
-        } else {
-            "FAILED"
-        };
+        let expected = if released { "FAILED" } else { "COMPLETED" };
         assert_eq!(answer.payment.state, expected);
         let (status, body, same_transaction): (i32, String, bool) = sqlx::query_as(
             r#"
@@ -175,17 +174,25 @@ async fn the_answer_is_stored_with_the_settling_move() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn insufficient_funds_fails_and_releases_the_unit() {
+async fn a_released_hold_fails_the_payment_and_releases_the_unit() {
     let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("poor-1", PRICE - 1, 1).await;
+    let (acct, res) = s.buyer_with_reservation("released-1", PRICE, 1).await;
+    // The reservation's money is no longer held (as after the reconciliation or an
+    // operator released it): the debit that would capture it is a definite decline.
+    s.release_hold(res).await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
 
-    let id = o.pay_k1("poor-1", res, acct).await;
+    let id = o.pay_k1("released-1", res, acct).await;
     assert_eq!(s.settled(id).await, "FAILED");
-    let p = o.buyer("poor-1").payment(id).await.expect("payment").body;
-    assert_eq!(p.failure_code.as_deref(), Some("INSUFFICIENT_FUNDS"));
+    let p = o
+        .buyer("released-1")
+        .payment(id)
+        .await
+        .expect("payment")
+        .body;
+    assert_eq!(p.failure_code.as_deref(), Some("HOLD_RELEASED"));
     assert_eq!(s.applied_debits(id).await, 0);
-    assert_eq!(s.balance(acct).await, PRICE - 1, "no money moved");
+    assert_eq!(s.balance(acct).await, PRICE, "no money moved");
     assert_eq!(s.merchant_balance().await, 0);
     assert_eq!(
         s.unit_state(res).await,
@@ -198,6 +205,41 @@ async fn insufficient_funds_fails_and_releases_the_unit() {
         steps_summary(&tl),
         pairs(&[("DEBIT", "REJECTED"), ("CANCEL_RESERVATION", "SUCCEEDED")])
     );
+    // The decline is on record for the key: asked again, it is declined again.
+    let declined: (String, String) = sqlx::query_as(
+        r#"SELECT status, declined_for FROM account_service.transactions WHERE operation_key = $1"#,
+    )
+    .bind(format!("pay:{id}:debit"))
+    .fetch_one(&s.admin)
+    .await
+    .expect("the decline");
+    assert_eq!(declined, ("DECLINED".into(), "HOLD_RELEASED".into()));
+    s.check_money().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hold_past_its_deadline_fails_the_payment_and_nothing_is_taken() {
+    let mut s = Stack::start().await;
+    let (acct, res) = s.buyer_with_reservation("lapsed-1", PRICE, 1).await;
+    // The hold's deadline passed, though the reservation has not been swept yet.
+    sqlx::query(
+        r#"UPDATE account_service.holds
+           SET created_at = now() - INTERVAL '1 hour', expires_at = now() - INTERVAL '1 second'
+           WHERE operation_key = $1"#,
+    )
+    .bind(paysaga_contracts::order::api::hold_key(res))
+    .execute(&s.admin)
+    .await
+    .expect("lapse the hold");
+    let o = s.orchestrator(s.config(), Hooks::default()).await;
+    let id = o.pay_k1("lapsed-1", res, acct).await;
+    assert_eq!(s.settled(id).await, "FAILED");
+    let p = o.buyer("lapsed-1").payment(id).await.expect("payment").body;
+    assert_eq!(p.failure_code.as_deref(), Some("HOLD_EXPIRED"));
+    assert_eq!(s.applied_debits(id).await, 0);
+    assert_eq!(s.balance(acct).await, PRICE);
+    assert_eq!(s.reservation_state(res).await, "CANCELLED");
+    assert_eq!(s.unit_state(res).await, "AVAILABLE");
     s.check_money().await;
 }
 
@@ -601,10 +643,11 @@ async fn bad_requests_get_codes_and_change_nothing() {
 async fn operator_refund_cancels_the_order_and_credits_the_buyer() {
     let mut s = Stack::start().await;
     let acct = s.open_account("r-1", 100_000).await;
-    let poor = s.open_account("r-2", 10).await;
+    let other = s.open_account("r-2", 100_000).await;
     let product = s.product(2).await;
     let res = s.reserve(product, "r-1").await;
     let res2 = s.reserve(product, "r-2").await;
+    s.release_hold(res2).await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
     let id = o
         .buyer("r-1")
@@ -616,7 +659,7 @@ async fn operator_refund_cancels_the_order_and_credits_the_buyer() {
     assert_eq!(s.settled(id).await, "COMPLETED");
     let failed = o
         .buyer("r-2")
-        .pay("k", &pay_request(res2, poor))
+        .pay("k", &pay_request(res2, other))
         .await
         .expect("pay")
         .payment
@@ -751,11 +794,13 @@ async fn two_instances_recover_500_stuck_payments_each_exactly_once() {
     let mut ids = Vec::new();
     for b in 0..BUYERS {
         let member = format!("bulk-{b}");
-        // One buyer in five can afford only four of their five units.
-        let units = if b % 5 == 0 { PER_BUYER } else { PER_BUYER - 1 };
-        let acct = s.open_account(&member, PRICE * units as i64).await;
-        for &product in &products {
+        let acct = s.open_account(&member, PRICE * PER_BUYER as i64).await;
+        for (k, &product) in products.iter().enumerate() {
             let res = s.reserve(product, &member).await;
+            // Four buyers in five lose the hold of their last unit: that debit fails.
+            if b % 5 != 0 && k == PER_BUYER - 1 {
+                s.release_hold(res).await;
+            }
             ids.push(insert_stuck(&s, res, acct, &member, 0).await);
         }
     }

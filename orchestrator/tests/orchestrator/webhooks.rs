@@ -418,7 +418,8 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     assert_eq!(listed.len(), 4);
     assert_eq!(listed[1].event_types, vec!["payment.failed"]);
 
-    // A drop: some buyers cannot afford it, one reserves and never pays.
+    // A drop: some buyers cannot afford it (refused a unit), one reserves and never
+    // pays, one's hold is released before paying (the payment fails).
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let admin = Admin::new(
         endpoints.clone(),
@@ -441,7 +442,23 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
         .reserve(late, product.id, &pass.pass, &mut retries)
         .await?
         .id;
-    let attempts = driver.run_drop(&buyers[1..], product.id, 8, |_| {}).await;
+    // One buyer's hold is released before they pay: that payment fails.
+    let dropped = &buyers[1];
+    let pass = driver.pass(dropped, product.id, &mut retries).await?;
+    let unheld = driver
+        .reserve(dropped, product.id, &pass.pass, &mut retries)
+        .await?
+        .id;
+    admin.release_hold(unheld).await?;
+    let failed = driver
+        .pay(dropped, unheld, &format!("buy-{unheld}"), &mut retries)
+        .await?;
+    let failed = driver
+        .follow(dropped, failed)
+        .await
+        .map_err(|(_, why)| anyhow::anyhow!(why))?;
+    assert_eq!(failed.failure_code.as_deref(), Some("HOLD_RELEASED"));
+    let attempts = driver.run_drop(&buyers[2..], product.id, 8, |_| {}).await;
     let completed: Vec<Uuid> = attempts
         .iter()
         .filter(|a| a.outcome == Outcome::Completed)
@@ -449,10 +466,11 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
         .collect();
     assert!(completed.len() >= 3, "{attempts:#?}");
     assert!(
-        attempts
-            .iter()
-            .any(|a| matches!(a.outcome, Outcome::Failed { .. })),
-        "{attempts:#?}"
+        attempts.iter().any(|a| matches!(
+            &a.outcome,
+            Outcome::Rejected { code, .. } if code == "INSUFFICIENT_FUNDS"
+        )),
+        "buyers who cannot pay are refused a unit: {attempts:#?}"
     );
     let report = invariants::settled(&pool, Duration::from_secs(30)).await?;
     report.assert_holds();

@@ -10,6 +10,7 @@ use paysaga_common::{
     money::Amount,
     ErrorBody,
 };
+use paysaga_contracts::account::api::HoldTtl;
 
 use crate::{
     api::{AddUnits, Availability, CreateProduct, ErrorCode, Product},
@@ -49,7 +50,7 @@ fn known_id(id: i64) -> Result<i64> {
 
 /// Create a product with its units (service).
 #[utoipa::path(post, path = "/v1/products", security(("service" = [])), request_body = CreateProduct,
-    responses((status = 201, body = Product), (status = 422, body = ErrorBody, description = "INVALID_NAME, INVALID_PRICE, INVALID_UNITS")))]
+    responses((status = 201, body = Product), (status = 422, body = ErrorBody, description = "INVALID_NAME, INVALID_PRICE, INVALID_UNITS, INVALID_RESERVATION_TTL")))]
 #[tracing::instrument(skip_all, fields(caller = %caller.0, units = req.units))]
 pub async fn create(
     State(state): State<AppState>,
@@ -60,7 +61,27 @@ pub async fn create(
     let price = Amount::new(req.price)
         .map_err(|e| Error::invalid(ErrorCode::InvalidPrice, e.to_string()))?;
     let units = unit_count(req.units, 0)?;
-    let product = stock::create_product(&state.pool, &name, price.minor(), units).await?;
+    let reservation_ttl_secs = req
+        .reservation_ttl_secs
+        .map(|t| {
+            HoldTtl::new(t).map(HoldTtl::secs).map_err(|_| {
+                Error::invalid(
+                    ErrorCode::InvalidReservationTtl,
+                    "reservation_ttl_secs must be 1 to 86400",
+                )
+            })
+        })
+        .transpose()?;
+    let product = stock::create_product(
+        &state.pool,
+        &stock::NewProduct {
+            name: &name,
+            price: price.minor(),
+            units,
+            reservation_ttl_secs,
+        },
+    )
+    .await?;
     tracing::info!(product_id = product.id, units, "product created");
     Ok((StatusCode::CREATED, Json(product)))
 }

@@ -13,10 +13,11 @@ use paysaga_common::{
 use uuid::Uuid;
 
 use crate::{
-    api::{CreateReservation, ErrorCode, Reservation, UsedPasses, UsedPassesQuery},
+    api::{hold_key, CreateReservation, ErrorCode, Reservation, UsedPasses, UsedPassesQuery},
     breach::Breach,
     claim::{Claim, NewClaim},
     error::{Error, Result},
+    funds::{Funded, Source},
     reservations,
     settle::{self, Canceller, Op},
     stock, AppState,
@@ -39,10 +40,13 @@ fn replay(existing: Reservation, member: &MemberId) -> Result<(StatusCode, Json<
     }
 }
 
-/// Reserve one unit with a gate pass (buyer).
+/// Reserve one unit with a gate pass (buyer). The price is held on the buyer's account
+/// first (until `expires_at`, when the unit is held too); the payment's debit captures it.
 #[utoipa::path(post, path = "/v1/reservations", security(("buyer" = [])), request_body = CreateReservation,
     responses(
-        (status = 201, body = Reservation, description = "a unit is held for you until expires_at"),
+        (status = 201, body = Reservation, description = "a unit and its price are held for you until expires_at"),
+        (status = 422, body = ErrorBody, description = "INSUFFICIENT_FUNDS (your available balance does not cover the price), NO_ACCOUNT: nothing held, no unit taken"),
+        (status = 503, body = ErrorBody, description = "UNAVAILABLE: the account service did not answer; nothing was reserved, retry with the same pass"),
         (status = 200, body = Reservation, description = "this pass was already used by you: the same reservation"),
         (status = 409, body = ErrorBody, description = "SOLD_OUT, PASS_ALREADY_USED, MEMBER_LIMIT_REACHED (a live reservation of the product is held, or PURCHASE_CAP units reserved and bought)"),
         (status = 403, body = ErrorBody, description = "the pass does not admit this member to this product now: PASS_MALFORMED, PASS_INVALID_SIGNATURE, PASS_EXPIRED, PASS_WRONG_PRODUCT, PASS_WRONG_MEMBER"),
@@ -88,43 +92,102 @@ async fn reserve(
         });
     }
 
+    let terms = state
+        .terms
+        .get(&state.pool, req.product_id)
+        .await?
+        .ok_or(Error::ProductNotFound(req.product_id))?;
+    // The price is held first: a buyer who cannot pay never takes a unit.
+    let funded = state
+        .funds
+        .hold_for(
+            &state.pool,
+            Source::Pass(claims.pid),
+            &member,
+            terms.price,
+            terms.ttl(state.ttl),
+        )
+        .await;
+    let held = match funded {
+        Ok(Funded::Held(held)) => held,
+        Ok(Funded::Reserved(existing)) => return replay(existing, &member),
+        Err(e @ (Error::InsufficientFunds { .. } | Error::NoAccount)) => {
+            // The gate need not keep this pass's unit for it.
+            reservations::refuse_unfunded(&state.pool, claims.pid, req.product_id, &member).await?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    let key = hold_key(held.reservation_id);
     let claim = NewClaim {
+        id: held.reservation_id,
         product_id: req.product_id,
         member: member.clone(),
         pass_id: claims.pid,
-        ttl: state.ttl,
+        expires_at: held.hold.expires_at,
+        claim_by: held.claim_by,
         cap: state.purchase_cap,
     };
+    let claimed = claim_with(&state, &claim).await;
+    // Whatever kept this claim from a unit, the hold it placed is given back, unless the
+    // pass's own reservation is what it holds for.
+    match &claimed {
+        Ok(Claimed::Created(_)) => {}
+        Ok(Claimed::Replay(r)) if r.id == held.reservation_id => {}
+        Ok(Claimed::Replay(_)) | Err(_) => state.funds.abandon(&key).await,
+    }
+    match claimed? {
+        Claimed::Created(r) => {
+            metrics::counter!("order_reservations_total", "outcome" => "created").increment(1);
+            Ok((StatusCode::CREATED, Json(r)))
+        }
+        Claimed::Replay(existing) => replay(existing, &member),
+    }
+}
+
+/// How a claim with a held price ended well.
+enum Claimed {
+    Created(Reservation),
+    /// The pass had made a reservation already.
+    Replay(Reservation),
+}
+
+/// The claim, looked at again while every remaining unit is locked by others (those
+/// locks may belong to claims that roll back).
+async fn claim_with(state: &AppState, claim: &NewClaim) -> Result<Claimed> {
+    let pass = claim.pass_id;
     for _ in 0..CLAIM_ATTEMPTS {
         match state.claims.claim(claim.clone()).await? {
-            Claim::Created(r) => {
-                metrics::counter!("order_reservations_total", "outcome" => "created").increment(1);
-                return Ok((StatusCode::CREATED, Json(r)));
-            }
+            Claim::Created(r) => return Ok(Claimed::Created(r)),
             Claim::PassUsed => {
-                let existing = reservations::by_pass(&state.pool, claims.pid)
-                    .await?
-                    .ok_or_else(|| {
-                        Error::Invariant(Breach::missing("reservation of used pass", claims.pid))
-                    })?;
-                return replay(existing, &member);
+                let existing =
+                    reservations::by_pass(&state.pool, pass)
+                        .await?
+                        .ok_or_else(|| {
+                            Error::Invariant(Breach::missing("reservation of used pass", pass))
+                        })?;
+                return Ok(Claimed::Replay(existing));
             }
             Claim::MemberLimit => {
                 // A replay of the pass that made the member's reservation is that
                 // reservation, not a second one.
-                if let Some(existing) = reservations::by_pass(&state.pool, claims.pid).await? {
-                    return replay(existing, &member);
+                if let Some(existing) = reservations::by_pass(&state.pool, pass).await? {
+                    return Ok(Claimed::Replay(existing));
                 }
                 metrics::counter!("order_reservations_total", "outcome" => "member_limit")
                     .increment(1);
                 return Err(Error::MemberLimit);
             }
+            Claim::TooLate => {
+                metrics::counter!("order_reservations_total", "outcome" => "too_late").increment(1);
+                return Err(Error::ClaimTooLate);
+            }
             Claim::NothingClaimable => {
-                if let Some(existing) = reservations::by_pass(&state.pool, claims.pid).await? {
-                    return replay(existing, &member);
+                if let Some(existing) = reservations::by_pass(&state.pool, pass).await? {
+                    return Ok(Claimed::Replay(existing));
                 }
-                match stock::probe(&state.pool, req.product_id).await? {
-                    None => return Err(Error::ProductNotFound(req.product_id)),
+                match stock::probe(&state.pool, claim.product_id).await? {
+                    None => return Err(Error::ProductNotFound(claim.product_id)),
                     Some(false) => break,
                     Some(true) => continue,
                 }
@@ -193,7 +256,8 @@ pub async fn cancel(
 /// common 64 KB body limit).
 pub const MAX_PASS_IDS: usize = 1_000;
 
-/// Which of these passes have made a reservation (service; the gate's quota job).
+/// Which of these passes have made a reservation, or were refused because their holder
+/// could not pay (service; the gate's quota job: it stops counting them in flight).
 #[utoipa::path(post, path = "/v1/passes/used", security(("service" = [])), request_body = UsedPassesQuery,
     responses((status = 200, body = UsedPasses), (status = 422, body = ErrorBody, description = "TOO_MANY_PASS_IDS")))]
 #[tracing::instrument(skip_all, fields(caller = %caller.0, asked = req.pass_ids.len()))]
@@ -208,6 +272,6 @@ pub async fn used_passes(
             format!("at most {MAX_PASS_IDS} pass ids per call"),
         ));
     }
-    let used = reservations::used_passes(&state.pool, &req.pass_ids).await?;
+    let used = reservations::spent_passes(&state.pool, &req.pass_ids).await?;
     Ok(Json(UsedPasses { used }))
 }

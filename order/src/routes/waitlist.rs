@@ -99,14 +99,17 @@ pub async fn leave(
         .ok_or(Error::NotOnWaitlist)
 }
 
-/// Take an offer (buyer: the offer's member, before its deadline): the offered unit
-/// becomes a reservation, paid like any other (`POST orchestrator /v1/payments`).
+/// Take an offer (buyer: the offer's member, before its deadline): the price is held on
+/// the buyer's account and the offered unit becomes a reservation, paid like any other
+/// (`POST orchestrator /v1/payments`).
 #[utoipa::path(post, path = "/v1/offers/{offer_id}/reservation", security(("buyer" = [])),
     params(("offer_id" = Uuid, Path, description = "offer id")),
     responses(
         (status = 201, body = Reservation, description = "the offered unit is held for you until expires_at"),
         (status = 200, body = Reservation, description = "the offer was already taken by you: the same reservation"),
         (status = 409, body = ErrorBody, description = "OFFER_EXPIRED (the deadline passed; the unit went to the next in line), OFFER_RELEASED (you left the waitlist), MEMBER_LIMIT_REACHED"),
+        (status = 422, body = ErrorBody, description = "INSUFFICIENT_FUNDS, NO_ACCOUNT: nothing held, the offer stays yours until its deadline"),
+        (status = 503, body = ErrorBody, description = "UNAVAILABLE: nothing was taken; retry"),
         (status = 404, body = ErrorBody, description = "OFFER_NOT_FOUND (unknown, or another member's)")))]
 #[tracing::instrument(skip_all, fields(member = %member, offer_id = %offer_id))]
 pub async fn take(
@@ -116,7 +119,7 @@ pub async fn take(
 ) -> Result<(StatusCode, Json<Reservation>)> {
     let taken = super::detached(async move {
         waitlist::take(
-            &state.pool,
+            &state,
             &TakeRequest {
                 offer_id,
                 member: &member,

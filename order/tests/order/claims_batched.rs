@@ -64,6 +64,8 @@ async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
     let _serial = SERIAL.lock().await;
     let h = Harness::start().await;
     let product = h.product(100).await;
+    let members: Vec<String> = (0..300).map(|i| format!("buyer-{i}")).collect();
+    h.fund(&members).await;
     let before = h.metrics().await;
 
     let attempts = (0..300).map(|i| {
@@ -145,6 +147,7 @@ async fn concurrent_replays_of_a_pass_get_its_one_reservation() {
     let product = h.product(10).await;
     let c = claims(product.id, "alice");
     let token = signer().sign(&c);
+    h.fund(&["alice"]).await;
     let results = join_all((0..50).map(|_| {
         let client = h.buyer("alice");
         let token = token.clone();
@@ -180,6 +183,8 @@ async fn concurrent_replays_of_a_pass_get_its_one_reservation() {
             (member, c.pid, token)
         })
         .collect();
+    let members: Vec<&str> = passes.iter().map(|(m, _, _)| m.as_str()).collect();
+    h.fund(&members).await;
     let calls = passes.iter().flat_map(|(member, pid, token)| {
         (0..5).map(|_| {
             let client = h.buyer(member);
@@ -255,6 +260,7 @@ async fn mixed(h: &Harness) -> Mixed {
     let a = h.product(10).await;
     let b = h.product(0).await;
     let old_pass = pass(a.id, "m-old");
+    h.fund(&["m-old"]).await;
     let old = h.buyer("m-old").reserve(a.id, &old_pass).await.unwrap();
     assert_eq!(old.status, 201);
     let req = |what, member: &str, product_id, token: String| Request {
@@ -278,11 +284,16 @@ async fn mixed(h: &Harness) -> Mixed {
     Mixed {
         old: old.body,
         requests,
-        claiming: 8,
+        // Not the unknown product's (its price is looked up before any hold), nor the
+        // pass of someone else.
+        claiming: 7,
     }
 }
 
-fn fire(h: &Harness, requests: &[Request]) -> Vec<tokio::task::JoinHandle<Reply>> {
+/// Funds the requests' members, then sends each request in a task of its own.
+async fn fire(h: &Harness, requests: &[Request]) -> Vec<tokio::task::JoinHandle<Reply>> {
+    let members: Vec<&str> = requests.iter().map(|r| r.member.as_str()).collect();
+    h.fund(&members).await;
     requests
         .iter()
         .map(|r| {
@@ -305,6 +316,7 @@ struct Held {
 async fn hold_flush(h: &Harness) -> Held {
     let claimed = h.product(1).await;
     let c = claims(claimed.id, "holder");
+    h.fund(&["holder"]).await;
     let tx = hold_pass(h, "holder", c.pid).await;
     let client = h.buyer("holder");
     let token = signer().sign(&c);
@@ -388,7 +400,7 @@ async fn a_mixed_flush_answers_each_request_as_its_claim_alone() {
     })
     .await;
     let twin = mixed(&single).await;
-    let expected: Vec<Reply> = join_all(fire(&single, &twin.requests))
+    let expected: Vec<Reply> = join_all(fire(&single, &twin.requests).await)
         .await
         .into_iter()
         .map(|r| r.unwrap())
@@ -404,7 +416,7 @@ async fn a_mixed_flush_answers_each_request_as_its_claim_alone() {
     let world = mixed(&h).await;
     let before = h.metrics().await;
     let held = hold_flush(&h).await;
-    let pending = fire(&h, &world.requests);
+    let pending = fire(&h, &world.requests).await;
     wait_for_waiting(&h, 1 + world.claiming).await;
     held.tx.rollback().await.unwrap();
     let holder = held
@@ -545,7 +557,7 @@ async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
     ];
     let before = h.metrics().await;
     let held = hold_flush(&h).await;
-    let pending = fire(&h, &requests);
+    let pending = fire(&h, &requests).await;
     wait_for_waiting(&h, 1 + requests.len()).await;
     held.tx.rollback().await.unwrap();
     assert_eq!(held.claim.await.unwrap().unwrap().status, 201);
@@ -613,7 +625,7 @@ async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
             token: pass(product.id, "n2"),
         },
     ];
-    let pending = fire(&h, &requests);
+    let pending = fire(&h, &requests).await;
     wait_for_waiting(&h, 1 + requests.len()).await;
     held.tx.commit().await.unwrap();
     let holder = held.claim.await.unwrap().expect("a replay");
@@ -650,7 +662,8 @@ async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
     // The unit locked for the conflicting pass is back on sale, not held by nobody.
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 2, 0));
     let next = h
-        .buyer("n3")
+        .funded("n3")
+        .await
         .reserve(product.id, &pass(product.id, "n3"))
         .await
         .unwrap();
@@ -688,12 +701,14 @@ async fn a_claim_racing_the_members_other_claim_is_over_the_limit_alone() {
     .execute(&mut *other)
     .await
     .unwrap();
-    let claim = |member: &str| order::claim::NewClaim {
-        product_id: product.id,
-        member: paysaga_common::auth::MemberId::parse(member).unwrap(),
-        pass_id: Uuid::new_v4(),
-        ttl: Duration::from_secs(600),
-        cap: 1,
+    let claim = |member: &str| {
+        order::claim::NewClaim::unfunded(
+            product.id,
+            paysaga_common::auth::MemberId::parse(member).unwrap(),
+            Uuid::new_v4(),
+            Duration::from_secs(600),
+            1,
+        )
     };
     let flush = tokio::spawn({
         let claims = vec![claim("racer"), claim("bystander")];

@@ -16,7 +16,8 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
     let alice = h.reserve_as("alice", product.id).await;
 
     let bob_early = h
-        .buyer("bob")
+        .funded("bob")
+        .await
         .reserve(product.id, &pass(product.id, "bob"))
         .await
         .unwrap_err();
@@ -37,7 +38,8 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
     );
 
     let bob = h
-        .buyer("bob")
+        .funded("bob")
+        .await
         .reserve(product.id, &pass(product.id, "bob"))
         .await
         .unwrap();

@@ -14,7 +14,8 @@ async fn hoarder_sends(
     product_id: i64,
     token: &str,
 ) -> paysaga_common::client::Answer<paysaga_contracts::order::api::Reservation> {
-    h.buyer("hoarder")
+    h.funded("hoarder")
+        .await
         .reserve(product_id, token)
         .await
         .expect("reservation answered")
@@ -23,7 +24,8 @@ async fn hoarder_sends(
 async fn refused_without_writing(h: &Harness, product_id: i64, member: &str) {
     let before = snapshot(&h.admin).await;
     let err = h
-        .buyer(member)
+        .funded(member)
+        .await
         .reserve(product_id, &pass(product_id, member))
         .await
         .expect_err("over the member's limit");
@@ -65,7 +67,8 @@ async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_end
 
     // Another product is another limit.
     let other = h.product(1).await;
-    h.buyer("hoarder")
+    h.funded("hoarder")
+        .await
         .reserve(other.id, &pass(other.id, "hoarder"))
         .await
         .unwrap();
@@ -114,7 +117,8 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
     twin.exp = short.exp;
     let before = snapshot(&h.admin).await;
     let expired = h
-        .buyer("bystander")
+        .funded("bystander")
+        .await
         .reserve(product.id, &signer().sign(&twin))
         .await
         .expect_err("an expired pass");

@@ -14,6 +14,7 @@ async fn products_units_and_counts() {
             name: "  Sneaker  ".into(),
             price: 12_900,
             units: 3,
+            reservation_ttl_secs: None,
         })
         .await
         .unwrap();
@@ -38,7 +39,8 @@ async fn products_units_and_counts() {
     let r = h.reserve_as("alice", p.id).await;
     assert_eq!(r.price, 12_900);
     h.service().confirm(r.id).await.unwrap();
-    h.buyer("bob")
+    h.funded("bob")
+        .await
         .reserve(p.id, &pass(p.id, "bob"))
         .await
         .unwrap();
@@ -111,7 +113,7 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
 async fn buyers_see_and_cancel_only_their_own() {
     let h = Harness::start().await;
     let p = h.product(2).await;
-    let alice = h.buyer("alice");
+    let alice = h.funded("alice").await;
     let r = alice
         .reserve(p.id, &pass(p.id, "alice"))
         .await

@@ -7,6 +7,7 @@ mod batch;
 mod claims_batched;
 mod expiry;
 mod hoarding;
+mod holds;
 mod lifecycle;
 mod outbox;
 mod passes;

@@ -26,15 +26,17 @@ async fn replay_by_its_member_returns_the_same_reservation_and_others_are_refuse
     let h = Harness::start().await;
     let product = h.product(5).await;
     let token = pass(product.id, "alice");
+    let alice = h.funded("alice").await;
 
-    let first = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    let first = alice.reserve(product.id, &token).await.unwrap();
     assert_eq!(first.status, 201);
-    let again = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    let again = alice.reserve(product.id, &token).await.unwrap();
     assert_eq!(again.status, 200);
     assert_eq!(again.body, first.body);
 
     let stolen = h
-        .buyer("mallory")
+        .funded("mallory")
+        .await
         .reserve(product.id, &token)
         .await
         .unwrap_err();
@@ -53,9 +55,10 @@ async fn replay_after_sold_out_or_after_pass_expiry_still_returns_the_reservatio
     let mut c = claims(product.id, "alice");
     c.exp = chrono::Utc::now().timestamp() + 2;
     let token = signer().sign(&c);
-    let first = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    let alice = h.funded("alice").await;
+    let first = alice.reserve(product.id, &token).await.unwrap();
     // Sold out now, and the replay is not SOLD_OUT: it is the buyer's own reservation.
-    let again = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    let again = alice.reserve(product.id, &token).await.unwrap();
     assert_eq!((again.status, again.body.id), (200, first.body.id));
 
     // Once the pass has expired, a retry of the request that used it is still a
@@ -63,13 +66,14 @@ async fn replay_after_sold_out_or_after_pass_expiry_still_returns_the_reservatio
     while chrono::Utc::now().timestamp() < c.exp {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    let late = h.buyer("alice").reserve(product.id, &token).await.unwrap();
+    let late = alice.reserve(product.id, &token).await.unwrap();
     assert_eq!((late.status, late.body.id), (200, first.body.id));
     // ...while an expired pass that never reserved is refused.
     let mut unused = claims(product.id, "bob");
     unused.exp = chrono::Utc::now().timestamp() - 10;
     let refused = h
-        .buyer("bob")
+        .funded("bob")
+        .await
         .reserve(product.id, &signer().sign(&unused))
         .await
         .unwrap_err();
@@ -83,7 +87,7 @@ async fn bad_passes_are_refused_with_distinct_codes_and_write_nothing() {
     let h = Harness::start().await;
     let product = h.product(5).await;
     let other = h.product(5).await;
-    let alice = h.buyer("alice");
+    let alice = h.funded("alice").await;
 
     let expect = |r: Result<_, paysaga_common::client::CallError>, status: u16, code: &str| {
         let e = r
@@ -176,13 +180,15 @@ async fn the_gate_can_ask_which_passes_made_a_reservation() {
     let product = h.product(1).await;
     let used = claims(product.id, "alice");
     let unused = claims(product.id, "bob");
-    h.buyer("alice")
+    h.funded("alice")
+        .await
         .reserve(product.id, &signer().sign(&used))
         .await
         .unwrap();
     // Bob's pass meets a sold-out product: not used, whatever he tried.
     let e = h
-        .buyer("bob")
+        .funded("bob")
+        .await
         .reserve(product.id, &signer().sign(&unused))
         .await
         .unwrap_err();

@@ -10,6 +10,8 @@ use futures::future::join_all;
 async fn two_hundred_buyers_for_one_hundred_units() {
     let h = Harness::start().await;
     let product = h.product(100).await;
+    let members: Vec<String> = (0..200).map(|i| format!("member-{i}")).collect();
+    h.fund(&members).await;
 
     let attempts = (0..200).map(|i| {
         let member = format!("member-{i}");
@@ -62,6 +64,7 @@ async fn members_firing_many_passes_at_once_hold_one_unit_each() {
     // over the member's limit, and five units stay on sale.
     let h = Harness::start().await;
     let product = h.product(10).await;
+    h.fund(&["m0", "m1", "m2", "m3", "m4"]).await;
     let mut calls = Vec::new();
     for i in 0..50 {
         let member = format!("m{}", i % 5);

@@ -553,12 +553,14 @@ async fn time_per_batch() {
     let product = h.product((2 * batches * SIZE) as i64).await;
     let claims = |tag: &str, i: usize| -> Vec<order::claim::NewClaim> {
         (0..SIZE)
-            .map(|k| order::claim::NewClaim {
-                product_id: product.id,
-                member: paysaga_common::auth::MemberId::parse(format!("{tag}-{i}-{k}")).unwrap(),
-                pass_id: Uuid::now_v7(),
-                ttl: Duration::from_secs(600),
-                cap: 1,
+            .map(|k| {
+                order::claim::NewClaim::unfunded(
+                    product.id,
+                    paysaga_common::auth::MemberId::parse(format!("{tag}-{i}-{k}")).unwrap(),
+                    Uuid::now_v7(),
+                    Duration::from_secs(600),
+                    1,
+                )
             })
             .collect()
     };

@@ -354,13 +354,14 @@ async fn only_the_offered_member_takes_the_unit_before_the_deadline() {
     // A pass never takes an offered unit; another member, a waiter behind, a service
     // cannot take the offer.
     let e = h
-        .buyer("passer")
+        .funded("passer")
+        .await
         .reserve(pid, &pass(pid, "passer"))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some("SOLD_OUT"));
     for who in ["w-2", "stranger"] {
-        let e = h.buyer(who).take_offer(offer).await.unwrap_err();
+        let e = h.funded(who).await.take_offer(offer).await.unwrap_err();
         assert_eq!(
             (e.status(), e.code()),
             (Some(404), Some("OFFER_NOT_FOUND")),
@@ -369,11 +370,16 @@ async fn only_the_offered_member_takes_the_unit_before_the_deadline() {
     }
     let e = h.service().take_offer(offer).await.unwrap_err();
     assert_eq!(e.status(), Some(403));
-    let e = h.buyer("w-1").take_offer(Uuid::now_v7()).await.unwrap_err();
+    let e = h
+        .funded("w-1")
+        .await
+        .take_offer(Uuid::now_v7())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Some("OFFER_NOT_FOUND"));
 
     // The member takes it: a reservation of that unit, paid like any other.
-    let taken = h.buyer("w-1").take_offer(offer).await.unwrap();
+    let taken = h.funded("w-1").await.take_offer(offer).await.unwrap();
     assert_eq!(taken.status, 201);
     let r = taken.body;
     assert_eq!(
@@ -381,7 +387,7 @@ async fn only_the_offered_member_takes_the_unit_before_the_deadline() {
         (held[0].unit_id, ReservationState::Reserved, "w-1")
     );
     assert_eq!(r.price, held[0].price);
-    let again = h.buyer("w-1").take_offer(offer).await.unwrap();
+    let again = h.funded("w-1").await.take_offer(offer).await.unwrap();
     assert_eq!((again.status, &again.body), (200, &r));
     let (pass_id, offer_id): (Option<Uuid>, Option<Uuid>) =
         sqlx::query_as(r#"SELECT pass_id, offer_id FROM order_service.reservations WHERE id = $1"#)
@@ -404,12 +410,12 @@ async fn only_the_offered_member_takes_the_unit_before_the_deadline() {
     h.buyer("holder-1").cancel(held[1].id).await.unwrap();
     let late = offer_of(&h, pid, "w-2").await;
     offers_due(&h.admin).await;
-    let e = h.buyer("w-2").take_offer(late).await.unwrap_err();
+    let e = h.funded("w-2").await.take_offer(late).await.unwrap_err();
     assert_eq!((e.status(), e.code()), (Some(409), Some("OFFER_EXPIRED")));
     assert_eq!(entry_state(&h.admin, pid, "w-2").await, "EXPIRED");
     assert_eq!(unit_states(&h.admin, pid).await, (1, 0, 1));
     assert_eq!(outbox(&h.admin, events::OFFER_EXPIRED).await.len(), 1);
-    let e = h.buyer("w-2").take_offer(late).await.unwrap_err();
+    let e = h.funded("w-2").await.take_offer(late).await.unwrap_err();
     assert_eq!(e.code(), Some("OFFER_EXPIRED"));
     assert_consistent(&h).await;
     h.stop().await;

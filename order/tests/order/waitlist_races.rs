@@ -285,7 +285,11 @@ async fn takes_and_leaves_racing_the_offer_sweep_end_each_offer_once() {
         let pid = product.id;
         tasks.push(tokio::spawn(async move {
             Some(if i % 2 == 0 {
-                h.buyer(&member).take_offer(offer).await.map(|a| a.status)
+                h.funded(&member)
+                    .await
+                    .take_offer(offer)
+                    .await
+                    .map(|a| a.status)
             } else {
                 h.buyer(&member).leave_waitlist(pid).await.map(|a| a.status)
             })

@@ -35,6 +35,7 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     admin
         .wait_for_quota(product.id, 3, Duration::from_secs(30))
         .await?;
+    // The third buyer cannot pay: refused a unit.
     let attempts = Driver::new(endpoints, Duration::from_secs(10))
         .run_drop(&buyers, product.id, 0, |_| {})
         .await;
@@ -175,6 +176,76 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     exec(
         &pool,
         &format!("DELETE FROM account_service.transactions WHERE operation_key = '{partial}'"),
+    )
+    .await?;
+
+    // Held money the account's holds do not explain.
+    exec(
+        &pool,
+        &format!("UPDATE account_service.accounts SET held = held + 1 WHERE id = {member}"),
+    )
+    .await?;
+    let r = invariants::check(&pool).await?;
+    assert_eq!(r.held_mismatches, 1, "{r:#?}");
+    exec(
+        &pool,
+        &format!("UPDATE account_service.accounts SET held = held - 1 WHERE id = {member}"),
+    )
+    .await?;
+
+    // Money held for a reservation that was never made.
+    let ghost = format!("res:{}:hold", Uuid::new_v4());
+    exec(
+        &pool,
+        &format!(
+            "INSERT INTO account_service.holds (id, operation_key, account_id, amount, expires_at) \
+             VALUES ('{}', '{ghost}', {member}, 10, now() + INTERVAL '1 hour')",
+            Uuid::new_v4()
+        ),
+    )
+    .await?;
+    exec(
+        &pool,
+        &format!("UPDATE account_service.accounts SET held = held + 10 WHERE id = {member}"),
+    )
+    .await?;
+    let r = invariants::check(&pool).await?;
+    assert_eq!(
+        (
+            r.live_holds_without_live_reservation,
+            r.held_mismatches,
+            r.money_held
+        ),
+        (1, 0, 10),
+        "{r:#?}"
+    );
+    exec(
+        &pool,
+        &format!("UPDATE account_service.accounts SET held = held - 10 WHERE id = {member}"),
+    )
+    .await?;
+    exec(
+        &pool,
+        &format!("DELETE FROM account_service.holds WHERE operation_key = '{ghost}'"),
+    )
+    .await?;
+
+    // A debit that says it captured a hold nobody placed.
+    let claimed = format!("pay:{}:debit", Uuid::new_v4());
+    exec(
+        &pool,
+        &format!(
+            "INSERT INTO account_service.transactions (id, operation_key, kind, status, account_id, amount, merchant_shard, hold_key) \
+             VALUES ('{}', '{claimed}', 'DEBIT', 'APPLIED', {member}, 1000, 0, '{ghost}')",
+            Uuid::new_v4()
+        ),
+    )
+    .await?;
+    let r = invariants::check(&pool).await?;
+    assert_eq!(r.holds_captured_wrongly, 1, "{r:#?}");
+    exec(
+        &pool,
+        &format!("DELETE FROM account_service.transactions WHERE operation_key = '{claimed}'"),
     )
     .await?;
 

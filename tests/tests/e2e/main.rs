@@ -5,6 +5,7 @@ mod crash;
 mod drop;
 mod expiry;
 mod harness;
+mod holds_crash;
 mod instances;
 mod invariant_checks;
 mod postgres_ha;

@@ -31,6 +31,7 @@ const GATE: u8 = allow::GATE;
 const ORCH: u8 = allow::ORCHESTRATOR;
 const MEMBER: u8 = allow::MEMBER;
 const OPERATOR: u8 = allow::OPERATOR;
+const ORDER_ROLE: u8 = allow::ORDER;
 
 /// Routes that take no service credential at all (buyers, sign-in, keys, probes):
 /// `(service, method, OpenAPI path)`.
@@ -312,6 +313,8 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             None,
             ORCH | OPERATOR,
         ),
+        // The batch admits the order service too, but only for holds and releases: a
+        // batch carrying a debit is the saga's alone.
         route(
             A,
             Method::POST,
@@ -321,6 +324,40 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
                 json!({"ops": [{"op": "debit", "operation_key": "callers:batch", "account_id": account, "amount": 100}]}),
             ),
             ORCH,
+        ),
+        route(
+            A,
+            Method::POST,
+            "/v1/holds",
+            "/v1/holds".into(),
+            Some(
+                json!({"operation_key": "callers:hold", "member_id": member, "amount": 100, "ttl_secs": 60}),
+            ),
+            ORDER_ROLE,
+        ),
+        route(
+            A,
+            Method::GET,
+            "/v1/holds",
+            "/v1/holds?older_than_ms=0".into(),
+            None,
+            ORDER_ROLE | OPERATOR,
+        ),
+        route(
+            A,
+            Method::GET,
+            "/v1/holds/{operation_key}",
+            "/v1/holds/callers:hold".into(),
+            None,
+            ORDER_ROLE | ORCH | OPERATOR,
+        ),
+        route(
+            A,
+            Method::POST,
+            "/v1/holds/{operation_key}/release",
+            "/v1/holds/callers:hold/release".into(),
+            Some(json!({})),
+            ORDER_ROLE | OPERATOR,
         ),
         // order
         route(
@@ -684,17 +721,17 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         expected,
         BTreeMap::from(
             [
-                ("Account", (24, 6, 14, 35)),
-                ("Gate", (4, 1, 2, 0)),
-                ("Member", (16, 4, 8, 0)),
-                ("Orchestrator", (44, 10, 22, 0)),
-                ("Order", (45, 9, 24, 42)),
+                ("Account", (47, 10, 22, 42)),
+                ("Gate", (5, 1, 2, 0)),
+                ("Member", (20, 4, 8, 0)),
+                ("Orchestrator", (55, 10, 22, 0)),
+                ("Order", (57, 9, 24, 42)),
             ]
             .map(|(k, v)| (k.to_owned(), v))
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 310);
+    assert_eq!(refusals.len(), 380);
 
     // Every refused pair first, all of them inside one window in which nothing may change
     // (once the orchestrator's worker has dispatched the payment's event: it writes on
@@ -735,7 +772,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 310, "every refusal was sent and answered");
+    assert_eq!(refused, 380, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {

@@ -9,11 +9,15 @@
 use std::time::Duration;
 
 use paysaga_common::{
+    auth::MemberId,
     keys::DevKey,
     pass::{PassClaims, PassSigner},
     testkit::{buyer_token, service_token},
 };
-use paysaga_contracts::order::{api::CreateProduct, client::OrderClient};
+use paysaga_contracts::{
+    account::{api::OpenAccountRequest, client::AccountClient},
+    order::{api::CreateProduct, client::OrderClient},
+};
 use paysaga_e2e::{ServiceKind, Stack, StackOptions};
 use sqlx::PgPool;
 use tokio::{
@@ -171,14 +175,16 @@ async fn send_at_once(host: &str, head: &str, body: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_headers_are_cut_off_write_nothing_and_hold_up_no_one() -> anyhow::Result<()> {
     let stack = Stack::start(
+        // The account service holds the price of the one reservation made.
         StackOptions::new("slow-client")
-            .only(&[ServiceKind::Order])
+            .only(&[ServiceKind::Account, ServiceKind::Order])
             .env(
                 ServiceKind::Order,
                 "HTTP_HEADER_READ_TIMEOUT_MS",
                 HEADER_READ_TIMEOUT_MS,
             )
-            .env(ServiceKind::Order, "MEMBER_JWKS_URL", ""),
+            .env(ServiceKind::Order, "MEMBER_JWKS_URL", "")
+            .env(ServiceKind::Account, "MEMBER_JWKS_URL", ""),
     )
     .await?;
     let base = stack.url(ServiceKind::Order);
@@ -195,6 +201,7 @@ async fn slow_headers_are_cut_off_write_nothing_and_hold_up_no_one() -> anyhow::
             name: "slow".into(),
             price: 1_000,
             units: 3,
+            reservation_ttl_secs: None,
         })
         .await?
         .body;
@@ -242,7 +249,19 @@ async fn slow_headers_are_cut_off_write_nothing_and_hold_up_no_one() -> anyhow::
     );
     assert_eq!(counts(&pool, product.id).await, (0, 3, 0, 0));
 
-    // The same request sent at once is a valid one: it reserves.
+    // The same request sent at once is a valid one: it reserves (its member's account
+    // holding the price).
+    AccountClient::new(
+        stack.url(ServiceKind::Account),
+        service_token("operator"),
+        Duration::from_secs(10),
+    )
+    .open_account(&OpenAccountRequest {
+        member_id: MemberId::parse("slow-0").map_err(anyhow::Error::msg)?,
+        opening_balance: 1_000,
+        open_key: None,
+    })
+    .await?;
     let (head, body) = &requests[0];
     let status = send_at_once(&host, head, body).await;
     assert!(status.starts_with("HTTP/1.1 201"), "{status}");

@@ -139,6 +139,15 @@ async fn order_killed_while_expiries_hand_units_to_the_waitlist() -> anyhow::Res
     )
     .execute(&pool)
     .await?;
+    // Their holds carry the same deadline: it passes for them too.
+    sqlx::query(
+        r#"UPDATE account_service.holds
+           SET created_at = LEAST(created_at, now() - INTERVAL '2 seconds'),
+               expires_at = now() - INTERVAL '1 second'
+           WHERE state = 'HELD'"#,
+    )
+    .execute(&pool)
+    .await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while expired(&pool).await? < 10 {
         assert!(Instant::now() < deadline, "the sweep never started");

@@ -14,8 +14,8 @@ use paysaga_common::{
 use paysaga_contracts::{
     account::{
         api::{
-            Account, AccountBatch, AccountOp, DebitRequest, OpenAccountRequest, OperationKey,
-            Transaction,
+            Account, AccountBatch, AccountOp, DebitRequest, HoldRequest, HoldTtl,
+            OpenAccountRequest, OperationKey, Transaction,
         },
         client::AccountClient,
     },
@@ -30,6 +30,8 @@ pub struct Svc {
     pub client: AccountClient,
     /// As an operator: opening accounts and deposits.
     pub operator: AccountClient,
+    /// As the order service: holds placed and released.
+    pub order: AccountClient,
     pub admin: PgPool,
     service: InProcess,
     // Last: dropped after the service has stopped using it.
@@ -59,12 +61,14 @@ impl Svc {
         );
         let operator =
             AccountClient::new(&base, service_token("operator"), Duration::from_secs(30));
+        let order = AccountClient::new(&base, service_token("order"), Duration::from_secs(30));
         let admin = db.admin_pool().await;
         Self {
             base,
             http,
             client,
             operator,
+            order,
             admin,
             service,
             db,
@@ -220,6 +224,60 @@ impl Svc {
         Reply { status, body }
     }
 
+    /// Places a hold of `minor` on `member`'s account (600 s) as the order service does,
+    /// and checks it was placed or replayed.
+    pub async fn place(&self, k: &str, member: &str, minor: i64) {
+        let answer = self
+            .order
+            .place_hold(&hold(k, member, minor, 600))
+            .await
+            .expect("placed");
+        assert!(matches!(answer.status, 200 | 201), "{answer:?}");
+    }
+
+    /// A debit capturing `hold` that must be declined: the code it was declined with.
+    pub async fn declined(&self, k: &str, account_id: i64, minor: i64, hold: &str) -> String {
+        self.client
+            .debit(&capture(k, account_id, minor, hold))
+            .await
+            .expect_err("declined")
+            .code()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// `(balance, held)` of an account, read from the table.
+    pub async fn funds(&self, account_id: i64) -> (i64, i64) {
+        sqlx::query_as("SELECT balance, held FROM account_service.accounts WHERE id = $1")
+            .bind(account_id)
+            .fetch_one(&self.admin)
+            .await
+            .expect("funds")
+    }
+
+    /// A hold's state and the debit that captured it, read from the table (`None`: no
+    /// hold under the key).
+    pub async fn hold_row(&self, key: &str) -> Option<(String, Option<String>)> {
+        sqlx::query_as(
+            "SELECT state, captured_by FROM account_service.holds WHERE operation_key = $1",
+        )
+        .bind(key)
+        .fetch_optional(&self.admin)
+        .await
+        .expect("hold row")
+    }
+
+    /// Accounts whose `held` is not what their held holds hold, or above their balance.
+    pub async fn held_mismatches(&self) -> i64 {
+        self.number(
+            r#"SELECT COUNT(*) FROM account_service.accounts a
+               WHERE a.held <> (SELECT COALESCE(SUM(h.amount), 0) FROM account_service.holds h
+                                WHERE h.account_id = a.id AND h.state = 'HELD')
+                  OR a.held > a.balance OR a.held < 0"#,
+        )
+        .await
+    }
+
     /// The merchant account's id.
     pub async fn merchant_id(&self) -> i64 {
         self.number("SELECT id FROM account_service.accounts WHERE kind = 'MERCHANT'")
@@ -244,10 +302,13 @@ pub async fn number(pool: &PgPool, sql: &str) -> i64 {
 }
 
 /// A credential of the role that calls `path` in production: accounts are opened and
-/// topped up by the member service or an operator, everything else is the saga's.
+/// topped up by the member service or an operator, holds placed and released by the
+/// order service, everything else is the saga's.
 pub fn token_for(path: &str) -> String {
     if path == "/v1/accounts" || path == "/v1/deposits" {
         service_token("operator")
+    } else if path.starts_with("/v1/holds") {
+        service_token("order")
     } else {
         service_token("orchestrator")
     }
@@ -266,9 +327,28 @@ pub fn debit(k: &str, account_id: i64, minor: i64) -> DebitRequest {
         operation_key: key(k),
         account_id,
         amount: amount(minor),
+        hold_key: None,
     }
 }
 
 pub fn debit_op(k: &str, account_id: i64, minor: i64) -> AccountOp {
     AccountOp::Debit(debit(k, account_id, minor))
+}
+
+/// A debit that captures the hold under `hold`.
+pub fn capture(k: &str, account_id: i64, minor: i64, hold: &str) -> DebitRequest {
+    DebitRequest {
+        hold_key: Some(key(hold)),
+        ..debit(k, account_id, minor)
+    }
+}
+
+/// A hold of `minor` on `member`'s account for `ttl_secs`.
+pub fn hold(k: &str, member: &str, minor: i64, ttl_secs: u32) -> HoldRequest {
+    HoldRequest {
+        operation_key: key(k),
+        member_id: MemberId::parse(member).expect("member id"),
+        amount: amount(minor),
+        ttl_secs: HoldTtl::new(ttl_secs).expect("hold time"),
+    }
 }

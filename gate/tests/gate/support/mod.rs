@@ -10,10 +10,14 @@ use gate::{
     AppState, Config,
 };
 use paysaga_common::{
-    auth::Verifier,
+    auth::{MemberId, Verifier},
     testkit::{buyer_token, service_token, InProcess, TestDb, TestRedis},
 };
 use paysaga_contracts::{
+    account::{
+        api::{OpenAccountRequest, OperationKey},
+        client::AccountClient,
+    },
     gate::client::GateClient,
     order::{api::CreateProduct, client::OrderClient},
 };
@@ -22,6 +26,9 @@ use paysaga_contracts::{
 pub struct Service {
     pub url: String,
     process: InProcess,
+    /// The account service the order service holds prices on (the order service's
+    /// only).
+    account: Option<Box<Service>>,
 }
 
 impl Service {
@@ -29,19 +36,53 @@ impl Service {
         Self {
             url: process.url(),
             process,
+            account: None,
         }
     }
 }
 
-/// The real order service on `db`.
+/// The real order service on `db`, with the real account service it holds each
+/// reservation's price on.
 pub async fn start_order(db: &TestDb) -> Service {
-    let config = order::Config::local(db.role_url("order_app"));
-    Service::new(
-        InProcess::start("order", |listener, shutdown| {
-            order::run(config, listener, shutdown)
+    let account_config = account::Config::local(db.role_url("account_app"));
+    let account = Service::new(
+        InProcess::start("account", |listener, shutdown| {
+            account::run(account_config, listener, shutdown)
         })
         .await,
+    );
+    let config = order::Config::local(db.role_url("order_app"), &account.url);
+    Service {
+        account: Some(Box::new(account)),
+        ..Service::new(
+            InProcess::start("order", |listener, shutdown| {
+                order::run(config, listener, shutdown)
+            })
+            .await,
+        )
+    }
+}
+
+/// Opens `member`'s account (once, under its key, as the member service does) with
+/// plenty to pay for a unit, at the account service `order` holds prices on.
+pub async fn fund(order: &Service, member: &str) {
+    let account = order
+        .account
+        .as_ref()
+        .expect("an order service with its account service");
+    let req = OpenAccountRequest {
+        member_id: MemberId::parse(member).expect("member id"),
+        opening_balance: 1_000_000,
+        open_key: Some(OperationKey::parse(format!("member:{member}:account")).expect("key")),
+    };
+    AccountClient::new(
+        &account.url,
+        service_token("operator"),
+        Duration::from_secs(10),
     )
+    .open_account(&req)
+    .await
+    .expect("account opened");
 }
 
 pub fn order_client(order: &Service) -> OrderClient {
@@ -52,8 +93,10 @@ pub fn order_client(order: &Service) -> OrderClient {
     )
 }
 
-/// `member`'s own client of the order service, to reserve with a pass.
-pub fn order_buyer(order: &Service, member: &str) -> OrderClient {
+/// `member`'s own client of the order service, to reserve with a pass (the member
+/// funded first).
+pub async fn order_buyer(order: &Service, member: &str) -> OrderClient {
+    fund(order, member).await;
     OrderClient::new(
         order.url.clone(),
         buyer_token(member),
@@ -66,6 +109,7 @@ pub async fn create_product(order: &Service, units: i64) -> i64 {
         name: "drop".into(),
         price: 12_900,
         units,
+        reservation_ttl_secs: None,
     };
     order_client(order)
         .create_product(&req)
@@ -106,6 +150,7 @@ impl Sale {
     /// `member` reserves the sale's product with `pass` at the order service.
     pub async fn reserve(&self, member: &str, pass: &str) {
         order_buyer(&self.order, member)
+            .await
             .reserve(self.product, pass)
             .await
             .unwrap_or_else(|e| panic!("{member} reserves: {e}"));

@@ -85,7 +85,7 @@ impl Stack {
             account::run(account_config, listener, shutdown)
         })
         .await;
-        let mut order_config = order::Config::local(db.role_url("order_app"));
+        let mut order_config = order::Config::local(db.role_url("order_app"), account.url());
         order_config.database.max_connections = 8;
         let order = InProcess::start("order", |listener, shutdown| {
             order::run(order_config, listener, shutdown)
@@ -215,6 +215,7 @@ impl Stack {
             name: "drop".into(),
             price: PRICE,
             units,
+            reservation_ttl_secs: None,
         };
         self.order_service()
             .create_product(&req)
@@ -244,6 +245,15 @@ impl Stack {
             .expect("reserve")
             .body
             .id
+    }
+
+    /// Releases reservation `res`'s hold as an operator may: its payment's debit is then
+    /// declined `HOLD_RELEASED`.
+    pub async fn release_hold(&self, res: Uuid) {
+        self.account_service()
+            .release_hold(&paysaga_contracts::order::api::hold_key(res))
+            .await
+            .expect("hold released");
     }
 
     /// Waits until the payment is terminal with nothing left to do (a liveness bound,

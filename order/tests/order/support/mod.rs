@@ -8,9 +8,14 @@ use std::time::Duration;
 
 use order::Config;
 use paysaga_common::{
+    auth::MemberId,
     keys::DevKey,
     pass::{PassClaims, PassSigner},
     testkit::{buyer_token, service_token, InProcess, TestDb},
+};
+use paysaga_contracts::account::{
+    api::{OpenAccountRequest, OperationKey},
+    client::AccountClient,
 };
 use paysaga_contracts::order::{
     api::{Product, Reservation},
@@ -24,9 +29,15 @@ pub struct Harness {
     pub admin: PgPool,
     http: reqwest::Client,
     service: InProcess,
-    // Last: dropped after the service has stopped using it.
+    /// The account service the order service holds prices on.
+    pub account_url: String,
+    account: InProcess,
+    // Last: dropped after the services have stopped using it.
     pub db: TestDb,
 }
+
+/// What a member the harness funds starts with: enough for any test's reservations.
+pub const FUNDS: i64 = 10_000_000;
 
 impl Harness {
     /// The service with its sweep effectively off (tests drive the sweep themselves).
@@ -36,7 +47,13 @@ impl Harness {
 
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
         let db = TestDb::new().await;
-        let mut config = Config::local(db.role_url("order_app"));
+        let mut account_config = account::Config::local(db.role_url("account_app"));
+        account_config.database.max_connections = 6;
+        let account = InProcess::start("account", |listener, shutdown| {
+            account::run(account_config, listener, shutdown)
+        })
+        .await;
+        let mut config = Config::local(db.role_url("order_app"), account.url());
         config.database.max_connections = 12;
         tweak(&mut config);
         let service = InProcess::start("order", |listener, shutdown| {
@@ -50,8 +67,72 @@ impl Harness {
             admin,
             http,
             service,
+            account_url: account.url(),
+            account,
             db,
         }
+    }
+
+    /// The account service as an operator opens and tops up accounts.
+    pub fn accounts(&self) -> AccountClient {
+        AccountClient::with_http(
+            self.http.clone(),
+            &self.account_url,
+            service_token("operator"),
+        )
+    }
+
+    /// Opens `member`'s account with `balance` (once: a member's account is opened
+    /// under its key, as the member service does); its id.
+    pub async fn open_account(&self, member: &str, balance: i64) -> i64 {
+        let req = OpenAccountRequest {
+            member_id: MemberId::parse(member).expect("member id"),
+            opening_balance: balance,
+            open_key: Some(OperationKey::parse(format!("member:{member}:account")).expect("key")),
+        };
+        self.accounts()
+            .open_account(&req)
+            .await
+            .expect("account opened")
+            .body
+            .id
+    }
+
+    /// Gives each of `members` an account holding [`FUNDS`].
+    pub async fn fund<S: AsRef<str>>(&self, members: &[S]) {
+        use futures::StreamExt;
+        futures::stream::iter(members)
+            .for_each_concurrent(8, |m| async move {
+                self.open_account(m.as_ref(), FUNDS).await;
+            })
+            .await;
+    }
+
+    /// A buyer with an account holding [`FUNDS`].
+    pub async fn funded(&self, member: &str) -> OrderClient {
+        self.fund(&[member]).await;
+        self.buyer(member)
+    }
+
+    /// `(balance, held)` of `member`'s account, read from the table.
+    pub async fn funds_of(&self, member: &str) -> (i64, i64) {
+        sqlx::query_as(
+            r#"SELECT balance, held FROM account_service.accounts
+               WHERE member_id = $1 AND kind = 'MEMBER' ORDER BY id LIMIT 1"#,
+        )
+        .bind(member)
+        .fetch_one(&self.admin)
+        .await
+        .expect("funds of a member")
+    }
+
+    /// The state of the hold of reservation `id` (`None`: no hold), read from the table.
+    pub async fn hold_state(&self, id: Uuid) -> Option<String> {
+        sqlx::query_scalar(r#"SELECT state FROM account_service.holds WHERE operation_key = $1"#)
+            .bind(paysaga_contracts::order::api::hold_key(id))
+            .fetch_optional(&self.admin)
+            .await
+            .expect("hold state")
     }
 
     pub fn service(&self) -> OrderClient {
@@ -82,6 +163,7 @@ impl Harness {
                 name: "drop".into(),
                 price: 12_900,
                 units,
+                reservation_ttl_secs: None,
             })
             .await
             .expect("create product")
@@ -109,6 +191,7 @@ impl Harness {
     }
 
     /// Moves a reservation's deadline into the past: the passage of time, without waiting.
+    /// Its hold, which carries the same deadline, is due at the same instant.
     pub async fn make_due(&self, reservation: Uuid) {
         sqlx::query(
             r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE id = $1"#,
@@ -117,6 +200,16 @@ impl Harness {
         .execute(&self.admin)
         .await
         .expect("backdate");
+        sqlx::query(
+            r#"UPDATE account_service.holds
+               SET created_at = LEAST(created_at, now() - INTERVAL '2 seconds'),
+                   expires_at = now() - INTERVAL '1 second'
+               WHERE operation_key = $1"#,
+        )
+        .bind(paysaga_contracts::order::api::hold_key(reservation))
+        .execute(&self.admin)
+        .await
+        .expect("backdate the hold");
     }
 
     /// Scatters the deadlines of a product's reservations around now in one statement:
@@ -138,6 +231,7 @@ impl Harness {
 
     pub async fn stop(mut self) {
         self.service.stop().await.expect("order stops cleanly");
+        self.account.stop().await.expect("account stops cleanly");
     }
 
     /// Asserts that no row contradicts another ([`inconsistencies`]), then stops.
@@ -375,9 +469,10 @@ pub async fn reservation_state(admin: &PgPool, id: Uuid) -> String {
 }
 
 impl Harness {
-    /// One reservation by `member`, with a valid pass for the product.
+    /// One reservation by `member` (funded first), with a valid pass for the product.
     pub async fn reserve_as(&self, member: &str, product_id: i64) -> Reservation {
-        self.buyer(member)
+        self.funded(member)
+            .await
             .reserve(product_id, &pass(product_id, member))
             .await
             .expect("reserve")
