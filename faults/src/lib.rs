@@ -11,8 +11,9 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod settle;
+pub mod waves;
 
 pub use plan::Plan;
-pub use report::{scenario_table, table, ScenarioReport};
+pub use report::{failover_table, scenario_table, table, ScenarioReport};
 pub use run::run;
 pub use scenario::Scenario;

@@ -18,6 +18,9 @@ pub struct Plan {
     pub concurrency: usize,
     /// How many times the fault is injected in one drop (kills, pulses, cuts).
     pub repeats: u32,
+    /// PostgreSQL failovers in one drop (the failover scenarios): the first from the
+    /// original primary, each later one to the node that rejoined after the one before.
+    pub failovers: u32,
     /// How long each injected fault lasts before it heals.
     pub fault_for: Duration,
     /// After the last heal, how long every payment has to become terminal (or be
@@ -40,6 +43,7 @@ impl Plan {
             underfunded_every: 4,
             concurrency: 40,
             repeats: 3,
+            failovers: 2,
             fault_for: Duration::from_millis(2500),
             recovery_bound: Duration::from_secs(90),
             wave_buyers: 20,
@@ -55,6 +59,7 @@ impl Plan {
             units: 200,
             concurrency: 80,
             repeats: 6,
+            failovers: 4,
             fault_for: Duration::from_secs(4),
             recovery_bound: Duration::from_secs(180),
             wave_buyers: 40,

@@ -5,7 +5,7 @@
 use std::{
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     time::{Duration, Instant},
 };
@@ -25,10 +25,14 @@ use crate::{
     report::ScenarioReport,
     scenario::Scenario,
     settle,
+    waves::Waves,
 };
 
 /// How long the gate may take to learn a product's quota, and to rebuild it after a loss.
 const QUOTA_WAIT: Duration = Duration::from_secs(30);
+/// Between two buyers' arrivals within a wave of a failover scenario (about 65 a second): the
+/// wave pays all through its second or so, so a strike finds payments in flight.
+const FAILOVER_WAVE_SPACING: Duration = Duration::from_millis(15);
 /// Per-request timeout of patient buyers and of the operator's calls.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Per-request timeout of the injectors' reads of `/metrics`: a page that is slow to come
@@ -48,6 +52,7 @@ pub async fn run_on(
     plan: &Plan,
     mut options: StackOptions,
 ) -> anyhow::Result<ScenarioReport> {
+    let plan = &scenario.adapt(plan);
     let started = Instant::now();
     let mut private_redis = match scenario {
         Scenario::RedisLoss => Some(PrivateRedis::start().await?),
@@ -64,13 +69,13 @@ pub async fn run_on(
         options = options.env(ServiceKind::Gate, "REDIS_CLUSTER_NODES", c.nodes_env());
     }
     // Declared before the stack, so it outlives it: the test database is dropped on the
-    // new primary before the pair goes.
-    let (mut postgres, postgres_logs) = match scenario {
-        Scenario::PostgresFailover => {
+    // last primary before the cluster goes.
+    let (mut postgres, postgres_logs) = match scenario.primary_fault() {
+        Some(_) => {
             let dir = binaries::log_dir(&format!("faults-{scenario}-postgres"))?;
             (Some(PostgresHa::start(&dir).await?), Some(dir))
         }
-        _ => (None, None),
+        None => (None, None),
     };
     if let Some(pg) = &postgres {
         options = options.database(pg.admin_url());
@@ -78,7 +83,10 @@ pub async fn run_on(
     let mut stack = Stack::start(options).await?;
     let mut logs = stack.log_paths();
     if let Some(dir) = &postgres_logs {
-        logs.push_str(&format!("\n  PostgreSQL and HAProxy: {}", dir.display()));
+        logs.push_str(&format!(
+            "\n  Patroni, PostgreSQL, etcd and HAProxy: {}",
+            dir.display()
+        ));
     }
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let http = paysaga_common::client::http_client(REQUEST_TIMEOUT);
@@ -94,9 +102,9 @@ pub async fn run_on(
     admin
         .wait_for_quota(product.id, plan.units, QUOTA_WAIT)
         .await?;
-    let probe = match scenario {
-        Scenario::PostgresFailover => Some(probe(&admin, &endpoints, plan, scenario).await?),
-        _ => None,
+    let probe = match scenario.primary_fault() {
+        Some(_) => Some(probe(&admin, &endpoints, plan, scenario).await?),
+        None => None,
     };
     let pool = stack.admin_pool().await;
 
@@ -105,6 +113,17 @@ pub async fn run_on(
     let driver = Driver::new(endpoints.clone(), REQUEST_TIMEOUT);
     let drop_done = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(ClientStats::default());
+    // A failover scenario's buyers come in waves, one per failover and one after, each
+    // let in by the injector; every other scenario's all at once.
+    let waves = match scenario.primary_fault() {
+        Some(_) => Waves::new(
+            buyers.len(),
+            plan.failovers as usize + 1,
+            FAILOVER_WAVE_SPACING,
+        ),
+        None => Waves::at_once(buyers.len()),
+    };
+    let answers = Arc::new(Mutex::new(Vec::new()));
     let load = async {
         let attempts = match scenario {
             Scenario::ImpatientClients => {
@@ -119,8 +138,14 @@ pub async fn run_on(
                 .await
             }
             _ => {
-                driver
-                    .run_drop(&buyers, product.id, plan.concurrency, |_| {})
+                waves
+                    .run(
+                        &driver,
+                        &buyers,
+                        product.id,
+                        plan.concurrency,
+                        answers.clone(),
+                    )
                     .await
             }
         };
@@ -136,6 +161,9 @@ pub async fn run_on(
         redis: private_redis.as_mut(),
         cluster: cluster.as_mut(),
         postgres: postgres.as_mut(),
+        waves: &waves,
+        answers: answers.clone(),
+        buyer_errors: driver.errors.clone(),
         probe,
         product: product.id,
         http: paysaga_common::client::http_client(METRICS_TIMEOUT),
@@ -143,6 +171,8 @@ pub async fn run_on(
     };
     let fault = async {
         let injected = inject::inject(scenario, &mut ctx).await;
+        // Whatever happened, the buyers still waiting come in: the drop must end.
+        waves.all();
         (injected, Instant::now())
     };
     let (attempts, (injected, mut healed_at)) = tokio::join!(load, fault);
@@ -203,14 +233,7 @@ pub async fn run_on(
         ));
     }
 
-    if let Some(struck) = injection.struck_at {
-        let terminal = healed_at.saturating_duration_since(struck) + settled.recovery;
-        evidence.push((
-            "SIGKILL to every payment terminal (ms)".into(),
-            i64::try_from(terminal.as_millis()).unwrap_or(i64::MAX),
-        ));
-    }
-    if scenario == Scenario::PostgresFailover {
+    if scenario.primary_fault().is_some() {
         evidence.push((
             "buyer requests with an unknown outcome (5xx, cut, timeout)".into(),
             i64::try_from(driver.errors.times().len()).unwrap_or(i64::MAX),
@@ -242,12 +265,24 @@ pub async fn run_on(
             .filter(|v| !v.starts_with("payments not terminal")),
     );
     violations.extend(acknowledged.violations());
-    if injection
-        .evidence
-        .iter()
-        .any(|(name, n)| name == inject::PROBE_FAILED && *n > 0)
-    {
-        violations.push("no probe checkout completed after the failover".into());
+    for (name, what) in [
+        (
+            inject::PROBE_FAILED,
+            "failovers after which no probe checkout completed",
+        ),
+        (
+            inject::LOST_IN_FAILOVER,
+            "acknowledged answers or commits missing on the new primary after a failover",
+        ),
+    ] {
+        let n = injection
+            .evidence
+            .iter()
+            .find(|(e, _)| e == name)
+            .map_or(0, |(_, n)| *n);
+        if n > 0 {
+            violations.push(format!("{what}: {n}"));
+        }
     }
     if !settled.within_bound {
         violations.push(format!(
@@ -297,22 +332,23 @@ pub async fn run_on(
     })
 }
 
-/// A probe product of 3 units and 3 funded buyers, for timing the first checkout after
-/// a fault.
+/// A probe product and funded buyers, [`Probe::PER_FAILOVER`] of each per failover, for
+/// timing the first checkout after each.
 async fn probe(
     admin: &Admin,
     endpoints: &Endpoints,
     plan: &Plan,
     scenario: Scenario,
 ) -> anyhow::Result<Probe> {
-    const UNITS: i64 = 3;
+    let n = Probe::PER_FAILOVER * plan.failovers as usize;
+    let units = i64::try_from(n).unwrap_or(i64::MAX);
     let product = admin
-        .create_product(&format!("{scenario}-probe"), plan.price, UNITS)
+        .create_product(&format!("{scenario}-probe"), plan.price, units)
         .await?;
     let buyers = admin
-        .open_buyers(&format!("{scenario}-probe"), &[plan.price * 2; 3], 3)
+        .open_buyers(&format!("{scenario}-probe"), &vec![plan.price * 2; n], 3)
         .await?;
-    admin.wait_for_quota(product.id, UNITS, QUOTA_WAIT).await?;
+    admin.wait_for_quota(product.id, units, QUOTA_WAIT).await?;
     Ok(Probe {
         driver: Driver::new(endpoints.clone(), REQUEST_TIMEOUT).with_patience(Probe::patience()),
         buyers,

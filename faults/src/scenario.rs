@@ -19,15 +19,34 @@ pub const PARTITION_RESERVATION_TTL: Duration = Duration::from_secs(4);
 /// Evidence name: masters SIGKILLed whose replica the cluster promoted.
 pub const MASTERS_FAILED_OVER: &str = "masters killed and failed over";
 
-/// Evidence name: PostgreSQL primaries SIGKILLed while buyers were still being served
-/// whose standby was promoted and reached through HAProxy.
-pub const PRIMARIES_FAILED_OVER: &str = "primaries killed mid-drop and failed over";
+/// Evidence name: PostgreSQL primaries struck (SIGKILLed or cut off) while buyers were
+/// still being served that Patroni replaced with their standby, reached through HAProxy.
+pub const PRIMARIES_FAILED_OVER: &str = "primaries struck mid-drop and failed over by Patroni";
 
 /// How old a hold without its reservation must be before the order service releases it.
 pub const HOLD_ORPHAN_GRACE: Duration = Duration::from_millis(3000);
 
 /// Pool size of each database-backed service.
 pub const DB_MAX_CONNECTIONS: u32 = 8;
+
+/// How a PostgreSQL failover scenario strikes the primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum PrimaryFault {
+    /// SIGKILL to every process of the node at once; it is started again after the
+    /// failover.
+    Kill,
+    /// The node cut off the network; healed after the failover.
+    Cut,
+}
+
+impl PrimaryFault {
+    pub fn name(self) -> &'static str {
+        match self {
+            PrimaryFault::Kill => "SIGKILL",
+            PrimaryFault::Cut => "network cut",
+        }
+    }
+}
 
 /// One fault-injection scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -42,10 +61,11 @@ pub enum Scenario {
     OrderCrash,
     RedisClusterMasterLoss,
     PostgresFailover,
+    PostgresPartition,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::OrchestratorCrash,
         Scenario::SlowAccount,
         Scenario::OrderPartition,
@@ -56,6 +76,7 @@ impl Scenario {
         Scenario::OrderCrash,
         Scenario::RedisClusterMasterLoss,
         Scenario::PostgresFailover,
+        Scenario::PostgresPartition,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +91,7 @@ impl Scenario {
             Scenario::OrderCrash => "order-crash",
             Scenario::RedisClusterMasterLoss => "redis-cluster-master-loss",
             Scenario::PostgresFailover => "postgres-failover",
+            Scenario::PostgresPartition => "postgres-partition",
         }
     }
 
@@ -120,10 +142,19 @@ impl Scenario {
                  replica), repeatedly"
             }
             Scenario::PostgresFailover => {
-                "the services reach PostgreSQL through HAProxy in front of a primary and its \
-                 synchronous streaming standby (only the node not in recovery in rotation); \
-                 SIGKILLs the primary's processes while payments are in flight (aimed at a \
-                 batch in flight), promotes the standby after a while"
+                "the services reach PostgreSQL through HAProxy in front of two nodes Patroni \
+                 manages over etcd in synchronous mode (HAProxy routes by Patroni's /primary); \
+                 SIGKILLs every process of the primary (Patroni and PostgreSQL) while payments \
+                 are in flight (aimed at a batch in flight); Patroni promotes the standby; the \
+                 killed node is started again and rejoins as a replica (pg_rewind), and the \
+                 fault strikes again, the second failover going to the rejoined node"
+            }
+            Scenario::PostgresPartition => {
+                "the same Patroni cluster; cuts the primary off the network (its PostgreSQL and \
+                 REST API unreachable, etcd unreachable to it: bytes held, nothing refused) \
+                 while payments are in flight; Patroni demotes it and promotes the standby; \
+                 the cut heals, the old primary rejoins as a replica (pg_rewind), and the \
+                 fault strikes again, the second failover going to the rejoined node"
             }
         }
     }
@@ -169,11 +200,12 @@ impl Scenario {
                  promoted replica by itself and rebuilds the quota there (re-adding passes the \
                  replica may have missed); the order service never oversells"
             }
-            Scenario::PostgresFailover => {
-                "no acknowledged commit is lost: every buyer told COMPLETED has a completed, \
-                 debited and confirmed payment on the new primary; the services answer 503 \
-                 meanwhile and their pools reconnect to the promoted standby without a \
-                 restart; recovery settles every saga the failover cut"
+            Scenario::PostgresFailover | Scenario::PostgresPartition => {
+                "no acknowledged commit is lost in either failover: every answer a buyer had \
+                 before the fault, and every payment the old primary had COMPLETED, is on the \
+                 new primary; the services answer 503 meanwhile and their pools reconnect \
+                 through HAProxy without a restart; recovery settles every saga the failover \
+                 cut; nothing in the test promotes"
             }
         }
     }
@@ -217,8 +249,8 @@ impl Scenario {
             // Its own Redis (or Redis Cluster), killed and restarted by the injector
             // (see `run`).
             Scenario::RedisLoss | Scenario::RedisClusterMasterLoss => {}
-            // Its own PostgreSQL pair behind HAProxy, killed and promoted by the injector.
-            Scenario::PostgresFailover => {}
+            // Its own Patroni cluster behind HAProxy (see `run`), struck by the injector.
+            Scenario::PostgresFailover | Scenario::PostgresPartition => {}
             Scenario::DatabaseDrops => {
                 for kind in [
                     ServiceKind::Account,
@@ -243,8 +275,32 @@ impl Scenario {
             Scenario::ImpatientClients => "client timeouts",
             Scenario::OrderCrash => "confirm calls with an unknown outcome",
             Scenario::RedisClusterMasterLoss => MASTERS_FAILED_OVER,
-            Scenario::PostgresFailover => PRIMARIES_FAILED_OVER,
+            Scenario::PostgresFailover | Scenario::PostgresPartition => PRIMARIES_FAILED_OVER,
         }
+    }
+
+    /// The fault a PostgreSQL failover scenario strikes the primary with; `None` for the
+    /// others.
+    pub fn primary_fault(self) -> Option<PrimaryFault> {
+        match self {
+            Scenario::PostgresFailover => Some(PrimaryFault::Kill),
+            Scenario::PostgresPartition => Some(PrimaryFault::Cut),
+            _ => None,
+        }
+    }
+
+    /// `plan` as this scenario runs it. A failover scenario's buyers arrive in
+    /// `failovers + 1` waves, each fault striking while one is paying, so its stock is
+    /// at least one unit per buyer of the struck waves: every struck wave finds units
+    /// for all its buyers, the last wave gets what is left.
+    pub fn adapt(self, plan: &Plan) -> Plan {
+        let mut plan = plan.clone();
+        if self.primary_fault().is_some() {
+            let failovers = plan.failovers as usize;
+            let struck = plan.buyers.div_ceil(failovers + 1) * failovers;
+            plan.units = plan.units.max(i64::try_from(struck).unwrap_or(i64::MAX));
+        }
+        plan
     }
 
     /// Whether the scenario SIGKILLs a service, aiming each kill at a moment when an

@@ -51,6 +51,11 @@ async fn census(pool: &PgPool) -> anyhow::Result<(i64, i64, i64)> {
     ))
 }
 
+/// Payments open right now: not terminal or owing work, and not flagged.
+pub async fn open(pool: &PgPool) -> anyhow::Result<i64> {
+    Ok(census(pool).await?.0)
+}
+
 /// Polls until no payment is open, or `bound` has passed since `healed_at`.
 pub async fn wait(pool: &PgPool, healed_at: Instant, bound: Duration) -> anyhow::Result<Settled> {
     loop {

@@ -1,22 +1,38 @@
-//! A PostgreSQL primary with a synchronous streaming standby of a test's own, behind a
-//! HAProxy that sends connections only to the node that accepts writes: the shape of a
-//! highly available PostgreSQL in front of paysaga, small enough for one test.
+//! A highly available PostgreSQL of a test's own, the way paysaga is deployed in front
+//! of one: two nodes managed by Patroni over etcd, in synchronous mode, reached through
+//! HAProxy, which routes to the node Patroni's REST API names primary. Patroni alone
+//! decides who is primary and promotes: nothing here promotes anything. The harness
+//! only breaks things (a node's processes SIGKILLed, a node cut off the network) and
+//! brings them back, and watches what Patroni and HAProxy make of it.
 //!
-//! Both nodes run Debian's PostgreSQL (the newest version under `/usr/lib/postgresql`)
-//! on free loopback ports with their data in a temporary directory: the primary made
-//! with `initdb`, the standby with `pg_basebackup -R` from it. Only the primary runs with
-//! `synchronous_standby_names = '*'` (given on its command line, so the standby's copy
-//! of the configuration does not carry it): a commit it acknowledges is on the standby.
-//! HAProxy checks each node with an external command that asks `pg_is_in_recovery()`,
-//! so only a writable node is in rotation, and cuts the sessions of a node marked down.
-//! PostgreSQL refuses to run as root: as root, every PostgreSQL program runs as the
-//! `postgres` user. Everything is killed and the directory removed on drop; the
-//! processes also die with the test process (parent-death signal).
+//! Every node runs the Patroni configuration paysaga ships, `deploy/patroni/patroni.yml`,
+//! as is, with a file of its own layered on top (Patroni merges the files of its
+//! configuration directory in order): its name, loopback addresses, data directory, the
+//! development passwords and the test's shorter timings ([`TTL_SECS`]). HAProxy runs
+//! `deploy/haproxy/postgres.cfg` with the addresses replaced and a stats socket added.
+//!
+//! The network: each node's PostgreSQL port and Patroni REST port are reached by
+//! everyone else (the other node's replication and pg_rewind, Patroni's member checks,
+//! HAProxy) only through a [`FaultProxy`] each, and the node reaches etcd only through a
+//! third one, so a network cut of a node is those three proxies blackholed: bytes held,
+//! nothing refused, as a partition looks to TCP. Patroni talks to its own PostgreSQL
+//! directly, as on one machine.
+//!
+//! The processes: each node (Patroni and the PostgreSQL it starts) runs in a PID
+//! namespace of its own, made by `unshare` (in a user namespace mapping the user to
+//! itself, so this works with and without root), with Patroni as the namespace's init.
+//! SIGKILL to the node's process group kills its init, and the kernel then kills every
+//! process in the namespace at once, postmaster and backends included, as a crashed
+//! machine loses them; Patroni detaches PostgreSQL from itself, so nothing short of
+//! that would take both. `unshare` gets a parent-death signal, so a node also dies with
+//! the test process. PostgreSQL refuses to run as root: as root, the nodes run as the
+//! `postgres` user. etcd (one member: it is not what the tests break) and HAProxy are
+//! guarded the same way. Everything is killed and the directory removed on drop.
 
 use std::{
     fmt::Write as _,
     fs::OpenOptions,
-    os::unix::{fs::PermissionsExt, process::CommandExt},
+    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Stdio},
     str::FromStr,
@@ -30,20 +46,39 @@ use nix::{
 };
 use sqlx::{postgres::PgConnectOptions, ConnectOptions, Connection, PgConnection};
 
+use crate::proxy::FaultProxy;
 use paysaga_supervisor::{
     haproxy,
     process::{free_port, guarded_command, spawn_guarded, tail},
 };
 
-/// How long a node may take to accept connections after it is spawned, the standby to
-/// stream in sync, and HAProxy to route to the primary.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// HAProxy checks each node this often; `FALL` failed checks in a row take a node out of
-/// rotation, `RISE` passed ones put it in.
-pub const CHECK_INTERVAL_MS: u64 = 200;
-pub const FALL: u32 = 2;
-pub const RISE: u32 = 2;
-/// Connecting through HAProxy or to a node, per attempt.
+/// The Patroni configuration every node runs (`deploy/patroni/patroni.yml`).
+pub const PATRONI_CONFIG: &str = include_str!("../../deploy/patroni/patroni.yml");
+/// The HAProxy configuration the services reach the cluster through
+/// (`deploy/haproxy/postgres.cfg`).
+pub const HAPROXY_CONFIG: &str = include_str!("../../deploy/haproxy/postgres.cfg");
+
+/// Patroni's timings in the tests (the shipped configuration has production values):
+/// the leader key lives `TTL_SECS` after its last renewal, renewed every
+/// `LOOP_WAIT_SECS`; a primary that cannot reach etcd for `RETRY_TIMEOUT_SECS` demotes
+/// itself (loop_wait + 2 x retry_timeout <= ttl).
+pub const TTL_SECS: u64 = 10;
+pub const LOOP_WAIT_SECS: u64 = 1;
+pub const RETRY_TIMEOUT_SECS: u64 = 4;
+/// A primary whose shutdown waits on a standby that is gone is killed after this.
+pub const PRIMARY_STOP_TIMEOUT_SECS: u64 = 5;
+// Patroni's rule: a primary cut off from etcd demotes itself before its key expires.
+const _: () = assert!(LOOP_WAIT_SECS + 2 * RETRY_TIMEOUT_SECS <= TTL_SECS);
+
+/// Nodes in the test cluster: a primary and its synchronous standby.
+pub const NODES: usize = 2;
+/// The superuser's password (a development password, for this test cluster only).
+const SUPERUSER_PASSWORD: &str = "postgres";
+
+/// How long the cluster may take to bootstrap (initdb, the replica's base backup, the
+/// standby in sync) and HAProxy to route to the primary.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Connecting to a node or through HAProxy, per attempt; a request to a Patroni API.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The directory of the newest PostgreSQL installed the Debian way, or an error saying
@@ -51,35 +86,68 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
     paysaga_supervisor::infra::postgres_bin_dirs()
         .into_iter()
-        .find(|bin| bin.join("postgres").is_file())
+        .find(|bin| bin.join("postgres").is_file() && bin.join("pg_rewind").is_file())
         .context(
-        "PostgreSQL's server programs are not installed under /usr/lib/postgresql/<version>/bin: \
-         install them with `sudo apt-get install postgresql` (Debian, Ubuntu)",
-    )
+            "PostgreSQL's server programs are not installed under /usr/lib/postgresql/<version>/bin: \
+             install them with `sudo apt-get install postgresql` (Debian, Ubuntu)",
+        )
 }
 
-/// Which node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Primary,
-    Standby,
+/// `name` in /usr/bin or /usr/sbin, or an error naming the Debian package.
+fn program(name: &str, package: &str) -> anyhow::Result<PathBuf> {
+    ["/usr/bin", "/usr/sbin", "/usr/local/bin"]
+        .iter()
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!("`{name}` is not installed: install it with `sudo apt-get install {package}` (Debian, Ubuntu)")
+        })
 }
 
-/// One PostgreSQL server (a postmaster and its processes, one process group).
+/// A node's Patroni REST answer to `GET /cluster`, the parts read here.
+#[derive(Debug, serde::Deserialize)]
+struct ClusterView {
+    members: Vec<Member>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Member {
+    name: String,
+    role: String,
+    state: String,
+    #[serde(default)]
+    timeline: Option<i64>,
+}
+
+/// One node: Patroni and the PostgreSQL it runs.
 pub struct PgNode {
-    pub name: &'static str,
-    pub port: u16,
-    pub data: PathBuf,
+    /// Its Patroni name (`pg-1`, `pg-2`), also its server name in HAProxy.
+    pub name: String,
+    /// Where its PostgreSQL listens (reached directly only by its own Patroni and by
+    /// the harness, to observe).
+    pub pg_port: u16,
+    /// Where its Patroni REST API listens (the same).
+    pub api_port: u16,
+    /// Its PostgreSQL as the others reach it.
+    pg_link: FaultProxy,
+    /// Its Patroni REST API as the others reach it.
+    api_link: FaultProxy,
+    /// Its way to etcd.
+    etcd_link: FaultProxy,
+    /// Its configuration directory (`10-paysaga.yml`, `20-node.yml`).
+    config: PathBuf,
+    /// Patroni's and PostgreSQL's output.
     pub log: PathBuf,
+    /// `unshare`, the parent of the node's PID namespace; its process group's leader.
     child: Option<Child>,
 }
 
 impl PgNode {
-    /// A superuser's URL straight to this node (not through HAProxy).
+    /// A superuser's URL straight to this node (not through HAProxy or its link).
     pub fn url(&self) -> String {
         format!(
-            "postgres://postgres:postgres@127.0.0.1:{}/postgres",
-            self.port
+            "postgres://postgres:{SUPERUSER_PASSWORD}@127.0.0.1:{}/postgres",
+            self.pg_port
         )
     }
 
@@ -87,8 +155,22 @@ impl PgNode {
         self.child.is_some()
     }
 
-    /// SIGKILL to the postmaster and every backend at once (its process group), as a
-    /// crashed machine takes them: nothing is shut down, nothing more is written.
+    fn api(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.api_port)
+    }
+
+    fn links(&self) -> [&FaultProxy; 3] {
+        [&self.pg_link, &self.api_link, &self.etcd_link]
+    }
+
+    /// Whether the node is cut off the network.
+    pub fn is_cut(&self) -> bool {
+        self.pg_link.faults().blackhole
+    }
+
+    /// SIGKILL to the node's process group: `unshare` and Patroni, the init of the
+    /// node's PID namespace, whose death makes the kernel kill every other process in
+    /// it (the postmaster and its backends) at once.
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             if let Ok(pid) = i32::try_from(child.id()) {
@@ -100,15 +182,24 @@ impl PgNode {
     }
 }
 
-/// The primary, its synchronous standby and the HAProxy in front of them.
+/// etcd, one member (the tests break PostgreSQL nodes, not the consensus store).
+struct Etcd {
+    port: u16,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+/// The Patroni cluster, its etcd and the HAProxy in front.
 pub struct PostgresHa {
-    pub primary: PgNode,
-    pub standby: PgNode,
+    pub nodes: Vec<PgNode>,
     /// HAProxy's port: the one address the services are given.
     pub port: u16,
+    etcd: Etcd,
     haproxy: Option<Child>,
     haproxy_log: PathBuf,
-    bin: PathBuf,
+    http: reqwest::Client,
+    patroni: PathBuf,
+    unshare: PathBuf,
     /// Uid and gid of the `postgres` user when running as root.
     owner: Option<(Uid, Gid)>,
     dir: PathBuf,
@@ -135,13 +226,39 @@ async fn reached(url: &str) -> anyhow::Result<(u16, bool)> {
     Ok((u16::try_from(port)?, in_recovery))
 }
 
+/// Polls `probe` every 50 ms until it returns `Some`, or fails with `what` and the last
+/// thing it said after `timeout`.
+async fn poll<T>(
+    what: impl Fn() -> String,
+    timeout: Duration,
+    mut probe: impl AsyncFnMut() -> Result<Option<T>, String>,
+) -> anyhow::Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match probe().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => "not yet".to_owned(),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            bail!("{} within {timeout:?} (last: {last})", what());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 impl PostgresHa {
-    /// Creates and starts both nodes and HAProxy; returns once the standby streams in
-    /// sync and HAProxy routes to the primary. `log_dir` gets the servers' and HAProxy's
-    /// logs (they outlive the data directory, for a failure's diagnosis).
+    /// Starts etcd, the first node (Patroni bootstraps the cluster on it: it becomes
+    /// primary), the second (Patroni makes it a replica by base backup; it becomes the
+    /// synchronous standby) and HAProxy; returns once the standby is in sync and HAProxy
+    /// routes to the primary. `log_dir` gets every process's log (they outlive the data
+    /// directory, for a failure's diagnosis).
     pub async fn start(log_dir: &Path) -> anyhow::Result<Self> {
         let bin = bin_dir()?;
-        let program = haproxy::find().context(haproxy::INSTALL_HINT)?;
+        let patroni = program("patroni", "patroni")?;
+        let etcd = program("etcd", "etcd-server")?;
+        let unshare = program("unshare", "util-linux")?;
+        let haproxy_program = haproxy::find().context(haproxy::INSTALL_HINT)?;
         let owner = if Uid::effective().is_root() {
             let user = User::from_name("postgres")
                 .context("looking up the postgres user")?
@@ -154,247 +271,413 @@ impl PostgresHa {
             None
         };
         let dir = std::env::temp_dir().join(format!(
-            "paysaga-postgres-ha-{}",
-            uuid::Uuid::new_v4().simple()
+            "paysaga-patroni-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
         ));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::chown(&dir, Some(uid.as_raw()), Some(gid.as_raw()))
-                .with_context(|| format!("giving {} to the postgres user", dir.display()))?;
-        }
-        let node = |name: &'static str| PgNode {
-            name,
-            port: 0,
-            data: dir.join(name),
-            log: log_dir.join(format!("postgres-{name}.log")),
-            child: None,
-        };
         let mut this = Self {
-            primary: node("primary"),
-            standby: node("standby"),
+            nodes: Vec::new(),
             port: 0,
+            etcd: Etcd {
+                port: 0,
+                log: log_dir.join("etcd.log"),
+                child: None,
+            },
             haproxy: None,
             haproxy_log: log_dir.join("haproxy-postgres.log"),
-            bin,
+            http: reqwest::Client::builder()
+                .timeout(CONNECT_TIMEOUT)
+                .build()
+                .context("building an HTTP client")?,
+            patroni,
+            unshare,
             owner,
             dir,
         };
-        this.run_tool(
-            "initdb",
-            &[
-                &paysaga_supervisor::infra::INITDB_ARGS[..],
-                &[this.primary.data.display().to_string().as_str()],
-            ]
-            .concat(),
-        )
-        .await?;
-        this.spawn_until_ready(Role::Primary).await?;
-        this.run_tool(
-            "pg_basebackup",
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &this.primary.port.to_string(),
-                "-U",
-                "postgres",
-                "-D",
-                &this.standby.data.display().to_string(),
-                "-R",
-                "-X",
-                "stream",
-                "-c",
-                "fast",
-            ],
-        )
-        .await?;
-        this.spawn_until_ready(Role::Standby).await?;
-        this.wait_in_sync().await?;
-        this.start_haproxy(&program, log_dir).await?;
-        this.wait_routed_to(Role::Primary, READY_TIMEOUT).await?;
+        this.start_etcd(&etcd).await?;
+        for i in 0..NODES {
+            let node = this.make_node(i, &bin, log_dir).await?;
+            this.nodes.push(node);
+        }
+        this.spawn(0)?;
+        this.wait_primary(None, READY_TIMEOUT).await?;
+        for i in 1..NODES {
+            this.spawn(i)?;
+            this.wait_sync_standby(i, READY_TIMEOUT).await?;
+        }
+        this.start_haproxy(&haproxy_program, log_dir).await?;
+        this.wait_routed_to(0, READY_TIMEOUT).await?;
         Ok(this)
     }
 
-    /// An administrator's URL through HAProxy: whichever node is writable.
+    /// An administrator's URL through HAProxy: whichever node is primary.
     pub fn admin_url(&self) -> String {
         format!(
-            "postgres://postgres:postgres@127.0.0.1:{}/postgres",
+            "postgres://postgres:{SUPERUSER_PASSWORD}@127.0.0.1:{}/postgres",
             self.port
         )
     }
 
-    pub fn node(&self, role: Role) -> &PgNode {
-        match role {
-            Role::Primary => &self.primary,
-            Role::Standby => &self.standby,
-        }
+    pub fn node(&self, i: usize) -> &PgNode {
+        &self.nodes[i]
     }
 
-    fn node_mut(&mut self, role: Role) -> &mut PgNode {
-        match role {
-            Role::Primary => &mut self.primary,
-            Role::Standby => &mut self.standby,
-        }
+    /// The other node of the pair.
+    pub fn other(&self, i: usize) -> usize {
+        (i + 1) % self.nodes.len()
     }
 
-    /// Runs one of PostgreSQL's programs to completion, as the `postgres` user when root.
-    async fn run_tool(&self, name: &str, args: &[&str]) -> anyhow::Result<()> {
-        let mut cmd = tokio::process::Command::new(self.bin.join(name));
-        cmd.args(args)
-            .current_dir(&self.dir)
-            // Its own home: libpq looks for a password file there (none is needed).
-            .env("HOME", &self.dir)
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        if let Some((uid, gid)) = self.owner {
-            cmd.uid(uid.as_raw()).gid(gid.as_raw());
-        }
-        let out = cmd
-            .output()
-            .await
-            .with_context(|| format!("cannot run {name}"))?;
-        if !out.status.success() {
-            bail!(
-                "{name} failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
-    }
-
-    /// Starts `role`'s server on a free port and waits until it accepts connections; a
-    /// port taken between choosing and binding it makes the server exit, and another is
-    /// tried.
-    async fn spawn_until_ready(&mut self, role: Role) -> anyhow::Result<()> {
+    async fn start_etcd(&mut self, program: &Path) -> anyhow::Result<()> {
+        let data = self.dir.join("etcd");
         let mut last = None;
         for _ in 0..5 {
-            let port = free_port()?;
-            match self.spawn_on(role, port).await {
+            let (client, peer) = (free_port()?, free_port()?);
+            let log = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.etcd.log)?;
+            let mut cmd = guarded_command(program);
+            cmd.args(["--name", "etcd-1", "--data-dir"])
+                .arg(&data)
+                .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+                ))
+                .arg(format!("--initial-cluster=etcd-1=http://127.0.0.1:{peer}"))
+                .args(["--logger", "zap", "--log-outputs", "stderr"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log.try_clone()?))
+                .stderr(Stdio::from(log));
+            self.etcd.child = Some(spawn_guarded(cmd).context("starting etcd")?);
+            self.etcd.port = client;
+            let health = format!("http://127.0.0.1:{client}/health");
+            let ready = poll(
+                || "etcd did not answer /health".to_owned(),
+                Duration::from_secs(20),
+                async || {
+                    if let Some(status) = self
+                        .etcd
+                        .child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten())
+                    {
+                        return Err(format!("etcd exited with {status}"));
+                    }
+                    match self.http.get(&health).send().await {
+                        Ok(r) if r.status().is_success() => Ok(Some(())),
+                        Ok(r) => Err(format!("HTTP {}", r.status())),
+                        Err(e) => Err(e.to_string()),
+                    }
+                },
+            )
+            .await;
+            match ready {
                 Ok(()) => return Ok(()),
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    if let Some(mut c) = self.etcd.child.take() {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    let _ = std::fs::remove_dir_all(&data);
+                    last = Some(e.context(tail(&self.etcd.log, 20)));
+                }
             }
         }
-        Err(last.unwrap_or_else(|| anyhow::anyhow!("no free port for PostgreSQL")))
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("etcd did not start")))
     }
 
-    async fn spawn_on(&mut self, role: Role, port: u16) -> anyhow::Result<()> {
-        let postgres = self.bin.join("postgres");
-        let owner = self.owner;
-        let node = self.node_mut(role);
-        node.port = port;
+    /// Node `i`'s ports, links and configuration directory (not started).
+    async fn make_node(&self, i: usize, bin: &Path, log_dir: &Path) -> anyhow::Result<PgNode> {
+        let name = format!("pg-{}", i + 1);
+        let (pg_port, api_port) = (free_port()?, free_port()?);
+        let pg_link = FaultProxy::start(([127, 0, 0, 1], pg_port).into()).await?;
+        let api_link = FaultProxy::start(([127, 0, 0, 1], api_port).into()).await?;
+        let etcd_link = FaultProxy::start(([127, 0, 0, 1], self.etcd.port).into()).await?;
+        let home = self.dir.join(&name);
+        let config = home.join("config");
+        std::fs::create_dir_all(&config)
+            .with_context(|| format!("creating {}", config.display()))?;
+        std::fs::write(config.join("10-paysaga.yml"), PATRONI_CONFIG)?;
+        // JSON is YAML: Patroni merges this over the shipped file.
+        let node = serde_json::json!({
+            "name": name,
+            "restapi": {
+                "listen": format!("127.0.0.1:{api_port}"),
+                "connect_address": format!("127.0.0.1:{}", api_link.port()),
+            },
+            "etcd3": {
+                "hosts": format!("127.0.0.1:{}", etcd_link.port()),
+                // The address given is the way to etcd: never switch to the members'
+                // own addresses, which would go around the link.
+                "use_proxies": true,
+            },
+            "bootstrap": {"dcs": {
+                "ttl": TTL_SECS,
+                "loop_wait": LOOP_WAIT_SECS,
+                "retry_timeout": RETRY_TIMEOUT_SECS,
+                "primary_stop_timeout": PRIMARY_STOP_TIMEOUT_SECS,
+            }},
+            "postgresql": {
+                "listen": format!("127.0.0.1:{pg_port}"),
+                "connect_address": format!("127.0.0.1:{}", pg_link.port()),
+                "data_dir": home.join("data"),
+                "bin_dir": bin,
+                "pgpass": home.join("pgpass"),
+                "authentication": {
+                    "superuser": {"password": SUPERUSER_PASSWORD},
+                    "replication": {"password": "replicator-dev"},
+                    "rewind": {"password": "rewinder-dev"},
+                },
+                // TCP only: no socket file in a shared directory.
+                "parameters": {"unix_socket_directories": ""},
+            },
+        });
+        std::fs::write(
+            config.join("20-node.yml"),
+            serde_json::to_string_pretty(&node)?,
+        )?;
+        if let Some((uid, gid)) = self.owner {
+            for path in [&home, &config] {
+                std::os::unix::fs::chown(path, Some(uid.as_raw()), Some(gid.as_raw()))
+                    .with_context(|| format!("giving {} to the postgres user", path.display()))?;
+            }
+        }
+        Ok(PgNode {
+            log: log_dir.join(format!("patroni-{name}.log")),
+            name,
+            pg_port,
+            api_port,
+            pg_link,
+            api_link,
+            etcd_link,
+            config,
+            child: None,
+        })
+    }
+
+    /// Starts node `i`'s Patroni in a PID namespace of its own (see the module's doc).
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let node = &self.nodes[i];
+        if node.child.is_some() {
+            bail!("{} is already running", node.name);
+        }
         let log = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&node.log)
             .with_context(|| format!("cannot open {}", node.log.display()))?;
-        let mut cmd = guarded_command(&postgres);
-        cmd.arg("-D")
-            .arg(&node.data)
-            .args(["-p", &port.to_string()])
-            .args(["-c", "listen_addresses=127.0.0.1"])
-            // TCP only: no socket file in a shared directory.
-            .args(["-c", "unix_socket_directories="])
-            .args(["-c", &format!("cluster_name=paysaga-{}", node.name)])
-            .env("HOME", node.data.parent().unwrap_or(Path::new("/")))
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
-            // Its own process group, so a kill takes every backend with the postmaster.
-            .process_group(0);
-        if role == Role::Primary {
-            // Every commit waits until a standby has it; on the command line only, so the
-            // standby's copy of the configuration does not make it wait for a standby of
-            // its own once it is promoted.
-            cmd.args(["-c", "synchronous_standby_names=*"])
-                .args(["-c", "synchronous_commit=on"]);
-        }
-        if let Some((uid, gid)) = owner {
+        let mut cmd = guarded_command(&self.unshare);
+        cmd.args([
+            "--user",
+            "--map-current-user",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "--",
+        ])
+        .arg(&self.patroni)
+        .arg(&node.config)
+        .env("HOME", node.config.parent().unwrap_or(Path::new("/")))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        // Its own process group, so one signal reaches unshare and Patroni together.
+        .process_group(0);
+        if let Some((uid, gid)) = self.owner {
             cmd.uid(uid.as_raw()).gid(gid.as_raw());
         }
-        node.child = Some(spawn_guarded(cmd).context("starting postgres")?);
-        let url = node.url();
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let node = self.node_mut(role);
-            if let Some(status) = node
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                node.child = None;
-                bail!(
-                    "postgres ({}) on port {port} exited at start ({status}):\n{}",
-                    node.name,
-                    tail(&node.log, 20)
-                );
-            }
-            match connect(&url).await {
+        let child = spawn_guarded(cmd).context("starting Patroni")?;
+        self.nodes[i].child = Some(child);
+        Ok(())
+    }
+
+    /// Fails with the end of its log if node `i`, started, has exited.
+    fn check_alive(&mut self, i: usize) -> Result<(), String> {
+        let node = &mut self.nodes[i];
+        if let Some(status) = node
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
+            node.child = None;
+            return Err(format!(
+                "Patroni ({}) exited ({status}):\n{}",
+                node.name,
+                tail(&node.log, 30)
+            ));
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs every process of node `i` at once (Patroni and PostgreSQL: see
+    /// [`PgNode::kill`]) and waits until its PostgreSQL no longer accepts connections.
+    pub async fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        self.nodes[i].kill();
+        let url = self.nodes[i].url();
+        poll(
+            || "the killed node's PostgreSQL still accepted connections".to_owned(),
+            Duration::from_secs(10),
+            async || match connect(&url).await {
                 Ok(conn) => {
                     let _ = conn.close().await;
-                    return Ok(());
+                    Ok(None)
                 }
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(e.context(format!(
-                        "postgres ({}) did not accept connections within {READY_TIMEOUT:?}:\n{}",
-                        node.name,
-                        tail(&node.log, 20)
-                    )))
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-
-    /// Waits until the primary reports the standby streaming as its synchronous standby.
-    async fn wait_in_sync(&self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let mut conn = connect(&self.primary.url()).await?;
-            let sync: i64 = sqlx::query_scalar(
-                r#"SELECT COUNT(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state = 'sync'"#,
-            )
-            .fetch_one(&mut conn)
-            .await?;
-            let _ = conn.close().await;
-            if sync > 0 {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "the standby did not stream in sync within {READY_TIMEOUT:?}:\n{}",
-                    tail(&self.standby.log, 20)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The external check: passes only on a node that accepts connections and is not in
-    /// recovery (a standby answers `t`, a dead node nothing).
-    fn check_script(&self) -> String {
-        format!(
-            "#!/bin/sh\n\
-             # HAProxy external check: $3 and $4 are the server's address and port. Passes only\n\
-             # on the node that accepts writes (pg_is_in_recovery() is false).\n\
-             [ \"$(PGCONNECT_TIMEOUT=2 '{}' -X -w -h \"$3\" -p \"$4\" -U postgres -d postgres \\\n    \
-             -tAc 'SELECT pg_is_in_recovery()' 2>/dev/null)\" = f ]\n",
-            self.bin.join("psql").display()
+                Err(_) => Ok(Some(())),
+            },
         )
+        .await
     }
 
-    /// Writes the check script and HAProxy's configuration, starts HAProxy on a free port.
+    /// Starts node `i` again after a kill, on its data directory: Patroni finds another
+    /// leader and rejoins as its replica (pg_rewind first if it had diverged).
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.spawn(i)
+    }
+
+    /// Cuts node `i` off the network: its PostgreSQL and REST API unreachable to
+    /// everyone else, etcd unreachable to it. Bytes in flight are held, not refused.
+    pub fn cut(&self, i: usize) {
+        for link in self.nodes[i].links() {
+            link.set_blackhole(true);
+        }
+    }
+
+    /// Ends node `i`'s network cut.
+    pub fn heal(&self, i: usize) {
+        for link in self.nodes[i].links() {
+            link.heal();
+        }
+    }
+
+    /// The node whose Patroni holds the leader key and whose PostgreSQL accepts
+    /// writes, asked of each node directly (not across the links).
+    pub async fn primary(&self) -> Option<usize> {
+        for (i, node) in self.nodes.iter().enumerate() {
+            if self.is_writable_leader(node).await.unwrap_or(false) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    async fn is_writable_leader(&self, node: &PgNode) -> Result<bool, String> {
+        let status = self
+            .http
+            .get(node.api("/primary"))
+            .send()
+            .await
+            .map_err(|e| format!("{}: {e}", node.name))?
+            .status();
+        if !status.is_success() {
+            return Ok(false);
+        }
+        let (_, standby) = reached(&node.url())
+            .await
+            .map_err(|e| format!("{}: {e:#}", node.name))?;
+        Ok(!standby)
+    }
+
+    /// Waits until a node other than `not` is primary (Patroni's leader, PostgreSQL out
+    /// of recovery); returns it.
+    pub async fn wait_primary(
+        &mut self,
+        not: Option<usize>,
+        timeout: Duration,
+    ) -> anyhow::Result<usize> {
+        let candidates: Vec<usize> = (0..self.nodes.len()).filter(|i| Some(*i) != not).collect();
+        let names: Vec<String> = candidates
+            .iter()
+            .map(|i| self.nodes[*i].name.clone())
+            .collect();
+        poll(
+            || format!("none of {names:?} became primary"),
+            timeout,
+            async || {
+                let mut last = String::new();
+                for &i in &candidates {
+                    if self.nodes[i].child.is_some() {
+                        self.check_alive(i)?;
+                    }
+                    match self.is_writable_leader(&self.nodes[i]).await {
+                        Ok(true) => return Ok(Some(i)),
+                        Ok(false) => {}
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            },
+        )
+        .await
+    }
+
+    /// The cluster as the node at `i` sees it (`GET /cluster` on its REST API).
+    async fn cluster_view(&self, i: usize) -> Result<ClusterView, String> {
+        self.http
+            .get(self.nodes[i].api("/cluster"))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Waits until node `i` is a running replica that Patroni has recorded as the
+    /// leader's synchronous standby (so it may be promoted, and every commit waits for
+    /// it) and that the primary reports streaming in sync. Returns the timeline.
+    pub async fn wait_sync_standby(&mut self, i: usize, timeout: Duration) -> anyhow::Result<i64> {
+        let name = self.nodes[i].name.clone();
+        poll(
+            || format!("{name} did not become the synchronous standby"),
+            timeout,
+            async || {
+                self.check_alive(i)?;
+                let leader = self.other(i);
+                let view = self.cluster_view(leader).await?;
+                let Some(me) = view.members.iter().find(|m| m.name == name) else {
+                    return Err(format!("{name} is not a member yet: {view:?}"));
+                };
+                if me.role != "sync_standby" || !matches!(me.state.as_str(), "running" | "streaming")
+                {
+                    return Err(format!("{name}: {me:?}"));
+                }
+                let mut conn = connect(&self.nodes[leader].url())
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let in_sync: i64 = sqlx::query_scalar(
+                    r#"SELECT COUNT(*) FROM pg_stat_replication
+                       WHERE application_name = $1 AND state = 'streaming' AND sync_state = 'sync'"#,
+                )
+                .bind(&name)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+                let _ = conn.close().await;
+                if in_sync == 0 {
+                    return Err(format!("{name} is not streaming in sync yet"));
+                }
+                Ok(Some(me.timeline.unwrap_or(0)))
+            },
+        )
+        .await
+        .map_err(|e| e.context(tail(&self.nodes[i].log, 30)))
+    }
+
+    /// Writes HAProxy's configuration and starts it on a free port.
     async fn start_haproxy(&mut self, program: &Path, log_dir: &Path) -> anyhow::Result<()> {
-        let script = self.dir.join("is-writable.sh");
-        std::fs::write(&script, self.check_script())
-            .with_context(|| format!("cannot write {}", script.display()))?;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
         let mut last = None;
         for _ in 0..5 {
             self.port = free_port()?;
             let config = log_dir.join("haproxy-postgres.cfg");
-            let body = config_for(self.port, &script, &self.stats_socket(), &self.nodes());
+            let servers: Vec<(String, u16, u16)> = self
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.pg_link.port(), n.api_link.port()))
+                .collect();
+            let body = haproxy_config(self.port, &self.stats_socket(), &servers);
             std::fs::write(&config, body)
                 .with_context(|| format!("cannot write {}", config.display()))?;
             match self.spawn_haproxy(program, &config).await {
@@ -411,7 +694,7 @@ impl PostgresHa {
     }
 
     /// Each node's state as HAProxy sees it (`UP`, `DOWN`, or a transition such as
-    /// `UP 1/2`), from `show stat` on its stats socket.
+    /// `UP 1/3`), from `show stat` on its stats socket.
     pub async fn server_states(&self) -> anyhow::Result<Vec<(String, String)>> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut sock = tokio::net::UnixStream::connect(self.stats_socket())
@@ -427,7 +710,7 @@ impl PostgresHa {
             .filter_map(|l| {
                 let cols: Vec<&str> = l.split(',').collect();
                 let name = *cols.get(1)?;
-                (name == self.primary.name || name == self.standby.name).then(|| {
+                self.nodes.iter().any(|n| n.name == name).then(|| {
                     (
                         name.to_owned(),
                         cols.get(17).copied().unwrap_or("").to_owned(),
@@ -437,15 +720,8 @@ impl PostgresHa {
             .collect())
     }
 
-    fn nodes(&self) -> [(&'static str, u16); 2] {
-        [
-            (self.primary.name, self.primary.port),
-            (self.standby.name, self.standby.port),
-        ]
-    }
-
     async fn spawn_haproxy(&mut self, program: &Path, config: &Path) -> anyhow::Result<()> {
-        paysaga_supervisor::haproxy::check_config(program, config)?;
+        haproxy::check_config(program, config)?;
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -458,129 +734,104 @@ impl PostgresHa {
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log));
         self.haproxy = Some(spawn_guarded(cmd).context("cannot start HAProxy")?);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self
-                .haproxy
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.haproxy = None;
-                bail!(
-                    "HAProxy exited with {status}:\n{}",
-                    tail(&self.haproxy_log, 20)
-                );
-            }
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!("HAProxy does not listen on port {}", self.port);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Waits until HAProxy has `role`'s node alone in rotation (it starts with every
-    /// node up until their checks fail, so at first a connection may reach a standby) and
-    /// a new connection through it reaches that node, writable; returns how long that
-    /// took.
-    pub async fn wait_routed_to(&self, role: Role, timeout: Duration) -> anyhow::Result<Duration> {
-        let started = Instant::now();
-        let want = self.node(role);
-        let url = self.admin_url();
-        loop {
-            let last = match self.server_states().await {
-                Ok(states)
-                    if states.iter().all(|(name, state)| {
-                        if name == want.name {
-                            state == "UP"
-                        } else {
-                            // `DOWN`, or `DOWN 1/2` while rising: out of rotation either way.
-                            state.starts_with("DOWN")
-                        }
-                    }) =>
+        let port = self.port;
+        let result = poll(
+            || format!("HAProxy does not listen on port {port}"),
+            Duration::from_secs(10),
+            async || {
+                if let Some(status) = self
+                    .haproxy
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten())
                 {
-                    match reached(&url).await {
-                        Ok((port, false)) if port == want.port => return Ok(started.elapsed()),
-                        Ok((port, standby)) => format!("reached port {port} (standby: {standby})"),
-                        Err(e) => format!("{e:#}"),
-                    }
+                    return Err(format!("HAProxy exited with {status}"));
                 }
-                Ok(states) => format!("HAProxy: {states:?}"),
-                Err(e) => format!("{e:#}"),
-            };
-            if started.elapsed() >= timeout {
-                bail!(
-                    "HAProxy did not route to the writable {} within {timeout:?} (last: {last})\n{}",
-                    self.node(role).name,
-                    tail(&self.haproxy_log, 20)
-                );
+                Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .ok()
+                    .map(|_| ()))
+            },
+        )
+        .await;
+        if result.is_err() {
+            if let Some(mut c) = self.haproxy.take() {
+                let _ = c.kill();
+                let _ = c.wait();
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        result.map_err(|e| e.context(tail(&self.haproxy_log, 20)))
     }
 
-    /// SIGKILLs the primary's postmaster and backends together.
-    pub fn kill_primary(&mut self) {
-        self.primary.kill();
-    }
-
-    /// Promotes the standby (`pg_promote()`, waiting until it has left recovery).
-    pub async fn promote_standby(&self) -> anyhow::Result<()> {
-        let mut conn = connect(&self.standby.url()).await?;
-        let promoted: bool = sqlx::query_scalar(r#"SELECT pg_promote(true, 60)"#)
-            .fetch_one(&mut conn)
-            .await
-            .context("pg_promote on the standby")?;
-        let _ = conn.close().await;
-        anyhow::ensure!(promoted, "the standby was not promoted within 60 s");
-        Ok(())
+    /// Waits until HAProxy has node `i` alone in rotation (it starts with every node up
+    /// until their checks fail, so at first a connection may reach a standby) and a new
+    /// connection through it reaches that node, writable; returns how long that took.
+    pub async fn wait_routed_to(&self, i: usize, timeout: Duration) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let want = &self.nodes[i];
+        let url = self.admin_url();
+        poll(
+            || format!("HAProxy did not route to the writable {}", want.name),
+            timeout,
+            async || {
+                let states = self.server_states().await.map_err(|e| format!("{e:#}"))?;
+                let alone = states.iter().all(|(name, state)| {
+                    if *name == want.name {
+                        state == "UP"
+                    } else {
+                        // `DOWN`, or `DOWN 1/2` while rising: out of rotation either way.
+                        state.starts_with("DOWN")
+                    }
+                });
+                if !alone {
+                    return Err(format!("HAProxy: {states:?}"));
+                }
+                match reached(&url).await {
+                    Ok((port, false)) if port == want.pg_port => Ok(Some(started.elapsed())),
+                    Ok((port, standby)) => Err(format!("reached port {port} (standby: {standby})")),
+                    Err(e) => Err(format!("{e:#}")),
+                }
+            },
+        )
+        .await
+        .map_err(|e| e.context(tail(&self.haproxy_log, 20)))
     }
 
     /// HAProxy's log, for a failure message.
     pub fn haproxy_log(&self) -> &Path {
         &self.haproxy_log
     }
+
+    /// The directory holding every node's configuration and data.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
-/// HAProxy in TCP mode in front of `nodes`, each checked by `script`, its state readable
-/// on `stats`.
-fn config_for(port: u16, script: &Path, stats: &Path, nodes: &[(&str, u16)]) -> String {
-    let mut c = format!(
-        "# Generated by paysaga's test harness: PostgreSQL behind HAProxy, only the writable\n\
-         # node in rotation.\n\
-         global\n    \
-         maxconn 1024\n    \
-         log stderr format raw local0 info\n    \
-         stats socket {}\n    \
-         # External checks fork a program, which HAProxy forbids unless told.\n    \
-         external-check\n    \
-         insecure-fork-wanted\n\n\
-         defaults\n    \
-         mode tcp\n    \
-         log global\n    \
-         timeout connect 1s\n    \
-         # Pooled connections sit idle between statements.\n    \
-         timeout client 1h\n    \
-         timeout server 1h\n    \
-         timeout check 3s\n\n\
-         listen postgres\n    \
-         bind 127.0.0.1:{port}\n    \
-         option external-check\n    \
-         external-check path \"/usr/bin:/bin\"\n    \
-         external-check command {}\n    \
-         # A node marked down loses its sessions at once: a demoted or cut-off primary\n    \
-         # must not keep taking writes through connections opened before.\n    \
-         default-server inter {CHECK_INTERVAL_MS}ms fastinter {CHECK_INTERVAL_MS}ms downinter {CHECK_INTERVAL_MS}ms fall {FALL} rise {RISE} on-marked-down shutdown-sessions\n",
-        stats.display(),
-        script.display()
+/// `deploy/haproxy/postgres.cfg` for the test cluster: bound to `127.0.0.1:port`, a
+/// stats socket at `stats`, and the shipped `server` lines replaced by one per node
+/// (`name`, its PostgreSQL's address, its Patroni API's), all on loopback. Every other
+/// line, the checks and timings included, is the shipped file's.
+pub fn haproxy_config(port: u16, stats: &Path, servers: &[(String, u16, u16)]) -> String {
+    let mut c = String::from(
+        "# Generated by paysaga's test harness from deploy/haproxy/postgres.cfg: the same\n\
+         # settings, loopback addresses.\n",
     );
-    for (name, port) in nodes {
-        let _ = writeln!(c, "    server {name} 127.0.0.1:{port} check");
+    for line in HAPROXY_CONFIG.lines() {
+        let t = line.trim();
+        if t.starts_with("server ") {
+            continue;
+        }
+        if t.starts_with("bind ") {
+            let _ = writeln!(c, "    bind 127.0.0.1:{port}");
+            continue;
+        }
+        let _ = writeln!(c, "{line}");
+        if t == "global" {
+            let _ = writeln!(c, "    stats socket {}", stats.display());
+        }
+    }
+    for (name, pg, api) in servers {
+        let _ = writeln!(c, "    server {name} 127.0.0.1:{pg} check port {api}");
     }
     c
 }
@@ -591,8 +842,13 @@ impl Drop for PostgresHa {
             let _ = child.kill();
             let _ = child.wait();
         }
-        self.primary.kill();
-        self.standby.kill();
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        if let Some(mut child) = self.etcd.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -602,21 +858,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_checked_nodes_and_cut_sessions_when_marked_down() {
-        let c = config_for(
+    fn haproxy_runs_the_shipped_checks_on_loopback() {
+        let c = haproxy_config(
             5000,
-            Path::new("/tmp/x/is-writable.sh"),
             Path::new("/tmp/x/haproxy.sock"),
-            &[("primary", 5001), ("standby", 5002)],
+            &[("pg-1".into(), 5001, 5002), ("pg-2".into(), 5003, 5004)],
         );
-        assert!(c.contains("bind 127.0.0.1:5000"), "{c}");
-        assert!(c.contains("insecure-fork-wanted"), "{c}");
+        assert!(c.contains("    bind 127.0.0.1:5000\n"), "{c}");
+        assert!(!c.contains("bind :5432"), "{c}");
+        assert!(c.contains("stats socket /tmp/x/haproxy.sock"), "{c}");
         assert!(
-            c.contains("external-check command /tmp/x/is-writable.sh"),
+            c.contains("server pg-1 127.0.0.1:5001 check port 5002"),
             "{c}"
         );
-        assert!(c.contains("on-marked-down shutdown-sessions"), "{c}");
-        assert!(c.contains("server primary 127.0.0.1:5001 check"), "{c}");
-        assert!(c.contains("server standby 127.0.0.1:5002 check"), "{c}");
+        assert!(
+            c.contains("server pg-2 127.0.0.1:5003 check port 5004"),
+            "{c}"
+        );
+        assert!(
+            !c.contains("pg-1:5432"),
+            "the shipped servers are replaced: {c}"
+        );
+        // What decides routing comes from the shipped file unchanged.
+        for line in [
+            "option httpchk OPTIONS /primary",
+            "http-check expect status 200",
+            "on-marked-down shutdown-sessions",
+            "timeout client 1h",
+        ] {
+            assert!(HAPROXY_CONFIG.contains(line), "deploy file lacks {line}");
+            assert!(c.contains(line), "{c}");
+        }
+    }
+
+    #[test]
+    fn the_shipped_patroni_configuration_is_synchronous_with_rewind() {
+        for setting in [
+            "synchronous_mode: true",
+            "use_pg_rewind: true",
+            "wal_log_hints: \"on\"",
+            "synchronous_commit: \"on\"",
+            "etcd3:",
+        ] {
+            assert!(
+                PATRONI_CONFIG.contains(setting),
+                "deploy/patroni/patroni.yml lacks {setting}"
+            );
+        }
     }
 }

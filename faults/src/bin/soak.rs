@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::bail;
 use clap::Parser;
-use paysaga_faults::{table, Plan, Scenario};
+use paysaga_faults::{failover_table, table, Plan, Scenario};
 
 #[derive(Parser, Debug)]
 #[command(about = "Fault-injection soak over the real paysaga services")]
@@ -17,7 +17,7 @@ struct Args {
     rounds: u32,
     /// Only these scenarios (repeatable): orchestrator-crash, slow-account, order-partition,
     /// account-crash, redis-loss, database-drops, impatient-clients, order-crash,
-    /// redis-cluster-master-loss, postgres-failover.
+    /// redis-cluster-master-loss, postgres-failover, postgres-partition.
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
     /// Buyers per drop.
@@ -29,6 +29,9 @@ struct Args {
     /// Faults injected per drop.
     #[arg(long)]
     repeats: Option<u32>,
+    /// PostgreSQL failovers per drop (postgres-failover, postgres-partition).
+    #[arg(long)]
+    failovers: Option<u32>,
     /// Seed of the first round (each round adds one); random if unset.
     #[arg(long)]
     seed: Option<u64>,
@@ -67,16 +70,19 @@ async fn main() -> anyhow::Result<()> {
     if let Some(r) = args.repeats {
         plan.repeats = r;
     }
+    if let Some(f) = args.failovers {
+        plan.failovers = f;
+    }
     let first_seed = args.seed.unwrap_or(plan.seed);
 
     let started = Instant::now();
     let mut reports = Vec::new();
     for scenario in scenarios {
         for round in 0..args.rounds {
-            let plan = Plan {
+            let plan = scenario.adapt(&Plan {
                 seed: first_seed.wrapping_add(u64::from(round)),
                 ..plan.clone()
-            };
+            });
             eprintln!(
                 "== {scenario} round {}/{} (seed {}, {} buyers, {} units)",
                 round + 1,
@@ -96,6 +102,10 @@ async fn main() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     println!("{}", table(&reports));
+    let failovers = failover_table(&reports);
+    if !failovers.is_empty() {
+        println!("PostgreSQL failovers:\n\n{failovers}");
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&reports)?)?;
     }

@@ -14,20 +14,21 @@ mod slow_account;
 use std::{
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
+use paysaga_drop::{Attempt, ErrorLog};
 use paysaga_e2e::{postgres_ha::PostgresHa, redis_cluster::RedisCluster, FaultProxy, Link, Stack};
 use paysaga_supervisor::{PrivateRedis, ServiceKind, Stop};
 use rand::{rngs::StdRng, Rng};
 use sqlx::PgPool;
 
-use crate::{evidence, plan::Plan, scenario::Scenario};
+use crate::{evidence, plan::Plan, scenario::Scenario, waves::Waves};
 
-pub use postgres_failover::Probe;
+pub use postgres_failover::{Failover, Probe};
 
 /// Evidence name: kills struck while the orchestrator reported an operation in flight in
 /// the batch the kill was aimed at.
@@ -40,6 +41,10 @@ pub const KILLS_WITH_GAUGE: &str = "kills aimed with the batch gauge exported";
 
 /// Evidence name: a probe checkout that never completed after its fault (a violation).
 pub const PROBE_FAILED: &str = "probe checkouts that never completed";
+/// Evidence name: answers buyers had before a failover (COMPLETED, FAILED, REFUNDED, a
+/// reservation), and payments the old primary had COMPLETED, that the new primary does
+/// not hold (a violation).
+pub const LOST_IN_FAILOVER: &str = "acknowledged answers and commits missing on a new primary";
 
 /// What an injector did, as counts a report can print.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -48,13 +53,12 @@ pub struct Injection {
     pub faults: u32,
     /// Named counts showing the faults hit work in progress.
     pub evidence: Vec<(String, i64)>,
-    /// When the (last) fault struck, for a scenario that times recovery from the strike.
-    #[serde(skip)]
-    pub struck_at: Option<Instant>,
     /// When the system was whole again, for a scenario whose heal is a condition met
     /// (a promoted standby in rotation) rather than the injector's return.
     #[serde(skip)]
     pub healed_at: Option<Instant>,
+    /// Each PostgreSQL failover, for the failover scenarios.
+    pub failovers: Vec<Failover>,
 }
 
 impl Injection {
@@ -80,9 +84,16 @@ pub struct Ctx<'a> {
     pub redis: Option<&'a mut PrivateRedis>,
     /// The scenario's own Redis Cluster, for a scenario that kills one of its masters.
     pub cluster: Option<&'a mut RedisCluster>,
-    /// The scenario's own PostgreSQL primary and standby behind HAProxy, for a scenario
-    /// that kills the primary.
+    /// The scenario's own Patroni cluster behind HAProxy, for a scenario that strikes
+    /// its primary.
     pub postgres: Option<&'a mut PostgresHa>,
+    /// The drop's buyers, let in in waves (one wave, at once, but in the failover
+    /// scenarios).
+    pub waves: &'a Waves,
+    /// Every answer the drop's buyers have had so far.
+    pub answers: Arc<Mutex<Vec<Attempt>>>,
+    /// When the drop's buyers' requests ended in an unknown outcome.
+    pub buyer_errors: ErrorLog,
     /// A buyer's checkouts timed through a fault, for a scenario that measures when the
     /// system sells again.
     pub probe: Option<Probe>,
@@ -350,6 +361,8 @@ pub async fn inject(scenario: Scenario, ctx: &mut Ctx<'_>) -> anyhow::Result<Inj
         Scenario::ImpatientClients => Ok(Injection::default()),
         Scenario::OrderCrash => order_crash::inject(ctx).await,
         Scenario::RedisClusterMasterLoss => redis_cluster::inject(ctx).await,
-        Scenario::PostgresFailover => postgres_failover::inject(ctx).await,
+        Scenario::PostgresFailover | Scenario::PostgresPartition => {
+            postgres_failover::inject(scenario, ctx).await
+        }
     }
 }

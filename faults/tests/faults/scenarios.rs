@@ -18,6 +18,10 @@ async fn clean(scenario: Scenario) -> anyhow::Result<()> {
     eprintln!("{scenario}: seed {}", plan.seed);
     let report = paysaga_faults::run(scenario, &plan).await?;
     eprint!("{}", report.summary());
+    eprint!(
+        "{}",
+        paysaga_faults::failover_table(std::slice::from_ref(&report))
+    );
     eprintln!("logs:\n{}", report.logs);
     report.assert_clean();
     Ok(())
@@ -68,7 +72,14 @@ async fn redis_cluster_master_killed_mid_drop_and_failed_over() -> anyhow::Resul
     clean(Scenario::RedisClusterMasterLoss).await
 }
 
+/// Patroni fails over twice in one drop, the second time to the node that rejoined.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_primary_killed_mid_drop_and_standby_promoted() -> anyhow::Result<()> {
+async fn postgres_primary_killed_twice_mid_drop_and_patroni_fails_over() -> anyhow::Result<()> {
     clean(Scenario::PostgresFailover).await
+}
+
+/// The same with the primary cut off the network instead of killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_primary_cut_off_twice_mid_drop_and_patroni_fails_over() -> anyhow::Result<()> {
+    clean(Scenario::PostgresPartition).await
 }
