@@ -119,6 +119,9 @@ pub(crate) async fn by_key(pool: &PgPool, key: &str) -> Result<Option<Hold>> {
 /// The most holds one page lists, and the default.
 pub const MAX_PAGE: i64 = 1_000;
 pub const DEFAULT_PAGE: i64 = 500;
+/// Ages beyond this are treated as this: every hold is younger than a century, and the
+/// database's interval arithmetic overflows long before `u64::MAX` milliseconds.
+const MAX_AGE_MS: u64 = 100 * 366 * 24 * 3_600 * 1_000;
 
 /// `GET /v1/holds`: live holds (held, within their deadline) placed at least
 /// `older_than_ms` ago by the database's clock, oldest first, after the cursor. Through
@@ -126,7 +129,7 @@ pub const DEFAULT_PAGE: i64 = 500;
 #[tracing::instrument(skip_all, fields(older_than_ms = q.older_than_ms))]
 pub(crate) async fn list(pool: &PgPool, q: &ListHolds) -> Result<HoldPage> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
-    let older_than = i64::try_from(q.older_than_ms).unwrap_or(i64::MAX);
+    let older_than = q.older_than_ms.min(MAX_AGE_MS);
     let rows = sqlx::query(&format!(
         r#"SELECT {HOLD_COLUMNS}
            FROM holds h

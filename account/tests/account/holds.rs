@@ -381,6 +381,18 @@ async fn live_holds_are_listed_oldest_first_in_pages() {
         .expect("list")
         .body;
     assert!(young.holds.is_empty(), "none is an hour old");
+    let ancient = svc
+        .order
+        .holds(&ListHolds {
+            older_than_ms: u64::MAX,
+            after_created_at: None,
+            after_id: None,
+            limit: None,
+        })
+        .await
+        .expect("an age beyond any hold's lists nothing, not a server error")
+        .body;
+    assert!(ancient.holds.is_empty());
 }
 
 #[tokio::test]
