@@ -119,9 +119,6 @@ pub(crate) async fn by_key(pool: &PgPool, key: &str) -> Result<Option<Hold>> {
 /// The most holds one page lists, and the default.
 pub const MAX_PAGE: i64 = 1_000;
 pub const DEFAULT_PAGE: i64 = 500;
-/// Ages beyond this are treated as this: every hold is younger than a century, and the
-/// database's interval arithmetic overflows long before `u64::MAX` milliseconds.
-const MAX_AGE_MS: u64 = 100 * 366 * 24 * 3_600 * 1_000;
 
 /// `GET /v1/holds`: live holds (held, within their deadline) placed at least
 /// `older_than_ms` ago by the database's clock, oldest first, after the cursor. Through
@@ -129,7 +126,6 @@ const MAX_AGE_MS: u64 = 100 * 366 * 24 * 3_600 * 1_000;
 #[tracing::instrument(skip_all, fields(older_than_ms = q.older_than_ms))]
 pub(crate) async fn list(pool: &PgPool, q: &ListHolds) -> Result<HoldPage> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
-    let older_than = q.older_than_ms.min(MAX_AGE_MS);
     let rows = sqlx::query(&format!(
         r#"SELECT {HOLD_COLUMNS}
            FROM holds h
@@ -140,7 +136,7 @@ pub(crate) async fn list(pool: &PgPool, q: &ListHolds) -> Result<HoldPage> {
            ORDER BY h.created_at, h.id
            LIMIT $4"#
     ))
-    .bind(older_than as f64)
+    .bind(q.older_than_ms as f64)
     .bind(q.after_created_at)
     .bind(q.after_id)
     .bind(limit)

@@ -513,6 +513,8 @@ impl Hold {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ListHolds {
+    #[param(minimum = 0, maximum = 3_162_240_000_000_u64)]
+    #[serde(deserialize_with = "hold_age_ms")]
     pub older_than_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_created_at: Option<DateTime<Utc>>,
@@ -520,6 +522,20 @@ pub struct ListHolds {
     pub after_id: Option<Uuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<i64>,
+}
+
+/// The oldest age a holds listing may ask about: a century, beyond any hold's life (the
+/// database's interval arithmetic overflows long before `u64::MAX` milliseconds).
+pub const MAX_HOLD_AGE_MS: u64 = 3_162_240_000_000;
+
+fn hold_age_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let ms = u64::deserialize(d)?;
+    if ms > MAX_HOLD_AGE_MS {
+        return Err(serde::de::Error::custom(format!(
+            "older_than_ms is at most {MAX_HOLD_AGE_MS}"
+        )));
+    }
+    Ok(ms)
 }
 
 /// A page of [`ListHolds`]: `next` is the cursor of the last hold when the page is full.
