@@ -773,8 +773,10 @@ impl Driver {
                     }
                     // Read after the entry: an offer made to this buyer in between
                     // shows here as a unit held, so the buyer never leaves with one.
+                    // A unit on sale while the buyer waits is promised to a pass in
+                    // flight (or about to be offered): it may still come back.
                     if let Ok(p) = order.product(product_id).await {
-                        if p.body.reserved + p.body.offered == 0 {
+                        if p.body.reserved + p.body.offered + p.body.available == 0 {
                             return self
                                 .leave(&order, product_id, WaitEnd::NothingHeld, told, a)
                                 .await;

@@ -45,9 +45,23 @@ pub struct InvariantReport {
     pub offered_units_without_one_live_offer: i64,
     /// (product, member) pairs with more than one live offer.
     pub members_with_two_live_offers: i64,
-    /// Products with an AVAILABLE unit while someone is WAITING: a unit on sale that
-    /// should have been offered.
+    /// Products with an AVAILABLE unit not promised to a pass in flight (by the gate's
+    /// last report) while someone is WAITING: a unit on sale that should have been
+    /// offered.
     pub available_while_waiting: i64,
+
+    // --- fairness (one answer for "sold out"; units go in arrival order)
+    /// Units left AVAILABLE while a member who asked to wait went without: per product,
+    /// the smaller of its AVAILABLE units and its members whose entry is still WAITING or
+    /// LEFT with no live or confirmed reservation of it. While one of them still waits,
+    /// units promised to passes in flight (the gate's last report) are not counted: an
+    /// unused pass's unit comes to the line when the pass expires. 0 at the end of a drop.
+    pub unsold_while_waiters_went_without: i64,
+    /// Units that went to a buyer who arrived after a member who asked to wait and went
+    /// without: a unit offered to a later entry of the line while that member was
+    /// waiting (the waitlist's FIFO order), or a unit that came back from a reservation
+    /// while that member was waiting and was then reserved with a gate pass instead. 0.
+    pub units_to_later_arrivals: i64,
     /// Live offers whose unit is in a live reservation, and reservations made from an
     /// offer that hold another unit or belong to another member than the offer's.
     pub offer_units_reserved_by_others: i64,
@@ -180,6 +194,14 @@ impl InvariantReport {
             (
                 self.offer_units_reserved_by_others,
                 "offered units in someone else's reservation",
+            ),
+            (
+                self.unsold_while_waiters_went_without,
+                "units left unsold while members who asked to wait went without",
+            ),
+            (
+                self.units_to_later_arrivals,
+                "units that went to a buyer who arrived after a waiting member who went without",
             ),
             (
                 self.accounts_below_available_zero,
@@ -408,6 +430,9 @@ async fn waitlist(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
     r.available_while_waiting = scalar(pool, AVAILABLE_WHILE_WAITING).await?;
 
     r.offer_units_reserved_by_others = scalar(pool, OFFER_UNITS_RESERVED_BY_OTHERS).await?;
+
+    r.unsold_while_waiters_went_without = scalar(pool, UNSOLD_WHILE_WAITERS_WENT_WITHOUT).await?;
+    r.units_to_later_arrivals = scalar(pool, UNITS_TO_LATER_ARRIVALS).await?;
     Ok(())
 }
 
@@ -548,11 +573,75 @@ const MEMBERS_WITH_TWO_LIVE_OFFERS: &str = r#"
 
 const AVAILABLE_WHILE_WAITING: &str = r#"
         SELECT COUNT(*) FROM order_service.products AS p
-        WHERE EXISTS (SELECT 1 FROM order_service.product_stock AS u
-                      WHERE u.product_id = p.id AND u.state = 'AVAILABLE')
+        WHERE (SELECT COUNT(*) FROM order_service.product_stock AS u
+               WHERE u.product_id = p.id AND u.state = 'AVAILABLE')
+              > COALESCE((SELECT g.in_flight FROM order_service.gate_promises AS g
+                          WHERE g.product_id = p.id), 0)
           AND EXISTS (SELECT 1 FROM order_service.waitlist_entries AS w
                       WHERE w.product_id = p.id AND w.state = 'WAITING')
         "#;
+
+/// Members who asked to wait for a product and went without: an entry still WAITING, or
+/// LEFT, and no live or confirmed reservation of the product (an entry that was offered
+/// a unit ended EXPIRED or TAKEN instead; one at the purchase cap, SKIPPED).
+macro_rules! went_without {
+    () => {
+        r#"
+        WITH went_without AS (
+            SELECT w.product_id, w.member_id, w.seq, w.created_at,
+                   CASE WHEN w.state = 'WAITING' THEN 'infinity'::TIMESTAMPTZ
+                        ELSE w.updated_at END AS waited_until
+            FROM order_service.waitlist_entries AS w
+            WHERE w.state IN ('WAITING', 'LEFT')
+              AND NOT EXISTS (SELECT 1 FROM order_service.reservations AS r
+                              WHERE r.product_id = w.product_id AND r.member_id = w.member_id
+                                AND r.state IN ('RESERVED', 'CONFIRMED'))
+        )"#
+    };
+}
+
+const UNSOLD_WHILE_WAITERS_WENT_WITHOUT: &str = concat!(
+    went_without!(),
+    r#"
+        SELECT COALESCE(SUM(LEAST(GREATEST(0, a.available - CASE WHEN g.still_waiting
+                                                                 THEN COALESCE(p.in_flight, 0)
+                                                                 ELSE 0 END),
+                                  g.members)), 0)::BIGINT
+        FROM (SELECT product_id, COUNT(DISTINCT member_id) AS members,
+                     bool_or(waited_until = 'infinity') AS still_waiting
+              FROM went_without GROUP BY product_id) AS g
+        JOIN (SELECT product_id, COUNT(*) AS available
+              FROM order_service.product_stock
+              WHERE state = 'AVAILABLE' GROUP BY product_id) AS a
+          ON a.product_id = g.product_id
+        LEFT JOIN order_service.gate_promises AS p ON p.product_id = g.product_id
+        "#
+);
+
+const UNITS_TO_LATER_ARRIVALS: &str = concat!(
+    went_without!(),
+    r#"
+        SELECT
+            -- An offer made to an entry behind a member who was waiting then.
+            (SELECT COUNT(*)
+             FROM order_service.waitlist_offers AS o
+             JOIN order_service.waitlist_entries AS e ON e.id = o.entry_id
+             WHERE EXISTS (SELECT 1 FROM went_without AS x
+                           WHERE x.product_id = o.product_id AND x.seq < e.seq
+                             AND x.created_at < o.created_at AND x.waited_until > o.created_at))
+            -- A unit back from a reservation while a member was waiting, then reserved
+            -- with a pass.
+          + (SELECT COUNT(*)
+             FROM order_service.reservations AS r
+             WHERE r.pass_id IS NOT NULL AND r.state IN ('RESERVED', 'CONFIRMED')
+               AND EXISTS (SELECT 1
+                           FROM order_service.reservations AS b
+                           JOIN went_without AS x ON x.product_id = b.product_id
+                           WHERE b.unit_id = r.unit_id AND b.state IN ('CANCELLED', 'EXPIRED')
+                             AND b.updated_at < r.created_at
+                             AND x.created_at < b.updated_at AND x.waited_until > b.updated_at))
+        "#
+);
 
 const OFFER_UNITS_RESERVED_BY_OTHERS: &str = r#"
         SELECT

@@ -68,6 +68,13 @@ pub struct ProductLocal {
     passes: Mutex<Passes>,
     /// This product's issue batching task, started on first use.
     pub batcher: OnceLock<Batcher>,
+    /// Whether the order service has this instance's report of the passes in flight
+    /// made while the quota is 0 (so a buyer told `SOLD_OUT` can join the waitlist).
+    sold_out_reported: AtomicBool,
+    /// When this instance last reported the product before a `SOLD_OUT` answer.
+    report_tried: Mutex<Option<Instant>>,
+    /// One recompute (and report) of the product at a time in this instance.
+    pub recompute: tokio::sync::Mutex<()>,
 }
 
 impl Default for ProductLocal {
@@ -80,6 +87,9 @@ impl Default for ProductLocal {
             in_catalogue: AtomicBool::new(false),
             passes: Mutex::new(Passes::default()),
             batcher: OnceLock::new(),
+            sold_out_reported: AtomicBool::new(false),
+            report_tried: Mutex::new(None),
+            recompute: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -128,6 +138,29 @@ impl ProductLocal {
 
     pub fn finish_loading(&self) {
         self.loading.store(false, Ordering::Release);
+    }
+
+    pub fn sold_out_reported(&self) -> bool {
+        self.sold_out_reported.load(Ordering::Acquire)
+    }
+
+    /// Set by a recompute that reported the passes in flight: true when it left the
+    /// quota at 0.
+    pub fn set_sold_out_reported(&self, reported: bool) {
+        self.sold_out_reported.store(reported, Ordering::Release);
+    }
+
+    /// Claims a report attempt before a `SOLD_OUT` answer; false when one was tried
+    /// less than `every` ago (the order service may be down: answers do not queue on it).
+    pub fn try_report(&self, now: Instant, every: std::time::Duration) -> bool {
+        let mut last = self.report_tried.lock().unwrap_or_else(|p| p.into_inner());
+        match *last {
+            Some(t) if now.duration_since(t) < every => false,
+            _ => {
+                *last = Some(now);
+                true
+            }
+        }
     }
 
     pub fn last_quota(&self) -> Option<i64> {

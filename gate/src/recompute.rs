@@ -12,6 +12,9 @@ use uuid::Uuid;
 /// The order service answers at most this many pass ids per question.
 const USED_QUERY_LIMIT: usize = 1_000;
 
+/// How long after a failed report before a `SOLD_OUT` answer tries again.
+const REPORT_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
+
 use crate::{
     admission::{pass_id, unix_now, Gate},
     error::Result,
@@ -145,20 +148,64 @@ impl Recompute {
         Some(used)
     }
 
+    /// Before a `SOLD_OUT` answer: makes sure the order service has this instance's
+    /// report of the product's passes in flight made while the quota is 0, so the
+    /// buyer's join of the waitlist is accepted (the order service counts the units
+    /// promised to those passes as not on sale). Once per product each time its quota
+    /// runs out, not per answer; an attempt that fails is not repeated for a while, and
+    /// the `SOLD_OUT` stands either way.
+    pub async fn ensure_reported(&self, product_id: i64) {
+        let Some(local) = self.gate.products.get(product_id) else {
+            return;
+        };
+        if local.sold_out_reported() {
+            return;
+        }
+        let _one = local.recompute.lock().await;
+        if local.sold_out_reported() || !local.try_report(Instant::now(), REPORT_RETRY_AFTER) {
+            return;
+        }
+        let cutoff = unix_now() - self.skew_secs;
+        if let Err(e) = self.one_locked(product_id, cutoff, &local).await {
+            if e.is_redis_outage() {
+                self.gate.health.degrade(&e);
+            } else {
+                tracing::warn!(product_id, error = %e, "report before sold out failed");
+            }
+        }
+        metrics::counter!("gate_sold_out_reports_total").increment(1);
+    }
+
     #[tracing::instrument(skip_all, fields(product_id))]
     async fn one(&self, product_id: i64, cutoff: i64) -> Result<()> {
         let local = self.gate.products.get_or_insert(product_id);
+        let _one = local.recompute.lock().await;
+        self.one_locked(product_id, cutoff, &local).await
+    }
+
+    /// [`Self::one`] under the product's recompute lock: two runs for one product must
+    /// not interleave (one's used marks with the other's availability count a used
+    /// pass's unit as free).
+    async fn one_locked(&self, product_id: i64, cutoff: i64, local: &ProductLocal) -> Result<()> {
         let live = self.gate.store.holders(product_id, cutoff).await?;
         let Some(used) = self.used_members(product_id, &live).await else {
             return Ok(());
         };
-        let available = match self.order.availability(product_id).await {
-            Ok(a) => a.body.available,
+        // The passes in flight are reported before availability is read: the units
+        // they no longer cover (a pass expired, or its holder could not pay) go to the
+        // head of the waitlist there and then, before this quota could count them. A
+        // pass used since the used passes were asked for is still reported in flight
+        // (the safe side: one unit fewer handed on this run, none handed twice).
+        let in_flight = i64::try_from(live.len().saturating_sub(used.len())).unwrap_or(i64::MAX);
+        let (available, waiting) = match self.order.report_promises(product_id, in_flight).await {
+            Ok(a) => (a.body.available, a.body.waiting),
             Err(e) => {
                 tracing::warn!(product_id, error = %e, "quota recompute: availability unavailable; product skipped");
                 return Ok(());
             }
         };
+        // While anyone waits, a unit that comes back is theirs, never the open sale's.
+        let available = if waiting > 0 { 0 } else { available };
         // Coming back from an outage, every live pass this instance issued is written
         // again, not only those issued without Redis: a Redis Cluster replica promoted
         // after its master died may lack the master's last writes (replication is
@@ -189,13 +236,15 @@ impl Recompute {
             }
         }
         local.synced(&written, cutoff);
-        self.apply(product_id, available, &local, r);
+        self.apply(product_id, available, local, r);
         Ok(())
     }
 
     fn apply(&self, product_id: i64, available: i64, local: &ProductLocal, r: Recomputed) {
         let id = product_id.to_string();
         local.set_last_quota(r.new);
+        // This run reported the passes in flight before setting the quota.
+        local.set_sold_out_reported(r.new == 0);
         if r.new == 0 {
             let until = Instant::now() + self.gate.policy().sold_out_cache;
             if !self.gate.policy().sold_out_cache.is_zero() {

@@ -46,7 +46,16 @@ pub async fn issue_pass(
     if req.product_id <= 0 {
         return Err(Error::InvalidProductId);
     }
-    let grant: Grant = state.gate.admit(req.product_id, &member).await?;
+    let grant: Grant = match state.gate.admit(req.product_id, &member).await {
+        Ok(grant) => grant,
+        Err(e @ Error::SoldOut(_)) => {
+            // The buyer may join the waitlist on this answer: the order service must
+            // know the units still on sale there are promised to passes in flight.
+            state.recompute.ensure_reported(req.product_id).await;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     Ok((
         StatusCode::CREATED,
         Json(state.gate.sign(req.product_id, &member, grant.exp())),

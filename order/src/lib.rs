@@ -14,6 +14,7 @@ pub mod config;
 pub(crate) mod error;
 pub mod funds;
 pub mod outbox;
+pub mod promises;
 pub mod releases;
 pub mod reservations;
 pub(crate) mod routes;
@@ -117,6 +118,7 @@ impl AppState {
         routes::products::list,
         routes::products::get,
         routes::products::availability,
+        routes::products::report_promises,
         routes::reservations::create,
         routes::reservations::get,
         routes::reservations::confirm,
@@ -135,6 +137,7 @@ impl AppState {
         api::AddUnits,
         api::Product,
         api::Availability,
+        api::ReportPromises,
         api::CreateReservation,
         api::Reservation,
         api::ReservationState,
@@ -173,6 +176,10 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/products/{id}/availability",
             get(products::availability),
+        )
+        .route(
+            "/v1/products/{id}/promises",
+            post(products::report_promises),
         )
         .route("/v1/products/{id}/waitlist", post(waitlist::join))
         .route(

@@ -134,9 +134,14 @@ pub enum Joined {
     Existing(WaitlistEntry),
 }
 
+/// What a join is judged on. "Sold out for joining" is the gate's "sold out": no unit
+/// free (every AVAILABLE unit promised to a pass in flight, by the gate's report).
 #[derive(sqlx::FromRow)]
 struct JoinCheck {
+    /// Units free for a new buyer: AVAILABLE beyond the gate's passes in flight.
     available: bool,
+    /// A unit that may still come back: held by a reservation or an offer, or promised
+    /// to a pass (which may expire unused).
     held: bool,
     mine: i64,
 }
@@ -198,10 +203,10 @@ async fn judge(
 ) -> Result<Option<Result<Joined>>> {
     let check = sqlx::query_as::<_, JoinCheck>(
         r#"
-        SELECT EXISTS (SELECT 1 FROM product_stock s
-                       WHERE s.product_id = p.id AND s.state = 'AVAILABLE') AS available,
+        SELECT units_free(p.id) > 0 AS available,
                EXISTS (SELECT 1 FROM product_stock s
-                       WHERE s.product_id = p.id AND s.state IN ('RESERVED', 'OFFERED')) AS held,
+                       WHERE s.product_id = p.id
+                         AND s.state IN ('RESERVED', 'OFFERED', 'AVAILABLE')) AS held,
                (SELECT COUNT(*) FROM reservations r
                 WHERE r.product_id = p.id AND r.member_id = $2
                   AND r.state IN ('RESERVED', 'CONFIRMED')) AS mine

@@ -62,11 +62,26 @@ pub struct Product {
     pub created_at: DateTime<Utc>,
 }
 
-/// `GET /v1/products/{id}/availability`: units that can be reserved right now.
+/// `GET /v1/products/{id}/availability`: units that can be reserved right now. Also the
+/// answer to the gate's report of its passes in flight (`POST .../promises`), read after
+/// the units the report freed went to the waitlist.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Availability {
     pub product_id: i64,
     pub available: i64,
+    /// Members waiting in the product's line. While anyone waits, a unit that comes
+    /// back is theirs: the gate's quota stays 0.
+    #[serde(default)]
+    pub waiting: i64,
+}
+
+/// `POST /v1/products/{id}/promises` (gate): the product's passes in flight (issued, not
+/// used, not expired). AVAILABLE units up to this many are promised to them: not on
+/// sale, so with none beyond them the product is sold out for joining the waitlist;
+/// units beyond them go to the head of the line while anyone waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ReportPromises {
+    pub in_flight: i64,
 }
 
 /// `POST /v1/reservations`: claim one unit with a gate pass.

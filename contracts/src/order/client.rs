@@ -11,7 +11,7 @@ use crate::batch::Replies;
 
 use super::api::{
     AckEvents, AddUnits, Availability, CreateProduct, CreateReservation, OrderBatch, OutboxPage,
-    Product, Reservation, UsedPasses, UsedPassesQuery, WaitlistEntry,
+    Product, ReportPromises, Reservation, UsedPasses, UsedPassesQuery, WaitlistEntry,
 };
 
 /// Calls the order service with one bearer token: a service credential for the
@@ -61,6 +61,21 @@ impl OrderClient {
     pub async fn availability(&self, product_id: i64) -> Result<Answer<Availability>, CallError> {
         self.inner
             .get(&format!("/v1/products/{product_id}/availability"))
+            .await
+    }
+
+    /// `POST /v1/products/{id}/promises` (gate): reports the product's passes in flight;
+    /// the answer is read after the units no longer promised went to the waitlist.
+    pub async fn report_promises(
+        &self,
+        product_id: i64,
+        in_flight: i64,
+    ) -> Result<Answer<Availability>, CallError> {
+        self.inner
+            .post(
+                &format!("/v1/products/{product_id}/promises"),
+                &ReportPromises { in_flight },
+            )
             .await
     }
 

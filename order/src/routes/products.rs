@@ -13,8 +13,9 @@ use paysaga_common::{
 use paysaga_contracts::account::api::HoldTtl;
 
 use crate::{
-    api::{AddUnits, Availability, CreateProduct, ErrorCode, Product},
+    api::{AddUnits, Availability, CreateProduct, ErrorCode, Product, ReportPromises},
     error::{Error, Result},
+    promises,
     stock::{self, MAX_UNITS_PER_CALL},
     AppState,
 };
@@ -147,5 +148,35 @@ pub async fn availability(
     Ok(Json(Availability {
         product_id: id,
         available,
+        waiting: 0,
+    }))
+}
+
+/// The gate's passes in flight for a product (service): recorded, then the units they do
+/// not cover offered to the head of the waitlist; the answer is read after that.
+#[utoipa::path(post, path = "/v1/products/{id}/promises", security(("service" = [])), request_body = ReportPromises,
+    params(("id" = i64, Path, description = "product id")),
+    responses((status = 200, body = Availability), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[tracing::instrument(skip_all, fields(product_id = id, in_flight = req.in_flight))]
+pub async fn report_promises(
+    State(state): State<AppState>,
+    _caller: Service<{ GATE }>,
+    Path(id): Path<i64>,
+    Json(req): Json<ReportPromises>,
+) -> Result<Json<Availability>> {
+    let id = known_id(id)?;
+    if req.in_flight < 0 {
+        return Err(Error::invalid(
+            ErrorCode::InvalidUnits,
+            "in_flight must be zero or more",
+        ));
+    }
+    let reported = promises::report(&state.pool, id, req.in_flight)
+        .await?
+        .ok_or(Error::ProductNotFound(id))?;
+    Ok(Json(Availability {
+        product_id: id,
+        available: reported.available,
+        waiting: reported.waiting,
     }))
 }

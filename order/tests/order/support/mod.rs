@@ -244,7 +244,10 @@ impl Harness {
 /// A credential of the role that calls `path` in production: the gate reads
 /// availability and used passes, an operator manages products, the saga the rest.
 pub fn token_for(path: &str) -> String {
-    let role = if path.ends_with("/availability") || path == "/v1/passes/used" {
+    let role = if path.ends_with("/availability")
+        || path.ends_with("/promises")
+        || path == "/v1/passes/used"
+    {
         "gate"
     } else if path.starts_with("/v1/products") {
         "operator"
