@@ -27,7 +27,10 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use paysaga_common::{auth::Verifier, server, service};
+use paysaga_common::{
+    auth::{Audience, Verifier},
+    server, service,
+};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
@@ -62,7 +65,8 @@ impl AppState {
     /// Connects as the service's role and runs its migrations.
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
         let pool = config.database.open(SCHEMA, &MIGRATOR).await?;
-        let verifier = Verifier::from_source(&config.buyer_keys, &config.service_keys);
+        let verifier =
+            Verifier::from_source(&config.buyer_keys, &config.service_keys, Audience::Account);
         Ok(Self {
             pool,
             verifier: Arc::new(verifier),

@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn development_tokens_verify_as_their_member() {
         let buyers = Buyers::development("t", 3);
-        let v = Verifier::development();
+        let v = Verifier::development(paysaga_common::auth::Audience::Gate);
         for i in 0..3 {
             assert_eq!(
                 v.verify_buyer(buyers.token(i))

@@ -10,7 +10,7 @@ use std::{
 
 use futures::{stream, StreamExt, TryStreamExt};
 use paysaga_common::{
-    auth::ServiceRole,
+    auth::{Audience, ServiceRole},
     client::{CallError, Credential},
     credentials::TokenSource,
 };
@@ -181,7 +181,7 @@ impl System {
         let req = self
             .http
             .post(&url)
-            .bearer_auth(self.service_credential.bearer())
+            .bearer_auth(self.service_credential.bearer(Audience::Order))
             .json(&body);
         let reply = send(req).await.map_err(|o| setup(&url, o.0))?;
         if !(200..300).contains(&reply.status) {
@@ -272,7 +272,7 @@ impl System {
         let reply = send(
             self.http
                 .get(&url)
-                .bearer_auth(self.service_credential.bearer()),
+                .bearer_auth(self.service_credential.bearer(Audience::Gate)),
         )
         .await
         .map_err(|o| setup(&url, o.0))?;

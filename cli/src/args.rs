@@ -260,10 +260,14 @@ pub enum TokenCommand {
         ttl_secs: u64,
     },
     /// A service credential (internal and operator endpoints) of one role: gate,
-    /// orchestrator, member or operator, signed with that role's development key; each
+    /// orchestrator, member, operator, order or console, signed with that role's
+    /// development key, for one service (`--for`): no other service admits it; each
     /// service route admits only some roles. At most 900 seconds.
     Service {
         name: String,
+        /// The service it opens: account, order, gate, orchestrator or member.
+        #[arg(long = "for", default_value = "orchestrator")]
+        to: String,
         #[arg(long, default_value_t = 900)]
         ttl_secs: u64,
     },

@@ -301,7 +301,7 @@ pub fn token(cmd: TokenCommand) -> anyhow::Result<ExitCode> {
             }
             (Minter::dev_buyer(), member, ttl_secs)
         }
-        TokenCommand::Service { name, ttl_secs } => {
+        TokenCommand::Service { name, to, ttl_secs } => {
             // The services refuse any other subject and any longer lifetime, so say so now.
             let role = ServiceRole::parse(&name)
                 .ok_or_else(|| anyhow::anyhow!("{name}: {}", paysaga_common::auth::UnknownRole))?;
@@ -312,7 +312,12 @@ pub fn token(cmd: TokenCommand) -> anyhow::Result<ExitCode> {
                      mint another when it runs out"
                 );
             }
-            (Minter::dev_service(role), name, ttl_secs)
+            let to = paysaga_common::auth::Audience::parse(&to).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--for {to}: not a service (account, order, gate, orchestrator, member)"
+                )
+            })?;
+            (Minter::dev_service(role, to), name, ttl_secs)
         }
     };
     eprintln!("DEVELOPMENT token: signed with a public development key; services configured with their own keys refuse it.");

@@ -322,7 +322,11 @@ fn print_next_steps(
     free_ports: bool,
 ) {
     let operator = paysaga_common::auth::ServiceRole::Operator;
-    let token = paysaga_common::auth::Minter::dev_service(operator).mint(
+    let token = paysaga_common::auth::Minter::dev_service(
+        operator,
+        paysaga_common::auth::Audience::Orchestrator,
+    )
+    .mint(
         operator.name(),
         Duration::from_secs(paysaga_common::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS as u64),
     );
@@ -371,7 +375,7 @@ fn print_next_steps(
             paysaga_drop::setup::BUYER_PASSWORD
         );
     }
-    println!("  a DEVELOPMENT operator credential for curl (valid 15 minutes, the most a service credential may live; `{run} token service operator` mints another; anyone can mint these, never use the development keys in production):");
+    println!("  a DEVELOPMENT operator credential for curl at the orchestrator and its console (valid 15 minutes, the most a service credential may live; it opens no other service: `{run} token service operator --for <service>` mints one for another; anyone can mint these, never use the development keys in production):");
     println!("    export TOKEN={token}");
     if let Some((id, _, _)) = sample {
         println!("    curl -s -H \"Authorization: Bearer $TOKEN\" {orch}/v1/payments/{id}/steps");

@@ -27,7 +27,68 @@ use crate::{
 
 pub const ISSUER: &str = "paysaga";
 pub const BUYER_AUDIENCE: &str = "paysaga:buyer";
-pub const SERVICE_AUDIENCE: &str = "paysaga:service";
+
+/// The one service a service credential is for: its `aud` claim, `paysaga:<service>`.
+/// Each verifier admits only credentials naming its own service, so a credential a
+/// caller sent to one service opens nothing at any other; a caller mints one per
+/// destination ([`crate::credentials::TokenSource::token`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Audience {
+    Account,
+    Order,
+    Gate,
+    Orchestrator,
+    Member,
+}
+
+impl Audience {
+    pub const ALL: [Audience; 5] = [
+        Audience::Account,
+        Audience::Order,
+        Audience::Gate,
+        Audience::Orchestrator,
+        Audience::Member,
+    ];
+
+    /// The service's name (`account`, `order`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Audience::Account => "account",
+            Audience::Order => "order",
+            Audience::Gate => "gate",
+            Audience::Orchestrator => "orchestrator",
+            Audience::Member => "member",
+        }
+    }
+
+    /// The `aud` claim of a credential for this service.
+    pub const fn claim(self) -> &'static str {
+        match self {
+            Audience::Account => "paysaga:account",
+            Audience::Order => "paysaga:order",
+            Audience::Gate => "paysaga:gate",
+            Audience::Orchestrator => "paysaga:orchestrator",
+            Audience::Member => "paysaga:member",
+        }
+    }
+
+    /// The service a name (`account`, ...) or a claim (`paysaga:account`) names.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name() == s || a.claim() == s)
+    }
+
+    pub(crate) const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for Audience {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// The longest a buyer token may live (`exp - iat`). The member service issues
 /// 15-minute tokens; a leaked key or a mis-set minter must not yield tokens that stay
@@ -167,9 +228,10 @@ enum BuyerKeys {
 /// Verifies both kinds of token. Buyer and service tokens use different keys and
 /// audiences, so one can never stand in for the other; each service credential is
 /// checked under the key its `kid` names, which must be registered for the role its
-/// `sub` names.
+/// `sub` names, and must name this verifier's own service as its audience.
 #[derive(Clone)]
 pub struct Verifier {
+    audience: Audience,
     buyer_keys: BuyerKeys,
     service_keys: Arc<HashMap<String, (ServiceRole, DecodingKey)>>,
     buyer_validation: Validation,
@@ -273,17 +335,21 @@ pub fn within_buyer_lifetime(claims: &Claims) -> bool {
     claims.exp.saturating_sub(claims.iat) <= MAX_BUYER_TOKEN_LIFETIME_SECS
 }
 
-/// How every service credential is checked: EdDSA, the service audience, our issuer,
-/// `iat` (for the lifetime cap) and `nbf` required.
-pub fn service_validation() -> Validation {
-    let mut v = validation(SERVICE_AUDIENCE);
+/// How every service credential for `audience` is checked: EdDSA, that one service as
+/// the audience (a credential for any other service is refused), our issuer, `iat`
+/// (for the lifetime cap) and `nbf` required.
+pub fn service_validation(audience: Audience) -> Validation {
+    let mut v = validation(audience.claim());
     v.set_required_spec_claims(&["exp", "nbf", "iat", "sub", "aud", "iss"]);
     v
 }
 
 impl Verifier {
-    pub fn new(buyer: &VerifyingKey, service: &ServiceKeys) -> Self {
+    /// The verifier of the service `audience`: it admits service credentials made for
+    /// that service only.
+    pub fn new(buyer: &VerifyingKey, service: &ServiceKeys, audience: Audience) -> Self {
         Self {
+            audience,
             buyer_keys: BuyerKeys::Static(decoding_key(buyer)),
             service_keys: Arc::new(
                 service
@@ -292,7 +358,7 @@ impl Verifier {
                     .collect(),
             ),
             buyer_validation: buyer_validation(),
-            service_validation: service_validation(),
+            service_validation: service_validation(audience),
             buyer_cache: None,
             service_cache: Arc::new(TokenCache::new(SERVICE_CACHE_CAPACITY)),
         }
@@ -313,8 +379,8 @@ impl Verifier {
     /// A verifier over `buyer` keys and the `service` key set. With a buyer key set, the
     /// first fetch and the periodic refresh run in a background task (so this needs a
     /// Tokio runtime); until keys arrive, a buyer token's unknown `kid` fetches them itself.
-    pub fn from_source(buyer: &BuyerKeySource, service: &ServiceKeys) -> Self {
-        let mut this = Self::new(&DevKey::BuyerTokens.verifying_key(), service);
+    pub fn from_source(buyer: &BuyerKeySource, service: &ServiceKeys, audience: Audience) -> Self {
+        let mut this = Self::new(&DevKey::BuyerTokens.verifying_key(), service, audience);
         this.buyer_keys = match buyer {
             BuyerKeySource::Static(key) => BuyerKeys::Static(decoding_key(key)),
             BuyerKeySource::Jwks {
@@ -337,12 +403,17 @@ impl Verifier {
     /// Buyer keys from [`BuyerKeySource::from_secrets`], service keys from
     /// `SERVICE_KEYS`; development keys where unset only in development mode (warned),
     /// otherwise every unset one is named in the error. Needs a Tokio runtime.
-    pub fn from_env() -> Result<Self, config::Error> {
+    pub fn from_env(audience: Audience) -> Result<Self, config::Error> {
         let mut secrets = Secrets::from_env()?;
         let buyer = BuyerKeySource::from_secrets(&mut secrets)?;
         let service = ServiceKeys::from_secrets(&mut secrets)?;
         secrets.finish()?.warn("verifier");
-        Ok(Self::from_source(&buyer, &service))
+        Ok(Self::from_source(&buyer, &service, audience))
+    }
+
+    /// The service whose credentials this verifier admits.
+    pub fn audience(&self) -> Audience {
+        self.audience
     }
 
     /// The member service's key set this verifier follows, if it follows one.
@@ -353,10 +424,12 @@ impl Verifier {
         }
     }
 
-    pub fn development() -> Self {
+    /// DEVELOPMENT ONLY: the development keys, for the service `audience`.
+    pub fn development(audience: Audience) -> Self {
         Self::new(
             &DevKey::BuyerTokens.verifying_key(),
             &ServiceKeys::development(),
+            audience,
         )
     }
 
@@ -405,9 +478,9 @@ impl Verifier {
     }
 
     /// The role of a service credential: signed under the key its `kid` names, that key
-    /// registered for the role its `sub` names, within its validity (`nbf`, `exp`) and no
-    /// longer-lived than [`MAX_SERVICE_TOKEN_LIFETIME_SECS`]. Anything else is `None`,
-    /// whatever it claims.
+    /// registered for the role its `sub` names, made for this verifier's service (`aud`),
+    /// within its validity (`nbf`, `exp`) and no longer-lived than
+    /// [`MAX_SERVICE_TOKEN_LIFETIME_SECS`]. Anything else is `None`, whatever it claims.
     pub fn verify_service(&self, token: &str) -> Option<ServiceRole> {
         let now = chrono::Utc::now().timestamp();
         if let Some(role) = self.service_cache.get(token, now) {
@@ -476,10 +549,10 @@ impl Minter {
     pub fn dev_buyer() -> Self {
         Self::new(&DevKey::BuyerTokens.signing_key(), BUYER_AUDIENCE)
     }
-    /// DEVELOPMENT ONLY: service credentials signed with `role`'s development key,
-    /// naming it by `kid`.
-    pub fn dev_service(role: ServiceRole) -> Self {
-        Self::with_kid(&DevKey::Service(role).signing_key(), SERVICE_AUDIENCE)
+    /// DEVELOPMENT ONLY: service credentials for the service `audience`, signed with
+    /// `role`'s development key, naming it by `kid`.
+    pub fn dev_service(role: ServiceRole, audience: Audience) -> Self {
+        Self::with_kid(&DevKey::Service(role).signing_key(), audience.claim())
     }
     pub fn mint(&self, subject: &str, ttl: std::time::Duration) -> String {
         self.mint_with_claims(subject, ttl).0
@@ -579,15 +652,20 @@ pub enum ServiceRole {
     /// The order service (holds a reservation's price on the buyer's account and
     /// releases it).
     Order,
+    /// The operator console's own reads (products at the order service, the quota at
+    /// the gate): read-only routes, so the console never carries an operator's
+    /// credential to another service.
+    Console,
 }
 
 impl ServiceRole {
-    pub const ALL: [ServiceRole; 5] = [
+    pub const ALL: [ServiceRole; 6] = [
         ServiceRole::Gate,
         ServiceRole::Orchestrator,
         ServiceRole::Member,
         ServiceRole::Operator,
         ServiceRole::Order,
+        ServiceRole::Console,
     ];
 
     /// The role a credential's `sub` names, if it names one.
@@ -603,6 +681,7 @@ impl ServiceRole {
             ServiceRole::Member => "member",
             ServiceRole::Operator => "operator",
             ServiceRole::Order => "order",
+            ServiceRole::Console => "console",
         }
     }
 
@@ -614,6 +693,7 @@ impl ServiceRole {
             ServiceRole::Member => allow::MEMBER,
             ServiceRole::Operator => allow::OPERATOR,
             ServiceRole::Order => allow::ORDER,
+            ServiceRole::Console => allow::CONSOLE,
         }
     }
 
@@ -637,7 +717,7 @@ impl std::str::FromStr for ServiceRole {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("not a service role (gate, orchestrator, member, operator, order)")]
+#[error("not a service role (gate, orchestrator, member, operator, order, console)")]
 pub struct UnknownRole;
 
 /// Allow lists: the roles a route admits, as the const parameter of [`Service`] and
@@ -650,8 +730,9 @@ pub mod allow {
     pub const MEMBER: u8 = 1 << 2;
     pub const OPERATOR: u8 = 1 << 3;
     pub const ORDER: u8 = 1 << 4;
+    pub const CONSOLE: u8 = 1 << 5;
     /// Every role: no route uses it; for checks over the whole set.
-    pub const ANY: u8 = GATE | ORCHESTRATOR | MEMBER | OPERATOR | ORDER;
+    pub const ANY: u8 = GATE | ORCHESTRATOR | MEMBER | OPERATOR | ORDER | CONSOLE;
 }
 
 /// The role a verified credential's `sub` names, if the allow list admits it; else
@@ -782,11 +863,15 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// The service these tests' verifiers stand for.
+    const AUD: Audience = Audience::Account;
+    const SERVICE_AUDIENCE: &str = "paysaga:account";
+
     #[test]
     fn buyer_and_service_tokens_do_not_cross() {
-        let v = Verifier::development();
+        let v = Verifier::development(AUD);
         let buyer = Minter::dev_buyer().mint("member-1", Duration::from_secs(60));
-        let svc = Minter::dev_service(ServiceRole::Orchestrator)
+        let svc = Minter::dev_service(ServiceRole::Orchestrator, AUD)
             .mint("orchestrator", Duration::from_secs(60));
         assert_eq!(v.verify_buyer(&buyer).map(|m| m.0), Some("member-1".into()));
         assert_eq!(v.verify_service(&svc), Some(ServiceRole::Orchestrator));
@@ -796,7 +881,7 @@ mod tests {
 
     #[test]
     fn the_cache_remembers_only_verified_tokens_and_stays_bounded() {
-        let v = Verifier::development().with_buyer_cache(32);
+        let v = Verifier::development(AUD).with_buyer_cache(32);
         let m = Minter::dev_buyer();
         let token = m.mint("member-1", Duration::from_secs(60));
         assert_eq!(v.verify_buyer(&token).map(|m| m.0), Some("member-1".into()));
@@ -818,7 +903,7 @@ mod tests {
         let mut tampered = token.clone();
         tampered.push('x');
         assert!(v.verify_buyer(&tampered).is_none());
-        let svc = Minter::dev_service(ServiceRole::Gate).mint("gate", Duration::from_secs(60));
+        let svc = Minter::dev_service(ServiceRole::Gate, AUD).mint("gate", Duration::from_secs(60));
         assert!(v.verify_buyer(&svc).is_none());
         assert_eq!(
             v.cached_buyer_tokens(),
@@ -836,8 +921,8 @@ mod tests {
 
     #[test]
     fn service_credentials_are_remembered_only_once_verified() {
-        let v = Verifier::development();
-        let token = Minter::dev_service(ServiceRole::Orchestrator)
+        let v = Verifier::development(AUD);
+        let token = Minter::dev_service(ServiceRole::Orchestrator, AUD)
             .mint("orchestrator", Duration::from_secs(60));
         assert_eq!(v.verify_service(&token), Some(ServiceRole::Orchestrator));
         assert_eq!(v.verify_service(&token), Some(ServiceRole::Orchestrator));
@@ -857,8 +942,8 @@ mod tests {
         tampered.push('x');
         assert!(v.verify_service(&tampered).is_none());
         // Signed by the gate's key but naming the orchestrator: refused, not remembered.
-        let wrong_role =
-            Minter::dev_service(ServiceRole::Gate).mint("orchestrator", Duration::from_secs(60));
+        let wrong_role = Minter::dev_service(ServiceRole::Gate, AUD)
+            .mint("orchestrator", Duration::from_secs(60));
         assert!(v.verify_service(&wrong_role).is_none());
         let buyer = Minter::dev_buyer().mint("member-1", Duration::from_secs(60));
         assert!(v.verify_service(&buyer).is_none());
@@ -871,7 +956,7 @@ mod tests {
 
     #[test]
     fn buyer_key_signing_a_service_audience_is_refused() {
-        let v = Verifier::development();
+        let v = Verifier::development(AUD);
         let forged = Minter::with_kid(&DevKey::BuyerTokens.signing_key(), SERVICE_AUDIENCE)
             .mint("orchestrator", Duration::from_secs(60));
         assert!(v.verify_service(&forged).is_none());
@@ -879,7 +964,7 @@ mod tests {
 
     #[test]
     fn expired_and_tampered_tokens_are_refused() {
-        let v = Verifier::development();
+        let v = Verifier::development(AUD);
         let m = Minter::dev_buyer();
         let now = chrono::Utc::now().timestamp();
         let expired = jsonwebtoken::encode(
@@ -919,7 +1004,7 @@ mod tests {
 
     #[test]
     fn a_token_not_yet_valid_is_refused() {
-        let v = Verifier::development();
+        let v = Verifier::development(AUD);
         let now = chrono::Utc::now().timestamp();
         let mut later = buyer_claims(now, now + 600);
         later["nbf"] = (now + 300).into();
@@ -931,7 +1016,7 @@ mod tests {
 
     #[test]
     fn buyer_tokens_live_at_most_the_maximum_and_need_iat() {
-        let v = Verifier::development();
+        let v = Verifier::development(AUD);
         let now = chrono::Utc::now().timestamp();
         let longest = buyer_claims(now, now + MAX_BUYER_TOKEN_LIFETIME_SECS);
         assert!(v.verify_buyer(&buyer_token_with(longest)).is_some());
@@ -983,10 +1068,10 @@ mod tests {
 
     #[test]
     fn a_service_credential_verifies_only_under_a_key_of_the_role_it_names() {
-        let v = Verifier::development();
+        let v = Verifier::development(AUD);
         let now = chrono::Utc::now().timestamp();
-        let gate = Minter::dev_service(ServiceRole::Gate);
-        let orchestrator = Minter::dev_service(ServiceRole::Orchestrator);
+        let gate = Minter::dev_service(ServiceRole::Gate, AUD);
+        let orchestrator = Minter::dev_service(ServiceRole::Orchestrator, AUD);
         let ok = service_claims("orchestrator", now, now + 300);
         assert_eq!(
             v.verify_service(&orchestrator.sign(&ok)),
@@ -1018,9 +1103,9 @@ mod tests {
 
     #[test]
     fn service_credentials_are_short_lived_and_not_early() {
-        let v = Verifier::development();
+        let v = Verifier::development(AUD);
         let now = chrono::Utc::now().timestamp();
-        let m = Minter::dev_service(ServiceRole::Gate);
+        let m = Minter::dev_service(ServiceRole::Gate, AUD);
         let longest = service_claims("gate", now, now + MAX_SERVICE_TOKEN_LIFETIME_SECS);
         assert!(v.verify_service(&m.sign(&longest)).is_some());
         let too_long = service_claims("gate", now, now + MAX_SERVICE_TOKEN_LIFETIME_SECS + 1);
@@ -1042,12 +1127,12 @@ mod tests {
 
     #[test]
     fn credentials_signed_with_a_development_key_are_recognised() {
-        let dev = Minter::dev_service(ServiceRole::Gate).mint("gate", Duration::from_secs(60));
+        let dev = Minter::dev_service(ServiceRole::Gate, AUD).mint("gate", Duration::from_secs(60));
         assert!(signed_by_development_key(&dev));
         let expired = jsonwebtoken::encode(
             &Header::new(Algorithm::EdDSA),
             &serde_json::json!({"sub": "gate", "exp": 1}),
-            &Minter::dev_service(ServiceRole::Gate).key,
+            &Minter::dev_service(ServiceRole::Gate, AUD).key,
         )
         .unwrap();
         assert!(signed_by_development_key(&expired), "whatever its claims");
@@ -1055,5 +1140,39 @@ mod tests {
         let real = Minter::new(&own, SERVICE_AUDIENCE).mint("gate", Duration::from_secs(60));
         assert!(!signed_by_development_key(&real));
         assert!(!signed_by_development_key("not a token"));
+    }
+
+    #[test]
+    fn a_service_credential_opens_only_the_service_it_names() {
+        let now = chrono::Utc::now().timestamp();
+        for to in Audience::ALL {
+            let token = Minter::dev_service(ServiceRole::Operator, to)
+                .mint("operator", Duration::from_secs(60));
+            for at in Audience::ALL {
+                let v = Verifier::development(at);
+                assert_eq!(
+                    v.verify_service(&token).is_some(),
+                    to == at,
+                    "a credential for {to} at {at}"
+                );
+            }
+        }
+        // The old shared audience, an audience list, and none at all are refused too.
+        let m = Minter::dev_service(ServiceRole::Operator, AUD);
+        let v = Verifier::development(AUD);
+        for aud in [
+            serde_json::json!("paysaga:service"),
+            serde_json::json!(["paysaga:account", "paysaga:order"]),
+            serde_json::json!(["paysaga:account"]),
+            serde_json::Value::Null,
+        ] {
+            let claims = serde_json::json!({
+                "sub": "operator", "aud": aud, "iss": ISSUER, "iat": now, "nbf": now, "exp": now + 60,
+            });
+            assert!(v.verify_service(&m.sign(&claims)).is_none(), "aud {aud}");
+        }
+        assert_eq!(Audience::parse("paysaga:order"), Some(Audience::Order));
+        assert_eq!(Audience::parse("gate"), Some(Audience::Gate));
+        assert_eq!(Audience::parse("paysaga:service"), None);
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde::{de::DeserializeOwned, Serialize};
 
+pub use crate::auth::Audience;
 pub use crate::credentials::Credential;
 use crate::error::ErrorBody;
 
@@ -49,11 +50,12 @@ pub struct Answer<T> {
     pub latency: Duration,
 }
 
-/// A typed client's transport: base URL, credential (fixed, or renewed by its holder),
-/// per-request timeout.
+/// A typed client's transport: the service it calls (the audience of the credentials it
+/// sends), base URL, credential (fixed, or renewed by its holder), per-request timeout.
 #[derive(Clone, Debug)]
 pub struct ServiceClient {
     http: reqwest::Client,
+    to: Audience,
     base: String,
     credential: Credential,
 }
@@ -77,21 +79,25 @@ pub fn http_client(timeout: Duration) -> reqwest::Client {
 }
 
 impl ServiceClient {
+    /// A client of the service `to` at `base`.
     pub fn new(
+        to: Audience,
         base: impl Into<String>,
         credential: impl Into<Credential>,
         timeout: Duration,
     ) -> Self {
-        Self::with_http(http_client(timeout), base, credential)
+        Self::with_http(to, http_client(timeout), base, credential)
     }
 
     pub fn with_http(
+        to: Audience,
         http: reqwest::Client,
         base: impl Into<String>,
         credential: impl Into<Credential>,
     ) -> Self {
         Self {
             http,
+            to,
             base: base.into().trim_end_matches('/').to_owned(),
             credential: credential.into(),
         }
@@ -106,6 +112,16 @@ impl ServiceClient {
         &self.base
     }
 
+    /// The service this client calls.
+    pub fn audience(&self) -> Audience {
+        self.to
+    }
+
+    /// The bearer token this client sends now.
+    pub fn bearer(&self) -> std::sync::Arc<str> {
+        self.credential.bearer(self.to)
+    }
+
     /// Sends `body` (if any) as JSON and decodes a 2xx answer as `T`.
     pub async fn call<T: DeserializeOwned>(
         &self,
@@ -117,7 +133,7 @@ impl ServiceClient {
         let mut req = self
             .http
             .request(method, format!("{}{}", self.base, path))
-            .bearer_auth(self.credential.bearer());
+            .bearer_auth(self.credential.bearer(self.to));
         if let Some(b) = body {
             req = req.json(b);
         }

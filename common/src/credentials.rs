@@ -1,6 +1,7 @@
 //! Service credentials: each caller signs its own short-lived tokens with its own key and
-//! renews them itself ([`TokenSource`]); verifiers accept one only under a key registered
-//! for the role its `sub` names ([`ServiceKeys`]).
+//! renews them itself, one per destination service ([`TokenSource`]); verifiers accept
+//! one only under a key registered for the role its `sub` names ([`ServiceKeys`]) and
+//! only when its audience names their own service.
 
 use std::{
     collections::HashMap,
@@ -11,7 +12,7 @@ use std::{
 use ed25519_dalek::{SigningKey, VerifyingKey};
 
 use crate::{
-    auth::{Minter, ServiceRole, SERVICE_AUDIENCE},
+    auth::{Audience, Minter, ServiceRole},
     config::{self, ConfigError, Secrets},
     jwks,
     keys::{self, DevKey},
@@ -21,6 +22,9 @@ use crate::{
 pub const SERVICE_KEYS_VAR: &str = "SERVICE_KEYS";
 /// A caller's own signing key (base64 of the 32-byte seed).
 pub const SERVICE_SIGNING_KEY_VAR: &str = "SERVICE_SIGNING_KEY";
+/// The operator console's own signing key (the orchestrator serves the console): its
+/// read-only `console` credentials toward the order service and the gate.
+pub const CONSOLE_SIGNING_KEY_VAR: &str = "CONSOLE_SIGNING_KEY";
 /// How long a caller's tokens live, in seconds (default 300, at most
 /// [`MAX_SERVICE_TOKEN_LIFETIME_SECS`]).
 pub const SERVICE_TOKEN_LIFETIME_VAR: &str = "SERVICE_TOKEN_LIFETIME_SECS";
@@ -93,7 +97,9 @@ impl ServiceKeys {
                 .split_once(':')
                 .ok_or_else(|| format!("`{entry}` is not role:<base64 public key>"))?;
             let role = ServiceRole::parse(role).ok_or_else(|| {
-                format!("`{role}` is not a role (gate, orchestrator, member, operator, order)")
+                format!(
+                    "`{role}` is not a role (gate, orchestrator, member, operator, order, console)"
+                )
             })?;
             let key = keys::parse_verifying_key(key).map_err(|e| format!("{role}: {e}"))?;
             entries.push((role, key));
@@ -158,14 +164,18 @@ pub fn token_lifetime() -> Result<Duration, ConfigError> {
     Ok(Duration::from_secs(secs as u64))
 }
 
-/// A holder's own credentials: mints a token of its role with its key and hands out the
-/// same one until less than a third of its lifetime is left, then mints the next. Cheap
-/// per request (a read lock and a clock reading); signing happens once per renewal.
+/// A holder's own credentials: for each service it calls, mints a token of its role for
+/// that service alone (its `aud`) with its key and hands out the same one until less
+/// than a third of its lifetime is left, then mints the next. Cheap per request (a read
+/// lock and a clock reading); signing happens once per renewal and destination, and
+/// only for the destinations actually called.
 pub struct TokenSource {
     role: ServiceRole,
-    minter: Minter,
+    kid: String,
+    /// One minter per destination, indexed by [`Audience::index`].
+    minters: Vec<Minter>,
     lifetime: Duration,
-    current: RwLock<Current>,
+    current: Vec<RwLock<Current>>,
 }
 
 struct Current {
@@ -191,14 +201,29 @@ impl TokenSource {
         let secs = lifetime
             .as_secs()
             .clamp(1, MAX_SERVICE_TOKEN_LIFETIME_SECS as u64);
-        let minter = Minter::with_kid(key, SERVICE_AUDIENCE);
-        let lifetime = Duration::from_secs(secs);
-        let current = RwLock::new(Self::mint(&minter, role, lifetime));
+        let minters: Vec<Minter> = Audience::ALL
+            .iter()
+            .map(|a| Minter::with_kid(key, a.claim()))
+            .collect();
+        let kid = minters[0]
+            .kid()
+            .expect("a token source's minter names its key")
+            .to_owned();
         Self {
             role,
-            minter,
-            lifetime,
-            current,
+            kid,
+            minters,
+            lifetime: Duration::from_secs(secs),
+            // Nothing minted yet: a destination's first call mints its token.
+            current: Audience::ALL
+                .iter()
+                .map(|_| {
+                    RwLock::new(Current {
+                        token: Arc::from(""),
+                        renew_at_ms: i64::MIN,
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -215,7 +240,17 @@ impl TokenSource {
     /// missing; a development key configured is refused) and
     /// `SERVICE_TOKEN_LIFETIME_SECS`.
     pub fn from_secrets(secrets: &mut Secrets, role: ServiceRole) -> Result<Self, ConfigError> {
-        let key = keys::signing_key(secrets, SERVICE_SIGNING_KEY_VAR, DevKey::Service(role))?;
+        Self::from_secrets_in(secrets, SERVICE_SIGNING_KEY_VAR, role)
+    }
+
+    /// Like [`Self::from_secrets`], the key read from `var` (a process that holds a
+    /// second role's key, as the orchestrator holds the console's).
+    pub fn from_secrets_in(
+        secrets: &mut Secrets,
+        var: &str,
+        role: ServiceRole,
+    ) -> Result<Self, ConfigError> {
+        let key = keys::signing_key(secrets, var, DevKey::Service(role))?;
         Ok(Self::new(role, &key, token_lifetime()?))
     }
 
@@ -225,28 +260,28 @@ impl TokenSource {
 
     /// The `kid` every token of this source carries.
     pub fn kid(&self) -> &str {
-        self.minter
-            .kid()
-            .expect("a token source's minter names its key")
+        &self.kid
     }
 
     pub fn lifetime(&self) -> Duration {
         self.lifetime
     }
 
-    /// The current token, renewed first if less than a third of its lifetime is left.
-    pub fn token(&self) -> Arc<str> {
+    /// The current token for the service `to`, renewed first if less than a third of
+    /// its lifetime is left. It opens that service only.
+    pub fn token(&self, to: Audience) -> Arc<str> {
         let now_ms = chrono::Utc::now().timestamp_millis();
+        let slot = &self.current[to.index()];
         {
-            let current = self.current.read().unwrap_or_else(|p| p.into_inner());
+            let current = slot.read().unwrap_or_else(|p| p.into_inner());
             if now_ms < current.renew_at_ms {
                 return current.token.clone();
             }
         }
-        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let mut current = slot.write().unwrap_or_else(|p| p.into_inner());
         // Another caller may have renewed it while this one waited for the lock.
         if now_ms >= current.renew_at_ms {
-            *current = Self::mint(&self.minter, self.role, self.lifetime);
+            *current = Self::mint(&self.minters[to.index()], self.role, self.lifetime);
         }
         current.token.clone()
     }
@@ -265,7 +300,8 @@ impl TokenSource {
 }
 
 /// What a client presents as its bearer: a fixed token (a buyer's, a test's, one an
-/// operator minted) or a holder's renewing [`TokenSource`].
+/// operator minted for one service) or a holder's renewing [`TokenSource`], which
+/// mints one per destination.
 #[derive(Clone)]
 pub enum Credential {
     Token(Arc<str>),
@@ -273,11 +309,11 @@ pub enum Credential {
 }
 
 impl Credential {
-    /// The token to send now.
-    pub fn bearer(&self) -> Arc<str> {
+    /// The token to send now to the service `to` (a fixed token is sent as it is).
+    pub fn bearer(&self, to: Audience) -> Arc<str> {
         match self {
             Credential::Token(t) => t.clone(),
-            Credential::Renewed(source) => source.token(),
+            Credential::Renewed(source) => source.token(to),
         }
     }
 }
@@ -334,7 +370,8 @@ impl From<&Credential> for Credential {
 }
 
 /// The operator commands' credential: `SERVICE_TOKEN` if set (a short-lived operator
-/// token minted elsewhere; one signed with a development key or living longer than
+/// token minted elsewhere for the one service it opens; one signed with a development
+/// key or living longer than
 /// [`MAX_SERVICE_TOKEN_LIFETIME_SECS`] is refused), else tokens minted and renewed with
 /// the operator's own `SERVICE_SIGNING_KEY`; with neither, the operator's development
 /// key in development mode (warned), else both are named as missing.
@@ -383,6 +420,9 @@ mod tests {
     use super::*;
     use crate::{auth::Verifier, keys::generate_signing_key as fresh};
 
+    const AUD: Audience = Audience::Account;
+    const SERVICE_AUDIENCE: &str = "paysaga:account";
+
     #[test]
     fn key_sets_parse_and_keep_each_key_to_one_role() {
         let (a, b, c) = (fresh(), fresh(), fresh());
@@ -413,22 +453,30 @@ mod tests {
     #[test]
     fn a_source_hands_out_one_token_until_renewal_is_due() {
         let source = TokenSource::development(ServiceRole::Member);
-        let first = source.token();
+        let first = source.token(AUD);
         assert!(
-            Arc::ptr_eq(&source.token(), &first),
+            Arc::ptr_eq(&source.token(AUD), &first),
             "cached, not minted per request"
         );
-        let v = Verifier::development();
+        let v = Verifier::development(AUD);
         assert_eq!(v.verify_service(&first), Some(ServiceRole::Member));
-        let renew_at = |s: &TokenSource| s.current.read().unwrap().renew_at_ms;
+        let renew_at = |s: &TokenSource| s.current[AUD.index()].read().unwrap().renew_at_ms;
         // A third of 300 s before expiry.
         let exp_ms = chrono::Utc::now().timestamp() * 1000 + 300_000;
         assert!((exp_ms - 101_000..=exp_ms - 99_000).contains(&renew_at(&source)));
-        source.current.write().unwrap().renew_at_ms = 0;
-        let second = source.token();
+        source.current[AUD.index()].write().unwrap().renew_at_ms = 0;
+        let second = source.token(AUD);
         assert!(!Arc::ptr_eq(&second, &first), "minted again once due");
         assert!(renew_at(&source) > 0);
         assert_eq!(v.verify_service(&second), Some(ServiceRole::Member));
+        // Each destination gets its own token, which no other service admits.
+        let other = source.token(Audience::Order);
+        assert_ne!(&*other, &*second);
+        assert!(v.verify_service(&other).is_none());
+        assert_eq!(
+            Verifier::development(Audience::Order).verify_service(&other),
+            Some(ServiceRole::Member)
+        );
         assert_eq!(
             TokenSource::new(ServiceRole::Gate, &fresh(), Duration::from_secs(86_400)).lifetime(),
             Duration::from_secs(MAX_SERVICE_TOKEN_LIFETIME_SECS as u64),
@@ -448,8 +496,8 @@ mod tests {
             .unwrap_err()
             .reason
             .contains("longer"));
-        let dev =
-            Minter::dev_service(ServiceRole::Operator).mint("operator", Duration::from_secs(60));
+        let dev = Minter::dev_service(ServiceRole::Operator, AUD)
+            .mint("operator", Duration::from_secs(60));
         assert!(check_operator_token(&dev)
             .unwrap_err()
             .reason

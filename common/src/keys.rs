@@ -30,7 +30,7 @@ pub enum DevKey {
 const RETIRED_SHARED_SERVICE_LABEL: &str = "paysaga DEVELOPMENT ONLY service-token key";
 
 impl DevKey {
-    pub const ALL: [DevKey; 7] = [
+    pub const ALL: [DevKey; 8] = [
         DevKey::BuyerTokens,
         DevKey::Passes,
         DevKey::Service(ServiceRole::Gate),
@@ -38,6 +38,7 @@ impl DevKey {
         DevKey::Service(ServiceRole::Member),
         DevKey::Service(ServiceRole::Operator),
         DevKey::Service(ServiceRole::Order),
+        DevKey::Service(ServiceRole::Console),
     ];
 
     /// DEVELOPMENT ONLY: a key derived from a public, fixed string. Anyone can mint
@@ -57,6 +58,9 @@ impl DevKey {
                 "paysaga DEVELOPMENT ONLY operator credential key"
             }
             DevKey::Service(ServiceRole::Order) => "paysaga DEVELOPMENT ONLY order credential key",
+            DevKey::Service(ServiceRole::Console) => {
+                "paysaga DEVELOPMENT ONLY console credential key"
+            }
         };
         seeded(label)
     }

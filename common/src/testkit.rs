@@ -158,14 +158,15 @@ pub fn buyer_token(member: &str) -> String {
     Minter::dev_buyer().mint(member, Duration::from_secs(3600))
 }
 
-/// A development service credential naming `service`, living the longest a service
-/// credential may ([`crate::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS`]). A role is
-/// signed with its own development key; any other name with the operator's, which no
-/// verifier accepts for it.
-pub fn service_token(service: &str) -> String {
+/// A development service credential naming `service`, for the service `to` (no other
+/// service admits it), living the longest a service credential may
+/// ([`crate::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS`]). A role is signed with its
+/// own development key; any other name with the operator's, which no verifier accepts
+/// for it.
+pub fn service_token(service: &str, to: crate::auth::Audience) -> String {
     let signer =
         crate::auth::ServiceRole::parse(service).unwrap_or(crate::auth::ServiceRole::Operator);
-    Minter::dev_service(signer).mint(
+    Minter::dev_service(signer, to).mint(
         service,
         Duration::from_secs(crate::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS as u64),
     )

@@ -16,12 +16,12 @@ use crate::{layout, state::ConsoleState};
 /// ever sees it (the API takes only `Authorization: Bearer`).
 pub const COOKIE: &str = "paysaga_console";
 
-/// A signed-in operator: the credential from the cookie, verified and admitted exactly
-/// as `Service<{ OPERATOR }>` admits a bearer token. The token is kept to call the order
-/// service and the gate as this operator.
+/// A signed-in operator: the credential from the cookie (made for the orchestrator,
+/// which serves the console), verified and admitted exactly as `Service<{ OPERATOR }>`
+/// admits a bearer token. It stays here: the console calls the order service and the
+/// gate with its own read-only credential.
 pub struct Operator {
     pub role: ServiceRole,
-    pub token: String,
 }
 
 /// Why a credential was refused, in words an operator can act on.
@@ -53,11 +53,8 @@ impl FromRequestParts<ConsoleState> for Operator {
 
     async fn from_request_parts(parts: &mut Parts, state: &ConsoleState) -> Result<Self, Response> {
         let token = cookie(&parts.headers, COOKIE);
-        match token.as_deref().map(|t| (t, check(state, t))) {
-            Some((t, Ok(role))) => Ok(Operator {
-                role,
-                token: t.to_owned(),
-            }),
+        match token.as_deref().map(|t| check(state, t)) {
+            Some(Ok(role)) => Ok(Operator { role }),
             _ => Err(to_sign_in(&parts.headers)),
         }
     }

@@ -37,14 +37,14 @@ enum Quota {
 
 #[tracing::instrument(skip_all, fields(operator = %op.role))]
 pub async fn page(State(state): State<ConsoleState>, op: Operator) -> Response {
-    let live = figures(&state, &op).await;
+    let live = figures(&state).await;
     layout::framed(Section::Drop, "Drop", live, Some(REFRESH_SECS)).into_response()
 }
 
 /// The live part alone, for the page's polling.
 #[tracing::instrument(skip_all, fields(operator = %op.role))]
 pub async fn fragment(State(state): State<ConsoleState>, op: Operator) -> Response {
-    Html(figures(&state, &op).await.into_string()).into_response()
+    Html(figures(&state).await.into_string()).into_response()
 }
 
 fn call_error(e: &CallError) -> String {
@@ -55,8 +55,8 @@ fn call_error(e: &CallError) -> String {
     }
 }
 
-async fn quota(state: &ConsoleState, op: &Operator, product_id: i64) -> Quota {
-    let Some(gate) = state.gate(&op.token) else {
+async fn quota(state: &ConsoleState, product_id: i64) -> Quota {
+    let Some(gate) = state.gate() else {
         return Quota::NotConfigured;
     };
     match gate.quota(product_id).await {
@@ -68,8 +68,8 @@ async fn quota(state: &ConsoleState, op: &Operator, product_id: i64) -> Quota {
     }
 }
 
-async fn figures(state: &ConsoleState, op: &Operator) -> Markup {
-    let products = state.order(&op.token).list_products().await;
+async fn figures(state: &ConsoleState) -> Markup {
+    let products = state.order().list_products().await;
     let payments = state.payments.by_product().await;
     let attention = state
         .payments
@@ -83,7 +83,7 @@ async fn figures(state: &ConsoleState, op: &Operator) -> Markup {
         Ok(a) => (a.body, None),
         Err(e) => (Vec::new(), Some(call_error(&e))),
     };
-    let quotas = join_all(products.iter().map(|p| quota(state, op, p.id))).await;
+    let quotas = join_all(products.iter().map(|p| quota(state, p.id))).await;
     let (payments, payments_error) = match payments {
         Ok(p) => (p, None),
         Err(e) => {

@@ -2,15 +2,19 @@
 
 use std::{sync::Arc, time::Duration};
 
-use paysaga_common::auth::Verifier;
+use paysaga_common::{auth::Verifier, client::Credential};
 use paysaga_contracts::{GateClient, OrderClient};
 use paysaga_webhooks::Webhooks;
 
 use crate::desk::PaymentDesk;
 
-/// Where the console reads units, the waitlist and the quota.
+/// Where the console reads units, the waitlist and the quota, and with what.
 #[derive(Clone, Debug)]
 pub struct ConsoleConfig {
+    /// The console's own credential (role `console`, `CONSOLE_SIGNING_KEY`): it admits
+    /// only the reads the drop page makes, so a signed-in operator's credential never
+    /// leaves the orchestrator.
+    pub credential: Credential,
     /// `ORDER_URL`: the order service.
     pub order_url: String,
     /// `GATE_URL`: the gate; `None`, the drop page says "gate not configured".
@@ -19,13 +23,14 @@ pub struct ConsoleConfig {
 
 /// Everything the console's pages need: the credential check, the saga's payment desk,
 /// the webhook platform, and one HTTP connection pool for calling the order service and
-/// the gate with the operator's own credential.
+/// the gate with the console's own read-only credential.
 #[derive(Clone)]
 pub struct ConsoleState {
     pub(crate) verifier: Arc<Verifier>,
     pub(crate) payments: Arc<dyn PaymentDesk>,
     pub(crate) webhooks: Webhooks,
     http: reqwest::Client,
+    credential: Credential,
     order_url: String,
     gate_url: Option<String>,
 }
@@ -44,18 +49,19 @@ impl ConsoleState {
             // Short: a page waits on these reads, and a downstream that does not answer
             // is shown as unreachable rather than holding the page.
             http: paysaga_common::client::http_client(Duration::from_secs(2)),
+            credential: config.credential,
             order_url: config.order_url,
             gate_url: config.gate_url,
         }
     }
 
-    pub(crate) fn order(&self, token: &str) -> OrderClient {
-        OrderClient::with_http(self.http.clone(), &self.order_url, token)
+    pub(crate) fn order(&self) -> OrderClient {
+        OrderClient::with_http(self.http.clone(), &self.order_url, &self.credential)
     }
 
-    pub(crate) fn gate(&self, token: &str) -> Option<GateClient> {
+    pub(crate) fn gate(&self) -> Option<GateClient> {
         self.gate_url
             .as_ref()
-            .map(|url| GateClient::with_http(self.http.clone(), url, token))
+            .map(|url| GateClient::with_http(self.http.clone(), url, &self.credential))
     }
 }

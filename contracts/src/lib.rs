@@ -4,10 +4,11 @@
 //! uses the same definitions, so the two cannot drift; no service crate depends on
 //! another. The contracts themselves are described in docs/ARCHITECTURE.md.
 
-/// The constructors of a client that wraps one `ServiceClient`: a new connection pool,
-/// a shared one (many buyers in a test or benchmark), or a ready `ServiceClient`.
+/// The constructors of a client that wraps one `ServiceClient` of the service
+/// `$audience` (the audience of every credential it sends): a new connection pool, a
+/// shared one (many buyers in a test or benchmark), or a ready `ServiceClient`.
 macro_rules! service_client_constructors {
-    ($client:ident) => {
+    ($client:ident, $audience:expr) => {
         impl $client {
             pub fn new(
                 base: impl Into<String>,
@@ -15,7 +16,7 @@ macro_rules! service_client_constructors {
                 timeout: std::time::Duration,
             ) -> Self {
                 Self::from_service_client(paysaga_common::client::ServiceClient::new(
-                    base, token, timeout,
+                    $audience, base, token, timeout,
                 ))
             }
 
@@ -25,7 +26,7 @@ macro_rules! service_client_constructors {
                 token: impl Into<paysaga_common::client::Credential>,
             ) -> Self {
                 Self::from_service_client(paysaga_common::client::ServiceClient::with_http(
-                    http, base, token,
+                    $audience, http, base, token,
                 ))
             }
 

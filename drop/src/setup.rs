@@ -51,6 +51,7 @@ impl Admin {
 
     pub fn account(&self) -> AccountClient {
         AccountClient::from_service_client(ServiceClient::with_http(
+            paysaga_common::auth::Audience::Account,
             self.http.clone(),
             &self.endpoints.account,
             &self.token,

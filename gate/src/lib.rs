@@ -23,7 +23,11 @@ use axum::{
     Router,
 };
 use paysaga_common::{
-    auth::Verifier, jobs::Jobs, limits::MemberLimiter, pass::PassSigner, server, service,
+    auth::{Audience, Verifier},
+    jobs::Jobs,
+    limits::MemberLimiter,
+    pass::PassSigner,
+    server, service,
 };
 use paysaga_contracts::OrderClient;
 use tokio::net::TcpListener;
@@ -55,6 +59,7 @@ impl AppState {
         let verifier = Arc::new(Verifier::from_source(
             &config.buyer_keys,
             &config.service_keys,
+            Audience::Gate,
         ));
         Ok(Self::with_verifier(config, verifier)?)
     }

@@ -2,7 +2,10 @@
 
 use axum::{extract::State, http::StatusCode, response::Response};
 use paysaga_common::{
-    auth::{allow::OPERATOR, Buyer, Service},
+    auth::{
+        allow::{CONSOLE, OPERATOR},
+        Buyer, Service,
+    },
     error::ErrorBody,
     extract::{Json, Path},
     server::readiness,
@@ -80,7 +83,7 @@ pub async fn issue_pass(
 #[tracing::instrument(skip_all, fields(product_id = tracing::field::Empty))]
 pub async fn quota(
     State(state): State<AppState>,
-    Service(_caller): Service<{ OPERATOR }>,
+    Service(_caller): Service<{ OPERATOR | CONSOLE }>,
     Path(product_id): Path<i64>,
 ) -> Result<Json<QuotaView>> {
     tracing::Span::current().record("product_id", product_id);

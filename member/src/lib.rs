@@ -26,7 +26,7 @@ use axum::{
     Router,
 };
 use paysaga_common::{
-    auth::{BuyerKeySource, Verifier},
+    auth::{Audience, BuyerKeySource, Verifier},
     jobs::Jobs,
     jwks::JWKS_PATH,
     server, service,
@@ -73,8 +73,11 @@ impl AppState {
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
         let pool = config.database.open(SCHEMA, &MIGRATOR).await?;
         let current = config.signing_keys.current().verifying_key();
-        let verifier =
-            Verifier::from_source(&BuyerKeySource::Static(current), &config.service_keys);
+        let verifier = Verifier::from_source(
+            &BuyerKeySource::Static(current),
+            &config.service_keys,
+            Audience::Member,
+        );
         let passwords = Passwords::new(config.argon2, config.argon2_max_concurrent)
             .await
             .context("preparing password hashing")?;

@@ -105,8 +105,11 @@ mod tests {
         assert_eq!(before.verify(&new_token), None, "not a key it knows");
         assert_eq!(after.jwks().keys.len(), 2);
         assert_eq!(after.current_kid(), kid_of(&new.verifying_key()));
-        let service = Minter::dev_service(paysaga_common::auth::ServiceRole::Member)
-            .mint(&member.to_string(), Duration::from_secs(60));
+        let service = Minter::dev_service(
+            paysaga_common::auth::ServiceRole::Member,
+            paysaga_common::auth::Audience::Member,
+        )
+        .mint(&member.to_string(), Duration::from_secs(60));
         assert_eq!(after.verify(&service), None);
     }
 

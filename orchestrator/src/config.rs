@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, Secrets},
-    credentials::{ServiceKeys, TokenSource},
+    credentials::{ServiceKeys, TokenSource, CONSOLE_SIGNING_KEY_VAR},
     limits::MemberRate,
     service::{Database, Process},
 };
@@ -35,6 +35,10 @@ pub struct Config {
     /// `SERVICE_SIGNING_KEY` (and `SERVICE_TOKEN_LIFETIME_SECS`): the orchestrator's own
     /// key, minting and renewing its credentials toward account and order. Required.
     pub service_credential: Arc<TokenSource>,
+    /// `CONSOLE_SIGNING_KEY`: the operator console's own key, minting its read-only
+    /// `console` credentials toward the order service and the gate (the console never
+    /// forwards an operator's credential). Required.
+    pub console_credential: Arc<TokenSource>,
     /// `DOWNSTREAM_TIMEOUT_MS`: per call to account or order (default 2000).
     pub downstream_timeout: Duration,
     /// `RESPONSE_WAIT_MS`: how long `POST /v1/payments` waits for a terminal state
@@ -88,6 +92,11 @@ impl Config {
             &mut secrets,
             ServiceRole::Orchestrator,
         )?);
+        let console_credential = Arc::new(TokenSource::from_secrets_in(
+            &mut secrets,
+            CONSOLE_SIGNING_KEY_VAR,
+            ServiceRole::Console,
+        )?);
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let c = Config {
             database: database.with_pool_from_env()?,
@@ -100,6 +109,7 @@ impl Config {
             buyer_keys,
             service_keys,
             service_credential,
+            console_credential,
             downstream_timeout: config::millis(
                 "DOWNSTREAM_TIMEOUT_MS",
                 Duration::from_millis(2000),
@@ -140,6 +150,7 @@ impl Config {
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),
             service_credential: Arc::new(TokenSource::development(ServiceRole::Orchestrator)),
+            console_credential: Arc::new(TokenSource::development(ServiceRole::Console)),
             downstream_timeout: Duration::from_millis(2000),
             response_wait: Duration::from_millis(3000),
             recovery_interval: Duration::from_millis(1000),

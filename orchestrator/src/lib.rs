@@ -30,7 +30,11 @@ use std::{
 };
 
 use axum::{extract::State, response::Response, routing::get, Router};
-use paysaga_common::{auth::Verifier, limits::MemberLimiter, server, service};
+use paysaga_common::{
+    auth::{Audience, Verifier},
+    limits::MemberLimiter,
+    server, service,
+};
 use paysaga_console::{ConsoleConfig, ConsoleState};
 use paysaga_contracts::{AccountClient, OrderClient};
 use paysaga_webhooks::Webhooks;
@@ -95,6 +99,7 @@ impl AppState {
         let verifier = Arc::new(Verifier::from_source(
             &config.buyer_keys,
             &config.service_keys,
+            Audience::Orchestrator,
         ));
         let operations = Operations::new(engine.clone(), config.response_wait);
         let webhooks = Webhooks::new(pool.clone());
@@ -118,6 +123,7 @@ impl AppState {
                 Arc::new(operations),
                 webhooks,
                 ConsoleConfig {
+                    credential: config.console_credential.clone().into(),
                     order_url: config.order_url.clone(),
                     gate_url: config.gate_url.clone(),
                 },

@@ -33,7 +33,11 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use paysaga_common::{auth::Verifier, pass::PassVerifier, server, service};
+use paysaga_common::{
+    auth::{Audience, Verifier},
+    pass::PassVerifier,
+    server, service,
+};
 use paysaga_contracts::account::client::AccountClient;
 use sqlx::{migrate::Migrator, PgPool};
 use tokio::net::TcpListener;
@@ -91,6 +95,7 @@ impl AppState {
             verifier: Arc::new(Verifier::from_source(
                 &config.buyer_keys,
                 &config.service_keys,
+                Audience::Order,
             )),
             passes: Arc::new(PassVerifier::new(config.pass_public_key)),
             ttl: config.reservation_ttl,

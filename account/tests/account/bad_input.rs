@@ -1,6 +1,7 @@
 //! Bad requests get a 4xx with a code, never a 5xx, and never write anything.
 
 use crate::support::{token_for, Svc};
+use paysaga_common::auth::Audience;
 use paysaga_common::testkit::service_token;
 
 #[tokio::test]
@@ -8,7 +9,7 @@ async fn malformed_requests_are_answered_with_codes() {
     let (svc, a) = Svc::with_member(1_000).await;
     let merchant_id = svc.merchant_id().await;
     let rows_before = svc.count_where("TRUE").await;
-    let token = service_token("orchestrator");
+    let token = service_token("orchestrator", Audience::Account);
 
     let raw = |path: &'static str, body: String| {
         svc.http

@@ -152,7 +152,7 @@ pub struct Servers {
 
 /// Starts the gate (no recompute job; quotas are seeded) and the reference handlers.
 pub async fn start_servers(config: &Config) -> anyhow::Result<Servers> {
-    let verifier = Arc::new(Verifier::development());
+    let verifier = Arc::new(Verifier::development(paysaga_common::auth::Audience::Gate));
     let state = AppState::with_verifier(config, verifier.clone())?;
     let gate = serve(gate::app(state.clone())).await?;
     let with_auth = |auth: Arc<Verifier>| {
@@ -312,7 +312,7 @@ pub async fn micro(state: &AppState, tokens: &[String], product: i64) -> anyhow:
     }
     let sign_pass_us = per(t, n);
 
-    let fresh = Verifier::development();
+    let fresh = Verifier::development(paysaga_common::auth::Audience::Gate);
     let now = chrono::Utc::now().timestamp();
     let t = Instant::now();
     for tok in &tokens[..n] {

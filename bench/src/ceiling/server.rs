@@ -38,7 +38,7 @@ async fn authenticated(Buyer(_member): Buyer) -> Json<Value> {
 pub fn routers() -> Result<(Router, Router)> {
     // The ceiling measures what verifying a buyer token costs, with tokens the bench mints
     // itself (`Buyers::development`): always the development keys, whatever the shell.
-    let verifier = Verifier::development();
+    let verifier = Verifier::development(paysaga_common::auth::Audience::Gate);
     let state = State {
         verifier: Arc::new(verifier),
     };

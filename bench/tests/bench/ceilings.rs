@@ -68,7 +68,7 @@ async fn the_http_ceiling_authenticates_buyers_as_the_services_do() {
     // A service credential is not a buyer: 403, exactly as on a service's buyer route.
     let services = Buyers {
         members: buyers.members.clone(),
-        tokens: vec![service_token("gate")].into(),
+        tokens: vec![service_token("gate", paysaga_common::auth::Audience::Gate)].into(),
     };
     let s = http::run(
         &load("service", 2, 10),

@@ -71,6 +71,7 @@ async fn a_rotated_key_is_picked_up_without_a_restart_and_the_old_one_keeps_work
     let verifier = Verifier::from_source(
         &source,
         &paysaga_common::credentials::ServiceKeys::development(),
+        paysaga_common::auth::Audience::Gate,
     );
 
     let old_minter = Minter::with_kid(&old, BUYER_AUDIENCE);

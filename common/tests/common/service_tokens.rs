@@ -16,7 +16,7 @@ use axum::{
     Router,
 };
 use paysaga_common::{
-    auth::{allow, Claims, Service, ServiceRole, Verifier},
+    auth::{allow, Audience, Claims, Service, ServiceRole, Verifier},
     client::{Credential, ServiceClient},
     credentials::TokenSource,
     keys::DevKey,
@@ -64,7 +64,7 @@ fn unverified_claims(token: &str) -> Claims {
 async fn a_holder_with_a_short_lifetime_keeps_working_across_many_lifetimes() {
     let seen: Seen = Arc::default();
     let app = App {
-        verifier: Arc::new(Verifier::development()),
+        verifier: Arc::new(Verifier::development(Audience::Gate)),
         seen: seen.clone(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -78,6 +78,7 @@ async fn a_holder_with_a_short_lifetime_keeps_working_across_many_lifetimes() {
         Duration::from_secs(2),
     ));
     let client = ServiceClient::new(
+        Audience::Gate,
         format!("http://{addr}"),
         Credential::from(&source),
         Duration::from_secs(10),
@@ -93,7 +94,7 @@ async fn a_holder_with_a_short_lifetime_keeps_working_across_many_lifetimes() {
             "never saw four tokens"
         );
         let before_ms = chrono::Utc::now().timestamp_millis();
-        let handed = unverified_claims(&source.token());
+        let handed = unverified_claims(&source.token(Audience::Gate));
         assert!(
             handed.exp * 1000 > before_ms,
             "the source handed out an expired token"

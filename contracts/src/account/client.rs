@@ -17,7 +17,7 @@ pub struct AccountClient {
     inner: ServiceClient,
 }
 
-service_client_constructors!(AccountClient);
+service_client_constructors!(AccountClient, paysaga_common::auth::Audience::Account);
 
 impl AccountClient {
     /// `POST /v1/accounts` -> 201 `Account`.

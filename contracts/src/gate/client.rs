@@ -11,7 +11,7 @@ pub struct GateClient {
     inner: ServiceClient,
 }
 
-service_client_constructors!(GateClient);
+service_client_constructors!(GateClient, paysaga_common::auth::Audience::Gate);
 
 impl GateClient {
     /// `POST /v1/passes` (buyer): 201 with a pass (the same one while it lives).

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use paysaga_common::{
-    client::{http_client, Answer, CallError, Credential, ServiceClient},
+    client::{http_client, Answer, Audience, CallError, Credential, ServiceClient},
     jwks::{JwkSet, JWKS_PATH},
     ErrorBody,
 };
@@ -32,7 +32,7 @@ impl MemberClient {
     pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
         let http = http_client(timeout);
         Self {
-            inner: ServiceClient::with_http(http.clone(), base, token),
+            inner: ServiceClient::with_http(Audience::Member, http.clone(), base, token),
             http,
         }
     }
@@ -102,9 +102,14 @@ impl MemberClient {
 
     /// `GET /v1/members/me` with a buyer's access token -> that member.
     pub async fn me(&self, access_token: &str) -> Result<Answer<Member>, CallError> {
-        ServiceClient::with_http(self.http.clone(), self.base_url(), access_token)
-            .get("/v1/members/me")
-            .await
+        ServiceClient::with_http(
+            Audience::Member,
+            self.http.clone(),
+            self.base_url(),
+            access_token,
+        )
+        .get("/v1/members/me")
+        .await
     }
 
     /// `GET /v1/members/{id}` -> `Member`, or 404 `MEMBER_NOT_FOUND`.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use paysaga_common::client::{Answer, CallError, Credential, ServiceClient};
+use paysaga_common::client::{Answer, Audience, CallError, Credential, ServiceClient};
 use reqwest::header::{HeaderMap, HeaderValue};
 use uuid::Uuid;
 
@@ -35,7 +35,12 @@ impl OrchestratorClient {
         let token = token.into();
         let http = paysaga_common::client::http_client(timeout);
         Self {
-            inner: ServiceClient::with_http(http.clone(), base.clone(), token.clone()),
+            inner: ServiceClient::with_http(
+                Audience::Orchestrator,
+                http.clone(),
+                base.clone(),
+                token.clone(),
+            ),
             http,
             base,
             token,
@@ -58,7 +63,7 @@ impl OrchestratorClient {
         let response = self
             .http
             .post(format!("{}/v1/payments", self.base))
-            .bearer_auth(self.token.bearer())
+            .bearer_auth(self.token.bearer(Audience::Orchestrator))
             .headers(headers)
             .json(req)
             .send()

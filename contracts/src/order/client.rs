@@ -25,7 +25,7 @@ pub struct OrderClient {
 #[derive(serde::Serialize)]
 struct Empty {}
 
-service_client_constructors!(OrderClient);
+service_client_constructors!(OrderClient, paysaga_common::auth::Audience::Order);
 
 impl OrderClient {
     /// `POST /v1/products` (service).

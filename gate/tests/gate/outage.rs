@@ -2,6 +2,7 @@
 //! degraded, never answers SOLD_OUT for the outage, and when Redis comes back (empty)
 //! the job restores the shared quota, counting the passes handed out meanwhile.
 
+use paysaga_common::auth::Audience;
 use std::time::Duration;
 
 use crate::support::{free_port, start_gate, start_ready_gate, wait_ready_status, Gate, Sale};
@@ -96,7 +97,7 @@ async fn gate_survives_a_lost_redis_and_restores_the_quota() {
     assert!(metrics.contains("gate_redis_degraded 1"), "{metrics}");
     let quota = http
         .get(format!("{}/v1/quota/{}", gate.url(), sale.product))
-        .bearer_auth(service_token("operator"))
+        .bearer_auth(service_token("operator", Audience::Gate))
         .send()
         .await
         .expect("answer");

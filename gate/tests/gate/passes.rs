@@ -3,6 +3,7 @@
 
 use crate::support::{order_buyer, start_gate, Sale};
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
+use paysaga_common::auth::Audience;
 use paysaga_common::{
     keys::DevKey,
     pass::{PassClaims, PassError, PassSigner, PassVerifier},
@@ -102,7 +103,7 @@ async fn bad_requests_get_4xx_with_a_code() {
             (401, "UNAUTHENTICATED"),
         ),
         (
-            Some(service_token("orchestrator")),
+            Some(service_token("orchestrator", Audience::Gate)),
             r#"{"product_id":1}"#,
             (403, "FORBIDDEN"),
         ),
@@ -157,12 +158,12 @@ async fn bad_requests_get_4xx_with_a_code() {
             (403, "FORBIDDEN"),
         ),
         (
-            service_token("operator"),
+            service_token("operator", Audience::Gate),
             "/v1/quota/abc".into(),
             (400, "INVALID_PATH"),
         ),
         (
-            service_token("operator"),
+            service_token("operator", Audience::Gate),
             "/v1/quota/424242".into(),
             (404, "PRODUCT_NOT_FOUND"),
         ),
@@ -171,7 +172,7 @@ async fn bad_requests_get_4xx_with_a_code() {
         assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{path}");
     }
     let (status, body) = quota(
-        service_token("operator"),
+        service_token("operator", Audience::Gate),
         format!("/v1/quota/{}", sale.product),
     )
     .await;

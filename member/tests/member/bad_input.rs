@@ -1,6 +1,7 @@
 //! Bad input gets a 4xx with a code, never a 500, and writes nothing; service endpoints
 //! need a service credential; members list in id order, a page at a time.
 
+use paysaga_common::auth::Audience;
 use std::time::Duration;
 
 use crate::support::{answer, creds, email, Stack, PASSWORD};
@@ -171,7 +172,7 @@ async fn service_endpoints_need_a_service_credential() {
     let r = s
         .http
         .get(s.url("/v1/members/not-a-uuid"))
-        .bearer_auth(service_token("operator"))
+        .bearer_auth(service_token("operator", Audience::Member))
         .send()
         .await
         .unwrap();
@@ -186,7 +187,7 @@ async fn service_endpoints_need_a_service_credential() {
         let r = s
             .http
             .get(s.url(&format!("/v1/members?{query}")))
-            .bearer_auth(service_token("operator"))
+            .bearer_auth(service_token("operator", Audience::Member))
             .send()
             .await
             .unwrap();

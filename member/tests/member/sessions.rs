@@ -2,6 +2,7 @@
 //! own endpoint.
 
 use crate::support::Stack;
+use paysaga_common::auth::Audience;
 use paysaga_contracts::member::api::codes;
 
 #[tokio::test]
@@ -111,7 +112,7 @@ async fn me_needs_a_buyer_token_of_this_service() {
         s.client.me(&session.access_token).await.unwrap().body,
         member
     );
-    let service = paysaga_common::testkit::service_token("operator");
+    let service = paysaga_common::testkit::service_token("operator", Audience::Member);
     assert_eq!(s.client.me(&service).await.unwrap_err().status(), Some(403));
     assert_eq!(
         s.client.me("garbage").await.unwrap_err().status(),

@@ -1,6 +1,7 @@
 //! Sign-up: the member row, its account in the account service (exactly one, whatever
 //! fails in between), email normalisation and the password policy.
 
+use paysaga_common::auth::Audience;
 use std::time::Duration;
 
 use crate::support::{assert_throttled, creds, email, Stack, PASSWORD};
@@ -217,7 +218,7 @@ async fn an_account_opened_but_never_stored_is_found_again_not_doubled() {
     let (account, config) = s.account_comes_up().await;
     let accounts = AccountClient::new(
         account.url(),
-        paysaga_common::testkit::service_token("member"),
+        paysaga_common::testkit::service_token("member", Audience::Account),
         Duration::from_secs(10),
     );
     let opened = accounts

@@ -1,6 +1,7 @@
 //! The payment saga end to end: the real account and order services, real PostgreSQL,
 //! and every outcome checked in the tables (money invariant included).
 
+use paysaga_common::auth::Audience;
 use std::{sync::Arc, time::Duration};
 
 use crate::support::{hook, pay_request, Stack, PRICE};
@@ -631,7 +632,10 @@ async fn bad_requests_get_codes_and_change_nothing() {
     assert_eq!(listed.status().as_u16(), 403);
     let bad_filter = http
         .get(format!("{}/v1/payments?state=NOPE", o.url))
-        .bearer_auth(paysaga_common::testkit::service_token("operator"))
+        .bearer_auth(paysaga_common::testkit::service_token(
+            "operator",
+            Audience::Orchestrator,
+        ))
         .send()
         .await
         .expect("send");

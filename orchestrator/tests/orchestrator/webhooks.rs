@@ -4,6 +4,7 @@
 //! request they get. What is checked is read from PostgreSQL (the events and deliveries
 //! tables, the payments and their step log) and from what the receivers recorded.
 
+use paysaga_common::auth::Audience;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     sync::{
@@ -370,7 +371,7 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     let orchestrator_url = stack.url(ServiceKind::Orchestrator);
     let operator = OrchestratorClient::new(
         &orchestrator_url,
-        service_token("operator"),
+        service_token("operator", Audience::Orchestrator),
         Duration::from_secs(10),
     );
 
@@ -792,7 +793,7 @@ async fn nothing_is_lost_when_the_worker_is_killed_mid_delivery() -> anyhow::Res
     let pool = stack.admin_pool().await;
     let operator = OrchestratorClient::new(
         stack.url(ServiceKind::Orchestrator),
-        service_token("operator"),
+        service_token("operator", Audience::Orchestrator),
         Duration::from_secs(10),
     );
     let ep = endpoint(&operator, &slow, &[], "slow").await?;

@@ -3,7 +3,7 @@
 use axum::{extract::State, http::StatusCode};
 use paysaga_common::{
     auth::{
-        allow::{GATE, OPERATOR},
+        allow::{CONSOLE, GATE, OPERATOR},
         Caller, Service,
     },
     extract::{Json, Path},
@@ -106,12 +106,12 @@ pub async fn add_units(
     Ok(Json(product))
 }
 
-/// Every product with its unit counts (service).
+/// Every product with its unit counts (the gate, operators, the console).
 #[utoipa::path(get, path = "/v1/products", security(("service" = [])), responses((status = 200, body = [Product])))]
 #[tracing::instrument(skip_all, fields(caller = %_caller.0))]
 pub async fn list(
     State(state): State<AppState>,
-    _caller: Service<{ GATE | OPERATOR }>,
+    _caller: Service<{ GATE | OPERATOR | CONSOLE }>,
 ) -> Result<Json<Vec<Product>>> {
     Ok(Json(stock::list_products(&state.pool).await?))
 }

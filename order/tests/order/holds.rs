@@ -4,6 +4,7 @@
 //! waitlist offer holds like a claim. Units, reservations, holds and balances are read
 //! from the tables.
 
+use paysaga_common::auth::Audience;
 use std::time::{Duration, Instant};
 
 use paysaga_common::testkit::service_token;
@@ -42,7 +43,7 @@ async fn holds_by_state(h: &Harness, state: &str) -> i64 {
 fn as_order(h: &Harness) -> AccountClient {
     AccountClient::new(
         &h.account_url,
-        service_token("order"),
+        service_token("order", Audience::Account),
         Duration::from_secs(10),
     )
 }

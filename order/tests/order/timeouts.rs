@@ -1,6 +1,7 @@
 //! A stuck database answers fast and definitely (503, nothing half-written), and a
 //! client that hangs up does not cut a state change short.
 
+use paysaga_common::auth::Audience;
 use std::time::Duration;
 
 use crate::support::{count_by, reservation_state, unit_states, Harness};
@@ -56,7 +57,7 @@ async fn a_confirm_whose_caller_gave_up_still_completes() {
     // The caller times out and hangs up while the confirm waits for the lock.
     let impatient = OrderClient::new(
         &h.base,
-        service_token("orchestrator"),
+        service_token("orchestrator", Audience::Order),
         Duration::from_millis(200),
     );
     let e = impatient.confirm(r.id).await.unwrap_err();

@@ -421,7 +421,11 @@ async fn browse(
     client
         .find(Locator::Css("#token"))
         .await?
-        .send_keys(&admin.token.bearer())
+        .send_keys(
+            &admin
+                .token
+                .bearer(paysaga_common::auth::Audience::Orchestrator),
+        )
         .await?;
     client.find(Locator::Css("#sign-in")).await?.click().await?;
 

@@ -10,6 +10,12 @@
 //! role is never refused for who it is. The matrix below is the one in docs/security.md
 //! ("Service credentials"), and every route a service documents in its OpenAPI must be
 //! in it or in the list of routes without a service credential.
+//!
+//! A credential opens the one service it was made for: every credential the system
+//! mints (each caller role toward each service it calls, the operator's toward all five,
+//! the console's toward the order service and the gate) is replayed at every route of
+//! every other service, where each is 401 `UNAUTHENTICATED`, inside the same window in
+//! which PostgreSQL must not change.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -17,8 +23,8 @@ use std::{
 };
 
 use paysaga_common::{
-    auth::{allow, Minter, ServiceRole, ISSUER, SERVICE_AUDIENCE},
-    credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS,
+    auth::{allow, Audience, Minter, ServiceRole, ISSUER},
+    credentials::{TokenSource, MAX_SERVICE_TOKEN_LIFETIME_SECS},
     keys::DevKey,
     testkit::service_token,
 };
@@ -32,6 +38,32 @@ const ORCH: u8 = allow::ORCHESTRATOR;
 const MEMBER: u8 = allow::MEMBER;
 const OPERATOR: u8 = allow::OPERATOR;
 const ORDER_ROLE: u8 = allow::ORDER;
+const CONSOLE: u8 = allow::CONSOLE;
+
+/// The service a credential sent to `kind` must be made for.
+fn audience(kind: ServiceKind) -> Audience {
+    match kind {
+        ServiceKind::Account => Audience::Account,
+        ServiceKind::Order => Audience::Order,
+        ServiceKind::Gate => Audience::Gate,
+        ServiceKind::Orchestrator => Audience::Orchestrator,
+        ServiceKind::Member => Audience::Member,
+    }
+}
+
+/// Every credential the running system mints: each caller role and the services it
+/// calls (the operator, its commands and tools, calls all five).
+const MINTED: &[(ServiceRole, &[Audience])] = &[
+    (ServiceRole::Gate, &[Audience::Order]),
+    (
+        ServiceRole::Orchestrator,
+        &[Audience::Account, Audience::Order],
+    ),
+    (ServiceRole::Member, &[Audience::Account]),
+    (ServiceRole::Order, &[Audience::Account]),
+    (ServiceRole::Operator, &Audience::ALL),
+    (ServiceRole::Console, &[Audience::Order, Audience::Gate]),
+];
 
 /// Routes that take no service credential at all (buyers, sign-in, keys, probes):
 /// `(service, method, OpenAPI path)`.
@@ -82,6 +114,8 @@ enum Who<'a> {
     Garbage,
     /// A credential claiming `sub: orchestrator` that must not verify.
     Forged(Forged),
+    /// A credential of this role minted for another service, replayed here.
+    Replayed(ServiceRole, Audience),
 }
 
 /// How a credential claiming to be the orchestrator can be wrong.
@@ -115,18 +149,20 @@ const FORGED: [Forged; 7] = [
     Forged::NoKid,
 ];
 
-fn forged_token(how: Forged) -> String {
+/// A credential claiming `sub: orchestrator` for the service `to`, wrong as `how` says.
+fn forged_token(how: Forged, to: Audience) -> String {
+    let service_audience = to.claim();
     let now = chrono::Utc::now().timestamp();
     let claims = |iat: i64, nbf: i64, exp: i64| {
-        json!({"sub": "orchestrator", "aud": SERVICE_AUDIENCE, "iss": ISSUER,
+        json!({"sub": "orchestrator", "aud": service_audience, "iss": ISSUER,
                "iat": iat, "nbf": nbf, "exp": exp})
     };
     let valid = claims(now, now, now + 300);
     let key = |role| DevKey::Service(role).signing_key();
-    let orchestrator = Minter::dev_service(ServiceRole::Orchestrator);
+    let orchestrator = Minter::dev_service(ServiceRole::Orchestrator, to);
     match how {
-        Forged::GateKey => Minter::dev_service(ServiceRole::Gate).sign(&valid),
-        Forged::GateKeyOrchestratorKid => Minter::new(&key(ServiceRole::Gate), SERVICE_AUDIENCE)
+        Forged::GateKey => Minter::dev_service(ServiceRole::Gate, to).sign(&valid),
+        Forged::GateKeyOrchestratorKid => Minter::new(&key(ServiceRole::Gate), service_audience)
             .naming(orchestrator.kid().map(str::to_owned))
             .sign(&valid),
         Forged::Expired => orchestrator.sign(&claims(now - 360, now - 360, now - 60)),
@@ -138,10 +174,10 @@ fn forged_token(how: Forged) -> String {
         Forged::NotYet => orchestrator.sign(&claims(now, now + 300, now + 600)),
         Forged::UnknownKid => Minter::with_kid(
             &ed25519_dalek::SigningKey::from_bytes(&rand::random()),
-            SERVICE_AUDIENCE,
+            service_audience,
         )
         .sign(&valid),
-        Forged::NoKid => Minter::new(&key(ServiceRole::Orchestrator), SERVICE_AUDIENCE)
+        Forged::NoKid => Minter::new(&key(ServiceRole::Orchestrator), service_audience)
             .naming(None)
             .sign(&valid),
         Forged::Valid => orchestrator.sign(&valid),
@@ -242,7 +278,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
     // makes, so no delivery to it writes anything while refusals are checked.
     let operator = paysaga_contracts::OrchestratorClient::new(
         stack.url(ServiceKind::Orchestrator),
-        service_token("operator"),
+        service_token("operator", Audience::Orchestrator),
         Duration::from_secs(10),
     );
     let hook = operator
@@ -374,7 +410,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             "/v1/products",
             "/v1/products".into(),
             None,
-            GATE | OPERATOR,
+            GATE | OPERATOR | CONSOLE,
         ),
         route(
             O,
@@ -552,7 +588,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             "/v1/quota/{product_id}",
             format!("/v1/quota/{pid}"),
             None,
-            OPERATOR,
+            OPERATOR | CONSOLE,
         ),
         // member
         route(
@@ -640,12 +676,33 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         );
     }
     let buyer_token = buyers[1].token.clone();
-    let forged: Vec<String> = FORGED.into_iter().map(forged_token).collect();
+    let forged: BTreeMap<Audience, Vec<String>> = [Audience::Account, Audience::Order]
+        .into_iter()
+        .map(|to| {
+            (
+                to,
+                FORGED
+                    .into_iter()
+                    .map(|how| forged_token(how, to))
+                    .collect(),
+            )
+        })
+        .collect();
+    // The credentials the system mints, each for the one service it calls.
+    let minted: BTreeMap<(&str, Audience), String> = MINTED
+        .iter()
+        .flat_map(|(role, tos)| {
+            let source = TokenSource::development(*role);
+            tos.iter()
+                .map(move |to| ((role.name(), *to), source.token(*to).to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
     // The forged credentials are built as a right one is, which is admitted: each is
     // refused for what is wrong with it alone.
     let control = http
         .get(format!("{}/v1/events?limit=1", stack.url(O)))
-        .bearer_auth(forged_token(Forged::Valid))
+        .bearer_auth(forged_token(Forged::Valid, Audience::Order))
         .send()
         .await?;
     assert_eq!(control.status().as_u16(), 200, "{}", control.text().await?);
@@ -655,11 +712,12 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             format!("{}{}", stack.url(r.service), r.path),
         );
         req = match who {
-            Who::Service(name) => req.bearer_auth(service_token(name)),
+            Who::Service(name) => req.bearer_auth(service_token(name, audience(r.service))),
             Who::Buyer => req.bearer_auth(&buyer_token),
             Who::Nobody => req,
             Who::Garbage => req.bearer_auth("not-a-token"),
-            Who::Forged(how) => req.bearer_auth(&forged[how as usize]),
+            Who::Forged(how) => req.bearer_auth(&forged[&audience(r.service)][how as usize]),
+            Who::Replayed(role, to) => req.bearer_auth(&minted[&(role.name(), to)]),
         };
         if let Some(body) = &r.body {
             req = req.json(body);
@@ -715,23 +773,72 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Who::Buyer => row.1 += 1,
             Who::Nobody | Who::Garbage => row.2 += 1,
             Who::Forged(_) => row.3 += 1,
+            Who::Replayed(..) => unreachable!("replays are listed apart"),
         }
     }
     assert_eq!(
         expected,
         BTreeMap::from(
             [
-                ("Account", (47, 10, 22, 42)),
+                ("Account", (58, 10, 22, 42)),
                 ("Gate", (5, 1, 2, 0)),
-                ("Member", (20, 4, 8, 0)),
-                ("Orchestrator", (55, 10, 22, 0)),
-                ("Order", (57, 9, 24, 42)),
+                ("Member", (24, 4, 8, 0)),
+                ("Orchestrator", (66, 10, 22, 0)),
+                ("Order", (68, 9, 24, 42)),
             ]
             .map(|(k, v)| (k.to_owned(), v))
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 380);
+    assert_eq!(refusals.len(), 417);
+    // Every minted credential at every route of every service it was not made for: a
+    // verifier that ignored the audience would admit most of them (the operator's opens
+    // nearly every route of the service it is for).
+    let replays: Vec<(&Route, Who, u16, &str)> = minted
+        .keys()
+        .flat_map(|&(role, to)| {
+            let role = ServiceRole::parse(role).expect("a role");
+            matrix
+                .iter()
+                .filter(move |r| audience(r.service) != to)
+                .map(move |r| (r, Who::Replayed(role, to), 401, "UNAUTHENTICATED"))
+        })
+        .collect();
+    assert_eq!(minted.len(), 12);
+    assert_eq!(replays.len(), 359);
+    // Each minted credential opens the service it was made for (a route of its role there,
+    // a read where there is one), before the window.
+    for (&(role, to), token) in &minted {
+        let role = ServiceRole::parse(role).expect("a role");
+        let r = matrix
+            .iter()
+            .find(|r| {
+                audience(r.service) == to && role.allowed_by(r.allowed) && r.method == Method::GET
+            })
+            .or_else(|| {
+                matrix
+                    .iter()
+                    .find(|r| audience(r.service) == to && role.allowed_by(r.allowed))
+            })
+            .unwrap_or_else(|| panic!("{role} calls nothing at {to}"));
+        let mut req = http
+            .request(
+                r.method.clone(),
+                format!("{}{}", stack.url(r.service), r.path),
+            )
+            .bearer_auth(token);
+        if let Some(body) = &r.body {
+            req = req.json(body);
+        }
+        let answer = req.send().await?;
+        let status = answer.status().as_u16();
+        assert!(
+            status != 401 && status != 403 && status < 500,
+            "{role}'s credential for {to} at {}: {status} {}",
+            r.path,
+            answer.text().await?
+        );
+    }
 
     // Every refused pair first, all of them inside one window in which nothing may change
     // (once the orchestrator's worker has dispatched the payment's event: it writes on
@@ -753,7 +860,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
     }
     let before = fingerprint(&pool).await;
     let mut refused = 0;
-    for (r, who, status, code) in &refusals {
+    for (r, who, status, code) in refusals.iter().chain(&replays) {
         let answer = send(r, *who).await?;
         let got = answer.status().as_u16();
         let body: Value = answer.json().await.unwrap_or(Value::Null);
@@ -772,7 +879,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 380, "every refusal was sent and answered");
+    assert_eq!(refused, 417 + 359, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {

@@ -6,6 +6,7 @@
 //! Only the order service runs, on the development buyer key (`MEMBER_JWKS_URL` unset for
 //! it): the attack is on its HTTP server, which reads no member service to refuse it.
 
+use paysaga_common::auth::Audience;
 use std::time::Duration;
 
 use paysaga_common::{
@@ -194,8 +195,12 @@ async fn slow_headers_are_cut_off_write_nothing_and_hold_up_no_one() -> anyhow::
         .pool_max_idle_per_host(0)
         .timeout(Duration::from_secs(10))
         .build()?;
-    let operator = OrderClient::with_http(http.clone(), &base, service_token("operator"));
-    let gate = OrderClient::with_http(http.clone(), &base, service_token("gate"));
+    let operator = OrderClient::with_http(
+        http.clone(),
+        &base,
+        service_token("operator", Audience::Order),
+    );
+    let gate = OrderClient::with_http(http.clone(), &base, service_token("gate", Audience::Order));
     let product = operator
         .create_product(&CreateProduct {
             name: "slow".into(),
@@ -253,7 +258,7 @@ async fn slow_headers_are_cut_off_write_nothing_and_hold_up_no_one() -> anyhow::
     // holding the price).
     AccountClient::new(
         stack.url(ServiceKind::Account),
-        service_token("operator"),
+        service_token("operator", Audience::Account),
         Duration::from_secs(10),
     )
     .open_account(&OpenAccountRequest {

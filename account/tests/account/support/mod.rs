@@ -2,6 +2,7 @@
 //! reads the tables back as an administrator for assertions.
 #![allow(dead_code)]
 
+use paysaga_common::auth::Audience;
 use std::time::Duration;
 
 use account::Config;
@@ -56,12 +57,19 @@ impl Svc {
         let http = paysaga_common::client::http_client(Duration::from_secs(30));
         let client = AccountClient::new(
             &base,
-            service_token("orchestrator"),
+            service_token("orchestrator", Audience::Account),
             Duration::from_secs(30),
         );
-        let operator =
-            AccountClient::new(&base, service_token("operator"), Duration::from_secs(30));
-        let order = AccountClient::new(&base, service_token("order"), Duration::from_secs(30));
+        let operator = AccountClient::new(
+            &base,
+            service_token("operator", Audience::Account),
+            Duration::from_secs(30),
+        );
+        let order = AccountClient::new(
+            &base,
+            service_token("order", Audience::Account),
+            Duration::from_secs(30),
+        );
         let admin = db.admin_pool().await;
         Self {
             base,
@@ -306,11 +314,11 @@ pub async fn number(pool: &PgPool, sql: &str) -> i64 {
 /// order service, everything else is the saga's.
 pub fn token_for(path: &str) -> String {
     if path == "/v1/accounts" || path == "/v1/deposits" {
-        service_token("operator")
+        service_token("operator", Audience::Account)
     } else if path.starts_with("/v1/holds") {
-        service_token("order")
+        service_token("order", Audience::Account)
     } else {
-        service_token("orchestrator")
+        service_token("orchestrator", Audience::Account)
     }
 }
 

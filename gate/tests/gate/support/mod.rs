@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use paysaga_common::auth::Audience;
 use std::{sync::Arc, time::Duration};
 
 use gate::{
@@ -77,7 +78,7 @@ pub async fn fund(order: &Service, member: &str) {
     };
     AccountClient::new(
         &account.url,
-        service_token("operator"),
+        service_token("operator", Audience::Account),
         Duration::from_secs(10),
     )
     .open_account(&req)
@@ -88,7 +89,7 @@ pub async fn fund(order: &Service, member: &str) {
 pub fn order_client(order: &Service) -> OrderClient {
     OrderClient::new(
         order.url.clone(),
-        service_token("operator"),
+        service_token("operator", Audience::Order),
         Duration::from_secs(10),
     )
 }
@@ -184,7 +185,7 @@ impl Gate {
     pub fn service_client(&self) -> GateClient {
         GateClient::new(
             self.url(),
-            service_token("operator"),
+            service_token("operator", Audience::Gate),
             Duration::from_secs(10),
         )
     }
@@ -227,8 +228,8 @@ impl Gate {
 
 /// A gate instance; its first recompute has run when this returns.
 pub async fn start_gate(config: Config) -> Gate {
-    let state =
-        AppState::with_verifier(&config, Arc::new(Verifier::development())).expect("gate state");
+    let state = AppState::with_verifier(&config, Arc::new(Verifier::development(Audience::Gate)))
+        .expect("gate state");
     let s = state.clone();
     let process = InProcess::start("gate", |listener, shutdown| {
         gate::serve_state(s, config, listener, shutdown)

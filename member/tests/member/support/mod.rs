@@ -2,6 +2,7 @@
 //! database of their own, and reads the tables back as an administrator for assertions.
 #![allow(dead_code)]
 
+use paysaga_common::auth::Audience;
 use std::time::Duration;
 
 use member::{config::Argon2Params, AppState, Config};
@@ -139,7 +140,7 @@ impl Stack {
         .await;
         let client = MemberClient::new(
             member.url(),
-            service_token("operator"),
+            service_token("operator", Audience::Member),
             Duration::from_secs(30),
         );
         (member, client)
@@ -394,6 +395,7 @@ pub fn jwks_verifier(base: &str) -> Verifier {
             refresh_every: Duration::from_secs(300),
         },
         &ServiceKeys::development(),
+        Audience::Member,
     )
 }
 

@@ -3,6 +3,7 @@
 //! invariant read straight from PostgreSQL.
 #![allow(dead_code)]
 
+use paysaga_common::auth::Audience;
 use std::{future::Future, sync::Arc, time::Duration};
 
 use orchestrator::{Config, Hooks};
@@ -48,7 +49,7 @@ impl Orchestrator {
     pub fn operator(&self) -> OrchestratorClient {
         OrchestratorClient::new(
             &self.url,
-            service_token("operator"),
+            service_token("operator", Audience::Orchestrator),
             Duration::from_secs(30),
         )
     }
@@ -168,7 +169,7 @@ impl Stack {
     pub fn account_service(&self) -> AccountClient {
         AccountClient::new(
             &self.account_url,
-            service_token("operator"),
+            service_token("operator", Audience::Account),
             Duration::from_secs(30),
         )
     }
@@ -176,7 +177,7 @@ impl Stack {
     pub fn order_service(&self) -> OrderClient {
         OrderClient::new(
             &self.order_url,
-            service_token("operator"),
+            service_token("operator", Audience::Order),
             Duration::from_secs(30),
         )
     }

@@ -4,6 +4,7 @@
 
 pub mod ops;
 
+use paysaga_common::auth::Audience;
 use std::time::Duration;
 
 use order::Config;
@@ -78,7 +79,7 @@ impl Harness {
         AccountClient::with_http(
             self.http.clone(),
             &self.account_url,
-            service_token("operator"),
+            service_token("operator", Audience::Account),
         )
     }
 
@@ -136,17 +137,29 @@ impl Harness {
     }
 
     pub fn service(&self) -> OrderClient {
-        OrderClient::with_http(self.http.clone(), &self.base, service_token("orchestrator"))
+        OrderClient::with_http(
+            self.http.clone(),
+            &self.base,
+            service_token("orchestrator", Audience::Order),
+        )
     }
 
     /// As an operator: products, reservation look-ups and cancels.
     pub fn operator(&self) -> OrderClient {
-        OrderClient::with_http(self.http.clone(), &self.base, service_token("operator"))
+        OrderClient::with_http(
+            self.http.clone(),
+            &self.base,
+            service_token("operator", Audience::Order),
+        )
     }
 
     /// As the gate's recompute job: product list, availability, used passes.
     pub fn gate(&self) -> OrderClient {
-        OrderClient::with_http(self.http.clone(), &self.base, service_token("gate"))
+        OrderClient::with_http(
+            self.http.clone(),
+            &self.base,
+            service_token("gate", Audience::Order),
+        )
     }
 
     pub fn buyer(&self, member: &str) -> OrderClient {
@@ -254,7 +267,7 @@ pub fn token_for(path: &str) -> String {
     } else {
         "orchestrator"
     };
-    service_token(role)
+    service_token(role, Audience::Order)
 }
 
 pub fn signer() -> PassSigner {
