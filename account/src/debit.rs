@@ -22,6 +22,8 @@ use crate::{
 ///   ledger inserts take on an account through the foreign key). In READ COMMITTED a
 ///   locking read that waited returns the row's newest version, so each balance, and
 ///   what the account's holds hold, is the one this statement will change.
+///   They are locked after `holding` is complete: the count of its rows, evaluated
+///   once, gates the scan.
 /// - `decided`: each debit judged, at `clock` (read once every lock is held, so a
 ///   deadline that passed while the statement waited counts): one without a hold
 ///   against its account's available balance (`balance - held`); a capture against its
@@ -33,7 +35,8 @@ use crate::{
 ///   it; with at most one debit per account in a statement (the caller's rounds), a
 ///   skipped debit cannot have changed what another one of this statement was decided
 ///   against.
-/// - `captured`: each captured hold `CAPTURED` by its debit's key.
+/// - `captured`: each captured hold `CAPTURED` by its debit's key, found by the debit's
+///   `hold_key` (one probe of the key index each; the lock `holding` took keeps it `HELD`).
 /// - `moved`: each account charged its applied debit, and relieved of the hold it
 ///   captured; only rows `locked` holds.
 /// - `credited`: the shard credited the sum of what `moved` took.
@@ -75,7 +78,7 @@ locked AS MATERIALIZED (
     FROM accounts a
     WHERE a.id = ANY(ARRAY(SELECT f.account_id
                            FROM fresh f
-                           CROSS JOIN (SELECT COUNT(*) FROM holding) AS holds_first))
+                           WHERE (SELECT COUNT(*) FROM holding) >= 0))
       AND a.kind = 'MEMBER'
     ORDER BY a.id
     FOR NO KEY UPDATE
@@ -121,8 +124,7 @@ applied AS (
 captured AS (
     UPDATE holds h SET state = 'CAPTURED', captured_by = i.operation_key, settled_at = now()
     FROM inserted i
-    WHERE h.operation_key = ANY(ARRAY(SELECT x.operation_key FROM holding x))
-      AND h.operation_key = i.hold_key AND i.status = 'APPLIED' AND h.state = 'HELD'
+    WHERE h.operation_key = i.hold_key AND i.status = 'APPLIED'
     RETURNING h.operation_key
 ),
 moved AS (

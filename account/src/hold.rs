@@ -78,10 +78,12 @@ inserted AS (
 ),
 moved AS (
     UPDATE accounts a SET held = LEAST(a.held + t.total, a.balance)
-    FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
-    JOIN locked l ON l.id = t.account_id
+    FROM (SELECT i.account_id, SUM(i.amount)::BIGINT AS total, MIN(l.held) AS locked_held
+          FROM inserted i
+          JOIN locked l ON l.id = i.account_id
+          GROUP BY i.account_id) AS t
     WHERE a.id = t.account_id
-    RETURNING a.id, a.held, a.balance, l.held + t.total AS expected
+    RETURNING a.id, a.held, a.balance, t.locked_held + t.total AS expected
 ),
 tally AS MATERIALIZED (
     SELECT CASE WHEN c.moved = c.accounts AND c.off IS NULL THEN 0

@@ -24,7 +24,7 @@ use crate::{
 /// - `going`: the held ones among them (a held hold past its deadline is released like
 ///   any other: its money is free either way).
 /// - `locked`: their accounts, by id.
-/// - `released`: each `RELEASED`; `moved`: each account's `held` lowered by what its
+/// - `released`: each `RELEASED`, by id (one probe each; the lock keeps it `HELD`); `moved`: each account's `held` lowered by what its
 ///   released holds held.
 /// - `tally`: every hold released and every account moved to exactly its locked `held`
 ///   less those holds, never below zero, else the statement fails whole.
@@ -67,7 +67,7 @@ locked AS MATERIALIZED (
 released AS (
     UPDATE holds h SET state = 'RELEASED', settled_at = now()
     FROM going g
-    WHERE h.id = ANY(ARRAY(SELECT x.id FROM going x)) AND h.id = g.id AND h.state = 'HELD'
+    WHERE h.id = g.id
     RETURNING h.id, h.operation_key, h.account_id, h.amount, h.state, h.expires_at,
               h.captured_by, h.created_at, h.settled_at
 ),
