@@ -102,6 +102,7 @@ impl Admin {
             price,
             units,
             reservation_ttl_secs,
+            eligibility: Vec::new(),
         };
         Ok(self
             .order()
