@@ -33,7 +33,9 @@ fn product(eligibility: Vec<EligibilityRule>) -> CreateProduct {
 #[tokio::test]
 async fn accounts_made_after_the_announcement_cannot_join_the_waitlist() {
     let h = Harness::start().await;
-    let announced = Utc::now();
+    // PostgreSQL keeps microseconds.
+    let announced = chrono::DateTime::from_timestamp_micros(Utc::now().timestamp_micros())
+        .expect("now");
     let rules = vec![EligibilityRule::AccountCreatedBefore { at: announced }];
     let created = h
         .operator()
@@ -51,10 +53,7 @@ async fn accounts_made_after_the_announcement_cannot_join_the_waitlist() {
     .fetch_one(&h.admin)
     .await
     .expect("product row");
-    assert_eq!(
-        stored.map(|t| t.timestamp_micros()),
-        Some(announced.timestamp_micros())
-    );
+    assert_eq!(stored, Some(announced));
 
     // Made after the announcement, or with no known sign-up time: refused by rule.
     for member in [
