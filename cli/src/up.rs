@@ -185,6 +185,22 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
             "1000".into(),
         ));
     }
+    if args.no_demo {
+        // The wiring raises the sign-up limits out of the demo's way (its buyers all sign
+        // up from this machine); a system without the demo keeps the member service's
+        // own limits, unless the caller's environment sets them.
+        let limits = member::config::SignUpLimits::default();
+        for (name, value) in [
+            ("SIGNUP_MAX_PER_ADDRESS", limits.per_address),
+            ("SIGNUP_MAX_TOTAL", limits.total),
+        ] {
+            if std::env::var(name).is_err() {
+                wiring
+                    .service_env
+                    .push((ServiceKind::Member, name.into(), value.to_string()));
+            }
+        }
+    }
     if !args.no_demo && std::env::var("WAITLIST_OFFER_TTL_SECS").is_err() {
         // A unit offered to a demo buyer who went away passes on within seconds, not
         // the default two minutes, so the demo always ends quickly.

@@ -43,6 +43,7 @@ macro_rules! service_client_constructors {
 
 pub mod account;
 pub mod batch;
+pub mod eligibility;
 pub mod events;
 pub mod gate;
 pub mod member;

@@ -103,6 +103,7 @@ impl Admin {
             price,
             units,
             reservation_ttl_secs,
+            eligibility: Vec::new(),
         };
         Ok(self
             .order()

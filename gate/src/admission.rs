@@ -1,5 +1,6 @@
-//! Deciding whether a buyer gets a pass: the local sold-out mark first, then the shared
-//! quota in Redis, and the per-instance fallback limiter when Redis cannot answer.
+//! Deciding whether a buyer gets a pass: the product's eligibility rules first, then the
+//! local sold-out mark, the shared quota in Redis, and the per-instance fallback limiter
+//! when Redis cannot answer.
 
 use std::{
     sync::Arc,
@@ -116,33 +117,34 @@ impl Gate {
     /// Grants `member` a pass for `product_id`, or says why not.
     pub async fn admit(self: &Arc<Self>, product_id: i64, member: &MemberId) -> Result<Grant> {
         let now = unix_now();
-        let local = self.products.get(product_id);
-        if let Some(l) = &local {
-            match l.mark_answer(member.as_str(), Instant::now(), now) {
-                Some(MarkAnswer::Holder(exp)) => {
-                    outcome("existing_cached");
-                    return Ok(Grant::Existing(exp));
-                }
-                Some(MarkAnswer::SoldOut) => {
-                    outcome("sold_out_cached");
-                    return Err(Error::SoldOut(product_id));
-                }
-                None => {}
+        // Only a product listed here has known rules: judged before anything else, so
+        // an ineligible member spends no quota and costs no Redis call.
+        let Some(listed) = self.products.get(product_id).filter(|l| l.in_catalogue()) else {
+            return Err(self.not_listed(product_id).await);
+        };
+        if let Err(why) = listed.judge(member) {
+            outcome("ineligible");
+            metrics::counter!("gate_ineligible_total", "rule" => why.rule().label()).increment(1);
+            return Err(why.into());
+        }
+        match listed.mark_answer(member.as_str(), Instant::now(), now) {
+            Some(MarkAnswer::Holder(exp)) => {
+                outcome("existing_cached");
+                return Ok(Grant::Existing(exp));
             }
+            Some(MarkAnswer::SoldOut) => {
+                outcome("sold_out_cached");
+                return Err(Error::SoldOut(product_id));
+            }
+            None => {}
         }
         let exp = now + self.policy.pass_ttl.as_secs() as i64;
         if !self.health.is_degraded() {
-            let batched = match &local {
-                Some(l) => {
-                    let ttl = self.policy.pass_ttl.as_secs() as i64;
-                    let batcher = l
-                        .batcher
-                        .get_or_init(|| Batcher::spawn(self.store.clone(), product_id, ttl));
-                    batcher.issue(member.as_str()).await
-                }
-                None => None,
-            };
-            let answer = match batched {
+            let ttl = self.policy.pass_ttl.as_secs() as i64;
+            let batcher = listed
+                .batcher
+                .get_or_init(|| Batcher::spawn(self.store.clone(), product_id, ttl));
+            let answer = match batcher.issue(member.as_str()).await {
                 Some(answer) => answer,
                 None => {
                     self.store
@@ -152,16 +154,13 @@ impl Gate {
             };
             match answer {
                 Ok(IssueOutcome::Existing { exp }) => {
-                    self.products
-                        .get_or_insert(product_id)
-                        .record(member.as_str(), exp, true);
+                    listed.record(member.as_str(), exp, true);
                     outcome("existing");
                     return Ok(Grant::Existing(exp));
                 }
                 Ok(IssueOutcome::Issued { exp, remaining }) => {
-                    let l = self.products.get_or_insert(product_id);
-                    l.record(member.as_str(), exp, true);
-                    l.set_last_quota(remaining);
+                    listed.record(member.as_str(), exp, true);
+                    listed.set_last_quota(remaining);
                     if remaining <= 0 {
                         self.load_sold_out_mark(product_id);
                     }
@@ -169,19 +168,17 @@ impl Gate {
                     return Ok(Grant::New(exp));
                 }
                 Ok(IssueOutcome::NoQuota) => {
-                    self.products.get_or_insert(product_id).set_last_quota(0);
+                    listed.set_last_quota(0);
                     self.load_sold_out_mark(product_id);
                     outcome("sold_out");
                     return Err(Error::SoldOut(product_id));
                 }
-                Ok(IssueOutcome::Unknown) => match &local {
-                    Some(l) if l.in_catalogue() => {
-                        self.health.degrade(&format_args!(
-                            "Redis holds no quota for listed product {product_id}"
-                        ));
-                    }
-                    _ => return Err(self.unknown_product(product_id)),
-                },
+                // Listed, yet Redis holds no quota for it: Redis lost its data.
+                Ok(IssueOutcome::Unknown) => {
+                    self.health.degrade(&format_args!(
+                        "Redis holds no quota for listed product {product_id}"
+                    ));
+                }
                 Err(e) if e.is_redis_outage() => {
                     self.health.degrade(&e);
                 }
@@ -189,6 +186,29 @@ impl Gate {
             }
         }
         self.fallback(product_id, member, now, exp)
+    }
+
+    /// A product not (yet) in this instance's list: unknown to Redis too is not found;
+    /// known there (another instance listed it first) it waits for this instance's next
+    /// recompute, which learns its rules, rather than being admitted unjudged.
+    async fn not_listed(&self, product_id: i64) -> Error {
+        if !self.products.catalogue_loaded() || self.health.is_degraded() {
+            return self.unknown_product(product_id);
+        }
+        match self.store.read(product_id, unix_now()).await {
+            Ok(None) => self.unknown_product(product_id),
+            Ok(Some(_)) => {
+                outcome("not_listed_yet");
+                Error::QuotaUnavailable(
+                    "this product's terms are not loaded here yet; retry shortly",
+                )
+            }
+            Err(e) if e.is_redis_outage() => {
+                self.health.degrade(&e);
+                self.unknown_product(product_id)
+            }
+            Err(e) => e,
+        }
     }
 
     fn unknown_product(&self, product_id: i64) -> Error {

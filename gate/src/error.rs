@@ -18,6 +18,9 @@ pub enum Error {
     /// The member asked for passes faster than `MEMBER_RATE_PER_SEC` allows.
     #[error(transparent)]
     RateLimited(#[from] RateLimited),
+    /// The member fails one of the product's eligibility rules.
+    #[error(transparent)]
+    Ineligible(#[from] paysaga_contracts::eligibility::Ineligible),
     #[error("product {0} is sold out")]
     SoldOut(i64),
     #[error("product id must be a positive integer")]
@@ -51,6 +54,9 @@ impl IntoResponse for Error {
         match self {
             Error::Api(e) => e.into_response(),
             Error::RateLimited(e) => e.into_response(),
+            Error::Ineligible(why) => {
+                ApiError::new(StatusCode::FORBIDDEN, why.code(), why.to_string()).into_response()
+            }
             Error::SoldOut(_) => {
                 ApiError::conflict(codes::SOLD_OUT, "no units left for this product")
                     .into_response()

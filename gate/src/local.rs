@@ -12,6 +12,9 @@ use std::{
     time::Instant,
 };
 
+use paysaga_common::auth::MemberId;
+use paysaga_contracts::eligibility::{self, EligibilityRule, Ineligible, MemberFacts};
+
 use crate::batch::Batcher;
 
 const UNKNOWN: i64 = i64::MIN;
@@ -66,6 +69,9 @@ pub struct ProductLocal {
     last_available: AtomicI64,
     in_catalogue: AtomicBool,
     passes: Mutex<Passes>,
+    /// Who may take part, from the order service's product list (set before the
+    /// product is marked listed, so a listed product's rules are always known).
+    eligibility: RwLock<Vec<EligibilityRule>>,
     /// This product's issue batching task, started on first use.
     pub batcher: OnceLock<Batcher>,
     /// Whether the order service has this instance's report of the passes in flight
@@ -86,6 +92,7 @@ impl Default for ProductLocal {
             last_available: AtomicI64::new(UNKNOWN),
             in_catalogue: AtomicBool::new(false),
             passes: Mutex::new(Passes::default()),
+            eligibility: RwLock::new(Vec::new()),
             batcher: OnceLock::new(),
             sold_out_reported: AtomicBool::new(false),
             report_tried: Mutex::new(None),
@@ -173,6 +180,22 @@ impl ProductLocal {
 
     pub fn last_available(&self) -> Option<i64> {
         known(self.last_available.load(Ordering::Relaxed))
+    }
+
+    /// Judges `member` against the product's rules ([`eligibility::judge`]).
+    pub fn judge(&self, member: &MemberId) -> Result<(), Ineligible> {
+        let rules = self.eligibility.read().unwrap_or_else(|p| p.into_inner());
+        if rules.is_empty() {
+            return Ok(());
+        }
+        eligibility::judge(&rules, &MemberFacts::from_id(member))
+    }
+
+    fn set_eligibility(&self, rules: &[EligibilityRule]) {
+        let mut held = self.eligibility.write().unwrap_or_else(|p| p.into_inner());
+        if *held != rules {
+            *held = rules.to_vec();
+        }
     }
 
     pub fn in_catalogue(&self) -> bool {
@@ -309,6 +332,14 @@ impl Products {
             .entry(id)
             .or_default()
             .clone()
+    }
+
+    /// Records each listed product's eligibility rules; called before
+    /// [`Products::set_catalogue`] marks them listed.
+    pub fn set_rules<'a>(&self, products: impl IntoIterator<Item = (i64, &'a [EligibilityRule])>) {
+        for (id, rules) in products {
+            self.get_or_insert(id).set_eligibility(rules);
+        }
     }
 
     /// Records the order service's product list with each product's availability.

@@ -83,6 +83,10 @@ impl Recompute {
             }
         };
         let listed: Vec<(i64, i64)> = products.iter().map(|p| (p.id, p.available)).collect();
+        // Rules first: a product is only ever listed here with its rules known.
+        self.gate
+            .products
+            .set_rules(products.iter().map(|p| (p.id, p.eligibility.as_slice())));
         self.gate
             .products
             .set_catalogue(&listed, self.gate.policy().fallback_instances);

@@ -64,6 +64,9 @@ pub enum Error {
     AttemptsUsedUp,
     #[error("the member has no account")]
     NoAccount,
+    /// The member fails one of the product's eligibility rules.
+    #[error(transparent)]
+    Ineligible(#[from] paysaga_contracts::eligibility::Ineligible),
     /// The account service gave no definite answer to a hold: nothing was reserved (a
     /// hold it may have placed is reused by a retry, or released by the reconciliation).
     #[error("the account service did not answer: {0}")]
@@ -177,6 +180,9 @@ impl Error {
                 ErrorCode::NoAccount.as_str(),
                 "you have no account to hold the price on yet; nothing was reserved",
             ),
+            Error::Ineligible(why) => {
+                ApiError::new(StatusCode::FORBIDDEN, why.code(), why.to_string())
+            }
             Error::Database(_)
             | Error::Invariant(_)
             | Error::Task(_)

@@ -8,6 +8,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
+use paysaga_contracts::eligibility::EligibilityRule;
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::{api::Product, error::Result};
@@ -28,6 +29,15 @@ struct ProductRow {
     sold: i64,
     waiting: i64,
     reservation_ttl_secs: Option<i32>,
+    accounts_created_before: Option<DateTime<Utc>>,
+}
+
+/// A product's eligibility rules from its columns.
+fn rules(accounts_created_before: Option<DateTime<Utc>>) -> Vec<EligibilityRule> {
+    accounts_created_before
+        .map(|at| EligibilityRule::AccountCreatedBefore { at })
+        .into_iter()
+        .collect()
 }
 
 impl From<ProductRow> for Product {
@@ -43,6 +53,7 @@ impl From<ProductRow> for Product {
             sold: r.sold,
             waiting: r.waiting,
             reservation_ttl_secs: r.reservation_ttl_secs.and_then(|t| u32::try_from(t).ok()),
+            eligibility: rules(r.accounts_created_before),
             created_at: r.created_at,
         }
     }
@@ -73,6 +84,8 @@ pub struct NewProduct<'a> {
     pub units: i64,
     /// Its own reservation hold time, seconds (`None`: the service's).
     pub reservation_ttl_secs: Option<u32>,
+    /// Who may take part (checked by [`paysaga_contracts::eligibility::check_rules`]).
+    pub eligibility: &'a [EligibilityRule],
 }
 
 /// Creates a product and its units in one transaction: it exists with all its stock or not at all.
@@ -82,14 +95,17 @@ pub async fn create_product(pool: &PgPool, new: &NewProduct<'_>) -> Result<Produ
     let mut tx = pool.begin().await?;
     let id: i64 = sqlx::query_scalar(
         r#"
-        INSERT INTO products (name, price, reservation_ttl_secs)
-        VALUES ($1, $2, $3)
+        INSERT INTO products (name, price, reservation_ttl_secs, accounts_created_before)
+        VALUES ($1, $2, $3, $4)
         RETURNING id
         "#,
     )
     .bind(name)
     .bind(price)
     .bind(new.reservation_ttl_secs.and_then(|t| i32::try_from(t).ok()))
+    .bind(new.eligibility.iter().find_map(|r| match r {
+        EligibilityRule::AccountCreatedBefore { at } => Some(*at),
+    }))
     .fetch_one(&mut *tx)
     .await?;
     insert_units(&mut tx, id, units).await?;
@@ -97,6 +113,16 @@ pub async fn create_product(pool: &PgPool, new: &NewProduct<'_>) -> Result<Produ
     product(pool, id).await?.ok_or_else(|| {
         crate::error::Error::Invariant(crate::breach::Breach::missing("created product", id))
     })
+}
+
+/// A product's eligibility rules; `None` for an unknown product.
+pub async fn eligibility(pool: &PgPool, product_id: i64) -> Result<Option<Vec<EligibilityRule>>> {
+    let row: Option<Option<DateTime<Utc>>> =
+        sqlx::query_scalar(r#"SELECT accounts_created_before FROM products WHERE id = $1"#)
+            .bind(product_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(rules))
 }
 
 /// Adds `count` AVAILABLE units; `None` when the product does not exist.
@@ -126,6 +152,7 @@ macro_rules! with_counts {
         concat!(
             r#"
         SELECT p.id, p.name, p.price, p.created_at, p.reservation_ttl_secs,
+               p.accounts_created_before,
                COUNT(s.id) AS units_total,
                COUNT(s.id) FILTER (WHERE s.state = 'AVAILABLE') AS available,
                COUNT(s.id) FILTER (WHERE s.state = 'RESERVED') AS reserved,

@@ -407,6 +407,7 @@ async fn prepare(pool: &PgPool, strategy: Strategy, units: i64) -> anyhow::Resul
                         price: 100,
                         units: batch,
                         reservation_ttl_secs: None,
+                        eligibility: &[],
                     };
                     stock::create_product(pool, &new).await?.id
                 }

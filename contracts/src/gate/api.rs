@@ -47,4 +47,7 @@ pub mod codes {
     /// up (or it has not learned the product list yet): retry shortly. Never a sign
     /// that the product is sold out.
     pub const QUOTA_UNAVAILABLE: &str = "QUOTA_UNAVAILABLE";
+    /// The product admits only accounts created before a time (its eligibility rule),
+    /// and this member's was made later: no pass, no quota spent (403).
+    pub const ACCOUNT_TOO_NEW: &str = crate::eligibility::codes::ACCOUNT_TOO_NEW;
 }

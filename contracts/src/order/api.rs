@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::eligibility::{self, EligibilityRule};
+
 /// `POST /v1/products`: a new product with `units` sellable units at `price` minor units.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CreateProduct {
@@ -29,6 +31,11 @@ pub struct CreateProduct {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = 120, minimum = 1, maximum = 86400)]
     pub reservation_ttl_secs: Option<u32>,
+    /// Who may take part (at most one rule of each kind; docs/gate.md, "Eligibility"):
+    /// the gate refuses a pass to a member who fails a rule, with the rule's code,
+    /// before any quota is spent. Absent or empty: every member.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub eligibility: Vec<EligibilityRule>,
 }
 
 /// `POST /v1/products/{id}/units`: add `count` more units.
@@ -59,6 +66,9 @@ pub struct Product {
     /// `RESERVATION_TTL_SECS`.
     #[serde(default)]
     pub reservation_ttl_secs: Option<u32>,
+    /// Who may take part; empty: every member.
+    #[serde(default)]
+    pub eligibility: Vec<EligibilityRule>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -214,10 +224,15 @@ pub enum ErrorCode {
     NoAccount,
     /// A product's `reservation_ttl_secs` outside 1 to 86,400.
     InvalidReservationTtl,
+    /// A product's `eligibility` names a rule kind twice.
+    InvalidEligibility,
+    /// The product admits only accounts created before a time, and the member's was
+    /// made later (joining its waitlist).
+    AccountTooNew,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 28] = [
+    pub const ALL: [ErrorCode; 30] = [
         ErrorCode::SoldOut,
         ErrorCode::MemberLimitReached,
         ErrorCode::PassMalformed,
@@ -246,6 +261,8 @@ impl ErrorCode {
         ErrorCode::InsufficientFunds,
         ErrorCode::NoAccount,
         ErrorCode::InvalidReservationTtl,
+        ErrorCode::InvalidEligibility,
+        ErrorCode::AccountTooNew,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -278,6 +295,8 @@ impl ErrorCode {
             ErrorCode::InsufficientFunds => "INSUFFICIENT_FUNDS",
             ErrorCode::NoAccount => "NO_ACCOUNT",
             ErrorCode::InvalidReservationTtl => "INVALID_RESERVATION_TTL",
+            ErrorCode::InvalidEligibility => eligibility::codes::INVALID_ELIGIBILITY,
+            ErrorCode::AccountTooNew => eligibility::codes::ACCOUNT_TOO_NEW,
         }
     }
 
@@ -326,6 +345,8 @@ pub mod codes {
     pub const INSUFFICIENT_FUNDS: &str = ErrorCode::InsufficientFunds.as_str();
     pub const NO_ACCOUNT: &str = ErrorCode::NoAccount.as_str();
     pub const INVALID_RESERVATION_TTL: &str = ErrorCode::InvalidReservationTtl.as_str();
+    pub const INVALID_ELIGIBILITY: &str = ErrorCode::InvalidEligibility.as_str();
+    pub const ACCOUNT_TOO_NEW: &str = ErrorCode::AccountTooNew.as_str();
 }
 
 /// The operation key of the hold that sets a reservation's price aside on the buyer's

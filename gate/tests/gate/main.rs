@@ -3,6 +3,7 @@
 mod support;
 
 mod cluster;
+mod eligibility;
 mod expiry;
 mod outage;
 mod passes;

@@ -10,7 +10,7 @@ use paysaga_common::{
     money::Amount,
     ErrorBody,
 };
-use paysaga_contracts::account::api::HoldTtl;
+use paysaga_contracts::{account::api::HoldTtl, eligibility};
 
 use crate::{
     api::{AddUnits, Availability, CreateProduct, ErrorCode, Product, ReportPromises},
@@ -51,7 +51,7 @@ fn known_id(id: i64) -> Result<i64> {
 
 /// Create a product with its units (service).
 #[utoipa::path(post, path = "/v1/products", security(("service" = [])), request_body = CreateProduct,
-    responses((status = 201, body = Product), (status = 422, body = ErrorBody, description = "INVALID_NAME, INVALID_PRICE, INVALID_UNITS, INVALID_RESERVATION_TTL")))]
+    responses((status = 201, body = Product), (status = 422, body = ErrorBody, description = "INVALID_NAME, INVALID_PRICE, INVALID_UNITS, INVALID_RESERVATION_TTL, INVALID_ELIGIBILITY")))]
 #[tracing::instrument(skip_all, fields(caller = %caller.0, units = req.units))]
 pub async fn create(
     State(state): State<AppState>,
@@ -73,6 +73,8 @@ pub async fn create(
             })
         })
         .transpose()?;
+    eligibility::check_rules(&req.eligibility)
+        .map_err(|why| Error::invalid(ErrorCode::InvalidEligibility, why))?;
     let product = stock::create_product(
         &state.pool,
         &stock::NewProduct {
@@ -80,6 +82,7 @@ pub async fn create(
             price: price.minor(),
             units,
             reservation_ttl_secs,
+            eligibility: &req.eligibility,
         },
     )
     .await?;

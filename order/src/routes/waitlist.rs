@@ -6,11 +6,13 @@ use paysaga_common::{
     extract::{Json, Path},
     ErrorBody,
 };
+use paysaga_contracts::eligibility::{self, MemberFacts};
 use uuid::Uuid;
 
 use crate::{
     api::{Reservation, WaitlistEntry},
     error::{Error, Result},
+    stock,
     waitlist::{self, JoinRequest, Joined, Take, TakeRequest},
     AppState,
 };
@@ -32,6 +34,7 @@ fn known_id(id: i64) -> Result<i64> {
         (status = 201, body = WaitlistEntry, description = "in line: `WAITING` with its position"),
         (status = 200, body = WaitlistEntry, description = "already in line: the member's live entry, unchanged"),
         (status = 409, body = ErrorBody, description = "NOT_SOLD_OUT (units on sale: reserve one), NOTHING_TO_WAIT_FOR (no unit is held by a reservation or an offer), MEMBER_LIMIT_REACHED (the member holds or bought PURCHASE_CAP units)"),
+        (status = 403, body = ErrorBody, description = "ACCOUNT_TOO_NEW: the product admits only accounts created before a time (its eligibility rule)"),
         (status = 404, body = ErrorBody, description = "PRODUCT_NOT_FOUND")))]
 #[tracing::instrument(skip_all, fields(member = %member, product_id = id))]
 pub async fn join(
@@ -40,6 +43,12 @@ pub async fn join(
     Path(id): Path<i64>,
 ) -> Result<(StatusCode, Json<WaitlistEntry>)> {
     let id = known_id(id)?;
+    // The same judge as the gate's: a member who may not take a pass may not wait for
+    // a unit either.
+    let rules = stock::eligibility(&state.pool, id)
+        .await?
+        .ok_or(Error::ProductNotFound(id))?;
+    eligibility::judge(&rules, &MemberFacts::from_id(&member))?;
     let joined = super::detached(async move {
         waitlist::join(
             &state.pool,

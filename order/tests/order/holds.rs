@@ -305,6 +305,7 @@ async fn a_product_may_hold_for_a_time_of_its_own() {
             price: PRICE,
             units: 2,
             reservation_ttl_secs: Some(120),
+            eligibility: Vec::new(),
         })
         .await
         .expect("created")
@@ -338,6 +339,7 @@ async fn a_product_may_hold_for_a_time_of_its_own() {
                 price: PRICE,
                 units: 1,
                 reservation_ttl_secs: Some(bad),
+                eligibility: Vec::new(),
             })
             .await
             .expect_err("out of range");

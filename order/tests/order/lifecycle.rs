@@ -15,6 +15,7 @@ async fn products_units_and_counts() {
             price: 12_900,
             units: 3,
             reservation_ttl_secs: None,
+            eligibility: Vec::new(),
         })
         .await
         .unwrap();

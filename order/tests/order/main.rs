@@ -5,6 +5,7 @@ mod support;
 mod bad_input;
 mod batch;
 mod claims_batched;
+mod eligibility;
 mod expiry;
 mod hoarding;
 mod holds;

@@ -207,6 +207,7 @@ async fn slow_headers_are_cut_off_write_nothing_and_hold_up_no_one() -> anyhow::
             price: 1_000,
             units: 3,
             reservation_ttl_secs: None,
+            eligibility: Vec::new(),
         })
         .await?
         .body;

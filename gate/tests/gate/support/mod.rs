@@ -111,6 +111,7 @@ pub async fn create_product(order: &Service, units: i64) -> i64 {
         price: 12_900,
         units,
         reservation_ttl_secs: None,
+        eligibility: Vec::new(),
     };
     order_client(order)
         .create_product(&req)

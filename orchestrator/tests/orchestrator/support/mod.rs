@@ -217,6 +217,7 @@ impl Stack {
             price: PRICE,
             units,
             reservation_ttl_secs: None,
+            eligibility: Vec::new(),
         };
         self.order_service()
             .create_product(&req)

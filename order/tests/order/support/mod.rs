@@ -177,6 +177,7 @@ impl Harness {
                 price: 12_900,
                 units,
                 reservation_ttl_secs: None,
+                eligibility: Vec::new(),
             })
             .await
             .expect("create product")

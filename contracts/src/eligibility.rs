@@ -1,0 +1,197 @@
+//! Who may take part in a drop: the rules a product sets (`CreateProduct.eligibility`,
+//! stored and listed by the order service) and the one judge of them, [`judge`], which
+//! the gate runs before a pass takes any quota and the order service runs before a
+//! member joins a waitlist.
+//!
+//! What the judge knows of a member comes from the member id alone: the member service
+//! issues UUIDv7 ids, whose timestamp is the moment of sign-up (RFC 9562), so "account
+//! created before" needs no call and no extra token claim. An id that is no UUIDv7 has
+//! no known creation time and does not pass a rule that asks for one.
+
+use chrono::{DateTime, Utc};
+use paysaga_common::auth::MemberId;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// The most rules a product may set (one of each kind).
+pub const MAX_RULES: usize = 1;
+
+/// One rule a product sets on who may take a pass for it. On the wire:
+/// `{"rule": "ACCOUNT_CREATED_BEFORE", "at": "2026-12-01T09:00:00Z"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "rule", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EligibilityRule {
+    /// Only members whose account was created strictly before `at` (typically the
+    /// moment the drop was announced): accounts made after it cannot take a pass.
+    AccountCreatedBefore { at: DateTime<Utc> },
+}
+
+impl EligibilityRule {
+    /// The kind of rule, for "one of each kind" and the metrics' labels.
+    pub fn kind(&self) -> RuleKind {
+        match self {
+            EligibilityRule::AccountCreatedBefore { .. } => RuleKind::AccountCreatedBefore,
+        }
+    }
+}
+
+/// The kinds of [`EligibilityRule`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RuleKind {
+    AccountCreatedBefore,
+}
+
+impl RuleKind {
+    pub const fn label(self) -> &'static str {
+        match self {
+            RuleKind::AccountCreatedBefore => "account_created_before",
+        }
+    }
+}
+
+/// The codes a refusal carries, one per rule (status 403).
+pub mod codes {
+    /// The product admits only accounts created before a time; this one was made later
+    /// (or its creation time is unknown).
+    pub const ACCOUNT_TOO_NEW: &str = "ACCOUNT_TOO_NEW";
+    /// A product's `eligibility` names a rule kind twice, or more rules than allowed.
+    pub const INVALID_ELIGIBILITY: &str = "INVALID_ELIGIBILITY";
+}
+
+/// What the judge knows of a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberFacts {
+    /// When the member signed up; `None` when it cannot be known.
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+impl MemberFacts {
+    /// From the member id: a UUIDv7's timestamp is its sign-up moment (millisecond
+    /// precision); any other id says nothing.
+    pub fn from_id(member: &MemberId) -> Self {
+        let created_at = Uuid::parse_str(member.as_str())
+            .ok()
+            .filter(|id| id.get_version_num() == 7)
+            .and_then(|id| id.get_timestamp())
+            .and_then(|ts| {
+                let (secs, nanos) = ts.to_unix();
+                DateTime::from_timestamp(i64::try_from(secs).ok()?, nanos)
+            });
+        Self { created_at }
+    }
+}
+
+/// Why a member may not take part, naming the rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Ineligible {
+    #[error("this drop admits only accounts created before {at}")]
+    AccountTooNew { at: DateTime<Utc> },
+}
+
+impl Ineligible {
+    /// The refusal's stable `code`.
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Ineligible::AccountTooNew { .. } => codes::ACCOUNT_TOO_NEW,
+        }
+    }
+
+    /// The rule that refused.
+    pub const fn rule(&self) -> RuleKind {
+        match self {
+            Ineligible::AccountTooNew { .. } => RuleKind::AccountCreatedBefore,
+        }
+    }
+}
+
+/// Judges a member against a product's rules: the first rule it fails, or `Ok`.
+pub fn judge(rules: &[EligibilityRule], member: &MemberFacts) -> Result<(), Ineligible> {
+    for rule in rules {
+        match *rule {
+            EligibilityRule::AccountCreatedBefore { at } => {
+                if !member.created_at.is_some_and(|created| created < at) {
+                    return Err(Ineligible::AccountTooNew { at });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A product's rules as given at creation: at most one of each kind. The error is the
+/// message for `INVALID_ELIGIBILITY`.
+pub fn check_rules(rules: &[EligibilityRule]) -> Result<(), String> {
+    if rules.len() > MAX_RULES {
+        return Err(format!(
+            "at most {MAX_RULES} eligibility rule(s), one of each kind"
+        ));
+    }
+    for (i, rule) in rules.iter().enumerate() {
+        if rules[..i].iter().any(|r| r.kind() == rule.kind()) {
+            return Err(format!("rule {} is given twice", rule.kind().label()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member_at(ms: u64) -> MemberId {
+        let ts =
+            uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, (ms % 1000) as u32 * 1_000_000);
+        MemberId::parse(Uuid::new_v7(ts).to_string()).unwrap()
+    }
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(ms).unwrap()
+    }
+
+    #[test]
+    fn a_v7_member_id_tells_when_the_member_signed_up() {
+        let facts = MemberFacts::from_id(&member_at(1_765_000_000_123));
+        assert_eq!(facts.created_at, Some(at(1_765_000_000_123)));
+        let v4 = MemberId::parse(Uuid::new_v4().to_string()).unwrap();
+        assert_eq!(MemberFacts::from_id(&v4).created_at, None);
+        assert_eq!(
+            MemberFacts::from_id(&MemberId::parse("member-1").unwrap()).created_at,
+            None
+        );
+    }
+
+    #[test]
+    fn only_accounts_made_strictly_before_the_time_pass() {
+        let rules = [EligibilityRule::AccountCreatedBefore { at: at(2_000) }];
+        let judged = |ms| judge(&rules, &MemberFacts::from_id(&member_at(ms)));
+        assert_eq!(judged(1_999), Ok(()));
+        let refused = judged(2_000).unwrap_err();
+        assert_eq!(refused, Ineligible::AccountTooNew { at: at(2_000) });
+        assert_eq!(refused.code(), codes::ACCOUNT_TOO_NEW);
+        assert_eq!(
+            judged(5_000),
+            Err(Ineligible::AccountTooNew { at: at(2_000) })
+        );
+        // Unknown age does not pass; no rules admit everyone.
+        assert!(judge(&rules, &MemberFacts { created_at: None }).is_err());
+        assert_eq!(judge(&[], &MemberFacts { created_at: None }), Ok(()));
+    }
+
+    #[test]
+    fn rules_read_and_write_with_their_tag_and_each_kind_once() {
+        let rule: EligibilityRule = serde_json::from_str(
+            r#"{"rule":"ACCOUNT_CREATED_BEFORE","at":"2026-12-01T09:00:00Z"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            rule,
+            EligibilityRule::AccountCreatedBefore {
+                at: "2026-12-01T09:00:00Z".parse().unwrap()
+            }
+        );
+        assert!(serde_json::from_str::<EligibilityRule>(r#"{"rule":"NOPE"}"#).is_err());
+        assert_eq!(check_rules(&[rule]), Ok(()));
+        assert!(check_rules(&[rule, rule]).is_err());
+    }
+}

@@ -1,0 +1,106 @@
+//! A product's eligibility rules: stored and listed with it, checked when it is
+//! created, and judged before a member joins its waitlist (the gate judges passes).
+
+use chrono::{Duration, Utc};
+use paysaga_contracts::{
+    eligibility::{codes, EligibilityRule},
+    order::api::CreateProduct,
+};
+use uuid::{NoContext, Timestamp, Uuid};
+
+use crate::support::{count_by, Harness};
+
+/// A member id as the member service makes it: a UUIDv7 of its sign-up moment.
+fn member_signed_up(at: chrono::DateTime<Utc>) -> String {
+    let ts = Timestamp::from_unix(
+        NoContext,
+        at.timestamp() as u64,
+        at.timestamp_subsec_nanos(),
+    );
+    Uuid::new_v7(ts).to_string()
+}
+
+fn product(eligibility: Vec<EligibilityRule>) -> CreateProduct {
+    CreateProduct {
+        name: "members' drop".into(),
+        price: 12_900,
+        units: 2,
+        reservation_ttl_secs: None,
+        eligibility,
+    }
+}
+
+#[tokio::test]
+async fn accounts_made_after_the_announcement_cannot_join_the_waitlist() {
+    let h = Harness::start().await;
+    // PostgreSQL keeps microseconds.
+    let announced = chrono::DateTime::from_timestamp_micros(Utc::now().timestamp_micros())
+        .expect("now");
+    let rules = vec![EligibilityRule::AccountCreatedBefore { at: announced }];
+    let created = h
+        .operator()
+        .create_product(&product(rules.clone()))
+        .await
+        .expect("created")
+        .body;
+    assert_eq!(created.eligibility, rules);
+    let listed = h.operator().product(created.id).await.expect("read").body;
+    assert_eq!(listed.eligibility, rules);
+    let stored: Option<chrono::DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT accounts_created_before FROM order_service.products WHERE id = $1",
+    )
+    .bind(created.id)
+    .fetch_one(&h.admin)
+    .await
+    .expect("product row");
+    assert_eq!(stored, Some(announced));
+
+    // Made after the announcement, or with no known sign-up time: refused by rule.
+    for member in [
+        member_signed_up(announced + Duration::seconds(1)),
+        "member-without-a-sign-up-time".to_owned(),
+    ] {
+        let e = h
+            .buyer(&member)
+            .join_waitlist(created.id)
+            .await
+            .expect_err("ineligible");
+        assert_eq!(
+            (e.status(), e.code()),
+            (Some(403), Some(codes::ACCOUNT_TOO_NEW)),
+            "{member}"
+        );
+    }
+    // Made before it: past the rule, to the waitlist's own answer (units on sale).
+    let veteran = member_signed_up(announced - Duration::days(30));
+    let e = h
+        .buyer(&veteran)
+        .join_waitlist(created.id)
+        .await
+        .expect_err("units on sale");
+    assert_eq!(e.code(), Some("NOT_SOLD_OUT"));
+    assert_eq!(
+        count_by(
+            &h.admin,
+            "SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1",
+            created.id
+        )
+        .await,
+        0
+    );
+
+    // A product without rules lists none; a rule given twice is refused.
+    let open = h.product(1).await;
+    assert!(open.eligibility.is_empty());
+    let twice = vec![rules[0], rules[0]];
+    let e = h
+        .operator()
+        .create_product(&product(twice))
+        .await
+        .expect_err("twice");
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(422), Some(codes::INVALID_ELIGIBILITY))
+    );
+    h.stop_consistent().await;
+}
