@@ -402,6 +402,14 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         ),
         route(
             O,
+            Method::POST,
+            "/v1/products/{id}/promises",
+            format!("/v1/products/{pid}/promises"),
+            Some(json!({"in_flight": 0})),
+            GATE,
+        ),
+        route(
+            O,
             Method::GET,
             "/v1/reservations/{id}",
             format!("/v1/reservations/{live}"),
@@ -725,13 +733,13 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
                 ("Gate", (5, 1, 2, 0)),
                 ("Member", (20, 4, 8, 0)),
                 ("Orchestrator", (55, 10, 22, 0)),
-                ("Order", (57, 9, 24, 42)),
+                ("Order", (62, 10, 26, 42)),
             ]
             .map(|(k, v)| (k.to_owned(), v))
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 380);
+    assert_eq!(refusals.len(), 388);
 
     // Every refused pair first, all of them inside one window in which nothing may change
     // (once the orchestrator's worker has dispatched the payment's event: it writes on
@@ -772,7 +780,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 380, "every refusal was sent and answered");
+    assert_eq!(refused, 388, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {
