@@ -186,6 +186,14 @@ impl DemoResult {
                 format!("{} / {}", st.units_available, st.units_offered),
             ),
             (
+                "units left unsold while waiters went without (PostgreSQL)",
+                self.report.unsold_while_waiters_went_without.to_string(),
+            ),
+            (
+                "units to a buyer behind a waiter who went without (PostgreSQL)",
+                self.report.units_to_later_arrivals.to_string(),
+            ),
+            (
                 "oversold units (PostgreSQL)",
                 self.report.oversold_units.to_string(),
             ),

@@ -257,6 +257,14 @@ pub async fn run_on(
     ));
 
     let report = invariants::check(&pool).await?;
+    evidence.push((
+        "units left unsold while waiters went without".into(),
+        report.unsold_while_waiters_went_without,
+    ));
+    evidence.push((
+        "units to a buyer behind a waiter who went without".into(),
+        report.units_to_later_arrivals,
+    ));
     violations.extend(
         report
             .violations()

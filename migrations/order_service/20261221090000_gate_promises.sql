@@ -10,6 +10,7 @@ CREATE TABLE gate_promises (
     product_id  BIGINT      CONSTRAINT gate_promises_pkey PRIMARY KEY
                             CONSTRAINT gate_promises_product_fk REFERENCES products (id),
     in_flight   BIGINT      NOT NULL,
+    -- When the gate first reported this count (an unchanged report writes nothing).
     reported_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     CONSTRAINT gate_promises_in_flight_nonnegative CHECK (in_flight >= 0)
 );
@@ -90,7 +91,9 @@ BEGIN
     INSERT INTO gate_promises (product_id, in_flight, reported_at)
     VALUES (p_product, p_in_flight, now())
     ON CONFLICT ON CONSTRAINT gate_promises_pkey
-    DO UPDATE SET in_flight = EXCLUDED.in_flight, reported_at = EXCLUDED.reported_at;
+    DO UPDATE SET in_flight = EXCLUDED.in_flight, reported_at = EXCLUDED.reported_at
+    -- An unchanged count writes nothing: most reports repeat the last one.
+    WHERE gate_promises.in_flight <> EXCLUDED.in_flight;
     RETURN waitlist_offer_free(p_product);
 END
 $$;

@@ -159,6 +159,18 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     );
     fig(
         r,
+        "units left unsold while waiters went without (PostgreSQL)",
+        report.unsold_while_waiters_went_without as f64,
+        "units",
+    );
+    fig(
+        r,
+        "units to a buyer behind a waiter who went without (PostgreSQL)",
+        report.units_to_later_arrivals as f64,
+        "units",
+    );
+    fig(
+        r,
         "buyers who joined the waitlist",
         st.entries as f64,
         "buyers",

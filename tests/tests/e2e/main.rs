@@ -4,6 +4,7 @@ mod console;
 mod crash;
 mod drop;
 mod expiry;
+mod fairness;
 mod harness;
 mod holds_crash;
 mod instances;
