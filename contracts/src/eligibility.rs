@@ -110,7 +110,7 @@ pub fn judge(rules: &[EligibilityRule], member: &MemberFacts) -> Result<(), Inel
     for rule in rules {
         match *rule {
             EligibilityRule::AccountCreatedBefore { at } => {
-                if !member.created_at.is_some_and(|created| created < at) {
+                if member.created_at.is_none_or(|created| created >= at) {
                     return Err(Ineligible::AccountTooNew { at });
                 }
             }

@@ -92,6 +92,13 @@ pub struct NewProduct<'a> {
 #[tracing::instrument(skip_all, fields(units = new.units))]
 pub async fn create_product(pool: &PgPool, new: &NewProduct<'_>) -> Result<Product> {
     let (name, price, units) = (new.name, new.price, new.units);
+    // Each rule kind has its column (one of each kind: `check_rules`).
+    let mut accounts_created_before = None;
+    for rule in new.eligibility {
+        match rule {
+            EligibilityRule::AccountCreatedBefore { at } => accounts_created_before = Some(*at),
+        }
+    }
     let mut tx = pool.begin().await?;
     let id: i64 = sqlx::query_scalar(
         r#"
@@ -103,9 +110,7 @@ pub async fn create_product(pool: &PgPool, new: &NewProduct<'_>) -> Result<Produ
     .bind(name)
     .bind(price)
     .bind(new.reservation_ttl_secs.and_then(|t| i32::try_from(t).ok()))
-    .bind(new.eligibility.iter().find_map(|r| match r {
-        EligibilityRule::AccountCreatedBefore { at } => Some(*at),
-    }))
+    .bind(accounts_created_before)
     .fetch_one(&mut *tx)
     .await?;
     insert_units(&mut tx, id, units).await?;

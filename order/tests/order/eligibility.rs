@@ -34,8 +34,8 @@ fn product(eligibility: Vec<EligibilityRule>) -> CreateProduct {
 async fn accounts_made_after_the_announcement_cannot_join_the_waitlist() {
     let h = Harness::start().await;
     // PostgreSQL keeps microseconds.
-    let announced = chrono::DateTime::from_timestamp_micros(Utc::now().timestamp_micros())
-        .expect("now");
+    let announced =
+        chrono::DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now");
     let rules = vec![EligibilityRule::AccountCreatedBefore { at: announced }];
     let created = h
         .operator()
