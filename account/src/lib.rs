@@ -98,7 +98,7 @@ impl AppState {
 )]
 pub struct ApiDoc;
 
-/// The service's routes with the shared ones (health, metrics, OpenAPI, docs).
+/// The service's routes with the shared ones (health, OpenAPI, docs).
 pub fn app(state: AppState) -> Router {
     let api = Router::new()
         .route("/v1/accounts", post(handlers::open_account))

@@ -306,7 +306,7 @@ impl System {
     /// `POST /v1/reservations` requests the order service has counted (its
     /// `http_requests_total`, all statuses): what reached order, whoever sent it.
     pub async fn reservation_requests_seen_by_order(&self) -> Result<u64> {
-        let url = format!("{}/metrics", self.order);
+        let url = format!("{}/metrics", self.stack.metrics_url(ServiceKind::Order));
         let reply = send(self.http.get(&url))
             .await
             .map_err(|o| setup(&url, o.0))?;

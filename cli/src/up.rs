@@ -368,7 +368,7 @@ fn print_next_steps(
                 k.name().to_owned(),
                 format!("{u}/docs"),
                 format!("{u}/openapi.json"),
-                format!("{u}/metrics"),
+                format!("{}/metrics", wiring.metrics_url(*k)),
             ]
         })
         .collect();

@@ -1,6 +1,7 @@
-//! The routes every service shares (health, metrics, OpenAPI, docs), the common
-//! middleware stack with its limits (request deadline, global concurrency limit with
-//! load shedding), and serving with connection timers and graceful shutdown.
+//! The routes every service shares (health, OpenAPI, docs; metrics on a listener of
+//! their own), the common middleware stack with its limits (request deadline, global
+//! concurrency limit with load shedding), and serving with connection timers and
+//! graceful shutdown.
 
 use std::{future::Future, net::SocketAddr, pin::pin, time::Duration};
 
@@ -43,10 +44,12 @@ pub type Shutdown = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 /// Request bodies above this are refused with 413; no paysaga request needs more.
 pub const BODY_LIMIT: usize = 64 * 1024;
 
-/// Wraps a service's API router with `/healthz`, `/metrics`, `/openapi.json`, `/docs`,
-/// JSON fallbacks for unknown routes and methods, a body limit, the limits from the
+/// Wraps a service's API router with `/healthz`, `/openapi.json`, `/docs`, JSON
+/// fallbacks for unknown routes and methods, a body limit, the limits from the
 /// environment ([`ServerLimits`]) and the HTTP middleware.
-/// `/readyz` is the service's own, since only it knows what it depends on.
+/// `/readyz` is the service's own, since only it knows what it depends on. `/metrics` is
+/// not here: it is served on a listener of its own ([`metrics_app`], `METRICS_ADDR`), so
+/// whoever reaches the API (buyers included) never reads the sales rates.
 pub fn finish(api: Router, openapi: OpenApi) -> Router {
     finish_with(api, openapi, ServerLimits::from_env_or_default())
 }
@@ -57,9 +60,8 @@ pub fn finish(api: Router, openapi: OpenApi) -> Router {
 /// ([`crate::openapi::complete`]) before it is served.
 pub fn finish_with(api: Router, mut openapi: OpenApi, limits: ServerLimits) -> Router {
     crate::openapi::complete(&mut openapi);
-    let metrics = telemetry::metrics_handle();
     let limited = api
-        .merge(docs(openapi))
+        .merge(docs(openapi).layer(middleware::map_response(with_docs_csp)))
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         // Load shedding over one concurrency budget shared by every route (a per-route
@@ -73,24 +75,12 @@ pub fn finish_with(api: Router, mut openapi: OpenApi, limits: ServerLimits) -> R
                 .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
                 .layer(TimeoutLayer::new(limits.request_timeout)),
         );
-    // Liveness and scraping stay outside the limits: an instance at its concurrency
-    // limit is busy, not dead, and its metrics are what shows why.
+    // Liveness stays outside the limits: an instance at its concurrency limit is busy,
+    // not dead.
     let exempt = Router::new()
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let metrics = metrics.clone();
-                async move {
-                    (
-                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                        metrics.render(),
-                    )
-                }
-            }),
         )
         .method_not_allowed_fallback(error::method_not_allowed);
     limited
@@ -103,10 +93,58 @@ pub fn finish_with(api: Router, mut openapi: OpenApi, limits: ServerLimits) -> R
 /// the binary: the page works with no route out, and loads nothing from elsewhere onto
 /// an origin that also serves the operator console. The validator badge is off, since
 /// it would send the document to an outside service.
-fn docs(openapi: OpenApi) -> SwaggerUi {
+fn docs(openapi: OpenApi) -> Router {
     SwaggerUi::new("/docs")
         .url("/openapi.json", openapi)
         .config(Config::from("/openapi.json").validator_url("none"))
+        .into()
+}
+
+/// The Content-Security-Policy of the docs page and everything it loads: scripts, styles,
+/// fonts and the document from this origin only (Swagger UI sets inline style
+/// attributes, and its icons are `data:` images), no plugin, no frame, no form, no
+/// base URL. A script from elsewhere, had one been slipped into the page, would not run.
+pub const DOCS_CSP: &str = "default-src 'none'; script-src 'self'; \
+    style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; \
+    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+async fn with_docs_csp(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(DOCS_CSP),
+    );
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+/// The metrics listener's routes: `/metrics` (Prometheus text) and `/healthz`, with no
+/// limits (an instance at its concurrency limit is busy, and its metrics show why) and
+/// outside the HTTP middleware (scrapes are not counted as API requests). Served on
+/// `METRICS_ADDR` by [`crate::service::serve_from_env`], never on the API's listener.
+pub fn metrics_app() -> Router {
+    let metrics = telemetry::metrics_handle();
+    Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                        metrics.render(),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .fallback(error::not_found)
 }
 
 /// The answer for a request the limits stopped: shed (503 `OVERLOADED`) or out of

@@ -4,6 +4,8 @@
 
 use std::future::Future;
 
+use anyhow::Context;
+
 use sqlx::{migrate::Migrator, PgPool};
 use tokio::net::TcpListener;
 
@@ -19,6 +21,9 @@ use crate::{
 pub struct Process {
     /// `LISTEN_ADDR`: the address bound when no supervisor hands a socket over.
     pub listen_addr: String,
+    /// `METRICS_ADDR`: where `/metrics` is served, on a listener of its own (the API's
+    /// listener never serves it). Unset: no metrics listener.
+    pub metrics_addr: Option<String>,
     /// `LOG_FORMAT`: `json` or `pretty` (default).
     pub log_format: LogFormat,
     /// The development keys and passwords in use (development mode only), warned at start.
@@ -33,6 +38,10 @@ impl Process {
         let dev_fallbacks = secrets.finish()?;
         Ok(Self {
             listen_addr: config::string("LISTEN_ADDR", default_listen_addr),
+            metrics_addr: std::env::var("METRICS_ADDR")
+                .ok()
+                .map(|a| a.trim().to_owned())
+                .filter(|a| !a.is_empty()),
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
             dev_fallbacks,
         })
@@ -42,6 +51,7 @@ impl Process {
     pub fn local(listen_addr: &str) -> Self {
         Self {
             listen_addr: listen_addr.to_owned(),
+            metrics_addr: None,
             log_format: LogFormat::Pretty,
             dev_fallbacks: DevFallbacks::default(),
         }
@@ -136,7 +146,8 @@ impl DatabaseUrls {
 /// A service process as its binary and `paysaga service <name>` both run it: the
 /// configuration from the environment, logging, one warning naming the development
 /// values in use, the listening socket (handed over by a supervisor, else bound to
-/// `LISTEN_ADDR`), then `run` until SIGINT or SIGTERM.
+/// `LISTEN_ADDR`), the metrics listener (`METRICS_ADDR`, when set), then `run` until
+/// SIGINT or SIGTERM.
 pub async fn serve_from_env<C, Fut>(
     service: &'static str,
     from_env: impl FnOnce() -> Result<C, config::Error>,
@@ -151,6 +162,19 @@ where
     telemetry::init_tracing_for(service, settings.log_format);
     settings.dev_fallbacks.warn(service);
     let listener = server::listener(&settings.listen_addr).await?;
+    if let Some(addr) = &settings.metrics_addr {
+        let metrics = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding METRICS_ADDR {addr}"))?;
+        tracing::info!(addr = %addr, "serving /metrics on its own listener");
+        // Lives as long as the process: it stops when `run` returns and the process exits.
+        tokio::spawn(async move {
+            let never = std::future::pending::<()>();
+            if let Err(e) = server::serve(metrics, server::metrics_app(), never).await {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     run(config, listener, Box::pin(server::shutdown_signal())).await
 }
 

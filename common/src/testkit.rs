@@ -172,6 +172,34 @@ pub fn service_token(service: &str, to: crate::auth::Audience) -> String {
     )
 }
 
+/// The metrics listener of this test process, as a service serves it on `METRICS_ADDR`
+/// ([`crate::server::metrics_app`]), on a port of its own: its base URL. The recorder is
+/// process-wide, so it shows what every service started in this process recorded.
+pub async fn serve_metrics() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a metrics port");
+    let base = format!("http://{}", listener.local_addr().expect("metrics address"));
+    tokio::spawn(crate::server::serve_with(
+        listener,
+        crate::server::metrics_app(),
+        std::future::pending(),
+        crate::limits::ServerLimits::default(),
+    ));
+    base
+}
+
+/// `GET /metrics` of [`serve_metrics`], as text.
+pub async fn scrape_metrics() -> String {
+    let base = serve_metrics().await;
+    reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
 /// A development credential of `role` renewed by its holder, as a service presents one.
 pub fn service_credential(role: crate::auth::ServiceRole) -> crate::client::Credential {
     crate::credentials::TokenSource::development(role).into()

@@ -262,7 +262,8 @@ pub fn batch_in_flight(page: &str, batch: Option<&str>) -> Option<f64> {
         .reduce(|a, b| a + b)
 }
 
-/// A service's `/metrics` page, `base_url` being the service's address.
+/// A service's `/metrics` page, `base_url` being its metrics listener's address
+/// (`METRICS_ADDR`; the API's listener serves none).
 pub async fn metrics_page(http: &reqwest::Client, base_url: &str) -> anyhow::Result<String> {
     let response = http
         .get(format!("{base_url}/metrics"))

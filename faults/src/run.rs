@@ -152,6 +152,7 @@ pub async fn run_on(
         drop_done.store(true, Ordering::Release);
         attempts
     };
+    let orchestrator_metrics = stack.metrics_url(ServiceKind::Orchestrator);
     let mut ctx = Ctx {
         stack: &mut stack,
         pool: pool.clone(),
@@ -167,7 +168,7 @@ pub async fn run_on(
         probe,
         product: product.id,
         http: paysaga_common::client::http_client(METRICS_TIMEOUT),
-        orchestrator: endpoints.orchestrator.clone(),
+        orchestrator_metrics,
     };
     let fault = async {
         let injected = inject::inject(scenario, &mut ctx).await;
@@ -210,7 +211,7 @@ pub async fn run_on(
     violations.extend(wave_failure);
 
     let mut evidence = evidence::steps(&pool).await?;
-    let page = evidence::metrics_page(&http, &endpoints.gate)
+    let page = evidence::metrics_page(&http, &stack.metrics_url(ServiceKind::Gate))
         .await
         .unwrap_or_default();
     evidence.push((

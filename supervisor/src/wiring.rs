@@ -5,6 +5,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
+    sync::{Mutex, OnceLock},
 };
 
 use crate::{binaries, process::ServiceSpec, service::ServiceKind};
@@ -56,6 +57,25 @@ pub struct Wiring {
     pub member_signing_keys: String,
 }
 
+/// The port of the metrics listener (`METRICS_ADDR`) of the service instance listening
+/// on `listen`: on a service's default port (8081-8085) the same port plus 1000
+/// (9081-9085, what deploy/prometheus/prometheus.yml scrapes); on any other, a free port
+/// chosen the first time it is asked for, the same one every time after (listen ports
+/// are unique in a process, so each instance has its own).
+pub fn metrics_port(listen: u16) -> u16 {
+    if ServiceKind::ALL.iter().any(|k| k.default_port() == listen) {
+        return listen + 1000;
+    }
+    static PORTS: OnceLock<Mutex<BTreeMap<u16, u16>>> = OnceLock::new();
+    let mut ports = PORTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    *ports.entry(listen).or_insert_with(|| {
+        crate::process::free_port().expect("a free port on 127.0.0.1 for the metrics listener")
+    })
+}
+
 /// A fresh Ed25519 signing key, base64 of its seed.
 pub fn fresh_signing_key() -> String {
     let seed: [u8; 32] = rand::random();
@@ -105,6 +125,21 @@ impl Wiring {
         format!("http://127.0.0.1:{}", self.port(kind))
     }
 
+    /// Where `kind` serves `/metrics` (its own listener, `METRICS_ADDR`; the API's
+    /// listener serves none). With several instances, the first instance's.
+    pub fn metrics_url(&self, kind: ServiceKind) -> String {
+        let listen = self
+            .instance_port(kind, 0)
+            .unwrap_or_else(|| self.port(kind));
+        format!("http://127.0.0.1:{}", metrics_port(listen))
+    }
+
+    /// Where instance `index` of `kind` serves `/metrics`, if there are several.
+    pub fn instance_metrics_url(&self, kind: ServiceKind, index: usize) -> Option<String> {
+        let listen = self.instance_port(kind, index)?;
+        Some(format!("http://127.0.0.1:{}", metrics_port(listen)))
+    }
+
     /// The complete environment of one service.
     pub fn env(&self, kind: ServiceKind) -> Vec<(String, String)> {
         self.env_listening(kind, self.port(kind))
@@ -135,6 +170,10 @@ impl Wiring {
         set("RUST_LOG", self.rust_log.clone());
         set("LOG_FORMAT", self.log_format.clone());
         set("LISTEN_ADDR", format!("127.0.0.1:{listen}"));
+        set(
+            "METRICS_ADDR",
+            format!("127.0.0.1:{}", metrics_port(listen)),
+        );
         for k in ServiceKind::ALL {
             set(
                 &format!("{}_URL", k.name().to_ascii_uppercase()),

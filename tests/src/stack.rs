@@ -334,6 +334,11 @@ impl Stack {
         self.wiring.url(kind)
     }
 
+    /// Where `kind` serves `/metrics` (a listener of its own; see [`Wiring::metrics_url`]).
+    pub fn metrics_url(&self, kind: ServiceKind) -> String {
+        self.wiring.metrics_url(kind)
+    }
+
     pub fn wiring(&self) -> &Wiring {
         &self.wiring
     }

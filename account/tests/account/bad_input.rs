@@ -78,10 +78,20 @@ async fn malformed_requests_are_answered_with_codes() {
 #[tokio::test]
 async fn shared_endpoints_answer() {
     let svc = Svc::start().await;
-    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
+    for path in ["/healthz", "/readyz", "/openapi.json"] {
         let r = svc.http.get(svc.url(path)).send().await.expect("answer");
         assert_eq!(r.status(), 200, "{path}");
     }
+    // Metrics are on a listener of their own (METRICS_ADDR), never the API's.
+    let r = svc
+        .http
+        .get(svc.url("/metrics"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status(), 404, "/metrics on the API listener");
+    let metrics = paysaga_common::testkit::scrape_metrics().await;
+    assert!(metrics.contains("http_requests_total"), "{metrics}");
     let spec: serde_json::Value = svc
         .http
         .get(svc.url("/openapi.json"))

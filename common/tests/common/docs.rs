@@ -1,8 +1,12 @@
 //! `/docs` works with no route out: the page and everything it loads come from the
-//! service itself, and nothing it names points elsewhere.
+//! service itself, nothing it names points elsewhere, and each answer carries a
+//! Content-Security-Policy that lets only this origin's scripts run.
 
 use axum::Router;
-use paysaga_common::{limits::ServerLimits, server::finish_with};
+use paysaga_common::{
+    limits::ServerLimits,
+    server::{finish_with, DOCS_CSP},
+};
 use tokio::net::TcpListener;
 use utoipa::openapi::{InfoBuilder, OpenApiBuilder};
 
@@ -33,12 +37,46 @@ fn references(html: &str) -> Vec<String> {
     found
 }
 
-/// The body of `url`, once it answered 200: every fetch here checks that much
-/// before looking at what came back.
+/// The body of `url`, once it answered 200 with the docs' Content-Security-Policy: every
+/// fetch here checks that much before looking at what came back.
 async fn served_text(http: &reqwest::Client, url: String, what: &str) -> String {
     let response = http.get(url).send().await.expect(what);
     assert_eq!(response.status(), 200, "{what} is served");
+    let csp = response
+        .headers()
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_else(|| panic!("{what} has no Content-Security-Policy"))
+        .to_owned();
+    assert_eq!(csp, DOCS_CSP, "{what}");
     response.text().await.expect(what)
+}
+
+#[test]
+fn the_docs_policy_lets_only_this_origin_run_scripts() {
+    let directives: Vec<&str> = DOCS_CSP.split(';').map(str::trim).collect();
+    for needed in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+        "form-action 'none'",
+    ] {
+        assert!(directives.contains(&needed), "{needed} in {DOCS_CSP}");
+    }
+    assert!(
+        !is_elsewhere(DOCS_CSP) && !DOCS_CSP.contains('*'),
+        "no other origin is allowed: {DOCS_CSP}"
+    );
+    let scripts = directives
+        .iter()
+        .find(|d| d.starts_with("script-src"))
+        .expect("script-src");
+    assert!(
+        !scripts.contains("unsafe-inline") && !scripts.contains("unsafe-eval"),
+        "{scripts}"
+    );
 }
 
 fn is_elsewhere(text: &str) -> bool {

@@ -101,8 +101,9 @@ pub struct Ctx<'a> {
     pub product: i64,
     /// A client for the orchestrator's `/metrics`, polled to aim kills at batches.
     pub http: reqwest::Client,
-    /// The orchestrator's address (the same across its restarts).
-    pub orchestrator: String,
+    /// Where the orchestrator serves `/metrics` (its own listener, the same across its
+    /// restarts).
+    pub orchestrator_metrics: String,
 }
 
 /// Which of the orchestrator's batchers a kill is aimed at (`paysaga_common::batch`
@@ -266,7 +267,9 @@ impl Ctx<'_> {
         loop {
             if self.count_in(strike).await? > 0 {
                 let since = *in_state_since.get_or_insert_with(Instant::now);
-                if let Ok(page) = evidence::metrics_page(&self.http, &self.orchestrator).await {
+                if let Ok(page) =
+                    evidence::metrics_page(&self.http, &self.orchestrator_metrics).await
+                {
                     if let Some(ops) = evidence::batch_in_flight(&page, aim.name()) {
                         *exported = true;
                         if ops > 0.0 {

@@ -87,12 +87,7 @@ async fn happy_path_completes_with_one_debit() {
     );
     assert!(tl.steps.iter().all(|st| st.driver == tl.steps[0].driver));
 
-    let metrics = reqwest::get(format!("{}/metrics", o.url))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = paysaga_common::testkit::scrape_metrics().await;
     assert!(
         metrics.contains("orchestrator_step_seconds"),
         "step latency exported"

@@ -757,10 +757,13 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     assert_eq!(published, events::types::ALL.into_iter().collect());
 
     // Metrics: the outcomes counted.
-    let metrics = reqwest::get(format!("{orchestrator_url}/metrics"))
-        .await?
-        .text()
-        .await?;
+    let metrics = reqwest::get(format!(
+        "{}/metrics",
+        stack.metrics_url(ServiceKind::Orchestrator)
+    ))
+    .await?
+    .text()
+    .await?;
     for outcome in ["delivered", "failed", "dead"] {
         assert!(
             metrics.contains(&format!(

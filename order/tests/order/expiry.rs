@@ -147,15 +147,7 @@ async fn the_scheduled_sweep_runs_by_itself() {
     }
     assert_eq!(reservation_state(&h.admin, r.id).await, "EXPIRED");
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 0, 0));
-    let metrics = h
-        .http()
-        .get(format!("{}/metrics", h.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(metrics.contains("order_units_returned_total"), "{metrics}");
     h.stop().await;
 }

@@ -627,6 +627,29 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         ),
     ];
 
+    // `/metrics` is on each service's own metrics listener, never on the API's.
+    for kind in [A, O, P, G, M] {
+        let on_api = http
+            .get(format!("{}/metrics", stack.url(kind)))
+            .send()
+            .await?;
+        assert_eq!(
+            on_api.status().as_u16(),
+            404,
+            "{kind:?}: /metrics on the API"
+        );
+        let scraped = http
+            .get(format!("{}/metrics", stack.metrics_url(kind)))
+            .send()
+            .await?;
+        assert_eq!(
+            scraped.status().as_u16(),
+            200,
+            "{kind:?}: its metrics listener"
+        );
+        assert!(scraped.text().await?.contains("http_requests_total"));
+    }
+
     // Every documented route is in the matrix or takes no service credential.
     for kind in [A, O, P, G, M] {
         let spec: Value = http
@@ -654,7 +677,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             .collect();
         let missing: Vec<_> = documented
             .difference(&known)
-            .filter(|(_, p)| !matches!(p.as_str(), "/healthz" | "/readyz" | "/metrics"))
+            .filter(|(_, p)| !matches!(p.as_str(), "/healthz" | "/readyz"))
             .collect();
         assert!(
             missing.is_empty(),

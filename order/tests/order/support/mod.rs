@@ -540,17 +540,11 @@ pub async fn snapshot(admin: &PgPool) -> Vec<String> {
 }
 
 impl Harness {
-    /// The service's `/metrics` page. The recorder is process-wide, so tests that read
-    /// it must not run alongside others of the same binary that move the same series.
+    /// The service's `/metrics` page, from the metrics listener (the API's serves none).
+    /// The recorder is process-wide, so tests that read it must not run alongside others
+    /// of the same binary that move the same series.
     pub async fn metrics(&self) -> String {
-        self.http
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .expect("scrape /metrics")
-            .text()
-            .await
-            .expect("metrics text")
+        paysaga_common::testkit::scrape_metrics().await
     }
 }
 
