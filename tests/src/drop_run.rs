@@ -49,11 +49,7 @@ impl DropRun {
         balances: &[i64],
         parallel: usize,
     ) -> anyhow::Result<Self> {
-        let endpoints = Endpoints::from_wiring(stack.wiring());
-        let admin = Admin::new(
-            endpoints.clone(),
-            paysaga_common::client::http_client(Duration::from_secs(10)),
-        );
+        let (endpoints, admin) = stack.operator();
         let product = admin
             .create_product(&format!("{name}-drop"), price, units)
             .await?;
@@ -178,30 +174,40 @@ impl DropRun {
     /// Each buyer's balance in PostgreSQL is its opening balance, less the price once if
     /// (and only if) it paid: nobody charged twice, nobody charged without a sale.
     pub async fn balances_match(&self, attempts: &[Attempt]) -> anyhow::Result<()> {
-        let paid: HashMap<&str, bool> = attempts
-            .iter()
-            .map(|a| (a.member.as_str(), a.outcome == Outcome::Completed))
-            .collect();
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            r#"SELECT member_id, balance FROM account_service.accounts WHERE kind = 'MEMBER'"#,
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        assert_eq!(rows.len(), self.buyers.len());
-        for (member, balance) in rows {
-            let opening = self
-                .buyers
-                .iter()
-                .find(|b| b.member == member)
-                .map(|b| b.balance)
-                .unwrap_or_default();
-            let expected = if paid.get(member.as_str()).copied().unwrap_or(false) {
-                opening - self.price
-            } else {
-                opening
-            };
-            assert_eq!(balance, expected, "{member}'s balance");
-        }
-        Ok(())
+        balances_match(&self.pool, &self.buyers, self.price, attempts).await
     }
+}
+
+/// Each of `buyers`' balance in PostgreSQL (they are every member account) is its opening
+/// balance, less `price` once if (and only if) its attempt completed.
+pub async fn balances_match(
+    pool: &PgPool,
+    buyers: &[Buyer],
+    price: i64,
+    attempts: &[Attempt],
+) -> anyhow::Result<()> {
+    let paid: HashMap<&str, bool> = attempts
+        .iter()
+        .map(|a| (a.member.as_str(), a.outcome == Outcome::Completed))
+        .collect();
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        r#"SELECT member_id, balance FROM account_service.accounts WHERE kind = 'MEMBER'"#,
+    )
+    .fetch_all(pool)
+    .await?;
+    assert_eq!(rows.len(), buyers.len());
+    for (member, balance) in rows {
+        let opening = buyers
+            .iter()
+            .find(|b| b.member == member)
+            .map(|b| b.balance)
+            .unwrap_or_default();
+        let expected = if paid.get(member.as_str()).copied().unwrap_or(false) {
+            opening - price
+        } else {
+            opening
+        };
+        assert_eq!(balance, expected, "{member}'s balance");
+    }
+    Ok(())
 }

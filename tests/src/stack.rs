@@ -15,7 +15,7 @@ use paysaga_supervisor::{
 };
 use sqlx::PgPool;
 
-use crate::{binaries, proxy::FaultProxy};
+use crate::{binaries, proxy::FaultProxy, Admin, Endpoints};
 
 /// A connection the harness can route through a [`FaultProxy`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -76,6 +76,21 @@ impl StackOptions {
         self.env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
             .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
             .env(ServiceKind::Order, "HOLD_ORPHAN_GRACE_MS", 3000)
+    }
+
+    /// [`StackOptions::quick_loops`], and the orchestrator gives up on a downstream call
+    /// after 2 s and on a payment's lease after 6 s, so a payment a killed instance was
+    /// driving is taken over within a test's patience.
+    pub fn quick_takeover(self) -> Self {
+        self.quick_loops()
+            .env(ServiceKind::Orchestrator, "DOWNSTREAM_TIMEOUT_MS", 2000)
+            .env(ServiceKind::Orchestrator, "LEASE_MS", 6000)
+    }
+
+    /// The gate recomputes its quota every 200 ms, so a product's units are on sale
+    /// moments after it is created.
+    pub fn quick_quota(self) -> Self {
+        self.env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 200)
     }
 
     /// `label` names the log directory (`target/e2e-logs/<label>-...`).
@@ -341,6 +356,13 @@ impl Stack {
 
     pub fn wiring(&self) -> &Wiring {
         &self.wiring
+    }
+
+    /// The system's endpoints, and an operator on them (products, buyers, quota).
+    pub fn operator(&self) -> (Endpoints, Admin) {
+        let endpoints = Endpoints::from_wiring(&self.wiring);
+        let http = paysaga_common::client::http_client(std::time::Duration::from_secs(10));
+        (endpoints.clone(), Admin::new(endpoints, http))
     }
 
     /// The proxy on `link`, if the stack was started with one there.

@@ -6,7 +6,7 @@ use paysaga_contracts::account::api::{
     AccountBatch, AccountOp, HoldState, ListHolds, ReleaseRequest, TransactionStatus,
 };
 
-use crate::support::{capture, hold, key, Svc};
+use crate::support::{hold, key, Svc};
 
 fn code(e: &CallError) -> &str {
     e.code().unwrap_or("")
@@ -17,8 +17,7 @@ async fn a_hold_sets_money_aside_once_per_key() {
     let (svc, acct) = Svc::with_member(1_000).await;
 
     let placed = svc
-        .order
-        .place_hold(&hold("res:a:hold", "member-1", 300, 600))
+        .try_place("res:a:hold", "member-1", 300)
         .await
         .expect("placed");
     assert_eq!(placed.status, 201);
@@ -27,15 +26,13 @@ async fn a_hold_sets_money_aside_once_per_key() {
     assert_eq!(svc.funds(acct.id).await, (1_000, 300));
 
     let replay = svc
-        .order
-        .place_hold(&hold("res:a:hold", "member-1", 300, 600))
+        .try_place("res:a:hold", "member-1", 300)
         .await
         .expect("replayed");
     assert_eq!(replay.status, 200);
     assert_eq!(replay.body, placed.body);
     let reused = svc
-        .order
-        .place_hold(&hold("res:a:hold", "member-1", 301, 600))
+        .try_place("res:a:hold", "member-1", 301)
         .await
         .expect_err("another amount under the key");
     assert_eq!(code(&reused), "OPERATION_KEY_REUSED");
@@ -49,8 +46,7 @@ async fn a_hold_sets_money_aside_once_per_key() {
 
     // What is left is 700: a hold of 701 is refused and nothing is recorded.
     let short = svc
-        .order
-        .place_hold(&hold("res:b:hold", "member-1", 701, 600))
+        .try_place("res:b:hold", "member-1", 701)
         .await
         .expect_err("not covered");
     assert_eq!(code(&short), "INSUFFICIENT_FUNDS");
@@ -69,16 +65,14 @@ async fn a_hold_sets_money_aside_once_per_key() {
         .expect("deposit");
     assert_eq!(topped.status, 201);
     let now_placed = svc
-        .order
-        .place_hold(&hold("res:b:hold", "member-1", 701, 600))
+        .try_place("res:b:hold", "member-1", 701)
         .await
         .expect("covered now");
     assert_eq!(now_placed.status, 201);
     assert_eq!(svc.funds(acct.id).await, (1_001, 1_001));
 
     let none = svc
-        .order
-        .place_hold(&hold("res:c:hold", "nobody", 1, 600))
+        .try_place("res:c:hold", "nobody", 1)
         .await
         .expect_err("no account");
     assert_eq!(code(&none), "ACCOUNT_NOT_FOUND");
@@ -92,8 +86,7 @@ async fn concurrent_holds_never_count_the_same_money() {
     let singles = (0..20).map(|i| {
         let svc = &svc;
         async move {
-            svc.order
-                .place_hold(&hold(&format!("res:s{i}:hold"), "member-1", 100, 600))
+            svc.try_place(&format!("res:s{i}:hold"), "member-1", 100)
                 .await
                 .is_ok()
         }
@@ -135,11 +128,7 @@ async fn a_debit_captures_its_hold_once() {
     svc.place("res:1:hold", "member-1", 200).await;
     let merchant_before = svc.merchant_balance().await;
 
-    let paid = svc
-        .client
-        .debit(&capture("pay:1:debit", acct.id, 200, "res:1:hold"))
-        .await
-        .expect("captured");
+    let paid = svc.capture("pay:1:debit", acct.id, 200, "res:1:hold").await;
     assert_eq!(paid.status, 201);
     assert_eq!(paid.body.status, TransactionStatus::Applied);
     assert_eq!(paid.body.hold_key.as_deref(), Some("res:1:hold"));
@@ -149,40 +138,26 @@ async fn a_debit_captures_its_hold_once() {
         svc.hold_row("res:1:hold").await,
         Some(("CAPTURED".into(), Some("pay:1:debit".into())))
     );
-    let replay = svc
-        .client
-        .debit(&capture("pay:1:debit", acct.id, 200, "res:1:hold"))
-        .await
-        .expect("replay");
+    let replay = svc.capture("pay:1:debit", acct.id, 200, "res:1:hold").await;
     assert_eq!((replay.status, replay.body.id), (200, paid.body.id));
 
     // Another debit cannot capture it again; its key stays declined.
-    assert_eq!(
-        svc.declined("pay:2:debit", acct.id, 200, "res:1:hold")
-            .await,
-        "HOLD_MISMATCH",
-        "captured already"
-    );
+    svc.declines("pay:2:debit", acct.id, 200, "res:1:hold", "HOLD_MISMATCH")
+        .await;
     // A hold of another account or amount is no hold of this debit.
     svc.place("res:3:hold", "member-2", 100).await;
-    assert_eq!(
-        svc.declined("pay:3:debit", acct.id, 100, "res:3:hold")
-            .await,
-        "HOLD_MISMATCH",
-        "not this account's"
-    );
-    assert_eq!(
-        svc.declined("pay:4:debit", other.id, 99, "res:3:hold")
-            .await,
-        "HOLD_MISMATCH",
-        "not this amount"
-    );
-    assert_eq!(
-        svc.declined("pay:5:debit", acct.id, 10, "res:none:hold")
-            .await,
+    svc.declines("pay:3:debit", acct.id, 100, "res:3:hold", "HOLD_MISMATCH")
+        .await;
+    svc.declines("pay:4:debit", other.id, 99, "res:3:hold", "HOLD_MISMATCH")
+        .await;
+    svc.declines(
+        "pay:5:debit",
+        acct.id,
+        10,
+        "res:none:hold",
         "HOLD_NOT_FOUND",
-        "no hold"
-    );
+    )
+    .await;
     for (k, why) in [
         ("pay:2:debit", "HOLD_MISMATCH"),
         ("pay:3:debit", "HOLD_MISMATCH"),
@@ -236,22 +211,14 @@ async fn a_release_happens_once_and_a_released_hold_is_never_captured() {
     assert_eq!((again.status, again.body), (200, released.body));
     assert_eq!(svc.funds(acct.id).await, (500, 0), "released once");
 
-    assert_eq!(
-        svc.declined("pay:1:debit", acct.id, 200, "res:1:hold")
-            .await,
-        "HOLD_RELEASED",
-        "released"
-    );
-    assert_eq!(
-        svc.declined("pay:1:debit", acct.id, 200, "res:1:hold")
-            .await,
-        "HOLD_RELEASED",
-        "declined on record"
-    );
+    svc.declines("pay:1:debit", acct.id, 200, "res:1:hold", "HOLD_RELEASED")
+        .await;
+    // The key stays declined on record: the same answer again.
+    svc.declines("pay:1:debit", acct.id, 200, "res:1:hold", "HOLD_RELEASED")
+        .await;
     // Placing under a released key replays the released hold: a key is placed once.
     let replaced = svc
-        .order
-        .place_hold(&hold("res:1:hold", "member-1", 200, 600))
+        .try_place("res:1:hold", "member-1", 200)
         .await
         .expect("replay");
     assert_eq!(
@@ -261,22 +228,9 @@ async fn a_release_happens_once_and_a_released_hold_is_never_captured() {
     assert_eq!(svc.funds(acct.id).await, (500, 0));
 
     svc.place("res:2:hold", "member-1", 100).await;
-    svc.client
-        .debit(&capture("pay:2:debit", acct.id, 100, "res:2:hold"))
-        .await
-        .expect("captured");
-    let paid = svc
-        .order
-        .release_hold("res:2:hold")
-        .await
-        .expect_err("captured");
-    assert_eq!(code(&paid), "HOLD_CAPTURED");
-    let missing = svc
-        .order
-        .release_hold("res:none:hold")
-        .await
-        .expect_err("none");
-    assert_eq!(code(&missing), "HOLD_NOT_FOUND");
+    svc.capture("pay:2:debit", acct.id, 100, "res:2:hold").await;
+    assert_eq!(svc.release_refused("res:2:hold").await, "HOLD_CAPTURED");
+    assert_eq!(svc.release_refused("res:none:hold").await, "HOLD_NOT_FOUND");
     assert_eq!(svc.funds(acct.id).await, (400, 0));
     assert_eq!(svc.held_mismatches().await, 0);
 }
@@ -295,24 +249,10 @@ async fn a_hold_past_its_deadline_cannot_be_captured_and_is_swept() {
     .execute(&svc.admin)
     .await
     .expect("backdate");
-    assert_eq!(
-        svc.declined("pay:1:debit", acct.id, 100, "res:1:hold")
-            .await,
-        "HOLD_EXPIRED",
-        "expired"
-    );
+    svc.declines("pay:1:debit", acct.id, 100, "res:1:hold", "HOLD_EXPIRED")
+        .await;
     assert_eq!(svc.funds(acct.id).await, (500, 200), "held until swept");
-    let listed = svc
-        .order
-        .holds(&ListHolds {
-            older_than_ms: 0,
-            after_created_at: None,
-            after_id: None,
-            limit: None,
-        })
-        .await
-        .expect("list")
-        .body;
+    let listed = svc.live_holds(0).await;
     assert!(listed.holds.is_empty(), "a lapsed hold is not live");
 
     let pool = paysaga_common::db::connect(&svc.db.role_url("account_app"), account::SCHEMA, 2)
@@ -342,8 +282,7 @@ async fn a_hold_past_its_deadline_cannot_be_captured_and_is_swept() {
 async fn live_holds_are_listed_oldest_first_in_pages() {
     let (svc, _) = Svc::with_member(10_000).await;
     for i in 0..5 {
-        svc.order
-            .place_hold(&hold(&format!("res:{i}:hold"), "member-1", 10, 600))
+        svc.try_place(&format!("res:{i}:hold"), "member-1", 10)
             .await
             .expect("placed");
     }
@@ -353,10 +292,8 @@ async fn live_holds_are_listed_oldest_first_in_pages() {
         .expect("released");
     let mut seen = Vec::new();
     let mut q = ListHolds {
-        older_than_ms: 0,
-        after_created_at: None,
-        after_id: None,
         limit: Some(2),
+        ..ListHolds::older_than(0)
     };
     loop {
         let page = svc.order.holds(&q).await.expect("page").body;
@@ -369,26 +306,11 @@ async fn live_holds_are_listed_oldest_first_in_pages() {
         seen,
         ["res:0:hold", "res:1:hold", "res:3:hold", "res:4:hold"]
     );
-    let young = svc
-        .order
-        .holds(&ListHolds {
-            older_than_ms: 3_600_000,
-            after_created_at: None,
-            after_id: None,
-            limit: None,
-        })
-        .await
-        .expect("list")
-        .body;
+    let young = svc.live_holds(3_600_000).await;
     assert!(young.holds.is_empty(), "none is an hour old");
     let beyond = svc
         .order
-        .holds(&ListHolds {
-            older_than_ms: u64::MAX,
-            after_created_at: None,
-            after_id: None,
-            limit: None,
-        })
+        .holds(&ListHolds::older_than(u64::MAX))
         .await
         .expect_err("an age beyond a century is refused, not a server error");
     assert_eq!(code(&beyond), "INVALID_QUERY");

@@ -538,6 +538,18 @@ fn hold_age_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> 
     Ok(ms)
 }
 
+impl ListHolds {
+    /// The first page of live holds at least `ms` old, at the default size.
+    pub fn older_than(ms: u64) -> Self {
+        ListHolds {
+            older_than_ms: ms,
+            after_created_at: None,
+            after_id: None,
+            limit: None,
+        }
+    }
+}
+
 /// A page of [`ListHolds`]: `next` is the cursor of the last hold when the page is full.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct HoldPage {

@@ -7,7 +7,7 @@ use std::{collections::HashMap, time::Duration};
 
 use crate::support::ops::{cancel, confirm, lookup};
 use crate::support::{
-    count, count_by, inconsistencies, reservation_state, snapshot, state_rows, unit_states, Harness,
+    count_by, inconsistencies, reservation_state, snapshot, state_rows, unit_states, Harness,
 };
 use futures::future::join_all;
 use paysaga_common::{
@@ -122,7 +122,9 @@ async fn a_batch_of_confirms_applies_each_once() {
     let before = snapshot(&h.admin).await;
     assert_eq!(batch(&svc, &ops).await, first);
     assert_eq!(snapshot(&h.admin).await, before);
-    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders"#).await;
+    let orders = h
+        .count(r#"SELECT COUNT(*) FROM order_service.orders"#)
+        .await;
     assert_eq!(orders, 100, "never more sold than the stock");
     h.stop().await;
 }

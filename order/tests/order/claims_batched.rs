@@ -6,8 +6,7 @@
 use std::{collections::HashMap, time::Duration};
 
 use crate::support::{
-    claims, count, count_by, inconsistencies, live_spread, metric, pass, signer, unit_states,
-    Harness,
+    claims, inconsistencies, live_spread, metric, pass, signer, unit_states, Harness,
 };
 use futures::future::join_all;
 use paysaga_common::client::{Answer, CallError};
@@ -26,6 +25,12 @@ type Reply = Result<Answer<Reservation>, CallError>;
 
 fn no_sweep(c: &mut order::Config) {
     c.sweep_interval = Duration::from_secs(3600);
+}
+
+/// No sweep, and one claim flush at a time.
+fn one_flush(c: &mut order::Config) {
+    no_sweep(c);
+    c.claim_flushes = 1;
 }
 
 /// The answer as the buyer sees it: status and, for a refusal, its code.
@@ -68,13 +73,7 @@ async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
     h.fund(&members).await;
     let before = h.metrics().await;
 
-    let attempts = (0..300).map(|i| {
-        let member = format!("buyer-{i}");
-        let client = h.buyer(&member);
-        let token = pass(product.id, &member);
-        async move { client.reserve(product.id, &token).await }
-    });
-    let results = join_all(attempts).await;
+    let results = h.reserve_all(product.id, &members).await;
     let after = h.metrics().await;
 
     let mut created = Vec::new();
@@ -161,12 +160,12 @@ async fn concurrent_replays_of_a_pass_get_its_one_reservation() {
     assert_eq!(answers.iter().filter(|a| a.status == 201).count(), 1);
     assert!(answers.iter().all(|a| a.status == 201 || a.status == 200));
     assert!(answers.iter().all(|a| a.body == answers[0].body));
-    let rows = count_by(
-        &h.admin,
-        r#"SELECT COUNT(*) FROM order_service.reservations WHERE pass_id = $1"#,
-        c.pid,
-    )
-    .await;
+    let rows = h
+        .count_by(
+            r#"SELECT COUNT(*) FROM order_service.reservations WHERE pass_id = $1"#,
+            c.pid,
+        )
+        .await;
     assert_eq!(rows, 1);
     // No unit stays RESERVED for a claim that lost its pass.
     assert_eq!(unit_states(&h.admin, product.id).await, (9, 1, 0));
@@ -353,15 +352,15 @@ async fn hold_pass(h: &Harness, member: &str, pass_id: Uuid) -> Transaction<'sta
 /// Until one of the service's statements waits on another transaction.
 async fn wait_blocked(h: &Harness) {
     wait_for("a claim to wait on a held pass", || async {
-        let waiting = count(
-            &h.admin,
-            r#"
+        let waiting = h
+            .count(
+                r#"
             SELECT COUNT(*) FROM pg_stat_activity
             WHERE datname = current_database() AND usename = 'order_app'
               AND wait_event_type = 'Lock' AND wait_event = 'transactionid'
             "#,
-        )
-        .await;
+            )
+            .await;
         waiting == 1
     })
     .await;
@@ -408,11 +407,7 @@ async fn a_mixed_flush_answers_each_request_as_its_claim_alone() {
 
     // Grouped, with every claim of the scenario in one flush: the only flush slot is
     // held while they queue behind it.
-    let h = Harness::start_with(|c| {
-        no_sweep(c);
-        c.claim_flushes = 1;
-    })
-    .await;
+    let h = Harness::start_with(one_flush).await;
     let world = mixed(&h).await;
     let before = h.metrics().await;
     let held = hold_flush(&h).await;
@@ -511,11 +506,7 @@ async fn a_mixed_flush_answers_each_request_as_its_claim_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
     let _serial = SERIAL.lock().await;
-    let h = Harness::start_with(|c| {
-        no_sweep(c);
-        c.claim_flushes = 1;
-    })
-    .await;
+    let h = Harness::start_with(one_flush).await;
     let fine = h.product(5).await;
     let broken = h.product(1).await;
     // A live reservation on a unit still AVAILABLE: a table broken by hand, so a claim
@@ -578,12 +569,12 @@ async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
     );
     assert_eq!(unit_states(&h.admin, fine.id).await, (3, 2, 0));
     assert_eq!(unit_states(&h.admin, broken.id).await, (1, 0, 0));
-    let on_broken = count_by(
-        &h.admin,
-        r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1"#,
-        broken.id,
-    )
-    .await;
+    let on_broken = h
+        .count_by(
+            r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1"#,
+            broken.id,
+        )
+        .await;
     assert_eq!(on_broken, 1, "only the hand-made row");
     h.stop().await;
 }
@@ -591,11 +582,7 @@ async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
     let _serial = SERIAL.lock().await;
-    let h = Harness::start_with(|c| {
-        no_sweep(c);
-        c.claim_flushes = 1;
-    })
-    .await;
+    let h = Harness::start_with(one_flush).await;
     let product = h.product(3).await;
     let before = h.metrics().await;
 
@@ -661,12 +648,7 @@ async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
     );
     // The unit locked for the conflicting pass is back on sale, not held by nobody.
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 2, 0));
-    let next = h
-        .funded("n3")
-        .await
-        .reserve(product.id, &pass(product.id, "n3"))
-        .await
-        .unwrap();
+    let next = h.try_reserve_as("n3", product.id).await.unwrap();
     assert_eq!(next.status, 201);
     assert_eq!(unit_states(&h.admin, product.id).await, (0, 3, 0));
     h.stop().await;
@@ -728,7 +710,7 @@ async fn a_claim_racing_the_members_other_claim_is_over_the_limit_alone() {
     };
     assert_eq!(made.member_id.as_str(), "bystander");
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 1, 0));
-    let racer = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.reservations WHERE member_id = 'racer' AND state = 'RESERVED'"#).await;
+    let racer = h.count(r#"SELECT COUNT(*) FROM order_service.reservations WHERE member_id = 'racer' AND state = 'RESERVED'"#).await;
     assert_eq!(racer, 1, "only the other transaction's reservation");
     h.stop().await;
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{count, inconsistencies, pass, reservation_state, unit_states, Harness};
+use crate::support::{inconsistencies, reservation_state, unit_states, Harness};
 use futures::future::join_all;
 use paysaga_contracts::order::api::ReservationState;
 
@@ -15,12 +15,7 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
     let product = h.product(1).await;
     let alice = h.reserve_as("alice", product.id).await;
 
-    let bob_early = h
-        .funded("bob")
-        .await
-        .reserve(product.id, &pass(product.id, "bob"))
-        .await
-        .unwrap_err();
+    let bob_early = h.try_reserve_as("bob", product.id).await.unwrap_err();
     assert_eq!(bob_early.code(), Some("SOLD_OUT"));
 
     h.make_due(alice.id).await;
@@ -37,12 +32,7 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
         1
     );
 
-    let bob = h
-        .funded("bob")
-        .await
-        .reserve(product.id, &pass(product.id, "bob"))
-        .await
-        .unwrap();
+    let bob = h.try_reserve_as("bob", product.id).await.unwrap();
     assert_eq!(bob.status, 201);
     assert_eq!(
         bob.body.unit_id, alice.unit_id,
@@ -66,9 +56,7 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
 
 #[tokio::test]
 async fn confirm_after_the_deadline_expires_it_without_waiting_for_the_sweep() {
-    let h = Harness::start().await;
-    let product = h.product(2).await;
-    let r = h.reserve_as("alice", product.id).await;
+    let (h, product, r) = Harness::with_reservation(2).await;
     h.make_due(r.id).await;
 
     let e = h.service().confirm(r.id).await.unwrap_err();
@@ -84,7 +72,9 @@ async fn confirm_after_the_deadline_expires_it_without_waiting_for_the_sweep() {
         h.buyer("alice").cancel(r.id).await.unwrap().body.state,
         ReservationState::Expired
     );
-    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders"#).await;
+    let orders = h
+        .count(r#"SELECT COUNT(*) FROM order_service.orders"#)
+        .await;
     assert_eq!(orders, 0);
     h.stop().await;
 }
@@ -111,11 +101,9 @@ async fn several_sweepers_at_once_return_each_unit_exactly_once() {
     let total: u64 = join_all(sweepers).await.into_iter().sum();
     assert_eq!(total, 300, "every unit returned once, none twice");
     assert_eq!(unit_states(&h.admin, product.id).await, (300, 0, 0));
-    let expired = count(
-        &h.admin,
-        r#"SELECT COUNT(*) FROM order_service.reservations WHERE state = 'EXPIRED'"#,
-    )
-    .await;
+    let expired = h
+        .count(r#"SELECT COUNT(*) FROM order_service.reservations WHERE state = 'EXPIRED'"#)
+        .await;
     assert_eq!(expired, 300);
     h.stop_consistent().await;
 }

@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{
-    claims, count, pass, reservation_state, signer, snapshot, unit_states, Harness,
-};
+use crate::support::{claims, pass, reservation_state, signer, snapshot, unit_states, Harness};
 
 /// The hoarder sends `token` for the product: the answer, which must be a success.
 async fn hoarder_sends(
@@ -67,11 +65,7 @@ async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_end
 
     // Another product is another limit.
     let other = h.product(1).await;
-    h.funded("hoarder")
-        .await
-        .reserve(other.id, &pass(other.id, "hoarder"))
-        .await
-        .unwrap();
+    h.try_reserve_as("hoarder", other.id).await.unwrap();
     h.stop_consistent().await;
 }
 
@@ -87,7 +81,7 @@ async fn a_cap_of_two_allows_a_second_purchase_but_never_two_live_reservations()
     h.service().confirm(second.id).await.unwrap();
     refused_without_writing(&h, product.id, "fan").await;
     assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 2));
-    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'fan' AND state = 'CONFIRMED'"#).await;
+    let orders = h.count(r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'fan' AND state = 'CONFIRMED'"#).await;
     assert_eq!(orders, 2);
     h.stop().await;
 }
@@ -117,9 +111,7 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
     twin.exp = short.exp;
     let before = snapshot(&h.admin).await;
     let expired = h
-        .funded("bystander")
-        .await
-        .reserve(product.id, &signer().sign(&twin))
+        .reserve_with("bystander", product.id, &signer().sign(&twin))
         .await
         .expect_err("an expired pass");
     assert_eq!(expired.code(), Some("PASS_EXPIRED"), "{expired}");
@@ -168,7 +160,7 @@ async fn a_pass_that_expired_under_a_live_reservation_frees_nothing() {
         states,
         [("CANCELLED", 1), ("CONFIRMED", 2), ("EXPIRED", 1)].map(|(s, n)| (s.to_owned(), n))
     );
-    let orders = count(&h.admin, r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'hoarder' AND state = 'CONFIRMED'"#).await;
+    let orders = h.count(r#"SELECT COUNT(*) FROM order_service.orders WHERE member_id = 'hoarder' AND state = 'CONFIRMED'"#).await;
     assert_eq!(orders, 2);
     assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 2));
     h.stop_consistent().await;

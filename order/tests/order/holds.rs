@@ -17,7 +17,7 @@ use paysaga_contracts::{
     order::api::{hold_key, CreateProduct, ReservationState},
 };
 
-use crate::support::{claims, count, inconsistencies, pass, signer, unit_states, Harness, FUNDS};
+use crate::support::{claims, inconsistencies, pass, signer, unit_states, Harness, FUNDS};
 
 const PRICE: i64 = 12_900;
 
@@ -32,8 +32,7 @@ async fn until(what: &str, mut probe: impl AsyncFnMut() -> bool) {
 
 /// Holds on accounts, by state, from the table.
 async fn holds_by_state(h: &Harness, state: &str) -> i64 {
-    crate::support::count_by(
-        &h.admin,
+    h.count_by(
         r#"SELECT COUNT(*) FROM account_service.holds WHERE state = $1"#,
         state,
     )
@@ -46,6 +45,20 @@ fn as_order(h: &Harness) -> AccountClient {
         service_token("order", Audience::Account),
         Duration::from_secs(10),
     )
+}
+
+/// The hold of pass `pid`'s first attempt, of `PRICE` on `member`'s account, placed as
+/// the order service places it: the id of the reservation it is for.
+async fn place_first_hold(h: &Harness, pid: uuid::Uuid, member: &str) -> uuid::Uuid {
+    let first = order::funds::reservation_id(order::funds::Source::Pass(pid), 0);
+    let hold = HoldRequest {
+        operation_key: OperationKey::parse(hold_key(first)).unwrap(),
+        member_id: MemberId::parse(member).unwrap(),
+        amount: Amount::new(PRICE).unwrap(),
+        ttl_secs: HoldTtl::new(600).unwrap(),
+    };
+    as_order(h).place_hold(&hold).await.expect("placed");
+    first
 }
 
 #[tokio::test]
@@ -82,11 +95,12 @@ async fn an_account_that_cannot_pay_takes_no_unit() {
 
     assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 0));
     assert_eq!(
-        count(&h.admin, "SELECT COUNT(*) FROM order_service.reservations").await,
+        h.count("SELECT COUNT(*) FROM order_service.reservations")
+            .await,
         0
     );
     assert_eq!(
-        count(&h.admin, "SELECT COUNT(*) FROM account_service.holds").await,
+        h.count("SELECT COUNT(*) FROM account_service.holds").await,
         0,
         "nothing held"
     );
@@ -114,9 +128,7 @@ async fn an_account_that_cannot_pay_takes_no_unit() {
 
 #[tokio::test]
 async fn a_reservation_holds_its_price_until_its_own_deadline() {
-    let h = Harness::start().await;
-    let product = h.product(2).await;
-    let r = h.reserve_as("alice", product.id).await;
+    let (h, product, r) = Harness::with_reservation(2).await;
     assert_eq!(h.funds_of("alice").await, (FUNDS, PRICE));
     let (amount, deadline): (i64, chrono::DateTime<chrono::Utc>) = sqlx::query_as(
         r#"SELECT amount, expires_at FROM account_service.holds WHERE operation_key = $1 AND state = 'HELD'"#,
@@ -158,20 +170,16 @@ async fn two_reservations_never_count_the_same_money() {
     };
     assert_eq!(refused.code(), Some("INSUFFICIENT_FUNDS"));
     assert_eq!(h.funds_of("once").await, (PRICE, PRICE));
-    let taken = count(
-        &h.admin,
-        "SELECT COUNT(*) FROM order_service.product_stock WHERE state = 'RESERVED'",
-    )
-    .await;
+    let taken = h
+        .count("SELECT COUNT(*) FROM order_service.product_stock WHERE state = 'RESERVED'")
+        .await;
     assert_eq!(taken, 1, "no unit stays taken for the refused one");
     h.stop_consistent().await;
 }
 
 #[tokio::test]
 async fn a_cancel_gives_the_money_back_with_the_unit() {
-    let h = Harness::start().await;
-    let product = h.product(1).await;
-    let r = h.reserve_as("alice", product.id).await;
+    let (h, product, r) = Harness::with_reservation(1).await;
     h.buyer("alice").cancel(r.id).await.expect("cancelled");
     assert_eq!(unit_states(&h.admin, product.id).await, (1, 0, 0));
     until("the hold's release", async || {
@@ -179,17 +187,13 @@ async fn a_cancel_gives_the_money_back_with_the_unit() {
     })
     .await;
     assert_eq!(h.funds_of("alice").await, (FUNDS, 0));
-    let owed = count(
-        &h.admin,
-        "SELECT COUNT(*) FROM order_service.hold_releases WHERE released_at IS NULL",
-    )
-    .await;
+    let owed = h
+        .count("SELECT COUNT(*) FROM order_service.hold_releases WHERE released_at IS NULL")
+        .await;
     assert_eq!(owed, 0);
-    let released = count(
-        &h.admin,
-        "SELECT COUNT(*) FROM order_service.hold_releases WHERE released_at IS NOT NULL",
-    )
-    .await;
+    let released = h
+        .count("SELECT COUNT(*) FROM order_service.hold_releases WHERE released_at IS NOT NULL")
+        .await;
     assert_eq!(released, 1, "owed by the cancel's own transaction, once");
     h.stop_consistent().await;
 }
@@ -237,16 +241,7 @@ async fn a_retry_after_a_crash_between_hold_and_claim_uses_the_same_hold() {
     h.open_account("alice", PRICE).await;
     let c = claims(product.id, "alice");
     // The first attempt's hold, as the order service placed it before dying.
-    let first = order::funds::reservation_id(order::funds::Source::Pass(c.pid), 0);
-    as_order(&h)
-        .place_hold(&HoldRequest {
-            operation_key: OperationKey::parse(hold_key(first)).unwrap(),
-            member_id: MemberId::parse("alice").unwrap(),
-            amount: Amount::new(PRICE).unwrap(),
-            ttl_secs: HoldTtl::new(600).unwrap(),
-        })
-        .await
-        .expect("placed");
+    let first = place_first_hold(&h, c.pid, "alice").await;
     // The retry: the balance covers one hold only, and it is this one.
     let r = h
         .buyer("alice")
@@ -265,16 +260,7 @@ async fn a_hold_no_reservation_was_made_of_is_released_after_the_grace() {
     let product = h.product(2).await;
     h.open_account("ghost", PRICE).await;
     let c = claims(product.id, "ghost");
-    let first = order::funds::reservation_id(order::funds::Source::Pass(c.pid), 0);
-    as_order(&h)
-        .place_hold(&HoldRequest {
-            operation_key: OperationKey::parse(hold_key(first)).unwrap(),
-            member_id: MemberId::parse("ghost").unwrap(),
-            amount: Amount::new(PRICE).unwrap(),
-            ttl_secs: HoldTtl::new(600).unwrap(),
-        })
-        .await
-        .expect("placed");
+    let first = place_first_hold(&h, c.pid, "ghost").await;
     // A live reservation's hold stays.
     let kept = h.reserve_as("alice", product.id).await;
     until("the orphan's release", async || {

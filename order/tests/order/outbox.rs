@@ -1,7 +1,7 @@
 //! The outbox: an expiry writes its `reservation.expired` event in its own transaction,
 //! the orchestrator reads unrelayed events oldest first and acknowledges them.
 
-use crate::support::{count, Harness};
+use crate::support::Harness;
 use paysaga_contracts::order::api::{events, AckEvents, ReservationExpired};
 
 #[tokio::test]
@@ -49,11 +49,9 @@ async fn expiries_write_events_served_until_acknowledged() {
     assert_eq!(orch.ack_outbox(&ack).await.unwrap().status, 204);
     let rest = orch.outbox(100).await.unwrap().body.events;
     assert_eq!(rest, page.events[1..]);
-    let relayed = count(
-        &h.admin,
-        r#"SELECT COUNT(*) FROM order_service.outbox_events WHERE relayed_at IS NOT NULL"#,
-    )
-    .await;
+    let relayed = h
+        .count(r#"SELECT COUNT(*) FROM order_service.outbox_events WHERE relayed_at IS NOT NULL"#)
+        .await;
     assert_eq!(relayed, 1);
 
     // The lag gauge's number is the age of the oldest event not yet relayed, 0 once

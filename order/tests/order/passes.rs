@@ -1,16 +1,13 @@
 //! Pass checks: single use, bound to its member and product, signed by the gate's key,
 //! unexpired; each refusal with its own code and nothing written.
 
-use crate::support::{claims, count, pass, signer, unit_states, Harness};
+use crate::support::{claims, pass, signer, unit_states, Harness};
 use ed25519_dalek::SigningKey;
 use paysaga_common::pass::PassSigner;
 
 async fn reservations_count(h: &Harness) -> i64 {
-    count(
-        &h.admin,
-        r#"SELECT COUNT(*) FROM order_service.reservations"#,
-    )
-    .await
+    h.count(r#"SELECT COUNT(*) FROM order_service.reservations"#)
+        .await
 }
 
 /// The tables hold `reservations` rows and the product's units are `units`
@@ -35,9 +32,7 @@ async fn replay_by_its_member_returns_the_same_reservation_and_others_are_refuse
     assert_eq!(again.body, first.body);
 
     let stolen = h
-        .funded("mallory")
-        .await
-        .reserve(product.id, &token)
+        .reserve_with("mallory", product.id, &token)
         .await
         .unwrap_err();
     assert_eq!(
@@ -72,9 +67,7 @@ async fn replay_after_sold_out_or_after_pass_expiry_still_returns_the_reservatio
     let mut unused = claims(product.id, "bob");
     unused.exp = chrono::Utc::now().timestamp() - 10;
     let refused = h
-        .funded("bob")
-        .await
-        .reserve(product.id, &signer().sign(&unused))
+        .reserve_with("bob", product.id, &signer().sign(&unused))
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Some("PASS_EXPIRED"));
@@ -187,9 +180,7 @@ async fn the_gate_can_ask_which_passes_made_a_reservation() {
         .unwrap();
     // Bob's pass meets a sold-out product: not used, whatever he tried.
     let e = h
-        .funded("bob")
-        .await
-        .reserve(product.id, &signer().sign(&unused))
+        .reserve_with("bob", product.id, &signer().sign(&unused))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some("SOLD_OUT"));

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::support::{count, inconsistencies, reservation_state, unit_states, Harness};
+use crate::support::{inconsistencies, reservation_state, unit_states, Harness};
 use futures::future::join_all;
 use paysaga_common::client::CallError;
 use paysaga_contracts::order::api::ReservationState;
@@ -136,11 +136,9 @@ async fn operator_cancel_racing_confirm_leaves_tables_consistent() {
     }
     assert_eq!(unit_states(&h.admin, product.id).await, (30, 0, 0));
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
-    let confirmed_orders = count(
-        &h.admin,
-        r#"SELECT COUNT(*) FROM order_service.orders WHERE state = 'CONFIRMED'"#,
-    )
-    .await;
+    let confirmed_orders = h
+        .count(r#"SELECT COUNT(*) FROM order_service.orders WHERE state = 'CONFIRMED'"#)
+        .await;
     assert_eq!(confirmed_orders, 0);
     h.stop().await;
 }

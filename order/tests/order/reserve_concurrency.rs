@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::support::{count, inconsistencies, live_spread, pass, unit_states, Harness};
+use crate::support::{inconsistencies, live_spread, pass, unit_states, Harness};
 use futures::future::join_all;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -13,13 +13,7 @@ async fn two_hundred_buyers_for_one_hundred_units() {
     let members: Vec<String> = (0..200).map(|i| format!("member-{i}")).collect();
     h.fund(&members).await;
 
-    let attempts = (0..200).map(|i| {
-        let member = format!("member-{i}");
-        let client = h.buyer(&member);
-        let token = pass(product.id, &member);
-        async move { client.reserve(product.id, &token).await }
-    });
-    let results = join_all(attempts).await;
+    let results = h.reserve_all(product.id, &members).await;
 
     let mut created = Vec::new();
     let mut sold_out = 0;
@@ -103,7 +97,7 @@ async fn members_firing_many_passes_at_once_hold_one_unit_each() {
         }
     }
     assert_eq!((created, replayed, refused), (5, 5, 90));
-    let members = count(&h.admin, r#"SELECT COUNT(DISTINCT member_id) FROM order_service.reservations WHERE state = 'RESERVED'"#).await;
+    let members = h.count(r#"SELECT COUNT(DISTINCT member_id) FROM order_service.reservations WHERE state = 'RESERVED'"#).await;
     assert_eq!(members, 5);
     assert_eq!(unit_states(&h.admin, product.id).await, (5, 5, 0));
     h.stop_consistent().await;

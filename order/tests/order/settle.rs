@@ -355,15 +355,15 @@ async fn a_refund_whose_order_was_committed_meanwhile_is_run_again() {
 /// Until one of the service's statements waits for a row lock.
 async fn wait_for_lock_wait(h: &Harness) {
     for _ in 0..1_000 {
-        let waiting = count(
-            &h.admin,
-            r#"
+        let waiting = h
+            .count(
+                r#"
             SELECT COUNT(*) FROM pg_stat_activity
             WHERE datname = current_database() AND usename = 'order_app'
               AND wait_event_type = 'Lock'
             "#,
-        )
-        .await;
+            )
+            .await;
         if waiting == 1 {
             return;
         }

@@ -4,7 +4,7 @@
 use paysaga_common::auth::Audience;
 use std::time::Duration;
 
-use crate::support::{count_by, reservation_state, unit_states, Harness};
+use crate::support::{reservation_state, unit_states, Harness};
 use paysaga_common::testkit::service_token;
 use paysaga_contracts::order::{api::ReservationState, client::OrderClient};
 use sqlx::{Postgres, Transaction};
@@ -48,9 +48,7 @@ async fn a_lock_held_too_long_becomes_a_503_and_changes_nothing() {
 
 #[tokio::test]
 async fn a_confirm_whose_caller_gave_up_still_completes() {
-    let h = Harness::start().await;
-    let product = h.product(1).await;
-    let r = h.reserve_as("alice", product.id).await;
+    let (h, _, r) = Harness::with_reservation(1).await;
 
     let tx = lock_reservation(&h, r.id).await;
 
@@ -75,12 +73,12 @@ async fn a_confirm_whose_caller_gave_up_still_completes() {
     assert_eq!(reservation_state(&h.admin, r.id).await, "CONFIRMED");
     let retry = h.service().confirm(r.id).await.unwrap().body;
     assert_eq!(retry.state, ReservationState::Confirmed);
-    let orders = count_by(
-        &h.admin,
-        r#"SELECT COUNT(*) FROM order_service.orders WHERE reservation_id = $1"#,
-        r.id,
-    )
-    .await;
+    let orders = h
+        .count_by(
+            r#"SELECT COUNT(*) FROM order_service.orders WHERE reservation_id = $1"#,
+            r.id,
+        )
+        .await;
     assert_eq!(orders, 1);
     h.stop_consistent().await;
 }

@@ -19,7 +19,7 @@ use std::{
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt;
 use paysaga_contracts::{orchestrator::api::CreateWebhookEndpoint, OrchestratorClient};
-use paysaga_e2e::{invariants, Admin, Driver, Endpoints, Link, ServiceKind, Stack, StackOptions};
+use paysaga_e2e::{invariants, Admin, Driver, Link, ServiceKind, Stack, StackOptions};
 use sqlx::PgPool;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -154,6 +154,14 @@ async fn receiver(accept: Arc<AtomicBool>) -> anyhow::Result<u16> {
     Ok(port)
 }
 
+/// What `query` counts for the id `of` (its `$1`).
+async fn count_of<T>(pool: &PgPool, query: &str, of: T) -> anyhow::Result<i64>
+where
+    T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+{
+    Ok(sqlx::query_scalar(query).bind(of).fetch_one(pool).await?)
+}
+
 /// Polls `query` (a COUNT or a boolean as 0/1) until it returns `want`.
 async fn wait_for(pool: &PgPool, what: &str, query: &str, want: i64) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -214,12 +222,8 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
         .proxy(Link::OrchestratorToAccount);
     stack_options = stack_options.env(ServiceKind::Orchestrator, "WEBHOOK_POLL_INTERVAL_MS", 200);
     let stack = Stack::start(stack_options).await?;
-    let endpoints = Endpoints::from_wiring(stack.wiring());
+    let (endpoints, admin) = stack.operator();
     let orchestrator = endpoints.orchestrator.clone();
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
     let pool = stack.admin_pool().await;
 
     // A webhook endpoint that refuses at first: each payment event's delivery goes DEAD.
@@ -441,12 +445,7 @@ async fn browse(
     .bind(f.product)
     .fetch_one(pool)
     .await?;
-    let waiting: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1 AND state = 'WAITING'"#,
-    )
-    .bind(f.product)
-    .fetch_one(pool)
-    .await?;
+    let waiting = count_of(pool, r#"SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1 AND state = 'WAITING'"#, f.product).await?;
     let p = f.product;
     for (name, want) in [
         ("units_total", total),
@@ -491,12 +490,7 @@ async fn browse(
                 "{state} payments of product {product}"
             );
         }
-        let attention: i64 = sqlx::query_scalar(
-            r#"SELECT COUNT(*) FROM payment_service.payments WHERE product_id = $1 AND needs_attention"#,
-        )
-        .bind(product)
-        .fetch_one(pool)
-        .await?;
+        let attention = count_of(pool, r#"SELECT COUNT(*) FROM payment_service.payments WHERE product_id = $1 AND needs_attention"#, product).await?;
         assert_eq!(
             number_of(client, &format!("payments-{product}-attention")).await?,
             attention
@@ -609,12 +603,7 @@ async fn browse(
         1,
     )
     .await?;
-    let note: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE payment_id = $1 AND outcome = 'OPERATOR'"#,
-    )
-    .bind(f.stuck)
-    .fetch_one(pool)
-    .await?;
+    let note = count_of(pool, r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE payment_id = $1 AND outcome = 'OPERATOR'"#, f.stuck).await?;
     assert_eq!(note, 1, "the resume is on the payment's record");
     client.refresh().await?;
     client.wait().for_element(Locator::Css("#facts")).await?;

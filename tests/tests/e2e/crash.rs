@@ -14,9 +14,7 @@ const PRICE: i64 = 7_500;
 async fn orchestrator_killed_mid_drop_and_restarted() -> anyhow::Result<()> {
     let mut stack = Stack::start(
         StackOptions::new("crash")
-            .quick_loops()
-            .env(ServiceKind::Orchestrator, "DOWNSTREAM_TIMEOUT_MS", 2000)
-            .env(ServiceKind::Orchestrator, "LEASE_MS", 6000)
+            .quick_takeover()
             .proxy(Link::OrchestratorToAccount),
     )
     .await?;

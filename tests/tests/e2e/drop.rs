@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use paysaga_e2e::{invariants, Admin, Driver, Endpoints, Outcome, Stack, StackOptions};
+use paysaga_e2e::{invariants, Driver, Outcome, Stack, StackOptions};
 
 const UNITS: i64 = 50;
 const BUYERS: usize = 500;
@@ -22,11 +22,7 @@ fn balance(i: usize) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_units_five_hundred_buyers_some_underfunded() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::new("drop").quick_loops()).await?;
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
+    let (endpoints, admin) = stack.operator();
     let product = admin.create_product("drop-50", PRICE, UNITS).await?;
     let balances: Vec<i64> = (0..BUYERS).map(balance).collect();
     let buyers = admin.open_buyers("drop-buyer", &balances, 16).await?;
@@ -122,29 +118,7 @@ async fn fifty_units_five_hundred_buyers_some_underfunded() -> anyhow::Result<()
 
     // Nobody double-charged: each buyer's balance is their opening balance, less the price
     // once if (and only if) they completed.
-    let winners: HashMap<&str, bool> = attempts
-        .iter()
-        .map(|a| (a.member.as_str(), a.outcome == Outcome::Completed))
-        .collect();
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        r#"SELECT member_id, balance FROM account_service.accounts WHERE kind = 'MEMBER'"#,
-    )
-    .fetch_all(&pool)
-    .await?;
-    assert_eq!(rows.len(), BUYERS);
-    for (member, balance) in rows {
-        let opening = buyers
-            .iter()
-            .find(|b| b.member == member)
-            .map(|b| b.balance)
-            .unwrap_or_default();
-        let expected = if winners[member.as_str()] {
-            opening - PRICE
-        } else {
-            opening
-        };
-        assert_eq!(balance, expected, "{member}'s balance");
-    }
+    paysaga_e2e::drop_run::balances_match(&pool, &buyers, PRICE, &attempts).await?;
     // Losers learned SOLD_OUT from the gate or the order service, never by paying.
     let sold_rows: i64 = sqlx::query_scalar(
         r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1 AND state = 'CONFIRMED'"#,

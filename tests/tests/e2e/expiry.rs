@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use paysaga_common::client::CallError;
 use paysaga_e2e::{
     buyer::{payment_outcome, Buyer},
-    invariants, Admin, Driver, Endpoints, Link, Outcome, ServiceKind, Stack, StackOptions,
+    invariants, Driver, Link, Outcome, ServiceKind, Stack, StackOptions,
 };
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -54,11 +54,7 @@ async fn an_expired_reservation_gets_a_definite_answer_and_the_unit_sells_to_som
             .proxy(Link::OrchestratorToAccount),
     )
     .await?;
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
+    let (endpoints, admin) = stack.operator();
     let product = admin.create_product("one-unit", PRICE, 1).await?;
     let late = admin.open_buyer("late-buyer", PRICE * 3).await?;
     let slow = admin.open_buyer("slow-buyer", PRICE * 3).await?;

@@ -27,13 +27,11 @@ async fn live_holds(pool: &PgPool) -> anyhow::Result<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn holds_stay_whole_through_account_order_and_orchestrator_crashes() -> anyhow::Result<()> {
-    let mut stack = Stack::start(
-        StackOptions::new("holds-crash")
-            .quick_loops()
-            .env(ServiceKind::Orchestrator, "DOWNSTREAM_TIMEOUT_MS", 2000)
-            .env(ServiceKind::Orchestrator, "LEASE_MS", 6000)
-            .env(ServiceKind::Order, "ACCOUNT_TIMEOUT_MS", 1000),
-    )
+    let mut stack = Stack::start(StackOptions::new("holds-crash").quick_takeover().env(
+        ServiceKind::Order,
+        "ACCOUNT_TIMEOUT_MS",
+        1000,
+    ))
     .await?;
     // Every fourth buyer is a cent short: refused a unit, nothing held.
     let balances: Vec<i64> = (0..BUYERS)

@@ -46,9 +46,7 @@ async fn two_instances_each_one_of_each_killed_mid_drop() -> anyhow::Result<()> 
             .instances(2)
             // Ten service processes on one PostgreSQL shared with other test runs.
             .env_all("DB_MAX_CONNECTIONS", 6)
-            .quick_loops()
-            .env(ServiceKind::Orchestrator, "DOWNSTREAM_TIMEOUT_MS", 2000)
-            .env(ServiceKind::Orchestrator, "LEASE_MS", 6000),
+            .quick_takeover(),
     )
     .await?;
     let lb = stack

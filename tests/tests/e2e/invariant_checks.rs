@@ -4,30 +4,35 @@
 
 use std::time::Duration;
 
-use paysaga_e2e::{
-    invariants, Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions,
-};
+use paysaga_e2e::{invariants, Driver, Outcome, Stack, StackOptions};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-async fn exec(pool: &PgPool, sql: &str) -> anyhow::Result<()> {
-    sqlx::query(sql).execute(pool).await?;
-    Ok(())
+/// The checker's report on the tables with `corrupt` applied, read before `undo` puts
+/// them back (both run as the administrator, in order).
+async fn corrupted(
+    pool: &PgPool,
+    corrupt: &[String],
+    undo: &[String],
+) -> anyhow::Result<invariants::InvariantReport> {
+    for sql in corrupt {
+        sqlx::query(sql).execute(pool).await?;
+    }
+    let report = invariants::check(pool).await?;
+    for sql in undo {
+        sqlx::query(sql).execute(pool).await?;
+    }
+    Ok(report)
+}
+
+fn drop_transaction(operation_key: &str) -> String {
+    format!("DELETE FROM account_service.transactions WHERE operation_key = '{operation_key}'")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_corruption_is_reported() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::new("invariants").env(
-        ServiceKind::Gate,
-        "RECOMPUTE_INTERVAL_MS",
-        200,
-    ))
-    .await?;
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
+    let stack = Stack::start(StackOptions::new("invariants").quick_quota()).await?;
+    let (endpoints, admin) = stack.operator();
     let product = admin.create_product("checked", 1_000, 3).await?;
     let buyers = admin
         .open_buyers("checked-buyer", &[5_000, 5_000, 10], 4)
@@ -69,147 +74,102 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     .await?;
 
     // Money appearing from nowhere.
-    exec(
+    let r = corrupted(
         &pool,
-        &format!("UPDATE account_service.accounts SET balance = balance + 1 WHERE id = {member}"),
+        &[format!(
+            "UPDATE account_service.accounts SET balance = balance + 1 WHERE id = {member}"
+        )],
+        &[format!(
+            "UPDATE account_service.accounts SET balance = balance - 1 WHERE id = {member}"
+        )],
     )
     .await?;
-    let r = invariants::check(&pool).await?;
     assert_eq!((r.balance_drift, r.ledger_mismatches), (1, 1), "{r:#?}");
     assert!(!r.holds());
-    exec(
-        &pool,
-        &format!("UPDATE account_service.accounts SET balance = balance - 1 WHERE id = {member}"),
-    )
-    .await?;
 
     // A unit sold with no confirmed reservation behind it.
-    exec(
-        &pool,
-        &format!("UPDATE order_service.product_stock SET state = 'SOLD' WHERE id = {unit}"),
-    )
-    .await?;
-    let r = invariants::check(&pool).await?;
+    let sold = format!("UPDATE order_service.product_stock SET state = 'SOLD' WHERE id = {unit}");
+    let back =
+        format!("UPDATE order_service.product_stock SET state = 'AVAILABLE' WHERE id = {unit}");
+    let r = corrupted(&pool, &[sold], &[back]).await?;
     assert_eq!(r.unit_state_mismatches, 1, "{r:#?}");
-    exec(
-        &pool,
-        &format!("UPDATE order_service.product_stock SET state = 'AVAILABLE' WHERE id = {unit}"),
-    )
-    .await?;
 
     // A payment left half-way.
-    exec(&pool, &format!("UPDATE payment_service.payments SET state = 'ACCOUNT_DEBITED', pending_action = 'CONFIRM' WHERE id = '{completed}'")).await?;
-    let r = invariants::check(&pool).await?;
+    let payment =
+        |set: &str| format!("UPDATE payment_service.payments SET {set} WHERE id = '{completed}'");
+    let halfway = payment("state = 'ACCOUNT_DEBITED', pending_action = 'CONFIRM'");
+    let done = payment("state = 'COMPLETED', pending_action = NULL");
+    let r = corrupted(&pool, &[halfway], &[done]).await?;
     assert_eq!(r.payments_not_terminal, 1, "{r:#?}");
-    exec(
-        &pool,
-        &format!(
-            "UPDATE payment_service.payments SET state = 'COMPLETED', pending_action = NULL WHERE id = '{completed}'"
-        ),
-    )
-    .await?;
 
     // A payment that says FAILED but kept the money (and its order has no completed payment).
-    exec(
+    let r = corrupted(
         &pool,
-        &format!("UPDATE payment_service.payments SET state = 'FAILED' WHERE id = '{completed}'"),
+        &[payment("state = 'FAILED'")],
+        &[payment("state = 'COMPLETED'")],
     )
     .await?;
-    let r = invariants::check(&pool).await?;
-    assert_eq!(
-        (
-            r.closed_payments_keeping_money,
-            r.orders_without_completed_payment
-        ),
-        (1, 1),
-        "{r:#?}"
+    let failed_kept = (
+        r.closed_payments_keeping_money,
+        r.orders_without_completed_payment,
     );
-    exec(
-        &pool,
-        &format!(
-            "UPDATE payment_service.payments SET state = 'COMPLETED' WHERE id = '{completed}'"
-        ),
-    )
-    .await?;
+    assert_eq!(failed_kept, (1, 1), "{r:#?}");
 
     // A second debit for a payment that does not exist: money taken with nothing to show.
     let orphan = format!("pay:{}:debit", Uuid::new_v4());
-    exec(
+    let r = corrupted(
         &pool,
-        &format!(
+        &[format!(
             "INSERT INTO account_service.transactions (id, operation_key, kind, status, account_id, amount, merchant_shard) \
              VALUES ('{}', '{orphan}', 'DEBIT', 'APPLIED', {member}, 1000, 0)",
             Uuid::new_v4()
-        ),
+        )],
+        &[drop_transaction(&orphan)],
     )
     .await?;
-    let r = invariants::check(&pool).await?;
     assert_eq!(r.reservations_charged_twice, 1, "{r:#?}");
     assert_eq!(
         r.ledger_mismatches, 1,
         "the ledger no longer explains the balance: {r:#?}"
     );
-    exec(
-        &pool,
-        &format!("DELETE FROM account_service.transactions WHERE operation_key = '{orphan}'"),
-    )
-    .await?;
 
     // A refund of half a COMPLETED payment: debited − refunded is neither 0 nor the amount.
     let partial = format!("pay:{completed}:partial");
-    exec(
-        &pool,
-        &format!(
-            "INSERT INTO account_service.transactions (id, operation_key, kind, status, account_id, amount, merchant_shard, refund_of) \
-             SELECT '{}', '{partial}', 'CREDIT', 'APPLIED', account_id, amount / 2, merchant_shard, operation_key \
-             FROM account_service.transactions WHERE operation_key = 'pay:{completed}:debit'",
-            Uuid::new_v4()
-        ),
-    )
-    .await?;
-    let r = invariants::check(&pool).await?;
-    assert_eq!(
-        (r.payments_bad_net, r.completed_not_debited_or_confirmed),
-        (1, 1),
-        "{r:#?}"
+    let half_refund = format!(
+        "INSERT INTO account_service.transactions (id, operation_key, kind, status, account_id, amount, merchant_shard, refund_of) \
+         SELECT '{}', '{partial}', 'CREDIT', 'APPLIED', account_id, amount / 2, merchant_shard, operation_key \
+         FROM account_service.transactions WHERE operation_key = 'pay:{completed}:debit'",
+        Uuid::new_v4()
     );
-    exec(
-        &pool,
-        &format!("DELETE FROM account_service.transactions WHERE operation_key = '{partial}'"),
-    )
-    .await?;
+    let r = corrupted(&pool, &[half_refund], &[drop_transaction(&partial)]).await?;
+    let bad_net = (r.payments_bad_net, r.completed_not_debited_or_confirmed);
+    assert_eq!(bad_net, (1, 1), "{r:#?}");
 
     // Held money the account's holds do not explain.
-    exec(
-        &pool,
-        &format!("UPDATE account_service.accounts SET held = held + 1 WHERE id = {member}"),
-    )
-    .await?;
-    let r = invariants::check(&pool).await?;
+    let held = |by: &str| {
+        format!("UPDATE account_service.accounts SET held = held {by} WHERE id = {member}")
+    };
+    let r = corrupted(&pool, &[held("+ 1")], &[held("- 1")]).await?;
     assert_eq!(r.held_mismatches, 1, "{r:#?}");
-    exec(
-        &pool,
-        &format!("UPDATE account_service.accounts SET held = held - 1 WHERE id = {member}"),
-    )
-    .await?;
 
     // Money held for a reservation that was never made.
     let ghost = format!("res:{}:hold", Uuid::new_v4());
-    exec(
+    let r = corrupted(
         &pool,
-        &format!(
-            "INSERT INTO account_service.holds (id, operation_key, account_id, amount, expires_at) \
-             VALUES ('{}', '{ghost}', {member}, 10, now() + INTERVAL '1 hour')",
-            Uuid::new_v4()
-        ),
+        &[
+            format!(
+                "INSERT INTO account_service.holds (id, operation_key, account_id, amount, expires_at) \
+                 VALUES ('{}', '{ghost}', {member}, 10, now() + INTERVAL '1 hour')",
+                Uuid::new_v4()
+            ),
+            held("+ 10"),
+        ],
+        &[
+            held("- 10"),
+            format!("DELETE FROM account_service.holds WHERE operation_key = '{ghost}'"),
+        ],
     )
     .await?;
-    exec(
-        &pool,
-        &format!("UPDATE account_service.accounts SET held = held + 10 WHERE id = {member}"),
-    )
-    .await?;
-    let r = invariants::check(&pool).await?;
     assert_eq!(
         (
             r.live_holds_without_live_reservation,
@@ -219,35 +179,16 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
         (1, 0, 10),
         "{r:#?}"
     );
-    exec(
-        &pool,
-        &format!("UPDATE account_service.accounts SET held = held - 10 WHERE id = {member}"),
-    )
-    .await?;
-    exec(
-        &pool,
-        &format!("DELETE FROM account_service.holds WHERE operation_key = '{ghost}'"),
-    )
-    .await?;
 
     // A debit that says it captured a hold nobody placed.
     let claimed = format!("pay:{}:debit", Uuid::new_v4());
-    exec(
-        &pool,
-        &format!(
-            "INSERT INTO account_service.transactions (id, operation_key, kind, status, account_id, amount, merchant_shard, hold_key) \
-             VALUES ('{}', '{claimed}', 'DEBIT', 'APPLIED', {member}, 1000, 0, '{ghost}')",
-            Uuid::new_v4()
-        ),
-    )
-    .await?;
-    let r = invariants::check(&pool).await?;
+    let capture = format!(
+        "INSERT INTO account_service.transactions (id, operation_key, kind, status, account_id, amount, merchant_shard, hold_key) \
+         VALUES ('{}', '{claimed}', 'DEBIT', 'APPLIED', {member}, 1000, 0, '{ghost}')",
+        Uuid::new_v4()
+    );
+    let r = corrupted(&pool, &[capture], &[drop_transaction(&claimed)]).await?;
     assert_eq!(r.holds_captured_wrongly, 1, "{r:#?}");
-    exec(
-        &pool,
-        &format!("DELETE FROM account_service.transactions WHERE operation_key = '{claimed}'"),
-    )
-    .await?;
 
     // Undone: clean again.
     assert_eq!(invariants::check(&pool).await?, clean);

@@ -36,22 +36,48 @@ async fn round_trip(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<Vec<u8>> {
     Ok(got)
 }
 
+/// A proxy in front of an echo server, and a connection through it.
+async fn echo_proxy() -> (FaultProxy, TcpStream) {
+    let proxy = FaultProxy::start(echo_server().await).await.expect("proxy");
+    let conn = connect(&proxy).await;
+    (proxy, conn)
+}
+
+/// [`echo_proxy`], its connection checked with `msg` echoed through it.
+async fn echoing_proxy(msg: &[u8]) -> (FaultProxy, TcpStream) {
+    let (proxy, mut conn) = echo_proxy().await;
+    echoes(&mut conn, msg).await;
+    (proxy, conn)
+}
+
+/// A new connection through `proxy` (the listener accepts even while cut).
+async fn connect(proxy: &FaultProxy) -> TcpStream {
+    TcpStream::connect(proxy.addr()).await.expect("connect")
+}
+
+/// `msg` sent on `conn` finds the connection reset.
+async fn is_reset(conn: &mut TcpStream, msg: &[u8], why: &str) {
+    assert!(round_trip(conn, msg).await.is_err(), "{why}");
+}
+
+/// `msg` sent on `conn` comes back whole.
+async fn echoes(conn: &mut TcpStream, msg: &[u8]) {
+    assert_eq!(round_trip(conn, msg).await.expect("echo"), msg);
+}
+
 #[tokio::test]
 async fn healthy_proxy_forwards_both_ways() {
-    let proxy = FaultProxy::start(echo_server().await).await.expect("proxy");
-    let mut s = TcpStream::connect(proxy.addr()).await.expect("connect");
-    assert_eq!(round_trip(&mut s, b"hello").await.expect("echo"), b"hello");
+    let (proxy, _conn) = echoing_proxy(b"hello").await;
     let c = proxy.counts();
     assert_eq!((c.accepted, c.bytes_up, c.bytes_down), (1, 5, 5));
 }
 
 #[tokio::test]
 async fn latency_delays_each_direction() {
-    let proxy = FaultProxy::start(echo_server().await).await.expect("proxy");
-    let mut s = TcpStream::connect(proxy.addr()).await.expect("connect");
+    let (proxy, mut s) = echo_proxy().await;
     proxy.set_latency(Duration::from_millis(100));
     let start = Instant::now();
-    assert_eq!(round_trip(&mut s, b"slow").await.expect("echo"), b"slow");
+    echoes(&mut s, b"slow").await;
     // A lower bound only: the proxy sleeps at least this long, whatever the machine's load.
     assert!(
         start.elapsed() >= Duration::from_millis(200),
@@ -62,8 +88,7 @@ async fn latency_delays_each_direction() {
 
 #[tokio::test]
 async fn blackhole_holds_bytes_until_it_lifts() {
-    let proxy = FaultProxy::start(echo_server().await).await.expect("proxy");
-    let mut s = TcpStream::connect(proxy.addr()).await.expect("connect");
+    let (proxy, mut s) = echo_proxy().await;
     assert_eq!(
         round_trip(&mut s, b"before").await.expect("echo"),
         b"before"
@@ -92,32 +117,16 @@ async fn blackhole_holds_bytes_until_it_lifts() {
 
 #[tokio::test]
 async fn cut_resets_open_connections_and_refuses_new_ones_until_healed() {
-    let proxy = FaultProxy::start(echo_server().await).await.expect("proxy");
-    let mut open = TcpStream::connect(proxy.addr()).await.expect("connect");
-    assert_eq!(round_trip(&mut open, b"a").await.expect("echo"), b"a");
+    let (proxy, mut open) = echoing_proxy(b"a").await;
 
     proxy.cut();
-    assert!(
-        round_trip(&mut open, b"b").await.is_err(),
-        "an open connection is reset by a cut"
-    );
-    let mut fresh = TcpStream::connect(proxy.addr())
-        .await
-        .expect("the listener still accepts");
-    assert!(
-        round_trip(&mut fresh, b"c").await.is_err(),
-        "a new connection is reset while cut"
-    );
+    is_reset(&mut open, b"b", "an open connection is reset by a cut").await;
+    let mut fresh = connect(&proxy).await;
+    is_reset(&mut fresh, b"c", "a new connection is reset while cut").await;
     assert!(proxy.counts().refused >= 1);
 
     proxy.heal();
-    let mut after = TcpStream::connect(proxy.addr())
-        .await
-        .expect("connect after heal");
-    assert_eq!(
-        round_trip(&mut after, b"d").await.expect("echo after heal"),
-        b"d"
-    );
+    echoes(&mut connect(&proxy).await, b"d").await;
 }
 
 #[tokio::test]
@@ -131,22 +140,15 @@ async fn cut_for_heals_on_its_own() {
         waited += 1;
         assert!(waited < 200, "the cut never healed");
     }
-    let mut s = TcpStream::connect(proxy.addr()).await.expect("connect");
-    assert_eq!(round_trip(&mut s, b"back").await.expect("echo"), b"back");
+    echoes(&mut connect(&proxy).await, b"back").await;
 }
 
 #[tokio::test]
 async fn reset_connections_spares_new_ones() {
-    let proxy = FaultProxy::start(echo_server().await).await.expect("proxy");
-    let mut old = TcpStream::connect(proxy.addr()).await.expect("connect");
-    assert_eq!(round_trip(&mut old, b"x").await.expect("echo"), b"x");
+    let (proxy, mut old) = echoing_proxy(b"x").await;
     proxy.reset_connections();
-    assert!(
-        round_trip(&mut old, b"y").await.is_err(),
-        "the old connection is reset"
-    );
-    let mut new = TcpStream::connect(proxy.addr()).await.expect("connect");
-    assert_eq!(round_trip(&mut new, b"z").await.expect("echo"), b"z");
+    is_reset(&mut old, b"y", "the old connection is reset").await;
+    echoes(&mut connect(&proxy).await, b"z").await;
 }
 
 #[tokio::test]
@@ -154,9 +156,8 @@ async fn slow_answers_hold_only_the_answers_to_matching_requests() {
     const SLOW: &[u8] = b"POST /v1/debits HTTP/1.1\r\n\r\n";
     const QUICK: &[u8] = b"GET /v1/accounts/7 HTTP/1.1\r\n\r\n";
     let delay = Duration::from_millis(1500);
-    let proxy = FaultProxy::start(echo_server().await).await.expect("proxy");
-    let mut slow = TcpStream::connect(proxy.addr()).await.expect("connect");
-    let mut quick = TcpStream::connect(proxy.addr()).await.expect("connect");
+    let (proxy, mut slow) = echo_proxy().await;
+    let mut quick = connect(&proxy).await;
     proxy.set_slow_answers(b"POST /v1/debits", delay);
 
     let start = Instant::now();

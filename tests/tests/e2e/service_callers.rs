@@ -241,12 +241,7 @@ async fn fingerprint(pool: &PgPool) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::new("callers").env(
-        ServiceKind::Gate,
-        "RECOMPUTE_INTERVAL_MS",
-        200,
-    ))
-    .await?;
+    let stack = Stack::start(StackOptions::new("callers").quick_quota()).await?;
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let http = paysaga_common::client::http_client(Duration::from_secs(10));
     let admin = Admin::new(endpoints.clone(), http.clone());

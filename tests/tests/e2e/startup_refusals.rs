@@ -113,15 +113,23 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// As [`refused`], and the output names every one of `words` (the setting, and why),
-/// so that an operator reading it knows what to change.
-fn refused_naming(name: &str, run: &Run, words: &[&str], what: &str) {
-    refused(name, run);
+/// `name` started as [`run_bare`] with `env` is [`refused`], and the output names every
+/// one of `words` (the setting, and why), so that an operator reading it knows what to
+/// change.
+fn refuses_naming(
+    name: &str,
+    env: &[(&str, String)],
+    words: &[&str],
+    what: &str,
+) -> anyhow::Result<()> {
+    let run = run_bare(name, env)?;
+    refused(name, &run);
     assert!(
         words.iter().all(|w| run.output.contains(w)),
         "{name} did not refuse {what}:\n{}",
         run.output
     );
+    Ok(())
 }
 
 fn refused(name: &str, run: &Run) {
@@ -186,7 +194,7 @@ fn every_service_refuses_to_start_without_its_keys_and_names_them_all() -> anyho
 fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Result<()> {
     let own = |k: &ed25519_dalek::SigningKey| encode_verifying_key(&k.verifying_key());
     // Everything order needs, all of its own, but the gate's development key.
-    let order = run_bare(
+    refuses_naming(
         "order",
         &[
             (
@@ -200,16 +208,12 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
                 encode_verifying_key(&DevKey::Passes.verifying_key()),
             ),
         ],
-    )?;
-    refused_naming(
-        "order",
-        &order,
         &["PASS_PUBLIC_KEY", "DEVELOPMENT"],
         "the development pass key by name",
-    );
+    )?;
 
     // Development mode does not make an explicit development key acceptable either.
-    let gate = run_bare(
+    refuses_naming(
         "gate",
         &[
             ("PAYSAGA_DEV_KEYS", "1".into()),
@@ -218,16 +222,12 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
                 encode_signing_key(&DevKey::Passes.signing_key()),
             ),
         ],
-    )?;
-    refused_naming(
-        "gate",
-        &gate,
         &["PASS_SIGNING_KEY", "DEVELOPMENT"],
         "the development pass key by name",
-    );
+    )?;
 
     // A caller's own signing key that is its role's development key.
-    let gate = run_bare(
+    refuses_naming(
         "gate",
         &[
             ("PASS_SIGNING_KEY", encode_signing_key(&fresh_key())),
@@ -238,17 +238,13 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
                 encode_signing_key(&DevKey::Service(ServiceRole::Gate).signing_key()),
             ),
         ],
-    )?;
-    refused_naming(
-        "gate",
-        &gate,
         &["SERVICE_SIGNING_KEY", "DEVELOPMENT"],
         "its development signing key by name",
-    );
+    )?;
 
     // A verifier's key set holding one role's development key, in development mode too.
     let orchestrator_dev = DevKey::Service(ServiceRole::Orchestrator).verifying_key();
-    let account = run_bare(
+    refuses_naming(
         "account",
         &[
             ("PAYSAGA_DEV_KEYS", "1".into()),
@@ -257,17 +253,13 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
                 service_keys_with(ServiceRole::Orchestrator, &orchestrator_dev),
             ),
         ],
-    )?;
-    refused_naming(
-        "account",
-        &account,
         &["SERVICE_KEYS", "orchestrator", "DEVELOPMENT"],
         "the development orchestrator key by name",
-    );
+    )?;
 
     // One key registered for two roles: its holder could sign as either.
     let shared = encode_verifying_key(&fresh_key().verifying_key());
-    let order = run_bare(
+    refuses_naming(
         "order",
         &[
             ("PAYSAGA_DEV_KEYS", "1".into()),
@@ -276,16 +268,12 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
                 format!("gate:{shared},orchestrator:{shared}"),
             ),
         ],
-    )?;
-    refused_naming(
-        "order",
-        &order,
         &["SERVICE_KEYS", "both gate and orchestrator"],
         "a key shared by two roles",
-    );
+    )?;
 
     // The development database password outside development mode.
-    let account = run_bare(
+    refuses_naming(
         "account",
         &[
             (
@@ -295,16 +283,12 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
             ("JWT_PUBLIC_KEY", own(&fresh_key())),
             ("SERVICE_KEYS", own_service_keys()),
         ],
-    )?;
-    refused_naming(
-        "account",
-        &account,
         &["DATABASE_URL", "development password"],
         "the development password by name",
-    );
+    )?;
 
     // A member signing-key list holding the development buyer key.
-    let member = run_bare(
+    refuses_naming(
         "member",
         &[
             ("PAYSAGA_DEV_KEYS", "1".into()),
@@ -317,13 +301,9 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
                 ),
             ),
         ],
-    )?;
-    refused_naming(
-        "member",
-        &member,
         &["MEMBER_SIGNING_KEYS", "DEVELOPMENT"],
         "the development buyer key by name",
-    );
+    )?;
     Ok(())
 }
 

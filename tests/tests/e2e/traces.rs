@@ -15,7 +15,7 @@ use axum::{body::Bytes, extract::State, http::StatusCode, routing::post, Router}
 use opentelemetry_proto::tonic::{
     collector::trace::v1::ExportTraceServiceRequest, common::v1::any_value::Value,
 };
-use paysaga_e2e::{Admin, Buyer, Endpoints, Link, ServiceKind, Stack, StackOptions, Stop};
+use paysaga_e2e::{Buyer, Endpoints, Link, ServiceKind, Stack, StackOptions, Stop};
 use prost::Message;
 use serde_json::{json, Value as Json};
 use uuid::Uuid;
@@ -191,11 +191,7 @@ async fn start_stack(label: &str, collector: &str, proxy: bool) -> anyhow::Resul
 
 /// A product with one unit and a buyer who can pay for it.
 async fn setup(stack: &Stack, name: &str) -> anyhow::Result<(Endpoints, i64, Buyer)> {
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
+    let (endpoints, admin) = stack.operator();
     let product = admin.create_product(name, PRICE, 1).await?;
     let buyer = admin.open_buyer(&format!("{name}-buyer"), PRICE).await?;
     admin
@@ -583,11 +579,7 @@ async fn trace_context_changes_no_money_and_no_units() -> anyhow::Result<()> {
     let collector = Collector::default();
     let endpoint = collector.start().await?;
     let stack = start_stack("traces-ledger", &endpoint, false).await?;
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
+    let (endpoints, admin) = stack.operator();
     let pool = stack.admin_pool().await;
     let http = reqwest::Client::new();
 

@@ -89,7 +89,7 @@ async fn order_killed_while_expiries_hand_units_to_the_waitlist() -> anyhow::Res
             .env(ServiceKind::Order, "SWEEP_INTERVAL_MS", 1000)
             .env(ServiceKind::Order, "SWEEP_BATCH", 1)
             .env(ServiceKind::Order, "SWEEP_MAX_BATCHES", 10_000)
-            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 200),
+            .quick_quota(),
     )
     .await?;
     let endpoints = Endpoints::from_wiring(stack.wiring());

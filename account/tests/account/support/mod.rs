@@ -15,8 +15,8 @@ use paysaga_common::{
 use paysaga_contracts::{
     account::{
         api::{
-            Account, AccountBatch, AccountOp, DebitRequest, HoldRequest, HoldTtl,
-            OpenAccountRequest, OperationKey, Transaction,
+            Account, AccountBatch, AccountOp, DebitRequest, Hold, HoldPage, HoldRequest, HoldTtl,
+            ListHolds, OpenAccountRequest, OperationKey, Transaction,
         },
         client::AccountClient,
     },
@@ -192,6 +192,39 @@ impl Svc {
             .expect("debit applied")
     }
 
+    /// A debit capturing `hold` that must be answered (applied, or replayed).
+    pub async fn capture(
+        &self,
+        k: &str,
+        account_id: i64,
+        minor: i64,
+        hold: &str,
+    ) -> Answer<Transaction> {
+        self.client
+            .debit(&capture(k, account_id, minor, hold))
+            .await
+            .expect("captured")
+    }
+
+    /// The first page of the live holds at least `ms` old, as the order service lists them.
+    pub async fn live_holds(&self, ms: u64) -> HoldPage {
+        self.order
+            .holds(&ListHolds::older_than(ms))
+            .await
+            .expect("list")
+            .body
+    }
+
+    /// A release that must be refused: the code it was refused with.
+    pub async fn release_refused(&self, k: &str) -> String {
+        let e = self
+            .order
+            .release_hold(k)
+            .await
+            .expect_err("release refused");
+        e.code().unwrap_or_default().to_owned()
+    }
+
     /// A debit that must be refused: why.
     pub async fn refused(&self, k: &str, account_id: i64, minor: i64) -> CallError {
         self.client
@@ -235,23 +268,28 @@ impl Svc {
     /// Places a hold of `minor` on `member`'s account (600 s) as the order service does,
     /// and checks it was placed or replayed.
     pub async fn place(&self, k: &str, member: &str, minor: i64) {
-        let answer = self
-            .order
-            .place_hold(&hold(k, member, minor, 600))
-            .await
-            .expect("placed");
+        let answer = self.try_place(k, member, minor).await.expect("placed");
         assert!(matches!(answer.status, 200 | 201), "{answer:?}");
     }
 
-    /// A debit capturing `hold` that must be declined: the code it was declined with.
-    pub async fn declined(&self, k: &str, account_id: i64, minor: i64, hold: &str) -> String {
-        self.client
+    /// The order service places a hold of `minor` for `member` for ten minutes.
+    pub async fn try_place(
+        &self,
+        k: &str,
+        member: &str,
+        minor: i64,
+    ) -> Result<Answer<Hold>, CallError> {
+        self.order.place_hold(&hold(k, member, minor, 600)).await
+    }
+
+    /// A debit capturing `hold` that must be declined, with `code`.
+    pub async fn declines(&self, k: &str, account_id: i64, minor: i64, hold: &str, code: &str) {
+        let e = self
+            .client
             .debit(&capture(k, account_id, minor, hold))
             .await
-            .expect_err("declined")
-            .code()
-            .unwrap_or_default()
-            .to_owned()
+            .expect_err("declined");
+        assert_eq!(e.code(), Some(code), "debit {k} capturing {hold}");
     }
 
     /// `(balance, held)` of an account, read from the table.

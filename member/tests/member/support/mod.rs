@@ -222,35 +222,31 @@ impl Stack {
 
     /// The failures counted in `scope` for `subject` (0 for no row).
     pub async fn failures(&self, scope: &str, subject: &[u8]) -> i64 {
-        sqlx::query_scalar(
-            "SELECT COALESCE(MAX(failures), 0)::BIGINT FROM member_service.sign_in_failures WHERE scope = $1 AND subject = $2",
-        )
-        .bind(scope)
-        .bind(subject)
-        .fetch_one(&self.admin)
-        .await
-        .expect("failures")
+        self.counted("SELECT COALESCE(MAX(failures), 0)::BIGINT FROM member_service.sign_in_failures WHERE scope = $1 AND subject = $2", scope, subject).await
     }
 
     /// The sign-ups counted in `scope` for `subject` (0 for no row).
     pub async fn sign_up_attempts(&self, scope: &str, subject: &[u8]) -> i64 {
-        sqlx::query_scalar(
-            "SELECT COALESCE(MAX(attempts), 0)::BIGINT FROM member_service.sign_up_attempts WHERE scope = $1 AND subject = $2",
-        )
-        .bind(scope)
-        .bind(subject)
-        .fetch_one(&self.admin)
-        .await
-        .expect("sign-up attempts")
+        self.counted("SELECT COALESCE(MAX(attempts), 0)::BIGINT FROM member_service.sign_up_attempts WHERE scope = $1 AND subject = $2", scope, subject).await
+    }
+
+    /// What `sql` counts for `scope` (`$1`) and `subject` (`$2`).
+    async fn counted(&self, sql: &str, scope: &str, subject: &[u8]) -> i64 {
+        sqlx::query_scalar(sql)
+            .bind(scope)
+            .bind(subject)
+            .fetch_one(&self.admin)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     /// Whether a member with `email` is stored.
     pub async fn stored(&self, email: &str) -> bool {
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM member_service.members WHERE email = $1)")
-            .bind(email.trim().to_lowercase())
-            .fetch_one(&self.admin)
-            .await
-            .expect("members")
+        self.of_email(
+            "SELECT EXISTS (SELECT 1 FROM member_service.members WHERE email = $1)",
+            email,
+        )
+        .await
     }
 
     /// Signs up `email` with the standard password; panics unless 201.
@@ -350,11 +346,11 @@ impl Stack {
 
     /// The password hash (a PHC string) stored for `member`.
     pub async fn password_hash(&self, member: Uuid) -> String {
-        sqlx::query_scalar("SELECT password_hash FROM member_service.members WHERE id = $1")
-            .bind(member)
-            .fetch_one(&self.admin)
-            .await
-            .expect("member row")
+        self.of_member(
+            "SELECT password_hash FROM member_service.members WHERE id = $1",
+            member,
+        )
+        .await
     }
 
     /// Member accounts in the account service for `member`.
@@ -369,19 +365,43 @@ impl Stack {
     }
 
     pub async fn stored_account_id(&self, member: Uuid) -> Option<i64> {
-        sqlx::query_scalar("SELECT account_id FROM member_service.members WHERE id = $1")
-            .bind(member)
-            .fetch_one(&self.admin)
-            .await
-            .expect("member row")
+        self.of_member(
+            "SELECT account_id FROM member_service.members WHERE id = $1",
+            member,
+        )
+        .await
     }
 
     pub async fn member_id_of(&self, email: &str) -> Uuid {
-        sqlx::query_scalar("SELECT id FROM member_service.members WHERE email = $1")
+        self.of_email(
+            "SELECT id FROM member_service.members WHERE email = $1",
+            email,
+        )
+        .await
+    }
+
+    /// The one value `sql` reads for the member stored as `member` (`$1`).
+    async fn of_member<T>(&self, sql: &str, member: Uuid) -> T
+    where
+        T: Send + Unpin + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        sqlx::query_scalar(sql)
+            .bind(member)
+            .fetch_one(&self.admin)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The one value `sql` reads for `email` (`$1`, normalised as the service stores it).
+    async fn of_email<T>(&self, sql: &str, email: &str) -> T
+    where
+        T: Send + Unpin + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        sqlx::query_scalar(sql)
             .bind(email.trim().to_lowercase())
             .fetch_one(&self.admin)
             .await
-            .expect("member row")
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 use order::Config;
 use paysaga_common::{
     auth::MemberId,
+    client::{Answer, CallError},
     keys::DevKey,
     pass::{PassClaims, PassSigner},
     testkit::{buyer_token, service_token, InProcess, TestDb},
@@ -435,6 +436,15 @@ pub async fn count_by<T>(admin: &PgPool, sql: &str, arg: T) -> i64
 where
     T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
 {
+    one_by(admin, sql, arg).await
+}
+
+/// The one value `sql` reads through `admin`, the query taking one argument.
+pub async fn one_by<T, O>(admin: &PgPool, sql: &str, arg: T) -> O
+where
+    T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+    O: Send + Unpin + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
     sqlx::query_scalar(sql)
         .bind(arg)
         .fetch_one(admin)
@@ -444,11 +454,12 @@ where
 
 /// The state of one order, from the table.
 pub async fn order_state(admin: &PgPool, id: Uuid) -> String {
-    sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE id = $1"#)
-        .bind(id)
-        .fetch_one(admin)
-        .await
-        .expect("order state")
+    one_by(
+        admin,
+        r#"SELECT state FROM order_service.orders WHERE id = $1"#,
+        id,
+    )
+    .await
 }
 
 /// The states of the orders made from one reservation.
@@ -478,22 +489,77 @@ pub async fn unit_states(admin: &PgPool, product_id: i64) -> (i64, i64, i64) {
 }
 
 pub async fn reservation_state(admin: &PgPool, id: Uuid) -> String {
-    sqlx::query_scalar(r#"SELECT state FROM order_service.reservations WHERE id = $1"#)
-        .bind(id)
-        .fetch_one(admin)
-        .await
-        .expect("reservation state")
+    one_by(
+        admin,
+        r#"SELECT state FROM order_service.reservations WHERE id = $1"#,
+        id,
+    )
+    .await
 }
 
 impl Harness {
     /// One reservation by `member` (funded first), with a valid pass for the product.
     pub async fn reserve_as(&self, member: &str, product_id: i64) -> Reservation {
-        self.funded(member)
-            .await
-            .reserve(product_id, &pass(product_id, member))
+        self.try_reserve_as(member, product_id)
             .await
             .expect("reserve")
             .body
+    }
+
+    /// A reservation asked for by `member` (funded first) with a valid pass: the answer.
+    pub async fn try_reserve_as(
+        &self,
+        member: &str,
+        product_id: i64,
+    ) -> Result<Answer<Reservation>, CallError> {
+        self.reserve_with(member, product_id, &pass(product_id, member))
+            .await
+    }
+
+    /// A reservation asked for by `member` (funded first) with pass `token`: the answer.
+    pub async fn reserve_with(
+        &self,
+        member: &str,
+        product_id: i64,
+        token: &str,
+    ) -> Result<Answer<Reservation>, CallError> {
+        self.funded(member).await.reserve(product_id, token).await
+    }
+
+    /// Each of `members` (funded already) asks for a reservation with a valid pass, all
+    /// at once: the answers, in the same order.
+    pub async fn reserve_all(
+        &self,
+        product_id: i64,
+        members: &[String],
+    ) -> Vec<Result<Answer<Reservation>, CallError>> {
+        let attempts = members.iter().map(|member| {
+            let client = self.buyer(member);
+            let token = pass(product_id, member);
+            async move { client.reserve(product_id, &token).await }
+        });
+        futures::future::join_all(attempts).await
+    }
+
+    /// One number read as the administrator.
+    pub async fn count(&self, sql: &str) -> i64 {
+        count(&self.admin, sql).await
+    }
+
+    /// One number read as the administrator, the query taking one argument.
+    pub async fn count_by<T>(&self, sql: &str, arg: T) -> i64
+    where
+        T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+    {
+        count_by(&self.admin, sql, arg).await
+    }
+
+    /// A harness with a product of `units` units, one of them reserved by `alice`.
+    pub async fn with_reservation(units: i64) -> (Harness, Product, Reservation) {
+        let h = Harness::start().await;
+        let product = h.product(units).await;
+        let r = h.reserve_as("alice", product.id).await;
+        (h, product, r)
     }
 
     /// `n` reservations of a product, one per member `{prefix}-{i}`.
