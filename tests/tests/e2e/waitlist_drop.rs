@@ -5,7 +5,8 @@
 //! Three buyers reserve first and pay only once the crowd is in line, after their
 //! holds were released (as the reconciliation or an operator does): their payments
 //! fail, so at least three units are certain to go through the waitlist. The crowd
-//! arrives at once; every fourth of it cannot pay and is refused a unit.
+//! arrives at once; every fourth of it cannot pay and is refused any unit that reaches
+//! it (a pass's, whose unit then goes to the line, or an offer's).
 
 use std::time::{Duration, Instant};
 
@@ -108,7 +109,9 @@ async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Resu
     // What the buyers were told: a definite answer each; the funded ones that paid, the
     // underfunded ones refused a unit, the rest sold out (after waiting in line).
     let answers = run.answers(&attempts, &stack.log_paths());
-    assert!(answers.unfunded > 0, "the underfunded were refused a unit");
+    // The underfunded are refused whatever unit reaches them, a pass's or an offer's
+    // (checked per answer below); whether any reaches one depends on the arrival order.
+    eprintln!("underfunded buyers refused a unit: {}", answers.unfunded);
     for a in &attempts {
         match &a.outcome {
             o if o.is_sold_out() => {
@@ -173,7 +176,14 @@ async fn failed_payments_go_to_the_line_and_the_drop_sells_out() -> anyhow::Resu
         st.returns,
         "every unit that came back was reserved again"
     );
-    assert_eq!(st.return_to_completed_via_offer.count as i64, via_waitlist);
+    // Units sold through the line: those back from a failed payment, and those freed by
+    // a pass whose holder could not pay (at most one per refusal).
+    let via_returns = st.return_to_completed_via_offer.count as i64;
+    assert!(
+        via_returns <= via_waitlist && via_waitlist - via_returns <= answers.unfunded,
+        "through the line: {via_waitlist}, of them back from failed payments: {via_returns}, refusals for funds: {}",
+        answers.unfunded
+    );
 
     // Money: each buyer's balance is its opening balance, less the price once if and
     // only if it paid; the sum of balances did not change.
