@@ -60,6 +60,9 @@ pub fn finish(api: Router, openapi: OpenApi) -> Router {
 /// ([`crate::openapi::complete`]) before it is served.
 pub fn finish_with(api: Router, mut openapi: OpenApi, limits: ServerLimits) -> Router {
     crate::openapi::complete(&mut openapi);
+    // The recorder is installed with the routes, so every request is counted from the
+    // first one, whenever (and wherever) the metrics listener is scraped.
+    let _ = telemetry::metrics_handle();
     let limited = api
         .merge(docs(openapi).layer(middleware::map_response(with_docs_csp)))
         .method_not_allowed_fallback(error::method_not_allowed)
