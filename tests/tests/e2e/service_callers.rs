@@ -433,6 +433,14 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         ),
         route(
             O,
+            Method::POST,
+            "/v1/products/{id}/promises",
+            format!("/v1/products/{pid}/promises"),
+            Some(json!({"in_flight": 0})),
+            GATE,
+        ),
+        route(
+            O,
             Method::GET,
             "/v1/reservations/{id}",
             format!("/v1/reservations/{live}"),
