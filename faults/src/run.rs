@@ -168,6 +168,7 @@ pub async fn run_on(
         product: product.id,
         http: paysaga_common::client::http_client(METRICS_TIMEOUT),
         orchestrator: endpoints.orchestrator.clone(),
+        struck: 0,
     };
     let fault = async {
         let injected = inject::inject(scenario, &mut ctx).await;
