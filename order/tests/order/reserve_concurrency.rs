@@ -83,7 +83,7 @@ async fn members_firing_many_passes_at_once_hold_one_unit_each() {
                 replayed += 1;
             }
             Err(e) => {
-                refused(&e, 409, "MEMBER_LIMIT_REACHED");
+                refused(e, 409, "MEMBER_LIMIT_REACHED");
                 over_limit += 1;
             }
         }
