@@ -169,6 +169,7 @@ pub async fn run_on(
         product: product.id,
         http: paysaga_common::client::http_client(METRICS_TIMEOUT),
         orchestrator_metrics,
+        struck: 0,
     };
     let fault = async {
         let injected = inject::inject(scenario, &mut ctx).await;

@@ -52,6 +52,25 @@ async fn product(db: &TestDb, units: i64, sold: i64) -> i64 {
     id
 }
 
+/// The drop check's report on a product of `units` units, `sold` of them sold, for a
+/// drop of `drop_units` whose buyers were told COMPLETED `completed` times.
+async fn checked(units: i64, sold: i64, drop_units: u64, completed: u64) -> Report {
+    let db = TestDb::new().await;
+    let p = product(&db, units, sold).await;
+    let mut r = report();
+    invariants::check_drop(
+        &mut r,
+        "t",
+        &db.admin_pool().await,
+        p,
+        drop_units,
+        completed,
+    )
+    .await
+    .unwrap();
+    r
+}
+
 fn held(r: &Report, check: &str) -> bool {
     r.invariants
         .iter()
@@ -62,35 +81,20 @@ fn held(r: &Report, check: &str) -> bool {
 
 #[tokio::test]
 async fn a_consistent_drop_passes() {
-    let db = TestDb::new().await;
-    let p = product(&db, 10, 10).await;
-    let mut r = report();
-    invariants::check_drop(&mut r, "t", &db.admin_pool().await, p, 10, 10)
-        .await
-        .unwrap();
+    let r = checked(10, 10, 10, 10).await;
     assert!(r.all_invariants_hold(), "{:#?}", r.invariants);
 }
 
 #[tokio::test]
 async fn more_units_sold_than_the_drop_had_is_flagged() {
-    let db = TestDb::new().await;
     // The drop was for 10 units; 12 were sold (stock grew behind its back).
-    let p = product(&db, 12, 12).await;
-    let mut r = report();
-    invariants::check_drop(&mut r, "t", &db.admin_pool().await, p, 10, 12)
-        .await
-        .unwrap();
+    let r = checked(12, 12, 10, 12).await;
     assert!(!held(&r, "oversold = 0"));
 }
 
 #[tokio::test]
 async fn buyers_seeing_more_completions_than_orders_is_flagged() {
-    let db = TestDb::new().await;
-    let p = product(&db, 10, 7).await;
-    let mut r = report();
-    invariants::check_drop(&mut r, "t", &db.admin_pool().await, p, 10, 8)
-        .await
-        .unwrap();
+    let r = checked(10, 7, 10, 8).await;
     assert!(held(&r, "oversold = 0"));
     assert!(!held(&r, "COMPLETED seen by buyers = orders confirmed"));
 }

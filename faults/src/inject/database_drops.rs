@@ -21,10 +21,7 @@ const EVIDENCE: &str = "payments unfinished at a pulse";
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut resets = 0;
     let mut unfinished = 0;
-    for i in 0..ctx.plan.repeats {
-        if !ctx.next_strike(i).await? {
-            break;
-        }
+    while ctx.next_strike().await? {
         unfinished += ctx.unfinished().await?;
         let until = Instant::now() + ctx.plan.fault_for;
         let mut refused = false;

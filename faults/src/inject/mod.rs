@@ -104,6 +104,8 @@ pub struct Ctx<'a> {
     /// Where the orchestrator serves `/metrics` (its own listener, the same across its
     /// restarts).
     pub orchestrator_metrics: String,
+    /// Strikes [`Ctx::next_strike`] has let go ahead so far.
+    pub struck: u32,
 }
 
 /// Which of the orchestrator's batchers a kill is aimed at (`paysaga_common::batch`
@@ -172,15 +174,17 @@ impl Ctx<'_> {
         .await
     }
 
-    /// Before strike `i` of a repeated fault: false once the drop is over (the first strike
-    /// always goes ahead), else true when payments are mid-saga (taking money or just
-    /// debited), the moment the fault hurts most.
-    pub async fn next_strike(&self, i: u32) -> anyhow::Result<bool> {
-        if i > 0 && self.drop_over() {
+    /// Before the next strike of a repeated fault: false once the plan's repeats are
+    /// made or the drop is over (the first strike always goes ahead), else true when
+    /// payments are mid-saga (taking money or just debited), the moment the fault hurts
+    /// most.
+    pub async fn next_strike(&mut self) -> anyhow::Result<bool> {
+        if self.struck >= self.plan.repeats || (self.struck > 0 && self.drop_over()) {
             return Ok(false);
         }
         self.strike_when_in(&["PROCESSING", "ACCOUNT_DEBITED"])
             .await?;
+        self.struck += 1;
         Ok(true)
     }
 

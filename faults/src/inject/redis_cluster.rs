@@ -56,10 +56,7 @@ pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut gate_back = 0;
     let mut longest_ms = 0;
     let mut longest_promotion_ms = 0;
-    for i in 0..ctx.plan.repeats {
-        if !ctx.next_strike(i).await? {
-            break;
-        }
+    while ctx.next_strike().await? {
         let cluster = ctx.redis_cluster("redis-cluster-master-loss")?;
         let slot = cluster.keyslot(&tag).await?;
         let shard = cluster

@@ -11,10 +11,7 @@ const EVIDENCE: &str = "Redis keys lost with the server";
 pub async fn inject(ctx: &mut Ctx<'_>) -> anyhow::Result<Injection> {
     let mut kills = 0;
     let mut keys_lost = 0;
-    for i in 0..ctx.plan.repeats {
-        if !ctx.next_strike(i).await? {
-            break;
-        }
+    while ctx.next_strike().await? {
         let redis = ctx.private_redis("redis-loss")?;
         keys_lost += redis.dbsize().await.unwrap_or(0);
         redis.kill();

@@ -33,8 +33,7 @@ async fn happy_path_completes_with_one_debit() {
     let o = s.orchestrator(s.config(), Hooks::default()).await;
 
     let answer = o
-        .buyer("buyer-1")
-        .pay("checkout-1", &pay_request(res, acct))
+        .pay("buyer-1", "checkout-1", res, acct)
         .await
         .expect("pay");
     assert!(
@@ -158,13 +157,7 @@ async fn the_answer_is_stored_with_the_settling_move() {
             .body;
         assert_eq!(stored, read, "the stored answer is the row as it is");
         assert_eq!(stored, answer.payment, "and what the buyer was told");
-        let replay = o
-            .buyer(&member)
-            .pay(&key, &pay_request(res, acct))
-            .await
-            .expect("replay");
-        assert!(replay.replayed);
-        assert_eq!(replay.payment, answer.payment);
+        o.replays(&member, &key, res, acct, &answer.payment).await;
     }
     s.check_money().await;
 }
@@ -300,11 +293,7 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
     proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(2000));
     let o = s.orchestrator(config, Hooks::default()).await;
 
-    let answer = o
-        .buyer("slow-1")
-        .pay("k1", &pay_request(res, acct))
-        .await
-        .expect("pay");
+    let answer = o.pay("slow-1", "k1", res, acct).await.expect("pay");
     let id = answer.payment.id;
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert!(proxy.counts().slowed == 1, "the debit answer was held back");
@@ -434,20 +423,11 @@ async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
 
     // The buyer's retry of the interrupted request (A held its key) is answered by B.
     let _ = first.await;
-    let retry = b
-        .buyer("crash-1")
-        .pay("k-crash", &pay_request(res, acct))
-        .await
-        .expect("retry");
+    let retry = b.pay("crash-1", "k-crash", res, acct).await.expect("retry");
     assert_eq!(retry.payment.id, id);
     assert_eq!(retry.payment.state, "COMPLETED");
-    let again = b
-        .buyer("crash-1")
-        .pay("k-crash", &pay_request(res, acct))
-        .await
-        .expect("replay");
-    assert!(again.replayed);
-    assert_eq!(again.payment, retry.payment);
+    b.replays("crash-1", "k-crash", res, acct, &retry.payment)
+        .await;
     s.check_money().await;
 }
 
@@ -522,10 +502,7 @@ async fn hundred_concurrent_posts_with_one_key_make_one_payment() {
     assert_eq!(debits, 1);
 
     // The same key with a different body is refused, and creates nothing.
-    let reused = o
-        .buyer("eager-1")
-        .pay("same-key", &pay_request(other, acct))
-        .await;
+    let reused = o.pay("eager-1", "same-key", other, acct).await;
     assert!(
         matches!(&reused, Err(CallError::Rejected { status: 422, body }) if body.code == "IDEMPOTENCY_KEY_REUSED"),
         "{reused:?}"
@@ -541,11 +518,8 @@ async fn hundred_concurrent_posts_with_one_key_make_one_payment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_requests_get_codes_and_change_nothing() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("m-1", 100_000).await;
-    let other_acct = s.open_account("m-2", 100_000).await;
-    let product = s.product(3).await;
-    let res = s.reserve(product, "m-1").await;
-    let others_res = s.reserve(product, "m-2").await;
+    let [(acct, res), (other_acct, others_res)] =
+        s.two_buyers_with_reservations(["m-1", "m-2"], 3).await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
     let http = reqwest::Client::new();
     let post = |key: Option<&str>, body: String| {
@@ -613,14 +587,10 @@ async fn bad_requests_get_codes_and_change_nothing() {
     );
 
     // A validation failure released its key: the same key now pays the right thing.
-    let ok = o
-        .buyer("m-1")
-        .pay("k3", &pay_request(res, acct))
-        .await
-        .expect("pay");
+    let ok = o.pay("m-1", "k3", res, acct).await.expect("pay");
     assert_eq!(s.settled(ok.payment.id).await, "COMPLETED");
     // A second payment for the same (now confirmed) reservation is refused.
-    let twice = o.buyer("m-1").pay("k5", &pay_request(res, acct)).await;
+    let twice = o.pay("m-1", "k5", res, acct).await;
     assert!(
         matches!(&twice, Err(CallError::Rejected { status: 409, body }) if body.code == "RESERVATION_NOT_PAYABLE"),
         "{twice:?}"
@@ -649,24 +619,13 @@ async fn bad_requests_get_codes_and_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_refund_cancels_the_order_and_credits_the_buyer() {
     let mut s = Stack::start().await;
-    let acct = s.open_account("r-1", 100_000).await;
-    let other = s.open_account("r-2", 100_000).await;
-    let product = s.product(2).await;
-    let res = s.reserve(product, "r-1").await;
-    let res2 = s.reserve(product, "r-2").await;
+    let [(acct, res), (other, res2)] = s.two_buyers_with_reservations(["r-1", "r-2"], 2).await;
     s.release_hold(res2).await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
-    let id = o
-        .buyer("r-1")
-        .pay("k", &pay_request(res, acct))
-        .await
-        .expect("pay")
-        .payment
-        .id;
+    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
     assert_eq!(s.settled(id).await, "COMPLETED");
     let failed = o
-        .buyer("r-2")
-        .pay("k", &pay_request(res2, other))
+        .pay("r-2", "k", res2, other)
         .await
         .expect("pay")
         .payment
@@ -1183,11 +1142,7 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
         )
         .await;
 
-    let answer = o
-        .buyer("outage-1")
-        .pay("k1", &pay_request(res, acct))
-        .await
-        .expect("pay");
+    let answer = o.pay("outage-1", "k1", res, acct).await.expect("pay");
     let id = answer.payment.id;
     // Wait until the confirm has failed to get an answer at least twice.
     loop {
@@ -1291,7 +1246,7 @@ async fn keys_racing_for_one_reservation_make_one_payment_and_leave_no_key_behin
 
     // A loser's retry is refused again, not told to wait for a key nobody holds.
     let (key, _) = &refused[0];
-    let again = o.buyer("racer-1").pay(key, &pay_request(res, acct)).await;
+    let again = o.pay("racer-1", key, res, acct).await;
     assert!(
         matches!(&again, Err(CallError::Rejected { status: 409, body })
             if matches!(body.code.as_str(), "RESERVATION_ALREADY_PAID" | "RESERVATION_NOT_PAYABLE")),
@@ -1299,8 +1254,7 @@ async fn keys_racing_for_one_reservation_make_one_payment_and_leave_no_key_behin
     );
     // The winner's retry is its stored answer.
     let winner = o
-        .buyer("racer-1")
-        .pay(winning_key, &pay_request(res, acct))
+        .pay("racer-1", winning_key, res, acct)
         .await
         .expect("replay");
     assert!(winner.replayed);

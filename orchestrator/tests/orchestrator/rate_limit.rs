@@ -22,11 +22,8 @@ fn retry_after(r: &reqwest::Response) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_burst_past_the_limit_gets_429_and_writes_nothing() {
     let mut s = Stack::start().await;
-    let alice_acct = s.open_account("alice", 100_000).await;
-    let bob_acct = s.open_account("bob", 100_000).await;
-    let product = s.product(2).await;
-    let alice_res = s.reserve(product, "alice").await;
-    let bob_res = s.reserve(product, "bob").await;
+    let [(alice_acct, alice_res), (bob_acct, bob_res)] =
+        s.two_buyers_with_reservations(["alice", "bob"], 2).await;
     let mut config = s.config();
     // One request a minute after the burst: the refill cannot reopen it during the test.
     config.member_rate = MemberRate {
@@ -79,8 +76,7 @@ async fn a_burst_past_the_limit_gets_429_and_writes_nothing() {
 
     // bob is unaffected.
     let paid = o
-        .buyer("bob")
-        .pay("bob-1", &pay_request(bob_res, bob_acct))
+        .pay("bob", "bob-1", bob_res, bob_acct)
         .await
         .expect("bob pays");
     assert!(matches!(paid.status, 201 | 202), "status {}", paid.status);

@@ -233,15 +233,20 @@ async fn scalar(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar(sql).fetch_one(pool).await?)
 }
 
-/// Waits, as [`eventually`], until the count `sql` makes about the endpoint `id` (its
-/// `$1`) is zero: how a test sees a backlog drain.
-async fn until_none(
+/// Waits, as [`eventually`], until no event is left undispatched and no delivery
+/// matches `deliveries` (about the endpoint `id`, its `$1`): how a test sees a backlog
+/// drain.
+async fn until_delivered(
     what: &str,
     bound: Duration,
     pool: &PgPool,
-    sql: &str,
+    deliveries: &str,
     id: Uuid,
 ) -> anyhow::Result<()> {
+    let sql = &format!(
+        r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
+            + (SELECT COUNT(*) FROM payment_service.webhook_deliveries WHERE {deliveries})"#
+    );
     eventually(what, bound, || async move {
         let left: i64 = sqlx::query_scalar(sql).bind(id).fetch_one(pool).await?;
         Ok(left == 0)
@@ -477,13 +482,11 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     report.assert_holds();
 
     // The switched-off endpoint has had everything so far; then it is disabled.
-    until_none(
+    until_delivered(
         "the switched endpoint caught up",
         Duration::from_secs(20),
         &pool,
-        r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
-            + (SELECT COUNT(*) FROM payment_service.webhook_deliveries
-               WHERE endpoint_id = $1 AND state <> 'DELIVERED')"#,
+        "endpoint_id = $1 AND state <> 'DELIVERED'",
         ep_switched.endpoint.id,
     )
     .await?;
@@ -526,13 +529,11 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
 
     // Everything settles: every delivery DELIVERED or DEAD, except those waiting for the
     // disabled endpoint.
-    until_none(
+    until_delivered(
         "deliveries settled",
         Duration::from_secs(25),
         &pool,
-        r#"SELECT (SELECT COUNT(*) FROM payment_service.events_undispatched)
-            + (SELECT COUNT(*) FROM payment_service.webhook_deliveries
-               WHERE state = 'PENDING' AND endpoint_id <> $1)"#,
+        "state = 'PENDING' AND endpoint_id <> $1",
         ep_switched.endpoint.id,
     )
     .await?;

@@ -7,7 +7,8 @@ use std::{collections::HashMap, time::Duration};
 
 use crate::support::ops::{cancel, confirm, lookup};
 use crate::support::{
-    count_by, inconsistencies, reservation_state, snapshot, state_rows, unit_states, Harness,
+    count_by, inconsistencies, refused, reservation_state, snapshot, state_rows, unit_states,
+    Harness,
 };
 use futures::future::join_all;
 use paysaga_common::{
@@ -513,7 +514,7 @@ async fn a_buyer_token_is_forbidden() {
         .batch(&OrderBatch::new(vec![confirm(r.id), cancel(r.id)]))
         .await
         .unwrap_err();
-    assert_eq!((e.status(), e.code()), (Some(403), Some("FORBIDDEN")));
+    refused(&e, 403, "FORBIDDEN");
     assert_eq!(reservation_state(&h.admin, r.id).await, "RESERVED");
     assert_eq!(unit_states(&h.admin, product.id).await, (0, 1, 0));
     h.stop().await;

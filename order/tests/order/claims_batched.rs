@@ -27,6 +27,15 @@ fn no_sweep(c: &mut order::Config) {
     c.sweep_interval = Duration::from_secs(3600);
 }
 
+/// A harness for a test that reads the process-wide metrics, once no other such test
+/// runs: it has the floor while the guard lives.
+async fn alone(
+    tweak: impl FnOnce(&mut order::Config),
+) -> (tokio::sync::MutexGuard<'static, ()>, Harness) {
+    let serial = SERIAL.lock().await;
+    (serial, Harness::start_with(tweak).await)
+}
+
 /// No sweep, and one claim flush at a time.
 fn one_flush(c: &mut order::Config) {
     no_sweep(c);
@@ -66,8 +75,7 @@ async fn replies(pending: Vec<tokio::task::JoinHandle<Reply>>) -> Vec<Reply> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
-    let _serial = SERIAL.lock().await;
-    let h = Harness::start().await;
+    let (_serial, h) = alone(no_sweep).await;
     let product = h.product(100).await;
     let members: Vec<String> = (0..300).map(|i| format!("buyer-{i}")).collect();
     h.fund(&members).await;
@@ -138,8 +146,7 @@ async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_replays_of_a_pass_get_its_one_reservation() {
-    let _serial = SERIAL.lock().await;
-    let h = Harness::start().await;
+    let (_serial, h) = alone(no_sweep).await;
     let before = h.metrics().await;
 
     // One pass sent fifty times at once: one reservation, one unit.
@@ -505,8 +512,7 @@ async fn a_mixed_flush_answers_each_request_as_its_claim_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
-    let _serial = SERIAL.lock().await;
-    let h = Harness::start_with(one_flush).await;
+    let (_serial, h) = alone(one_flush).await;
     let fine = h.product(5).await;
     let broken = h.product(1).await;
     // A live reservation on a unit still AVAILABLE: a table broken by hand, so a claim
@@ -581,8 +587,7 @@ async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
-    let _serial = SERIAL.lock().await;
-    let h = Harness::start_with(one_flush).await;
+    let (_serial, h) = alone(one_flush).await;
     let product = h.product(3).await;
     let before = h.metrics().await;
 
@@ -660,8 +665,7 @@ async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
 /// made, and the unit locked for the refused one stays on sale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_racing_the_members_other_claim_is_over_the_limit_alone() {
-    let _serial = SERIAL.lock().await;
-    let h = Harness::start_with(no_sweep).await;
+    let (_serial, h) = alone(no_sweep).await;
     let pool = h.service_pool().await;
     let product = h.product(2).await;
     let spare = h.product(1).await;

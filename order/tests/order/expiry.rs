@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{inconsistencies, reservation_state, unit_states, Harness};
+use crate::support::{inconsistencies, refused, reservation_state, unit_states, Harness};
 use futures::future::join_all;
 use paysaga_contracts::order::api::ReservationState;
 
@@ -40,10 +40,7 @@ async fn swept_unit_goes_to_someone_else_and_the_late_confirm_is_rejected() {
     );
 
     let late = h.service().confirm(alice.id).await.unwrap_err();
-    assert_eq!(
-        (late.status(), late.code()),
-        (Some(409), Some("RESERVATION_EXPIRED"))
-    );
+    refused(&late, 409, "RESERVATION_EXPIRED");
     let confirmed = h.service().confirm(bob.body.id).await.unwrap().body;
     assert_eq!(confirmed.state, ReservationState::Confirmed);
 

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use crate::support::{claims, pass, reservation_state, signer, snapshot, unit_states, Harness};
+use crate::support::{
+    claims, pass, refused, reservation_state, signer, snapshot, unit_states, Harness,
+};
 
 /// The hoarder sends `token` for the product: the answer, which must be a success.
 async fn hoarder_sends(
@@ -27,11 +29,7 @@ async fn refused_without_writing(h: &Harness, product_id: i64, member: &str) {
         .reserve(product_id, &pass(product_id, member))
         .await
         .expect_err("over the member's limit");
-    assert_eq!(
-        (err.status(), err.code()),
-        (Some(409), Some("MEMBER_LIMIT_REACHED")),
-        "{err}"
-    );
+    refused(&err, 409, "MEMBER_LIMIT_REACHED");
     assert_eq!(snapshot(&h.admin).await, before, "a refusal writes nothing");
 }
 

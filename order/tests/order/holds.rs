@@ -17,7 +17,7 @@ use paysaga_contracts::{
     order::api::{hold_key, CreateProduct, ReservationState},
 };
 
-use crate::support::{claims, inconsistencies, pass, signer, unit_states, Harness, FUNDS};
+use crate::support::{claims, inconsistencies, pass, refused, signer, unit_states, Harness, FUNDS};
 
 const PRICE: i64 = 12_900;
 
@@ -73,10 +73,7 @@ async fn an_account_that_cannot_pay_takes_no_unit() {
         .reserve(product.id, &signer().sign(&poor_pass))
         .await
         .expect_err("refused");
-    assert_eq!(
-        (e.status(), e.code()),
-        (Some(422), Some("INSUFFICIENT_FUNDS"))
-    );
+    refused(&e, 422, "INSUFFICIENT_FUNDS");
     // The gate stops counting the pass in flight: its unit is for someone who can pay.
     let used = h
         .gate()
@@ -91,7 +88,7 @@ async fn an_account_that_cannot_pay_takes_no_unit() {
         .reserve(product.id, &pass(product.id, "nobody"))
         .await
         .expect_err("refused");
-    assert_eq!((e.status(), e.code()), (Some(422), Some("NO_ACCOUNT")));
+    refused(&e, 422, "NO_ACCOUNT");
 
     assert_eq!(unit_states(&h.admin, product.id).await, (3, 0, 0));
     assert_eq!(
@@ -329,10 +326,7 @@ async fn a_product_may_hold_for_a_time_of_its_own() {
             })
             .await
             .expect_err("out of range");
-        assert_eq!(
-            (e.status(), e.code()),
-            (Some(422), Some("INVALID_RESERVATION_TTL"))
-        );
+        refused(&e, 422, "INVALID_RESERVATION_TTL");
     }
     h.stop_consistent().await;
 }
@@ -364,10 +358,7 @@ async fn taking_a_waitlist_offer_holds_the_price_like_a_claim() {
         .take_offer(offer)
         .await
         .expect_err("cannot pay");
-    assert_eq!(
-        (e.status(), e.code()),
-        (Some(422), Some("INSUFFICIENT_FUNDS"))
-    );
+    refused(&e, 422, "INSUFFICIENT_FUNDS");
     assert_eq!(crate::support::offered_units(&h.admin, product.id).await, 1);
     assert_eq!(h.funds_of("waiter").await, (PRICE - 1, 0));
 

@@ -1,7 +1,7 @@
 //! Products and the life of a reservation end to end over HTTP: create, add units,
 //! counts, confirm (idempotent, one order), cancel by buyer and by operator, visibility.
 
-use crate::support::{order_state, pass, unit_states, Harness};
+use crate::support::{order_state, pass, refused, unit_states, Harness};
 use paysaga_contracts::order::api::{CreateProduct, ReservationState};
 use uuid::Uuid;
 
@@ -54,7 +54,7 @@ async fn products_units_and_counts() {
 
     // Internal endpoints refuse buyers.
     let e = h.buyer("alice").availability(p.id).await.unwrap_err();
-    assert_eq!((e.status(), e.code()), (Some(403), Some("FORBIDDEN")));
+    refused(&e, 403, "FORBIDDEN");
     let e = h.buyer("alice").list_products().await.unwrap_err();
     assert_eq!(e.status(), Some(403));
     h.stop().await;
@@ -84,10 +84,7 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
 
     // The buyer cannot undo a paid reservation; an operator can (the saga refunds).
     let e = h.buyer("alice").cancel(r.id).await.unwrap_err();
-    assert_eq!(
-        (e.status(), e.code()),
-        (Some(409), Some("RESERVATION_CONFIRMED"))
-    );
+    refused(&e, 409, "RESERVATION_CONFIRMED");
     let cancelled = svc.cancel(r.id).await.unwrap().body;
     assert_eq!(cancelled.state, ReservationState::Cancelled);
     assert_eq!(cancelled.order_id, Some(order_id));
@@ -99,10 +96,7 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
     assert_eq!(order_state(&h.admin, order_id).await, "CANCELLED");
     assert_eq!(unit_states(&h.admin, p.id).await, (1, 0, 0));
     let e = svc.confirm(r.id).await.unwrap_err();
-    assert_eq!(
-        (e.status(), e.code()),
-        (Some(409), Some("RESERVATION_CANCELLED"))
-    );
+    refused(&e, 409, "RESERVATION_CANCELLED");
     h.stop_consistent().await;
 }
 
@@ -121,10 +115,7 @@ async fn buyers_see_and_cancel_only_their_own() {
     assert_eq!(h.service().reservation(r.id).await.unwrap().body, r);
     // Someone else's reservation does not exist, as far as they can tell.
     let e = h.buyer("mallory").reservation(r.id).await.unwrap_err();
-    assert_eq!(
-        (e.status(), e.code()),
-        (Some(404), Some("RESERVATION_NOT_FOUND"))
-    );
+    refused(&e, 404, "RESERVATION_NOT_FOUND");
     let e = h.buyer("mallory").cancel(r.id).await.unwrap_err();
     assert_eq!(e.code(), Some("RESERVATION_NOT_FOUND"));
     assert_eq!(unit_states(&h.admin, p.id).await, (1, 1, 0));
@@ -142,10 +133,7 @@ async fn buyers_see_and_cancel_only_their_own() {
         h.service().cancel(unknown).await.unwrap_err(),
         h.service().reservation(unknown).await.unwrap_err(),
     ] {
-        assert_eq!(
-            (e.status(), e.code()),
-            (Some(404), Some("RESERVATION_NOT_FOUND"))
-        );
+        refused(&e, 404, "RESERVATION_NOT_FOUND");
     }
     h.stop_consistent().await;
 }

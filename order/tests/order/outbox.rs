@@ -1,7 +1,7 @@
 //! The outbox: an expiry writes its `reservation.expired` event in its own transaction,
 //! the orchestrator reads unrelayed events oldest first and acknowledges them.
 
-use crate::support::Harness;
+use crate::support::{refused, Harness};
 use paysaga_contracts::order::api::{events, AckEvents, ReservationExpired};
 
 #[tokio::test]
@@ -74,26 +74,20 @@ async fn expiries_write_events_served_until_acknowledged() {
     // Bad limits and id lists are 4xx; only the orchestrator may call.
     for limit in [0, 1001] {
         let e = orch.outbox(limit).await.unwrap_err();
-        assert_eq!((e.status(), e.code()), (Some(400), Some("INVALID_QUERY")));
+        refused(&e, 400, "INVALID_QUERY");
     }
     let e = orch
         .ack_outbox(&AckEvents { ids: vec![] })
         .await
         .unwrap_err();
-    assert_eq!(
-        (e.status(), e.code()),
-        (Some(422), Some("INVALID_EVENT_IDS"))
-    );
+    refused(&e, 422, "INVALID_EVENT_IDS");
     let too_many = AckEvents {
         ids: (0..1001).map(|_| uuid::Uuid::now_v7()).collect(),
     };
     let e = orch.ack_outbox(&too_many).await.unwrap_err();
     assert_eq!(e.code(), Some("INVALID_EVENT_IDS"));
     let e = h.operator().outbox(10).await.unwrap_err();
-    assert_eq!(
-        (e.status(), e.code()),
-        (Some(403), Some("FORBIDDEN_CALLER"))
-    );
+    refused(&e, 403, "FORBIDDEN_CALLER");
     let e = h.buyer("outbox-0").outbox(10).await.unwrap_err();
     assert_eq!(e.status(), Some(403));
     h.stop().await;

@@ -9,14 +9,15 @@ use std::{future::Future, sync::Arc, time::Duration};
 use orchestrator::{Config, Hooks};
 use paysaga_common::{
     auth::MemberId,
+    client::CallError,
     keys::DevKey,
     pass::{PassClaims, PassSigner},
     testkit::{buyer_token, service_token, InProcess, TestDb},
 };
 use paysaga_contracts::account::{api::OpenAccountRequest, client::AccountClient};
 use paysaga_contracts::orchestrator::{
-    api::{CreatePayment, PaymentTimeline},
-    client::OrchestratorClient,
+    api::{CreatePayment, Payment, PaymentTimeline},
+    client::{OrchestratorClient, PaymentAnswer},
 };
 use paysaga_contracts::order::{api::CreateProduct, client::OrderClient};
 use paysaga_e2e::FaultProxy;
@@ -53,10 +54,25 @@ impl Orchestrator {
             Duration::from_secs(30),
         )
     }
+    /// `member` pays reservation `res` from `acct` under idempotency key `key`.
+    pub async fn pay(
+        &self,
+        member: &str,
+        key: &str,
+        res: Uuid,
+        acct: i64,
+    ) -> Result<PaymentAnswer, CallError> {
+        self.buyer(member).pay(key, &pay_request(res, acct)).await
+    }
+    /// `member` paying `res` again under `key` is answered with the stored `payment`.
+    pub async fn replays(&self, member: &str, key: &str, res: Uuid, acct: i64, payment: &Payment) {
+        let again = self.pay(member, key, res, acct).await.expect("replay");
+        assert!(again.replayed);
+        assert_eq!(&again.payment, payment);
+    }
     /// The buyer's first payment of `res` from `acct` under key `k1`; its id.
     pub async fn pay_k1(&self, member: &str, res: Uuid, acct: i64) -> Uuid {
-        self.buyer(member)
-            .pay("k1", &pay_request(res, acct))
+        self.pay(member, "k1", res, acct)
             .await
             .expect("pay")
             .payment
@@ -209,6 +225,25 @@ impl Stack {
         let acct = self.open_account(member, balance).await;
         let product = self.product(units).await;
         (acct, self.reserve(product, member).await)
+    }
+
+    /// Two members, each with an account of 100,000 and a reservation of one new product of
+    /// `units`: each one's account id and reservation.
+    pub async fn two_buyers_with_reservations(
+        &mut self,
+        members: [&str; 2],
+        units: i64,
+    ) -> [(i64, Uuid); 2] {
+        let accounts = [
+            self.open_account(members[0], 100_000).await,
+            self.open_account(members[1], 100_000).await,
+        ];
+        let product = self.product(units).await;
+        let mut out = [(0, Uuid::nil()); 2];
+        for (i, member) in members.into_iter().enumerate() {
+            out[i] = (accounts[i], self.reserve(product, member).await);
+        }
+        out
     }
 
     pub async fn product(&self, units: i64) -> i64 {

@@ -423,6 +423,11 @@ pub async fn live_spread(admin: &PgPool, product_id: i64) -> (i64, i64, i64) {
     .expect("live reservations")
 }
 
+/// `e` is a refusal with `status` and `code`.
+pub fn refused(e: &CallError, status: u16, code: &str) {
+    assert_eq!((e.status(), e.code()), (Some(status), Some(code)), "{e}");
+}
+
 /// One number read through `admin`.
 pub async fn count(admin: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql)
