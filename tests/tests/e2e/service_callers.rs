@@ -810,13 +810,13 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
                 ("Gate", (5, 1, 2, 0)),
                 ("Member", (24, 4, 8, 0)),
                 ("Orchestrator", (66, 10, 22, 0)),
-                ("Order", (68, 9, 24, 42)),
+                ("Order", (74, 10, 26, 42)),
             ]
             .map(|(k, v)| (k.to_owned(), v))
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 417);
+    assert_eq!(refusals.len(), 426);
     // Every minted credential at every route of every service it was not made for: a
     // verifier that ignored the audience would admit most of them (the operator's opens
     // nearly every route of the service it is for).
@@ -831,7 +831,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         })
         .collect();
     assert_eq!(minted.len(), 12);
-    assert_eq!(replays.len(), 359);
+    assert_eq!(replays.len(), 367);
     // Each minted credential opens the service it was made for (a route of its role there,
     // a read where there is one), before the window.
     for (&(role, to), token) in &minted {
@@ -905,7 +905,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 417 + 359, "every refusal was sent and answered");
+    assert_eq!(refused, 426 + 367, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {
