@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use paysaga_contracts::order::{api::WaitlistState, client::OrderClient};
 use paysaga_e2e::{invariants, Admin, Driver, Endpoints, ServiceKind, Stack, StackOptions, Stop};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 const UNITS: i64 = 120;
 const WAITERS: usize = 150;
 
 /// Units of the product per state: (AVAILABLE, RESERVED, OFFERED, SOLD).
-async fn units(pool: &PgPool, product_id: i64) -> anyhow::Result<(i64, i64, i64, i64)> {
+async fn units(db: &mut PgConnection, product_id: i64) -> anyhow::Result<(i64, i64, i64, i64)> {
     Ok(sqlx::query_as(
         r#"
         SELECT COUNT(*) FILTER (WHERE state = 'AVAILABLE'), COUNT(*) FILTER (WHERE state = 'RESERVED'),
@@ -23,15 +23,15 @@ async fn units(pool: &PgPool, product_id: i64) -> anyhow::Result<(i64, i64, i64,
         "#,
     )
     .bind(product_id)
-    .fetch_one(pool)
+    .fetch_one(db)
     .await?)
 }
 
-async fn expired(pool: &PgPool) -> anyhow::Result<i64> {
+async fn expired(db: &mut PgConnection) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar(
         r#"SELECT COUNT(*) FROM order_service.reservations WHERE state = 'EXPIRED'"#,
     )
-    .fetch_one(pool)
+    .fetch_one(db)
     .await?)
 }
 
@@ -39,8 +39,13 @@ async fn expired(pool: &PgPool) -> anyhow::Result<i64> {
 /// waiter (the line is longer than the stock), none is on sale, none is lost; offers
 /// went to the first in line; the invariant checker agrees.
 async fn check_handoffs(pool: &PgPool, product_id: i64, waiters: &[String]) -> anyhow::Result<i64> {
-    let done = expired(pool).await?;
-    let (available, reserved, offered, sold) = units(pool, product_id).await?;
+    // One snapshot for the counts below: the sweep keeps handing units over meanwhile.
+    let mut snapshot = pool.begin().await?;
+    sqlx::query(r#"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"#)
+        .execute(&mut *snapshot)
+        .await?;
+    let done = expired(&mut snapshot).await?;
+    let (available, reserved, offered, sold) = units(&mut snapshot, product_id).await?;
     assert_eq!(available, 0, "a unit on sale while {WAITERS} wait");
     assert_eq!(sold, 0);
     assert_eq!(reserved + offered, UNITS, "a unit lost");
@@ -52,7 +57,7 @@ async fn check_handoffs(pool: &PgPool, product_id: i64, waiters: &[String]) -> a
         r#"SELECT member_id FROM order_service.waitlist_offers WHERE product_id = $1 AND state = 'OFFERED'"#,
     )
     .bind(product_id)
-    .fetch_all(pool)
+    .fetch_all(&mut *snapshot)
     .await?;
     to.sort();
     let mut first: Vec<String> = waiters[..usize::try_from(done)?].to_vec();
@@ -62,8 +67,9 @@ async fn check_handoffs(pool: &PgPool, product_id: i64, waiters: &[String]) -> a
         r#"SELECT COUNT(*) FILTER (WHERE type = 'reservation.expired'), COUNT(*) FILTER (WHERE type = 'waitlist.offer_made')
            FROM order_service.outbox_events"#,
     )
-    .fetch_one(pool)
+    .fetch_one(&mut *snapshot)
     .await?;
+    snapshot.commit().await?;
     assert_eq!(events, (done, done), "one event per expiry and per offer");
     let report = invariants::check(pool).await?;
     assert_eq!(
@@ -163,7 +169,7 @@ async fn order_killed_while_expiries_hand_units_to_the_waitlist() -> anyhow::Res
     .execute(&pool)
     .await?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while expired(&pool).await? < 10 {
+    while expired(&mut *pool.acquire().await?).await? < 10 {
         assert!(Instant::now() < deadline, "the sweep never started");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -177,7 +183,7 @@ async fn order_killed_while_expiries_hand_units_to_the_waitlist() -> anyhow::Res
 
     stack.start_service(ServiceKind::Order).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while expired(&pool).await? < UNITS {
+    while expired(&mut *pool.acquire().await?).await? < UNITS {
         assert!(
             Instant::now() < deadline,
             "the sweep did not finish after the restart\n{}",
