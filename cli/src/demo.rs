@@ -137,10 +137,10 @@ impl DemoResult {
                 ),
             ),
             (
-                "offers made / taken / expired (PostgreSQL)",
+                "offers made / taken / expired / given up (PostgreSQL)",
                 format!(
-                    "{} / {} / {}",
-                    st.offers_made, st.offers_taken, st.offers_expired
+                    "{} / {} / {} / {}",
+                    st.offers_made, st.offers_taken, st.offers_expired, st.offers_released
                 ),
             ),
             ("paid (COMPLETED)", self.completed().to_string()),

@@ -6,7 +6,10 @@
 //! With a [`WaitlistPolicy`] (off by default) a buyer told SOLD_OUT joins the product's
 //! waitlist, reads its entry until a unit is offered, takes the offer and pays for it
 //! like any reservation; it leaves the line when no unit is held any more (none can
-//! come back) or its patience runs out, and is then sold out.
+//! come back) or its patience runs out, and is then sold out. An offer it could not
+//! take in time sends it back to the sale (and, sold out, to the back of the line); an
+//! offer it cannot pay for (refused for funds) it gives up at once, leaving the line so
+//! the unit passes to the next in line instead of waiting out the offer's deadline.
 
 use std::{
     sync::{Arc, Mutex},
@@ -214,6 +217,10 @@ pub struct Waitlisted {
     pub not_sold_out: u32,
     /// Reads of the entry after the join.
     pub polls: u32,
+    /// Offers that lapsed before the buyer took them (a fault kept it away past the
+    /// deadline; the unit went to the next in line): each time, with patience left, it
+    /// went back to the sale and, told SOLD_OUT, joined the line again.
+    pub lapsed: u32,
     /// From the first SOLD_OUT until the wait ended.
     pub waited: Duration,
     pub end: WaitEnd,
@@ -233,6 +240,10 @@ pub enum WaitEnd {
     /// `NOT_SOLD_OUT` (units still on sale when the buyer's patience ran out),
     /// `MEMBER_LIMIT_REACHED`.
     Refused { code: String },
+    /// A definite refusal to take the offer (`INSUFFICIENT_FUNDS`, `NO_ACCOUNT`,
+    /// `MEMBER_LIMIT_REACHED`): the buyer left the line, its offer passing to the next
+    /// in line; the attempt's outcome is that refusal.
+    TakeRefused { code: String },
     /// Left while WAITING once no unit was held by a reservation or an offer: none
     /// could come back.
     NothingHeld,
@@ -241,7 +252,9 @@ pub enum WaitEnd {
     OutOfPatience,
     /// The entry or its offer ended without a unit for the buyer: the entry's state
     /// (`EXPIRED`, `SKIPPED`, `LEFT`) or the refusal of the take (`OFFER_EXPIRED`,
-    /// `OFFER_RELEASED`).
+    /// `OFFER_RELEASED`). A lapsed offer (`EXPIRED`, `OFFER_EXPIRED`) ends the wait only
+    /// once the buyer's patience is out; before, the buyer goes back to the sale
+    /// ([`Waitlisted::lapsed`]) and this records how its next try ends.
     Ended { state: String },
 }
 
@@ -254,6 +267,7 @@ impl Waitlisted {
             on_sale_seen: 0,
             not_sold_out: 0,
             polls: 0,
+            lapsed: 0,
             waited: Duration::ZERO,
             end: WaitEnd::Waiting,
         }
@@ -522,6 +536,32 @@ impl Driver {
     }
 
     async fn buy_steps(&self, buyer: &Buyer, product_id: i64, a: &mut Attempt) -> Outcome {
+        match self.reservation(buyer, product_id, a).await {
+            Ok(id) => self.pay_for(buyer, id, a).await,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// The buyer's reservation, recorded in `a`: made with a pass, or, with a waitlist
+    /// policy, after SOLD_OUT, taken from the unit offered to the buyer in the product's
+    /// line. `Err`: the attempt's outcome without one (sold out, refused, unanswered).
+    pub async fn reservation(
+        &self,
+        buyer: &Buyer,
+        product_id: i64,
+        a: &mut Attempt,
+    ) -> Result<Uuid, Outcome> {
+        let id = self.reservation_steps(buyer, product_id, a).await?;
+        a.reservation_id = Some(id);
+        Ok(id)
+    }
+
+    async fn reservation_steps(
+        &self,
+        buyer: &Buyer,
+        product_id: i64,
+        a: &mut Attempt,
+    ) -> Result<Uuid, Outcome> {
         let mut first_sold_out: Option<Instant> = None;
         loop {
             let told = match self.sale(buyer, product_id, a).await {
@@ -530,13 +570,13 @@ impl Driver {
                         w.end = WaitEnd::ReservedOnSale;
                         w.waited = since.elapsed();
                     }
-                    return self.pay_for(buyer, id, a).await;
+                    return Ok(id);
                 }
-                Sale::End(outcome) => return outcome,
+                Sale::End(outcome) => return Err(outcome),
                 Sale::SoldOut(told) => told,
             };
             let Some(policy) = self.waitlist.clone() else {
-                return told;
+                return Err(told);
             };
             let since = *first_sold_out.get_or_insert_with(Instant::now);
             a.waitlist
@@ -549,8 +589,8 @@ impl Driver {
                 w.waited = since.elapsed();
             }
             match line {
-                Line::Reservation(id) => return self.pay_for(buyer, id, a).await,
-                Line::Done(outcome) => return outcome,
+                Line::Reservation(id) => return Ok(id),
+                Line::Done(outcome) => return Err(outcome),
                 Line::OnSale => tokio::time::sleep(policy.interval(None)).await,
             }
         }
@@ -740,11 +780,27 @@ impl Driver {
                     return match taken {
                         Ok(r) => end_wait(a, WaitEnd::Taken, Line::Reservation(r.id)),
                         Err(CallError::Rejected { status: 409, body })
-                            if body.code == codes::OFFER_EXPIRED
-                                || body.code == codes::OFFER_RELEASED =>
+                            if body.code == codes::OFFER_EXPIRED =>
+                        {
+                            lapsed(a, deadline, body.code, told)
+                        }
+                        Err(CallError::Rejected { status: 409, body })
+                            if body.code == codes::OFFER_RELEASED =>
                         {
                             let end = WaitEnd::Ended { state: body.code };
                             end_wait(a, end, Line::Done(told))
+                        }
+                        // Refused for good (funds, account, the member's limit): the
+                        // offer would stay this buyer's until its deadline, holding the
+                        // unit from everyone behind; leaving hands it on now.
+                        Err(CallError::Rejected { status, body }) => {
+                            let refused = Outcome::Rejected {
+                                step: Step::Take,
+                                status,
+                                code: body.code.clone(),
+                            };
+                            let why = WaitEnd::TakeRefused { code: body.code };
+                            self.leave(&order, product_id, why, refused, a).await
                         }
                         Err(e) => Line::Done(classify(Step::Take, e, told)),
                     };
@@ -759,7 +815,10 @@ impl Driver {
                         }),
                     };
                 }
-                WaitlistState::Expired | WaitlistState::Skipped | WaitlistState::Left => {
+                WaitlistState::Expired => {
+                    return lapsed(a, deadline, entry.state.as_str().to_owned(), told);
+                }
+                WaitlistState::Skipped | WaitlistState::Left => {
                     let end = WaitEnd::Ended {
                         state: entry.state.as_str().to_owned(),
                     };
@@ -878,6 +937,21 @@ impl Driver {
     }
 }
 
+/// An offer that lapsed before the buyer took it: back to the sale while patience
+/// lasts (sold out there, the buyer joins the line again, at its back), else `told`.
+fn lapsed(a: &mut Attempt, deadline: Instant, state: String, told: Outcome) -> Line {
+    let again = Instant::now() < deadline;
+    if let Some(w) = a.waitlist.as_mut() {
+        w.end = WaitEnd::Ended { state };
+        w.lapsed += u32::from(again);
+    }
+    if again {
+        Line::OnSale
+    } else {
+        Line::Done(told)
+    }
+}
+
 /// Records how the buyer's wait ended and passes `line` on.
 fn end_wait(a: &mut Attempt, end: WaitEnd, line: Line) -> Line {
     if let Some(w) = a.waitlist.as_mut() {
@@ -903,7 +977,7 @@ pub fn payment_outcome(p: &Payment) -> Outcome {
 
 /// A failed call as an outcome: SOLD_OUT becomes `sold_out`, other 4xx a rejection,
 /// anything else (retries exhausted on unknown outcomes) unanswered.
-fn classify(step: Step, e: CallError, sold_out: Outcome) -> Outcome {
+pub fn classify(step: Step, e: CallError, sold_out: Outcome) -> Outcome {
     match e {
         CallError::Rejected { body, .. } if body.code == "SOLD_OUT" => sold_out,
         CallError::Rejected { status, body } => Outcome::Rejected {

@@ -53,14 +53,16 @@ pub struct InvariantReport {
     // --- fairness (one answer for "sold out"; units go in arrival order)
     /// Units left AVAILABLE while a member who asked to wait went without: per product,
     /// the smaller of its AVAILABLE units and its members whose entry is still WAITING or
-    /// LEFT with no live or confirmed reservation of it. While one of them still waits,
+    /// LEFT with no live or confirmed reservation of it and was never offered a unit (a
+    /// member who left holding an offer, refused it for funds, gave that unit up). While one of them still waits,
     /// units promised to passes in flight (the gate's last report) are not counted: an
     /// unused pass's unit comes to the line when the pass expires. 0 at the end of a drop.
     pub unsold_while_waiters_went_without: i64,
     /// Units that went to a buyer who arrived after a member who asked to wait and went
     /// without: a unit offered to a later entry of the line while that member was
     /// waiting (the waitlist's FIFO order), or a unit that came back from a reservation
-    /// while that member was waiting and was then reserved with a gate pass instead. 0.
+    /// while that member was waiting and was then reserved with a gate pass instead. A
+    /// member offered a unit was waiting until that offer. 0.
     pub units_to_later_arrivals: i64,
     /// Live offers whose unit is in a live reservation, and reservations made from an
     /// offer that hold another unit or belong to another member than the offer's.
@@ -588,10 +590,16 @@ macro_rules! went_without {
     () => {
         r#"
         WITH went_without AS (
+            -- A member offered a unit waited until that offer (one per entry); one who
+            -- then left holding it (refused it for funds) gave the unit up, so units
+            -- after that were not taken from them and no unit unsold is owed to them.
             SELECT w.product_id, w.member_id, w.seq, w.created_at,
-                   CASE WHEN w.state = 'WAITING' THEN 'infinity'::TIMESTAMPTZ
-                        ELSE w.updated_at END AS waited_until
+                   COALESCE(o.created_at,
+                            CASE WHEN w.state = 'WAITING' THEN 'infinity'::TIMESTAMPTZ
+                                 ELSE w.updated_at END) AS waited_until,
+                   o.id IS NOT NULL AS offered
             FROM order_service.waitlist_entries AS w
+            LEFT JOIN order_service.waitlist_offers AS o ON o.entry_id = w.id
             WHERE w.state IN ('WAITING', 'LEFT')
               AND NOT EXISTS (SELECT 1 FROM order_service.reservations AS r
                               WHERE r.product_id = w.product_id AND r.member_id = w.member_id
@@ -609,7 +617,7 @@ const UNSOLD_WHILE_WAITERS_WENT_WITHOUT: &str = concat!(
                                   g.members)), 0)::BIGINT
         FROM (SELECT product_id, COUNT(DISTINCT member_id) AS members,
                      bool_or(waited_until = 'infinity') AS still_waiting
-              FROM went_without GROUP BY product_id) AS g
+              FROM went_without WHERE NOT offered GROUP BY product_id) AS g
         JOIN (SELECT product_id, COUNT(*) AS available
               FROM order_service.product_stock
               WHERE state = 'AVAILABLE' GROUP BY product_id) AS a

@@ -1,4 +1,5 @@
-//! Scenario 7's buyers: they get a pass and a reservation like anyone, then pay with one
+//! Scenario 7's buyers: they get a reservation like anyone (a pass and a reservation
+//! with it, or, told SOLD_OUT, a unit offered to them in the waitlist), then pay with one
 //! Idempotency-Key and a random, often too short, timeout; on a timeout they retry the
 //! same key at a random moment, sometimes sending two requests with it at once. Every
 //! answer they get is kept, to check that one key always names one payment.
@@ -16,7 +17,7 @@ use futures::StreamExt;
 use paysaga_common::client::CallError;
 use paysaga_contracts::orchestrator::api::Payment;
 use paysaga_drop::{
-    buyer::{payment_outcome, Step},
+    buyer::{classify, payment_outcome, Step},
     Attempt, Buyer, Driver, Outcome,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -98,22 +99,9 @@ async fn buy(
     a
 }
 
-fn rejected(step: Step, e: CallError) -> Outcome {
-    match e {
-        CallError::Rejected { body, .. } if body.code == "SOLD_OUT" => {
-            if step == Step::Pass {
-                Outcome::SoldOutAtGate
-            } else {
-                Outcome::SoldOutAtOrder
-            }
-        }
-        CallError::Rejected { status, body } => Outcome::Rejected {
-            step,
-            status,
-            code: body.code,
-        },
-        CallError::Unknown { reason, .. } => unanswered(step, reason),
-    }
+/// A payment request's definite refusal or exhausted retries, as the buyer's outcome.
+fn refused(e: CallError) -> Outcome {
+    classify(Step::Pay, e, unanswered(Step::Pay, "sold out?"))
 }
 
 async fn buy_steps(
@@ -124,20 +112,11 @@ async fn buy_steps(
     stats: &ClientStats,
     a: &mut Attempt,
 ) -> Outcome {
-    let pass = match driver.pass(buyer, product_id, &mut a.retries).await {
-        Ok(p) => p,
-        Err(e) => return rejected(Step::Pass, e),
+    let reservation = match driver.reservation(buyer, product_id, a).await {
+        Ok(id) => id,
+        Err(outcome) => return outcome,
     };
-    a.pass_id = Some(pass.pass_id);
-    let reservation = match driver
-        .reserve(buyer, product_id, &pass.pass, &mut a.retries)
-        .await
-    {
-        Ok(r) => r,
-        Err(e) => return rejected(Step::Reserve, e),
-    };
-    a.reservation_id = Some(reservation.id);
-    let key = format!("impatient-{}", reservation.id);
+    let key = format!("impatient-{reservation}");
     let mut seen: BTreeSet<Uuid> = BTreeSet::new();
     let mut answer: Option<Payment> = None;
     for _ in 0..IMPATIENT_TRIES {
@@ -152,7 +131,7 @@ async fn buy_steps(
             stats.duplicates_sent.fetch_add(1, Ordering::Relaxed);
         }
         let results = futures::future::join_all(
-            (0..sends).map(|_| impatient.post_payment(buyer, reservation.id, &key)),
+            (0..sends).map(|_| impatient.post_payment(buyer, reservation, &key)),
         )
         .await;
         for r in results {
@@ -175,7 +154,7 @@ async fn buy_steps(
                 }
                 Err(e) => {
                     if answer.is_none() {
-                        return rejected(Step::Pay, e);
+                        return refused(e);
                     }
                 }
             }
@@ -189,15 +168,12 @@ async fn buy_steps(
     if answer.is_none() {
         // Patience at last: the same key, retried with back-off on unknown outcomes and
         // while a cut-off earlier request still holds it (until its lease expires).
-        match driver
-            .pay(buyer, reservation.id, &key, &mut a.retries)
-            .await
-        {
+        match driver.pay(buyer, reservation, &key, &mut a.retries).await {
             Ok(p) => {
                 seen.insert(p.id);
                 answer = Some(p);
             }
-            Err(e) => return rejected(Step::Pay, e),
+            Err(e) => return refused(e),
         }
     }
     let Some(first) = answer else {
@@ -216,7 +192,7 @@ async fn buy_steps(
         }
     };
     // A last, patient replay of the key: it must name the same payment.
-    if let Ok(again) = driver.post_payment(buyer, reservation.id, &key).await {
+    if let Ok(again) = driver.post_payment(buyer, reservation, &key).await {
         stats.requests.fetch_add(1, Ordering::Relaxed);
         if again.replayed {
             stats.replays.fetch_add(1, Ordering::Relaxed);

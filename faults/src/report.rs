@@ -6,6 +6,7 @@ use paysaga_drop::InvariantReport;
 
 use crate::{
     inject::{Injection, KILLS_WITH_BATCH, KILLS_WITH_GAUGE},
+    run::{BOUGHT_VIA_WAITLIST, JOINED_WAITLIST, UNSOLD_WHILE_TOLD_SOLD_OUT},
     scenario::Scenario,
     settle::Settled,
 };
@@ -166,8 +167,8 @@ impl ScenarioReport {
 /// The summary table (Markdown): one row per run.
 pub fn table(reports: &[ScenarioReport]) -> String {
     let mut s = String::from(
-        "| scenario | payments | completed / failed / refunded | faults injected | exercised | kills with a batch in flight | violations | flagged | recovery (s) | answer p50 / max (s) | oversold | bad net | balance drift | keys twice |\n\
-         |---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| scenario | payments | completed / failed / refunded | faults injected | exercised | kills with a batch in flight | violations | flagged | recovery (s) | answer p50 / max (s) | oversold | bad net | balance drift | keys twice | told sold out: joined the waitlist / bought there / still sold out | unsold while told sold out | unsold while waiters went without | units to later arrivals |\n\
+         |---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
     );
     for r in reports {
         let i = &r.invariants;
@@ -178,7 +179,7 @@ pub fn table(reports: &[ScenarioReport]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} / {} / {} | {} | {} = {} | {} | {} | {} | {:.1} | {:.2} / {:.2} | {} | {} | {} | {} |",
+            "| {} | {} | {} / {} / {} | {} | {} = {} | {} | {} | {} | {:.1} | {:.2} / {:.2} | {} | {} | {} | {} | {} / {} / {} | {} | {} | {} |",
             r.scenario,
             i.payments,
             i.payments_completed,
@@ -197,6 +198,12 @@ pub fn table(reports: &[ScenarioReport]) -> String {
             i.payments_bad_net,
             i.balance_drift,
             i.operation_keys_applied_twice,
+            r.evidence(JOINED_WAITLIST),
+            r.evidence(BOUGHT_VIA_WAITLIST),
+            r.sold_out,
+            r.evidence(UNSOLD_WHILE_TOLD_SOLD_OUT),
+            i.unsold_while_waiters_went_without,
+            i.units_to_later_arrivals,
         );
     }
     s

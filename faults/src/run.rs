@@ -10,7 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use paysaga_drop::{invariants, stats::Latency, Admin, Attempt, Buyer, Driver, Endpoints, Outcome};
+use paysaga_drop::{
+    invariants, stats::Latency, Admin, Attempt, Buyer, Driver, Endpoints, Outcome, WaitlistPolicy,
+};
 use paysaga_e2e::{
     binaries, postgres_ha::PostgresHa, redis_cluster::RedisCluster, Stack, StackOptions,
 };
@@ -35,6 +37,18 @@ const QUOTA_WAIT: Duration = Duration::from_secs(30);
 const FAILOVER_WAVE_SPACING: Duration = Duration::from_millis(15);
 /// Per-request timeout of patient buyers and of the operator's calls.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a buyer waiting in the product's line reads its entry near the head (up to
+/// four times less often further back): slower than the demo's, since hundreds wait at
+/// once on a machine the faults already load, and a unit offered is held for the buyer
+/// ([`crate::scenario::OFFER_TTL`]).
+const WAITLIST_POLL: Duration = Duration::from_millis(500);
+/// Evidence name: units of the drop on sale or on offer at its end while a buyer's
+/// answer was SOLD_OUT. A violation when not 0.
+pub const UNSOLD_WHILE_TOLD_SOLD_OUT: &str = "units left unsold while buyers were told sold out";
+/// Evidence name: buyers told SOLD_OUT who joined the product's waitlist.
+pub const JOINED_WAITLIST: &str = "buyers told sold out who joined the waitlist";
+/// Evidence name: buyers who paid for a unit offered to them in the waitlist.
+pub const BOUGHT_VIA_WAITLIST: &str = "buyers who bought a unit offered in the waitlist";
 /// Per-request timeout of the injectors' reads of `/metrics`: a page that is slow to come
 /// is no use for aiming at a batch that lasts milliseconds.
 const METRICS_TIMEOUT: Duration = Duration::from_millis(500);
@@ -109,8 +123,14 @@ pub async fn run_on(
     let pool = stack.admin_pool().await;
 
     // The buyers and the injector run side by side; the injector owns the stack (to kill
-    // and restart processes), the buyers only need its addresses.
-    let driver = Driver::new(endpoints.clone(), REQUEST_TIMEOUT);
+    // and restart processes), the buyers only need its addresses. Buyers told SOLD_OUT
+    // wait in the product's line, as a real buyer may: a unit that comes back (a payment
+    // failed, a crash left a reservation to expire) is offered to them. They stay until
+    // no unit is held any more, or as long as recovery may take.
+    let driver = Driver::new(endpoints.clone(), REQUEST_TIMEOUT).with_waitlist(WaitlistPolicy {
+        poll: WAITLIST_POLL,
+        wait_for: plan.recovery_bound,
+    });
     let drop_done = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(ClientStats::default());
     // A failover scenario's buyers come in waves, one per failover and one after, each
@@ -193,9 +213,11 @@ pub async fn run_on(
     let settled = settle::wait(&pool, healed_at, plan.recovery_bound).await?;
     let acknowledged = evidence::acknowledged(&pool, &attempts).await?;
 
-    // Read before the post-heal wave, which has its own product.
+    // Read before the post-heal wave, which has its own product. A unit on offer once
+    // every buyer is done was offered to nobody still waiting: unsold as much as one on
+    // sale.
     let unsold: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'AVAILABLE'"#,
+        r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state IN ('AVAILABLE', 'OFFERED')"#,
     )
     .bind(product.id)
     .fetch_one(&pool)
@@ -247,11 +269,20 @@ pub async fn run_on(
     ));
 
     let tally = Tally::of(&attempts);
-    // Not an invariant (nothing oversold, no money kept), but buyers were turned away
-    // from stock that was there: printed with every report (docs/faults.md).
+    // Buyers told SOLD_OUT wait in line until no unit is held any more, so one whose
+    // answer stayed SOLD_OUT left when every unit was sold: a unit unsold at the end
+    // means a buyer was turned away from stock that was there (docs/faults.md).
+    let unsold_while_told = if tally.sold_out > 0 { unsold } else { 0 };
+    evidence.push((UNSOLD_WHILE_TOLD_SOLD_OUT.into(), unsold_while_told));
     evidence.push((
-        "units left unsold while buyers were told sold out".into(),
-        if tally.sold_out > 0 { unsold } else { 0 },
+        JOINED_WAITLIST.into(),
+        count(&attempts, |a| {
+            a.waitlist.as_ref().is_some_and(|w| w.entry_id.is_some())
+        }),
+    ));
+    evidence.push((
+        BOUGHT_VIA_WAITLIST.into(),
+        count(&attempts, Attempt::via_waitlist),
     ));
     evidence.push((
         "buyers told sold out by the order service".into(),
@@ -304,6 +335,12 @@ pub async fn run_on(
     if keys_twice > 0 {
         violations.push(format!(
             "Idempotency-Keys answered with two different payments: {keys_twice}"
+        ));
+    }
+    if unsold_while_told > 0 {
+        violations.push(format!(
+            "{UNSOLD_WHILE_TOLD_SOLD_OUT}: {unsold_while_told} (buyers told sold out: {})",
+            tally.sold_out
         ));
     }
     if tally.unanswered > 0 {
@@ -364,6 +401,11 @@ async fn probe(
         buyers,
         product: product.id,
     })
+}
+
+/// Attempts for which `f` holds.
+fn count(attempts: &[Attempt], f: impl Fn(&Attempt) -> bool) -> i64 {
+    i64::try_from(attempts.iter().filter(|a| f(a)).count()).unwrap_or(i64::MAX)
 }
 
 /// Buyers by what they were told.

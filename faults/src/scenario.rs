@@ -23,6 +23,12 @@ pub const MASTERS_FAILED_OVER: &str = "masters killed and failed over";
 /// still being served that Patroni replaced with their standby, reached through HAProxy.
 pub const PRIMARIES_FAILED_OVER: &str = "primaries struck mid-drop and failed over by Patroni";
 
+/// How long a unit offered to the head of the line is held for that member
+/// (`WAITLIST_OFFER_TTL_SECS`): long enough for a buyer to take it through a short
+/// fault, short enough that an offer nobody takes (its buyer left unanswered) passes on
+/// well within the recovery bound. A buyer whose offer lapsed joins the line again.
+pub const OFFER_TTL: Duration = Duration::from_secs(10);
+
 /// How old a hold without its reservation must be before the order service releases it.
 pub const HOLD_ORPHAN_GRACE: Duration = Duration::from_millis(3000);
 
@@ -215,6 +221,11 @@ impl Scenario {
         let mut o = StackOptions::new(&format!("faults-{}", self.name()))
             .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 200)
             .env(ServiceKind::Order, "SWEEP_INTERVAL_MS", 200)
+            .env(
+                ServiceKind::Order,
+                "WAITLIST_OFFER_TTL_SECS",
+                OFFER_TTL.as_secs(),
+            )
             // A hold a crash left without its reservation is released within seconds of
             // the heal, not half a minute.
             .env(

@@ -196,6 +196,12 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     fig(r, "offers made", st.offers_made as f64, "offers");
     fig(r, "offers taken", st.offers_taken as f64, "offers");
     fig(r, "offers expired", st.offers_expired as f64, "offers");
+    fig(
+        r,
+        "offers given up (RELEASED)",
+        st.offers_released as f64,
+        "offers",
+    );
     fig(r, "payments FAILED", st.payments_failed as f64, "payments");
     fig(
         r,
