@@ -240,15 +240,24 @@ impl Recompute {
             }
         }
         local.synced(&written, cutoff);
-        self.apply(product_id, available, local, r);
+        self.apply(product_id, available, in_flight, local, r);
         Ok(())
     }
 
-    fn apply(&self, product_id: i64, available: i64, local: &ProductLocal, r: Recomputed) {
+    fn apply(
+        &self,
+        product_id: i64,
+        available: i64,
+        reported: i64,
+        local: &ProductLocal,
+        r: Recomputed,
+    ) {
         let id = product_id.to_string();
         local.set_last_quota(r.new);
-        // This run reported the passes in flight before setting the quota.
-        local.set_sold_out_reported(r.new == 0);
+        // This run reported the passes in flight before setting the quota; a pass issued
+        // in between (more in flight now than reported) leaves its unit on sale at the
+        // order service, so the next SOLD_OUT must report again before it is answered.
+        local.set_sold_out_reported(r.new == 0 && r.in_flight <= reported);
         if r.new == 0 {
             let until = Instant::now() + self.gate.policy().sold_out_cache;
             if !self.gate.policy().sold_out_cache.is_zero() {
