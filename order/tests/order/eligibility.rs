@@ -138,11 +138,7 @@ async fn members_whose_email_is_not_verified_cannot_join_the_waitlist() {
         (Some(403), Some(codes::EMAIL_NOT_VERIFIED))
     );
     // Verified: past the rule, to the waitlist's own answer (units on sale).
-    let verified = OrderClient::with_http(
-        h.http().clone(),
-        &h.base,
-        verified_buyer_token(&member),
-    );
+    let verified = OrderClient::with_http(h.http().clone(), &h.base, verified_buyer_token(&member));
     let e = verified
         .join_waitlist(created.id)
         .await

@@ -69,7 +69,10 @@ async fn expiries_write_events_served_until_acknowledged() {
         ids: vec![rest[0].id],
     };
     assert_eq!(orch.ack_outbox(&ack).await.unwrap().status, 204);
-    assert_eq!(paysaga_common::outbox::lag_seconds(&pool).await.unwrap(), 0.0);
+    assert_eq!(
+        paysaga_common::outbox::lag_seconds(&pool).await.unwrap(),
+        0.0
+    );
 
     // Bad limits and id lists are 4xx; only the orchestrator may call.
     for limit in [0, 1001] {
