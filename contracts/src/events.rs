@@ -367,6 +367,7 @@ mod tests {
             EventType::ReservationExpired,
             EventType::WaitlistOfferMade,
             EventType::WaitlistOfferExpired,
+            EventType::MemberVerificationRequested,
         ]
         .iter()
         .map(|t| {
