@@ -165,6 +165,19 @@ pub struct Claims {
     /// credentials must.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nbf: Option<i64>,
+    /// Buyer tokens: whether the member's email is verified (OpenID Connect's
+    /// `email_verified`), as the member service knew it when it signed the token.
+    /// Absent: not verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email_verified: Option<bool>,
+}
+
+/// What a verified buyer token says of its member: who, and whether their email is
+/// verified (so a rule on it is judged without a call to the member service).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuyerIdentity {
+    pub member: MemberId,
+    pub email_verified: bool,
 }
 
 /// Where buyer-token keys come from.
@@ -236,7 +249,7 @@ pub struct Verifier {
     service_keys: Arc<HashMap<String, (ServiceRole, DecodingKey)>>,
     buyer_validation: Validation,
     service_validation: Validation,
-    buyer_cache: Option<Arc<TokenCache<MemberId>>>,
+    buyer_cache: Option<Arc<TokenCache<BuyerIdentity>>>,
     /// Always on: a caller sends one credential for its whole lifetime, batch after
     /// batch, so without it every internal request paid an Ed25519 check.
     service_cache: Arc<TokenCache<ServiceRole>>,
@@ -435,6 +448,11 @@ impl Verifier {
 
     /// A buyer token checked against the keys held now; never waits on the network.
     pub fn verify_buyer(&self, token: &str) -> Option<MemberId> {
+        self.verify_buyer_identity(token).map(|b| b.member)
+    }
+
+    /// [`Self::verify_buyer`], with what the token says of its member.
+    pub fn verify_buyer_identity(&self, token: &str) -> Option<BuyerIdentity> {
         let now = chrono::Utc::now().timestamp();
         if let Some(member) = self.buyer_cache.as_ref().and_then(|c| c.get(token, now)) {
             return Some(member);
@@ -450,8 +468,15 @@ impl Verifier {
     /// fetches the member service's key set first (at most once per the source's
     /// `min_refresh`), so a rotated-in key works without a restart.
     pub async fn verify_buyer_fetching(&self, token: &str) -> Option<MemberId> {
-        if let Some(member) = self.verify_buyer(token) {
-            return Some(member);
+        self.verify_buyer_identity_fetching(token)
+            .await
+            .map(|b| b.member)
+    }
+
+    /// [`Self::verify_buyer_fetching`], with what the token says of its member.
+    pub async fn verify_buyer_identity_fetching(&self, token: &str) -> Option<BuyerIdentity> {
+        if let Some(buyer) = self.verify_buyer_identity(token) {
+            return Some(buyer);
         }
         let BuyerKeys::Remote(remote) = &self.buyer_keys else {
             return None;
@@ -465,16 +490,19 @@ impl Verifier {
         self.verify_buyer_with(token, &key, chrono::Utc::now().timestamp())
     }
 
-    fn verify_buyer_with(&self, token: &str, key: &DecodingKey, now: i64) -> Option<MemberId> {
+    fn verify_buyer_with(&self, token: &str, key: &DecodingKey, now: i64) -> Option<BuyerIdentity> {
         let data = jsonwebtoken::decode::<Claims>(token, key, &self.buyer_validation).ok()?;
         if !within_buyer_lifetime(&data.claims) {
             return None;
         }
-        let member = MemberId::parse(data.claims.sub).ok()?;
+        let buyer = BuyerIdentity {
+            member: MemberId::parse(data.claims.sub).ok()?,
+            email_verified: data.claims.email_verified.unwrap_or(false),
+        };
         if let Some(cache) = &self.buyer_cache {
-            cache.insert(token, &member, data.claims.exp, now);
+            cache.insert(token, &buyer, data.claims.exp, now);
         }
-        Some(member)
+        Some(buyer)
     }
 
     /// The role of a service credential: signed under the key its `kid` names, that key
@@ -557,6 +585,17 @@ impl Minter {
     pub fn mint(&self, subject: &str, ttl: std::time::Duration) -> String {
         self.mint_with_claims(subject, ttl).0
     }
+    /// A buyer token for `member` saying whether its email is verified.
+    pub fn mint_buyer(
+        &self,
+        member: &str,
+        email_verified: bool,
+        ttl: std::time::Duration,
+    ) -> String {
+        let (_, mut claims) = self.mint_with_claims(member, ttl);
+        claims.email_verified = Some(email_verified);
+        self.sign(&claims)
+    }
     /// [`Self::mint`], also returning the claims signed.
     pub fn mint_with_claims(&self, subject: &str, ttl: std::time::Duration) -> (String, Claims) {
         let now = chrono::Utc::now().timestamp();
@@ -567,6 +606,7 @@ impl Minter {
             iat: now,
             exp: now + ttl.as_secs() as i64,
             nbf: Some(now),
+            email_verified: None,
         };
         (self.sign(&claims), claims)
     }
@@ -621,10 +661,25 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let buyer = BuyerIdentity::from_request_parts(parts, state).await?;
+        Ok(Buyer(buyer.member))
+    }
+}
+
+/// An authenticated buyer with what their token says of them, for endpoints that judge
+/// a product's eligibility rules; refused like [`Buyer`].
+impl<S> FromRequestParts<S> for BuyerIdentity
+where
+    S: Send + Sync,
+    Arc<Verifier>: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let verifier = Arc::<Verifier>::from_ref(state);
         let token = bearer(parts)?;
-        if let Some(member) = verifier.verify_buyer_fetching(token).await {
-            return Ok(Buyer(member));
+        if let Some(buyer) = verifier.verify_buyer_identity_fetching(token).await {
+            return Ok(buyer);
         }
         if verifier.verify_service(token).is_some() {
             return Err(ApiError::forbidden(
@@ -880,6 +935,20 @@ mod tests {
     }
 
     #[test]
+    fn a_buyer_token_says_whether_the_email_is_verified_and_its_absence_is_no() {
+        let v = Verifier::development(AUD).with_buyer_cache(32);
+        let m = Minter::dev_buyer();
+        let ttl = Duration::from_secs(60);
+        let said = |token: &str| v.verify_buyer_identity(token).map(|b| b.email_verified);
+        assert_eq!(said(&m.mint_buyer("member-1", true, ttl)), Some(true));
+        assert_eq!(said(&m.mint_buyer("member-1", false, ttl)), Some(false));
+        assert_eq!(said(&m.mint("member-1", ttl)), Some(false));
+        let cached = m.mint_buyer("member-2", true, ttl);
+        assert_eq!(said(&cached), Some(true));
+        assert_eq!(said(&cached), Some(true), "the cache keeps the claim");
+    }
+
+    #[test]
     fn the_cache_remembers_only_verified_tokens_and_stays_bounded() {
         let v = Verifier::development(AUD).with_buyer_cache(32);
         let m = Minter::dev_buyer();
@@ -976,6 +1045,7 @@ mod tests {
                 iat: now - 100,
                 exp: now - 60,
                 nbf: None,
+                email_verified: None,
             },
             &m.key,
         )

@@ -21,6 +21,8 @@ use crate::{
 pub enum DevKey {
     BuyerTokens,
     Passes,
+    /// The member service's email-verification tokens.
+    EmailVerification,
     /// The key a caller of this role signs its own service credentials with.
     Service(ServiceRole),
 }
@@ -30,9 +32,10 @@ pub enum DevKey {
 const RETIRED_SHARED_SERVICE_LABEL: &str = "paysaga DEVELOPMENT ONLY service-token key";
 
 impl DevKey {
-    pub const ALL: [DevKey; 8] = [
+    pub const ALL: [DevKey; 9] = [
         DevKey::BuyerTokens,
         DevKey::Passes,
+        DevKey::EmailVerification,
         DevKey::Service(ServiceRole::Gate),
         DevKey::Service(ServiceRole::Orchestrator),
         DevKey::Service(ServiceRole::Member),
@@ -47,6 +50,7 @@ impl DevKey {
         let label = match self {
             DevKey::BuyerTokens => "paysaga DEVELOPMENT ONLY buyer-token key",
             DevKey::Passes => "paysaga DEVELOPMENT ONLY gate-pass key",
+            DevKey::EmailVerification => "paysaga DEVELOPMENT ONLY email-verification key",
             DevKey::Service(ServiceRole::Gate) => "paysaga DEVELOPMENT ONLY gate credential key",
             DevKey::Service(ServiceRole::Orchestrator) => {
                 "paysaga DEVELOPMENT ONLY orchestrator credential key"

@@ -14,6 +14,7 @@ pub mod keys;
 pub mod limits;
 pub mod money;
 pub mod openapi;
+pub mod outbox;
 pub mod pass;
 pub mod ready;
 pub mod retry;

@@ -158,6 +158,11 @@ pub fn buyer_token(member: &str) -> String {
     Minter::dev_buyer().mint(member, Duration::from_secs(3600))
 }
 
+/// [`buyer_token`] of a member whose email is verified (its `email_verified` claim).
+pub fn verified_buyer_token(member: &str) -> String {
+    Minter::dev_buyer().mint_buyer(member, true, Duration::from_secs(3600))
+}
+
 /// A development service credential naming `service`, for the service `to` (no other
 /// service admits it), living the longest a service credential may
 /// ([`crate::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS`]). A role is signed with its

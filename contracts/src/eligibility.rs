@@ -3,28 +3,34 @@
 //! the gate runs before a pass takes any quota and the order service runs before a
 //! member joins a waitlist.
 //!
-//! What the judge knows of a member comes from the member id alone: the member service
-//! issues UUIDv7 ids, whose timestamp is the moment of sign-up (RFC 9562), so "account
-//! created before" needs no call and no extra token claim. An id that is no UUIDv7 has
-//! no known creation time and does not pass a rule that asks for one.
+//! What the judge knows of a member comes from the member's buyer token alone, so no
+//! rule needs a call: the member service issues UUIDv7 ids, whose timestamp is the
+//! moment of sign-up (RFC 9562), and signs whether the member's email is verified into
+//! the token (`email_verified`, as OpenID Connect names it). An id that is no UUIDv7 has
+//! no known creation time and does not pass a rule that asks for one; a token without
+//! the claim is of a member whose email is not verified.
 
 use chrono::{DateTime, Utc};
-use paysaga_common::auth::MemberId;
+use paysaga_common::auth::{BuyerIdentity, MemberId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// The most rules a product may set (one of each kind).
-pub const MAX_RULES: usize = 1;
+pub const MAX_RULES: usize = 2;
 
 /// One rule a product sets on who may take a pass for it. On the wire:
-/// `{"rule": "ACCOUNT_CREATED_BEFORE", "at": "2026-12-01T09:00:00Z"}`.
+/// `{"rule": "ACCOUNT_CREATED_BEFORE", "at": "2026-12-01T09:00:00Z"}`,
+/// `{"rule": "EMAIL_VERIFIED"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "rule", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum EligibilityRule {
     /// Only members whose account was created strictly before `at` (typically the
     /// moment the drop was announced): accounts made after it cannot take a pass.
     AccountCreatedBefore { at: DateTime<Utc> },
+    /// Only members who verified their email (the sign-up's verification token handed
+    /// back to the member service).
+    EmailVerified,
 }
 
 impl EligibilityRule {
@@ -32,6 +38,7 @@ impl EligibilityRule {
     pub fn kind(&self) -> RuleKind {
         match self {
             EligibilityRule::AccountCreatedBefore { .. } => RuleKind::AccountCreatedBefore,
+            EligibilityRule::EmailVerified => RuleKind::EmailVerified,
         }
     }
 }
@@ -40,12 +47,14 @@ impl EligibilityRule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RuleKind {
     AccountCreatedBefore,
+    EmailVerified,
 }
 
 impl RuleKind {
     pub const fn label(self) -> &'static str {
         match self {
             RuleKind::AccountCreatedBefore => "account_created_before",
+            RuleKind::EmailVerified => "email_verified",
         }
     }
 }
@@ -55,6 +64,10 @@ pub mod codes {
     /// The product admits only accounts created before a time; this one was made later
     /// (or its creation time is unknown).
     pub const ACCOUNT_TOO_NEW: &str = "ACCOUNT_TOO_NEW";
+    /// The product admits only members whose email is verified; this one's token says
+    /// it is not (a member who verified since signs in again, or refreshes, for a token
+    /// that says so).
+    pub const EMAIL_NOT_VERIFIED: &str = "EMAIL_NOT_VERIFIED";
     /// A product's `eligibility` names a rule kind twice, or more rules than allowed.
     pub const INVALID_ELIGIBILITY: &str = "INVALID_ELIGIBILITY";
 }
@@ -64,21 +77,31 @@ pub mod codes {
 pub struct MemberFacts {
     /// When the member signed up; `None` when it cannot be known.
     pub created_at: Option<DateTime<Utc>>,
+    /// Whether the member's email is verified, as their token says.
+    pub email_verified: bool,
 }
 
 impl MemberFacts {
-    /// From the member id: a UUIDv7's timestamp is its sign-up moment (millisecond
-    /// precision); any other id says nothing.
-    pub fn from_id(member: &MemberId) -> Self {
-        let created_at = Uuid::parse_str(member.as_str())
+    /// From a verified buyer token: the sign-up moment from the member id
+    /// ([`Self::created_at_of`]), the email's state from its `email_verified` claim.
+    pub fn of(buyer: &BuyerIdentity) -> Self {
+        Self {
+            created_at: Self::created_at_of(&buyer.member),
+            email_verified: buyer.email_verified,
+        }
+    }
+
+    /// A UUIDv7's timestamp is its sign-up moment (millisecond precision); any other
+    /// id says nothing.
+    pub fn created_at_of(member: &MemberId) -> Option<DateTime<Utc>> {
+        Uuid::parse_str(member.as_str())
             .ok()
             .filter(|id| id.get_version_num() == 7)
             .and_then(|id| id.get_timestamp())
             .and_then(|ts| {
                 let (secs, nanos) = ts.to_unix();
                 DateTime::from_timestamp(i64::try_from(secs).ok()?, nanos)
-            });
-        Self { created_at }
+            })
     }
 }
 
@@ -87,6 +110,8 @@ impl MemberFacts {
 pub enum Ineligible {
     #[error("this drop admits only accounts created before {at}")]
     AccountTooNew { at: DateTime<Utc> },
+    #[error("this drop admits only members whose email is verified")]
+    EmailNotVerified,
 }
 
 impl Ineligible {
@@ -94,6 +119,7 @@ impl Ineligible {
     pub const fn code(&self) -> &'static str {
         match self {
             Ineligible::AccountTooNew { .. } => codes::ACCOUNT_TOO_NEW,
+            Ineligible::EmailNotVerified => codes::EMAIL_NOT_VERIFIED,
         }
     }
 
@@ -101,6 +127,7 @@ impl Ineligible {
     pub const fn rule(&self) -> RuleKind {
         match self {
             Ineligible::AccountTooNew { .. } => RuleKind::AccountCreatedBefore,
+            Ineligible::EmailNotVerified => RuleKind::EmailVerified,
         }
     }
 }
@@ -112,6 +139,11 @@ pub fn judge(rules: &[EligibilityRule], member: &MemberFacts) -> Result<(), Inel
             EligibilityRule::AccountCreatedBefore { at } => {
                 if member.created_at.is_none_or(|created| created >= at) {
                     return Err(Ineligible::AccountTooNew { at });
+                }
+            }
+            EligibilityRule::EmailVerified => {
+                if !member.email_verified {
+                    return Err(Ineligible::EmailNotVerified);
                 }
             }
         }
@@ -151,12 +183,12 @@ mod tests {
 
     #[test]
     fn a_v7_member_id_tells_when_the_member_signed_up() {
-        let facts = MemberFacts::from_id(&member_at(1_765_000_000_123));
-        assert_eq!(facts.created_at, Some(at(1_765_000_000_123)));
+        let created = MemberFacts::created_at_of(&member_at(1_765_000_000_123));
+        assert_eq!(created, Some(at(1_765_000_000_123)));
         let v4 = MemberId::parse(Uuid::new_v4().to_string()).unwrap();
-        assert_eq!(MemberFacts::from_id(&v4).created_at, None);
+        assert_eq!(MemberFacts::created_at_of(&v4), None);
         assert_eq!(
-            MemberFacts::from_id(&MemberId::parse("member-1").unwrap()).created_at,
+            MemberFacts::created_at_of(&MemberId::parse("member-1").unwrap()),
             None
         );
     }
@@ -164,7 +196,7 @@ mod tests {
     #[test]
     fn only_accounts_made_strictly_before_the_time_pass() {
         let rules = [EligibilityRule::AccountCreatedBefore { at: at(2_000) }];
-        let judged = |ms| judge(&rules, &MemberFacts::from_id(&member_at(ms)));
+        let judged = |ms| judge(&rules, &facts(member_at(ms), false));
         assert_eq!(judged(1_999), Ok(()));
         let refused = judged(2_000).unwrap_err();
         assert_eq!(refused, Ineligible::AccountTooNew { at: at(2_000) });
@@ -174,8 +206,37 @@ mod tests {
             Err(Ineligible::AccountTooNew { at: at(2_000) })
         );
         // Unknown age does not pass; no rules admit everyone.
-        assert!(judge(&rules, &MemberFacts { created_at: None }).is_err());
-        assert_eq!(judge(&[], &MemberFacts { created_at: None }), Ok(()));
+        let unknown = MemberFacts {
+            created_at: None,
+            email_verified: true,
+        };
+        assert!(judge(&rules, &unknown).is_err());
+        assert_eq!(judge(&[], &unknown), Ok(()));
+    }
+
+    #[test]
+    fn only_verified_emails_pass_the_email_rule_and_every_rule_is_judged() {
+        let rules = [
+            EligibilityRule::AccountCreatedBefore { at: at(2_000) },
+            EligibilityRule::EmailVerified,
+        ];
+        assert_eq!(judge(&rules, &facts(member_at(1_000), true)), Ok(()));
+        let refused = judge(&rules, &facts(member_at(1_000), false)).unwrap_err();
+        assert_eq!(refused, Ineligible::EmailNotVerified);
+        assert_eq!(refused.code(), codes::EMAIL_NOT_VERIFIED);
+        assert_eq!(refused.rule().label(), "email_verified");
+        // The first rule failed is the answer.
+        assert_eq!(
+            judge(&rules, &facts(member_at(5_000), false)),
+            Err(Ineligible::AccountTooNew { at: at(2_000) })
+        );
+    }
+
+    fn facts(member: MemberId, email_verified: bool) -> MemberFacts {
+        MemberFacts::of(&BuyerIdentity {
+            member,
+            email_verified,
+        })
     }
 
     #[test]
@@ -191,7 +252,15 @@ mod tests {
             }
         );
         assert!(serde_json::from_str::<EligibilityRule>(r#"{"rule":"NOPE"}"#).is_err());
+        let email: EligibilityRule = serde_json::from_str(r#"{"rule":"EMAIL_VERIFIED"}"#).unwrap();
+        assert_eq!(email, EligibilityRule::EmailVerified);
+        assert_eq!(
+            serde_json::to_string(&email).unwrap(),
+            r#"{"rule":"EMAIL_VERIFIED"}"#
+        );
         assert_eq!(check_rules(&[rule]), Ok(()));
+        assert_eq!(check_rules(&[rule, email]), Ok(()));
         assert!(check_rules(&[rule, rule]).is_err());
+        assert!(check_rules(&[email, email]).is_err());
     }
 }

@@ -27,15 +27,19 @@ pub mod types {
     pub const WAITLIST_OFFER_MADE: &str = "waitlist.offer_made";
     /// An offer ran out before the member took it.
     pub const WAITLIST_OFFER_EXPIRED: &str = "waitlist.offer_expired";
+    /// A member signed up: send them the verification token (their email is not
+    /// verified until they hand it back).
+    pub const MEMBER_VERIFICATION_REQUESTED: &str = "member.verification_requested";
 
     /// Every type, in catalogue order.
-    pub const ALL: [&str; 6] = [
+    pub const ALL: [&str; 7] = [
         PAYMENT_COMPLETED,
         PAYMENT_FAILED,
         PAYMENT_REFUNDED,
         RESERVATION_EXPIRED,
         WAITLIST_OFFER_MADE,
         WAITLIST_OFFER_EXPIRED,
+        MEMBER_VERIFICATION_REQUESTED,
     ];
 
     /// Whether `t` is in the catalogue.
@@ -59,6 +63,8 @@ pub enum EventType {
     WaitlistOfferMade,
     #[serde(rename = "waitlist.offer_expired")]
     WaitlistOfferExpired,
+    #[serde(rename = "member.verification_requested")]
+    MemberVerificationRequested,
 }
 
 /// The header naming the event (its id, stable across retries: deduplicate on it).
@@ -164,6 +170,31 @@ pub struct WaitlistOfferExpired {
     pub product_id: String,
     pub member_id: String,
     pub unit_id: String,
+}
+
+/// `member.verification_requested` (from the member service): what the merchant's email
+/// carries to the member, who proves the address by handing `token` back
+/// (`POST /v1/members/verification`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MemberVerificationRequested {
+    #[schema(format = Uuid)]
+    pub member_id: String,
+    #[schema(example = "ada@example.com")]
+    pub email: String,
+    /// Signed by the member service; single purpose (it verifies this email of this
+    /// member, nothing else) and good until `expires_at`.
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for MemberVerificationRequested {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberVerificationRequested")
+            .field("member_id", &self.member_id)
+            .field("token", &"<redacted>")
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 /// The hex HMAC-SHA256 of `"<timestamp>.<body>"` under `secret` (the whole `whsec_...`
@@ -336,6 +367,7 @@ mod tests {
             EventType::ReservationExpired,
             EventType::WaitlistOfferMade,
             EventType::WaitlistOfferExpired,
+            EventType::MemberVerificationRequested,
         ]
         .iter()
         .map(|t| {

@@ -49,6 +49,7 @@ pub mod gate;
 pub mod member;
 pub mod orchestrator;
 pub mod order;
+pub mod outbox;
 
 pub use account::client::AccountClient;
 pub use gate::client::GateClient;

@@ -9,7 +9,7 @@ use std::{
 
 use chrono::{DateTime, Utc};
 use paysaga_common::{
-    auth::MemberId,
+    auth::{BuyerIdentity, MemberId},
     pass::{PassClaims, PassSigner},
 };
 use sha2::{Digest, Sha256};
@@ -114,15 +114,16 @@ impl Gate {
         }
     }
 
-    /// Grants `member` a pass for `product_id`, or says why not.
-    pub async fn admit(self: &Arc<Self>, product_id: i64, member: &MemberId) -> Result<Grant> {
+    /// Grants `buyer` a pass for `product_id`, or says why not.
+    pub async fn admit(self: &Arc<Self>, product_id: i64, buyer: &BuyerIdentity) -> Result<Grant> {
+        let member = &buyer.member;
         let now = unix_now();
         // Only a product listed here has known rules: judged before anything else, so
         // an ineligible member spends no quota and costs no Redis call.
         let Some(listed) = self.products.get(product_id).filter(|l| l.in_catalogue()) else {
             return Err(self.not_listed(product_id).await);
         };
-        if let Err(why) = listed.judge(member) {
+        if let Err(why) = listed.judge(buyer) {
             outcome("ineligible");
             metrics::counter!("gate_ineligible_total", "rule" => why.rule().label()).increment(1);
             return Err(why.into());

@@ -12,7 +12,7 @@ use std::{
     time::Instant,
 };
 
-use paysaga_common::auth::MemberId;
+use paysaga_common::auth::BuyerIdentity;
 use paysaga_contracts::eligibility::{self, EligibilityRule, Ineligible, MemberFacts};
 
 use crate::batch::Batcher;
@@ -182,13 +182,13 @@ impl ProductLocal {
         known(self.last_available.load(Ordering::Relaxed))
     }
 
-    /// Judges `member` against the product's rules ([`eligibility::judge`]).
-    pub fn judge(&self, member: &MemberId) -> Result<(), Ineligible> {
+    /// Judges `buyer` against the product's rules ([`eligibility::judge`]).
+    pub fn judge(&self, buyer: &BuyerIdentity) -> Result<(), Ineligible> {
         let rules = self.eligibility.read().unwrap_or_else(|p| p.into_inner());
         if rules.is_empty() {
             return Ok(());
         }
-        eligibility::judge(&rules, &MemberFacts::from_id(member))
+        eligibility::judge(&rules, &MemberFacts::of(buyer))
     }
 
     fn set_eligibility(&self, rules: &[EligibilityRule]) {

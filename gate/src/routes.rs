@@ -4,7 +4,7 @@ use axum::{extract::State, http::StatusCode, response::Response};
 use paysaga_common::{
     auth::{
         allow::{CONSOLE, OPERATOR},
-        Buyer, Service,
+        BuyerIdentity, Service,
     },
     error::ErrorBody,
     extract::{Json, Path},
@@ -26,7 +26,7 @@ use crate::{
     responses(
         (status = 201, description = "A pass: new, or the member's live one again", body = PassIssued),
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
-        (status = 403, description = "FORBIDDEN: a service credential", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: a service credential; ACCOUNT_TOO_NEW, EMAIL_NOT_VERIFIED: the product's eligibility rules refuse this member (no quota spent)", body = ErrorBody),
         (status = 404, description = "PRODUCT_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "SOLD_OUT", body = ErrorBody),
         (status = 422, description = "INVALID_PRODUCT_ID / INVALID_BODY", body = ErrorBody),
@@ -38,18 +38,19 @@ use crate::{
 #[tracing::instrument(skip_all, fields(product_id = tracing::field::Empty, member = tracing::field::Empty))]
 pub async fn issue_pass(
     State(state): State<AppState>,
-    Buyer(member): Buyer,
+    buyer: BuyerIdentity,
     Json(req): Json<IssuePass>,
 ) -> Result<(StatusCode, Json<PassIssued>)> {
+    let member = &buyer.member;
     let span = tracing::Span::current();
     span.record("product_id", req.product_id);
     span.record("member", member.as_str());
     // Before any work: a member over their rate costs the gate no Redis call.
-    state.limiter.check(&member)?;
+    state.limiter.check(member)?;
     if req.product_id <= 0 {
         return Err(Error::InvalidProductId);
     }
-    let grant: Grant = match state.gate.admit(req.product_id, &member).await {
+    let grant: Grant = match state.gate.admit(req.product_id, &buyer).await {
         Ok(grant) => grant,
         Err(e @ Error::SoldOut(_)) => {
             // The buyer may join the waitlist on this answer: the order service must
@@ -61,7 +62,7 @@ pub async fn issue_pass(
     };
     Ok((
         StatusCode::CREATED,
-        Json(state.gate.sign(req.product_id, &member, grant.exp())),
+        Json(state.gate.sign(req.product_id, member, grant.exp())),
     ))
 }
 

@@ -18,14 +18,12 @@ use uuid::Uuid;
 use crate::{
     email::Email,
     error::{Error, Result},
-    members::{self, MemberRow},
+    members::{self, MemberRow, COLUMNS},
     password, sessions, AppState,
 };
 
 /// Accounts opened at once.
 const OPEN_CONCURRENCY: usize = 8;
-
-const COLUMNS: &str = "id, email, password_hash, account_id, opening_balance, created_at";
 
 async fn rows_by_email(state: &AppState, emails: &[String]) -> Result<Vec<MemberRow>> {
     Ok(sqlx::query_as(&format!(
@@ -144,8 +142,8 @@ pub(crate) async fn sign_up(
                 .ok_or(Error::Internal("bulk member vanished".into()))
         })
         .collect::<Result<_>>()?;
-    let ids: Vec<Uuid> = ordered.iter().map(|m| m.id).collect();
-    let sessions = sessions::issue_many(state, &ids).await?;
+    let members: Vec<(Uuid, bool)> = ordered.iter().map(|m| (m.id, m.email_verified)).collect();
+    let sessions = sessions::issue_many(state, &members).await?;
     tracing::info!(requested = got, inserted, "bulk sign-up");
     Ok(BulkSignUpResponse {
         members: ordered

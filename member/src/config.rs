@@ -8,7 +8,7 @@ use paysaga_common::{
     config::{self, ConfigError, Secrets},
     credentials::{ServiceKeys, TokenSource},
     jwks::kid_of,
-    keys::{is_development_key, parse_signing_key, DevKey},
+    keys::{self, is_development_key, parse_signing_key, DevKey},
     service::{Database, Process},
 };
 
@@ -215,10 +215,18 @@ pub struct Config {
     pub account_repair_min_age: Duration,
     /// `MEMBER_BULK_SIGNUP=1` enables `POST /v1/members/bulk` (seeding only).
     pub bulk_signup: bool,
+    /// `MEMBER_VERIFICATION_KEY`: base64 Ed25519 seed signing email-verification tokens
+    /// (a key of its own: a verification token can never be a buyer token). Required
+    /// (the public development key with `PAYSAGA_DEV_KEYS=1`).
+    pub verification_key: SigningKey,
+    /// `EMAIL_VERIFICATION_TTL_SECS`, default 86400: how long a verification token is good.
+    pub verification_ttl: Duration,
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8081";
 pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
+/// How long an email-verification token is good by default: a day.
+pub const DEFAULT_VERIFICATION_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`; `default` when unset or empty.
 fn flag(name: &str, default: bool) -> Result<bool, ConfigError> {
@@ -322,6 +330,11 @@ impl Config {
         let mut secrets = Secrets::from_env()?;
         let database = Database::urls_from_env(&mut secrets, "member_app")?;
         let signing_keys = signing_keys_from_env(&mut secrets)?;
+        let verification_key = keys::signing_key(
+            &mut secrets,
+            "MEMBER_VERIFICATION_KEY",
+            DevKey::EmailVerification,
+        )?;
         let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
         let service_credential = Arc::new(TokenSource::from_secrets(
             &mut secrets,
@@ -394,6 +407,8 @@ impl Config {
             account_repair_every: secs("ACCOUNT_REPAIR_SECS", 5)?,
             account_repair_min_age: secs("ACCOUNT_REPAIR_MIN_AGE_SECS", 5)?,
             bulk_signup: flag("MEMBER_BULK_SIGNUP", false)?,
+            verification_key,
+            verification_ttl: window("EMAIL_VERIFICATION_TTL_SECS", DEFAULT_VERIFICATION_TTL)?,
         })
     }
 
@@ -418,6 +433,8 @@ impl Config {
             account_repair_every: Duration::from_secs(5),
             account_repair_min_age: Duration::from_secs(5),
             bulk_signup: false,
+            verification_key: DevKey::EmailVerification.signing_key(),
+            verification_ttl: DEFAULT_VERIFICATION_TTL,
         }
     }
 }

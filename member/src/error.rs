@@ -52,6 +52,13 @@ pub enum Error {
     RefreshTokenReused,
     #[error("unknown, expired or revoked refresh token")]
     InvalidRefreshToken,
+    /// An email-verification token past its expiry.
+    #[error("this verification token has expired; nothing was changed")]
+    TokenExpired,
+    /// Not an email-verification token this service signed, or for a member or email
+    /// that does not exist.
+    #[error("not a valid email-verification token; nothing was changed")]
+    InvalidToken,
     #[error("member not found")]
     MemberNotFound,
     #[error("a bulk sign-up carries 1 to {max} members, not {got}")]
@@ -144,6 +151,8 @@ impl Error {
             Error::InvalidRefreshToken => {
                 ApiError::new(StatusCode::UNAUTHORIZED, codes::INVALID_REFRESH_TOKEN, msg)
             }
+            Error::TokenExpired => ApiError::unprocessable(codes::TOKEN_EXPIRED, msg),
+            Error::InvalidToken => ApiError::unprocessable(codes::INVALID_TOKEN, msg),
             Error::MemberNotFound => ApiError::not_found(codes::MEMBER_NOT_FOUND, msg),
             Error::BulkTooLarge { .. } => ApiError::unprocessable(codes::BULK_TOO_LARGE, msg),
             Error::InvalidOpeningBalance { .. } => {

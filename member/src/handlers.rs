@@ -19,11 +19,11 @@ use uuid::Uuid;
 use crate::{
     api::{
         BulkSignUpRequest, BulkSignUpResponse, Credentials, ListMembers, Member, MemberPage,
-        RefreshTokenRequest, Session, TopUpRequest, MAX_PAGE,
+        RefreshTokenRequest, Session, TopUpRequest, VerifyEmail, MAX_PAGE,
     },
     bulk,
     error::{Error, Result},
-    members, sessions, AppState,
+    members, sessions, verification, AppState,
 };
 
 /// The client's address: the connection's peer, or, when the peer is one of
@@ -102,6 +102,21 @@ pub async fn sign_up(
 ) -> Result<impl IntoResponse> {
     let member = members::sign_up(&state, req, addr.0).await?;
     Ok((StatusCode::CREATED, Json(member)))
+}
+
+/// Verify the member's email with the token of its `member.verification_requested`
+/// event. No credential: the token is one. A token used again answers the same.
+#[utoipa::path(post, path = "/v1/members/verification", tag = "members", request_body = VerifyEmail,
+    responses(
+        (status = 200, body = Member, description = "the member, `email_verified` true (also for a token used before)"),
+        (status = 422, body = ErrorBody, description = "TOKEN_EXPIRED (past its expiry), INVALID_TOKEN (garbled, forged, another kind of token, or its member or email is no more), INVALID_BODY: nothing was changed"),
+    ))]
+#[tracing::instrument(skip_all)]
+pub async fn verify_email(
+    State(state): State<AppState>,
+    Json(req): Json<VerifyEmail>,
+) -> Result<Json<Member>> {
+    Ok(Json(verification::verify_email(&state, &req.token).await?))
 }
 
 /// Sign in: a session (access token and refresh token).

@@ -1,6 +1,7 @@
 //! The member service: sign-up, sign-in and the buyer tokens every other service
-//! verifies (published as a JSON Web Key Set), each member's account opened in the
-//! account service, and top-ups of it.
+//! verifies (published as a JSON Web Key Set), email verification (the sign-up's event
+//! in the service's outbox, the webhook platform pulls it), each member's account
+//! opened in the account service, and top-ups of it.
 
 pub(crate) mod bulk;
 pub mod config;
@@ -13,6 +14,7 @@ pub mod proxies;
 pub(crate) mod sessions;
 pub(crate) mod throttle;
 pub mod tokens;
+pub mod verification;
 
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::member::api;
@@ -29,6 +31,7 @@ use paysaga_common::{
     auth::{Audience, BuyerKeySource, Verifier},
     jobs::Jobs,
     jwks::JWKS_PATH,
+    outbox::{self, Outbox},
     server, service,
 };
 use paysaga_contracts::account::client::AccountClient;
@@ -41,6 +44,7 @@ pub use error::{Error, Result};
 pub use members::{repair_accounts, Repaired};
 use password::Passwords;
 use tokens::TokenKeys;
+use verification::VerificationKeys;
 
 /// The schema this service owns.
 pub const SCHEMA: &str = "member_service";
@@ -62,6 +66,8 @@ pub struct AppState {
     /// key); buyer endpoints here check tokens against every published key instead.
     pub verifier: Arc<Verifier>,
     pub keys: Arc<TokenKeys>,
+    /// Signs and checks email-verification tokens.
+    pub verification: Arc<VerificationKeys>,
     pub passwords: Passwords,
     pub accounts: AccountClient,
     pub config: Arc<Config>,
@@ -90,6 +96,7 @@ impl AppState {
             pool,
             verifier: Arc::new(verifier),
             keys: Arc::new(TokenKeys::new(&config.signing_keys)),
+            verification: Arc::new(VerificationKeys::new(&config.verification_key)),
             passwords,
             accounts,
             config: Arc::new(config.clone()),
@@ -113,7 +120,10 @@ impl AppState {
         handlers::list_members,
         handlers::top_up,
         handlers::bulk_sign_up,
-        handlers::jwks
+        handlers::verify_email,
+        handlers::jwks,
+        paysaga_common::outbox::list,
+        paysaga_common::outbox::ack_events
     ),
     components(schemas(paysaga_common::ErrorBody))
 )]
@@ -127,6 +137,7 @@ pub fn app(state: AppState) -> Router {
             post(handlers::sign_up).get(handlers::list_members),
         )
         .route("/v1/members/me", get(handlers::me))
+        .route("/v1/members/verification", post(handlers::verify_email))
         .route("/v1/members/{id}", get(handlers::get_member))
         .route("/v1/members/{id}/top-ups", post(handlers::top_up))
         .route(
@@ -138,6 +149,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/sessions/sign-out", post(handlers::sign_out))
         .route(JWKS_PATH, get(handlers::jwks))
         .route("/readyz", get(handlers::readyz))
+        .merge(outbox::routes(Outbox {
+            pool: state.pool.clone(),
+            verifier: state.verifier.clone(),
+            relayed_metric: "member_outbox_relayed_total",
+        }))
         .with_state(state);
     server::finish(api, ApiDoc::openapi())
 }

@@ -19,7 +19,7 @@ use crate::{
     error::{Error, Result},
     password,
     throttle::{self, Subjects},
-    AppState,
+    verification, AppState,
 };
 
 /// A member as stored.
@@ -31,6 +31,7 @@ pub(crate) struct MemberRow {
     pub account_id: Option<i64>,
     pub opening_balance: i64,
     pub created_at: DateTime<Utc>,
+    pub email_verified: bool,
 }
 
 impl From<MemberRow> for Member {
@@ -40,11 +41,14 @@ impl From<MemberRow> for Member {
             email: r.email,
             account_id: r.account_id,
             created_at: r.created_at,
+            email_verified: r.email_verified,
         }
     }
 }
 
-const COLUMNS: &str = "id, email, password_hash, account_id, opening_balance, created_at";
+/// A [`MemberRow`]'s columns, for every statement that reads one.
+pub(crate) const COLUMNS: &str = "id, email, password_hash, account_id, opening_balance, \
+     created_at, email_verified_at IS NOT NULL AS email_verified";
 
 pub(crate) async fn by_email(pool: &PgPool, email: &Email) -> Result<Option<MemberRow>> {
     Ok(
@@ -76,9 +80,11 @@ pub(crate) async fn page(pool: &PgPool, limit: u32, after: Option<Uuid>) -> Resu
     Ok(rows.into_iter().map(Member::from).collect())
 }
 
-/// Inserts a member unless the email is taken (then `None`).
-async fn insert(pool: &PgPool, email: &Email, phc: &str) -> Result<Option<MemberRow>> {
-    Ok(sqlx::query_as(&format!(
+/// Inserts a member unless the email is taken (then `None`), with its
+/// `member.verification_requested` event in the same transaction.
+async fn insert(state: &AppState, email: &Email, phc: &str) -> Result<Option<MemberRow>> {
+    let mut tx = state.pool.begin().await?;
+    let row: Option<MemberRow> = sqlx::query_as(&format!(
         r#"INSERT INTO members (id, email, password_hash)
            VALUES ($1, $2, $3)
            ON CONFLICT ON CONSTRAINT members_email_unique DO NOTHING
@@ -87,13 +93,18 @@ async fn insert(pool: &PgPool, email: &Email, phc: &str) -> Result<Option<Member
     .bind(Uuid::now_v7())
     .bind(email.as_str())
     .bind(phc)
-    .fetch_optional(pool)
-    .await?)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(row) = &row {
+        verification::request(&mut tx, state, row).await?;
+    }
+    tx.commit().await?;
+    Ok(row)
 }
 
 /// `POST /v1/members`. The body's rules are checked first (no query), then the sign-up
 /// limits take their count before anything is looked up or hashed. The member row is
-/// committed first, then the account opened, then its id stored; if the account service
+/// committed first (with its `member.verification_requested` event), then the account opened, then its id stored; if the account service
 /// fails in between, the member exists with no account (`ACCOUNT_PENDING`) until a
 /// retry of this sign-up, a sign-in or the repair job completes it.
 pub(crate) async fn sign_up(
@@ -108,7 +119,7 @@ pub(crate) async fn sign_up(
         return complete_existing(state, existing, creds.password, address).await;
     }
     let phc = state.passwords.hash(creds.password.clone()).await?;
-    match insert(&state.pool, &email, &phc).await? {
+    match insert(state, &email, &phc).await? {
         Some(row) => {
             tracing::info!(member = %row.id, "member signed up");
             metrics::counter!("member_sign_ups_total").increment(1);

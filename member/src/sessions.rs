@@ -18,10 +18,14 @@ use crate::{
     AppState,
 };
 
-fn session(state: &AppState, member: Uuid, refresh_token: String) -> Session {
+/// A session whose access token says whether the member's email is verified, as it is
+/// now: a member who verifies later gets the claim at the next sign-in or refresh.
+fn session(state: &AppState, member: Uuid, email_verified: bool, refresh_token: String) -> Session {
     Session {
         member_id: member,
-        access_token: state.keys.mint(member, state.config.access_ttl),
+        access_token: state
+            .keys
+            .mint(member, email_verified, state.config.access_ttl),
         token_type: TOKEN_TYPE.to_owned(),
         expires_in: state.config.access_ttl.as_secs(),
         refresh_token,
@@ -29,9 +33,10 @@ fn session(state: &AppState, member: Uuid, refresh_token: String) -> Session {
     }
 }
 
-/// A new session (a new refresh-token family) for each member, in order, with one
-/// statement.
-pub(crate) async fn issue_many(state: &AppState, members: &[Uuid]) -> Result<Vec<Session>> {
+/// A new session (a new refresh-token family) for each member (with whether its email
+/// is verified), in order, with one statement.
+pub(crate) async fn issue_many(state: &AppState, members: &[(Uuid, bool)]) -> Result<Vec<Session>> {
+    let ids: Vec<Uuid> = members.iter().map(|(id, _)| *id).collect();
     let tokens: Vec<String> = members.iter().map(|_| new_refresh_token()).collect();
     let hashes: Vec<Vec<u8>> = tokens.iter().map(|t| refresh_hash(t)).collect();
     let families: Vec<Uuid> = members.iter().map(|_| Uuid::now_v7()).collect();
@@ -42,20 +47,20 @@ pub(crate) async fn issue_many(state: &AppState, members: &[Uuid]) -> Result<Vec
     )
     .bind(&hashes)
     .bind(&families)
-    .bind(members)
+    .bind(&ids)
     .bind(state.config.refresh_ttl.as_secs_f64())
     .execute(&state.pool)
     .await?;
     Ok(members
         .iter()
         .zip(tokens)
-        .map(|(m, t)| session(state, *m, t))
+        .map(|((m, verified), t)| session(state, *m, *verified, t))
         .collect())
 }
 
 /// A new session for one member.
-pub(crate) async fn issue(state: &AppState, member: Uuid) -> Result<Session> {
-    let mut sessions = issue_many(state, &[member]).await?;
+pub(crate) async fn issue(state: &AppState, member: Uuid, email_verified: bool) -> Result<Session> {
+    let mut sessions = issue_many(state, &[(member, email_verified)]).await?;
     sessions
         .pop()
         .ok_or_else(|| Error::Internal("no session issued".into()))
@@ -68,6 +73,7 @@ struct TokenRow {
     used: bool,
     revoked: bool,
     expired: bool,
+    email_verified: bool,
 }
 
 /// `POST /v1/sessions/refresh`: spends `token` and issues the next of its family.
@@ -77,12 +83,14 @@ pub(crate) async fn refresh(state: &AppState, token: &str) -> Result<Session> {
     // A second use of the same token waits here for the first to commit, then finds
     // the token used.
     let row: Option<TokenRow> = sqlx::query_as(
-        r#"SELECT family_id, member_id,
-                  used_at IS NOT NULL AS used,
-                  revoked_at IS NOT NULL AS revoked,
-                  expires_at <= now() AS expired
-           FROM refresh_tokens WHERE token_hash = $1
-           FOR UPDATE"#,
+        r#"SELECT t.family_id, t.member_id,
+                  t.used_at IS NOT NULL AS used,
+                  t.revoked_at IS NOT NULL AS revoked,
+                  t.expires_at <= now() AS expired,
+                  m.email_verified_at IS NOT NULL AS email_verified
+           FROM refresh_tokens t JOIN members m ON m.id = t.member_id
+           WHERE t.token_hash = $1
+           FOR UPDATE OF t"#,
     )
     .bind(&hash)
     .fetch_optional(&mut *tx)
@@ -123,7 +131,7 @@ pub(crate) async fn refresh(state: &AppState, token: &str) -> Result<Session> {
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(session(state, row.member_id, next))
+    Ok(session(state, row.member_id, row.email_verified, next))
 }
 
 /// `POST /v1/sessions/sign-out`: revokes the family of `token`, if it is one.
@@ -192,5 +200,5 @@ pub(crate) async fn sign_in(
         }
     }
     metrics::counter!("member_sign_ins_total", "outcome" => "ok").increment(1);
-    issue(state, member.id).await
+    issue(state, member.id, member.email_verified).await
 }

@@ -43,9 +43,11 @@ impl TokenKeys {
         }
     }
 
-    /// A buyer token for `member`, valid for `ttl`, naming the current key by `kid`.
-    pub fn mint(&self, member: Uuid, ttl: std::time::Duration) -> String {
-        self.minter.mint(&member.to_string(), ttl)
+    /// A buyer token for `member`, valid for `ttl`, naming the current key by `kid`,
+    /// saying whether the member's email is verified (`email_verified`).
+    pub fn mint(&self, member: Uuid, email_verified: bool, ttl: std::time::Duration) -> String {
+        self.minter
+            .mint_buyer(&member.to_string(), email_verified, ttl)
     }
 
     /// The current key's id.
@@ -98,8 +100,8 @@ mod tests {
         let before = TokenKeys::new(&SigningKeys::new(vec![old.clone()]));
         let after = TokenKeys::new(&SigningKeys::new(vec![new.clone(), old]));
         let member = Uuid::now_v7();
-        let old_token = before.mint(member, Duration::from_secs(60));
-        let new_token = after.mint(member, Duration::from_secs(60));
+        let old_token = before.mint(member, false, Duration::from_secs(60));
+        let new_token = after.mint(member, true, Duration::from_secs(60));
         assert_eq!(after.verify(&old_token), Some(member));
         assert_eq!(after.verify(&new_token), Some(member));
         assert_eq!(before.verify(&new_token), None, "not a key it knows");

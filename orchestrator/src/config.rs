@@ -23,6 +23,9 @@ pub struct Config {
     pub account_url: String,
     /// `ORDER_URL`: the order service.
     pub order_url: String,
+    /// `MEMBER_URL`: the member service, whose events the webhook platform pulls
+    /// (default `http://127.0.0.1:8081`). `None` (tests' [`Config::local`]): not pulled.
+    pub member_url: Option<String>,
     /// `GATE_URL`: the gate, read only by the operator console for its quota view;
     /// unset, the console says "not configured".
     pub gate_url: Option<String>,
@@ -76,6 +79,7 @@ pub struct Config {
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8083";
 pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 pub const DEFAULT_ORDER_URL: &str = "http://127.0.0.1:8084";
+pub const DEFAULT_MEMBER_URL: &str = "http://127.0.0.1:8081";
 /// Default of `DOWNSTREAM_BATCHES` and `WRITE_FLUSHES`: one at a time, so everything
 /// that arrives meanwhile rides in the next (larger batches, fewer requests and
 /// commits; measured in docs/benchmark.md).
@@ -103,6 +107,7 @@ impl Config {
             process,
             account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
             order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
+            member_url: Some(config::string("MEMBER_URL", DEFAULT_MEMBER_URL)),
             gate_url: std::env::var("GATE_URL")
                 .ok()
                 .filter(|u| !u.trim().is_empty()),
@@ -146,6 +151,7 @@ impl Config {
             process: Process::local(DEFAULT_LISTEN_ADDR),
             account_url: account_url.into(),
             order_url: order_url.into(),
+            member_url: None,
             gate_url: None,
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),

@@ -36,7 +36,7 @@ use paysaga_common::{
     server, service,
 };
 use paysaga_console::{ConsoleConfig, ConsoleState};
-use paysaga_contracts::{AccountClient, OrderClient};
+use paysaga_contracts::{AccountClient, MemberClient, OrderClient};
 use paysaga_webhooks::Webhooks;
 use sqlx::{migrate::Migrator, PgPool};
 use tokio::net::TcpListener;
@@ -213,6 +213,13 @@ pub async fn run_with_hooks(
                 &config.service_credential,
                 config.downstream_timeout,
             ),
+            member: config.member_url.as_ref().map(|url| {
+                MemberClient::new(
+                    url.clone(),
+                    &config.service_credential,
+                    config.downstream_timeout,
+                )
+            }),
             config: config.webhooks.clone(),
             instance: state.engine.instance,
             alive: state.engine.alive.clone(),

@@ -13,7 +13,6 @@ pub mod claim;
 pub mod config;
 pub(crate) mod error;
 pub mod funds;
-pub mod outbox;
 pub mod promises;
 pub mod releases;
 pub mod reservations;
@@ -35,6 +34,7 @@ use axum::{
 };
 use paysaga_common::{
     auth::{Audience, Verifier},
+    outbox::{self, Outbox},
     pass::PassVerifier,
     server, service,
 };
@@ -134,8 +134,8 @@ impl AppState {
         routes::waitlist::me,
         routes::waitlist::leave,
         routes::waitlist::take,
-        routes::events::list,
-        routes::events::ack,
+        paysaga_common::outbox::list,
+        paysaga_common::outbox::ack_events,
     ),
     components(schemas(
         api::CreateProduct,
@@ -173,7 +173,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 pub fn app(state: AppState) -> Router {
-    use routes::{batch, events, products, reservations, waitlist};
+    use routes::{batch, products, reservations, waitlist};
     let api = Router::new()
         .route("/v1/products", post(products::create).get(products::list))
         .route("/v1/products/{id}", get(products::get))
@@ -201,9 +201,12 @@ pub fn app(state: AppState) -> Router {
             "/v1/batch",
             post(batch::batch).layer(DefaultBodyLimit::max(batch::BODY_LIMIT)),
         )
-        .route("/v1/events", get(events::list))
-        .route("/v1/events/ack", post(events::ack))
         .route("/readyz", get(readyz))
+        .merge(outbox::routes(Outbox {
+            pool: state.pool.clone(),
+            verifier: state.verifier.clone(),
+            relayed_metric: "order_outbox_relayed_total",
+        }))
         .with_state(state);
     server::finish(api, ApiDoc::openapi())
 }

@@ -29,15 +29,41 @@ struct ProductRow {
     sold: i64,
     waiting: i64,
     reservation_ttl_secs: Option<i32>,
-    accounts_created_before: Option<DateTime<Utc>>,
+    #[sqlx(flatten)]
+    rules: RuleColumns,
 }
 
-/// A product's eligibility rules from its columns.
-fn rules(accounts_created_before: Option<DateTime<Utc>>) -> Vec<EligibilityRule> {
-    accounts_created_before
-        .map(|at| EligibilityRule::AccountCreatedBefore { at })
-        .into_iter()
-        .collect()
+/// A product's eligibility rules as stored: one column per rule kind.
+#[derive(Debug, Default, sqlx::FromRow)]
+struct RuleColumns {
+    accounts_created_before: Option<DateTime<Utc>>,
+    email_verified_required: bool,
+}
+
+impl RuleColumns {
+    /// Each rule in its column (one of each kind: `check_rules`).
+    fn of(rules: &[EligibilityRule]) -> Self {
+        let mut columns = Self::default();
+        for rule in rules {
+            match rule {
+                EligibilityRule::AccountCreatedBefore { at } => {
+                    columns.accounts_created_before = Some(*at)
+                }
+                EligibilityRule::EmailVerified => columns.email_verified_required = true,
+            }
+        }
+        columns
+    }
+
+    fn rules(&self) -> Vec<EligibilityRule> {
+        let at = self
+            .accounts_created_before
+            .map(|at| EligibilityRule::AccountCreatedBefore { at });
+        let email = self
+            .email_verified_required
+            .then_some(EligibilityRule::EmailVerified);
+        at.into_iter().chain(email).collect()
+    }
 }
 
 impl From<ProductRow> for Product {
@@ -53,7 +79,7 @@ impl From<ProductRow> for Product {
             sold: r.sold,
             waiting: r.waiting,
             reservation_ttl_secs: r.reservation_ttl_secs.and_then(|t| u32::try_from(t).ok()),
-            eligibility: rules(r.accounts_created_before),
+            eligibility: r.rules.rules(),
             created_at: r.created_at,
         }
     }
@@ -92,25 +118,21 @@ pub struct NewProduct<'a> {
 #[tracing::instrument(skip_all, fields(units = new.units))]
 pub async fn create_product(pool: &PgPool, new: &NewProduct<'_>) -> Result<Product> {
     let (name, price, units) = (new.name, new.price, new.units);
-    // Each rule kind has its column (one of each kind: `check_rules`).
-    let mut accounts_created_before = None;
-    for rule in new.eligibility {
-        match rule {
-            EligibilityRule::AccountCreatedBefore { at } => accounts_created_before = Some(*at),
-        }
-    }
+    let rules = RuleColumns::of(new.eligibility);
     let mut tx = pool.begin().await?;
     let id: i64 = sqlx::query_scalar(
         r#"
-        INSERT INTO products (name, price, reservation_ttl_secs, accounts_created_before)
-        VALUES ($1, $2, $3, $4)
+        INSERT INTO products (name, price, reservation_ttl_secs, accounts_created_before,
+                              email_verified_required)
+        VALUES ($1, $2, $3, $4, $5)
         RETURNING id
         "#,
     )
     .bind(name)
     .bind(price)
     .bind(new.reservation_ttl_secs.and_then(|t| i32::try_from(t).ok()))
-    .bind(accounts_created_before)
+    .bind(rules.accounts_created_before)
+    .bind(rules.email_verified_required)
     .fetch_one(&mut *tx)
     .await?;
     insert_units(&mut tx, id, units).await?;
@@ -122,12 +144,13 @@ pub async fn create_product(pool: &PgPool, new: &NewProduct<'_>) -> Result<Produ
 
 /// A product's eligibility rules; `None` for an unknown product.
 pub async fn eligibility(pool: &PgPool, product_id: i64) -> Result<Option<Vec<EligibilityRule>>> {
-    let row: Option<Option<DateTime<Utc>>> =
-        sqlx::query_scalar(r#"SELECT accounts_created_before FROM products WHERE id = $1"#)
-            .bind(product_id)
-            .fetch_optional(pool)
-            .await?;
-    Ok(row.map(rules))
+    let row: Option<RuleColumns> = sqlx::query_as(
+        r#"SELECT accounts_created_before, email_verified_required FROM products WHERE id = $1"#,
+    )
+    .bind(product_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|r| r.rules()))
 }
 
 /// Adds `count` AVAILABLE units; `None` when the product does not exist.
@@ -157,7 +180,7 @@ macro_rules! with_counts {
         concat!(
             r#"
         SELECT p.id, p.name, p.price, p.created_at, p.reservation_ttl_secs,
-               p.accounts_created_before,
+               p.accounts_created_before, p.email_verified_required,
                COUNT(s.id) AS units_total,
                COUNT(s.id) FILTER (WHERE s.state = 'AVAILABLE') AS available,
                COUNT(s.id) FILTER (WHERE s.state = 'RESERVED') AS reserved,

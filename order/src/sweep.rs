@@ -48,7 +48,7 @@ pub async fn start(
                 tracing::warn!(error = %e, "expiry sweep failed; the next run retries");
             }
             // The outbox gauge rides on this job: one indexed read per run.
-            match crate::outbox::lag_seconds(&pool).await {
+            match paysaga_common::outbox::lag_seconds(&pool).await {
                 Ok(lag) => metrics::gauge!("order_outbox_lag_seconds").set(lag),
                 Err(e) => tracing::debug!(error = %e, "outbox lag unavailable"),
             }

@@ -1,6 +1,6 @@
 //! The webhook platform (docs/events.md): the event log (payment events written by a
-//! trigger in the payment's own transaction, order events pulled from the order
-//! service's outbox), endpoints, the delivery worker every instance runs, and the
+//! trigger in the payment's own transaction, order and member events pulled from those
+//! services' outboxes), endpoints, the delivery worker every instance runs, and the
 //! operators' webhook API. Its tables live in the schema of the service that hosts it
 //! (the orchestrator's `payment_service`); it is given that schema's pool.
 
@@ -20,7 +20,7 @@ use std::sync::{atomic::AtomicBool, Arc};
 
 use openapi::Catalogue;
 use paysaga_common::jobs::Jobs;
-use paysaga_contracts::{orchestrator::api, OrderClient};
+use paysaga_contracts::{orchestrator::api, MemberClient, OrderClient};
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use utoipa::OpenApi;
@@ -78,6 +78,8 @@ pub struct Background {
     pub pool: PgPool,
     /// The order service, whose outbox is pulled.
     pub order: OrderClient,
+    /// The member service, whose outbox is pulled (`None`: its events are not taken in).
+    pub member: Option<MemberClient>,
     pub config: WebhookConfig,
     /// The lease owner this instance writes on the deliveries it claims.
     pub instance: Uuid,
@@ -86,11 +88,19 @@ pub struct Background {
     pub alive: Arc<AtomicBool>,
 }
 
-/// Starts the instance's webhook work: the ingest of the order service's events and the
-/// purge of old ones on `jobs`, and the delivery worker in a task of its own (abort it
+/// Starts the instance's webhook work: the ingest of the order and member services'
+/// events and the purge of old ones on `jobs`, and the delivery worker in a task of its own (abort it
 /// to stop; a delivery cut off is sent again after its lease).
 pub async fn start(jobs: &Jobs, b: Background) -> anyhow::Result<JoinHandle<()>> {
-    ingest::schedule(jobs, b.pool.clone(), b.order, &b.config, b.alive.clone()).await?;
+    let mut sources = vec![ingest::Puller {
+        source: ingest::Source::Order,
+        outbox: b.order.events(),
+    }];
+    sources.extend(b.member.map(|m| ingest::Puller {
+        source: ingest::Source::Member,
+        outbox: m.events(),
+    }));
+    ingest::schedule(jobs, b.pool.clone(), sources, &b.config, b.alive.clone()).await?;
     purge::schedule(jobs, b.pool.clone(), &b.config, b.alive.clone()).await?;
     Ok(worker::spawn(worker::Worker {
         http: worker::http_client(b.config.timeout),

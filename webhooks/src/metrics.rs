@@ -21,7 +21,8 @@ pub fn census(c: &crate::store::Census) {
     metrics::gauge!("paysaga_webhook_pending_deliveries").set(c.pending as f64);
 }
 
-/// Events taken in from the order service's outbox (new ones only).
-pub fn ingested(n: u64) {
-    metrics::counter!("paysaga_events_ingested_total").increment(n);
+/// Events taken in from a service's outbox (new ones only), by `source` (`order`,
+/// `member`).
+pub fn ingested(source: crate::ingest::Source, n: u64) {
+    metrics::counter!("paysaga_events_ingested_total", "source" => source.as_str()).increment(n);
 }

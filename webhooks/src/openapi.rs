@@ -7,9 +7,9 @@
 //! `PaymentCompletedEvent`, ...), which tools that skip `webhooks` still show.
 
 use paysaga_contracts::events::{
-    self, types, EventEnvelope, EventType, PaymentCompleted, PaymentFailed, PaymentRefunded,
-    ReservationExpired, WaitlistOfferExpired, WaitlistOfferMade, EVENT_ID_HEADER,
-    EVENT_TYPE_HEADER, SIGNATURE_HEADER,
+    self, types, EventEnvelope, EventType, MemberVerificationRequested, PaymentCompleted,
+    PaymentFailed, PaymentRefunded, ReservationExpired, WaitlistOfferExpired, WaitlistOfferMade,
+    EVENT_ID_HEADER, EVENT_TYPE_HEADER, SIGNATURE_HEADER,
 };
 use utoipa::{
     openapi::{
@@ -30,6 +30,7 @@ fn catalogue() -> Vec<(&'static str, String, &'static str)> {
         entry::<ReservationExpired>(types::RESERVATION_EXPIRED, "A reservation ran out before it was paid (from the order service)."),
         entry::<WaitlistOfferMade>(types::WAITLIST_OFFER_MADE, "A returned unit was offered to the head of a product's waitlist (from the order service)."),
         entry::<WaitlistOfferExpired>(types::WAITLIST_OFFER_EXPIRED, "An offer ran out before the member took it (from the order service)."),
+        entry::<MemberVerificationRequested>(types::MEMBER_VERIFICATION_REQUESTED, "A member signed up: email them the token, which verifies their address (from the member service)."),
     ]
 }
 
@@ -53,6 +54,10 @@ impl Modify for Catalogue {
             (ReservationExpired::name(), ReservationExpired::schema()),
             (WaitlistOfferMade::name(), WaitlistOfferMade::schema()),
             (WaitlistOfferExpired::name(), WaitlistOfferExpired::schema()),
+            (
+                MemberVerificationRequested::name(),
+                MemberVerificationRequested::schema(),
+            ),
             (EventEnvelope::name(), EventEnvelope::schema()),
             (EventType::name(), EventType::schema()),
         ] {

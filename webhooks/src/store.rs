@@ -10,7 +10,7 @@ use paysaga_contracts::orchestrator::api::{WebhookDelivery, WebhookEndpoint};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::error::Result;
+use crate::{error::Result, ingest::Source};
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -477,7 +477,7 @@ pub async fn census(pool: &PgPool) -> Result<Census> {
     })
 }
 
-/// An event pulled from the order service's outbox.
+/// An event pulled from a service's outbox.
 #[derive(Debug, Clone)]
 pub struct Incoming {
     pub id: Uuid,
@@ -487,17 +487,17 @@ pub struct Incoming {
     pub occurred_at: DateTime<Utc>,
 }
 
-/// Inserts the order service's events in the order given (their seq follows it), each
+/// Inserts events pulled from `source` in the order given (their seq follows it), each
 /// once: an id already here (pulled before, or by another instance) is skipped.
 /// Returns how many were new.
-pub async fn ingest(pool: &PgPool, events: &[Incoming]) -> Result<u64> {
+pub async fn ingest(pool: &PgPool, source: Source, events: &[Incoming]) -> Result<u64> {
     if events.is_empty() {
         return Ok(0);
     }
     let inserted = sqlx::query(
         r#"
         INSERT INTO events (id, type, subject, data, occurred_at, source)
-        SELECT e.id, e.type, e.subject, e.data, e.occurred_at, 'order'
+        SELECT e.id, e.type, e.subject, e.data, e.occurred_at, $6
         FROM UNNEST($1::UUID[], $2::TEXT[], $3::TEXT[], $4::JSONB[], $5::TIMESTAMPTZ[])
              WITH ORDINALITY AS e(id, type, subject, data, occurred_at, n)
         ORDER BY e.n
@@ -509,6 +509,7 @@ pub async fn ingest(pool: &PgPool, events: &[Incoming]) -> Result<u64> {
     .bind(column(events, |e| e.subject.as_str()))
     .bind(column(events, |e| e.data.clone()))
     .bind(column(events, |e| e.occurred_at))
+    .bind(source.as_str())
     .execute(pool)
     .await?;
     Ok(inserted.rows_affected())

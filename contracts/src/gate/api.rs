@@ -50,4 +50,7 @@ pub mod codes {
     /// The product admits only accounts created before a time (its eligibility rule),
     /// and this member's was made later: no pass, no quota spent (403).
     pub const ACCOUNT_TOO_NEW: &str = crate::eligibility::codes::ACCOUNT_TOO_NEW;
+    /// The product admits only members whose email is verified (its eligibility rule),
+    /// and this member's token says it is not: no pass, no quota spent (403).
+    pub const EMAIL_NOT_VERIFIED: &str = crate::eligibility::codes::EMAIL_NOT_VERIFIED;
 }

@@ -48,6 +48,15 @@ pub mod codes {
     /// The account service could not be reached or gave no definite answer; nothing is
     /// known to have happened. Retrying with the same operation key is safe.
     pub const ACCOUNT_UNAVAILABLE: &str = "ACCOUNT_UNAVAILABLE";
+    /// An email-verification token past its expiry: nothing was changed. Sign-up's
+    /// `member.verification_requested` event carried it; a member with none valid left
+    /// has no way to verify yet.
+    pub const TOKEN_EXPIRED: &str = "TOKEN_EXPIRED";
+    /// Not an email-verification token this service signed (garbled, forged, another
+    /// kind of token, or for a member or email that does not exist): nothing was changed.
+    pub const INVALID_TOKEN: &str = "INVALID_TOKEN";
+    /// `POST /v1/events/ack` named no event id, or more than 1,000.
+    pub const INVALID_EVENT_IDS: &str = crate::outbox::INVALID_EVENT_IDS;
 }
 
 /// The most members one bulk sign-up may carry.
@@ -96,7 +105,35 @@ pub struct Member {
     pub email: String,
     pub account_id: Option<i64>,
     pub created_at: DateTime<Utc>,
+    /// Whether the member proved the email is theirs (`POST /v1/members/verification`);
+    /// the member's buyer tokens carry it as `email_verified`.
+    #[serde(default)]
+    pub email_verified: bool,
 }
+
+/// `POST /v1/members/verification`: the token of a `member.verification_requested`
+/// event.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyEmail {
+    #[schema(max_length = 4096)]
+    pub token: String,
+}
+
+impl std::fmt::Debug for VerifyEmail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VerifyEmail { token: <redacted> }")
+    }
+}
+
+/// The event types the member service writes to its outbox (`OutboxEvent::kind`).
+pub mod events {
+    /// A member signed up; the merchant sends the email with the token. Subject: the
+    /// member id. Data: [`super::MemberVerificationRequested`].
+    pub const VERIFICATION_REQUESTED: &str = crate::events::types::MEMBER_VERIFICATION_REQUESTED;
+}
+
+pub use crate::events::MemberVerificationRequested;
 
 /// A signed-in session: a short-lived buyer token and a refresh token that rotates on
 /// every use. Lifetimes in seconds.

@@ -11,9 +11,9 @@ use uuid::Uuid;
 
 use super::api::{
     BulkSignUpRequest, BulkSignUpResponse, Credentials, ListMembers, Member, MemberPage,
-    RefreshTokenRequest, Session, TopUpRequest,
+    RefreshTokenRequest, Session, TopUpRequest, VerifyEmail,
 };
-use crate::account::api::Transaction;
+use crate::{account::api::Transaction, outbox::OutboxClient};
 
 /// Calls the member service. The service-only methods (`get_member`, `list_members`,
 /// `top_up`, `bulk_sign_up`) carry the client's service credential; the buyer-facing
@@ -150,6 +150,21 @@ impl MemberClient {
         req: &BulkSignUpRequest,
     ) -> Result<Answer<BulkSignUpResponse>, CallError> {
         self.inner.post("/v1/members/bulk", req).await
+    }
+
+    /// `POST /v1/members/verification` (no credential: the token is one) -> 200 the
+    /// member, its email verified (again 200 for a token used before). 422
+    /// `TOKEN_EXPIRED` or `INVALID_TOKEN`: nothing changed.
+    pub async fn verify_email(&self, token: &str) -> Result<Answer<Member>, CallError> {
+        let req = VerifyEmail {
+            token: token.to_owned(),
+        };
+        self.inner.post("/v1/members/verification", &req).await
+    }
+
+    /// The member service's outbox (service: orchestrator).
+    pub fn events(&self) -> OutboxClient {
+        OutboxClient::of(&self.inner)
     }
 
     /// `GET /.well-known/jwks.json`: the keys buyer tokens are signed with.

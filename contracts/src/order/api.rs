@@ -229,10 +229,13 @@ pub enum ErrorCode {
     /// The product admits only accounts created before a time, and the member's was
     /// made later (joining its waitlist).
     AccountTooNew,
+    /// The product admits only members whose email is verified, and the member's token
+    /// says it is not (joining its waitlist).
+    EmailNotVerified,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 30] = [
+    pub const ALL: [ErrorCode; 31] = [
         ErrorCode::SoldOut,
         ErrorCode::MemberLimitReached,
         ErrorCode::PassMalformed,
@@ -263,6 +266,7 @@ impl ErrorCode {
         ErrorCode::InvalidReservationTtl,
         ErrorCode::InvalidEligibility,
         ErrorCode::AccountTooNew,
+        ErrorCode::EmailNotVerified,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -291,12 +295,13 @@ impl ErrorCode {
             ErrorCode::OfferNotFound => "OFFER_NOT_FOUND",
             ErrorCode::OfferExpired => "OFFER_EXPIRED",
             ErrorCode::OfferReleased => "OFFER_RELEASED",
-            ErrorCode::InvalidEventIds => "INVALID_EVENT_IDS",
+            ErrorCode::InvalidEventIds => paysaga_common::outbox::INVALID_EVENT_IDS,
             ErrorCode::InsufficientFunds => "INSUFFICIENT_FUNDS",
             ErrorCode::NoAccount => "NO_ACCOUNT",
             ErrorCode::InvalidReservationTtl => "INVALID_RESERVATION_TTL",
             ErrorCode::InvalidEligibility => eligibility::codes::INVALID_ELIGIBILITY,
             ErrorCode::AccountTooNew => eligibility::codes::ACCOUNT_TOO_NEW,
+            ErrorCode::EmailNotVerified => eligibility::codes::EMAIL_NOT_VERIFIED,
         }
     }
 
@@ -347,6 +352,7 @@ pub mod codes {
     pub const INVALID_RESERVATION_TTL: &str = ErrorCode::InvalidReservationTtl.as_str();
     pub const INVALID_ELIGIBILITY: &str = ErrorCode::InvalidEligibility.as_str();
     pub const ACCOUNT_TOO_NEW: &str = ErrorCode::AccountTooNew.as_str();
+    pub const EMAIL_NOT_VERIFIED: &str = ErrorCode::EmailNotVerified.as_str();
 }
 
 /// The operation key of the hold that sets a reservation's price aside on the buyer's
@@ -553,58 +559,10 @@ pub mod events {
     pub const OFFER_EXPIRED: &str = "waitlist.offer_expired";
 }
 
-/// One event of the order service's transactional outbox, written in the same
-/// transaction as the change it tells of.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct OutboxEvent {
-    /// Stable (a UUIDv7 assigned when the event was written): a consumer deduplicates on it.
-    pub id: Uuid,
-    /// One of [`events`]: `reservation.expired`, `waitlist.offer_made`,
-    /// `waitlist.offer_expired`.
-    #[serde(rename = "type")]
-    #[schema(example = "reservation.expired")]
-    pub kind: String,
-    /// The ordering key: the reservation id for `reservation.*`, the offer id for
-    /// `waitlist.*`.
-    pub subject: String,
-    pub occurred_at: DateTime<Utc>,
-    /// The payload; ids are strings, timestamps RFC 3339 (see [`ReservationExpired`],
-    /// [`OfferMade`], [`OfferExpired`]).
-    #[schema(value_type = Object)]
-    pub data: serde_json::Value,
-}
-
-/// `GET /v1/events?limit=N`: events not yet relayed, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct OutboxPage {
-    pub events: Vec<OutboxEvent>,
-}
-
-/// The query of `GET /v1/events`.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams,
-)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct OutboxQuery {
-    /// 1 to 1,000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    pub limit: Option<i64>,
-}
-
-/// `POST /v1/events/ack`: these events have been taken; they are not served again.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AckEvents {
-    /// 1 to 1,000 event ids; ids already acknowledged or unknown are ignored.
-    #[schema(min_items = 1, max_items = 1000)]
-    pub ids: Vec<Uuid>,
-}
-
-/// Most events one `GET /v1/events` returns and one ack names.
-pub const MAX_OUTBOX_PAGE: i64 = 1_000;
-/// `GET /v1/events` without `limit`.
-pub const DEFAULT_OUTBOX_PAGE: i64 = 100;
+/// The outbox's wire types, the same for every service that serves one.
+pub use paysaga_common::outbox::{
+    AckEvents, OutboxEvent, OutboxPage, OutboxQuery, DEFAULT_OUTBOX_PAGE, MAX_OUTBOX_PAGE,
+};
 
 /// `data` of `reservation.expired`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -1,13 +1,11 @@
 //! The typed client other services (and tests, and the benchmark) use to call the
 //! order service; it shares its wire types with the server.
 
-use std::time::Instant;
-
 use paysaga_common::client::{Answer, CallError, ServiceClient};
 use reqwest::Method;
 use uuid::Uuid;
 
-use crate::batch::Replies;
+use crate::{batch::Replies, outbox::OutboxClient};
 
 use super::api::{
     AckEvents, AddUnits, Availability, CreateProduct, CreateReservation, OrderBatch, OutboxPage,
@@ -184,44 +182,18 @@ impl OrderClient {
             .await
     }
 
-    /// `GET /v1/events?limit=N` (service: orchestrator): up to `limit` (1 to 1,000)
-    /// events not yet acknowledged, oldest first.
+    /// The order service's outbox (service: orchestrator).
+    pub fn events(&self) -> OutboxClient {
+        OutboxClient::of(&self.inner)
+    }
+
+    /// `GET /v1/events?limit=N` (service: orchestrator): see [`OutboxClient::pending`].
     pub async fn outbox(&self, limit: u32) -> Result<Answer<OutboxPage>, CallError> {
-        self.inner.get(&format!("/v1/events?limit={limit}")).await
+        self.events().pending(limit).await
     }
 
-    /// `POST /v1/events/ack` (service: orchestrator) -> 204: the named events (1 to
-    /// 1,000) are not served again; ids already acknowledged or unknown are ignored.
+    /// `POST /v1/events/ack` (service: orchestrator) -> 204: see [`OutboxClient::ack`].
     pub async fn ack_outbox(&self, req: &AckEvents) -> Result<Answer<()>, CallError> {
-        let start = Instant::now();
-        let answer = self
-            .inner
-            .call(Method::POST, "/v1/events/ack", Some(req))
-            .await;
-        no_content(answer, start)
-    }
-}
-
-/// A call answered 204: the transport decodes every success body as JSON, and an empty
-/// body is not JSON, so it reports a success it could not read; that is the expected
-/// answer here.
-fn no_content(
-    answer: Result<Answer<serde_json::Value>, CallError>,
-    start: Instant,
-) -> Result<Answer<()>, CallError> {
-    match answer {
-        Ok(a) => Ok(Answer {
-            status: a.status,
-            body: (),
-            latency: a.latency,
-        }),
-        Err(CallError::Unknown {
-            status: Some(204), ..
-        }) => Ok(Answer {
-            status: 204,
-            body: (),
-            latency: start.elapsed(),
-        }),
-        Err(e) => Err(e),
+        self.events().ack(req).await
     }
 }

@@ -1,5 +1,6 @@
 //! The member service's integration tests, one test binary: sign-up and its limits,
-//! sign-in and its throttling, client addresses, sessions, keys and top-ups.
+//! sign-in and its throttling, client addresses, sessions, keys, top-ups and email
+//! verification.
 
 mod support;
 
@@ -11,3 +12,4 @@ mod signin;
 mod signup;
 mod signup_limits;
 mod topups;
+mod verification;

@@ -1,7 +1,6 @@
 //! HTTP handlers, one module per resource.
 
 pub mod batch;
-pub mod events;
 pub mod products;
 pub mod reservations;
 pub mod waitlist;

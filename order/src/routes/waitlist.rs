@@ -2,7 +2,7 @@
 
 use axum::{extract::State, http::StatusCode};
 use paysaga_common::{
-    auth::Buyer,
+    auth::{Buyer, BuyerIdentity},
     extract::{Json, Path},
     ErrorBody,
 };
@@ -34,12 +34,12 @@ fn known_id(id: i64) -> Result<i64> {
         (status = 201, body = WaitlistEntry, description = "in line: `WAITING` with its position"),
         (status = 200, body = WaitlistEntry, description = "already in line: the member's live entry, unchanged"),
         (status = 409, body = ErrorBody, description = "NOT_SOLD_OUT (units on sale: reserve one), NOTHING_TO_WAIT_FOR (no unit is held by a reservation or an offer), MEMBER_LIMIT_REACHED (the member holds or bought PURCHASE_CAP units)"),
-        (status = 403, body = ErrorBody, description = "ACCOUNT_TOO_NEW: the product admits only accounts created before a time (its eligibility rule)"),
+        (status = 403, body = ErrorBody, description = "ACCOUNT_TOO_NEW: the product admits only accounts created before a time; EMAIL_NOT_VERIFIED: only members whose email is verified (its eligibility rules)"),
         (status = 404, body = ErrorBody, description = "PRODUCT_NOT_FOUND")))]
-#[tracing::instrument(skip_all, fields(member = %member, product_id = id))]
+#[tracing::instrument(skip_all, fields(member = %buyer.member, product_id = id))]
 pub async fn join(
     State(state): State<AppState>,
-    Buyer(member): Buyer,
+    buyer: BuyerIdentity,
     Path(id): Path<i64>,
 ) -> Result<(StatusCode, Json<WaitlistEntry>)> {
     let id = known_id(id)?;
@@ -48,7 +48,8 @@ pub async fn join(
     let rules = stock::eligibility(&state.pool, id)
         .await?
         .ok_or(Error::ProductNotFound(id))?;
-    eligibility::judge(&rules, &MemberFacts::from_id(&member))?;
+    eligibility::judge(&rules, &MemberFacts::of(&buyer))?;
+    let member = buyer.member;
     let joined = super::detached(async move {
         waitlist::join(
             &state.pool,

@@ -2,9 +2,10 @@
 //! created, and judged before a member joins its waitlist (the gate judges passes).
 
 use chrono::{Duration, Utc};
+use paysaga_common::testkit::verified_buyer_token;
 use paysaga_contracts::{
     eligibility::{codes, EligibilityRule},
-    order::api::CreateProduct,
+    order::{api::CreateProduct, client::OrderClient},
 };
 use uuid::{NoContext, Timestamp, Uuid};
 
@@ -102,5 +103,69 @@ async fn accounts_made_after_the_announcement_cannot_join_the_waitlist() {
         (e.status(), e.code()),
         (Some(422), Some(codes::INVALID_ELIGIBILITY))
     );
+    h.stop_consistent().await;
+}
+
+#[tokio::test]
+async fn members_whose_email_is_not_verified_cannot_join_the_waitlist() {
+    let h = Harness::start().await;
+    let rules = vec![EligibilityRule::EmailVerified];
+    let created = h
+        .operator()
+        .create_product(&product(rules.clone()))
+        .await
+        .expect("created")
+        .body;
+    assert_eq!(created.eligibility, rules);
+    let required: bool = sqlx::query_scalar(
+        "SELECT email_verified_required FROM order_service.products WHERE id = $1",
+    )
+    .bind(created.id)
+    .fetch_one(&h.admin)
+    .await
+    .expect("product row");
+    assert!(required);
+
+    // A token without the claim: refused by the rule.
+    let member = member_signed_up(Utc::now());
+    let e = h
+        .buyer(&member)
+        .join_waitlist(created.id)
+        .await
+        .expect_err("ineligible");
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(403), Some(codes::EMAIL_NOT_VERIFIED))
+    );
+    // Verified: past the rule, to the waitlist's own answer (units on sale).
+    let verified = OrderClient::with_http(h.http().clone(), &h.base, verified_buyer_token(&member));
+    let e = verified
+        .join_waitlist(created.id)
+        .await
+        .expect_err("units on sale");
+    assert_eq!(e.code(), Some("NOT_SOLD_OUT"));
+    assert_eq!(
+        count_by(
+            &h.admin,
+            "SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1",
+            created.id
+        )
+        .await,
+        0
+    );
+
+    // Both kinds at once are one of each: accepted, listed in order.
+    let both = vec![
+        EligibilityRule::AccountCreatedBefore { at: Utc::now() },
+        EligibilityRule::EmailVerified,
+    ];
+    let listed = h
+        .operator()
+        .create_product(&product(both.clone()))
+        .await
+        .expect("created")
+        .body;
+    assert_eq!(listed.eligibility.len(), 2);
+    assert_eq!(listed.eligibility[1], EligibilityRule::EmailVerified);
     h.stop_consistent().await;
 }

@@ -63,13 +63,16 @@ async fn expiries_write_events_served_until_acknowledged() {
     .execute(&h.admin)
     .await
     .unwrap();
-    let lag = order::outbox::lag_seconds(&pool).await.unwrap();
+    let lag = paysaga_common::outbox::lag_seconds(&pool).await.unwrap();
     assert!(lag >= 3600.0, "{lag}");
     let ack = AckEvents {
         ids: vec![rest[0].id],
     };
     assert_eq!(orch.ack_outbox(&ack).await.unwrap().status, 204);
-    assert_eq!(order::outbox::lag_seconds(&pool).await.unwrap(), 0.0);
+    assert_eq!(
+        paysaga_common::outbox::lag_seconds(&pool).await.unwrap(),
+        0.0
+    );
 
     // Bad limits and id lists are 4xx; only the orchestrator may call.
     for limit in [0, 1001] {

@@ -57,7 +57,7 @@ const MINTED: &[(ServiceRole, &[Audience])] = &[
     (ServiceRole::Gate, &[Audience::Order]),
     (
         ServiceRole::Orchestrator,
-        &[Audience::Account, Audience::Order],
+        &[Audience::Account, Audience::Order, Audience::Member],
     ),
     (ServiceRole::Member, &[Audience::Account]),
     (ServiceRole::Order, &[Audience::Account]),
@@ -84,6 +84,7 @@ const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
     (ServiceKind::Orchestrator, "post", "/v1/payments"),
     (ServiceKind::Gate, "post", "/v1/passes"),
     (ServiceKind::Member, "post", "/v1/members"),
+    (ServiceKind::Member, "post", "/v1/members/verification"),
     (ServiceKind::Member, "get", "/v1/members/me"),
     (ServiceKind::Member, "post", "/v1/sessions"),
     (ServiceKind::Member, "post", "/v1/sessions/refresh"),
@@ -628,6 +629,22 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             ),
             OPERATOR,
         ),
+        route(
+            M,
+            Method::GET,
+            "/v1/events",
+            "/v1/events?limit=10".into(),
+            None,
+            ORCH,
+        ),
+        route(
+            M,
+            Method::POST,
+            "/v1/events/ack",
+            "/v1/events/ack".into(),
+            Some(json!({"ids": ["0190a5b2-0000-7000-8000-000000000000"]})),
+            ORCH,
+        ),
     ];
 
     // `/metrics` is on each service's own metrics listener, never on the API's.
@@ -808,7 +825,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             [
                 ("Account", (58, 10, 22, 42)),
                 ("Gate", (5, 1, 2, 0)),
-                ("Member", (24, 4, 8, 0)),
+                ("Member", (36, 6, 12, 14)),
                 ("Orchestrator", (66, 10, 22, 0)),
                 ("Order", (74, 10, 26, 42)),
             ]
@@ -816,7 +833,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 426);
+    assert_eq!(refusals.len(), 458);
     // Every minted credential at every route of every service it was not made for: a
     // verifier that ignored the audience would admit most of them (the operator's opens
     // nearly every route of the service it is for).
@@ -830,8 +847,8 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
                 .map(move |r| (r, Who::Replayed(role, to), 401, "UNAUTHENTICATED"))
         })
         .collect();
-    assert_eq!(minted.len(), 12);
-    assert_eq!(replays.len(), 367);
+    assert_eq!(minted.len(), 13);
+    assert_eq!(replays.len(), 425);
     // Each minted credential opens the service it was made for (a route of its role there,
     // a read where there is one), before the window.
     for (&(role, to), token) in &minted {
@@ -867,12 +884,13 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
     }
 
     // Every refused pair first, all of them inside one window in which nothing may change
-    // (once the orchestrator's worker has dispatched the payment's event: it writes on
-    // its own schedule, not for any caller).
+    // (once the orchestrator has taken in every member event and its worker has
+    // dispatched the events: it writes on its own schedule, not for any caller).
     let pool = stack.admin_pool().await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while sqlx::query_scalar::<_, i64>(
-        r#"SELECT COUNT(*) FROM payment_service.events_undispatched"#,
+        r#"SELECT (SELECT COUNT(*) FROM member_service.outbox_events WHERE relayed_at IS NULL)
+                + (SELECT COUNT(*) FROM payment_service.events_undispatched)"#,
     )
     .fetch_one(&pool)
     .await?

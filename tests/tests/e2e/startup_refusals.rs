@@ -61,6 +61,7 @@ const REQUIRED: [(&str, &[&str]); 5] = [
         &[
             "DATABASE_URL",
             "MEMBER_SIGNING_KEYS or MEMBER_SIGNING_KEYS_FILE",
+            "MEMBER_VERIFICATION_KEY",
             "SERVICE_KEYS",
             "SERVICE_SIGNING_KEY",
         ],

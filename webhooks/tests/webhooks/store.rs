@@ -9,7 +9,10 @@ use std::time::Duration;
 use crate::support::payments_pool;
 use chrono::Utc;
 use paysaga_common::testkit::TestDb;
-use paysaga_webhooks::store::{self, Incoming, Outcome};
+use paysaga_webhooks::{
+    ingest::Source,
+    store::{self, Incoming, Outcome},
+};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -192,8 +195,18 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
         incoming("offer-b", "waitlist.offer_made"),
     );
     let page = vec![a1.clone(), a2.clone(), b1.clone()];
-    assert_eq!(store::ingest(&pool, &page).await.expect("ingest"), 3);
-    assert_eq!(store::ingest(&pool, &page).await.expect("again"), 0);
+    assert_eq!(
+        store::ingest(&pool, Source::Order, &page)
+            .await
+            .expect("ingest"),
+        3
+    );
+    assert_eq!(
+        store::ingest(&pool, Source::Order, &page)
+            .await
+            .expect("again"),
+        0
+    );
     let order: Vec<Uuid> = sqlx::query_scalar(r#"SELECT id FROM events ORDER BY seq"#)
         .fetch_all(&pool)
         .await
@@ -315,7 +328,7 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
 
     // A PENDING delivery to an endpoint that is then disabled waits, and goes once enabled.
     let c1 = incoming("offer-c", "waitlist.offer_made");
-    store::ingest(&pool, std::slice::from_ref(&c1))
+    store::ingest(&pool, Source::Order, std::slice::from_ref(&c1))
         .await
         .expect("ingest");
     assert_eq!(dispatch_until(&pool, 1).await.0, 1);
@@ -364,7 +377,7 @@ async fn old_settled_events_are_purged_and_pending_ones_kept() {
         incoming("s-1", "reservation.expired"),
         incoming("s-2", "reservation.expired"),
     );
-    store::ingest(&pool, &[done.clone(), waiting.clone()])
+    store::ingest(&pool, Source::Order, &[done.clone(), waiting.clone()])
         .await
         .expect("ingest");
     assert_eq!(dispatch_until(&pool, 2).await.0, 2);
