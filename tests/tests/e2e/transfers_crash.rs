@@ -45,8 +45,7 @@ async fn until_answered(
         match client.transfer(key, req).await {
             Ok(answer) => return Ok(answer),
             Err(CallError::Rejected { body, .. }) => return Err(body.code),
-            Err(unknown) if Instant::now() < deadline => {
-                let _ = unknown;
+            Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(unknown) => return Err(format!("never answered: {unknown:?}")),
@@ -83,7 +82,8 @@ async fn transfers_are_whole_or_absent_through_account_crashes() -> anyhow::Resu
                 members[i].token.clone(),
                 Duration::from_secs(5),
             );
-            let to = MemberId::parse(members[(i + 1) % MEMBERS].member.as_str())?;
+            let to = MemberId::parse(members[(i + 1) % MEMBERS].member.as_str())
+                .map_err(anyhow::Error::msg)?;
             Ok(tokio::spawn(async move {
                 let mut answers = Vec::with_capacity(PER_MEMBER);
                 for n in 0..PER_MEMBER {
@@ -138,7 +138,7 @@ async fn transfers_are_whole_or_absent_through_account_crashes() -> anyhow::Resu
     let mut expected: BTreeMap<i64, i64> =
         members.iter().map(|m| (m.account_id, OPENING)).collect();
     for (i, (_, answers)) in streamed.iter().enumerate() {
-        let member = MemberId::parse(members[i].member.as_str())?;
+        let member = MemberId::parse(members[i].member.as_str()).map_err(anyhow::Error::msg)?;
         for (key, req, answer) in answers {
             let answer = answer
                 .as_ref()
