@@ -29,6 +29,7 @@ use crate::{
     ledger::{self, Answer, Outcome, Recorded, Request},
     release,
     shard::merchant_shard,
+    transfer::{self, TransferOrder, TransferRecord},
 };
 
 /// Answers `ops` in order. `Err` concerns the whole batch: it was refused and nothing
@@ -184,6 +185,18 @@ pub(crate) async fn holds(
 ) -> Result<Vec<(usize, Outcome<HoldRecord>)>> {
     in_rounds(ops, |round: Vec<HoldRequest>| async move {
         hold::apply(pool, &round).await
+    })
+    .await
+}
+
+/// Moves the money of the transfers `ops` ask for (members' own requests: the single
+/// endpoint sends one at a time, a batch of one).
+pub(crate) async fn transfers(
+    pool: &PgPool,
+    ops: Vec<(usize, TransferOrder)>,
+) -> Result<Vec<(usize, Outcome<TransferRecord>)>> {
+    in_rounds(ops, |round: Vec<TransferOrder>| async move {
+        transfer::apply(pool, &round).await
     })
     .await
 }

@@ -6,6 +6,7 @@ use paysaga_common::{
     auth::BuyerKeySource,
     config::{self, ConfigError, Secrets},
     credentials::ServiceKeys,
+    limits::MemberRate,
     service::{Database, Process},
 };
 
@@ -34,6 +35,8 @@ pub struct Config {
     pub hold_sweep_interval: Duration,
     /// `HOLD_SWEEP_BATCH`, 1-10000, default 500: lapsed holds released per statement.
     pub hold_sweep_batch: i64,
+    /// `MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`: each member's rate on transfers.
+    pub member_rate: MemberRate,
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8082";
@@ -74,6 +77,7 @@ impl Config {
             }
             .into());
         }
+        let member_rate = MemberRate::from_env()?;
         Ok(Self {
             database: database.with_pool_from_env()?,
             process,
@@ -82,6 +86,7 @@ impl Config {
             service_keys,
             hold_sweep_interval,
             hold_sweep_batch,
+            member_rate,
         })
     }
 
@@ -96,6 +101,7 @@ impl Config {
             service_keys: ServiceKeys::development(),
             hold_sweep_interval: Duration::from_millis(1000),
             hold_sweep_batch: 500,
+            member_rate: MemberRate::default(),
         }
     }
 }

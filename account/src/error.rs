@@ -6,6 +6,7 @@ use axum::{
 };
 use paysaga_common::{
     error::{codes as common_codes, internal_error_response},
+    limits::RateLimited,
     retry, ApiError, ErrorBody,
 };
 
@@ -20,13 +21,17 @@ pub enum Error {
     /// A rejection from a common extractor (auth, JSON, path).
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// A member over their rate: 429 with `Retry-After`, nothing done.
+    #[error(transparent)]
+    RateLimited(#[from] RateLimited),
     /// A debit recorded `DECLINED` under its key (its `declined_for` says why: short of
     /// funds, or a capture whose hold is gone): the same key is declined forever.
     #[error("debit {} declined: {}", .0.operation_key, decline_reason(.0))]
     Declined(Box<Transaction>),
-    /// A hold the available balance does not cover: nothing held, nothing recorded.
-    #[error("insufficient funds: {available} available, {amount} to hold")]
-    InsufficientFundsToHold { available: i64, amount: i64 },
+    /// A hold or a transfer the available balance does not cover: nothing held or
+    /// moved, nothing recorded.
+    #[error("insufficient funds: {available} available, {amount} asked for")]
+    NotCovered { available: i64, amount: i64 },
     #[error("member {0} has no account")]
     NoAccount(String),
     #[error("no hold under operation key {0}")]
@@ -39,6 +44,8 @@ pub enum Error {
     AccountNotFound(i64),
     #[error("account {0} is not a member account")]
     AccountNotMember(i64),
+    #[error("a transfer goes to another member's account, not the sender's own")]
+    TransferToSelf,
     #[error("no transaction under operation key {0}")]
     TransactionNotFound(String),
     #[error("no debit under operation key {0}")]
@@ -100,15 +107,17 @@ pub enum Rule {
     Deposit,
     Hold,
     Release,
+    Transfer,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 5] = [
+    pub const ALL: [Rule; 6] = [
         Rule::Debit,
         Rule::Credit,
         Rule::Deposit,
         Rule::Hold,
         Rule::Release,
+        Rule::Transfer,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -118,6 +127,7 @@ impl Rule {
             Rule::Deposit => "deposit",
             Rule::Hold => "hold",
             Rule::Release => "release",
+            Rule::Transfer => "transfer",
         }
     }
 }
@@ -234,13 +244,14 @@ impl Error {
     fn code(&self) -> Option<AccountCode> {
         Some(match self {
             Error::Declined(t) => t.declined_for.unwrap_or(AccountCode::InsufficientFunds),
-            Error::InsufficientFundsToHold { .. } => AccountCode::InsufficientFunds,
+            Error::NotCovered { .. } => AccountCode::InsufficientFunds,
             Error::NoAccount(_) => AccountCode::AccountNotFound,
             Error::HoldNotFound(_) => AccountCode::HoldNotFound,
             Error::HoldCaptured(_) => AccountCode::HoldCaptured,
             Error::OperationKeyReused(_) => AccountCode::OperationKeyReused,
             Error::AccountNotFound(_) => AccountCode::AccountNotFound,
             Error::AccountNotMember(_) => AccountCode::AccountNotMember,
+            Error::TransferToSelf => AccountCode::TransferToSelf,
             Error::TransactionNotFound(_) => AccountCode::TransactionNotFound,
             Error::DebitNotFound(_) => AccountCode::DebitNotFound,
             Error::DebitDeclined(_) => AccountCode::DebitDeclined,
@@ -250,6 +261,7 @@ impl Error {
             Error::InvalidOperationKey(_) => AccountCode::InvalidOperationKey,
             Error::AmountOutOfRange => AccountCode::AmountOutOfRange,
             Error::Api(_)
+            | Error::RateLimited(_)
             | Error::BatchTooLarge { .. }
             | Error::Unavailable
             | Error::Database(_)
@@ -288,12 +300,18 @@ impl Error {
                 | AccountCode::AmountOutOfRange
                 | AccountCode::HoldReleased
                 | AccountCode::HoldExpired
-                | AccountCode::HoldMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+                | AccountCode::HoldMismatch
+                | AccountCode::TransferToSelf => StatusCode::UNPROCESSABLE_ENTITY,
             };
             return Ok(ApiError::new(status, code.as_str(), msg));
         }
         Ok(match self {
             Error::Api(e) => e,
+            Error::RateLimited(_) => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                common_codes::RATE_LIMITED,
+                msg,
+            ),
             Error::BatchTooLarge { .. } => ApiError::bad_request(BATCH_TOO_LARGE, msg),
             Error::Unavailable => {
                 tracing::warn!("database unavailable or pool exhausted; answering 503");
@@ -345,6 +363,10 @@ impl Error {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
+        // Its own answer carries `Retry-After`.
+        if let Error::RateLimited(limited) = self {
+            return limited.into_response();
+        }
         match self.into_api() {
             Ok(api) => api.into_response(),
             Err(internal) => internal_error_response(&internal),

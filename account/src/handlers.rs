@@ -1,10 +1,14 @@
 //! HTTP handlers: identity, parsing at the edge, and the status each outcome gets.
 
-use axum::{extract::State, http::StatusCode, response::IntoResponse};
+use axum::{
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    response::IntoResponse,
+};
 use paysaga_common::{
     auth::{
         allow::{MEMBER, OPERATOR, ORCHESTRATOR, ORDER},
-        Caller, Service, ServiceRole,
+        Buyer, Caller, Service, ServiceRole,
     },
     extract::{Json, Path, Query},
     telemetry, ApiError, ErrorBody,
@@ -18,12 +22,13 @@ use crate::{
     api::{
         Account, AccountBatch, AccountKind, AccountOp, AccountView, CreditRequest, DebitRequest,
         DepositRequest, Hold, HoldPage, HoldRequest, ListHolds, OpenAccountRequest, OperationKey,
-        ReleaseRequest, Transaction,
+        ReleaseRequest, Transaction, Transfer, TransferKey, TransferRequest,
     },
     batch,
     error::{Error, Result},
     holds,
     ledger::{self, Recorded},
+    transfer::TransferOrder,
     AppState,
 };
 
@@ -78,6 +83,60 @@ pub async fn deposit(
 ) -> Result<impl IntoResponse> {
     let outcomes = batch::deposits(&state.pool, vec![(0, req)]).await?;
     Ok(recorded(batch::lone(outcomes)?))
+}
+
+/// Move money from the caller's own account (their first member account) to another
+/// member's, once per `Idempotency-Key`: both sides in one statement, applied only if
+/// the caller's available balance (balance minus what holds hold) covers it.
+#[utoipa::path(post, path = "/v1/transfers", security(("buyer" = [])), tag = "transfers", request_body = TransferRequest,
+    params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 48, pattern = "^[A-Za-z0-9_.:-]{1,48}$",
+        description = "1-48 characters of [A-Za-z0-9_.:-], unique per transfer of this member; reuse it on retries")),
+    responses(
+        (status = 201, body = Transfer, description = "applied: the TRANSFER_OUT and TRANSFER_IN rows written"),
+        (status = 200, body = Transfer, description = "the same key and body again: the transfer as first answered, nothing moved again"),
+        (status = 400, body = ErrorBody, description = "INVALID_OPERATION_KEY: the Idempotency-Key is missing or malformed; MALFORMED_JSON"),
+        (status = 401, body = ErrorBody, description = "UNAUTHENTICATED"),
+        (status = 403, body = ErrorBody, description = "FORBIDDEN: a service credential (a transfer is a member's own)"),
+        (status = 404, body = ErrorBody, description = "ACCOUNT_NOT_FOUND: no such recipient (a missing member account, the merchant's), or the caller has no account; nothing written"),
+        (status = 409, body = ErrorBody, description = "OPERATION_KEY_REUSED: the key was used for another recipient or amount"),
+        (status = 413, body = ErrorBody, description = "PAYLOAD_TOO_LARGE"),
+        (status = 415, body = ErrorBody, description = "UNSUPPORTED_MEDIA_TYPE"),
+        (status = 422, body = ErrorBody, description = "INSUFFICIENT_FUNDS: the available balance does not cover it, nothing written; TRANSFER_TO_SELF; AMOUNT_OUT_OF_RANGE; INVALID_BODY"),
+        (status = 429, body = ErrorBody, description = "RATE_LIMITED, with Retry-After: nothing done"),
+        (status = 503, body = ErrorBody, description = "UNAVAILABLE: retry with the same Idempotency-Key, which tells whether it was applied"),
+    ))]
+#[tracing::instrument(skip_all, fields(member = %member))]
+pub async fn transfer(
+    State(state): State<AppState>,
+    Buyer(member): Buyer,
+    headers: HeaderMap,
+    Json(req): Json<TransferRequest>,
+) -> Result<impl IntoResponse> {
+    // First, before anything is read: a refused request has done nothing.
+    state.limiter.check(&member)?;
+    let key = transfer_key(&headers)?;
+    let order = TransferOrder {
+        key: key.operation_key(&member),
+        sender: member,
+        to: req.to,
+        amount: req.amount,
+    };
+    let outcomes = batch::transfers(&state.pool, vec![(0, order)]).await?;
+    Ok(recorded(batch::lone(outcomes)?.map(|r| r.transfer)))
+}
+
+/// The one `Idempotency-Key` header a transfer carries.
+fn transfer_key(headers: &HeaderMap) -> Result<TransferKey> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(Error::InvalidOperationKey(
+            "send exactly one Idempotency-Key header: a key unique per transfer, reused on retries",
+        ));
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| Error::InvalidOperationKey("Idempotency-Key must be visible ASCII"))?;
+    TransferKey::parse(value).map_err(Error::InvalidOperationKey)
 }
 
 /// An account and its recent debits and credits: a buyer sees only their own.

@@ -162,7 +162,7 @@ pub(crate) async fn apply(pool: &PgPool, holds: &[HoldRequest]) -> Result<Vec<An
                     }
                     metrics::counter!("account_holds_total", "outcome" => "insufficient_funds")
                         .increment(1);
-                    Error::InsufficientFundsToHold { available, amount }
+                    Error::NotCovered { available, amount }
                 }
             })
         },

@@ -9,7 +9,7 @@ use sqlx::{postgres::PgRow, FromRow, PgPool, Row};
 use crate::{
     api::{Hold, HoldCursor, HoldPage, HoldRequest, HoldState, ListHolds, ReleaseRequest},
     error::{Error, Result, Rule},
-    ledger::{Outcome, Recorded, Request},
+    ledger::{self, Outcome, Request},
     rows::HoldRow,
 };
 
@@ -36,14 +36,6 @@ pub(crate) fn public(outcome: Outcome<HoldRecord>) -> Outcome<Hold> {
     outcome.map(|r| r.map(|record| record.hold))
 }
 
-fn replayed(record: &HoldRecord) -> Outcome<HoldRecord> {
-    metrics::counter!("account_replays_total", "outcome" => "replayed").increment(1);
-    Ok(Recorded {
-        value: record.clone(),
-        created: false,
-    })
-}
-
 /// A placement's key already holding a hold: the same request (the same member and
 /// amount) gets the hold as it is now, whatever its state; anything else is a reuse.
 impl Request for HoldRequest {
@@ -60,10 +52,9 @@ impl Request for HoldRequest {
     }
     fn again(&self, record: &HoldRecord) -> Outcome<HoldRecord> {
         if record.owner != self.member_id.as_str() || record.hold.amount != self.amount.minor() {
-            metrics::counter!("account_replays_total", "outcome" => "key_reused").increment(1);
-            return Err(Error::OperationKeyReused(record.hold.operation_key.clone()));
+            return ledger::reused(&record.hold.operation_key);
         }
-        replayed(record)
+        ledger::replayed(record)
     }
 }
 
@@ -82,7 +73,7 @@ impl Request for ReleaseRequest {
     fn again(&self, record: &HoldRecord) -> Outcome<HoldRecord> {
         match record.hold.state {
             HoldState::Captured => Err(Error::HoldCaptured(record.hold.operation_key.clone())),
-            HoldState::Released | HoldState::Held => replayed(record),
+            HoldState::Released | HoldState::Held => ledger::replayed(record),
         }
     }
 }

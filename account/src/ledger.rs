@@ -1,5 +1,5 @@
-//! What the money rules (`debit`, `credit`, `deposit`; `hold` and `release` for what
-//! they share with them) have in common: the by-key lookup, the rows their statements
+//! What the money rules (`debit`, `credit`, `deposit`, `transfer`; `hold` and `release`
+//! for what they share with them) have in common: the by-key lookup, the rows their statements
 //! answer with, and the answer a request gets from them (recorded, replayed, declined
 //! again, key reused, or refused).
 //!
@@ -553,17 +553,28 @@ pub(crate) fn created<T>(value: T) -> Outcome<T> {
 /// again (a declined one is declined again), or a refusal if the request differs.
 pub(crate) fn answer_existing(existing: Transaction, same_request: bool) -> Outcome {
     if !same_request {
-        metrics::counter!("account_replays_total", "outcome" => "key_reused").increment(1);
-        return Err(Error::OperationKeyReused(existing.operation_key));
+        return reused(&existing.operation_key);
     }
-    metrics::counter!("account_replays_total", "outcome" => "replayed").increment(1);
     if existing.status == TransactionStatus::Declined {
+        metrics::counter!("account_replays_total", "outcome" => "replayed").increment(1);
         return Err(Error::Declined(Box::new(existing)));
     }
+    replayed(&existing)
+}
+
+/// The same request again: what its key holds, not created now.
+pub(crate) fn replayed<T: Clone>(record: &T) -> Outcome<T> {
+    metrics::counter!("account_replays_total", "outcome" => "replayed").increment(1);
     Ok(Recorded {
-        value: existing,
+        value: record.clone(),
         created: false,
     })
+}
+
+/// A different request under a key that already holds something.
+pub(crate) fn reused<T>(key: &str) -> Outcome<T> {
+    metrics::counter!("account_replays_total", "outcome" => "key_reused").increment(1);
+    Err(Error::OperationKeyReused(key.to_owned()))
 }
 
 /// Looks a transaction up by operation key.

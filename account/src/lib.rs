@@ -1,6 +1,6 @@
 //! The account service: member accounts, the merchant account, an idempotent
-//! double-entry ledger of debits and refunds, and holds (money set aside until a debit
-//! captures it or it is released).
+//! double-entry ledger of debits, refunds and transfers between members, and holds
+//! (money set aside until a debit captures it or it is released).
 
 pub mod accounts;
 pub(crate) mod batch;
@@ -18,6 +18,7 @@ pub(crate) mod ledger;
 pub mod release;
 pub(crate) mod rows;
 pub(crate) mod shard;
+pub(crate) mod transfer;
 
 use std::{future::Future, sync::Arc};
 
@@ -29,6 +30,7 @@ use axum::{
 };
 use paysaga_common::{
     auth::{Audience, Verifier},
+    limits::MemberLimiter,
     server, service,
 };
 use sqlx::PgPool;
@@ -53,6 +55,8 @@ pub struct AppState {
     pub verifier: Arc<Verifier>,
     /// How many merchant shard rows payments spread over (1-16).
     pub merchant_shards: u16,
+    /// Each member's rate on the buyer routes that move money (transfers).
+    pub limiter: Arc<MemberLimiter>,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -71,6 +75,7 @@ impl AppState {
             pool,
             verifier: Arc::new(verifier),
             merchant_shards: config.merchant_shards,
+            limiter: Arc::new(MemberLimiter::new(config.member_rate)),
         })
     }
 }
@@ -87,6 +92,7 @@ impl AppState {
         handlers::debit,
         handlers::credit,
         handlers::deposit,
+        handlers::transfer,
         handlers::transaction_by_key,
         handlers::place_hold,
         handlers::release_hold,
@@ -106,6 +112,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/debits", post(handlers::debit))
         .route("/v1/credits", post(handlers::credit))
         .route("/v1/deposits", post(handlers::deposit))
+        .route("/v1/transfers", post(handlers::transfer))
         .route(
             "/v1/transactions/{operation_key}",
             get(handlers::transaction_by_key),

@@ -129,11 +129,26 @@ impl ServiceClient {
         path: &str,
         body: Option<&(impl Serialize + Sync)>,
     ) -> Result<Answer<T>, CallError> {
+        self.call_with_headers(method, path, &[], body).await
+    }
+
+    /// [`ServiceClient::call`] with more request headers (name, value), such as an
+    /// `Idempotency-Key`.
+    pub async fn call_with_headers<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&(impl Serialize + Sync)>,
+    ) -> Result<Answer<T>, CallError> {
         let start = Instant::now();
         let mut req = self
             .http
             .request(method, format!("{}{}", self.base, path))
             .bearer_auth(self.credential.bearer(self.to));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
         if let Some(b) = body {
             req = req.json(b);
         }

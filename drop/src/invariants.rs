@@ -75,8 +75,14 @@ pub struct InvariantReport {
     pub deposits_total: i64,
     /// `balance_total - deposits_total`: money created or destroyed inside. Must be 0.
     pub balance_drift: i64,
-    /// Member accounts whose balance differs from their ledger (openings − debits + credits).
+    /// Member accounts whose balance differs from their ledger (openings + deposits −
+    /// debits + credits − transfers out + transfers in: the `entries` view).
     pub ledger_mismatches: i64,
+    /// Transfers between members (both sides included).
+    pub transfers: i64,
+    /// Transfers whose rows are not exactly one `TRANSFER_OUT` and one `TRANSFER_IN`
+    /// summing to zero between the same two accounts, mirrored.
+    pub transfers_unbalanced: i64,
     /// Operation keys with more than one transaction row.
     pub operation_keys_applied_twice: i64,
     /// Money moved from buyers to the merchant by applied debits, net of refunds.
@@ -155,6 +161,10 @@ impl InvariantReport {
             (
                 self.ledger_mismatches,
                 "accounts whose balance differs from their ledger",
+            ),
+            (
+                self.transfers_unbalanced,
+                "transfers whose two rows do not sum to zero between two accounts",
             ),
             (
                 self.operation_keys_applied_twice,
@@ -444,6 +454,8 @@ async fn money(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
     r.balance_drift = r.balance_total - r.deposits_total;
 
     r.ledger_mismatches = scalar(pool, LEDGER_MISMATCHES).await?;
+    [r.transfers, r.transfers_unbalanced] =
+        counts(pool, sqlx::query(TRANSFERS), "reading transfers").await?;
 
     r.operation_keys_applied_twice = scalar(pool, OPERATION_KEYS_APPLIED_TWICE).await?;
 
@@ -675,17 +687,41 @@ const DEPOSITS_TOTAL: &str = r#"
         WHERE kind IN ('OPENING', 'DEPOSIT') AND status = 'APPLIED'
         "#;
 
+/// Each member balance against the sum of its signed ledger rows (the `entries` view
+/// holds the sign rule: debits and transfers out take, everything else adds).
 const LEDGER_MISMATCHES: &str = r#"
         SELECT COUNT(*)
         FROM account_service.accounts AS a
         LEFT JOIN (
-            SELECT account_id,
-                   SUM(CASE kind WHEN 'DEBIT' THEN -amount ELSE amount END) AS net
-            FROM account_service.transactions
-            WHERE status = 'APPLIED'
+            SELECT account_id, SUM(amount) AS net
+            FROM account_service.entries
             GROUP BY account_id
         ) AS l ON l.account_id = a.id
         WHERE a.kind = 'MEMBER' AND a.balance <> COALESCE(l.net, 0)
+        "#;
+
+/// Transfers, and those whose rows are not one out and one in, summing to zero, each
+/// naming the other's account, over all their rows (a declined leg counts against it).
+const TRANSFERS: &str = r#"
+        WITH legs AS (
+            SELECT t.transfer_id,
+                   COUNT(*) AS rows,
+                   COUNT(*) FILTER (WHERE t.kind = 'TRANSFER_OUT' AND t.status = 'APPLIED') AS outs,
+                   COUNT(*) FILTER (WHERE t.kind = 'TRANSFER_IN' AND t.status = 'APPLIED') AS ins,
+                   COALESCE(SUM(e.amount), 0) AS net,
+                   COUNT(DISTINCT t.account_id) AS accounts,
+                   BOOL_AND(t.counter_account_id <> t.account_id) AS apart,
+                   MIN(t.account_id) = MIN(t.counter_account_id)
+                       AND MAX(t.account_id) = MAX(t.counter_account_id) AS mirrored
+            FROM account_service.transactions AS t
+            LEFT JOIN account_service.entries AS e ON e.id = t.id
+            WHERE t.transfer_id IS NOT NULL
+            GROUP BY t.transfer_id
+        )
+        SELECT COUNT(*),
+               COUNT(*) FILTER (WHERE NOT (rows = 2 AND outs = 1 AND ins = 1 AND net = 0
+                                           AND accounts = 2 AND apart AND mirrored))
+        FROM legs
         "#;
 
 const OPERATION_KEYS_APPLIED_TWICE: &str = r#"

@@ -14,3 +14,4 @@ mod ledger_rights;
 mod lookup_cost;
 mod money_conserved;
 mod refunds;
+mod transfers;

@@ -12,7 +12,8 @@ use uuid::Uuid;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum AccountCode {
-    /// The debit would take the balance below zero. Recorded: the key stays declined.
+    /// The debit (or transfer) would take more than the available balance. A debit's is
+    /// recorded: the key stays declined; a hold's or a transfer's is not.
     InsufficientFunds,
     /// The operation key was already used for a different request.
     OperationKeyReused,
@@ -50,10 +51,12 @@ pub enum AccountCode {
     HoldMismatch,
     /// A release of a hold that a debit captured: the money is paid, not held.
     HoldCaptured,
+    /// A transfer to the sender's own account (or any account of the sender).
+    TransferToSelf,
 }
 
 impl AccountCode {
-    pub const ALL: [AccountCode; 17] = [
+    pub const ALL: [AccountCode; 18] = [
         AccountCode::InsufficientFunds,
         AccountCode::OperationKeyReused,
         AccountCode::AccountNotFound,
@@ -71,6 +74,7 @@ impl AccountCode {
         AccountCode::HoldExpired,
         AccountCode::HoldMismatch,
         AccountCode::HoldCaptured,
+        AccountCode::TransferToSelf,
     ];
 
     /// The wire form.
@@ -93,6 +97,7 @@ impl AccountCode {
             AccountCode::HoldExpired => "HOLD_EXPIRED",
             AccountCode::HoldMismatch => "HOLD_MISMATCH",
             AccountCode::HoldCaptured => "HOLD_CAPTURED",
+            AccountCode::TransferToSelf => "TRANSFER_TO_SELF",
         }
     }
 
@@ -166,6 +171,7 @@ pub mod codes {
     pub const HOLD_EXPIRED: &str = AccountCode::HoldExpired.as_str();
     pub const HOLD_MISMATCH: &str = AccountCode::HoldMismatch.as_str();
     pub const HOLD_CAPTURED: &str = AccountCode::HoldCaptured.as_str();
+    pub const TRANSFER_TO_SELF: &str = AccountCode::TransferToSelf.as_str();
 }
 
 /// A stored name (an enum's column value) that this contract has no variant for.
@@ -355,6 +361,10 @@ pub enum TransactionKind {
     Debit,
     Credit,
     Deposit,
+    /// The sender's side of a transfer to another member (under the transfer's key).
+    TransferOut,
+    /// The recipient's side of a transfer (no key of its own: the out side carries it).
+    TransferIn,
 }
 
 /// `APPLIED`: money moved. `DECLINED`: a debit refused (insufficient funds, or a
@@ -372,13 +382,16 @@ named!(TransactionKind, "transaction kind", {
     Debit => "DEBIT",
     Credit => "CREDIT",
     Deposit => "DEPOSIT",
+    TransferOut => "TRANSFER_OUT",
+    TransferIn => "TRANSFER_IN",
 });
 named!(TransactionStatus, "transaction status", {
     Applied => "APPLIED",
     Declined => "DECLINED",
 });
 
-/// One movement of money between a member account and the merchant account.
+/// One movement of money of a member account: to or from the merchant (a debit, a
+/// credit), in from outside (a deposit), or to another member (a transfer's out side).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Transaction {
     pub id: Uuid,
@@ -399,6 +412,95 @@ pub struct Transaction {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub declined_for: Option<AccountCode>,
     pub created_at: DateTime<Utc>,
+}
+
+/// Who a transfer pays: a member (their first member account) or a member account by
+/// id. `{"member_id": "member-2"}` or `{"account_id": 42}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case", try_from = "RecipientFields")]
+pub enum Recipient {
+    MemberId(MemberId),
+    AccountId(i64),
+}
+
+/// A [`Recipient`] as read: an object with one of the two fields. Read this way, a
+/// body naming both is a well-formed JSON value with a wrong shape (`INVALID_BODY`),
+/// where serde's own enum reading would call it malformed JSON.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecipientFields {
+    member_id: Option<MemberId>,
+    account_id: Option<i64>,
+}
+
+impl TryFrom<RecipientFields> for Recipient {
+    type Error = &'static str;
+    fn try_from(f: RecipientFields) -> Result<Self, Self::Error> {
+        match (f.member_id, f.account_id) {
+            (Some(m), None) => Ok(Recipient::MemberId(m)),
+            (None, Some(id)) => Ok(Recipient::AccountId(id)),
+            _ => Err("a recipient is one of member_id or account_id"),
+        }
+    }
+}
+
+/// `POST /v1/transfers` (buyer token, header `Idempotency-Key`): move `amount` from the
+/// caller's account (their first member account) to another member's. Applied only if
+/// the caller's available balance (balance minus what holds hold) covers it; once per
+/// key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TransferRequest {
+    pub to: Recipient,
+    pub amount: Amount,
+}
+
+/// A transfer between two member accounts: two ledger rows, `TRANSFER_OUT` on the
+/// sender's account and `TRANSFER_IN` on the recipient's, summing to zero. `id` is the
+/// out row's id, which both rows carry as their `transfer_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Transfer {
+    pub id: Uuid,
+    pub from_account_id: i64,
+    pub to_account_id: i64,
+    pub amount: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The `Idempotency-Key` of a transfer: 1 to 48 characters of `[A-Za-z0-9_.:-]`. The
+/// ledger keys the transfer by the caller and this key ([`TransferKey::operation_key`]),
+/// so two members' keys never meet.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TransferKey(String);
+
+/// [`TransferKey::parse`] as a pattern, for the OpenAPI document.
+pub const TRANSFER_KEY_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,48}$";
+
+/// The longest transfer `Idempotency-Key` accepted: with the prefix and the longest
+/// member id, the ledger key stays within [`MAX_OPERATION_KEY_LEN`].
+pub const MAX_TRANSFER_KEY_LEN: usize = 48;
+
+impl TransferKey {
+    pub fn parse(s: impl Into<String>) -> Result<Self, &'static str> {
+        let s = s.into();
+        let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
+        if s.is_empty() || s.len() > MAX_TRANSFER_KEY_LEN || !s.chars().all(ok_char) {
+            return Err("Idempotency-Key must be 1-48 characters of [A-Za-z0-9_.:-]");
+        }
+        Ok(Self(s))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The ledger's operation key of `member`'s transfer under this key:
+    /// `xfer:{length of the member id}:{member id}:{key}`. The length keeps it
+    /// unambiguous (a member id may hold `:`), so no two members' keys are the same.
+    pub fn operation_key(&self, member: &MemberId) -> OperationKey {
+        let m = member.as_str();
+        OperationKey::parse(format!("xfer:{}:{m}:{}", m.len(), self.0))
+            .expect("a member id (at most 64) and a transfer key (at most 48) fit an operation key")
+    }
 }
 
 /// How long a hold lasts, in seconds: 1 to 86,400. The hold lapses at its deadline by
@@ -638,6 +740,33 @@ mod tests {
     }
 
     #[test]
+    fn transfer_keys_are_scoped_to_their_member() {
+        let key = TransferKey::parse("k:1").expect("key");
+        let a = key.operation_key(&MemberId::parse("a").expect("member"));
+        let b = TransferKey::parse("1")
+            .expect("key")
+            .operation_key(&MemberId::parse("a:k").expect("member"));
+        assert_eq!(a.as_str(), "xfer:1:a:k:1");
+        assert_ne!(a, b);
+        let longest = TransferKey::parse("k".repeat(MAX_TRANSFER_KEY_LEN)).expect("key");
+        let _ = longest.operation_key(&MemberId::parse("m".repeat(64)).expect("member"));
+        assert!(TransferKey::parse("k".repeat(MAX_TRANSFER_KEY_LEN + 1)).is_err());
+        assert!(TransferKey::parse("").is_err());
+        let to: TransferRequest =
+            serde_json::from_value(serde_json::json!({"to": {"account_id": 7}, "amount": 5}))
+                .expect("parses");
+        assert_eq!(to.to, Recipient::AccountId(7));
+        let back = serde_json::to_value(&to.to).expect("json");
+        assert_eq!(back, serde_json::json!({"account_id": 7}));
+        for both in [
+            serde_json::json!({"member_id": "m", "account_id": 7}),
+            serde_json::json!({}),
+        ] {
+            assert!(serde_json::from_value::<Recipient>(both).is_err());
+        }
+    }
+
+    #[test]
     fn wire_names_are_the_contract() {
         let json = serde_json::json!({
             "id": "0190c2a4-7c1e-7cc0-8a55-3b1f0e6f2d11",
@@ -669,6 +798,8 @@ mod tests {
             TransactionKind::Debit,
             TransactionKind::Credit,
             TransactionKind::Deposit,
+            TransactionKind::TransferOut,
+            TransactionKind::TransferIn,
         ] {
             assert_eq!(
                 serde_json::to_value(kind).expect("json"),

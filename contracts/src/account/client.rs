@@ -4,7 +4,7 @@ use paysaga_common::client::{Answer, CallError, ServiceClient};
 
 use super::api::{
     Account, AccountBatch, AccountView, CreditRequest, DebitRequest, DepositRequest, Hold,
-    HoldPage, HoldRequest, ListHolds, OpenAccountRequest, Transaction,
+    HoldPage, HoldRequest, ListHolds, OpenAccountRequest, Transaction, Transfer, TransferRequest,
 };
 use crate::batch::Replies;
 
@@ -48,6 +48,26 @@ impl AccountClient {
     /// `POST /v1/credits` -> 201 `Transaction` (200 on replay): a refund of `refund_of`.
     pub async fn credit(&self, req: &CreditRequest) -> Result<Answer<Transaction>, CallError> {
         self.inner.post("/v1/credits", req).await
+    }
+
+    /// `POST /v1/transfers` with `Idempotency-Key` (a buyer token: from the buyer's own
+    /// account) -> 201 `Transfer` (200 with the same transfer on a replay). 422
+    /// `INSUFFICIENT_FUNDS` (nothing written) or `TRANSFER_TO_SELF`, 404
+    /// `ACCOUNT_NOT_FOUND` (no such recipient, or the caller has no account), 409
+    /// `OPERATION_KEY_REUSED` (the key with another recipient or amount).
+    pub async fn transfer(
+        &self,
+        idempotency_key: &str,
+        req: &TransferRequest,
+    ) -> Result<Answer<Transfer>, CallError> {
+        self.inner
+            .call_with_headers(
+                reqwest::Method::POST,
+                "/v1/transfers",
+                &[("idempotency-key", idempotency_key)],
+                Some(req),
+            )
+            .await
     }
 
     /// `POST /v1/batch` -> 200 `Replies`, one per operation in order (see

@@ -16,6 +16,7 @@ mod service_callers;
 mod slow_client;
 mod startup_refusals;
 mod traces;
+mod transfers_crash;
 mod waitlist_crash;
 mod waitlist_drop;
 mod wall;

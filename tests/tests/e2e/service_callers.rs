@@ -82,6 +82,7 @@ const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
         "/v1/offers/{offer_id}/reservation",
     ),
     (ServiceKind::Orchestrator, "post", "/v1/payments"),
+    (ServiceKind::Account, "post", "/v1/transfers"),
     (ServiceKind::Gate, "post", "/v1/passes"),
     (ServiceKind::Member, "post", "/v1/members"),
     (ServiceKind::Member, "post", "/v1/members/verification"),

@@ -10,13 +10,14 @@ use paysaga_common::{
     auth::MemberId,
     client::{Answer, CallError},
     money::Amount,
-    testkit::{service_token, InProcess, TestDb},
+    testkit::{buyer_token, service_token, InProcess, TestDb},
 };
 use paysaga_contracts::{
     account::{
         api::{
             Account, AccountBatch, AccountOp, DebitRequest, Hold, HoldPage, HoldRequest, HoldTtl,
-            ListHolds, OpenAccountRequest, OperationKey, Transaction,
+            ListHolds, OpenAccountRequest, OperationKey, Recipient, Transaction, Transfer,
+            TransferRequest,
         },
         client::AccountClient,
     },
@@ -330,6 +331,55 @@ impl Svc {
             .await
     }
 
+    /// `member` (a buyer token) sends `minor` to `to` under the `Idempotency-Key` `k`.
+    pub async fn transfer(
+        &self,
+        member: &str,
+        k: &str,
+        to: Recipient,
+        minor: i64,
+    ) -> Result<Answer<Transfer>, CallError> {
+        let client = AccountClient::new(&self.base, buyer_token(member), Duration::from_secs(30));
+        let req = TransferRequest {
+            to,
+            amount: amount(minor),
+        };
+        client.transfer(k, &req).await
+    }
+
+    /// Transfers with a row in the ledger, and those whose rows are not one
+    /// `TRANSFER_OUT` and one `TRANSFER_IN` summing to zero between two accounts.
+    pub async fn transfer_rows(&self) -> (i64, i64) {
+        sqlx::query_as(
+            r#"SELECT COUNT(*),
+                      COUNT(*) FILTER (WHERE NOT (n = 2 AND outs = 1 AND ins = 1 AND net = 0
+                                                  AND accounts = 2))
+               FROM (SELECT t.transfer_id, COUNT(*) AS n,
+                            COUNT(*) FILTER (WHERE t.kind = 'TRANSFER_OUT') AS outs,
+                            COUNT(*) FILTER (WHERE t.kind = 'TRANSFER_IN') AS ins,
+                            COALESCE(SUM(e.amount), 0) AS net,
+                            COUNT(DISTINCT t.account_id) AS accounts
+                     FROM account_service.transactions t
+                     LEFT JOIN account_service.entries e ON e.id = t.id
+                     WHERE t.transfer_id IS NOT NULL
+                     GROUP BY t.transfer_id) AS x"#,
+        )
+        .fetch_one(&self.admin)
+        .await
+        .expect("transfer rows")
+    }
+
+    /// Member accounts whose balance is not the sum of their signed ledger rows.
+    pub async fn unexplained_by_entries(&self) -> i64 {
+        self.number(
+            r#"SELECT COUNT(*) FROM account_service.accounts a
+               WHERE a.kind = 'MEMBER' AND a.balance <> (
+                   SELECT COALESCE(SUM(e.amount), 0) FROM account_service.entries e
+                   WHERE e.account_id = a.id)"#,
+        )
+        .await
+    }
+
     pub async fn negative_balances(&self) -> i64 {
         self.number(
             "SELECT (SELECT COUNT(*) FROM account_service.accounts WHERE balance < 0)
@@ -358,6 +408,11 @@ pub fn token_for(path: &str) -> String {
     } else {
         service_token("orchestrator", Audience::Account)
     }
+}
+
+/// A transfer to `member`'s account.
+pub fn to_member(member: &str) -> Recipient {
+    Recipient::MemberId(MemberId::parse(member).expect("member id"))
 }
 
 pub fn key(s: &str) -> OperationKey {
