@@ -720,18 +720,19 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         );
     }
     let buyer_token = buyers[1].token.clone();
-    let forged: BTreeMap<Audience, Vec<String>> = [Audience::Account, Audience::Order]
-        .into_iter()
-        .map(|to| {
-            (
-                to,
-                FORGED
-                    .into_iter()
-                    .map(|how| forged_token(how, to))
-                    .collect(),
-            )
-        })
-        .collect();
+    let forged: BTreeMap<Audience, Vec<String>> =
+        [Audience::Account, Audience::Order, Audience::Member]
+            .into_iter()
+            .map(|to| {
+                (
+                    to,
+                    FORGED
+                        .into_iter()
+                        .map(|how| forged_token(how, to))
+                        .collect(),
+                )
+            })
+            .collect();
     // The credentials the system mints, each for the one service it calls.
     let minted: BTreeMap<(&str, Audience), String> = MINTED
         .iter()
@@ -924,7 +925,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 426 + 367, "every refusal was sent and answered");
+    assert_eq!(refused, 458 + 425, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {
