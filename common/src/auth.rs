@@ -15,7 +15,6 @@ use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use ed25519_dalek::{pkcs8::EncodePrivateKey, SigningKey, VerifyingKey};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::{
     config::{self, ConfigError, Secrets},
@@ -115,12 +114,6 @@ impl utoipa::PartialSchema for MemberId {
     }
 }
 
-impl ToSchema for MemberId {
-    fn name() -> std::borrow::Cow<'static, str> {
-        "MemberId".into()
-    }
-}
-
 impl MemberId {
     pub fn parse(s: impl Into<String>) -> Result<Self, &'static str> {
         let s = s.into();
@@ -135,24 +128,7 @@ impl MemberId {
     }
 }
 
-impl TryFrom<String> for MemberId {
-    type Error = &'static str;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Self::parse(s)
-    }
-}
-
-impl From<MemberId> for String {
-    fn from(m: MemberId) -> String {
-        m.0
-    }
-}
-
-impl std::fmt::Display for MemberId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+crate::checked_newtype!(MemberId(String), parse, &'static str);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claims {
