@@ -230,14 +230,7 @@ where
             let (indices, reqs): (Vec<usize>, Vec<R>) = round.into_iter().unzip();
             let keys: Vec<String> = reqs.iter().map(|r| r.key().to_owned()).collect();
             let answers = run(reqs).await?;
-            if answers.len() != indices.len() {
-                return Err(Breach::Unanswered {
-                    rule: R::RULE,
-                    sent: indices.len(),
-                    got: answers.len(),
-                }
-                .into());
-            }
+            Breach::all_answered(R::RULE, indices.len(), answers.len())?;
             for ((index, key), answer) in indices.into_iter().zip(keys).zip(answers) {
                 if let Some(t) = answer.holds {
                     holds.insert(key, t);

@@ -145,14 +145,7 @@ pub(crate) async fn apply(
 ) -> Result<Vec<Answer<HoldRecord>>> {
     let keys: Vec<&str> = releases.iter().map(|r| r.operation_key.as_str()).collect();
     let (rows, released) = run(pool, &keys, 0).await?;
-    if rows.len() != releases.len() {
-        return Err(Breach::Unanswered {
-            rule: Rule::Release,
-            sent: releases.len(),
-            got: rows.len(),
-        }
-        .into());
-    }
+    Breach::all_answered(Rule::Release, releases.len(), rows.len())?;
     count(released, "released");
     releases
         .iter()
