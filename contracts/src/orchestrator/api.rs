@@ -61,6 +61,25 @@ pub fn page_limit(asked: Option<i64>) -> Result<i64, paysaga_common::ApiError> {
     Ok(limit)
 }
 
+/// An operator list's `state` filter, read as a `T`: `None` when absent, `INVALID_QUERY`
+/// for a name `T` does not know (the message ends with `names`, when the list has them
+/// to offer).
+pub fn state_filter<T: std::str::FromStr>(
+    asked: Option<&str>,
+    names: &str,
+) -> Result<Option<T>, paysaga_common::ApiError> {
+    asked
+        .map(|s| {
+            s.parse::<T>().map_err(|_| {
+                paysaga_common::ApiError::bad_request(
+                    paysaga_common::error::codes::INVALID_QUERY,
+                    format!("unknown state {s:?}{names}"),
+                )
+            })
+        })
+        .transpose()
+}
+
 /// `POST /v1/payments`: pay for a reservation from an account, both the caller's.
 /// The amount is the reservation's price; the client never sends one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
