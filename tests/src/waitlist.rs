@@ -36,6 +36,20 @@ pub async fn join_in_order(
     Ok(line)
 }
 
+/// Where `buyer` stands in `product_id`'s line: its latest entry's state and position.
+pub async fn place_of(
+    http: &reqwest::Client,
+    endpoints: &Endpoints,
+    buyer: &Buyer,
+    product_id: i64,
+) -> anyhow::Result<(WaitlistState, Option<i64>)> {
+    let entry = OrderClient::with_http(http.clone(), &endpoints.order, &buyer.token)
+        .waitlist_entry(product_id)
+        .await?
+        .body;
+    Ok((entry.state, entry.position))
+}
+
 /// Moves the deadline of `reservation` (`None`: of every live reservation) and of its
 /// hold, which carries the same deadline, into the past: the passage of time, without
 /// waiting.

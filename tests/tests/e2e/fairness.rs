@@ -190,12 +190,8 @@ async fn units_that_come_back_go_to_the_waitlist_in_order_and_sold_out_buyers_ca
         (entry.state, entry.position),
         (WaitlistState::Waiting, Some(2))
     );
-    let last = OrderClient::with_http(http.clone(), &endpoints.order, &waiters[4].token)
-        .waitlist_entry(product.id)
-        .await?
-        .body;
     assert_eq!(
-        (last.state, last.position),
+        waitlist::place_of(&http, &endpoints, &waiters[4], product.id).await?,
         (WaitlistState::Waiting, Some(1))
     );
 

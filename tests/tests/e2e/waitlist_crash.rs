@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use paysaga_contracts::order::{api::WaitlistState, client::OrderClient};
+use paysaga_contracts::order::api::WaitlistState;
 use paysaga_e2e::{
     invariants, waitlist, Admin, Driver, Endpoints, ServiceKind, Stack, StackOptions, Stop,
 };
@@ -169,12 +169,8 @@ async fn order_killed_while_expiries_hand_units_to_the_waitlist() -> anyhow::Res
     assert_eq!(check_handoffs(&pool, product.id, &line).await?, UNITS);
     // The rest still wait, in order.
     for (i, w) in waiters[UNITS as usize..].iter().enumerate() {
-        let entry = OrderClient::with_http(http.clone(), &endpoints.order, &w.token)
-            .waitlist_entry(product.id)
-            .await?
-            .body;
         assert_eq!(
-            (entry.state, entry.position),
+            waitlist::place_of(&http, &endpoints, w, product.id).await?,
             (WaitlistState::Waiting, Some(i as i64 + 1))
         );
     }
