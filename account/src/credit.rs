@@ -160,6 +160,12 @@ pub(crate) async fn apply(pool: &PgPool, credits: &[CreditRequest]) -> Result<Ve
     .await
 }
 
+impl ledger::Statement for CreditRequest {
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> ledger::Applying<'a, Self::Record> {
+        Box::pin(apply(pool, reqs))
+    }
+}
+
 fn debit_of(row: &sqlx::postgres::PgRow) -> Result<Option<Debit>> {
     let Some(status) = row.try_get::<Option<String>, _>("debit_status")? else {
         return Ok(None);

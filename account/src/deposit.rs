@@ -40,3 +40,9 @@ pub(crate) async fn apply(pool: &PgPool, deposits: &[DepositRequest]) -> Result<
     let met = Met::read_all(&rows, Rule::Deposit)?;
     ledger::answer(pool, deposits, met, ledger::created, |_| None).await
 }
+
+impl ledger::Statement for DepositRequest {
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> ledger::Applying<'a, Self::Record> {
+        Box::pin(apply(pool, reqs))
+    }
+}

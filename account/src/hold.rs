@@ -162,3 +162,9 @@ pub(crate) async fn apply(pool: &PgPool, holds: &[HoldRequest]) -> Result<Vec<An
     )
     .await
 }
+
+impl ledger::Statement for HoldRequest {
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> ledger::Applying<'a, Self::Record> {
+        Box::pin(apply(pool, reqs))
+    }
+}

@@ -77,6 +77,17 @@ pub(crate) trait Request: Clone {
     fn again(&self, record: &Self::Record) -> Outcome<Self::Record>;
 }
 
+/// A rule whose one statement applies requests of distinct keys (every rule but the
+/// debit, whose statement also takes the batch's merchant shard).
+pub(crate) trait Statement: Request {
+    /// Applies `reqs` in one statement and answers each, in order.
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> Applying<'a, Self::Record>;
+}
+
+/// What [`Statement::apply`] returns: the answers, once the statement has run.
+pub(crate) type Applying<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Answer<T>>>> + Send + 'a>>;
+
 /// A request of one of the money rules, recorded as a ledger transaction.
 pub(crate) trait Keyed: Request<Record = Transaction> {
     fn account_id(&self) -> i64;

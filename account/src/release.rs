@@ -183,6 +183,12 @@ pub(crate) async fn apply(
         .collect()
 }
 
+impl ledger::Statement for ReleaseRequest {
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> ledger::Applying<'a, Self::Record> {
+        Box::pin(apply(pool, reqs))
+    }
+}
+
 fn count(n: i64, outcome: &'static str) {
     if let Ok(n @ 1..) = u64::try_from(n) {
         metrics::counter!("account_holds_total", "outcome" => outcome).increment(n);
