@@ -18,18 +18,12 @@ use serde::Serialize;
 
 use crate::{
     accounts,
-    api::{
-        AccountOp, CreditRequest, DebitRequest, DepositRequest, HoldRequest, OperationKey,
-        ReleaseRequest,
-    },
-    credit, debit, deposit,
+    api::{AccountOp, DebitRequest, OperationKey},
+    debit,
     error::{Breach, Error, Result},
-    hold,
-    holds::{self, HoldRecord},
-    ledger::{self, Answer, Outcome, Recorded, Request},
-    release,
+    holds,
+    ledger::{self, Answer, Outcome, Recorded, Request, Statement},
     shard::merchant_shard,
-    transfer::{self, TransferOrder, TransferRecord},
 };
 
 /// Answers `ops` in order. `Err` concerns the whole batch: it was refused and nothing
@@ -67,14 +61,14 @@ pub async fn answer(pool: &PgPool, shards: u16, ops: Vec<AccountOp>) -> Result<V
 
     let moved = [
         self::debits(pool, shards, debits).await?,
-        self::credits(pool, credits).await?,
+        self::apply(pool, credits).await?,
     ];
     for (i, outcome) in moved.into_iter().flatten() {
         replies[i] = Some(reply_to(outcome));
     }
     let held = [
-        self::releases(pool, releases).await?,
-        self::holds(pool, placements).await?,
+        self::apply(pool, releases).await?,
+        self::apply(pool, placements).await?,
     ];
     for (i, outcome) in held.into_iter().flatten() {
         replies[i] = Some(reply_to(holds::public(outcome)));
@@ -156,59 +150,16 @@ pub async fn debits(
     .await
 }
 
-/// Refunds `ops`.
-pub async fn credits(
+/// Applies `ops`, all of one rule, in as few rounds as batch order allows: one statement
+/// of the rule's each.
+pub(crate) async fn apply<R: Statement>(
     pool: &PgPool,
-    ops: Vec<(usize, CreditRequest)>,
-) -> Result<Vec<(usize, Outcome)>> {
-    in_rounds(ops, |round: Vec<CreditRequest>| async move {
-        credit::apply(pool, &round).await
-    })
-    .await
-}
-
-/// Releases the holds `ops` name.
-pub(crate) async fn releases(
-    pool: &PgPool,
-    ops: Vec<(usize, ReleaseRequest)>,
-) -> Result<Vec<(usize, Outcome<HoldRecord>)>> {
-    in_rounds(ops, |round: Vec<ReleaseRequest>| async move {
-        release::apply(pool, &round).await
-    })
-    .await
-}
-
-/// Places the holds `ops` ask for.
-pub(crate) async fn holds(
-    pool: &PgPool,
-    ops: Vec<(usize, HoldRequest)>,
-) -> Result<Vec<(usize, Outcome<HoldRecord>)>> {
-    in_rounds(ops, |round: Vec<HoldRequest>| async move {
-        hold::apply(pool, &round).await
-    })
-    .await
-}
-
-/// Moves the money of the transfers `ops` ask for (members' own requests: the single
-/// endpoint sends one at a time, a batch of one).
-pub(crate) async fn transfers(
-    pool: &PgPool,
-    ops: Vec<(usize, TransferOrder)>,
-) -> Result<Vec<(usize, Outcome<TransferRecord>)>> {
-    in_rounds(ops, |round: Vec<TransferOrder>| async move {
-        transfer::apply(pool, &round).await
-    })
-    .await
-}
-
-/// Pays `ops` in from outside.
-pub async fn deposits(
-    pool: &PgPool,
-    ops: Vec<(usize, DepositRequest)>,
-) -> Result<Vec<(usize, Outcome)>> {
-    in_rounds(ops, |round: Vec<DepositRequest>| async move {
-        deposit::apply(pool, &round).await
-    })
+    ops: Vec<(usize, R)>,
+) -> Result<Vec<(usize, Outcome<R::Record>)>> {
+    in_rounds(
+        ops,
+        |round: Vec<R>| async move { R::apply(pool, &round).await },
+    )
     .await
 }
 
@@ -243,14 +194,7 @@ where
             let (indices, reqs): (Vec<usize>, Vec<R>) = round.into_iter().unzip();
             let keys: Vec<String> = reqs.iter().map(|r| r.key().to_owned()).collect();
             let answers = run(reqs).await?;
-            if answers.len() != indices.len() {
-                return Err(Breach::Unanswered {
-                    rule: R::RULE,
-                    sent: indices.len(),
-                    got: answers.len(),
-                }
-                .into());
-            }
+            Breach::all_answered(R::RULE, indices.len(), answers.len())?;
             for ((index, key), answer) in indices.into_iter().zip(keys).zip(answers) {
                 if let Some(t) = answer.holds {
                     holds.insert(key, t);

@@ -60,23 +60,9 @@ impl Config {
         }
         let hold_sweep_interval =
             config::millis("HOLD_SWEEP_INTERVAL_MS", Duration::from_millis(1000))?;
-        if hold_sweep_interval < Duration::from_millis(10) {
-            return Err(ConfigError {
-                name: "HOLD_SWEEP_INTERVAL_MS".into(),
-                value: hold_sweep_interval.as_millis().to_string(),
-                reason: "must be at least 10".into(),
-            }
-            .into());
-        }
+        config::millis_at_least("HOLD_SWEEP_INTERVAL_MS", hold_sweep_interval, 10)?;
         let hold_sweep_batch: i64 = config::parse("HOLD_SWEEP_BATCH", 500)?;
-        if !(1..=10_000).contains(&hold_sweep_batch) {
-            return Err(ConfigError {
-                name: "HOLD_SWEEP_BATCH".into(),
-                value: hold_sweep_batch.to_string(),
-                reason: "must be 1 to 10000".into(),
-            }
-            .into());
-        }
+        config::within("HOLD_SWEEP_BATCH", hold_sweep_batch, 1, 10_000)?;
         let member_rate = MemberRate::from_env()?;
         Ok(Self {
             database: database.with_pool_from_env()?,

@@ -35,19 +35,11 @@ use crate::{
 /// Answers one row per credit, in order, with the refunded debit as it was locked
 /// (`debit_*`, null when there is no such debit), which says why a credit did not pass.
 const STATEMENT: &str = concat!(
-    r#"
-WITH input AS (
-    SELECT *
-    FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::TEXT[]) WITH ORDINALITY
-         AS o (id, operation_key, account_id, amount, refund_of, ord)
-),
-"#,
-    ledger::held!(),
-    r#"
-fresh AS (
-    SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
-),
-debits AS MATERIALIZED (
+    ledger::fresh!(
+        "$1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::TEXT[]",
+        "id, operation_key, account_id, amount, refund_of"
+    ),
+    r#"debits AS MATERIALIZED (
     SELECT d.operation_key, d.status, d.account_id, d.amount, d.refunded, d.merchant_shard
     FROM transactions d
     WHERE d.operation_key = ANY(ARRAY(SELECT f.refund_of FROM fresh f))
@@ -166,6 +158,12 @@ pub(crate) async fn apply(pool: &PgPool, credits: &[CreditRequest]) -> Result<Ve
         why_not_refundable(&credits[i], debits[i].as_ref())
     })
     .await
+}
+
+impl ledger::Statement for CreditRequest {
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> ledger::Applying<'a, Self::Record> {
+        Box::pin(apply(pool, reqs))
+    }
 }
 
 fn debit_of(row: &sqlx::postgres::PgRow) -> Result<Option<Debit>> {

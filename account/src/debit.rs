@@ -54,19 +54,11 @@ use crate::{
 ///
 /// Answers one row per debit, in order.
 const STATEMENT: &str = concat!(
-    r#"
-WITH input AS (
-    SELECT *
-    FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $6::TEXT[]) WITH ORDINALITY
-         AS o (id, operation_key, account_id, amount, hold_key, ord)
-),
-"#,
-    ledger::held!(),
-    r#"
-fresh AS (
-    SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
-),
-holding AS MATERIALIZED (
+    ledger::fresh!(
+        "$1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $6::TEXT[]",
+        "id, operation_key, account_id, amount, hold_key"
+    ),
+    r#"holding AS MATERIALIZED (
     SELECT h.operation_key, h.account_id, h.amount, h.state, h.expires_at
     FROM holds h
     WHERE h.operation_key = ANY(ARRAY(SELECT f.hold_key FROM fresh f WHERE f.hold_key IS NOT NULL))

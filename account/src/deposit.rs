@@ -17,12 +17,10 @@ use crate::{
 /// moved to exactly its locked balance plus its deposits, else the statement fails
 /// whole). Answers one row per deposit, in order.
 const STATEMENT: &str = concat!(
-    ledger::input_held!(),
-    r#"
-fresh AS (
-    SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
-),
-"#,
+    ledger::fresh!(
+        "$1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]",
+        "id, operation_key, account_id, amount"
+    ),
     ledger::locked_members!("f.account_id FROM fresh f"),
     r#"
 inserted AS (
@@ -30,17 +28,7 @@ inserted AS (
     SELECT f.id, f.operation_key, 'DEPOSIT', 'APPLIED', f.account_id, f.amount"#,
     ledger::insert_once!("fresh f", "f"),
     ledger::raised!(),
-    r#"
-tally AS MATERIALIZED (
-    SELECT CASE WHEN c.moved = c.accounts AND c.off IS NULL THEN 0
-                ELSE CAST('account invariant breach;deposit;accounts=' || c.accounts
-                          || ';moved=' || c.moved || ';account=' || COALESCE(c.off, 0) AS INTEGER)
-           END AS breach
-    FROM (SELECT (SELECT COUNT(DISTINCT account_id) FROM inserted) AS accounts,
-                 (SELECT COUNT(*) FROM moved) AS moved,
-                 (SELECT MIN(id) FROM moved WHERE balance <> expected) AS off) AS c
-)
-"#,
+    ledger::accounts_tally!("deposit", "balance <> expected"),
     ledger::answered!()
 );
 
@@ -51,4 +39,10 @@ pub(crate) async fn apply(pool: &PgPool, deposits: &[DepositRequest]) -> Result<
     let rows = ledger::run(pool, STATEMENT, deposits, |q| q).await?;
     let met = Met::read_all(&rows, Rule::Deposit)?;
     ledger::answer(pool, deposits, met, ledger::created, |_| None).await
+}
+
+impl ledger::Statement for DepositRequest {
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> ledger::Applying<'a, Self::Record> {
+        Box::pin(apply(pool, reqs))
+    }
 }

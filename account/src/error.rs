@@ -193,6 +193,16 @@ fn show_facts(facts: &[(String, i64)]) -> String {
 pub(crate) const BREACH_MARK: &str = "account invariant breach";
 
 impl Breach {
+    /// `Ok` when a rule's statement answered each of the `sent` operations it was given
+    /// (`got` answers), else [`Breach::Unanswered`].
+    pub fn all_answered(rule: Rule, sent: usize, got: usize) -> Result<(), Breach> {
+        if got == sent {
+            Ok(())
+        } else {
+            Err(Breach::Unanswered { rule, sent, got })
+        }
+    }
+
     /// The breach a statement reported by failing on purpose (see [`BREACH_MARK`]).
     fn reported(e: &sqlx::Error) -> Option<Breach> {
         let db = e.as_database_error()?;

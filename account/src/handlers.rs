@@ -81,7 +81,7 @@ pub async fn deposit(
     service: Service<{ MEMBER | OPERATOR }>,
     Json(req): Json<DepositRequest>,
 ) -> Result<impl IntoResponse> {
-    let outcomes = batch::deposits(&state.pool, vec![(0, req)]).await?;
+    let outcomes = batch::apply(&state.pool, vec![(0, req)]).await?;
     Ok(recorded(batch::lone(outcomes)?))
 }
 
@@ -121,7 +121,7 @@ pub async fn transfer(
         to: req.to,
         amount: req.amount,
     };
-    let outcomes = batch::transfers(&state.pool, vec![(0, order)]).await?;
+    let outcomes = batch::apply(&state.pool, vec![(0, order)]).await?;
     Ok(recorded(batch::lone(outcomes)?.map(|r| r.transfer)))
 }
 
@@ -204,7 +204,7 @@ pub async fn credit(
     service: Service<{ ORCHESTRATOR }>,
     Json(req): Json<CreditRequest>,
 ) -> Result<impl IntoResponse> {
-    let outcomes = batch::credits(&state.pool, vec![(0, req)]).await?;
+    let outcomes = batch::apply(&state.pool, vec![(0, req)]).await?;
     Ok(recorded(batch::lone(outcomes)?))
 }
 
@@ -245,7 +245,7 @@ pub async fn place_hold(
     service: Service<{ ORDER }>,
     Json(req): Json<HoldRequest>,
 ) -> Result<impl IntoResponse> {
-    let outcomes = batch::holds(&state.pool, vec![(0, req)]).await?;
+    let outcomes = batch::apply(&state.pool, vec![(0, req)]).await?;
     Ok(recorded(batch::lone(outcomes)?.map(|r| r.hold)))
 }
 
@@ -266,8 +266,7 @@ pub async fn release_hold(
     Path(key): Path<String>,
 ) -> Result<impl IntoResponse> {
     let operation_key = OperationKey::parse(key).map_err(Error::InvalidOperationKey)?;
-    let outcomes =
-        batch::releases(&state.pool, vec![(0, ReleaseRequest { operation_key })]).await?;
+    let outcomes = batch::apply(&state.pool, vec![(0, ReleaseRequest { operation_key })]).await?;
     Ok(recorded(batch::lone(outcomes)?.map(|r| r.hold)))
 }
 

@@ -35,13 +35,12 @@ use crate::{
 ///
 /// Answers one row per request, in order: the hold it placed or met, or else the
 /// account's kind and available balance, which say why nothing was placed.
-const STATEMENT: &str = r#"
-WITH input AS (
-    SELECT *
-    FROM UNNEST($1::UUID[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::FLOAT8[]) WITH ORDINALITY
-         AS o (id, operation_key, member_id, amount, ttl_secs, ord)
-),
-known AS MATERIALIZED (
+const STATEMENT: &str = concat!(
+    ledger::input!(
+        "$1::UUID[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::FLOAT8[]",
+        "id, operation_key, member_id, amount, ttl_secs"
+    ),
+    r#"known AS MATERIALIZED (
     SELECT o.ord, h.id, h.operation_key, h.account_id, h.amount, h.state, h.expires_at,
            h.captured_by, h.created_at, h.settled_at, a.member_id AS owner
     FROM input o
@@ -84,17 +83,9 @@ moved AS (
           GROUP BY i.account_id) AS t
     WHERE a.id = t.account_id
     RETURNING a.id, a.held, a.balance, t.locked_held + t.total AS expected
-),
-tally AS MATERIALIZED (
-    SELECT CASE WHEN c.moved = c.accounts AND c.off IS NULL THEN 0
-                ELSE CAST('account invariant breach;hold;accounts=' || c.accounts
-                          || ';moved=' || c.moved || ';account=' || COALESCE(c.off, 0) AS INTEGER)
-           END AS breach
-    FROM (SELECT (SELECT COUNT(DISTINCT account_id) FROM inserted) AS accounts,
-                 (SELECT COUNT(*) FROM moved) AS moved,
-                 (SELECT MIN(id) FROM moved WHERE held <> expected OR expected > balance) AS off) AS c
-)
-SELECT o.ord, i.id IS NOT NULL AS created,
+),"#,
+    ledger::accounts_tally!("hold", "held <> expected OR expected > balance"),
+    r#"SELECT o.ord, i.id IS NOT NULL AS created,
        COALESCE(i.id, k.id) AS id,
        COALESCE(i.operation_key, k.operation_key) AS operation_key,
        COALESCE(i.account_id, k.account_id) AS account_id,
@@ -115,7 +106,8 @@ LEFT JOIN known k ON k.ord = o.ord
 LEFT JOIN members m ON m.member_id = o.member_id
 LEFT JOIN locked l ON l.id = m.id
 ORDER BY o.ord
-"#;
+"#
+);
 
 /// Places `holds` (distinct keys, at most one per member) in one statement and answers
 /// each as `POST /v1/holds` would.
@@ -169,4 +161,10 @@ pub(crate) async fn apply(pool: &PgPool, holds: &[HoldRequest]) -> Result<Vec<An
         |_| 0,
     )
     .await
+}
+
+impl ledger::Statement for HoldRequest {
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> ledger::Applying<'a, Self::Record> {
+        Box::pin(apply(pool, reqs))
+    }
 }

@@ -77,6 +77,17 @@ pub(crate) trait Request: Clone {
     fn again(&self, record: &Self::Record) -> Outcome<Self::Record>;
 }
 
+/// A rule whose one statement applies requests of distinct keys (every rule but the
+/// debit, whose statement also takes the batch's merchant shard).
+pub(crate) trait Statement: Request {
+    /// Applies `reqs` in one statement and answers each, in order.
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> Applying<'a, Self::Record>;
+}
+
+/// What [`Statement::apply`] returns: the answers, once the statement has run.
+pub(crate) type Applying<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Answer<T>>>> + Send + 'a>>;
+
 /// A request of one of the money rules, recorded as a ledger transaction.
 pub(crate) trait Keyed: Request<Record = Transaction> {
     fn account_id(&self) -> i64;
@@ -200,22 +211,69 @@ held AS MATERIALIZED (
 }
 pub(crate) use held;
 
-/// The `input` every rule without a refund column opens with, then [`held`].
-macro_rules! input_held {
-    () => {
+/// `input`, every statement's first table: the request arrays `$arrays` side by side
+/// as the columns `$columns`, each row with its 1-based `ord`.
+macro_rules! input {
+    ($arrays:literal, $columns:literal) => {
         concat!(
             r#"
 WITH input AS (
     SELECT *
-    FROM UNNEST($1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[]) WITH ORDINALITY
-         AS o (id, operation_key, account_id, amount, ord)
+    FROM UNNEST("#,
+            $arrays,
+            r#") WITH ORDINALITY
+         AS o ("#,
+            $columns,
+            r#", ord)
 ),
-"#,
-            $crate::ledger::held!()
+"#
         )
     };
 }
-pub(crate) use input_held;
+pub(crate) use input;
+
+/// How a ledger rule's statement opens: [`input`] (`$arrays` as `$columns`), [`held`],
+/// then `fresh`, the requests whose key holds no row yet.
+macro_rules! fresh {
+    ($arrays:literal, $columns:literal) => {
+        concat!(
+            $crate::ledger::input!($arrays, $columns),
+            $crate::ledger::held!(),
+            r#"
+fresh AS (
+    SELECT o.* FROM input o WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.ord = o.ord)
+),
+"#
+        )
+    };
+}
+pub(crate) use fresh;
+
+/// `tally`: each account `inserted` names moved once (`moved`), and none of them off
+/// (`$off`, what an account moved wrongly shows), else the breach rule `$rule`'s
+/// statement fails with (see [`crate::error::BREACH_MARK`]).
+macro_rules! accounts_tally {
+    ($rule:literal, $off:literal) => {
+        concat!(
+            r#"
+tally AS MATERIALIZED (
+    SELECT CASE WHEN c.moved = c.accounts AND c.off IS NULL THEN 0
+                ELSE CAST('account invariant breach;"#,
+            $rule,
+            r#";accounts=' || c.accounts
+                          || ';moved=' || c.moved || ';account=' || COALESCE(c.off, 0) AS INTEGER)
+           END AS breach
+    FROM (SELECT (SELECT COUNT(DISTINCT account_id) FROM inserted) AS accounts,
+                 (SELECT COUNT(*) FROM moved) AS moved,
+                 (SELECT MIN(id) FROM moved WHERE "#,
+            $off,
+            r#") AS off) AS c
+)
+"#
+        )
+    };
+}
+pub(crate) use accounts_tally;
 
 /// `locked`: the member accounts `$source` names, by id, in the lock order.
 macro_rules! locked_members {
@@ -474,14 +532,7 @@ where
     R: Request,
     Fut: std::future::Future<Output = Result<HashMap<String, R::Record>>>,
 {
-    if met.len() != reqs.len() {
-        return Err(Breach::Unanswered {
-            rule: R::RULE,
-            sent: reqs.len(),
-            got: met.len(),
-        }
-        .into());
-    }
+    Breach::all_answered(R::RULE, reqs.len(), met.len())?;
     let mut answers: Vec<Option<Answer<R::Record>>> = Vec::with_capacity(reqs.len());
     let mut unexplained: Vec<(usize, Option<AccountKind>)> = Vec::new();
     for (i, (req, met)) in reqs.iter().zip(met).enumerate() {
@@ -523,14 +574,7 @@ where
         }
     }
     let answers: Vec<Answer<R::Record>> = answers.into_iter().flatten().collect();
-    if answers.len() != reqs.len() {
-        return Err(Breach::Unanswered {
-            rule: R::RULE,
-            sent: reqs.len(),
-            got: answers.len(),
-        }
-        .into());
-    }
+    Breach::all_answered(R::RULE, reqs.len(), answers.len())?;
     Ok(answers)
 }
 

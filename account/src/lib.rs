@@ -20,7 +20,7 @@ pub(crate) mod rows;
 pub(crate) mod shard;
 pub(crate) mod transfer;
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use anyhow::Context;
 use axum::{
@@ -31,7 +31,7 @@ use axum::{
 use paysaga_common::{
     auth::{Audience, Verifier},
     limits::MemberLimiter,
-    server, service,
+    server::{self, Shutdown},
 };
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -135,19 +135,11 @@ pub fn app(state: AppState) -> Router {
     server::finish(api, ApiDoc::openapi())
 }
 
-/// The account process, as the `account` binary and `paysaga service account` both run it
-/// ([`service::serve_from_env`]).
-pub async fn serve_from_env() -> anyhow::Result<()> {
-    service::serve_from_env("account", Config::from_env, |c| &c.process, run).await
-}
+paysaga_common::serve_from_env_fn!("account");
 
 /// Connects, migrates, starts the sweep of lapsed holds, serves until `shutdown`
 /// resolves, then stops the sweep.
-pub async fn run(
-    config: Config,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
     let state = AppState::connect(&config).await?;
     let jobs = release::start(
         state.pool.clone(),

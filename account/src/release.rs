@@ -145,14 +145,7 @@ pub(crate) async fn apply(
 ) -> Result<Vec<Answer<HoldRecord>>> {
     let keys: Vec<&str> = releases.iter().map(|r| r.operation_key.as_str()).collect();
     let (rows, released) = run(pool, &keys, 0).await?;
-    if rows.len() != releases.len() {
-        return Err(Breach::Unanswered {
-            rule: Rule::Release,
-            sent: releases.len(),
-            got: rows.len(),
-        }
-        .into());
-    }
+    Breach::all_answered(Rule::Release, releases.len(), rows.len())?;
     count(released, "released");
     releases
         .iter()
@@ -188,6 +181,12 @@ pub(crate) async fn apply(
             })
         })
         .collect()
+}
+
+impl ledger::Statement for ReleaseRequest {
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> ledger::Applying<'a, Self::Record> {
+        Box::pin(apply(pool, reqs))
+    }
 }
 
 fn count(n: i64, outcome: &'static str) {

@@ -362,3 +362,9 @@ async fn by_keys(pool: &PgPool, keys: &[String]) -> Result<HashMap<String, Trans
         })
         .collect()
 }
+
+impl ledger::Statement for TransferOrder {
+    fn apply<'a>(pool: &'a PgPool, reqs: &'a [Self]) -> ledger::Applying<'a, Self::Record> {
+        Box::pin(apply(pool, reqs))
+    }
+}

@@ -51,6 +51,12 @@ fn post(http: &Client, url: String, token: &str, body: String) -> reqwest::Reque
         .body(body)
 }
 
+/// A SOLD_OUT answer, counted in `counter`: the `sold_out` outcome.
+fn sold_out(counter: &AtomicU64) -> Outcome {
+    counter.fetch_add(1, Ordering::Relaxed);
+    Outcome::of("sold_out")
+}
+
 impl Endpoints {
     /// `POST gate /v1/passes`: the pass, or `sold_out` (counted as at the gate).
     pub async fn pass(&self, token: &str, product: i64) -> Result<String, Outcome> {
@@ -69,10 +75,7 @@ impl Endpoints {
                 Ok(p.pass)
             }
             409 if reply.code().as_deref() == Some("SOLD_OUT") => {
-                self.counters
-                    .sold_out_at_gate
-                    .fetch_add(1, Ordering::Relaxed);
-                Err(Outcome::of("sold_out"))
+                Err(sold_out(&self.counters.sold_out_at_gate))
             }
             _ => Err(reply.unexpected()),
         }
@@ -97,10 +100,7 @@ impl Endpoints {
                 .map(|r| r.id)
                 .ok_or(Outcome::of("error:unreadable_reservation")),
             409 if reply.code().as_deref() == Some("SOLD_OUT") => {
-                self.counters
-                    .sold_out_at_order
-                    .fetch_add(1, Ordering::Relaxed);
-                Err(Outcome::of("sold_out"))
+                Err(sold_out(&self.counters.sold_out_at_order))
             }
             _ => Err(reply.unexpected()),
         }

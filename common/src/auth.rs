@@ -15,7 +15,6 @@ use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use ed25519_dalek::{pkcs8::EncodePrivateKey, SigningKey, VerifyingKey};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::{
     config::{self, ConfigError, Secrets},
@@ -115,12 +114,6 @@ impl utoipa::PartialSchema for MemberId {
     }
 }
 
-impl ToSchema for MemberId {
-    fn name() -> std::borrow::Cow<'static, str> {
-        "MemberId".into()
-    }
-}
-
 impl MemberId {
     pub fn parse(s: impl Into<String>) -> Result<Self, &'static str> {
         let s = s.into();
@@ -135,24 +128,7 @@ impl MemberId {
     }
 }
 
-impl TryFrom<String> for MemberId {
-    type Error = &'static str;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Self::parse(s)
-    }
-}
-
-impl From<MemberId> for String {
-    fn from(m: MemberId) -> String {
-        m.0
-    }
-}
-
-impl std::fmt::Display for MemberId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+crate::checked_newtype!(MemberId(String), parse, &'static str);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claims {
@@ -853,28 +829,38 @@ where
 #[derive(Debug, Clone, Copy)]
 pub struct Service<const ALLOW: u8>(pub ServiceRole);
 
-impl<S, const ALLOW: u8> FromRequestParts<S> for Service<ALLOW>
-where
-    S: Send + Sync,
-    Arc<Verifier>: FromRef<S>,
-{
-    type Rejection = ApiError;
+/// The extractor `$caller<ALLOW>`: a service credential the allow list admits is
+/// `$service(role)`; any other token is judged by `$other` (given the verifier and the
+/// token), whose answer it is.
+macro_rules! internal_caller_extractor {
+    ($caller:ident, $service:path, |$verifier:ident, $token:ident| $other:expr) => {
+        impl<S, const ALLOW: u8> FromRequestParts<S> for $caller<ALLOW>
+        where
+            S: Send + Sync,
+            Arc<Verifier>: FromRef<S>,
+        {
+            type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let (verifier, token) = match presented::<S, ALLOW>(parts, state)? {
-            Presented::Service(role) => return Ok(Service(role)),
-            Presented::Other(verifier, token) => (verifier, token),
-        };
-        if verifier.verify_buyer(token).is_some() {
-            return Err(ApiError::new(
-                axum::http::StatusCode::FORBIDDEN,
-                codes::FORBIDDEN,
-                "this endpoint requires a service credential",
-            ));
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                match presented::<S, ALLOW>(parts, state)? {
+                    Presented::Service(role) => Ok($service(role)),
+                    Presented::Other($verifier, $token) => $other,
+                }
+            }
         }
-        Err(ApiError::unauthorized("invalid or expired token"))
-    }
+    };
 }
+
+internal_caller_extractor!(Service, Service, |verifier, token| {
+    if verifier.verify_buyer(token).is_some() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            codes::FORBIDDEN,
+            "this endpoint requires a service credential",
+        ));
+    }
+    Err(ApiError::unauthorized("invalid or expired token"))
+});
 
 /// Either kind of caller, for endpoints both may use (a buyer sees only their own
 /// data); a service must be of a role in the allow list, as for [`Service`].
@@ -894,24 +880,12 @@ impl<const ALLOW: u8> Caller<ALLOW> {
     }
 }
 
-impl<S, const ALLOW: u8> FromRequestParts<S> for Caller<ALLOW>
-where
-    S: Send + Sync,
-    Arc<Verifier>: FromRef<S>,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let (verifier, token) = match presented::<S, ALLOW>(parts, state)? {
-            Presented::Service(role) => return Ok(Caller::Service(role)),
-            Presented::Other(verifier, token) => (verifier, token),
-        };
-        if let Some(member) = verifier.verify_buyer_fetching(token).await {
-            return Ok(Caller::Buyer(member));
-        }
-        Err(ApiError::unauthorized("invalid or expired token"))
+internal_caller_extractor!(Caller, Caller::Service, |verifier, token| {
+    match verifier.verify_buyer_fetching(token).await {
+        Some(member) => Ok(Caller::Buyer(member)),
+        None => Err(ApiError::unauthorized("invalid or expired token")),
     }
-}
+});
 
 #[cfg(test)]
 mod tests {
@@ -920,7 +894,6 @@ mod tests {
 
     /// The service these tests' verifiers stand for.
     const AUD: Audience = Audience::Account;
-    const SERVICE_AUDIENCE: &str = "paysaga:account";
 
     #[test]
     fn buyer_and_service_tokens_do_not_cross() {
@@ -1026,7 +999,7 @@ mod tests {
     #[test]
     fn buyer_key_signing_a_service_audience_is_refused() {
         let v = Verifier::development(AUD);
-        let forged = Minter::with_kid(&DevKey::BuyerTokens.signing_key(), SERVICE_AUDIENCE)
+        let forged = Minter::with_kid(&DevKey::BuyerTokens.signing_key(), AUD.claim())
             .mint("orchestrator", Duration::from_secs(60));
         assert!(v.verify_service(&forged).is_none());
     }
@@ -1132,7 +1105,7 @@ mod tests {
 
     fn service_claims(sub: &str, iat: i64, exp: i64) -> serde_json::Value {
         serde_json::json!({
-            "sub": sub, "aud": SERVICE_AUDIENCE, "iss": ISSUER, "iat": iat, "nbf": iat, "exp": exp,
+            "sub": sub, "aud": AUD.claim(), "iss": ISSUER, "iat": iat, "nbf": iat, "exp": exp,
         })
     }
 
@@ -1151,7 +1124,7 @@ mod tests {
         assert!(v.verify_service(&gate.sign(&ok)).is_none());
         let borrowed_kid = Minter::new(
             &DevKey::Service(ServiceRole::Gate).signing_key(),
-            SERVICE_AUDIENCE,
+            AUD.claim(),
         )
         .naming(orchestrator.kid.clone());
         assert!(v.verify_service(&borrowed_kid.sign(&ok)).is_none());
@@ -1162,11 +1135,11 @@ mod tests {
         // Unknown key, or none named.
         let stranger = SigningKey::from_bytes(&[7; 32]);
         assert!(v
-            .verify_service(&Minter::with_kid(&stranger, SERVICE_AUDIENCE).sign(&ok))
+            .verify_service(&Minter::with_kid(&stranger, AUD.claim()).sign(&ok))
             .is_none());
         let unnamed = Minter::new(
             &DevKey::Service(ServiceRole::Orchestrator).signing_key(),
-            SERVICE_AUDIENCE,
+            AUD.claim(),
         );
         assert!(v.verify_service(&unnamed.sign(&ok)).is_none());
     }
@@ -1207,7 +1180,7 @@ mod tests {
         .unwrap();
         assert!(signed_by_development_key(&expired), "whatever its claims");
         let own = SigningKey::from_bytes(&[42; 32]);
-        let real = Minter::new(&own, SERVICE_AUDIENCE).mint("gate", Duration::from_secs(60));
+        let real = Minter::new(&own, AUD.claim()).mint("gate", Duration::from_secs(60));
         assert!(!signed_by_development_key(&real));
         assert!(!signed_by_development_key("not a token"));
     }

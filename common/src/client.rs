@@ -37,6 +37,13 @@ impl CallError {
             CallError::Unknown { .. } => None,
         }
     }
+    /// The status and code of a definite refusal; `None` for an unknown outcome.
+    pub fn refusal(&self) -> Option<(u16, &str)> {
+        match self {
+            CallError::Rejected { status, body } => Some((*status, &body.code)),
+            CallError::Unknown { .. } => None,
+        }
+    }
     pub fn is_not_found(&self) -> bool {
         matches!(self, CallError::Rejected { status: 404, .. })
     }

@@ -421,7 +421,6 @@ mod tests {
     use crate::{auth::Verifier, keys::generate_signing_key as fresh};
 
     const AUD: Audience = Audience::Account;
-    const SERVICE_AUDIENCE: &str = "paysaga:account";
 
     #[test]
     fn key_sets_parse_and_keep_each_key_to_one_role() {
@@ -487,11 +486,10 @@ mod tests {
     #[test]
     fn operator_tokens_must_be_short_lived_and_not_development_signed() {
         let own = fresh();
-        let ok =
-            Minter::with_kid(&own, SERVICE_AUDIENCE).mint("operator", Duration::from_secs(600));
+        let ok = Minter::with_kid(&own, AUD.claim()).mint("operator", Duration::from_secs(600));
         assert!(check_operator_token(&ok).is_ok());
         let long =
-            Minter::with_kid(&own, SERVICE_AUDIENCE).mint("operator", Duration::from_secs(86_400));
+            Minter::with_kid(&own, AUD.claim()).mint("operator", Duration::from_secs(86_400));
         assert!(check_operator_token(&long)
             .unwrap_err()
             .reason

@@ -1,7 +1,7 @@
 //! The one JSON error body every service answers with, and the generic 500.
 
 use axum::{
-    http::StatusCode,
+    http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
@@ -148,6 +148,17 @@ fn internal_with_report(chain: String) -> Response {
     )
     .into_response();
     response.extensions_mut().insert(InternalErrorReport(chain));
+    response
+}
+
+/// `response` with `Retry-After: secs` when `secs` is given: a refusal worth asking
+/// again after that many seconds.
+pub fn with_retry_after(mut response: Response, secs: Option<u64>) -> Response {
+    if let Some(secs) = secs {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     response
 }
 

@@ -13,7 +13,7 @@ use std::{
 };
 
 use axum::{
-    http::{header, HeaderValue, StatusCode},
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use governor::{
@@ -24,7 +24,7 @@ use governor::{
 use crate::{
     auth::MemberId,
     config::{self, ConfigError},
-    error::{codes, ApiError},
+    error::{codes, with_retry_after, ApiError},
 };
 
 /// `HTTP_REQUEST_TIMEOUT_MS` default: far above the orchestrator's `RESPONSE_WAIT_MS`
@@ -134,7 +134,7 @@ pub fn overloaded() -> Response {
             "the service is at its limit of requests in flight; retry shortly",
         )
         .into_response(),
-        RETRY_AFTER_SECS,
+        Some(RETRY_AFTER_SECS),
     )
 }
 
@@ -149,15 +149,8 @@ pub fn timed_out() -> Response {
             "the request did not finish in time; its outcome is unknown, retry it (with the same Idempotency-Key)",
         )
         .into_response(),
-        RETRY_AFTER_SECS,
+        Some(RETRY_AFTER_SECS),
     )
-}
-
-fn with_retry_after(mut response: Response, secs: u64) -> Response {
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    response
 }
 
 /// Per-member request rate: `MEMBER_RATE_PER_SEC` sustained, `MEMBER_RATE_BURST` at once.
@@ -203,7 +196,7 @@ impl IntoResponse for RateLimited {
                 "too many requests from this member; retry after the indicated delay",
             )
             .into_response(),
-            self.retry_after_secs,
+            Some(self.retry_after_secs),
         )
     }
 }
@@ -286,6 +279,7 @@ impl MemberLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     fn rate(per_sec: u32, burst: u32) -> MemberRate {
         MemberRate {

@@ -1,7 +1,6 @@
 //! Money as integer minor units: never floats, never negative where an amount is meant.
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 /// A strictly positive amount in minor units (cents). Parsed at the edge, so the
 /// inside never re-validates.
@@ -20,12 +19,6 @@ impl utoipa::PartialSchema for Amount {
             .maximum(Some(MAX_AMOUNT))
             .examples([12900])
             .into()
-    }
-}
-
-impl ToSchema for Amount {
-    fn name() -> std::borrow::Cow<'static, str> {
-        "Amount".into()
     }
 }
 
@@ -55,24 +48,7 @@ pub enum AmountError {
     TooLarge,
 }
 
-impl TryFrom<i64> for Amount {
-    type Error = AmountError;
-    fn try_from(v: i64) -> Result<Self, Self::Error> {
-        Self::new(v)
-    }
-}
-
-impl From<Amount> for i64 {
-    fn from(a: Amount) -> i64 {
-        a.0
-    }
-}
-
-impl std::fmt::Display for Amount {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+crate::checked_newtype!(Amount(i64), new, AmountError);
 
 #[cfg(test)]
 mod tests {

@@ -178,6 +178,22 @@ where
     run(config, listener, Box::pin(server::shutdown_signal())).await
 }
 
+/// A service crate's `serve_from_env`, the whole of its binary and of `paysaga service
+/// <name>`: [`serve_from_env`] with the crate's `Config::from_env`, the `process`
+/// settings in it and the crate's `run`.
+#[macro_export]
+macro_rules! serve_from_env_fn {
+    ($service:literal) => {
+        #[doc = concat!(
+            "The ", $service, " process, as the `", $service, "` binary and `paysaga service ",
+            $service, "` both run it ([`paysaga_common::service::serve_from_env`])."
+        )]
+        pub async fn serve_from_env() -> anyhow::Result<()> {
+            $crate::service::serve_from_env($service, Config::from_env, |c| &c.process, run).await
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

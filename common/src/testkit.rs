@@ -320,6 +320,27 @@ impl Drop for InProcess {
     }
 }
 
+/// Every row of `tables` (schema-qualified, each with an `id` column) as text, read in
+/// one statement, table by table in the order given and by `id` within each: two equal
+/// snapshots mean nothing was written to them in between.
+pub async fn rows_as_text(pool: &PgPool, tables: &[&str]) -> Vec<String> {
+    let parts: Vec<String> = tables
+        .iter()
+        .enumerate()
+        .map(|(k, table)| {
+            format!("SELECT {k} AS k, r.id::TEXT AS id, r::TEXT AS line FROM {table} r")
+        })
+        .collect();
+    let sql = format!(
+        r#"SELECT t.line FROM ({}) t ORDER BY t.k, t.id"#,
+        parts.join(" UNION ALL ")
+    );
+    sqlx::query_scalar(&sql)
+        .fetch_all(pool)
+        .await
+        .unwrap_or_else(|e| panic!("rows of {tables:?}: {e}"))
+}
+
 /// Checks a service's answer to database errors (`answer`: its path from a
 /// `sqlx::Error` to a response): each outage [`db::unavailable`] recognises without a
 /// server (a lost connection, a pool timed out, a closed pool) is a 503, not a 500, and a

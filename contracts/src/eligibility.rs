@@ -105,6 +105,18 @@ impl MemberFacts {
     }
 }
 
+/// The id the member service would issue to a member signing up at `at`: a UUIDv7 of
+/// that moment (not before 1970), the id [`MemberFacts::from_id`] reads the sign-up
+/// time back from.
+pub fn member_id_signed_up_at(at: DateTime<Utc>) -> String {
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        u64::try_from(at.timestamp()).unwrap_or(0),
+        at.timestamp_subsec_nanos(),
+    );
+    Uuid::new_v7(ts).to_string()
+}
+
 /// Why a member may not take part, naming the rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Ineligible {
@@ -171,10 +183,8 @@ pub fn check_rules(rules: &[EligibilityRule]) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn member_at(ms: u64) -> MemberId {
-        let ts =
-            uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, (ms % 1000) as u32 * 1_000_000);
-        MemberId::parse(Uuid::new_v7(ts).to_string()).unwrap()
+    fn member_at(ms: i64) -> MemberId {
+        MemberId::parse(member_id_signed_up_at(at(ms))).unwrap()
     }
 
     fn at(ms: i64) -> DateTime<Utc> {

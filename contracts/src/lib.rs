@@ -41,6 +41,66 @@ macro_rules! service_client_constructors {
     };
 }
 
+/// A fieldless wire enum's names, each written once as the SCREAMING_SNAKE_CASE name
+/// serde gives its variant: `ALL` (every variant, in the order listed), `as_str` (the
+/// wire and column form), `parse` (`None` for any other text) and `Display` (the wire
+/// form). With `mod codes`, each name is also a `&str` constant of that module, for
+/// callers that compare a body's `code` as text; with `unknown: Error` (a tuple struct
+/// of the text), `FromStr` and `TryFrom<String>` (reading a column) refuse any other
+/// text with that error.
+#[macro_export]
+macro_rules! wire_names {
+    ($ty:ident { $($variant:ident => $name:ident),+ $(,)? }) => {
+        impl $ty {
+            /// Every variant, in the order of its names.
+            pub const ALL: [$ty; [$(stringify!($name)),+].len()] = [$($ty::$variant),+];
+
+            /// The wire form.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => stringify!($name)),+
+                }
+            }
+
+            /// From the wire form; `None` for any other text.
+            pub fn parse(s: &str) -> Option<Self> {
+                Self::ALL.into_iter().find(|v| v.as_str() == s)
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+    ($ty:ident, $(#[$meta:meta])* mod $codes:ident { $($variant:ident => $name:ident),+ $(,)? }) => {
+        $crate::wire_names!($ty { $($variant => $name),+ });
+
+        $(#[$meta])*
+        pub mod $codes {
+            $(pub const $name: &str = super::$ty::$variant.as_str();)+
+        }
+    };
+    ($ty:ident { $($variant:ident => $name:ident),+ $(,)? }, unknown: $unknown:ident) => {
+        $crate::wire_names!($ty { $($variant => $name),+ });
+
+        impl std::str::FromStr for $ty {
+            type Err = $unknown;
+            fn from_str(s: &str) -> Result<Self, $unknown> {
+                Self::parse(s).ok_or_else(|| $unknown(s.to_owned()))
+            }
+        }
+
+        impl TryFrom<String> for $ty {
+            type Error = $unknown;
+            fn try_from(s: String) -> Result<Self, $unknown> {
+                s.parse()
+            }
+        }
+    };
+}
+
 pub mod account;
 pub mod batch;
 pub mod eligibility;

@@ -1,10 +1,11 @@
 //! The gate's error type and how each variant answers over HTTP.
 
 use axum::{
-    http::{header::RETRY_AFTER, HeaderValue, StatusCode},
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
-use paysaga_common::{error::internal_error_response, limits::RateLimited, ApiError};
+use paysaga_common::error::{internal_error_response, with_retry_after};
+use paysaga_common::{limits::RateLimited, ApiError};
 
 use crate::api::codes;
 
@@ -69,17 +70,15 @@ impl IntoResponse for Error {
             Error::ProductNotFound(_) => {
                 ApiError::not_found(codes::PRODUCT_NOT_FOUND, "no such product").into_response()
             }
-            Error::QuotaUnavailable(why) => {
-                let mut r = ApiError::new(
+            Error::QuotaUnavailable(why) => with_retry_after(
+                ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     codes::QUOTA_UNAVAILABLE,
                     why,
                 )
-                .into_response();
-                r.headers_mut()
-                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-                r
-            }
+                .into_response(),
+                Some(1),
+            ),
             other => internal_error_response(&other),
         }
     }

@@ -15,7 +15,7 @@ pub(crate) mod routes;
 pub(crate) mod scripts;
 pub(crate) mod store;
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use axum::{
     extract::FromRef,
@@ -27,7 +27,7 @@ use paysaga_common::{
     jobs::Jobs,
     limits::MemberLimiter,
     pass::PassSigner,
-    server, service,
+    server::{self, Shutdown},
 };
 use paysaga_contracts::OrderClient;
 use tokio::net::TcpListener;
@@ -139,19 +139,11 @@ pub fn app(state: AppState) -> Router {
     server::finish(api, ApiDoc::openapi())
 }
 
-/// The gate process, as the `gate` binary and `paysaga service gate` both run it
-/// ([`service::serve_from_env`]).
-pub async fn serve_from_env() -> anyhow::Result<()> {
-    service::serve_from_env("gate", Config::from_env, |c| &c.process, run).await
-}
+paysaga_common::serve_from_env_fn!("gate");
 
 /// Computes the quota once, starts the recompute job, serves until `shutdown`, then
 /// stops the job.
-pub async fn run(
-    config: Config,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
     serve_state(
         AppState::connect(&config).await?,
         config,
@@ -166,7 +158,7 @@ pub async fn serve_state(
     state: AppState,
     config: Config,
     listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let first = state.recompute.run_once().await;
     tracing::info!(?first, addr = ?listener.local_addr().ok(), "gate starting");

@@ -1,12 +1,12 @@
 //! The member service's errors and the answer each one gets.
 
 use axum::{
-    http::{header, HeaderValue, StatusCode},
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use paysaga_common::{
     client::CallError,
-    error::{codes as common_codes, internal_error_response},
+    error::{codes as common_codes, internal_error_response, with_retry_after},
     ApiError,
 };
 use paysaga_contracts::account::api::codes as account_codes;
@@ -192,22 +192,18 @@ impl IntoResponse for Error {
             }
             _ => None,
         };
-        let mut response = match self.into_api() {
+        let response = match self.into_api() {
             Ok(api) => api.into_response(),
             Err(internal) => internal_error_response(&internal),
         };
-        if let Some(secs) = retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-        }
-        response
+        with_retry_after(response, retry_after.map(|secs| secs.max(1)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn a_database_out_of_reach_is_503_unavailable_not_500() {

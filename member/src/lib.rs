@@ -19,7 +19,7 @@ pub mod verification;
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::member::api;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use axum::{
@@ -32,7 +32,7 @@ use paysaga_common::{
     jobs::Jobs,
     jwks::JWKS_PATH,
     outbox::{self, Outbox},
-    server, service,
+    server::{self, Shutdown},
 };
 use paysaga_contracts::account::client::AccountClient;
 use sqlx::PgPool;
@@ -158,11 +158,7 @@ pub fn app(state: AppState) -> Router {
     server::finish(api, ApiDoc::openapi())
 }
 
-/// The member process, as the `member` binary and `paysaga service member` both run it
-/// ([`service::serve_from_env`]).
-pub async fn serve_from_env() -> anyhow::Result<()> {
-    service::serve_from_env("member", Config::from_env, |c| &c.process, run).await
-}
+paysaga_common::serve_from_env_fn!("member");
 
 /// Starts the periodic jobs: the account repair every `ACCOUNT_REPAIR_SECS`, and the
 /// deletion of expired refresh tokens, sign-in failure counts and sign-up counts.
@@ -204,11 +200,7 @@ pub async fn start_jobs(state: &AppState) -> anyhow::Result<Jobs> {
 
 /// Connects, migrates, starts the jobs, serves until `shutdown` resolves, then stops
 /// the jobs.
-pub async fn run(
-    config: Config,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
     if config.signing_keys.is_development() {
         tracing::warn!(
             "MEMBER_SIGNING_KEYS is not set: buyer tokens are signed with the PUBLIC DEVELOPMENT KEY; \

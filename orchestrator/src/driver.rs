@@ -374,7 +374,7 @@ impl Engine {
             outcome: attempt.outcome,
             attempts,
             inline_retries,
-            code: attempt.code.as_deref().and_then(FailureCode::from_code),
+            code: attempt.code.as_deref().and_then(FailureCode::parse),
             jitter_seed: rand::random(),
         })
         .map_err(|refused| Breach::IllegalMove {

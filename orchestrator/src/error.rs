@@ -2,13 +2,13 @@
 //! internal ones that become a generic 500.
 
 use axum::{
-    http::{header, HeaderValue, StatusCode},
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use paysaga_common::batch::BatchFailure;
 use paysaga_common::{
     client::CallError,
-    error::{codes as common_codes, internal_error_response},
+    error::{codes as common_codes, internal_error_response, with_retry_after},
     limits::RateLimited,
     ApiError,
 };
@@ -265,7 +265,6 @@ impl IntoResponse for Error {
         }
         match self.api() {
             Some(api) => {
-                let mut response = api.into_response();
                 let retry_after = match &self {
                     Error::IdempotencyInProgress { retry_after_secs } => Some(*retry_after_secs),
                     Error::Downstream { .. }
@@ -274,12 +273,7 @@ impl IntoResponse for Error {
                     | Error::Database(_) => Some(1),
                     _ => None,
                 };
-                if let Some(secs) = retry_after {
-                    response
-                        .headers_mut()
-                        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-                }
-                response
+                with_retry_after(api.into_response(), retry_after)
             }
             None => internal_error_response(&self),
         }
@@ -304,6 +298,7 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn a_database_out_of_reach_is_503_unavailable_not_500() {

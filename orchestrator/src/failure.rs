@@ -1,8 +1,6 @@
 //! Why a payment is FAILED: the closed set of codes a definite rejection that moves it
 //! there carries, stored in `payments.failure_code` under the downstream's own names.
 
-use std::{fmt, str::FromStr};
-
 /// A payment's failure code. The debit's definite rejections say why the payment
 /// failed; should the release of a failed payment's reservation be refused, that
 /// refusal's code is recorded too (the move that follows is again into FAILED).
@@ -31,57 +29,26 @@ pub enum FailureCode {
     ReservationConfirmed,
 }
 
-impl FailureCode {
-    pub const ALL: [FailureCode; 9] = [
-        FailureCode::InsufficientFunds,
-        FailureCode::AccountNotFound,
-        FailureCode::AccountNotMember,
-        FailureCode::HoldNotFound,
-        FailureCode::HoldReleased,
-        FailureCode::HoldExpired,
-        FailureCode::HoldMismatch,
-        FailureCode::ReservationNotFound,
-        FailureCode::ReservationConfirmed,
-    ];
-
-    /// The stored name, the downstream's code.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureCode::InsufficientFunds => "INSUFFICIENT_FUNDS",
-            FailureCode::AccountNotFound => "ACCOUNT_NOT_FOUND",
-            FailureCode::AccountNotMember => "ACCOUNT_NOT_MEMBER",
-            FailureCode::HoldNotFound => "HOLD_NOT_FOUND",
-            FailureCode::HoldReleased => "HOLD_RELEASED",
-            FailureCode::HoldExpired => "HOLD_EXPIRED",
-            FailureCode::HoldMismatch => "HOLD_MISMATCH",
-            FailureCode::ReservationNotFound => "RESERVATION_NOT_FOUND",
-            FailureCode::ReservationConfirmed => "RESERVATION_CONFIRMED",
-        }
-    }
-
-    /// The failure code a downstream's rejection code names, if it is one.
-    pub fn from_code(code: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.as_str() == code)
-    }
-}
-
-impl fmt::Display for FailureCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+// The stored names are the downstreams' codes.
+paysaga_contracts::wire_names!(
+    FailureCode {
+        InsufficientFunds => INSUFFICIENT_FUNDS,
+        AccountNotFound => ACCOUNT_NOT_FOUND,
+        AccountNotMember => ACCOUNT_NOT_MEMBER,
+        HoldNotFound => HOLD_NOT_FOUND,
+        HoldReleased => HOLD_RELEASED,
+        HoldExpired => HOLD_EXPIRED,
+        HoldMismatch => HOLD_MISMATCH,
+        ReservationNotFound => RESERVATION_NOT_FOUND,
+        ReservationConfirmed => RESERVATION_CONFIRMED,
+    },
+    unknown: UnknownFailureCode
+);
 
 /// A stored failure code that is not one of ours.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown failure code {0:?}")]
 pub struct UnknownFailureCode(pub String);
-
-impl FromStr for FailureCode {
-    type Err = UnknownFailureCode;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::from_code(s).ok_or_else(|| UnknownFailureCode(s.to_owned()))
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -93,6 +60,6 @@ mod tests {
             assert_eq!(c.as_str().parse::<FailureCode>(), Ok(c));
         }
         assert!("DECLINED".parse::<FailureCode>().is_err());
-        assert_eq!(FailureCode::from_code("RESERVATION_EXPIRED"), None);
+        assert_eq!(FailureCode::parse("RESERVATION_EXPIRED"), None);
     }
 }

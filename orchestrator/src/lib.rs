@@ -21,19 +21,16 @@ pub(crate) mod recovery;
 pub(crate) mod routes;
 pub mod store;
 
-use std::{
-    future::Future,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc,
 };
 
 use axum::{extract::State, response::Response, routing::get, Router};
 use paysaga_common::{
     auth::{Audience, Verifier},
     limits::MemberLimiter,
-    server, service,
+    server::{self, Shutdown},
 };
 use paysaga_console::{ConsoleConfig, ConsoleState};
 use paysaga_contracts::{AccountClient, MemberClient, OrderClient};
@@ -166,19 +163,11 @@ impl Drop for AliveGuard {
     }
 }
 
-/// The orchestrator process, as the `orchestrator` binary and `paysaga service
-/// orchestrator` both run it ([`service::serve_from_env`]).
-pub async fn serve_from_env() -> anyhow::Result<()> {
-    service::serve_from_env("orchestrator", Config::from_env, |c| &c.process, run).await
-}
+paysaga_common::serve_from_env_fn!("orchestrator");
 
 /// Connects, migrates, starts recovery, the idempotency purge, the event ingest and the
 /// webhook delivery worker, serves until `shutdown`, then stops them.
-pub async fn run(
-    config: Config,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
     run_with_hooks(config, listener, shutdown, Hooks::default()).await
 }
 
@@ -186,7 +175,7 @@ pub async fn run(
 pub async fn run_with_hooks(
     config: Config,
     listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: Shutdown,
     hooks: Hooks,
 ) -> anyhow::Result<()> {
     config.validate()?;

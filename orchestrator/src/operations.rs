@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use paysaga_common::{error::codes as common_codes, ApiError};
 use paysaga_console::{desk::Answer, DeskError, PaymentDesk, ProductPayments};
 use paysaga_contracts::orchestrator::api::{
-    page_limit, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
+    page_limit, state_filter, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
 use uuid::Uuid;
 use workflows::{request_refund, State};
@@ -49,14 +49,7 @@ impl Operations {
     /// The operator's list with its checks, newest first, keyset paged.
     pub async fn list(&self, filter: &ListPayments) -> Result<PaymentPage> {
         let limit = page_limit(filter.limit)?;
-        let state = filter
-            .state
-            .as_deref()
-            .map(|s| {
-                s.parse::<State>()
-                    .map_err(|_| invalid_query(format!("unknown state {s:?}")))
-            })
-            .transpose()?;
+        let state = state_filter::<State>(filter.state.as_deref(), "")?;
         for (name, v) in [
             ("min_age_secs", filter.min_age_secs),
             ("max_age_secs", filter.max_age_secs),

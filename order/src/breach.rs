@@ -56,6 +56,25 @@ impl Breach {
         }
     }
 
+    /// `Ok` when `statement` gave as many `what` as `expected`, else [`Breach::Count`].
+    pub fn check_count(
+        statement: &'static str,
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    ) -> Result<(), Self> {
+        if found == expected {
+            Ok(())
+        } else {
+            Err(Breach::count(
+                statement,
+                what,
+                expected as i64,
+                found as i64,
+            ))
+        }
+    }
+
     pub fn missing(what: &'static str, id: impl ToString) -> Self {
         Breach::Missing {
             what: what.into(),

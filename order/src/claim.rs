@@ -138,14 +138,7 @@ pub async fn claim(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Result<Clai
     let ids: Vec<Uuid> = claims.iter().map(|c| c.id).collect();
     // A deadlock PostgreSQL broke rolled the statement back whole.
     let rows = retry::on_conflict(Error::is_conflict, || run(pool, claims, &ids)).await?;
-    if rows.len() != claims.len() {
-        return Err(Error::Invariant(Breach::count(
-            "claim",
-            "answers",
-            claims.len() as i64,
-            rows.len() as i64,
-        )));
-    }
+    Breach::check_count("claim", "answers", claims.len(), rows.len()).map_err(Error::Invariant)?;
     let mut answers = Vec::with_capacity(rows.len());
     let mut conflicted = Vec::new();
     for (at, row) in rows.iter().enumerate() {

@@ -80,13 +80,13 @@ pub const DEFAULT_CLAIM_BATCH: usize = 256;
 /// transaction) with the next, on machines with cores to spare.
 pub const DEFAULT_CLAIM_FLUSHES: usize = 1;
 
-fn invalid(name: &str, value: impl ToString, reason: &str) -> config::Error {
-    ConfigError {
-        name: name.to_owned(),
-        value: value.to_string(),
-        reason: reason.to_owned(),
+/// A time in seconds, `default` when unset, refused outside 1 to 86400 (a day).
+fn secs_up_to_a_day(name: &str, default: u64) -> Result<u64, ConfigError> {
+    let secs: u64 = config::parse(name, default)?;
+    if secs == 0 || secs > 86_400 {
+        return Err(config::invalid(name, secs, "must be 1 to 86400 seconds"));
     }
-    .into()
+    Ok(secs)
 }
 
 impl Config {
@@ -101,61 +101,21 @@ impl Config {
             Arc::new(TokenSource::from_secrets(&mut secrets, ServiceRole::Order)?);
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let purchase_cap: i64 = config::parse("PURCHASE_CAP", 1)?;
-        if !(1..=1_000).contains(&purchase_cap) {
-            return Err(invalid("PURCHASE_CAP", purchase_cap, "must be 1 to 1000"));
-        }
-        let ttl_secs: u64 = config::parse("RESERVATION_TTL_SECS", 600)?;
-        if ttl_secs == 0 || ttl_secs > 86_400 {
-            return Err(invalid(
-                "RESERVATION_TTL_SECS",
-                ttl_secs,
-                "must be 1 to 86400 seconds",
-            ));
-        }
-        let offer_ttl_secs: u64 = config::parse("WAITLIST_OFFER_TTL_SECS", 120)?;
-        if offer_ttl_secs == 0 || offer_ttl_secs > 86_400 {
-            return Err(invalid(
-                "WAITLIST_OFFER_TTL_SECS",
-                offer_ttl_secs,
-                "must be 1 to 86400 seconds",
-            ));
-        }
+        config::within("PURCHASE_CAP", purchase_cap, 1, 1_000)?;
+        let ttl_secs = secs_up_to_a_day("RESERVATION_TTL_SECS", 600)?;
+        let offer_ttl_secs = secs_up_to_a_day("WAITLIST_OFFER_TTL_SECS", 120)?;
         let sweep_interval = config::millis("SWEEP_INTERVAL_MS", Duration::from_millis(1000))?;
-        if sweep_interval < Duration::from_millis(10) {
-            return Err(invalid(
-                "SWEEP_INTERVAL_MS",
-                sweep_interval.as_millis(),
-                "must be at least 10",
-            ));
-        }
+        config::millis_at_least("SWEEP_INTERVAL_MS", sweep_interval, 10)?;
         let sweep_batch: i64 = config::parse("SWEEP_BATCH", 500)?;
-        if !(1..=10_000).contains(&sweep_batch) {
-            return Err(invalid("SWEEP_BATCH", sweep_batch, "must be 1 to 10000"));
-        }
+        config::within("SWEEP_BATCH", sweep_batch, 1, 10_000)?;
         let sweep_max_batches: u32 = config::parse("SWEEP_MAX_BATCHES", 20)?;
-        if sweep_max_batches == 0 {
-            return Err(invalid(
-                "SWEEP_MAX_BATCHES",
-                sweep_max_batches,
-                "must be at least 1",
-            ));
-        }
+        config::at_least("SWEEP_MAX_BATCHES", sweep_max_batches, 1)?;
         let database = database.with_pool_from_env()?;
-        if database.max_connections == 0 {
-            return Err(invalid(
-                "DB_MAX_CONNECTIONS",
-                database.max_connections,
-                "must be at least 1",
-            ));
-        }
+        config::at_least("DB_MAX_CONNECTIONS", database.max_connections, 1)?;
         let claim_batch: usize = config::parse("CLAIM_BATCH", DEFAULT_CLAIM_BATCH)?;
-        if !(1..=10_000).contains(&claim_batch) {
-            return Err(invalid("CLAIM_BATCH", claim_batch, "must be 1 to 10000"));
-        }
+        config::within("CLAIM_BATCH", claim_batch, 1, 10_000)?;
         let claim_flushes: usize = config::parse("CLAIM_FLUSHES", DEFAULT_CLAIM_FLUSHES)?;
-        if !(1..=64).contains(&claim_flushes) {
-            return Err(invalid("CLAIM_FLUSHES", claim_flushes, "must be 1 to 64"));
-        }
+        config::within("CLAIM_FLUSHES", claim_flushes, 1, 64)?;
         let account_timeout = config::millis("ACCOUNT_TIMEOUT_MS", Duration::from_millis(2000))?;
         config::millis_at_least("ACCOUNT_TIMEOUT_MS", account_timeout, 10)?;
         let hold_batches: usize = config::parse("HOLD_BATCHES", 1)?;

@@ -24,7 +24,7 @@ pub mod stock;
 pub mod sweep;
 pub mod waitlist;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     extract::{DefaultBodyLimit, FromRef, State},
@@ -36,7 +36,7 @@ use paysaga_common::{
     auth::{Audience, Verifier},
     outbox::{self, Outbox},
     pass::PassVerifier,
-    server, service,
+    server::{self, Shutdown},
 };
 use paysaga_contracts::account::client::AccountClient;
 use sqlx::{migrate::Migrator, PgPool};
@@ -211,19 +211,11 @@ pub fn app(state: AppState) -> Router {
     server::finish(api, ApiDoc::openapi())
 }
 
-/// The order process, as the `order` binary and `paysaga service order` both run it
-/// ([`service::serve_from_env`]).
-pub async fn serve_from_env() -> anyhow::Result<()> {
-    service::serve_from_env("order", Config::from_env, |c| &c.process, run).await
-}
+paysaga_common::serve_from_env_fn!("order");
 
 /// Connects, migrates, starts the expiry sweeps and the holds' releases and
 /// reconciliation, serves until `shutdown`, then stops the jobs.
-pub async fn run(
-    config: Config,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
     let state = AppState::connect(&config).await?;
     let jobs = sweep::start(
         state.pool.clone(),

@@ -564,14 +564,7 @@ fn decode(ops: usize, rows: &[PgRow]) -> Result<Run> {
             rows: Vec::new(),
         });
     }
-    if rows.len() != ops {
-        return Err(Error::Invariant(Breach::count(
-            "settle",
-            "answers",
-            ops as i64,
-            rows.len() as i64,
-        )));
-    }
+    Breach::check_count("settle", "answers", ops, rows.len()).map_err(Error::Invariant)?;
     let rows = rows
         .iter()
         .enumerate()

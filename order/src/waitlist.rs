@@ -304,14 +304,13 @@ async fn pass_on(tx: &mut Transaction<'_, Postgres>, units: &[i64]) -> Result<()
     .bind(units)
     .fetch_all(&mut **tx)
     .await?;
-    if states.len() != units.len() {
-        return Err(Error::Invariant(Breach::count(
-            "pass on",
-            "offered units put back on sale",
-            units.len() as i64,
-            states.len() as i64,
-        )));
-    }
+    Breach::check_count(
+        "pass on",
+        "offered units put back on sale",
+        units.len(),
+        states.len(),
+    )
+    .map_err(Error::Invariant)?;
     count_offers_made(states.iter().filter(|s| s.0 == UnitState::Offered).count() as i64);
     Ok(())
 }
@@ -554,14 +553,13 @@ async fn expire_offers(tx: &mut Transaction<'_, Postgres>, offers: &[Uuid]) -> R
     .bind(offers)
     .fetch_all(&mut **tx)
     .await?;
-    if units.len() != offers.len() {
-        return Err(Error::Invariant(Breach::count(
-            "expire offers",
-            "due offers expired with their entries",
-            offers.len() as i64,
-            units.len() as i64,
-        )));
-    }
+    Breach::check_count(
+        "expire offers",
+        "due offers expired with their entries",
+        offers.len(),
+        units.len(),
+    )
+    .map_err(Error::Invariant)?;
     pass_on(tx, &units).await?;
     let n = units.len() as u64;
     metrics::counter!("order_waitlist_offers_total", "outcome" => "expired").increment(n);

@@ -213,10 +213,7 @@ impl Haproxy {
 
     /// Stops HAProxy (after the services, so none loses its way to another first).
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        crate::process::kill_and_reap(&mut self.child);
     }
 }
 

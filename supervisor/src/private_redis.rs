@@ -181,10 +181,7 @@ impl PrivateRedis {
 
     /// SIGKILL: the server and everything in it are gone.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        crate::process::kill_and_reap(&mut self.child);
     }
 }
 

@@ -268,10 +268,15 @@ impl ServiceProcess {
 
 impl Drop for ServiceProcess {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_and_reap(&mut self.child);
+    }
+}
+
+/// Kills the child in `slot`, if there is one, and waits for it, so no zombie is left.
+pub fn kill_and_reap(slot: &mut Option<Child>) {
+    if let Some(mut child) = slot.take() {
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 

@@ -11,6 +11,7 @@ pub mod postgres_ha;
 pub mod proxy;
 pub mod redis_cluster;
 pub mod stack;
+pub mod waitlist;
 
 pub use paysaga_drop::{buyer, invariants, sell_through, setup, stats};
 pub use paysaga_supervisor::{haproxy, private_redis, process, service, services, wiring};

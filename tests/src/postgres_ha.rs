@@ -49,7 +49,7 @@ use sqlx::{postgres::PgConnectOptions, ConnectOptions, Connection, PgConnection}
 use crate::proxy::FaultProxy;
 use paysaga_supervisor::{
     haproxy,
-    process::{free_port, guarded_command, spawn_guarded, tail},
+    process::{free_port, guarded_command, kill_and_reap, spawn_guarded, tail},
 };
 
 /// The Patroni configuration every node runs (`deploy/patroni/patroni.yml`).
@@ -838,17 +838,11 @@ pub fn haproxy_config(port: u16, stats: &Path, servers: &[(String, u16, u16)]) -
 
 impl Drop for PostgresHa {
     fn drop(&mut self) {
-        if let Some(mut child) = self.haproxy.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_and_reap(&mut self.haproxy);
         for node in &mut self.nodes {
             node.kill();
         }
-        if let Some(mut child) = self.etcd.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_and_reap(&mut self.etcd.child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

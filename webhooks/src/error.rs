@@ -2,12 +2,12 @@
 //! stable code, and the internal ones that become a generic 500.
 
 use axum::{
-    http::{header, HeaderValue, StatusCode},
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use paysaga_common::{
     client::CallError,
-    error::{codes as common_codes, internal_error_response},
+    error::{codes as common_codes, internal_error_response, with_retry_after},
     ApiError,
 };
 use paysaga_contracts::orchestrator::api::codes;
@@ -89,13 +89,7 @@ impl IntoResponse for Error {
         match self.api() {
             Some(api) => {
                 let unavailable = api.status == StatusCode::SERVICE_UNAVAILABLE;
-                let mut response = api.into_response();
-                if unavailable {
-                    response
-                        .headers_mut()
-                        .insert(header::RETRY_AFTER, HeaderValue::from(1));
-                }
-                response
+                with_retry_after(api.into_response(), unavailable.then_some(1))
             }
             None => internal_error_response(&self),
         }
@@ -105,6 +99,7 @@ impl IntoResponse for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn a_database_out_of_reach_is_503_and_anything_else_internal() {

@@ -2,10 +2,9 @@
 //! off) and deliveries (list, replay a DEAD one). The webhook API's routes and the
 //! console both go through [`Webhooks`].
 
-use paysaga_common::{error::codes as common_codes, ApiError};
 use paysaga_contracts::orchestrator::api::{
-    page_limit, CreateWebhookEndpoint, ListDeliveries, WebhookDelivery, WebhookDeliveryPage,
-    WebhookEndpoint, WebhookEndpointCreated, WebhookEndpointList,
+    page_limit, state_filter, CreateWebhookEndpoint, ListDeliveries, WebhookDelivery,
+    WebhookDeliveryPage, WebhookEndpoint, WebhookEndpointCreated, WebhookEndpointList,
 };
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -73,18 +72,8 @@ impl Webhooks {
     /// Deliveries, most recently changed first, by state and endpoint.
     pub async fn deliveries(&self, filter: &ListDeliveries) -> Result<WebhookDeliveryPage> {
         let limit = page_limit(filter.limit)?;
-        let state = filter
-            .state
-            .as_deref()
-            .map(|s| {
-                s.parse::<DeliveryState>().map_err(|_| {
-                    ApiError::bad_request(
-                        common_codes::INVALID_QUERY,
-                        format!("unknown state {s:?}: PENDING, DELIVERED or DEAD"),
-                    )
-                })
-            })
-            .transpose()?;
+        let state =
+            state_filter::<DeliveryState>(filter.state.as_deref(), ": PENDING, DELIVERED or DEAD")?;
         let rows = store::list_deliveries(&self.pool, state, filter.endpoint_id, limit).await?;
         Ok(WebhookDeliveryPage {
             deliveries: rows.iter().map(store::DeliveryRow::to_api).collect(),

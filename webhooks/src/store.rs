@@ -2,7 +2,7 @@
 //! the delivery claim and its outcome, the operators' views, the gauges' numbers, and
 //! the order service's events coming in.
 
-use std::{fmt, str::FromStr, time::Duration};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use paysaga_common::db::column;
@@ -24,50 +24,20 @@ pub enum DeliveryState {
     Dead,
 }
 
-impl DeliveryState {
-    pub const ALL: [DeliveryState; 3] = [
-        DeliveryState::Pending,
-        DeliveryState::Delivered,
-        DeliveryState::Dead,
-    ];
-
-    /// The stored name (the `webhook_deliveries_state_known` constraint's).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryState::Pending => "PENDING",
-            DeliveryState::Delivered => "DELIVERED",
-            DeliveryState::Dead => "DEAD",
-        }
-    }
-}
-
-impl fmt::Display for DeliveryState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+// The stored names are the `webhook_deliveries_state_known` constraint's.
+paysaga_contracts::wire_names!(
+    DeliveryState {
+        Pending => PENDING,
+        Delivered => DELIVERED,
+        Dead => DEAD,
+    },
+    unknown: UnknownDeliveryState
+);
 
 /// A name that is no delivery state.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown delivery state {0:?}")]
 pub struct UnknownDeliveryState(pub String);
-
-impl FromStr for DeliveryState {
-    type Err = UnknownDeliveryState;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|d| d.as_str() == s)
-            .ok_or_else(|| UnknownDeliveryState(s.to_owned()))
-    }
-}
-
-impl TryFrom<String> for DeliveryState {
-    type Error = UnknownDeliveryState;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
 
 /// Held (for one transaction) by the instance that fans events out. Dispatch is one
 /// set-based statement per batch, so one dispatcher at a time costs nothing, and it is

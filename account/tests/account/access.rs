@@ -153,9 +153,13 @@ async fn two_instances_migrating_a_fresh_database_at_once_both_serve() {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         stops.push(stop);
         let config = account::Config::local(db.role_url("account_app"));
-        tasks.push(tokio::spawn(account::run(config, listener, async move {
-            let _ = stopped.await;
-        })));
+        tasks.push(tokio::spawn(account::run(
+            config,
+            listener,
+            Box::pin(async move {
+                let _ = stopped.await;
+            }),
+        )));
     }
     for base in &bases {
         let r = http

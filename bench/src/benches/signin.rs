@@ -9,7 +9,9 @@ use std::{future::Future, sync::Arc, time::Duration};
 use anyhow::{bail, Context as _};
 use clap::{builder::TypedValueParser as _, Args};
 use member::config::{Argon2Params, Throttle};
-use paysaga_common::{auth::ServiceRole, client::CallError, credentials::TokenSource};
+use paysaga_common::{
+    auth::ServiceRole, client::CallError, credentials::TokenSource, server::Shutdown,
+};
 use paysaga_contracts::member::{
     api::{BulkMember, BulkSignUpRequest, Credentials},
     client::MemberClient,
@@ -79,7 +81,7 @@ impl Drop for Running {
 
 async fn start<F, Fut>(name: &str, run: F) -> anyhow::Result<Running>
 where
-    F: FnOnce(TcpListener, oneshot::Receiver<()>) -> Fut,
+    F: FnOnce(TcpListener, Shutdown) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -88,7 +90,12 @@ where
     let running = Running {
         url: url.clone(),
         stop: Some(stop),
-        task: tokio::spawn(run(listener, stopped)),
+        task: tokio::spawn(run(
+            listener,
+            Box::pin(async move {
+                let _ = stopped.await;
+            }),
+        )),
     };
     let http = paysaga_common::client::http_client(Duration::from_secs(2));
     let until = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -134,11 +141,8 @@ pub async fn run(args: &SigninArgs) -> anyhow::Result<SigninReport> {
 async fn measure(db: &BenchDb, args: &SigninArgs) -> anyhow::Result<SigninReport> {
     let mut account_config = account::Config::local(db.role_url("account_app")?);
     account_config.database.max_connections = 8;
-    let account = start("account", |listener, stop| async move {
-        account::run(account_config, listener, async {
-            let _ = stop.await;
-        })
-        .await
+    let account = start("account", |listener, shutdown| {
+        account::run(account_config, listener, shutdown)
     })
     .await?;
 
@@ -158,11 +162,8 @@ async fn measure(db: &BenchDb, args: &SigninArgs) -> anyhow::Result<SigninReport
         window: Duration::from_secs(60),
     };
     let hash_slots = config.argon2_max_concurrent;
-    let service = start("member", |listener, stop| async move {
-        member::run(config, listener, async {
-            let _ = stop.await;
-        })
-        .await
+    let service = start("member", |listener, shutdown| {
+        member::run(config, listener, shutdown)
     })
     .await?;
     let client = MemberClient::new(

@@ -56,57 +56,6 @@ pub enum AccountCode {
 }
 
 impl AccountCode {
-    pub const ALL: [AccountCode; 18] = [
-        AccountCode::InsufficientFunds,
-        AccountCode::OperationKeyReused,
-        AccountCode::AccountNotFound,
-        AccountCode::AccountNotMember,
-        AccountCode::TransactionNotFound,
-        AccountCode::DebitNotFound,
-        AccountCode::DebitDeclined,
-        AccountCode::RefundExceedsDebit,
-        AccountCode::RefundAccountMismatch,
-        AccountCode::InvalidOpeningBalance,
-        AccountCode::InvalidOperationKey,
-        AccountCode::AmountOutOfRange,
-        AccountCode::HoldNotFound,
-        AccountCode::HoldReleased,
-        AccountCode::HoldExpired,
-        AccountCode::HoldMismatch,
-        AccountCode::HoldCaptured,
-        AccountCode::TransferToSelf,
-    ];
-
-    /// The wire form.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            AccountCode::InsufficientFunds => "INSUFFICIENT_FUNDS",
-            AccountCode::OperationKeyReused => "OPERATION_KEY_REUSED",
-            AccountCode::AccountNotFound => "ACCOUNT_NOT_FOUND",
-            AccountCode::AccountNotMember => "ACCOUNT_NOT_MEMBER",
-            AccountCode::TransactionNotFound => "TRANSACTION_NOT_FOUND",
-            AccountCode::DebitNotFound => "DEBIT_NOT_FOUND",
-            AccountCode::DebitDeclined => "DEBIT_DECLINED",
-            AccountCode::RefundExceedsDebit => "REFUND_EXCEEDS_DEBIT",
-            AccountCode::RefundAccountMismatch => "REFUND_ACCOUNT_MISMATCH",
-            AccountCode::InvalidOpeningBalance => "INVALID_OPENING_BALANCE",
-            AccountCode::InvalidOperationKey => "INVALID_OPERATION_KEY",
-            AccountCode::AmountOutOfRange => "AMOUNT_OUT_OF_RANGE",
-            AccountCode::HoldNotFound => "HOLD_NOT_FOUND",
-            AccountCode::HoldReleased => "HOLD_RELEASED",
-            AccountCode::HoldExpired => "HOLD_EXPIRED",
-            AccountCode::HoldMismatch => "HOLD_MISMATCH",
-            AccountCode::HoldCaptured => "HOLD_CAPTURED",
-            AccountCode::TransferToSelf => "TRANSFER_TO_SELF",
-        }
-    }
-
-    /// The code an error body carries, if it is one of this service's own (`None` for
-    /// a common code such as `UNAVAILABLE`, or one this contract does not know).
-    pub fn parse(code: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.as_str() == code)
-    }
-
     /// A debit refused with this code never applies under its key: a decline is
     /// recorded and answered again (short of funds, or a capture whose hold is gone),
     /// and the account named is missing or not a member's.
@@ -143,36 +92,31 @@ impl AccountCode {
     }
 }
 
-impl std::fmt::Display for AccountCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+wire_names!(
+    AccountCode,
+    /// [`AccountCode`]s as string constants, for callers that list codes beside other
+    /// services' (the member service's pass-through list).
+    mod codes {
+        InsufficientFunds => INSUFFICIENT_FUNDS,
+        OperationKeyReused => OPERATION_KEY_REUSED,
+        AccountNotFound => ACCOUNT_NOT_FOUND,
+        AccountNotMember => ACCOUNT_NOT_MEMBER,
+        TransactionNotFound => TRANSACTION_NOT_FOUND,
+        DebitNotFound => DEBIT_NOT_FOUND,
+        DebitDeclined => DEBIT_DECLINED,
+        RefundExceedsDebit => REFUND_EXCEEDS_DEBIT,
+        RefundAccountMismatch => REFUND_ACCOUNT_MISMATCH,
+        InvalidOpeningBalance => INVALID_OPENING_BALANCE,
+        InvalidOperationKey => INVALID_OPERATION_KEY,
+        AmountOutOfRange => AMOUNT_OUT_OF_RANGE,
+        HoldNotFound => HOLD_NOT_FOUND,
+        HoldReleased => HOLD_RELEASED,
+        HoldExpired => HOLD_EXPIRED,
+        HoldMismatch => HOLD_MISMATCH,
+        HoldCaptured => HOLD_CAPTURED,
+        TransferToSelf => TRANSFER_TO_SELF,
     }
-}
-
-/// [`AccountCode`]s as string constants, for callers that list codes beside other
-/// services' (the member service's pass-through list).
-pub mod codes {
-    use super::AccountCode;
-
-    pub const INSUFFICIENT_FUNDS: &str = AccountCode::InsufficientFunds.as_str();
-    pub const OPERATION_KEY_REUSED: &str = AccountCode::OperationKeyReused.as_str();
-    pub const ACCOUNT_NOT_FOUND: &str = AccountCode::AccountNotFound.as_str();
-    pub const ACCOUNT_NOT_MEMBER: &str = AccountCode::AccountNotMember.as_str();
-    pub const TRANSACTION_NOT_FOUND: &str = AccountCode::TransactionNotFound.as_str();
-    pub const DEBIT_NOT_FOUND: &str = AccountCode::DebitNotFound.as_str();
-    pub const DEBIT_DECLINED: &str = AccountCode::DebitDeclined.as_str();
-    pub const REFUND_EXCEEDS_DEBIT: &str = AccountCode::RefundExceedsDebit.as_str();
-    pub const REFUND_ACCOUNT_MISMATCH: &str = AccountCode::RefundAccountMismatch.as_str();
-    pub const INVALID_OPENING_BALANCE: &str = AccountCode::InvalidOpeningBalance.as_str();
-    pub const INVALID_OPERATION_KEY: &str = AccountCode::InvalidOperationKey.as_str();
-    pub const AMOUNT_OUT_OF_RANGE: &str = AccountCode::AmountOutOfRange.as_str();
-    pub const HOLD_NOT_FOUND: &str = AccountCode::HoldNotFound.as_str();
-    pub const HOLD_RELEASED: &str = AccountCode::HoldReleased.as_str();
-    pub const HOLD_EXPIRED: &str = AccountCode::HoldExpired.as_str();
-    pub const HOLD_MISMATCH: &str = AccountCode::HoldMismatch.as_str();
-    pub const HOLD_CAPTURED: &str = AccountCode::HoldCaptured.as_str();
-    pub const TRANSFER_TO_SELF: &str = AccountCode::TransferToSelf.as_str();
-}
+);
 
 /// A stored name (an enum's column value) that this contract has no variant for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -182,25 +126,15 @@ pub struct UnknownName {
     pub got: String,
 }
 
-/// `as_str` (the wire and column form, SCREAMING_SNAKE_CASE, as serde writes it) and
-/// `TryFrom<String>` (reading a column) for a fieldless wire enum.
+/// `wire_names!` and `TryFrom<String>` (reading a column) for a fieldless wire enum.
 macro_rules! named {
-    ($ty:ident, $what:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $($ty::$variant => $name),+
-                }
-            }
-        }
+    ($ty:ident, $what:literal, { $($variant:ident => $name:ident),+ $(,)? }) => {
+        wire_names!($ty { $($variant => $name),+ });
 
         impl TryFrom<String> for $ty {
             type Error = UnknownName;
             fn try_from(s: String) -> Result<Self, UnknownName> {
-                match s.as_str() {
-                    $($name => Ok($ty::$variant),)+
-                    _ => Err(UnknownName { what: $what, got: s }),
-                }
+                $ty::parse(&s).ok_or(UnknownName { what: $what, got: s })
             }
         }
     };
@@ -226,12 +160,6 @@ impl utoipa::PartialSchema for OperationKey {
     }
 }
 
-impl ToSchema for OperationKey {
-    fn name() -> std::borrow::Cow<'static, str> {
-        "OperationKey".into()
-    }
-}
-
 /// [`OperationKey::parse`] as a pattern, for the OpenAPI document.
 pub const OPERATION_KEY_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,128}$";
 
@@ -252,24 +180,7 @@ impl OperationKey {
     }
 }
 
-impl TryFrom<String> for OperationKey {
-    type Error = &'static str;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Self::parse(s)
-    }
-}
-
-impl From<OperationKey> for String {
-    fn from(k: OperationKey) -> String {
-        k.0
-    }
-}
-
-impl std::fmt::Display for OperationKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+paysaga_common::checked_newtype!(OperationKey(String), parse, &'static str);
 
 /// `POST /v1/accounts`: open a member account. The opening balance (minor units,
 /// `>= 0`) is a deposit from outside the system.
@@ -377,17 +288,17 @@ pub enum TransactionStatus {
     Declined,
 }
 
-named!(AccountKind, "account kind", { Member => "MEMBER", Merchant => "MERCHANT" });
+named!(AccountKind, "account kind", { Member => MEMBER, Merchant => MERCHANT });
 named!(TransactionKind, "transaction kind", {
-    Debit => "DEBIT",
-    Credit => "CREDIT",
-    Deposit => "DEPOSIT",
-    TransferOut => "TRANSFER_OUT",
-    TransferIn => "TRANSFER_IN",
+    Debit => DEBIT,
+    Credit => CREDIT,
+    Deposit => DEPOSIT,
+    TransferOut => TRANSFER_OUT,
+    TransferIn => TRANSFER_IN,
 });
 named!(TransactionStatus, "transaction status", {
-    Applied => "APPLIED",
-    Declined => "DECLINED",
+    Applied => APPLIED,
+    Declined => DECLINED,
 });
 
 /// One movement of money of a member account: to or from the merchant (a debit, a
@@ -577,9 +488,9 @@ pub enum HoldState {
 }
 
 named!(HoldState, "hold state", {
-    Held => "HELD",
-    Captured => "CAPTURED",
-    Released => "RELEASED",
+    Held => HELD,
+    Captured => CAPTURED,
+    Released => RELEASED,
 });
 
 /// Money of a member account set aside, under an operation key, until a debit captures
@@ -785,6 +696,23 @@ mod tests {
         assert_eq!(kind, serde_json::json!("MERCHANT"));
     }
 
+    /// Each of `all` serialises as its name and reads back from it as a column.
+    fn names_read_back<T>(all: &[T])
+    where
+        T: Serialize + TryFrom<String> + Copy + PartialEq + std::fmt::Debug + std::fmt::Display,
+    {
+        for &v in all {
+            assert_eq!(
+                serde_json::to_value(v).expect("json"),
+                serde_json::json!(v.to_string())
+            );
+            assert!(
+                T::try_from(v.to_string()).is_ok_and(|read| read == v),
+                "{v}"
+            );
+        }
+    }
+
     #[test]
     fn codes_and_names_read_as_serde_writes_them() {
         for code in AccountCode::ALL {
@@ -794,47 +722,11 @@ mod tests {
         }
         assert_eq!(AccountCode::parse("UNAVAILABLE"), None);
         assert_eq!(codes::INSUFFICIENT_FUNDS, "INSUFFICIENT_FUNDS");
-        for kind in [
-            TransactionKind::Debit,
-            TransactionKind::Credit,
-            TransactionKind::Deposit,
-            TransactionKind::TransferOut,
-            TransactionKind::TransferIn,
-        ] {
-            assert_eq!(
-                serde_json::to_value(kind).expect("json"),
-                serde_json::json!(kind.as_str())
-            );
-            assert_eq!(
-                TransactionKind::try_from(kind.as_str().to_owned()),
-                Ok(kind)
-            );
-        }
-        for status in [TransactionStatus::Applied, TransactionStatus::Declined] {
-            assert_eq!(
-                serde_json::to_value(status).expect("json"),
-                serde_json::json!(status.as_str())
-            );
-            assert_eq!(
-                TransactionStatus::try_from(status.as_str().to_owned()),
-                Ok(status)
-            );
-        }
-        for kind in [AccountKind::Member, AccountKind::Merchant] {
-            assert_eq!(
-                serde_json::to_value(kind).expect("json"),
-                serde_json::json!(kind.as_str())
-            );
-            assert_eq!(AccountKind::try_from(kind.as_str().to_owned()), Ok(kind));
-        }
+        names_read_back(&TransactionKind::ALL);
+        names_read_back(&TransactionStatus::ALL);
+        names_read_back(&AccountKind::ALL);
+        names_read_back(&HoldState::ALL);
         assert!(TransactionKind::try_from("OPENING".to_owned()).is_err());
-        for state in [HoldState::Held, HoldState::Captured, HoldState::Released] {
-            assert_eq!(
-                serde_json::to_value(state).expect("json"),
-                serde_json::json!(state.as_str())
-            );
-            assert_eq!(HoldState::try_from(state.as_str().to_owned()), Ok(state));
-        }
     }
 
     #[test]

@@ -11,50 +11,52 @@ pub use crate::account::api::OperationKey;
 /// Error codes this service answers with, beside the common ones in
 /// `paysaga_common::error::codes`. Stable: callers match on them.
 pub mod codes {
-    /// A member with this (normalised) email exists already.
-    pub const EMAIL_TAKEN: &str = "EMAIL_TAKEN";
-    /// Not an email address: one `@`, a non-empty local part, a domain with a dot,
-    /// at most 254 characters.
-    pub const INVALID_EMAIL: &str = "INVALID_EMAIL";
-    /// Fewer than 12 characters.
-    pub const PASSWORD_TOO_SHORT: &str = "PASSWORD_TOO_SHORT";
-    /// More than 128 characters.
-    pub const PASSWORD_TOO_LONG: &str = "PASSWORD_TOO_LONG";
-    /// The password contains the email's local part (when that has 4 characters or more).
-    pub const PASSWORD_CONTAINS_EMAIL: &str = "PASSWORD_CONTAINS_EMAIL";
-    /// The password is on the list of common passwords.
-    pub const PASSWORD_TOO_COMMON: &str = "PASSWORD_TOO_COMMON";
-    /// The member exists but the account service has not opened its account yet (503
-    /// on sign-up: retry it or let the repair job finish; 409 on a top-up).
-    pub const ACCOUNT_PENDING: &str = "ACCOUNT_PENDING";
-    /// Unknown email or wrong password: deliberately the same answer.
-    pub const INVALID_CREDENTIALS: &str = "INVALID_CREDENTIALS";
-    /// Too many failed sign-ins for this email from this address, from this address,
-    /// or for this email from an address that has failed for it; see `Retry-After`.
-    pub const TOO_MANY_ATTEMPTS: &str = "TOO_MANY_ATTEMPTS";
-    /// Too many sign-ups from this address, or from everyone at this moment; see
-    /// `Retry-After`. Nothing was looked up or stored.
-    pub const TOO_MANY_SIGN_UPS: &str = "TOO_MANY_SIGN_UPS";
-    /// The refresh token was already used: its whole family is now revoked.
-    pub const REFRESH_TOKEN_REUSED: &str = "REFRESH_TOKEN_REUSED";
-    /// Unknown, expired or revoked refresh token.
-    pub const INVALID_REFRESH_TOKEN: &str = "INVALID_REFRESH_TOKEN";
-    /// No such member.
-    pub const MEMBER_NOT_FOUND: &str = "MEMBER_NOT_FOUND";
-    /// A bulk sign-up carries 1 to [`super::MAX_BULK_MEMBERS`] members.
-    pub const BULK_TOO_LARGE: &str = "BULK_TOO_LARGE";
-    /// An opening balance below zero or above the maximum.
-    pub const INVALID_OPENING_BALANCE: &str = "INVALID_OPENING_BALANCE";
-    /// The account service could not be reached or gave no definite answer; nothing is
-    /// known to have happened. Retrying with the same operation key is safe.
-    pub const ACCOUNT_UNAVAILABLE: &str = "ACCOUNT_UNAVAILABLE";
-    /// An email-verification token past its expiry: nothing was changed. Sign-up's
-    /// `member.verification_requested` event carried it; a member with none valid left
-    /// has no way to verify yet.
-    pub const TOKEN_EXPIRED: &str = "TOKEN_EXPIRED";
-    /// Not an email-verification token this service signed (garbled, forged, another
-    /// kind of token, or for a member or email that does not exist): nothing was changed.
-    pub const INVALID_TOKEN: &str = "INVALID_TOKEN";
+    paysaga_common::error_codes! {
+        /// A member with this (normalised) email exists already.
+        EMAIL_TAKEN,
+        /// Not an email address: one `@`, a non-empty local part, a domain with a dot,
+        /// at most 254 characters.
+        INVALID_EMAIL,
+        /// Fewer than 12 characters.
+        PASSWORD_TOO_SHORT,
+        /// More than 128 characters.
+        PASSWORD_TOO_LONG,
+        /// The password contains the email's local part (when that has 4 characters or more).
+        PASSWORD_CONTAINS_EMAIL,
+        /// The password is on the list of common passwords.
+        PASSWORD_TOO_COMMON,
+        /// The member exists but the account service has not opened its account yet (503
+        /// on sign-up: retry it or let the repair job finish; 409 on a top-up).
+        ACCOUNT_PENDING,
+        /// Unknown email or wrong password: deliberately the same answer.
+        INVALID_CREDENTIALS,
+        /// Too many failed sign-ins for this email from this address, from this address,
+        /// or for this email from an address that has failed for it; see `Retry-After`.
+        TOO_MANY_ATTEMPTS,
+        /// Too many sign-ups from this address, or from everyone at this moment; see
+        /// `Retry-After`. Nothing was looked up or stored.
+        TOO_MANY_SIGN_UPS,
+        /// The refresh token was already used: its whole family is now revoked.
+        REFRESH_TOKEN_REUSED,
+        /// Unknown, expired or revoked refresh token.
+        INVALID_REFRESH_TOKEN,
+        /// No such member.
+        MEMBER_NOT_FOUND,
+        /// A bulk sign-up carries 1 to [`super::MAX_BULK_MEMBERS`] members.
+        BULK_TOO_LARGE,
+        /// An opening balance below zero or above the maximum.
+        INVALID_OPENING_BALANCE,
+        /// The account service could not be reached or gave no definite answer; nothing is
+        /// known to have happened. Retrying with the same operation key is safe.
+        ACCOUNT_UNAVAILABLE,
+        /// An email-verification token past its expiry: nothing was changed. Sign-up's
+        /// `member.verification_requested` event carried it; a member with none valid left
+        /// has no way to verify yet.
+        TOKEN_EXPIRED,
+        /// Not an email-verification token this service signed (garbled, forged, another
+        /// kind of token, or for a member or email that does not exist): nothing was changed.
+        INVALID_TOKEN,
+    }
     /// `POST /v1/events/ack` named no event id, or more than 1,000.
     pub const INVALID_EVENT_IDS: &str = crate::outbox::INVALID_EVENT_IDS;
 }

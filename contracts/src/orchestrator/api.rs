@@ -8,38 +8,40 @@ use uuid::Uuid;
 /// Error codes this service answers with, beside the common ones in
 /// `paysaga_common::error::codes`. Stable: callers match on them.
 pub mod codes {
-    /// `POST /v1/payments` without an `Idempotency-Key` header.
-    pub const IDEMPOTENCY_KEY_MISSING: &str = "IDEMPOTENCY_KEY_MISSING";
-    /// An `Idempotency-Key` outside 1-255 visible ASCII characters.
-    pub const IDEMPOTENCY_KEY_INVALID: &str = "IDEMPOTENCY_KEY_INVALID";
-    /// The key was used before with a different body (422).
-    pub const IDEMPOTENCY_KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED";
-    /// The first request with this key is still running (409, `Retry-After`).
-    pub const IDEMPOTENCY_KEY_IN_PROGRESS: &str = "IDEMPOTENCY_KEY_IN_PROGRESS";
-    /// No such reservation, or not the caller's.
-    pub const RESERVATION_NOT_FOUND: &str = "RESERVATION_NOT_FOUND";
-    /// The reservation is not RESERVED (expired, cancelled or already confirmed).
-    pub const RESERVATION_NOT_PAYABLE: &str = "RESERVATION_NOT_PAYABLE";
-    /// The reservation already has a payment (under another Idempotency-Key).
-    pub const RESERVATION_ALREADY_PAID: &str = "RESERVATION_ALREADY_PAID";
-    /// No such account, or not the caller's member account.
-    pub const ACCOUNT_NOT_FOUND: &str = "ACCOUNT_NOT_FOUND";
-    /// No such payment, or not the caller's.
-    pub const PAYMENT_NOT_FOUND: &str = "PAYMENT_NOT_FOUND";
-    /// Refund asked for a payment that is not a settled COMPLETED one.
-    pub const PAYMENT_NOT_REFUNDABLE: &str = "PAYMENT_NOT_REFUNDABLE";
-    /// Resume asked for a payment with nothing left to do.
-    pub const PAYMENT_NOT_RESUMABLE: &str = "PAYMENT_NOT_RESUMABLE";
-    /// A webhook endpoint's URL is not an absolute http URL with a host (422).
-    pub const WEBHOOK_URL_INVALID: &str = "WEBHOOK_URL_INVALID";
-    /// A subscription names a type that is not in the event catalogue (422).
-    pub const EVENT_TYPE_UNKNOWN: &str = "EVENT_TYPE_UNKNOWN";
-    /// No such webhook endpoint.
-    pub const WEBHOOK_ENDPOINT_NOT_FOUND: &str = "WEBHOOK_ENDPOINT_NOT_FOUND";
-    /// No such webhook delivery.
-    pub const WEBHOOK_DELIVERY_NOT_FOUND: &str = "WEBHOOK_DELIVERY_NOT_FOUND";
-    /// Replay asked for a delivery that is not DEAD (409).
-    pub const WEBHOOK_DELIVERY_NOT_DEAD: &str = "WEBHOOK_DELIVERY_NOT_DEAD";
+    paysaga_common::error_codes! {
+        /// `POST /v1/payments` without an `Idempotency-Key` header.
+        IDEMPOTENCY_KEY_MISSING,
+        /// An `Idempotency-Key` outside 1-255 visible ASCII characters.
+        IDEMPOTENCY_KEY_INVALID,
+        /// The key was used before with a different body (422).
+        IDEMPOTENCY_KEY_REUSED,
+        /// The first request with this key is still running (409, `Retry-After`).
+        IDEMPOTENCY_KEY_IN_PROGRESS,
+        /// No such reservation, or not the caller's.
+        RESERVATION_NOT_FOUND,
+        /// The reservation is not RESERVED (expired, cancelled or already confirmed).
+        RESERVATION_NOT_PAYABLE,
+        /// The reservation already has a payment (under another Idempotency-Key).
+        RESERVATION_ALREADY_PAID,
+        /// No such account, or not the caller's member account.
+        ACCOUNT_NOT_FOUND,
+        /// No such payment, or not the caller's.
+        PAYMENT_NOT_FOUND,
+        /// Refund asked for a payment that is not a settled COMPLETED one.
+        PAYMENT_NOT_REFUNDABLE,
+        /// Resume asked for a payment with nothing left to do.
+        PAYMENT_NOT_RESUMABLE,
+        /// A webhook endpoint's URL is not an absolute http URL with a host (422).
+        WEBHOOK_URL_INVALID,
+        /// A subscription names a type that is not in the event catalogue (422).
+        EVENT_TYPE_UNKNOWN,
+        /// No such webhook endpoint.
+        WEBHOOK_ENDPOINT_NOT_FOUND,
+        /// No such webhook delivery.
+        WEBHOOK_DELIVERY_NOT_FOUND,
+        /// Replay asked for a delivery that is not DEAD (409).
+        WEBHOOK_DELIVERY_NOT_DEAD,
+    }
 }
 
 /// The page an operator list (`ListPayments`, `ListDeliveries`) returns when the query
@@ -59,6 +61,25 @@ pub fn page_limit(asked: Option<i64>) -> Result<i64, paysaga_common::ApiError> {
         ));
     }
     Ok(limit)
+}
+
+/// An operator list's `state` filter, read as a `T`: `None` when absent, `INVALID_QUERY`
+/// for a name `T` does not know (the message ends with `names`, when the list has them
+/// to offer).
+pub fn state_filter<T: std::str::FromStr>(
+    asked: Option<&str>,
+    names: &str,
+) -> Result<Option<T>, paysaga_common::ApiError> {
+    asked
+        .map(|s| {
+            s.parse::<T>().map_err(|_| {
+                paysaga_common::ApiError::bad_request(
+                    paysaga_common::error::codes::INVALID_QUERY,
+                    format!("unknown state {s:?}{names}"),
+                )
+            })
+        })
+        .transpose()
 }
 
 /// `POST /v1/payments`: pay for a reservation from an account, both the caller's.

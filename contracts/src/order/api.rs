@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::eligibility::{self, EligibilityRule};
+use crate::eligibility::EligibilityRule;
 
 /// `POST /v1/products`: a new product with `units` sellable units at `price` minor units.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -113,32 +113,12 @@ pub enum ReservationState {
     Expired,
 }
 
-impl ReservationState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReservationState::Reserved => "RESERVED",
-            ReservationState::Confirmed => "CONFIRMED",
-            ReservationState::Cancelled => "CANCELLED",
-            ReservationState::Expired => "EXPIRED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "RESERVED" => Some(ReservationState::Reserved),
-            "CONFIRMED" => Some(ReservationState::Confirmed),
-            "CANCELLED" => Some(ReservationState::Cancelled),
-            "EXPIRED" => Some(ReservationState::Expired),
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for ReservationState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+wire_names!(ReservationState {
+    Reserved => RESERVED,
+    Confirmed => CONFIRMED,
+    Cancelled => CANCELLED,
+    Expired => EXPIRED,
+});
 
 /// One unit held for one member until `expires_at`, then confirmed (sold), cancelled
 /// or expired (the unit back on sale).
@@ -234,126 +214,44 @@ pub enum ErrorCode {
     EmailNotVerified,
 }
 
-impl ErrorCode {
-    pub const ALL: [ErrorCode; 31] = [
-        ErrorCode::SoldOut,
-        ErrorCode::MemberLimitReached,
-        ErrorCode::PassMalformed,
-        ErrorCode::PassInvalidSignature,
-        ErrorCode::PassExpired,
-        ErrorCode::PassWrongProduct,
-        ErrorCode::PassWrongMember,
-        ErrorCode::PassAlreadyUsed,
-        ErrorCode::ProductNotFound,
-        ErrorCode::ReservationNotFound,
-        ErrorCode::ReservationExpired,
-        ErrorCode::ReservationCancelled,
-        ErrorCode::ReservationConfirmed,
-        ErrorCode::InvalidName,
-        ErrorCode::InvalidPrice,
-        ErrorCode::InvalidUnits,
-        ErrorCode::InvalidProductId,
-        ErrorCode::TooManyPassIds,
-        ErrorCode::NotSoldOut,
-        ErrorCode::NothingToWaitFor,
-        ErrorCode::NotOnWaitlist,
-        ErrorCode::OfferNotFound,
-        ErrorCode::OfferExpired,
-        ErrorCode::OfferReleased,
-        ErrorCode::InvalidEventIds,
-        ErrorCode::InsufficientFunds,
-        ErrorCode::NoAccount,
-        ErrorCode::InvalidReservationTtl,
-        ErrorCode::InvalidEligibility,
-        ErrorCode::AccountTooNew,
-        ErrorCode::EmailNotVerified,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::SoldOut => "SOLD_OUT",
-            ErrorCode::MemberLimitReached => "MEMBER_LIMIT_REACHED",
-            ErrorCode::PassMalformed => "PASS_MALFORMED",
-            ErrorCode::PassInvalidSignature => "PASS_INVALID_SIGNATURE",
-            ErrorCode::PassExpired => "PASS_EXPIRED",
-            ErrorCode::PassWrongProduct => "PASS_WRONG_PRODUCT",
-            ErrorCode::PassWrongMember => "PASS_WRONG_MEMBER",
-            ErrorCode::PassAlreadyUsed => "PASS_ALREADY_USED",
-            ErrorCode::ProductNotFound => "PRODUCT_NOT_FOUND",
-            ErrorCode::ReservationNotFound => "RESERVATION_NOT_FOUND",
-            ErrorCode::ReservationExpired => "RESERVATION_EXPIRED",
-            ErrorCode::ReservationCancelled => "RESERVATION_CANCELLED",
-            ErrorCode::ReservationConfirmed => "RESERVATION_CONFIRMED",
-            ErrorCode::InvalidName => "INVALID_NAME",
-            ErrorCode::InvalidPrice => "INVALID_PRICE",
-            ErrorCode::InvalidUnits => "INVALID_UNITS",
-            ErrorCode::InvalidProductId => "INVALID_PRODUCT_ID",
-            ErrorCode::TooManyPassIds => "TOO_MANY_PASS_IDS",
-            ErrorCode::NotSoldOut => "NOT_SOLD_OUT",
-            ErrorCode::NothingToWaitFor => "NOTHING_TO_WAIT_FOR",
-            ErrorCode::NotOnWaitlist => "NOT_ON_WAITLIST",
-            ErrorCode::OfferNotFound => "OFFER_NOT_FOUND",
-            ErrorCode::OfferExpired => "OFFER_EXPIRED",
-            ErrorCode::OfferReleased => "OFFER_RELEASED",
-            ErrorCode::InvalidEventIds => paysaga_common::outbox::INVALID_EVENT_IDS,
-            ErrorCode::InsufficientFunds => "INSUFFICIENT_FUNDS",
-            ErrorCode::NoAccount => "NO_ACCOUNT",
-            ErrorCode::InvalidReservationTtl => "INVALID_RESERVATION_TTL",
-            ErrorCode::InvalidEligibility => eligibility::codes::INVALID_ELIGIBILITY,
-            ErrorCode::AccountTooNew => eligibility::codes::ACCOUNT_TOO_NEW,
-            ErrorCode::EmailNotVerified => eligibility::codes::EMAIL_NOT_VERIFIED,
-        }
+wire_names!(
+    ErrorCode,
+    /// [`ErrorCode`]'s wire strings as constants, for callers that compare a body's `code`
+    /// as text.
+    mod codes {
+        SoldOut => SOLD_OUT,
+        MemberLimitReached => MEMBER_LIMIT_REACHED,
+        PassMalformed => PASS_MALFORMED,
+        PassInvalidSignature => PASS_INVALID_SIGNATURE,
+        PassExpired => PASS_EXPIRED,
+        PassWrongProduct => PASS_WRONG_PRODUCT,
+        PassWrongMember => PASS_WRONG_MEMBER,
+        PassAlreadyUsed => PASS_ALREADY_USED,
+        ProductNotFound => PRODUCT_NOT_FOUND,
+        ReservationNotFound => RESERVATION_NOT_FOUND,
+        ReservationExpired => RESERVATION_EXPIRED,
+        ReservationCancelled => RESERVATION_CANCELLED,
+        ReservationConfirmed => RESERVATION_CONFIRMED,
+        InvalidName => INVALID_NAME,
+        InvalidPrice => INVALID_PRICE,
+        InvalidUnits => INVALID_UNITS,
+        InvalidProductId => INVALID_PRODUCT_ID,
+        TooManyPassIds => TOO_MANY_PASS_IDS,
+        NotSoldOut => NOT_SOLD_OUT,
+        NothingToWaitFor => NOTHING_TO_WAIT_FOR,
+        NotOnWaitlist => NOT_ON_WAITLIST,
+        OfferNotFound => OFFER_NOT_FOUND,
+        OfferExpired => OFFER_EXPIRED,
+        OfferReleased => OFFER_RELEASED,
+        InvalidEventIds => INVALID_EVENT_IDS,
+        InsufficientFunds => INSUFFICIENT_FUNDS,
+        NoAccount => NO_ACCOUNT,
+        InvalidReservationTtl => INVALID_RESERVATION_TTL,
+        InvalidEligibility => INVALID_ELIGIBILITY,
+        AccountTooNew => ACCOUNT_TOO_NEW,
+        EmailNotVerified => EMAIL_NOT_VERIFIED,
     }
-
-    /// The code an error body carries, if it is one of the order service's own.
-    pub fn parse(code: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.as_str() == code)
-    }
-}
-
-impl std::fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// [`ErrorCode`]'s wire strings as constants, for callers that compare a body's `code`
-/// as text.
-pub mod codes {
-    use super::ErrorCode;
-
-    pub const SOLD_OUT: &str = ErrorCode::SoldOut.as_str();
-    pub const MEMBER_LIMIT_REACHED: &str = ErrorCode::MemberLimitReached.as_str();
-    pub const PASS_MALFORMED: &str = ErrorCode::PassMalformed.as_str();
-    pub const PASS_INVALID_SIGNATURE: &str = ErrorCode::PassInvalidSignature.as_str();
-    pub const PASS_EXPIRED: &str = ErrorCode::PassExpired.as_str();
-    pub const PASS_WRONG_PRODUCT: &str = ErrorCode::PassWrongProduct.as_str();
-    pub const PASS_WRONG_MEMBER: &str = ErrorCode::PassWrongMember.as_str();
-    pub const PASS_ALREADY_USED: &str = ErrorCode::PassAlreadyUsed.as_str();
-    pub const PRODUCT_NOT_FOUND: &str = ErrorCode::ProductNotFound.as_str();
-    pub const RESERVATION_NOT_FOUND: &str = ErrorCode::ReservationNotFound.as_str();
-    pub const RESERVATION_EXPIRED: &str = ErrorCode::ReservationExpired.as_str();
-    pub const RESERVATION_CANCELLED: &str = ErrorCode::ReservationCancelled.as_str();
-    pub const RESERVATION_CONFIRMED: &str = ErrorCode::ReservationConfirmed.as_str();
-    pub const INVALID_NAME: &str = ErrorCode::InvalidName.as_str();
-    pub const INVALID_PRICE: &str = ErrorCode::InvalidPrice.as_str();
-    pub const INVALID_UNITS: &str = ErrorCode::InvalidUnits.as_str();
-    pub const INVALID_PRODUCT_ID: &str = ErrorCode::InvalidProductId.as_str();
-    pub const TOO_MANY_PASS_IDS: &str = ErrorCode::TooManyPassIds.as_str();
-    pub const NOT_SOLD_OUT: &str = ErrorCode::NotSoldOut.as_str();
-    pub const NOTHING_TO_WAIT_FOR: &str = ErrorCode::NothingToWaitFor.as_str();
-    pub const NOT_ON_WAITLIST: &str = ErrorCode::NotOnWaitlist.as_str();
-    pub const OFFER_NOT_FOUND: &str = ErrorCode::OfferNotFound.as_str();
-    pub const OFFER_EXPIRED: &str = ErrorCode::OfferExpired.as_str();
-    pub const OFFER_RELEASED: &str = ErrorCode::OfferReleased.as_str();
-    pub const INVALID_EVENT_IDS: &str = ErrorCode::InvalidEventIds.as_str();
-    pub const INSUFFICIENT_FUNDS: &str = ErrorCode::InsufficientFunds.as_str();
-    pub const NO_ACCOUNT: &str = ErrorCode::NoAccount.as_str();
-    pub const INVALID_RESERVATION_TTL: &str = ErrorCode::InvalidReservationTtl.as_str();
-    pub const INVALID_ELIGIBILITY: &str = ErrorCode::InvalidEligibility.as_str();
-    pub const ACCOUNT_TOO_NEW: &str = ErrorCode::AccountTooNew.as_str();
-    pub const EMAIL_NOT_VERIFIED: &str = ErrorCode::EmailNotVerified.as_str();
-}
+);
 
 /// The operation key of the hold that sets a reservation's price aside on the buyer's
 /// account: `res:{reservation_id}:hold`. The order service places and releases it under
@@ -428,30 +326,14 @@ pub enum WaitlistState {
     Left,
 }
 
-impl WaitlistState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitlistState::Waiting => "WAITING",
-            WaitlistState::Offered => "OFFERED",
-            WaitlistState::Taken => "TAKEN",
-            WaitlistState::Expired => "EXPIRED",
-            WaitlistState::Skipped => "SKIPPED",
-            WaitlistState::Left => "LEFT",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "WAITING" => WaitlistState::Waiting,
-            "OFFERED" => WaitlistState::Offered,
-            "TAKEN" => WaitlistState::Taken,
-            "EXPIRED" => WaitlistState::Expired,
-            "SKIPPED" => WaitlistState::Skipped,
-            "LEFT" => WaitlistState::Left,
-            _ => return None,
-        })
-    }
-}
+wire_names!(WaitlistState {
+    Waiting => WAITING,
+    Offered => OFFERED,
+    Taken => TAKEN,
+    Expired => EXPIRED,
+    Skipped => SKIPPED,
+    Left => LEFT,
+});
 
 /// Where an offer is: `OFFERED` (live, held until `expires_at`), then `TAKEN`,
 /// `EXPIRED` or `RELEASED` (the member left the waitlist).
@@ -464,26 +346,12 @@ pub enum OfferState {
     Released,
 }
 
-impl OfferState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OfferState::Offered => "OFFERED",
-            OfferState::Taken => "TAKEN",
-            OfferState::Expired => "EXPIRED",
-            OfferState::Released => "RELEASED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "OFFERED" => OfferState::Offered,
-            "TAKEN" => OfferState::Taken,
-            "EXPIRED" => OfferState::Expired,
-            "RELEASED" => OfferState::Released,
-            _ => return None,
-        })
-    }
-}
+wire_names!(OfferState {
+    Offered => OFFERED,
+    Taken => TAKEN,
+    Expired => EXPIRED,
+    Released => RELEASED,
+});
 
 /// A state name none of the state enums here knows: what a stored or received value
 /// that is not one of them reads as.
@@ -607,6 +475,10 @@ mod tests {
             );
         }
         assert_eq!(ErrorCode::parse("INTERNAL"), None);
+        // The eligibility judge's refusals pass through unchanged.
+        use crate::eligibility::codes as judge;
+        assert_eq!(codes::INVALID_ELIGIBILITY, judge::INVALID_ELIGIBILITY);
+        assert_eq!(codes::ACCOUNT_TOO_NEW, judge::ACCOUNT_TOO_NEW);
     }
 
     #[test]

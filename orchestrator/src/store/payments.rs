@@ -146,17 +146,23 @@ pub async fn insert_many(
 }
 
 pub async fn load(pool: &PgPool, id: Uuid) -> Result<Option<PaymentRow>> {
-    let sql = format!(r#"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1"#);
-    Ok(sqlx::query_as::<_, PaymentRow>(&sql)
-        .bind(id)
-        .fetch_optional(pool)
-        .await?)
+    payment_where(pool, "id", id).await
 }
 
 pub async fn by_reservation(pool: &PgPool, reservation_id: Uuid) -> Result<Option<PaymentRow>> {
-    let sql = format!(r#"SELECT {PAYMENT_COLUMNS} FROM payments WHERE reservation_id = $1"#);
+    payment_where(pool, "reservation_id", reservation_id).await
+}
+
+/// The payment whose `column` (a unique one of this module's choosing, never input)
+/// is `value`.
+async fn payment_where(
+    pool: &PgPool,
+    column: &'static str,
+    value: Uuid,
+) -> Result<Option<PaymentRow>> {
+    let sql = format!(r#"SELECT {PAYMENT_COLUMNS} FROM payments WHERE {column} = $1"#);
     Ok(sqlx::query_as::<_, PaymentRow>(&sql)
-        .bind(reservation_id)
+        .bind(value)
         .fetch_optional(pool)
         .await?)
 }

@@ -4,22 +4,11 @@
 use chrono::{Duration, Utc};
 use paysaga_common::testkit::verified_buyer_token;
 use paysaga_contracts::{
-    eligibility::{codes, EligibilityRule},
+    eligibility::{codes, member_id_signed_up_at, EligibilityRule},
     order::{api::CreateProduct, client::OrderClient},
 };
-use uuid::{NoContext, Timestamp, Uuid};
 
 use crate::support::{count_by, Harness};
-
-/// A member id as the member service makes it: a UUIDv7 of its sign-up moment.
-fn member_signed_up(at: chrono::DateTime<Utc>) -> String {
-    let ts = Timestamp::from_unix(
-        NoContext,
-        at.timestamp() as u64,
-        at.timestamp_subsec_nanos(),
-    );
-    Uuid::new_v7(ts).to_string()
-}
 
 fn product(eligibility: Vec<EligibilityRule>) -> CreateProduct {
     CreateProduct {
@@ -58,7 +47,7 @@ async fn accounts_made_after_the_announcement_cannot_join_the_waitlist() {
 
     // Made after the announcement, or with no known sign-up time: refused by rule.
     for member in [
-        member_signed_up(announced + Duration::seconds(1)),
+        member_id_signed_up_at(announced + Duration::seconds(1)),
         "member-without-a-sign-up-time".to_owned(),
     ] {
         let e = h
@@ -66,14 +55,10 @@ async fn accounts_made_after_the_announcement_cannot_join_the_waitlist() {
             .join_waitlist(created.id)
             .await
             .expect_err("ineligible");
-        assert_eq!(
-            (e.status(), e.code()),
-            (Some(403), Some(codes::ACCOUNT_TOO_NEW)),
-            "{member}"
-        );
+        assert_eq!(e.refusal(), Some((403, codes::ACCOUNT_TOO_NEW)), "{member}");
     }
     // Made before it: past the rule, to the waitlist's own answer (units on sale).
-    let veteran = member_signed_up(announced - Duration::days(30));
+    let veteran = member_id_signed_up_at(announced - Duration::days(30));
     let e = h
         .buyer(&veteran)
         .join_waitlist(created.id)
@@ -99,10 +84,7 @@ async fn accounts_made_after_the_announcement_cannot_join_the_waitlist() {
         .create_product(&product(twice))
         .await
         .expect_err("twice");
-    assert_eq!(
-        (e.status(), e.code()),
-        (Some(422), Some(codes::INVALID_ELIGIBILITY))
-    );
+    assert_eq!(e.refusal(), Some((422, codes::INVALID_ELIGIBILITY)));
     h.stop_consistent().await;
 }
 
@@ -127,7 +109,7 @@ async fn members_whose_email_is_not_verified_cannot_join_the_waitlist() {
     assert!(required);
 
     // A token without the claim: refused by the rule.
-    let member = member_signed_up(Utc::now());
+    let member = member_id_signed_up_at(Utc::now());
     let e = h
         .buyer(&member)
         .join_waitlist(created.id)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::support::{count_by, inconsistencies, offered_units, unit_states, Harness};
 use futures::future::join_all;
-use paysaga_contracts::order::api::{OrderBatch, OrderOp, WaitlistState};
+use paysaga_contracts::order::api::{OrderBatch, OrderOp, Reservation, WaitlistState};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -20,6 +20,21 @@ async fn join_in_order(h: &Harness, product_id: i64, members: &[String]) {
         let e = h.buyer(m).join_waitlist(product_id).await.unwrap().body;
         assert_eq!(e.position, Some(i as i64 + 1));
     }
+}
+
+/// A product of `units` units, each held by a reservation of its own (`holder-0`, ...),
+/// and `waiters` members (`w-1`, ...) in its line: the product's id, the reservations
+/// and the line.
+async fn held_with_line(
+    h: &Harness,
+    units: usize,
+    waiters: usize,
+) -> (i64, Vec<Reservation>, Vec<String>) {
+    let product = h.product(units as i64).await;
+    let held = h.reserve_many(product.id, units, "holder").await;
+    let line = names("w", waiters);
+    join_in_order(h, product.id, &line).await;
+    (product.id, held, line)
 }
 
 /// Members holding a live offer of the product, sorted.
@@ -44,10 +59,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 async fn many_units_back_at_once_each_to_exactly_one_waiter_first_in_line() {
     let h = Arc::new(Harness::start().await);
     let pool = h.service_pool().await;
-    let product = h.product(60).await;
-    let held = h.reserve_many(product.id, 60, "holder").await;
-    let line = names("w", 80);
-    join_in_order(&h, product.id, &line).await;
+    let (product_id, held, line) = held_with_line(&h, 60, 80).await;
 
     // 30 due (swept by three sweepers), 10 cancelled by their owners, 12 in three
     // batches through the endpoint, 8 confirmed then refunded: all at once.
@@ -109,14 +121,14 @@ async fn many_units_back_at_once_each_to_exactly_one_waiter_first_in_line() {
 
     // Each of the 60 units is offered to exactly one waiter, and those are the first 60
     // in line; the last 20 still wait, in order.
-    assert_eq!(unit_states(&h.admin, product.id).await, (0, 0, 0));
-    assert_eq!(offered_units(&h.admin, product.id).await, 60);
+    assert_eq!(unit_states(&h.admin, product_id).await, (0, 0, 0));
+    assert_eq!(offered_units(&h.admin, product_id).await, 60);
     assert_eq!(
-        offered_members(&h.admin, product.id).await,
+        offered_members(&h.admin, product_id).await,
         sorted(line[..60].to_vec())
     );
     for (i, m) in line[60..].iter().enumerate() {
-        let e = h.buyer(m).waitlist_entry(product.id).await.unwrap().body;
+        let e = h.buyer(m).waitlist_entry(product_id).await.unwrap().body;
         assert_eq!(
             (e.state, e.position),
             (WaitlistState::Waiting, Some(i as i64 + 1))
@@ -251,10 +263,7 @@ async fn joins_racing_returns_never_leave_a_unit_on_sale_while_someone_waits() {
 async fn takes_and_leaves_racing_the_offer_sweep_end_each_offer_once() {
     let h = Arc::new(Harness::start().await);
     let pool = h.service_pool().await;
-    let product = h.product(20).await;
-    let held = h.reserve_many(product.id, 20, "holder").await;
-    let line = names("w", 40);
-    join_in_order(&h, product.id, &line).await;
+    let (product_id, held, line) = held_with_line(&h, 20, 40).await;
     for (i, r) in held.iter().enumerate() {
         h.buyer(&format!("holder-{i}")).cancel(r.id).await.unwrap();
     }
@@ -282,7 +291,7 @@ async fn takes_and_leaves_racing_the_offer_sweep_end_each_offer_once() {
     }
     for (i, (member, offer)) in offers.iter().cloned().enumerate() {
         let h = h.clone();
-        let pid = product.id;
+        let pid = product_id;
         tasks.push(tokio::spawn(async move {
             Some(if i % 2 == 0 {
                 h.funded(&member)
@@ -329,10 +338,10 @@ async fn takes_and_leaves_racing_the_offer_sweep_end_each_offer_once() {
         );
     }
     let taken = ended.iter().filter(|e| e.1 == "TAKEN").count() as i64;
-    let (available, reserved, sold) = unit_states(&h.admin, product.id).await;
+    let (available, reserved, sold) = unit_states(&h.admin, product_id).await;
     assert_eq!((available, sold), (0, 0));
     assert_eq!(reserved, taken);
-    assert_eq!(offered_units(&h.admin, product.id).await, 20 - taken);
+    assert_eq!(offered_units(&h.admin, product_id).await, 20 - taken);
     assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
     Arc::into_inner(h).unwrap().stop().await;
 }

@@ -13,7 +13,7 @@ use paysaga_contracts::order::{
     client::OrderClient,
 };
 use paysaga_e2e::{
-    buyer::Buyer, invariants, Admin, Driver, Endpoints, ServiceKind, Stack, StackOptions,
+    buyer::Buyer, invariants, waitlist, Admin, Driver, Endpoints, ServiceKind, Stack, StackOptions,
 };
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -151,17 +151,10 @@ async fn units_that_come_back_go_to_the_waitlist_in_order_and_sold_out_buyers_ca
 
     // Told SOLD_OUT by the gate, each joins the line, which accepts them though two
     // units are AVAILABLE at the order service: they are promised, not on sale.
-    let mut line = Vec::with_capacity(WAITERS);
     for w in &waiters {
         sold_out_at_gate(&driver, w, product.id).await;
-        let entry = OrderClient::with_http(http.clone(), &endpoints.order, &w.token)
-            .join_waitlist(product.id)
-            .await?
-            .body;
-        assert_eq!(entry.state, WaitlistState::Waiting);
-        assert_eq!(entry.position, Some(line.len() as i64 + 1));
-        line.push(w.member.clone());
     }
+    let line = waitlist::join_in_order(&http, &endpoints, &waiters, product.id).await?;
 
     // A reservation cancelled by its buyer: its unit goes to the head of the line.
     OrderClient::with_http(http.clone(), &endpoints.order, &holders[0].token)
@@ -184,21 +177,7 @@ async fn units_that_come_back_go_to_the_waitlist_in_order_and_sold_out_buyers_ca
     fair(&pool, product.id, &line, 3, 0).await?;
 
     // A reservation that expires: its unit goes to the fourth in line.
-    sqlx::query(
-        r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE id = $1"#,
-    )
-    .bind(reservations[1])
-    .execute(&pool)
-    .await?;
-    sqlx::query(
-        r#"UPDATE account_service.holds
-           SET created_at = LEAST(created_at, now() - INTERVAL '2 seconds'),
-               expires_at = now() - INTERVAL '1 second'
-           WHERE state = 'HELD' AND operation_key = $1"#,
-    )
-    .bind(paysaga_contracts::order::api::hold_key(reservations[1]))
-    .execute(&pool)
-    .await?;
+    waitlist::make_due(&pool, Some(reservations[1])).await?;
     fair(&pool, product.id, &line, 4, 0).await?;
 
     // The latecomer is still told SOLD_OUT, and may join: behind the one still waiting.
@@ -211,12 +190,8 @@ async fn units_that_come_back_go_to_the_waitlist_in_order_and_sold_out_buyers_ca
         (entry.state, entry.position),
         (WaitlistState::Waiting, Some(2))
     );
-    let last = OrderClient::with_http(http.clone(), &endpoints.order, &waiters[4].token)
-        .waitlist_entry(product.id)
-        .await?
-        .body;
     assert_eq!(
-        (last.state, last.position),
+        waitlist::place_of(&http, &endpoints, &waiters[4], product.id).await?,
         (WaitlistState::Waiting, Some(1))
     );
 

@@ -13,7 +13,7 @@ use paysaga_common::{
     auth::MemberId,
     keys::DevKey,
     pass::{PassClaims, PassSigner},
-    testkit::{buyer_token, service_token},
+    testkit::{buyer_token, rows_as_text, service_token},
 };
 use paysaga_contracts::{
     account::{api::OpenAccountRequest, client::AccountClient},
@@ -41,21 +41,15 @@ const CLOSED_WITHIN: Duration = Duration::from_secs(30);
 
 /// Every row of the reservation, unit and order tables as text, in a fixed order.
 async fn snapshot(pool: &PgPool) -> Vec<String> {
-    sqlx::query_scalar(
-        r#"
-        SELECT t.line FROM (
-            SELECT 1 AS k, r.id::TEXT AS id, r::TEXT AS line FROM order_service.reservations r
-            UNION ALL
-            SELECT 2, s.id::TEXT, s::TEXT FROM order_service.product_stock s
-            UNION ALL
-            SELECT 3, o.id::TEXT, o::TEXT FROM order_service.orders o
-        ) t
-        ORDER BY t.k, t.id
-        "#,
+    rows_as_text(
+        pool,
+        &[
+            "order_service.reservations",
+            "order_service.product_stock",
+            "order_service.orders",
+        ],
     )
-    .fetch_all(pool)
     .await
-    .expect("snapshot")
 }
 
 /// (reservations, available units, reserved units, sold units) of a product.

@@ -221,21 +221,13 @@ async fn call(
     Ok((status, response.json().await?))
 }
 
-/// Pass and reservation, as the buyer: the reservation's id.
-async fn reserve(
-    http: &reqwest::Client,
-    endpoints: &Endpoints,
-    buyer: &Buyer,
-    product_id: i64,
-    traceparent: Option<&str>,
-) -> anyhow::Result<String> {
-    let (status, reservation) =
-        try_reserve(http, endpoints, buyer, product_id, traceparent).await?;
+/// The id of the reservation a [`try_reserve`] made (its answer must be a 201).
+fn reserved((status, reservation): (u16, Json)) -> String {
     assert_eq!(status, 201, "{reservation}");
-    Ok(reservation["id"]
+    reservation["id"]
         .as_str()
         .expect("reservation id")
-        .to_owned())
+        .to_owned()
 }
 
 /// Pass and reservation, as the buyer: the reservation's answer, whatever it is.
@@ -284,7 +276,8 @@ async fn one_checkout_is_one_trace_across_the_services() -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let (trace_id, buyer_span, traceparent) = buyer_context();
 
-    let reservation_id = reserve(&http, &endpoints, &buyer, product_id, Some(&traceparent)).await?;
+    let reservation_id =
+        reserved(try_reserve(&http, &endpoints, &buyer, product_id, Some(&traceparent)).await?);
     let (status, payment) = call(
         &http,
         format!("{}/v1/payments", endpoints.orchestrator),
@@ -381,7 +374,8 @@ async fn a_payment_recovered_after_a_crash_stays_in_the_buyers_trace() -> anyhow
     let (endpoints, product_id, buyer) = setup(&stack, "traced-crash").await?;
     let http = reqwest::Client::new();
     let (trace_id, buyer_span, traceparent) = buyer_context();
-    let reservation_id = reserve(&http, &endpoints, &buyer, product_id, Some(&traceparent)).await?;
+    let reservation_id =
+        reserved(try_reserve(&http, &endpoints, &buyer, product_id, Some(&traceparent)).await?);
 
     // The debit is applied but its answer held, so the orchestrator dies waiting for it.
     let proxy = stack.proxy(Link::OrchestratorToAccount).expect("proxied");

@@ -6,8 +6,10 @@
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use paysaga_contracts::order::{api::WaitlistState, client::OrderClient};
-use paysaga_e2e::{invariants, Admin, Driver, Endpoints, ServiceKind, Stack, StackOptions, Stop};
+use paysaga_contracts::order::api::WaitlistState;
+use paysaga_e2e::{
+    invariants, waitlist, Admin, Driver, Endpoints, ServiceKind, Stack, StackOptions, Stop,
+};
 use sqlx::{PgConnection, PgPool};
 
 const UNITS: i64 = 120;
@@ -142,32 +144,11 @@ async fn order_killed_while_expiries_hand_units_to_the_waitlist() -> anyhow::Res
         .try_collect::<Vec<_>>()
         .await?;
     // The line, in join order.
-    let mut line = Vec::with_capacity(WAITERS);
-    for w in &waiters {
-        let entry = OrderClient::with_http(http.clone(), &endpoints.order, &w.token)
-            .join_waitlist(product.id)
-            .await?
-            .body;
-        assert_eq!(entry.state, WaitlistState::Waiting);
-        assert_eq!(entry.position, Some(line.len() as i64 + 1));
-        line.push(w.member.clone());
-    }
+    let line = waitlist::join_in_order(&http, &endpoints, &waiters, product.id).await?;
 
     let pool = stack.admin_pool().await;
-    sqlx::query(
-        r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE state = 'RESERVED'"#,
-    )
-    .execute(&pool)
-    .await?;
-    // Their holds carry the same deadline: it passes for them too.
-    sqlx::query(
-        r#"UPDATE account_service.holds
-           SET created_at = LEAST(created_at, now() - INTERVAL '2 seconds'),
-               expires_at = now() - INTERVAL '1 second'
-           WHERE state = 'HELD'"#,
-    )
-    .execute(&pool)
-    .await?;
+    // Every reservation, and with it its hold, due at once.
+    waitlist::make_due(&pool, None).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while expired(&mut *pool.acquire().await?).await? < 10 {
         assert!(Instant::now() < deadline, "the sweep never started");
@@ -194,12 +175,8 @@ async fn order_killed_while_expiries_hand_units_to_the_waitlist() -> anyhow::Res
     assert_eq!(check_handoffs(&pool, product.id, &line).await?, UNITS);
     // The rest still wait, in order.
     for (i, w) in waiters[UNITS as usize..].iter().enumerate() {
-        let entry = OrderClient::with_http(http.clone(), &endpoints.order, &w.token)
-            .waitlist_entry(product.id)
-            .await?
-            .body;
         assert_eq!(
-            (entry.state, entry.position),
+            waitlist::place_of(&http, &endpoints, w, product.id).await?,
             (WaitlistState::Waiting, Some(i as i64 + 1))
         );
     }

@@ -13,7 +13,7 @@ use paysaga_common::{
     client::{Answer, CallError},
     keys::DevKey,
     pass::{PassClaims, PassSigner},
-    testkit::{buyer_token, service_token, InProcess, TestDb},
+    testkit::{buyer_token, rows_as_text, service_token, InProcess, TestDb},
 };
 use paysaga_contracts::account::{
     api::{OpenAccountRequest, OperationKey},
@@ -425,7 +425,7 @@ pub async fn live_spread(admin: &PgPool, product_id: i64) -> (i64, i64, i64) {
 
 /// `e` is a refusal with `status` and `code`.
 pub fn refused(e: &CallError, status: u16, code: &str) {
-    assert_eq!((e.status(), e.code()), (Some(status), Some(code)), "{e}");
+    assert_eq!(e.refusal(), Some((status, code)), "{e}");
 }
 
 /// One number read through `admin`.
@@ -593,22 +593,15 @@ impl Harness {
 /// Every row of the reservation, unit and order tables as text, in a fixed order: two
 /// equal snapshots mean nothing was written in between.
 pub async fn snapshot(admin: &PgPool) -> Vec<String> {
-    sqlx::query_scalar(
-        r#"
-        SELECT t.line FROM (
-            SELECT 1 AS k, r.id::TEXT AS id, r::TEXT AS line FROM order_service.reservations r
-            UNION ALL
-            SELECT 2, s.id::TEXT, s::TEXT FROM order_service.product_stock s
-            UNION ALL
-            SELECT 3, o.id::TEXT, o::TEXT FROM order_service.orders o
-        ) t
-        ORDER BY t.k, t.id
-        "#,
-    )
-    .fetch_all(admin)
-    .await
-    .expect("snapshot")
+    rows_as_text(admin, ORDER_TABLES).await
 }
+
+/// The reservation, unit and order tables, in the order [`snapshot`] reads them.
+const ORDER_TABLES: &[&str] = &[
+    "order_service.reservations",
+    "order_service.product_stock",
+    "order_service.orders",
+];
 
 impl Harness {
     /// The service's `/metrics` page, from the metrics listener (the API's serves none).
