@@ -352,6 +352,30 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     );
     fig(
         r,
+        "units sold through the waitlist, no bots",
+        through_line[0] as f64,
+        "units",
+    );
+    fig(
+        r,
+        "units sold through the waitlist, with bots",
+        through_line[1] as f64,
+        "units",
+    );
+    fig(
+        r,
+        "units left unsold while waiters went without (PostgreSQL)",
+        settled.unsold_while_waiters_went_without as f64,
+        "units",
+    );
+    fig(
+        r,
+        "units to a buyer behind a waiter who went without (PostgreSQL)",
+        settled.units_to_later_arrivals as f64,
+        "units",
+    );
+    fig(
+        r,
         "bot requests (pass + reservation)",
         tally.requests as f64,
         "requests",
