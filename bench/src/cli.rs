@@ -47,10 +47,15 @@ pub enum Scenario {
     /// SOLD_OUT waiting in the waitlist: units sold of units on sale, sales through the
     /// waitlist, and the time from a unit's return to the next waiter's COMPLETED.
     SellThrough,
+    /// 8: a bot attack on a drop for accounts made before its announcement: bots
+    /// (unfunded, or made after the announcement) from ten addresses retry passes and
+    /// reservations while eligible buyers race; a sign-up flood from the same addresses
+    /// while members sign in.
+    Bots,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Ceilings,
         Scenario::DropGate,
         Scenario::DropDirect,
@@ -58,6 +63,7 @@ impl Scenario {
         Scenario::Saga,
         Scenario::Checkout,
         Scenario::SellThrough,
+        Scenario::Bots,
     ];
 }
 
@@ -355,6 +361,12 @@ mod tests {
                 Err(Error::Config(_))
             ));
         }
+    }
+
+    #[test]
+    fn bots_is_its_own_part() {
+        let s = Settings::from_args(&args(&["--only", "bots"])).unwrap();
+        assert_eq!(s.scenarios, vec![Scenario::Bots]);
     }
 
     #[test]

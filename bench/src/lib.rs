@@ -208,6 +208,10 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
         eprintln!("scenario 7: sell-through, every buyer told SOLD_OUT waiting in the waitlist");
         scenario::sell_through::measure(bench).await?;
     }
+    if bench.settings.runs(Scenario::Bots) {
+        eprintln!("scenario 8: a bot attack on a members' drop, and a sign-up flood");
+        scenario::bots::measure(bench).await?;
+    }
     if bench.settings.runs(Scenario::Claims) {
         eprintln!("scenario 3: claim strategies (the order service's claim bench)");
         scenario::claims::measure(bench).await?;

@@ -12,6 +12,7 @@ use paysaga_common::{
     money::Amount,
 };
 use paysaga_contracts::account::{api::OperationKey, client::AccountClient};
+use paysaga_contracts::eligibility::EligibilityRule;
 use paysaga_contracts::gate::client::GateClient;
 use paysaga_contracts::member::{
     api::{BulkMember, BulkSignUpRequest, Credentials, Member, TopUpRequest},
@@ -98,13 +99,36 @@ impl Admin {
         units: i64,
         reservation_ttl_secs: Option<u32>,
     ) -> anyhow::Result<Product> {
-        let req = CreateProduct {
+        self.create(CreateProduct {
             name: name.to_owned(),
             price,
             units,
             reservation_ttl_secs,
             eligibility: Vec::new(),
-        };
+        })
+        .await
+    }
+
+    /// [`Admin::create_product`] for the members `eligibility` admits (e.g. accounts
+    /// created before the drop's announcement).
+    pub async fn create_product_for(
+        &self,
+        name: &str,
+        price: i64,
+        units: i64,
+        eligibility: Vec<EligibilityRule>,
+    ) -> anyhow::Result<Product> {
+        self.create(CreateProduct {
+            name: name.to_owned(),
+            price,
+            units,
+            reservation_ttl_secs: None,
+            eligibility,
+        })
+        .await
+    }
+
+    async fn create(&self, req: CreateProduct) -> anyhow::Result<Product> {
         Ok(self
             .order()
             .create_product(&req)

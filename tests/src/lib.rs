@@ -13,7 +13,7 @@ pub mod redis_cluster;
 pub mod stack;
 pub mod waitlist;
 
-pub use paysaga_drop::{buyer, invariants, sell_through, setup, stats};
+pub use paysaga_drop::{bots, buyer, invariants, sell_through, setup, stats};
 pub use paysaga_supervisor::{haproxy, private_redis, process, service, services, wiring};
 
 pub use drop_run::{Answers, DropRun};

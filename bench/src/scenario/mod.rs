@@ -1,5 +1,6 @@
 //! The benchmark's scenarios, each measured against the real services.
 
+pub mod bots;
 pub mod checkout;
 pub mod claims;
 pub mod drop;

@@ -1,5 +1,6 @@
 //! End-to-end tests, one test binary: the real service processes started by the harness.
 
+mod bots;
 mod console;
 mod crash;
 mod drop;
