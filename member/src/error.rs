@@ -151,8 +151,14 @@ impl Error {
             Error::InvalidRefreshToken => {
                 ApiError::new(StatusCode::UNAUTHORIZED, codes::INVALID_REFRESH_TOKEN, msg)
             }
-            Error::TokenExpired => ApiError::unprocessable(codes::TOKEN_EXPIRED, msg),
-            Error::InvalidToken => ApiError::unprocessable(codes::INVALID_TOKEN, msg),
+            // The token is the route's credential: one that is not (or no longer) good is
+            // 401, as a refresh token is.
+            Error::TokenExpired => {
+                ApiError::new(StatusCode::UNAUTHORIZED, codes::TOKEN_EXPIRED, msg)
+            }
+            Error::InvalidToken => {
+                ApiError::new(StatusCode::UNAUTHORIZED, codes::INVALID_TOKEN, msg)
+            }
             Error::MemberNotFound => ApiError::not_found(codes::MEMBER_NOT_FOUND, msg),
             Error::BulkTooLarge { .. } => ApiError::unprocessable(codes::BULK_TOO_LARGE, msg),
             Error::InvalidOpeningBalance { .. } => {

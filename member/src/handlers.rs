@@ -109,7 +109,8 @@ pub async fn sign_up(
 #[utoipa::path(post, path = "/v1/members/verification", tag = "members", request_body = VerifyEmail,
     responses(
         (status = 200, body = Member, description = "the member, `email_verified` true (also for a token used before)"),
-        (status = 422, body = ErrorBody, description = "TOKEN_EXPIRED (past its expiry), INVALID_TOKEN (garbled, forged, another kind of token, or its member or email is no more), INVALID_BODY: nothing was changed"),
+        (status = 401, body = ErrorBody, description = "TOKEN_EXPIRED (past its expiry), INVALID_TOKEN (garbled, forged, another kind of token, or its member or email is no more): the token is the credential; nothing was changed"),
+        (status = 422, body = ErrorBody, description = "INVALID_BODY: nothing was changed"),
     ))]
 #[tracing::instrument(skip_all)]
 pub async fn verify_email(
