@@ -384,33 +384,12 @@ pub fn spawn_guarded(cmd: Command) -> anyhow::Result<Child> {
 }
 
 /// A free TCP port on loopback, released before it is returned: for a program that
-/// binds its port itself (a private redis-server, etcd, Patroni). Another process could
-/// take the port in between; for a service use [`reserve_port`], which leaves no such
-/// window. The port is drawn below the kernel's ephemeral range, so neither a port-0
-/// bind nor an outgoing connection (thousands of them while drops run beside) can be
-/// handed it before its program binds it.
+/// binds its port itself (a private redis-server). Another process could take the port
+/// in between; for a service use [`reserve_port`], which leaves no such window.
 pub fn free_port() -> anyhow::Result<u16> {
-    let below = ephemeral_start().unwrap_or(32_768);
-    let low = 10_000u16.min(below.saturating_sub(1_000));
-    for _ in 0..500 {
-        let port = rand::Rng::gen_range(&mut rand::thread_rng(), low..below);
-        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-            return Ok(listener.local_addr()?.port());
-        }
-    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
         .context("cannot bind a free port on 127.0.0.1")?;
     Ok(listener.local_addr()?.port())
-}
-
-/// The first port of the kernel's ephemeral range (`ip_local_port_range`).
-fn ephemeral_start() -> Option<u16> {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Listening sockets bound ahead of their service's start, by port.
