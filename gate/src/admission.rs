@@ -259,11 +259,14 @@ impl Gate {
             return;
         }
         let gate = self.clone();
+        let generation = local.mark_generation();
         tokio::spawn(async move {
             match gate.store.snapshot(product_id, unix_now()).await {
-                Ok(s) if s.quota == Some(0) => {
-                    local.set_sold_out(Instant::now() + gate.policy.sold_out_cache, s.holders);
-                }
+                Ok(s) if s.quota == Some(0) => local.set_sold_out_since(
+                    generation,
+                    Instant::now() + gate.policy.sold_out_cache,
+                    s.holders,
+                ),
                 Ok(_) => local.clear_sold_out(),
                 Err(e) if e.is_redis_outage() => {
                     gate.health.degrade(&e);

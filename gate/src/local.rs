@@ -6,7 +6,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicBool, AtomicI64, Ordering},
+        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
         Arc, Mutex, OnceLock, RwLock,
     },
     time::Instant,
@@ -64,6 +64,9 @@ struct Passes {
 #[derive(Debug)]
 pub struct ProductLocal {
     sold_out: RwLock<Option<Arc<SoldOutMark>>>,
+    /// Bumped by every clear of the mark (under its write lock), so a snapshot read
+    /// before a recompute raised the quota cannot set a mark after it.
+    mark_generation: AtomicU64,
     loading: AtomicBool,
     last_quota: AtomicI64,
     last_available: AtomicI64,
@@ -87,6 +90,7 @@ impl Default for ProductLocal {
     fn default() -> Self {
         Self {
             sold_out: RwLock::new(None),
+            mark_generation: AtomicU64::new(0),
             loading: AtomicBool::new(false),
             last_quota: AtomicI64::new(UNKNOWN),
             last_available: AtomicI64::new(UNKNOWN),
@@ -124,11 +128,27 @@ impl ProductLocal {
         *self.sold_out.write().unwrap_or_else(|p| p.into_inner()) = Some(mark);
     }
 
+    /// Sets the mark from a snapshot read after [`Self::mark_generation`] returned
+    /// `generation`; a clear since then (a recompute that may have raised the quota)
+    /// wins, and the mark is not set.
+    pub fn set_sold_out_since(&self, generation: u64, until: Instant, holders: Vec<(String, i64)>) {
+        let mut guard = self.sold_out.write().unwrap_or_else(|p| p.into_inner());
+        if self.mark_generation.load(Ordering::Acquire) == generation {
+            *guard = Some(Arc::new(SoldOutMark {
+                until,
+                holders: holders.into_iter().collect(),
+            }));
+        }
+    }
+
     pub fn clear_sold_out(&self) {
         let mut guard = self.sold_out.write().unwrap_or_else(|p| p.into_inner());
-        if guard.is_some() {
-            *guard = None;
-        }
+        *guard = None;
+        self.mark_generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn mark_generation(&self) -> u64 {
+        self.mark_generation.load(Ordering::Acquire)
     }
 
     pub fn has_mark(&self) -> bool {
@@ -430,5 +450,22 @@ mod tests {
         );
         p.clear_sold_out();
         assert_eq!(p.mark_answer("bob", now, 100), None);
+    }
+
+    #[test]
+    fn a_snapshot_read_before_a_clear_sets_no_mark() {
+        let p = ProductLocal::default();
+        let now = Instant::now();
+        let read_at = p.mark_generation();
+        // A recompute raises the quota between the snapshot's read and its mark.
+        p.clear_sold_out();
+        p.set_sold_out_since(read_at, now + Duration::from_secs(1), vec![]);
+        assert_eq!(
+            p.mark_answer("bob", now, 100),
+            None,
+            "the stale snapshot lost"
+        );
+        p.set_sold_out_since(p.mark_generation(), now + Duration::from_secs(1), vec![]);
+        assert_eq!(p.mark_answer("bob", now, 100), Some(MarkAnswer::SoldOut));
     }
 }

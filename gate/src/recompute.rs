@@ -220,6 +220,10 @@ impl Recompute {
         } else {
             local.unsynced(cutoff)
         };
+        // The write may raise the quota: from the moment Redis holds it, no cached
+        // SOLD_OUT may answer for it. Cleared before the write, set again below if the
+        // quota stays 0; meanwhile buyers are answered from Redis.
+        local.clear_sold_out();
         let mut r = self
             .gate
             .store

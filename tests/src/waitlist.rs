@@ -5,9 +5,33 @@ use paysaga_contracts::order::{
     api::{hold_key, WaitlistState},
     client::OrderClient,
 };
-use paysaga_drop::{Buyer, Endpoints};
+use paysaga_drop::{Buyer, Driver, Endpoints};
 use sqlx::PgPool;
 use uuid::Uuid;
+
+/// Set-up only: `buyer`'s pass, asked again for up to 10 s while the gate answers
+/// `SOLD_OUT` (on a loaded machine a moment after the quota is first set, before the
+/// instance that answers has seen it, is not what the tests that use it are about).
+pub async fn setup_pass(
+    driver: &Driver,
+    buyer: &Buyer,
+    product_id: i64,
+    retries: &mut u32,
+) -> anyhow::Result<paysaga_contracts::gate::api::PassIssued> {
+    let asked = std::time::Instant::now();
+    loop {
+        match driver.pass(buyer, product_id, retries).await {
+            Ok(pass) => return Ok(pass),
+            Err(e)
+                if e.code() == Some("SOLD_OUT")
+                    && asked.elapsed() < std::time::Duration::from_secs(10) =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
 
 /// Puts each of `waiters` in `product_id`'s line, one after another, checking each is
 /// told `WAITING` at the next position; the line's member ids, head first.

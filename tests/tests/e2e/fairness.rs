@@ -133,7 +133,7 @@ async fn units_that_come_back_go_to_the_waitlist_in_order_and_sold_out_buyers_ca
     let mut reservations: Vec<Uuid> = Vec::new();
     for (i, b) in holders.iter().enumerate() {
         let mut retries = 0;
-        let pass = driver.pass(b, product.id, &mut retries).await?;
+        let pass = waitlist::setup_pass(&driver, b, product.id, &mut retries).await?;
         if i < 2 {
             reservations.push(
                 driver

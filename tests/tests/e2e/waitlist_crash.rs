@@ -119,21 +119,7 @@ async fn order_killed_while_expiries_hand_units_to_the_waitlist() -> anyhow::Res
             let driver = &driver;
             async move {
                 let mut retries = 0;
-                // Set-up only: on a loaded machine the gate has answered SOLD_OUT for a
-                // moment while passes were turning into reservations; ask again.
-                let asked = Instant::now();
-                let pass = loop {
-                    match driver.pass(b, product.id, &mut retries).await {
-                        Ok(pass) => break pass,
-                        Err(e)
-                            if e.code() == Some("SOLD_OUT")
-                                && asked.elapsed() < Duration::from_secs(10) =>
-                        {
-                            tokio::time::sleep(Duration::from_millis(250)).await;
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                };
+                let pass = waitlist::setup_pass(driver, b, product.id, &mut retries).await?;
                 driver
                     .reserve(b, product.id, &pass.pass, &mut retries)
                     .await?;
