@@ -1,14 +1,13 @@
 //! The operator console in a real browser: a small drop through the real processes, one payment needing attention and dead webhook deliveries, then headless Chromium (through chromedriver) signs in, reads the drop page against PostgreSQL, filters payments, opens a timeline, resumes the flagged payment and replays a delivery, each checked in PostgreSQL.
 //!
-//! Skipped, with a message, where Chromium or chromedriver is not installed
-//! (`apt-get install chromium chromium-driver`). Screenshots go to the directory named by
+//! Skipped, with a message, where Chromium or chromedriver is not installed (see
+//! [`crate::browser`]). Screenshots go to the directory named by
 //! `CONSOLE_SCREENSHOT_DIR` (the documentation's are made with `docs/console`), else to
 //! the harness's log directory (`target/e2e-logs/console-screenshots-…`).
 
 use std::{
     panic::AssertUnwindSafe,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -16,7 +15,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use crate::browser::{self, screenshot};
+use fantoccini::{Client, Locator};
 use futures::FutureExt;
 use paysaga_contracts::{orchestrator::api::CreateWebhookEndpoint, OrchestratorClient};
 use paysaga_e2e::{invariants, Admin, Driver, Link, ServiceKind, Stack, StackOptions};
@@ -30,78 +30,6 @@ use uuid::Uuid;
 const UNITS: i64 = 8;
 const BUYERS: usize = 16;
 const PRICE: i64 = 4_900;
-
-/// A program on `PATH` (or at the path an environment variable names).
-fn program(var: &str, names: &[&str]) -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(var).map(PathBuf::from) {
-        return p.is_file().then_some(p);
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
-        .find(|p| p.is_file())
-}
-
-/// chromedriver as a child process, stopped (with its browsers) when dropped.
-struct ChromeDriver {
-    child: Child,
-    port: u16,
-}
-
-impl ChromeDriver {
-    async fn start(program: &Path) -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let child = Command::new(program)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let driver = ChromeDriver { child, port };
-        let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ready = http
-                .get(format!("http://127.0.0.1:{port}/status"))
-                .send()
-                .await
-                .ok()
-                .map(|r| r.status().is_success())
-                .unwrap_or(false);
-            if ready {
-                return Ok(driver);
-            }
-            anyhow::ensure!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-/// How long chromedriver may take to end its browsers and exit after SIGTERM.
-const STOP_WITHIN: Duration = Duration::from_secs(1);
-
-impl Drop for ChromeDriver {
-    fn drop(&mut self) {
-        use nix::sys::signal::{kill, Signal};
-        // SIGTERM first: chromedriver then ends the browsers it started. Its exit itself
-        // is waited for (on a thread, as `wait` blocks); one that has not come within
-        // STOP_WITHIN is forced with SIGKILL, which ends that wait too.
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = kill(pid, Signal::SIGTERM);
-        let child = &mut self.child;
-        std::thread::scope(|s| {
-            let (exited, exit) = std::sync::mpsc::channel();
-            s.spawn(move || {
-                let _ = child.wait();
-                let _ = exited.send(());
-            });
-            if exit.recv_timeout(STOP_WITHIN).is_err() {
-                let _ = kill(pid, Signal::SIGKILL);
-            }
-        });
-    }
-}
 
 /// A webhook receiver that answers 500 until told to accept, then 204.
 async fn receiver(accept: Arc<AtomicBool>) -> anyhow::Result<u16> {
@@ -195,23 +123,9 @@ async fn number_of(client: &Client, id: &str) -> anyhow::Result<i64> {
         .map_err(|_| anyhow::anyhow!("#{id} is {t:?}, not a number"))
 }
 
-async fn screenshot(client: &Client, dir: &Path, name: &str) -> anyhow::Result<()> {
-    let png = client.screenshot().await?;
-    std::fs::write(dir.join(format!("{name}.png")), png)?;
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
-    let Some(chromedriver) = program("CHROMEDRIVER", &["chromedriver"]) else {
-        eprintln!("SKIPPED operator_console_in_headless_chromium: chromedriver not installed (apt-get install chromium chromium-driver)");
-        return Ok(());
-    };
-    let Some(chromium) = program(
-        "CHROME_BIN",
-        &["chromium", "chromium-browser", "google-chrome"],
-    ) else {
-        eprintln!("SKIPPED operator_console_in_headless_chromium: chromium not installed (apt-get install chromium chromium-driver)");
+    let Some(browser) = browser::Installed::find("operator_console_in_headless_chromium") else {
         return Ok(());
     };
 
@@ -316,20 +230,8 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&shots)?;
 
-    let chromedriver = ChromeDriver::start(&chromedriver).await?;
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": chromium,
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1360,1000", "--hide-scrollbars"],
-        }),
-    );
-    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{}", chromedriver.port))
-        .await?;
+    let session = browser.open(&[]).await?;
+    let client = session.client.clone();
     // A failed assertion inside must still close the browser, so the panic is caught
     // and raised again after the clean-up.
     let outcome = AssertUnwindSafe(browse(
@@ -349,8 +251,7 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
     ))
     .catch_unwind()
     .await;
-    let closed = client.close().await;
-    drop(chromedriver);
+    let closed = session.close().await;
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(panic) => {

@@ -1,6 +1,8 @@
 //! End-to-end tests, one test binary: the real service processes started by the harness.
 
+mod api_docs;
 mod bots;
+mod browser;
 mod console;
 mod crash;
 mod drop;
