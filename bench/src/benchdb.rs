@@ -30,7 +30,7 @@ impl BenchDb {
             admin: admin_url.to_owned(),
             dropped: false,
         };
-        db::bootstrap(&this.url()).await?;
+        db::bootstrap(&this.url(), db::RolePasswords::Development).await?;
         Ok(this)
     }
 

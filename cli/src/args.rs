@@ -93,7 +93,9 @@ pub enum Command {
     Keygen(KeygenArgs),
     /// Create the database, the service roles and their schemas (one-shot, as an
     /// administrator: ADMIN_DATABASE_URL), as `up` does before it starts the services.
-    Bootstrap(CheckArgs),
+    /// New roles get no password (give each its own with ALTER ROLE ... PASSWORD) unless
+    /// --dev-passwords.
+    Bootstrap(BootstrapArgs),
     /// Check the invariants in PostgreSQL (oversold units, money, payments) and print them.
     Check(CheckArgs),
 }
@@ -271,6 +273,16 @@ pub enum TokenCommand {
         #[arg(long, default_value_t = 900)]
         ttl_secs: u64,
     },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BootstrapArgs {
+    #[command(flatten)]
+    pub database: CheckArgs,
+    /// DEVELOPMENT ONLY: give new roles the public development password (which the
+    /// services refuse outside development mode), as `up` and docker compose do.
+    #[arg(long)]
+    pub dev_passwords: bool,
 }
 
 #[derive(Debug, Clone, Args)]

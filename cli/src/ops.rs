@@ -9,6 +9,7 @@ use paysaga_common::{
     auth::{Minter, ServiceRole},
     client::Credential,
     credentials::{operator_credential_from_env, MAX_SERVICE_TOKEN_LIFETIME_SECS},
+    db::RolePasswords,
 };
 use paysaga_contracts::gate::client::GateClient;
 use paysaga_contracts::orchestrator::{
@@ -18,7 +19,7 @@ use paysaga_contracts::orchestrator::{
 use paysaga_contracts::order::client::OrderClient;
 
 use crate::{
-    args::{CheckArgs, Endpoints, PaymentsCommand, TokenCommand},
+    args::{BootstrapArgs, CheckArgs, Endpoints, PaymentsCommand, TokenCommand},
     table,
 };
 
@@ -333,24 +334,40 @@ fn database_url(args: &CheckArgs) -> anyhow::Result<reqwest::Url> {
     Ok(url)
 }
 
-pub async fn bootstrap(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let url = database_url(&args)?;
-    paysaga_common::db::create_database(url.as_str(), &args.database)
+pub async fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
+    let url = database_url(&args.database)?;
+    paysaga_common::db::create_database(url.as_str(), &args.database.database)
         .await
         .with_context(|| {
             format!(
                 "creating database {} on {}",
-                args.database,
-                paysaga_supervisor::infra::redact(&args.admin_url)
+                args.database.database,
+                paysaga_supervisor::infra::redact(&args.database.admin_url)
             )
         })?;
-    paysaga_common::db::bootstrap(url.as_str())
+    let passwords = if args.dev_passwords {
+        RolePasswords::Development
+    } else {
+        RolePasswords::Unset
+    };
+    paysaga_common::db::bootstrap(url.as_str(), passwords)
         .await
         .context("creating the roles and schemas")?;
     println!(
-        "database {} ready: roles account_app, order_app, payment_app and their schemas exist",
-        args.database
+        "database {} ready: the service roles ({}) and their schemas exist",
+        args.database.database,
+        paysaga_common::db::ROLES
+            .iter()
+            .chain(&paysaga_common::db::MIGRATORS)
+            .map(|(role, _)| *role)
+            .collect::<Vec<_>>()
+            .join(", ")
     );
+    if passwords == RolePasswords::Unset {
+        println!(
+            "roles created now have no password: give each its own (ALTER ROLE <role> PASSWORD '...') before the services start"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -148,9 +148,12 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
     paysaga_common::db::create_database(&infra.admin_url, &database)
         .await
         .context("creating the database")?;
-    paysaga_common::db::bootstrap(&infra.admin_url)
-        .await
-        .context("bootstrapping roles and schemas")?;
+    paysaga_common::db::bootstrap(
+        &infra.admin_url,
+        paysaga_common::db::RolePasswords::Development,
+    )
+    .await
+    .context("bootstrapping roles and schemas")?;
 
     let mut database_urls = BTreeMap::new();
     for kind in ServiceKind::ALL {

@@ -57,6 +57,18 @@ pub fn migrator_of(schema: &str) -> Option<&'static str> {
 /// DEVELOPMENT ONLY password of every service role created by the bootstrap.
 pub const DEV_ROLE_PASSWORD: &str = "paysaga-dev";
 
+/// The password the bootstrap gives the service roles it creates (roles that exist
+/// already are left as they are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RolePasswords {
+    /// DEVELOPMENT ONLY: every role [`DEV_ROLE_PASSWORD`], which the services refuse
+    /// outside development mode.
+    Development,
+    /// None: a role cannot log in with a password until the operator gives it its own
+    /// (`ALTER ROLE ... PASSWORD`).
+    Unset,
+}
+
 const ROLES_SQL: &str = include_str!("../../migrations/bootstrap/01_roles.sql");
 const SCHEMAS_SQL: &str = include_str!("../../migrations/bootstrap/02_schemas.sql");
 /// Arbitrary, fixed: with a schema's hash, serialises re-applying its grants.
@@ -323,9 +335,10 @@ pub async fn open(
     Ok(pool)
 }
 
-/// Creates the service roles (cluster-wide) and, in the database `admin_url` names,
-/// their schemas. Safe to run twice and concurrently. Needs an administrator.
-pub async fn bootstrap(admin_url: &str) -> Result<(), sqlx::Error> {
+/// Creates the service roles (cluster-wide) with `passwords` and, in the database
+/// `admin_url` names, their schemas. Safe to run twice and concurrently. Needs an
+/// administrator.
+pub async fn bootstrap(admin_url: &str, passwords: RolePasswords) -> Result<(), sqlx::Error> {
     let options = PgConnectOptions::from_str(admin_url)?;
     // Roles are cluster-wide while advisory locks are per database, so all role creation
     // is serialised through the `postgres` maintenance database.
@@ -333,7 +346,19 @@ pub async fn bootstrap(admin_url: &str) -> Result<(), sqlx::Error> {
     maintenance
         .execute(sqlx::query("SELECT pg_advisory_lock($1)").bind(BOOTSTRAP_LOCK))
         .await?;
-    let created = maintenance.execute(ROLES_SQL).await;
+    let password = match passwords {
+        RolePasswords::Development => DEV_ROLE_PASSWORD,
+        RolePasswords::Unset => "",
+    };
+    let created = match maintenance
+        .execute(
+            sqlx::query("SELECT set_config('paysaga.role_password', $1, false)").bind(password),
+        )
+        .await
+    {
+        Ok(_) => maintenance.execute(ROLES_SQL).await,
+        Err(e) => Err(e),
+    };
     maintenance
         .execute(sqlx::query("SELECT pg_advisory_unlock($1)").bind(BOOTSTRAP_LOCK))
         .await?;

@@ -45,7 +45,7 @@ impl TestDb {
             .await
             .expect("create test database");
         let this = Self { name, admin };
-        db::bootstrap(&this.admin_url())
+        db::bootstrap(&this.admin_url(), db::RolePasswords::Development)
             .await
             .expect("bootstrap test database");
         this
