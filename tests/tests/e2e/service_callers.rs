@@ -243,7 +243,13 @@ async fn fingerprint(pool: &PgPool) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::new("callers").quick_quota()).await?;
+    // The webhook endpoints below are registered on 127.0.0.1: private targets allowed.
+    let stack = Stack::start(StackOptions::new("callers").quick_quota().env(
+        ServiceKind::Orchestrator,
+        "WEBHOOK_ALLOW_PRIVATE_TARGETS",
+        1,
+    ))
+    .await?;
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let http = paysaga_common::client::http_client(Duration::from_secs(10));
     let admin = Admin::new(endpoints.clone(), http.clone());
@@ -567,6 +573,17 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Method::POST,
             "/v1/webhook-endpoints/{id}/enable",
             format!("/v1/webhook-endpoints/{hook}/enable"),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::POST,
+            "/v1/webhook-endpoints/{id}/rotate-secret",
+            format!(
+                "/v1/webhook-endpoints/{}/rotate-secret",
+                uuid::Uuid::now_v7()
+            ),
             None,
             OPERATOR,
         ),
