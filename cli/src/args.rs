@@ -193,6 +193,9 @@ pub enum WebhooksCommand {
     Disable { id: uuid::Uuid },
     /// Deliver to an endpoint again.
     Enable { id: uuid::Uuid },
+    /// Give an endpoint a new signing secret (printed this once); the previous one is
+    /// still signed with, beside it, until the grace (WEBHOOK_SECRET_GRACE_SECS) ends.
+    RotateSecret { id: uuid::Uuid },
     /// Deliveries that ran out of attempts, newest first.
     Dead {
         /// Only this endpoint's.

@@ -188,6 +188,15 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
             "1000".into(),
         ));
     }
+    if std::env::var("WEBHOOK_ALLOW_PRIVATE_TARGETS").is_err() {
+        // A development system's webhook receivers run on this machine (127.0.0.1);
+        // outside it, deliveries reach public addresses only.
+        wiring.service_env.push((
+            ServiceKind::Orchestrator,
+            "WEBHOOK_ALLOW_PRIVATE_TARGETS".into(),
+            "1".into(),
+        ));
+    }
     if args.no_demo {
         // The wiring raises the sign-up limits out of the demo's way (its buyers all sign
         // up from this machine); a system without the demo keeps the member service's

@@ -1,5 +1,6 @@
 //! The operator's webhook commands against the orchestrator: add an endpoint (its secret
-//! is printed once), list, disable, enable, list DEAD deliveries, replay them.
+//! is printed once), list, disable, enable, rotate its secret (the new one printed
+//! once), list DEAD deliveries, replay them.
 
 use std::{process::ExitCode, time::Duration};
 
@@ -60,12 +61,7 @@ fn delivery_row(d: &WebhookDelivery) -> Vec<String> {
         d.endpoint_id.to_string(),
         d.attempts.to_string(),
         d.last_status.map(|s| s.to_string()).unwrap_or_default(),
-        d.last_error
-            .clone()
-            .unwrap_or_default()
-            .chars()
-            .take(60)
-            .collect(),
+        d.last_error.map(|e| e.to_string()).unwrap_or_default(),
     ]
 }
 
@@ -116,6 +112,22 @@ pub async fn run(endpoints: &Endpoints, cmd: WebhooksCommand) -> anyhow::Result<
                 .context("switching the webhook endpoint")?
                 .body;
             println!("{}", table::render(&ENDPOINT_HEADER, &[endpoint_row(&e)]));
+        }
+        WebhooksCommand::RotateSecret { id } => {
+            let rotated = orchestrator
+                .rotate_webhook_secret(id)
+                .await
+                .context("rotating the webhook secret")?
+                .body;
+            println!(
+                "endpoint {}: new signing secret (shown this once):\n{}\n\n\
+                 Until {} UTC every delivery is signed with the new secret and the previous \
+                 one (two v1= entries in Paysaga-Signature); give the receiver the new secret \
+                 before then.",
+                rotated.endpoint_id,
+                rotated.secret,
+                rotated.previous_expires_at.format("%Y-%m-%d %H:%M:%S"),
+            );
         }
         WebhooksCommand::Dead { endpoint, limit } => {
             let page = orchestrator

@@ -82,7 +82,7 @@ pub async fn dead(
                         td.mono { (d.endpoint_id) }
                         td.num { (d.attempts) }
                         td.num { (d.last_status.map(|s| s.to_string()).unwrap_or_default()) }
-                        td.mono { (d.last_error.as_deref().unwrap_or("")) }
+                        td.mono { (d.last_error.map(|e| e.as_str()).unwrap_or("")) }
                         td { (layout::at(d.updated_at)) }
                         td { @if d.state == DeliveryState::Dead.as_str() { a href=(format!("/console/webhooks/{}/replay", d.id)) { "Replay…" } } }
                     }

@@ -4,7 +4,8 @@
 //!
 //! A delivery is a `POST` of [`EventEnvelope`] as JSON, with the headers
 //! [`EVENT_ID_HEADER`], [`EVENT_TYPE_HEADER`] and [`SIGNATURE_HEADER`]:
-//! `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>`.
+//! `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>`, with a second
+//! `v1` while an endpoint's previous secret is in its rotation grace.
 
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
@@ -211,9 +212,16 @@ pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
         .collect()
 }
 
-/// The `Paysaga-Signature` value for `body` sent at `timestamp`.
-pub fn signature_header(secret: &str, timestamp: i64, body: &[u8]) -> String {
-    format!("t={timestamp},v1={}", sign(secret, timestamp, body))
+/// The `Paysaga-Signature` value for `body` sent at `timestamp`: one `v1` per secret,
+/// in the order given (during a rotation's grace, the new secret's then the previous
+/// one's, so a receiver holding either verifies).
+pub fn signature_header<S: AsRef<str>>(secrets: &[S], timestamp: i64, body: &[u8]) -> String {
+    let mut header = format!("t={timestamp}");
+    for secret in secrets {
+        header.push_str(",v1=");
+        header.push_str(&sign(secret.as_ref(), timestamp, body));
+    }
+    header
 }
 
 fn mac(secret: &str) -> Hmac<Sha256> {
@@ -300,7 +308,7 @@ mod tests {
     #[test]
     fn a_signed_body_verifies_and_anything_altered_does_not() {
         let body = br#"{"id":"x","type":"payment.completed"}"#;
-        let header = signature_header(SECRET, 1_700_000_000, body);
+        let header = signature_header(&[SECRET], 1_700_000_000, body);
         assert_eq!(
             verify(SECRET, &header, body, 1_700_000_010, 300),
             Ok(1_700_000_000)
@@ -346,6 +354,21 @@ mod tests {
         let good = sign(SECRET, 10, body);
         let header = format!("t=10,v1={},v1={good},v0=ignored", "00".repeat(32));
         assert_eq!(verify(SECRET, &header, body, 10, 300), Ok(10));
+    }
+
+    #[test]
+    fn a_header_for_two_secrets_verifies_under_either_and_no_other() {
+        let body = b"{\"id\":1}";
+        let header = signature_header(&["whsec_new", "whsec_old"], 10, body);
+        assert_eq!(header.matches(",v1=").count(), 2, "{header}");
+        assert!(header.starts_with("t=10,v1="));
+        for secret in ["whsec_new", "whsec_old"] {
+            assert_eq!(verify(secret, &header, body, 10, 300), Ok(10));
+        }
+        assert_eq!(
+            verify("whsec_other", &header, body, 10, 300),
+            Err(SignatureError::Mismatch)
+        );
     }
 
     #[test]

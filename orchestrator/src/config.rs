@@ -9,7 +9,7 @@ use paysaga_common::{
     limits::MemberRate,
     service::{Database, Process},
 };
-use paysaga_webhooks::WebhookConfig;
+use paysaga_webhooks::{sealing::SealingKey, WebhookConfig};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -72,7 +72,9 @@ pub struct Config {
     /// `MEMBER_RATE_PER_SEC` / `MEMBER_RATE_BURST`: a buyer's payment requests
     /// (`POST /v1/payments`, `GET /v1/payments/{id}`) per member (defaults 20 and 40).
     pub member_rate: MemberRate,
-    /// The webhook subsystem: event ingest, dispatch and the delivery worker.
+    /// The webhook subsystem: event ingest, dispatch and the delivery worker, the egress
+    /// rule, and `WEBHOOK_SECRET_KEY` (required; the development key with
+    /// `PAYSAGA_DEV_KEYS=1`) sealing the endpoints' secrets.
     pub webhooks: WebhookConfig,
 }
 
@@ -101,6 +103,7 @@ impl Config {
             CONSOLE_SIGNING_KEY_VAR,
             ServiceRole::Console,
         )?);
+        let webhook_key = SealingKey::from_secrets(&mut secrets)?;
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let c = Config {
             database: database.with_pool_from_env()?,
@@ -133,7 +136,7 @@ impl Config {
             downstream_batches: config::parse("DOWNSTREAM_BATCHES", DEFAULT_BATCHES_IN_FLIGHT)?,
             write_flushes: config::parse("WRITE_FLUSHES", DEFAULT_BATCHES_IN_FLIGHT)?,
             member_rate: MemberRate::from_env()?,
-            webhooks: WebhookConfig::from_env()?,
+            webhooks: WebhookConfig::from_env(webhook_key)?,
         };
         c.validate()?;
         Ok(c)

@@ -99,7 +99,7 @@ impl AppState {
             Audience::Orchestrator,
         ));
         let operations = Operations::new(engine.clone(), config.response_wait);
-        let webhooks = Webhooks::new(pool.clone());
+        let webhooks = Webhooks::new(pool.clone(), &config.webhooks);
         Self {
             saga: SagaState {
                 verifier: verifier.clone(),

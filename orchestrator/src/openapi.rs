@@ -78,6 +78,7 @@ mod tests {
             "/v1/webhook-endpoints",
             "/v1/webhook-endpoints/{id}/disable",
             "/v1/webhook-endpoints/{id}/enable",
+            "/v1/webhook-endpoints/{id}/rotate-secret",
             "/v1/webhook-deliveries",
             "/v1/webhook-deliveries/{id}/replay",
         ] {

@@ -36,14 +36,18 @@ pub const RETRIES: u32 = 3;
 
 /// `POST` routes of each service that take no key (operator set-up, sign-in and token
 /// refresh): a retry after an instance died mid-request could create a second product
-/// or endpoint, add units twice, or present a consumed refresh token (which revokes its
-/// family). HAProxy retries these only when the connection failed, never after an
+/// or endpoint, add units twice, rotate a webhook secret twice (which would drop the
+/// secret the receiver still holds from the grace), or present a consumed refresh token
+/// (which revokes its family). HAProxy retries these only when the connection failed, never after an
 /// empty response.
 pub fn unkeyed_posts(kind: ServiceKind) -> &'static [&'static str] {
     match kind {
         ServiceKind::Order => &["^/v1/products$", "^/v1/products/[^/]+/units$"],
         ServiceKind::Member => &["^/v1/sessions$", "^/v1/sessions/refresh$"],
-        ServiceKind::Orchestrator => &["^/v1/webhook-endpoints$"],
+        ServiceKind::Orchestrator => &[
+            "^/v1/webhook-endpoints$",
+            "^/v1/webhook-endpoints/[^/]+/rotate-secret$",
+        ],
         ServiceKind::Account | ServiceKind::Gate => &[],
     }
 }
@@ -270,6 +274,12 @@ mod tests {
         assert!(c.contains("retry-on conn-failure empty-response"), "{c}");
         assert!(
             c.contains("http-request disable-l7-retry if METH_POST { path_reg ^/v1/products$ }"),
+            "{c}"
+        );
+        assert!(
+            c.contains(
+                "http-request disable-l7-retry if METH_POST { path_reg ^/v1/webhook-endpoints/[^/]+/rotate-secret$ }"
+            ),
             "{c}"
         );
     }

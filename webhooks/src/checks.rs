@@ -1,12 +1,16 @@
 //! What an endpoint's registration must satisfy: a plain `http://` URL of the grammar
-//! the OpenAPI schema states, event types from the catalogue, a bounded description;
-//! and the signing secret it is given.
+//! the OpenAPI schema states whose host, if an address, is one deliveries may reach;
+//! event types from the catalogue; a bounded description; and the signing secret it is
+//! given.
 
 use paysaga_common::{error::codes as common_codes, ApiError};
 use paysaga_contracts::events::types;
 use rand::RngCore;
 
-use crate::error::{Error, Result};
+use crate::{
+    egress::Egress,
+    error::{Error, Result},
+};
 
 const MAX_URL_CHARS: usize = 2048;
 const MAX_DESCRIPTION_CHARS: usize = 500;
@@ -77,8 +81,10 @@ fn plain_http_url(raw: &str) -> bool {
 /// credentials: they would show in every listing, and the signature is what
 /// authenticates a delivery; no fragment, no percent-escapes). `https` is refused by
 /// name: the services' HTTP client is built without TLS, so such an endpoint could only
-/// ever go DEAD (docs/events.md).
-pub fn check_url(raw: &str) -> Result<String> {
+/// ever go DEAD (docs/events.md). A host that is an address `egress` forbids (loopback,
+/// private, the metadata address, ...) is refused; a host name is checked on what it
+/// resolves to at every delivery instead, since its answer may change.
+pub fn check_url(raw: &str, egress: Egress) -> Result<String> {
     let bad = |why: &str| Error::UrlInvalid(why.to_owned());
     if raw.chars().count() > MAX_URL_CHARS {
         return Err(bad("longer than 2048 characters"));
@@ -96,8 +102,18 @@ pub fn check_url(raw: &str) -> Result<String> {
         ));
     }
     let url = reqwest::Url::parse(raw).map_err(|e| bad(&format!("not a URL: {e}")))?;
-    if url.host_str().is_none_or(str::is_empty) {
+    let host = url.host_str().unwrap_or_default();
+    if host.is_empty() {
         return Err(bad("a host is required"));
+    }
+    if let Ok(ip) = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+    {
+        if !egress.permits(ip) {
+            return Err(Error::AddressForbidden(ip));
+        }
     }
     Ok(url.to_string())
 }
@@ -147,6 +163,10 @@ pub fn new_secret() -> String {
 mod tests {
     use super::*;
 
+    const ALLOW: Egress = Egress {
+        allow_private: true,
+    };
+
     #[test]
     fn only_plain_http_urls_with_a_host_are_taken() {
         for good in [
@@ -156,7 +176,7 @@ mod tests {
             "http://a-b.c0:65535/x/y;z=1?q=a/b?c",
             "http://0.0.0.0:1",
         ] {
-            assert!(check_url(good).is_ok(), "{good}");
+            assert!(check_url(good, ALLOW).is_ok(), "{good}");
         }
         for bad in [
             "",
@@ -181,10 +201,51 @@ mod tests {
             "http://a.xn--b/",
             "http://a-/",
         ] {
-            assert!(matches!(check_url(bad), Err(Error::UrlInvalid(_))), "{bad}");
+            assert!(
+                matches!(check_url(bad, ALLOW), Err(Error::UrlInvalid(_))),
+                "{bad}"
+            );
         }
         let long = format!("http://example.com/{}", "a".repeat(2048));
-        assert!(check_url(&long).is_err());
+        assert!(check_url(&long, ALLOW).is_err());
+    }
+
+    #[test]
+    fn internal_addresses_are_refused_unless_private_targets_are_allowed() {
+        for internal in [
+            "http://127.0.0.1:5432/",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://10.0.0.1/",
+            "http://172.16.0.1/",
+            "http://192.168.0.1:8080/hook",
+            "http://100.64.0.1/",
+            "http://0.0.0.0:1",
+            "http://224.0.0.1/",
+            "http://255.255.255.255/",
+        ] {
+            assert!(
+                matches!(
+                    check_url(internal, Egress::default()),
+                    Err(Error::AddressForbidden(_))
+                ),
+                "{internal}"
+            );
+            assert!(check_url(internal, ALLOW).is_ok(), "{internal}");
+        }
+        let refused = check_url("http://127.0.0.1:9/", Egress::default())
+            .err()
+            .and_then(|e| e.api())
+            .expect("an API error");
+        assert_eq!(refused.status, axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(refused.code, "WEBHOOK_ADDRESS_FORBIDDEN");
+        // Names are taken: what they resolve to is checked when delivering.
+        for name in [
+            "http://localhost:9/",
+            "http://shipping.example.com/x",
+            "http://93.184.216.34/",
+        ] {
+            assert!(check_url(name, Egress::default()).is_ok(), "{name}");
+        }
     }
 
     /// The URL pattern the OpenAPI schema states, from the webhook API's document.
@@ -206,7 +267,7 @@ mod tests {
             let bare = pattern.trim_start_matches('^').trim_end_matches('$').to_owned();
             proptest::string::string_regex(&bare).expect("a pattern proptest can generate from")
         }) {
-            proptest::prop_assert!(check_url(&url).is_ok(), "{url}: {:?}", check_url(&url).err());
+            proptest::prop_assert!(check_url(&url, ALLOW).is_ok(), "{url}: {:?}", check_url(&url, ALLOW).err());
         }
     }
 

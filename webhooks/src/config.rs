@@ -4,6 +4,23 @@ use std::time::Duration;
 
 use paysaga_common::config::{self, ConfigError};
 
+use crate::{egress::Egress, sealing::SealingKey};
+
+/// `WEBHOOK_ALLOW_PRIVATE_TARGETS`: `1`/`true` or `0`/`false` (unset: off); anything else
+/// is refused, so a typo cannot open the inside.
+fn allow_private_targets() -> Result<bool, ConfigError> {
+    const VAR: &str = "WEBHOOK_ALLOW_PRIVATE_TARGETS";
+    match std::env::var(VAR).ok().as_deref().map(str::trim) {
+        None | Some("" | "0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(other) => Err(config::invalid(
+            VAR,
+            other,
+            "expected 1 or true (private targets allowed), 0 or false",
+        )),
+    }
+}
+
 /// Settings of the webhook subsystem (docs/events.md).
 #[derive(Debug, Clone)]
 pub struct WebhookConfig {
@@ -36,6 +53,16 @@ pub struct WebhookConfig {
     pub retention_hours: i64,
     /// `EVENT_PURGE_INTERVAL_MS`: how often old events are purged (default 60000).
     pub purge_interval: Duration,
+    /// `WEBHOOK_ALLOW_PRIVATE_TARGETS` (default off): whether deliveries may reach
+    /// loopback, private, link-local and the other internal networks ([`Egress`]). On
+    /// only for development and tests, whose receivers listen on 127.0.0.1.
+    pub egress: Egress,
+    /// `WEBHOOK_SECRET_KEY`: the key endpoint secrets are sealed with at rest (base64 of
+    /// 32 bytes). Required; the development key with `PAYSAGA_DEV_KEYS=1`.
+    pub secret_key: SealingKey,
+    /// `WEBHOOK_SECRET_GRACE_SECS`: how long an endpoint's previous secret is still
+    /// signed with after a rotation (default 86400, 24 h; 0 to 2592000, 30 days).
+    pub secret_grace: Duration,
 }
 
 impl Default for WebhookConfig {
@@ -52,13 +79,18 @@ impl Default for WebhookConfig {
             ingest_batch: 500,
             retention_hours: 720,
             purge_interval: Duration::from_millis(60_000),
+            egress: Egress::default(),
+            secret_key: SealingKey::development(),
+            secret_grace: Duration::from_secs(86_400),
         }
     }
 }
 
 impl WebhookConfig {
-    /// The settings from the environment, defaults for those unset.
-    pub fn from_env() -> Result<Self, ConfigError> {
+    /// The settings from the environment, defaults for those unset; the sealing key
+    /// is read beforehand with the service's other secrets
+    /// ([`SealingKey::from_secrets`]).
+    pub fn from_env(secret_key: SealingKey) -> Result<Self, ConfigError> {
         let d = Self::default();
         Ok(Self {
             timeout: config::millis("WEBHOOK_TIMEOUT_MS", d.timeout)?,
@@ -72,6 +104,14 @@ impl WebhookConfig {
             ingest_batch: config::parse("WEBHOOK_INGEST_BATCH", d.ingest_batch)?,
             retention_hours: config::parse("EVENT_RETENTION_HOURS", d.retention_hours)?,
             purge_interval: config::millis("EVENT_PURGE_INTERVAL_MS", d.purge_interval)?,
+            egress: Egress {
+                allow_private: allow_private_targets()?,
+            },
+            secret_key,
+            secret_grace: Duration::from_secs(config::parse(
+                "WEBHOOK_SECRET_GRACE_SECS",
+                d.secret_grace.as_secs(),
+            )?),
         })
     }
 
@@ -105,6 +145,12 @@ impl WebhookConfig {
             ));
         }
         config::within("WEBHOOK_INGEST_BATCH", self.ingest_batch, 1, 1000)?;
+        config::within(
+            "WEBHOOK_SECRET_GRACE_SECS",
+            self.secret_grace.as_secs(),
+            0,
+            2_592_000,
+        )?;
         config::within("EVENT_RETENTION_HOURS", self.retention_hours, 1, 87_600)
     }
 }
@@ -117,11 +163,12 @@ mod tests {
     fn settings_that_break_delivery_are_refused() {
         let d = WebhookConfig::default();
         assert!(d.validate().is_ok());
-        let refused: [fn(&mut WebhookConfig); 4] = [
+        let refused: [fn(&mut WebhookConfig); 5] = [
             |c| c.lease = c.timeout,
             |c| c.max_attempts = 0,
             |c| c.backoff_cap = Duration::from_millis(1),
             |c| c.ingest_batch = 1001,
+            |c| c.secret_grace = Duration::from_secs(2_592_001),
         ];
         for change in refused {
             let mut c = d.clone();

@@ -23,6 +23,9 @@ pub enum Error {
     Api(ApiError),
     #[error("webhook URL refused: {0}")]
     UrlInvalid(String),
+    /// The URL's host is an address deliveries may not reach.
+    #[error("webhook address {0} is forbidden")]
+    AddressForbidden(std::net::IpAddr),
     #[error("unknown event type {0:?}")]
     EventTypeUnknown(String),
     #[error("webhook endpoint not found")]
@@ -36,6 +39,9 @@ pub enum Error {
     Outbox(#[source] CallError),
     #[error("database error")]
     Database(#[from] sqlx::Error),
+    /// A stored secret does not open with `WEBHOOK_SECRET_KEY`.
+    #[error(transparent)]
+    Unsealable(#[from] crate::sealing::Unsealable),
 }
 
 impl From<ApiError> for Error {
@@ -52,6 +58,13 @@ impl Error {
             Error::UrlInvalid(why) => {
                 ApiError::unprocessable(codes::WEBHOOK_URL_INVALID, format!("url: {why}"))
             }
+            Error::AddressForbidden(ip) => ApiError::unprocessable(
+                codes::WEBHOOK_ADDRESS_FORBIDDEN,
+                format!(
+                    "url: {ip} is an internal address (loopback, private, link-local, unique-local, \
+                     multicast or reserved); webhooks are delivered to public addresses only"
+                ),
+            ),
             Error::EventTypeUnknown(t) => ApiError::unprocessable(
                 codes::EVENT_TYPE_UNKNOWN,
                 format!(
@@ -78,7 +91,7 @@ impl Error {
                 common_codes::UNAVAILABLE,
                 "the webhook database is unavailable; retry",
             ),
-            Error::Database(_) | Error::Outbox(_) => return None,
+            Error::Database(_) | Error::Outbox(_) | Error::Unsealable(_) => return None,
         };
         Some(e)
     }

@@ -6,6 +6,7 @@
 
 pub mod checks;
 pub mod config;
+pub mod egress;
 pub mod error;
 pub mod ingest;
 pub(crate) mod metrics;
@@ -13,6 +14,7 @@ pub mod openapi;
 pub mod operations;
 pub mod purge;
 pub mod routes;
+pub mod sealing;
 pub mod store;
 pub mod worker;
 
@@ -42,6 +44,7 @@ pub use worker::backoff;
         routes::list_endpoints,
         routes::disable_endpoint,
         routes::enable_endpoint,
+        routes::rotate_secret,
         routes::list_deliveries,
         routes::replay_delivery,
     ),
@@ -50,6 +53,8 @@ pub use worker::backoff;
         api::WebhookEndpoint,
         api::WebhookEndpointCreated,
         api::WebhookEndpointList,
+        api::WebhookSecretRotated,
+        api::DeliveryFailure,
         api::WebhookDelivery,
         api::WebhookDeliveryPage,
         paysaga_common::ErrorBody,
@@ -88,10 +93,33 @@ pub struct Background {
     pub alive: Arc<AtomicBool>,
 }
 
-/// Starts the instance's webhook work: the ingest of the order and member services'
-/// events and the purge of old ones on `jobs`, and the delivery worker in a task of its own (abort it
-/// to stop; a delivery cut off is sent again after its lease).
+/// Makes sure every endpoint secret is sealed under `key` before anything is sent:
+/// refuses to go on when `key` does not open the secrets already sealed (another key
+/// sealed them: nothing could be signed), then seals those still in plaintext (made
+/// before secrets were sealed) and clears the plaintext.
+pub async fn seal_secrets(pool: &PgPool, key: &sealing::SealingKey) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        store::key_opens_secrets(pool, key).await?,
+        "{} does not open the webhook secrets stored in the database (they were sealed \
+         under another key); start with the key that sealed them",
+        sealing::KEY_VAR
+    );
+    let sealed = store::seal_plaintext_secrets(pool, key).await?;
+    if sealed > 0 {
+        tracing::info!(
+            sealed,
+            "webhook secrets stored in plaintext sealed, plaintext cleared"
+        );
+    }
+    Ok(())
+}
+
+/// Starts the instance's webhook work: the secrets sealed ([`seal_secrets`]), the ingest
+/// of the order and member services' events and the purge of old ones on `jobs`, and the
+/// delivery worker in a task of its own (abort it to stop; a delivery cut off is sent
+/// again after its lease).
 pub async fn start(jobs: &Jobs, b: Background) -> anyhow::Result<JoinHandle<()>> {
+    seal_secrets(&b.pool, &b.config.secret_key).await?;
     let mut sources = vec![ingest::Puller {
         source: ingest::Source::Order,
         outbox: b.order.events(),
@@ -103,7 +131,7 @@ pub async fn start(jobs: &Jobs, b: Background) -> anyhow::Result<JoinHandle<()>>
     ingest::schedule(jobs, b.pool.clone(), sources, &b.config, b.alive.clone()).await?;
     purge::schedule(jobs, b.pool.clone(), &b.config, b.alive.clone()).await?;
     Ok(worker::spawn(worker::Worker {
-        http: worker::http_client(b.config.timeout),
+        http: worker::http_client(b.config.timeout, b.config.egress),
         pool: b.pool,
         instance: b.instance,
         config: b.config,

@@ -1,17 +1,23 @@
 //! The operators' side of the webhook platform: endpoints (create, list, switch on and
-//! off) and deliveries (list, replay a DEAD one). The webhook API's routes and the
-//! console both go through [`Webhooks`].
+//! off, rotate the secret) and deliveries (list, replay a DEAD one). The webhook API's
+//! routes and the console both go through [`Webhooks`].
+
+use std::time::Duration;
 
 use paysaga_contracts::orchestrator::api::{
     page_limit, state_filter, CreateWebhookEndpoint, ListDeliveries, WebhookDelivery,
     WebhookDeliveryPage, WebhookEndpoint, WebhookEndpointCreated, WebhookEndpointList,
+    WebhookSecretRotated,
 };
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::{
     checks::{check_description, check_event_types, check_url, new_secret},
+    config::WebhookConfig,
+    egress::Egress,
     error::{Error, Result},
+    sealing::SealingKey,
     store::{self, DeliveryState},
 };
 
@@ -19,12 +25,21 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct Webhooks {
     pool: PgPool,
+    egress: Egress,
+    key: SealingKey,
+    grace: Duration,
 }
 
 impl Webhooks {
-    /// Over the pool of the schema that holds the webhook tables.
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    /// Over the pool of the schema that holds the webhook tables, with the egress rule,
+    /// sealing key and rotation grace of `config`.
+    pub fn new(pool: PgPool, config: &WebhookConfig) -> Self {
+        Self {
+            pool,
+            egress: config.egress,
+            key: config.secret_key.clone(),
+            grace: config.secret_grace,
+        }
     }
 
     /// Registers an endpoint, enabled; its signing secret is in this answer only.
@@ -32,15 +47,16 @@ impl Webhooks {
         &self,
         req: CreateWebhookEndpoint,
     ) -> Result<WebhookEndpointCreated> {
-        let url = check_url(&req.url)?;
+        let url = check_url(&req.url, self.egress)?;
         let event_types = check_event_types(&req.event_types)?;
         let description = check_description(req.description)?;
         let secret = new_secret();
+        let id = Uuid::now_v7();
         let row = store::create_endpoint(
             &self.pool,
-            Uuid::now_v7(),
+            id,
             &url,
-            &secret,
+            &self.key.seal(id, &secret),
             &event_types,
             &description,
         )
@@ -67,6 +83,22 @@ impl Webhooks {
             .ok_or(Error::EndpointNotFound)?;
         tracing::info!(endpoint_id = %id, enabled, "webhook endpoint switched");
         Ok(row.to_api())
+    }
+
+    /// Gives an endpoint a new secret, returned this once; the one before is still
+    /// signed with (a second `v1`) until the grace (`WEBHOOK_SECRET_GRACE_SECS`) ends.
+    pub async fn rotate_secret(&self, id: Uuid) -> Result<WebhookSecretRotated> {
+        let secret = new_secret();
+        let previous_expires_at =
+            store::rotate_secret(&self.pool, &self.key, id, &secret, self.grace)
+                .await?
+                .ok_or(Error::EndpointNotFound)?;
+        tracing::info!(endpoint_id = %id, %previous_expires_at, "webhook secret rotated");
+        Ok(WebhookSecretRotated {
+            endpoint_id: id,
+            secret,
+            previous_expires_at,
+        })
     }
 
     /// Deliveries, most recently changed first, by state and endpoint.

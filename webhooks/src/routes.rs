@@ -1,5 +1,6 @@
 //! The operators' webhook API (service credential): endpoints (create, list, disable,
-//! enable) and deliveries (list, replay a DEAD one), each a thin call of [`Webhooks`].
+//! enable, rotate the secret) and deliveries (list, replay a DEAD one), each a thin call
+//! of [`Webhooks`].
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use paysaga_common::{
 };
 use paysaga_contracts::orchestrator::api::{
     CreateWebhookEndpoint, ListDeliveries, WebhookDelivery, WebhookDeliveryPage, WebhookEndpoint,
-    WebhookEndpointCreated, WebhookEndpointList,
+    WebhookEndpointCreated, WebhookEndpointList, WebhookSecretRotated,
 };
 use uuid::Uuid;
 
@@ -43,6 +44,10 @@ pub fn routes(state: ApiState) -> Router {
         )
         .route("/v1/webhook-endpoints/{id}/disable", post(disable_endpoint))
         .route("/v1/webhook-endpoints/{id}/enable", post(enable_endpoint))
+        .route(
+            "/v1/webhook-endpoints/{id}/rotate-secret",
+            post(rotate_secret),
+        )
         .route("/v1/webhook-deliveries", get(list_deliveries))
         .route("/v1/webhook-deliveries/{id}/replay", post(replay_delivery))
         .with_state(state)
@@ -54,7 +59,7 @@ pub fn routes(state: ApiState) -> Router {
     request_body = CreateWebhookEndpoint,
     responses(
         (status = 201, description = "created and enabled; `secret` is shown this once", body = WebhookEndpointCreated),
-        (status = 422, description = "WEBHOOK_URL_INVALID, EVENT_TYPE_UNKNOWN, INVALID_BODY (too many types, description too long)", body = paysaga_common::ErrorBody),
+        (status = 422, description = "WEBHOOK_URL_INVALID, WEBHOOK_ADDRESS_FORBIDDEN (the host is an internal address: loopback, private, link-local, unique-local, multicast or reserved), EVENT_TYPE_UNKNOWN, INVALID_BODY (too many types, description too long)", body = paysaga_common::ErrorBody),
     ),
     security(("service" = []))
 )]
@@ -122,6 +127,29 @@ endpoint_switch!(
     "/v1/webhook-endpoints/{id}/enable",
     true
 );
+
+/// Rotate an endpoint's signing secret: the new one is in this answer only. Until
+/// `previous_expires_at` (`WEBHOOK_SECRET_GRACE_SECS` from now) every delivery carries
+/// two `v1` signatures, under the new secret and the previous one, so the receiver can
+/// switch at any moment in the grace; after it, only the new. Rotating again within the
+/// grace drops the oldest.
+#[utoipa::path(
+    post, path = "/v1/webhook-endpoints/{id}/rotate-secret", tag = "webhooks",
+    params(("id" = Uuid, Path, description = "endpoint id")),
+    responses(
+        (status = 200, description = "rotated; `secret` is shown this once", body = WebhookSecretRotated),
+        (status = 404, description = "WEBHOOK_ENDPOINT_NOT_FOUND", body = paysaga_common::ErrorBody),
+    ),
+    security(("service" = []))
+)]
+#[tracing::instrument(skip_all, fields(endpoint_id = %id, operator = %operator))]
+pub async fn rotate_secret(
+    State(state): State<ApiState>,
+    Service(operator): Service<{ OPERATOR }>,
+    Path(id): Path<Uuid>,
+) -> Result<AxumJson<WebhookSecretRotated>> {
+    Ok(AxumJson(state.webhooks.rotate_secret(id).await?))
+}
 
 /// Deliveries, most recently changed first, by state and endpoint.
 #[utoipa::path(

@@ -6,11 +6,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use paysaga_common::db::column;
-use paysaga_contracts::orchestrator::api::{WebhookDelivery, WebhookEndpoint};
+use paysaga_contracts::orchestrator::api::{DeliveryFailure, WebhookDelivery, WebhookEndpoint};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::{error::Result, ingest::Source};
+use crate::{
+    error::Result,
+    ingest::Source,
+    sealing::{SealingKey, Unsealable},
+};
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -74,18 +78,18 @@ impl EndpointRow {
 const ENDPOINT_COLUMNS: &str =
     r#"id, url, event_types, enabled, description, created_at, updated_at"#;
 
-/// A new endpoint, enabled.
+/// A new endpoint, enabled, its secret sealed ([`SealingKey::seal`] for `id`).
 pub async fn create_endpoint(
     pool: &PgPool,
     id: Uuid,
     url: &str,
-    secret: &str,
+    secret_sealed: &[u8],
     event_types: &[String],
     description: &str,
 ) -> Result<EndpointRow> {
     let sql = format!(
         r#"
-        INSERT INTO webhook_endpoints (id, url, secret, event_types, description)
+        INSERT INTO webhook_endpoints (id, url, secret_sealed, event_types, description)
         VALUES ($1, $2, $3, $4, $5)
         RETURNING {ENDPOINT_COLUMNS}
         "#
@@ -93,7 +97,7 @@ pub async fn create_endpoint(
     Ok(sqlx::query_as::<_, EndpointRow>(&sql)
         .bind(id)
         .bind(url)
-        .bind(secret)
+        .bind(secret_sealed)
         .bind(event_types)
         .bind(description)
         .fetch_one(pool)
@@ -107,6 +111,106 @@ pub async fn list_endpoints(pool: &PgPool) -> Result<Vec<EndpointRow>> {
     Ok(sqlx::query_as::<_, EndpointRow>(&sql)
         .fetch_all(pool)
         .await?)
+}
+
+/// Seals every endpoint secret still stored in plaintext (endpoints made before secrets
+/// were sealed) under `key` and clears the plaintext, one transaction per batch; run at
+/// start-up. Returns how many were sealed.
+pub async fn seal_plaintext_secrets(pool: &PgPool, key: &SealingKey) -> Result<u64> {
+    let mut sealed = 0;
+    loop {
+        let mut tx = pool.begin().await?;
+        let plain: Vec<(Uuid, String)> = sqlx::query_as(
+            r#"
+            SELECT id, secret FROM webhook_endpoints
+            WHERE secret IS NOT NULL
+            ORDER BY id
+            LIMIT 100
+            FOR UPDATE SKIP LOCKED
+            "#,
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        if plain.is_empty() {
+            tx.commit().await?;
+            return Ok(sealed);
+        }
+        for (id, secret) in &plain {
+            sqlx::query(
+                r#"UPDATE webhook_endpoints SET secret_sealed = $2, secret = NULL WHERE id = $1"#,
+            )
+            .bind(id)
+            .bind(key.seal(*id, secret))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        sealed += plain.len() as u64;
+    }
+}
+
+/// Whether `key` opens the stored secrets (checked on one of them; `true` when none is
+/// sealed yet): a service started with another key than the one that sealed them could
+/// sign nothing.
+pub async fn key_opens_secrets(pool: &PgPool, key: &SealingKey) -> Result<bool> {
+    let one: Option<(Uuid, Vec<u8>)> = sqlx::query_as(
+        r#"SELECT id, secret_sealed FROM webhook_endpoints WHERE secret_sealed IS NOT NULL LIMIT 1"#,
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(one.is_none_or(|(id, sealed)| key.open(id, &sealed).is_ok()))
+}
+
+/// Rotates an endpoint's secret: `secret` (sealed here) becomes the current one and the
+/// one before stays signed with until `grace` from now (a rotation during a grace drops
+/// the oldest). `None`: no such endpoint. Returns when the previous one expires.
+pub async fn rotate_secret(
+    pool: &PgPool,
+    key: &SealingKey,
+    id: Uuid,
+    secret: &str,
+    grace: Duration,
+) -> Result<Option<DateTime<Utc>>> {
+    let mut tx = pool.begin().await?;
+    let current: Option<(Option<String>, Option<Vec<u8>>)> = sqlx::query_as(
+        r#"SELECT secret, secret_sealed FROM webhook_endpoints WHERE id = $1 FOR UPDATE"#,
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((plain, sealed)) = current else {
+        return Ok(None);
+    };
+    let previous = match (plain, sealed) {
+        // Not yet sealed (made before secrets were): sealed now, as the previous one.
+        (Some(plain), _) => key.seal(id, &plain),
+        // A previous secret the service cannot open could never sign: refused now
+        // rather than kept through the grace.
+        (None, Some(sealed)) => {
+            key.open(id, &sealed)?;
+            sealed
+        }
+        (None, None) => return Err(Unsealable.into()),
+    };
+    let expires: DateTime<Utc> = sqlx::query_scalar(
+        r#"
+        UPDATE webhook_endpoints
+        SET secret = NULL, secret_sealed = $2,
+            previous_secret_sealed = $3,
+            previous_secret_expires_at = now() + $4 * INTERVAL '1 millisecond',
+            updated_at = now()
+        WHERE id = $1
+        RETURNING previous_secret_expires_at
+        "#,
+    )
+    .bind(id)
+    .bind(key.seal(id, secret))
+    .bind(previous)
+    .bind(millis(grace))
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(expires))
 }
 
 /// Enables or disables an endpoint; `None` if there is no such endpoint.
@@ -158,7 +262,9 @@ impl DeliveryRow {
             attempts: self.attempts,
             next_attempt_at: self.next_attempt_at,
             last_status: self.last_status,
-            last_error: self.last_error.clone(),
+            // The `webhook_deliveries_last_error_class` constraint admits only the
+            // classes' names.
+            last_error: self.last_error.as_deref().and_then(DeliveryFailure::parse),
             delivered_at: self.delivered_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -293,8 +399,15 @@ pub struct Claimed {
     pub event_type: String,
     pub occurred_at: DateTime<Utc>,
     pub data: serde_json::Value,
+    pub endpoint_id: Uuid,
     pub url: String,
-    pub secret: String,
+    /// The endpoint's secret: sealed, or (made before secrets were sealed, and not yet
+    /// sealed at start-up) in plaintext.
+    pub secret_sealed: Option<Vec<u8>>,
+    pub secret: Option<String>,
+    /// The secret before the last rotation, sealed, while its grace lasts (by the
+    /// database's clock).
+    pub previous_secret_sealed: Option<Vec<u8>>,
 }
 
 /// Claims up to `n` due deliveries to enabled endpoints, leased to `owner` for `lease`,
@@ -334,7 +447,9 @@ pub async fn claim(pool: &PgPool, owner: Uuid, lease: Duration, n: i64) -> Resul
             RETURNING d.id, d.attempts, d.event_id, d.endpoint_id
         )
         SELECT c.id, c.attempts, ev.id AS event_id, ev.type AS event_type, ev.occurred_at, ev.data,
-               ep.url, ep.secret
+               ep.id AS endpoint_id, ep.url, ep.secret_sealed, ep.secret,
+               CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret_sealed END
+                   AS previous_secret_sealed
         FROM claimed c
         JOIN events ev ON ev.id = c.event_id
         JOIN webhook_endpoints ep ON ep.id = c.endpoint_id
@@ -355,7 +470,7 @@ pub enum Outcome {
     /// Anything else; retried after `retry_in`, or DEAD when `None`.
     Failed {
         status: Option<i32>,
-        error: String,
+        error: DeliveryFailure,
         retry_in: Option<Duration>,
     },
 }
@@ -399,7 +514,7 @@ pub async fn record(pool: &PgPool, id: Uuid, owner: Uuid, outcome: &Outcome) -> 
             .bind(id)
             .bind(owner)
             .bind(status)
-            .bind(error)
+            .bind(error.as_str())
             .bind(retry_in.map(millis))
             .execute(pool)
             .await?

@@ -12,8 +12,11 @@ use std::{
 
 use chrono::Utc;
 use paysaga_common::error::cause_chain;
-use paysaga_contracts::events::{
-    signature_header, EventEnvelope, EVENT_ID_HEADER, EVENT_TYPE_HEADER, SIGNATURE_HEADER,
+use paysaga_contracts::{
+    events::{
+        signature_header, EventEnvelope, EVENT_ID_HEADER, EVENT_TYPE_HEADER, SIGNATURE_HEADER,
+    },
+    orchestrator::api::DeliveryFailure,
 };
 use rand::Rng;
 use reqwest::header::CONTENT_TYPE;
@@ -23,7 +26,9 @@ use uuid::Uuid;
 
 use crate::{
     config::WebhookConfig,
+    egress::{Egress, ForbiddenAddress, NotResolved},
     metrics,
+    sealing::Unsealable,
     store::{self, Claimed, Outcome},
 };
 
@@ -34,8 +39,6 @@ const CENSUS_INTERVAL: Duration = Duration::from_secs(5);
 /// At most this much of an answer's body is read (so the connection can be reused);
 /// the rest is dropped with the connection.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
-/// `last_error` keeps at most this many characters.
-const MAX_ERROR_CHARS: usize = 500;
 
 /// The full-jitter backoff after `attempts` failed attempts: a uniformly random wait
 /// between zero and `base × 2^(attempts − 1)`, at most `cap`. Randomising the whole
@@ -62,13 +65,18 @@ pub struct Worker {
 }
 
 /// The HTTP client deliveries go out with: the whole request bounded by
-/// `WEBHOOK_TIMEOUT_MS`, and no redirects (a redirect is an answer other than 2xx,
-/// so a failed attempt, as with Stripe).
-pub fn http_client(timeout: Duration) -> reqwest::Client {
+/// `WEBHOOK_TIMEOUT_MS`; names resolved through the egress rule's resolver (an address
+/// it forbids is never dialled); no redirects (a redirect is an answer other than 2xx,
+/// so a failed attempt, as with Stripe, and it cannot lead inside); and no proxy from
+/// the environment (through one, the resolver would judge the proxy's name instead of
+/// the endpoint's).
+pub fn http_client(timeout: Duration, egress: Egress) -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .dns_resolver(egress.resolver())
         .user_agent(concat!("paysaga-webhooks/", env!("CARGO_PKG_VERSION")))
         .pool_idle_timeout(paysaga_common::client::POOL_IDLE_TIMEOUT)
         .tcp_nodelay(true)
@@ -178,8 +186,16 @@ impl Worker {
             },
             other => {
                 let (status, error) = match other {
-                    Ok(status) => (Some(i32::from(status)), format!("answered {status}")),
-                    Err(error) => (None, error),
+                    Ok(status) => (Some(i32::from(status)), DeliveryFailure::HttpStatus),
+                    Err(Attempt::Failed(class)) => (None, class),
+                    Err(Attempt::Unsigned(e)) => {
+                        // The key cannot open this endpoint's secret: nothing can be
+                        // signed, and no attempt is recorded (it is the service's
+                        // configuration that is wrong, not the receiver); the delivery
+                        // is tried again after its lease.
+                        tracing::error!(endpoint_id = %c.endpoint_id, error = %e, "webhook delivery not signed");
+                        return;
+                    }
                 };
                 let retry_in = (c.attempts < self.config.max_attempts).then(|| {
                     backoff(
@@ -191,7 +207,7 @@ impl Worker {
                 });
                 Outcome::Failed {
                     status,
-                    error: error.chars().take(MAX_ERROR_CHARS).collect(),
+                    error,
                     retry_in,
                 }
             }
@@ -215,9 +231,35 @@ impl Worker {
         }
     }
 
+    /// The secrets a delivery to `c` is signed with: the current one, then the previous
+    /// one while its rotation grace lasts.
+    fn secrets(&self, c: &Claimed) -> Result<Vec<String>, Unsealable> {
+        let key = &self.config.secret_key;
+        let current = match (&c.secret_sealed, &c.secret) {
+            (Some(sealed), _) => key.open(c.endpoint_id, sealed)?,
+            // Made before secrets were sealed, and not sealed yet (another instance's
+            // start-up does it): its plaintext signs as before.
+            (None, Some(plain)) => plain.clone(),
+            (None, None) => return Err(Unsealable),
+        };
+        let mut secrets = vec![current];
+        if let Some(previous) = &c.previous_secret_sealed {
+            secrets.push(key.open(c.endpoint_id, previous)?);
+        }
+        Ok(secrets)
+    }
+
     /// POSTs `body` to the endpoint; the status, or why there is none.
-    async fn post(&self, c: &Claimed, body: Vec<u8>) -> Result<u16, String> {
-        let signature = signature_header(&c.secret, Utc::now().timestamp(), &body);
+    async fn post(&self, c: &Claimed, body: Vec<u8>) -> Result<u16, Attempt> {
+        // A literal address is dialled without the resolver: it is checked here.
+        if let Some(ip) = literal_address(&c.url) {
+            if !self.config.egress.permits(ip) {
+                tracing::info!(endpoint_id = %c.endpoint_id, "webhook endpoint is a forbidden address; not sent");
+                return Err(Attempt::Failed(DeliveryFailure::ForbiddenAddress));
+            }
+        }
+        let secrets = self.secrets(c).map_err(Attempt::Unsigned)?;
+        let signature = signature_header(&secrets, Utc::now().timestamp(), &body);
         let sent = self
             .http
             .post(&c.url)
@@ -228,9 +270,10 @@ impl Worker {
             .body(body)
             .send()
             .await;
-        let mut response = sent.map_err(|e| describe(&e, self.config.timeout))?;
+        let mut response = sent.map_err(|e| Attempt::Failed(classify(&e)))?;
         let status = response.status().as_u16();
         // Read a little of the answer so the connection can serve the next delivery.
+        // What it says is never kept: only the status counts.
         let mut read = 0;
         loop {
             match response.chunk().await {
@@ -241,16 +284,11 @@ impl Worker {
                     }
                 }
                 Ok(None) => break,
-                // The status decides: a 2xx whose body was cut off was still received.
-                Err(e) if (200..300).contains(&status) => {
-                    tracing::debug!(error = %e, "answer body cut off after a 2xx");
-                    break;
-                }
+                // The status decides: a 2xx whose body was cut off was still received,
+                // and any other status is the failure, whatever came after it.
                 Err(e) => {
-                    return Err(format!(
-                        "answered {status}, then {}",
-                        describe(&e, self.config.timeout)
-                    ))
+                    tracing::debug!(status, error = %e, "answer body cut off");
+                    break;
                 }
             }
         }
@@ -258,13 +296,45 @@ impl Worker {
     }
 }
 
-fn describe(e: &reqwest::Error, timeout: Duration) -> String {
+/// Why an attempt got no status.
+#[derive(Debug)]
+enum Attempt {
+    /// Sent (or refused before sending), and failed: its class.
+    Failed(DeliveryFailure),
+    /// Not sent: the endpoint's secret does not open.
+    Unsigned(Unsealable),
+}
+
+/// The host of `url` if it is an IP address (dialled directly, never resolved).
+fn literal_address(url: &str) -> Option<std::net::IpAddr> {
+    let url = reqwest::Url::parse(url).ok()?;
+    url.host_str()?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
+/// The class of a failed request: the error's chain is searched for the egress
+/// resolver's own errors (a forbidden address, a name that did not resolve); the rest
+/// is told apart by what reqwest says of it. The error's text is never kept.
+pub fn classify(e: &reqwest::Error) -> DeliveryFailure {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<ForbiddenAddress>() {
+            return DeliveryFailure::ForbiddenAddress;
+        }
+        if c.is::<NotResolved>() {
+            return DeliveryFailure::Dns;
+        }
+        cause = c.source();
+    }
     if e.is_timeout() {
-        format!("no answer within {} ms", timeout.as_millis())
+        DeliveryFailure::Timeout
     } else if e.is_connect() {
-        format!("connection failed: {e}")
+        DeliveryFailure::Connect
     } else {
-        format!("request failed: {e}")
+        DeliveryFailure::Request
     }
 }
 

@@ -33,6 +33,10 @@ pub mod codes {
         PAYMENT_NOT_RESUMABLE,
         /// A webhook endpoint's URL is not an absolute http URL with a host (422).
         WEBHOOK_URL_INVALID,
+        /// A webhook endpoint's host is an address deliveries may not reach: loopback,
+        /// private, link-local (the cloud metadata address among them), unique-local,
+        /// multicast, reserved (422; see `WEBHOOK_ALLOW_PRIVATE_TARGETS`).
+        WEBHOOK_ADDRESS_FORBIDDEN,
         /// A subscription names a type that is not in the event catalogue (422).
         EVENT_TYPE_UNKNOWN,
         /// No such webhook endpoint.
@@ -197,6 +201,9 @@ pub struct CreateWebhookEndpoint {
     /// `http://`, a lower-case host name or an IPv4 address, an optional port, a path and
     /// query of plain characters (no credentials, fragment or percent-escapes), at most
     /// 2048 characters (`https` is refused until the orchestrator's HTTP client has TLS).
+    /// An IPv4 address that deliveries may not reach (loopback, private, link-local,
+    /// CGNAT, multicast, reserved) is refused with `WEBHOOK_ADDRESS_FORBIDDEN`, and a
+    /// name is checked on every address it resolves to when delivering.
     #[schema(
         max_length = 2048,
         pattern = r"^http://([a-z]([a-z0-9]|-[a-z0-9])*(\.[a-z]([a-z0-9]|-[a-z0-9])*)*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[A-Za-z0-9._~!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?$",
@@ -277,11 +284,65 @@ pub struct WebhookDelivery {
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// The last attempt's HTTP status, if it got one.
     pub last_status: Option<i32>,
-    /// The last failed attempt's cause.
-    pub last_error: Option<String>,
+    /// The class of the last failed attempt's failure (never the receiver's answer or
+    /// the raw error text); with `http_status`, `last_status` is the status.
+    pub last_error: Option<DeliveryFailure>,
     pub delivered_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// Why a delivery attempt failed, as operators see it: the class of the failure, never
+/// the receiver's bytes or the raw error text (which could carry what an internal
+/// service answered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryFailure {
+    /// The endpoint's address, as written or as its name resolved, is one deliveries may
+    /// not reach (loopback, private, link-local, ...); nothing was sent.
+    ForbiddenAddress,
+    /// The host name did not resolve.
+    Dns,
+    /// No connection could be made (refused, unreachable).
+    Connect,
+    /// No complete answer within `WEBHOOK_TIMEOUT_MS`.
+    Timeout,
+    /// An answer other than 2xx (a redirect included); `last_status` holds it.
+    HttpStatus,
+    /// The exchange failed otherwise (the connection dropped mid-request, an answer
+    /// that is not HTTP).
+    Request,
+}
+
+// The stored names are the `webhook_deliveries_last_error_class` constraint's.
+crate::wire_names!(
+    DeliveryFailure {
+        ForbiddenAddress => forbidden_address,
+        Dns => dns,
+        Connect => connect,
+        Timeout => timeout,
+        HttpStatus => http_status,
+        Request => request,
+    },
+    unknown: UnknownDeliveryFailure
+);
+
+/// A stored failure class that is none of [`DeliveryFailure`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown delivery failure class {0:?}")]
+pub struct UnknownDeliveryFailure(pub String);
+
+/// `POST /v1/webhook-endpoints/{id}/rotate-secret` answer: the endpoint's new signing
+/// secret, shown this once. The one before stays valid until `previous_expires_at`;
+/// until then every delivery carries a signature under each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WebhookSecretRotated {
+    pub endpoint_id: Uuid,
+    /// `whsec_` and 64 hex digits: the new HMAC-SHA256 key.
+    pub secret: String,
+    /// Until when the previous secret's signature is sent beside the new one
+    /// (`WEBHOOK_SECRET_GRACE_SECS` after the rotation).
+    pub previous_expires_at: DateTime<Utc>,
 }
 
 /// `GET /v1/webhook-deliveries`.

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::api::{
     CreatePayment, CreateWebhookEndpoint, ListDeliveries, Payment, PaymentAdmin, PaymentPage,
     PaymentTimeline, WebhookDelivery, WebhookDeliveryPage, WebhookEndpoint, WebhookEndpointCreated,
-    WebhookEndpointList,
+    WebhookEndpointList, WebhookSecretRotated,
 };
 
 /// An answer to `POST /v1/payments`, with whether it was a replay.
@@ -132,6 +132,20 @@ impl OrchestratorClient {
         req: &CreateWebhookEndpoint,
     ) -> Result<Answer<WebhookEndpointCreated>, CallError> {
         self.inner.post("/v1/webhook-endpoints", req).await
+    }
+
+    /// `POST /v1/webhook-endpoints/{id}/rotate-secret`: a new signing secret (shown this
+    /// once); the previous one is still signed with for the grace period.
+    pub async fn rotate_webhook_secret(
+        &self,
+        id: Uuid,
+    ) -> Result<Answer<WebhookSecretRotated>, CallError> {
+        self.inner
+            .post(
+                &format!("/v1/webhook-endpoints/{id}/rotate-secret"),
+                &serde_json::json!({}),
+            )
+            .await
     }
 
     /// `GET /v1/webhook-endpoints`, oldest first.

@@ -133,6 +133,12 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
         .quick_loops()
         // One failed attempt makes a delivery DEAD, so the test has some to replay.
         .env(ServiceKind::Orchestrator, "WEBHOOK_MAX_ATTEMPTS", 1)
+        // The receiver listens on 127.0.0.1.
+        .env(
+            ServiceKind::Orchestrator,
+            "WEBHOOK_ALLOW_PRIVATE_TARGETS",
+            1,
+        )
         .proxy(Link::OrchestratorToAccount);
     stack_options = stack_options.env(ServiceKind::Orchestrator, "WEBHOOK_POLL_INTERVAL_MS", 200);
     let stack = Stack::start(stack_options).await?;

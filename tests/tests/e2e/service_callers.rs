@@ -243,7 +243,13 @@ async fn fingerprint(pool: &PgPool) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::new("callers").quick_quota()).await?;
+    // The webhook endpoints below are registered on 127.0.0.1: private targets allowed.
+    let stack = Stack::start(StackOptions::new("callers").quick_quota().env(
+        ServiceKind::Orchestrator,
+        "WEBHOOK_ALLOW_PRIVATE_TARGETS",
+        1,
+    ))
+    .await?;
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let http = paysaga_common::client::http_client(Duration::from_secs(10));
     let admin = Admin::new(endpoints.clone(), http.clone());
@@ -572,6 +578,17 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         ),
         route(
             P,
+            Method::POST,
+            "/v1/webhook-endpoints/{id}/rotate-secret",
+            format!(
+                "/v1/webhook-endpoints/{}/rotate-secret",
+                uuid::Uuid::now_v7()
+            ),
+            None,
+            OPERATOR,
+        ),
+        route(
+            P,
             Method::GET,
             "/v1/webhook-deliveries",
             "/v1/webhook-deliveries?state=DEAD".into(),
@@ -819,14 +836,14 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
                 ("Account", (58, 10, 22, 42)),
                 ("Gate", (5, 1, 2, 0)),
                 ("Member", (36, 6, 12, 14)),
-                ("Orchestrator", (66, 10, 22, 0)),
+                ("Orchestrator", (72, 11, 24, 0)),
                 ("Order", (74, 10, 26, 42)),
             ]
             .map(|(k, v)| (k.to_owned(), v))
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 458);
+    assert_eq!(refusals.len(), 467);
     // Every minted credential at every route of every service it was not made for: a
     // verifier that ignored the audience would admit most of them (the operator's opens
     // nearly every route of the service it is for).
@@ -841,7 +858,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         })
         .collect();
     assert_eq!(minted.len(), 13);
-    assert_eq!(replays.len(), 425);
+    assert_eq!(replays.len(), 437);
     // Each minted credential opens the service it was made for (a route of its role there,
     // a read where there is one), before the window.
     for (&(role, to), token) in &minted {
@@ -916,7 +933,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 458 + 425, "every refusal was sent and answered");
+    assert_eq!(refused, 467 + 437, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {

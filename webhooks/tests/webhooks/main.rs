@@ -1,7 +1,9 @@
 //! The webhook platform's integration tests, one test binary: its tables against real
-//! PostgreSQL, and the pull of a real service's outbox.
+//! PostgreSQL, the pull of a real service's outbox, and the delivery worker against
+//! real receivers (egress rules, failure classes, sealed and rotated secrets).
 
 mod support;
 
+mod delivery;
 mod ingest;
 mod store;

@@ -9,8 +9,10 @@ use std::time::Duration;
 use crate::support::payments_pool;
 use chrono::Utc;
 use paysaga_common::testkit::TestDb;
+use paysaga_contracts::orchestrator::api::DeliveryFailure;
 use paysaga_webhooks::{
     ingest::Source,
+    sealing::SealingKey,
     store::{self, Incoming, Outcome},
 };
 use sqlx::PgPool;
@@ -134,11 +136,12 @@ async fn the_trigger_writes_one_event_per_terminal_move_and_none_for_a_rolled_ba
 
 async fn endpoint(pool: &PgPool, types: &[&str]) -> Uuid {
     let types: Vec<String> = types.iter().map(|t| (*t).to_owned()).collect();
+    let id = Uuid::now_v7();
     store::create_endpoint(
         pool,
-        Uuid::now_v7(),
+        id,
         "http://127.0.0.1:9/hook",
-        "whsec_test",
+        &SealingKey::development().seal(id, "whsec_test"),
         &types,
         "",
     )
@@ -263,7 +266,7 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
         let outcome = if c.id == a1_all {
             Outcome::Failed {
                 status: Some(500),
-                error: "answered 500".into(),
+                error: DeliveryFailure::HttpStatus,
                 retry_in: Some(Duration::ZERO),
             }
         } else {
@@ -292,7 +295,7 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
         other,
         &Outcome::Failed {
             status: None,
-            error: "no answer".into(),
+            error: DeliveryFailure::Timeout,
             retry_in: None
         }
     )
@@ -391,7 +394,7 @@ async fn old_settled_events_are_purged_and_pending_ones_kept() {
         } else {
             Outcome::Failed {
                 status: Some(503),
-                error: "answered 503".into(),
+                error: DeliveryFailure::HttpStatus,
                 retry_in: Some(Duration::from_secs(60)),
             }
         };
