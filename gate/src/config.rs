@@ -153,7 +153,7 @@ impl Config {
             redis_url: config::string("REDIS_URL", "redis://127.0.0.1:6379/"),
             redis_cluster_nodes: node_list(&config::string("REDIS_CLUSTER_NODES", "")),
             redis_prefix: key_prefix(config::string("REDIS_PREFIX", "paysaga:"))?,
-            order_url: config::string("ORDER_URL", "http://127.0.0.1:8084"),
+            order_url: config::string("ORDER_URL", config::DEFAULT_ORDER_URL),
             process,
             pass_signing_key,
             buyer_keys,

@@ -77,9 +77,6 @@ pub struct Config {
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8083";
-pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
-pub const DEFAULT_ORDER_URL: &str = "http://127.0.0.1:8084";
-pub const DEFAULT_MEMBER_URL: &str = "http://127.0.0.1:8081";
 /// Default of `DOWNSTREAM_BATCHES` and `WRITE_FLUSHES`: one at a time, so everything
 /// that arrives meanwhile rides in the next (larger batches, fewer requests and
 /// commits; measured in docs/benchmark.md).
@@ -105,9 +102,9 @@ impl Config {
         let c = Config {
             database: database.with_pool_from_env()?,
             process,
-            account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
-            order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
-            member_url: Some(config::string("MEMBER_URL", DEFAULT_MEMBER_URL)),
+            account_url: config::string("ACCOUNT_URL", config::DEFAULT_ACCOUNT_URL),
+            order_url: config::string("ORDER_URL", config::DEFAULT_ORDER_URL),
+            member_url: Some(config::string("MEMBER_URL", config::DEFAULT_MEMBER_URL)),
             gate_url: std::env::var("GATE_URL")
                 .ok()
                 .filter(|u| !u.trim().is_empty()),

@@ -70,7 +70,6 @@ pub struct Config {
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8084";
-pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 /// As many claims per flush as the gate's quota script takes per call.
 pub const DEFAULT_CLAIM_BATCH: usize = 256;
 /// One flush at a time: claims that arrive meanwhile all ride in the next, so a busy
@@ -133,7 +132,7 @@ impl Config {
             buyer_keys,
             service_keys,
             service_credential,
-            account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
+            account_url: config::string("ACCOUNT_URL", config::DEFAULT_ACCOUNT_URL),
             account_timeout,
             hold_batches,
             hold_orphan_grace,
