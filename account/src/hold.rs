@@ -55,14 +55,15 @@ members AS MATERIALIZED (
     FROM accounts a
     WHERE a.member_id = ANY($3) AND a.kind = 'MEMBER'
     ORDER BY a.member_id, a.id
-),
-locked AS MATERIALIZED (
-    SELECT a.id, a.balance, a.held
-    FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT m.id FROM fresh f JOIN members m ON m.member_id = f.member_id))
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-),
+),"#,
+    ledger::lock_in_order!(
+        "locked",
+        "a.id, a.balance, a.held",
+        "accounts a",
+        "a.id",
+        "m.id FROM fresh f JOIN members m ON m.member_id = f.member_id"
+    ),
+    r#"
 inserted AS (
     INSERT INTO holds (id, operation_key, account_id, amount, expires_at)
     SELECT f.id, f.operation_key, l.id, f.amount, now() + make_interval(secs => f.ttl_secs)
@@ -127,13 +128,9 @@ pub(crate) async fn apply(pool: &PgPool, holds: &[HoldRequest]) -> Result<Vec<An
             .bind(ttls.clone())
     })
     .await?;
-    let mut met = Vec::with_capacity(rows.len());
-    let mut available = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        met.push(Met::read_with(row, Rule::Hold, i, HoldRecord::read)?);
-        available.push(row.try_get::<Option<i64>, _>("available")?);
-    }
-    let placed = met.iter().filter(|m| matches!(m, Met::Recorded(_))).count();
+    let (met, available, placed) = Met::read_all_with(&rows, Rule::Hold, HoldRecord::read, |row| {
+        Ok(row.try_get::<Option<i64>, _>("available")?)
+    })?;
     if placed > 0 {
         metrics::counter!("account_holds_total", "outcome" => "placed").increment(placed as u64);
     }

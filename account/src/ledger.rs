@@ -275,20 +275,86 @@ tally AS MATERIALIZED (
 }
 pub(crate) use accounts_tally;
 
+/// `tally` of a statement whose rows `$second` are written one for one with `$first`:
+/// both counted and equal, each account `$accounts` names moved once (`moved`), and none
+/// of them off (`$off`), else the breach rule `$rule`'s statement fails with (see
+/// [`crate::error::BREACH_MARK`]). Its counts are columns beside `breach`.
+macro_rules! paired_tally {
+    ($rule:literal, $first:literal = $second:literal, $accounts:literal, $off:literal) => {
+        concat!(
+            r#"
+tally AS MATERIALIZED (
+    SELECT c.*,
+           CASE WHEN c."#,
+            $second,
+            " = c.",
+            $first,
+            r#" AND c.moved = c.accounts AND c.off IS NULL THEN 0
+                ELSE CAST('account invariant breach;"#,
+            $rule,
+            ";",
+            $first,
+            "=' || c.",
+            $first,
+            r#"
+                          || ';"#,
+            $second,
+            "=' || c.",
+            $second,
+            r#" || ';accounts=' || c.accounts
+                          || ';moved=' || c.moved || ';account=' || COALESCE(c.off, 0) AS INTEGER)
+           END AS breach
+    FROM (SELECT (SELECT COUNT(*) FROM "#,
+            $first,
+            ") AS ",
+            $first,
+            r#",
+                 (SELECT COUNT(*) FROM "#,
+            $second,
+            ") AS ",
+            $second,
+            r#",
+                 (SELECT COUNT(DISTINCT account_id) FROM "#,
+            $accounts,
+            r#") AS accounts,
+                 (SELECT COUNT(*) FROM moved) AS moved,
+                 (SELECT MIN(id) FROM moved WHERE "#,
+            $off,
+            r#") AS off) AS c
+)
+"#
+        )
+    };
+}
+pub(crate) use paired_tally;
+
+/// `$name`: the rows of `$table` whose `$key` is among what `$keys` selects (and that
+/// `$and` admits), locked `FOR NO KEY UPDATE` in `$key` order, the order every statement
+/// takes a table's locks in, so two statements wait for each other and never deadlock.
+macro_rules! lock_in_order {
+    ($name:literal, $columns:literal, $table:literal, $key:literal, $keys:literal $(, $and:literal)?) => {
+        concat!(
+            "\n", $name, " AS MATERIALIZED (\n    SELECT ", $columns,
+            "\n    FROM ", $table,
+            "\n    WHERE ", $key, " = ANY(ARRAY(SELECT ", $keys, "))",
+            $("\n      AND ", $and,)?
+            "\n    ORDER BY ", $key,
+            "\n    FOR NO KEY UPDATE\n),"
+        )
+    };
+}
+pub(crate) use lock_in_order;
+
 /// `locked`: the member accounts `$source` names, by id, in the lock order.
 macro_rules! locked_members {
     ($source:literal) => {
-        concat!(
-            r#"
-locked AS MATERIALIZED (
-    SELECT a.id, a.balance
-    FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT "#,
+        $crate::ledger::lock_in_order!(
+            "locked",
+            "a.id, a.balance",
+            "accounts a",
+            "a.id",
             $source,
-            r#")) AND a.kind = 'MEMBER'
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-),"#
+            "a.kind = 'MEMBER'"
         )
     };
 }
@@ -334,23 +400,37 @@ moved AS (
 }
 pub(crate) use raised;
 
+/// How a rule's statement answers each request: its `ord`, whether its row was
+/// `created` now, and each of `$column` from `inserted` (`i`) or else `held` (`h`).
+macro_rules! answer_select {
+    ($($column:literal),+ $(,)?) => {
+        concat!(
+            "\nSELECT o.ord, i.id IS NOT NULL AS created"
+            $(, ",\n       COALESCE(i.", $column, ", h.", $column, ") AS ", $column)+
+        )
+    };
+}
+pub(crate) use answer_select;
+
 /// The columns every rule's statement answers each request with ([`Met::read`]), from
 /// `inserted` or else `held`.
 macro_rules! answer_columns {
     () => {
-        r#"
-SELECT o.ord, i.id IS NOT NULL AS created,
-       COALESCE(i.id, h.id) AS id,
-       COALESCE(i.operation_key, h.operation_key) AS operation_key,
-       COALESCE(i.kind, h.kind) AS kind,
-       COALESCE(i.status, h.status) AS status,
-       COALESCE(i.account_id, h.account_id) AS account_id,
-       COALESCE(i.amount, h.amount) AS amount,
-       COALESCE(i.refund_of, h.refund_of) AS refund_of,
-       COALESCE(i.hold_key, h.hold_key) AS hold_key,
-       COALESCE(i.declined_for, h.declined_for) AS declined_for,
-       COALESCE(i.created_at, h.created_at) AS created_at,
-       a.kind AS account_kind"#
+        concat!(
+            $crate::ledger::answer_select!(
+                "id",
+                "operation_key",
+                "kind",
+                "status",
+                "account_id",
+                "amount",
+                "refund_of",
+                "hold_key",
+                "declined_for",
+                "created_at",
+            ),
+            ",\n       a.kind AS account_kind"
+        )
     };
 }
 pub(crate) use answer_columns;
@@ -433,10 +513,13 @@ impl Met {
     /// Reads one answer row of a money rule's statement, checking that it answers
     /// request `index` (0-based).
     pub(crate) fn read(row: &PgRow, rule: Rule, index: usize) -> Result<Met> {
-        Met::read_with(row, rule, index, |row| {
-            Ok(Transaction::from(TransactionRow::from_row(row)?))
-        })
+        Met::read_with(row, rule, index, transaction)
     }
+}
+
+/// The transaction an answer row carries.
+pub(crate) fn transaction(row: &PgRow) -> Result<Transaction> {
+    Ok(Transaction::from(TransactionRow::from_row(row)?))
 }
 
 impl<T> Met<T> {
@@ -469,6 +552,25 @@ impl<T> Met<T> {
                 source: Box::new(e),
             })?;
         Ok(Met::Nothing { account })
+    }
+
+    /// Reads every answer row in request order as [`Met::read_with`] does, with what
+    /// `beside` reads of the same row (what says why a request wrote nothing), and how
+    /// many of the requests the statement recorded.
+    pub(crate) fn read_all_with<B>(
+        rows: &[PgRow],
+        rule: Rule,
+        record: impl Fn(&PgRow) -> Result<T>,
+        beside: impl Fn(&PgRow) -> Result<B>,
+    ) -> Result<(Vec<Met<T>>, Vec<B>, usize)> {
+        let mut met = Vec::with_capacity(rows.len());
+        let mut besides = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            met.push(Met::read_with(row, rule, i, &record)?);
+            besides.push(beside(row)?);
+        }
+        let recorded = met.iter().filter(|m| matches!(m, Met::Recorded(_))).count();
+        Ok((met, besides, recorded))
     }
 }
 
