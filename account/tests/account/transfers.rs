@@ -9,7 +9,7 @@ use paysaga_common::testkit::service_token;
 use paysaga_common::{auth::Audience, limits::MemberRate, testkit::buyer_token};
 use paysaga_contracts::account::api::{Recipient, TransactionKind};
 
-use crate::support::{to_member, Svc};
+use crate::support::{refusals, to_member, Refusal, Svc};
 
 /// A service whose members may send as fast as a test asks.
 async fn unthrottled() -> Svc {
@@ -279,7 +279,7 @@ async fn bad_transfers_are_refused_with_codes_and_write_nothing() {
     let own = a.id;
     let to_m2 = r#"{"to": {"member_id": "member-2"}, "amount": 5}"#.to_owned();
     #[rustfmt::skip]
-    let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+    let cases: Vec<Refusal> = vec![
         (send(Some(&buyer), None, to_m2.clone()), 400, "INVALID_OPERATION_KEY"),
         (send(Some(&buyer), Some("a b"), to_m2.clone()), 400, "INVALID_OPERATION_KEY"),
         (send(Some(&buyer), Some(&long_key), to_m2.clone()), 400, "INVALID_OPERATION_KEY"),
@@ -301,16 +301,7 @@ async fn bad_transfers_are_refused_with_codes_and_write_nothing() {
         (send(Some(&service), Some("k"), to_m2.clone()), 403, "FORBIDDEN"),
         (send(None, Some("k"), to_m2.clone()), 401, "UNAUTHENTICATED"),
     ];
-    for (i, (req, status, code)) in cases.into_iter().enumerate() {
-        let r = req.send().await.expect("answer");
-        let got = r.status().as_u16();
-        let body: serde_json::Value = r.json().await.expect("JSON error body");
-        assert_eq!(
-            (got, body["code"].as_str()),
-            (status, Some(code)),
-            "case {i}: {body}"
-        );
-    }
+    refusals(cases).await;
     assert_eq!(
         svc.count_where("TRUE").await,
         rows_before,
