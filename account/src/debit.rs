@@ -66,14 +66,7 @@ const STATEMENT: &str = concat!(
         "f.hold_key FROM fresh f WHERE f.hold_key IS NOT NULL"
     ),
     // Its keys wait for `holding`'s locks: the holds first, then the accounts.
-    ledger::lock_in_order!(
-        "locked",
-        "a.id, a.balance, a.held",
-        "accounts a",
-        "a.id",
-        "f.account_id FROM fresh f WHERE (SELECT COUNT(*) FROM holding) >= 0",
-        "a.kind = 'MEMBER'"
-    ),
+    ledger::locked_members!("f.account_id FROM fresh f WHERE (SELECT COUNT(*) FROM holding) >= 0"),
     r#"
 clock AS MATERIALIZED (
     SELECT clock_timestamp() AS checked_at FROM (SELECT COUNT(*) FROM locked) AS locks_held

@@ -56,13 +56,7 @@ members AS MATERIALIZED (
     WHERE a.member_id = ANY($3) AND a.kind = 'MEMBER'
     ORDER BY a.member_id, a.id
 ),"#,
-    ledger::lock_in_order!(
-        "locked",
-        "a.id, a.balance, a.held",
-        "accounts a",
-        "a.id",
-        "m.id FROM fresh f JOIN members m ON m.member_id = f.member_id"
-    ),
+    ledger::locked_members!("m.id FROM fresh f JOIN members m ON m.member_id = f.member_id"),
     r#"
 inserted AS (
     INSERT INTO holds (id, operation_key, account_id, amount, expires_at)

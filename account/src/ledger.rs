@@ -345,12 +345,13 @@ macro_rules! lock_in_order {
 }
 pub(crate) use lock_in_order;
 
-/// `locked`: the member accounts `$source` names, by id, in the lock order.
+/// `locked`: the member accounts `$source` names, by id, in the lock order, with the
+/// balance and `held` a rule decides on.
 macro_rules! locked_members {
     ($source:literal) => {
         $crate::ledger::lock_in_order!(
             "locked",
-            "a.id, a.balance",
+            "a.id, a.balance, a.held",
             "accounts a",
             "a.id",
             $source,

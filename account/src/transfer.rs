@@ -157,15 +157,10 @@ parties AS MATERIALIZED (
 ),"#,
     // Both sides of a transfer together: two transfers between the same accounts, either
     // way, lock them in the same order.
-    ledger::lock_in_order!(
-        "locked",
-        "a.id, a.balance, a.held",
-        "accounts a",
-        "a.id",
+    ledger::locked_members!(
         "p.from_id FROM parties p WHERE p.between_two
          UNION
-         SELECT p.to_id FROM parties p WHERE p.between_two",
-        "a.kind = 'MEMBER'"
+         SELECT p.to_id FROM parties p WHERE p.between_two"
     ),
     r#"
 decided AS MATERIALIZED (
