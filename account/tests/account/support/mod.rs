@@ -347,6 +347,16 @@ impl Svc {
         client.transfer(k, &req).await
     }
 
+    /// [`Svc::transfer`] that must apply now (201): the transfer.
+    pub async fn transferred(&self, member: &str, k: &str, to: Recipient, minor: i64) -> Transfer {
+        let sent = self
+            .transfer(member, k, to, minor)
+            .await
+            .unwrap_or_else(|e| panic!("{member}'s transfer {k}: {e}"));
+        assert_eq!(sent.status, 201, "{member}'s transfer {k} applied now");
+        sent.body
+    }
+
     /// Transfers with a row in the ledger, and those whose rows are not one
     /// `TRANSFER_OUT` and one `TRANSFER_IN` summing to zero between two accounts.
     pub async fn transfer_rows(&self) -> (i64, i64) {
