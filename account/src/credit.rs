@@ -142,7 +142,9 @@ struct Debit {
 #[tracing::instrument(skip_all, fields(credits = credits.len()))]
 pub(crate) async fn apply(pool: &PgPool, credits: &[CreditRequest]) -> Result<Vec<Answer>> {
     let debit_keys: Vec<&str> = credits.iter().map(|c| c.refund_of.as_str()).collect();
-    let rows = ledger::run(pool, STATEMENT, credits, |q| q.bind(debit_keys.clone())).await?;
+    let rows = ledger::run(pool, STATEMENT, credits, |q| {
+        ledger::money(q, credits).bind(debit_keys.clone())
+    }).await?;
     let (met, debits, applied) =
         Met::read_all_with(&rows, Rule::Credit, ledger::transaction, debit_of)?;
     if applied > 0 {

@@ -161,7 +161,7 @@ pub(crate) async fn apply(
         .map(|d| d.hold_key.as_ref().map(|k| k.as_str()))
         .collect();
     let rows = ledger::run(pool, STATEMENT, debits, |q| {
-        q.bind(shard).bind(holds.clone())
+        ledger::money(q, debits).bind(shard).bind(holds.clone())
     })
     .await?;
     let met = Met::read_all(&rows, Rule::Debit)?;

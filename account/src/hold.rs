@@ -93,11 +93,9 @@ moved AS (
        COALESCE(k.owner, o.member_id) AS owner,
        CASE WHEN m.id IS NOT NULL THEN 'MEMBER' END AS account_kind,
        l.balance - l.held AS available,
-       t.breach
-FROM input o
-CROSS JOIN tally t
-LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN known k ON k.ord = o.ord
+       t.breach"#,
+    ledger::answer_from!(),
+    r#"LEFT JOIN known k ON k.ord = o.ord
 LEFT JOIN members m ON m.member_id = o.member_id
 LEFT JOIN locked l ON l.id = m.id
 ORDER BY o.ord
@@ -108,16 +106,11 @@ ORDER BY o.ord
 /// each as `POST /v1/holds` would.
 #[tracing::instrument(skip_all, fields(holds = holds.len()))]
 pub(crate) async fn apply(pool: &PgPool, holds: &[HoldRequest]) -> Result<Vec<Answer<HoldRecord>>> {
-    let ids: Vec<uuid::Uuid> = holds.iter().map(|_| uuid::Uuid::now_v7()).collect();
-    let keys: Vec<&str> = holds.iter().map(|h| h.operation_key.as_str()).collect();
     let members: Vec<&str> = holds.iter().map(|h| h.member_id.as_str()).collect();
     let amounts: Vec<i64> = holds.iter().map(|h| h.amount.minor()).collect();
     let ttls: Vec<f64> = holds.iter().map(|h| f64::from(h.ttl_secs.secs())).collect();
-    let rows = ledger::rerun(pool, || {
-        sqlx::query(STATEMENT)
-            .bind(ids.clone())
-            .bind(keys.clone())
-            .bind(members.clone())
+    let rows = ledger::run(pool, STATEMENT, holds, |q| {
+        q.bind(members.clone())
             .bind(amounts.clone())
             .bind(ttls.clone())
     })

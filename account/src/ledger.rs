@@ -436,16 +436,29 @@ macro_rules! answer_columns {
 }
 pub(crate) use answer_columns;
 
-/// What [`answer_columns`] reads from, one row per request in `input`.
-macro_rules! answer_joins {
+/// What every rule's answer reads from first, one row per request in `input`: the
+/// `tally` (its `breach`) and the row the request `inserted`, if any.
+macro_rules! answer_from {
     () => {
         r#"
 FROM input o
 CROSS JOIN tally t
 LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN held h ON h.ord = o.ord
+"#
+    };
+}
+pub(crate) use answer_from;
+
+/// What [`answer_columns`] reads from: [`answer_from`], the row the key held, and the
+/// account named.
+macro_rules! answer_joins {
+    () => {
+        concat!(
+            $crate::ledger::answer_from!(),
+            r#"LEFT JOIN held h ON h.ord = o.ord
 LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
 "#
+        )
     };
 }
 pub(crate) use answer_joins;
@@ -467,11 +480,11 @@ pub(crate) use answered;
 /// A rule's statement with its parameters bound.
 pub(crate) type Bound<'q> = Query<'q, Postgres, PgArguments>;
 
-/// Runs a money rule's `statement` over `requests` with the parameters every such
-/// statement opens with (`$1` a fresh transaction id each, `$2` the keys, `$3` the
-/// accounts, `$4` the amounts), then those `more` binds; again while PostgreSQL rolls
-/// it back as a conflict (it changed nothing), under the same ids.
-pub(crate) async fn run<'q, R: Keyed>(
+/// Runs a rule's `statement` over `requests` with the parameters every rule's statement
+/// opens with (`$1` a fresh transaction id each, `$2` the keys), then those `more` binds;
+/// again while PostgreSQL rolls it back as a conflict (it changed nothing), under the
+/// same ids.
+pub(crate) async fn run<'q, R: Request>(
     pool: &PgPool,
     statement: &'q str,
     requests: &'q [R],
@@ -479,18 +492,22 @@ pub(crate) async fn run<'q, R: Keyed>(
 ) -> Result<Vec<PgRow>> {
     let ids: Vec<uuid::Uuid> = requests.iter().map(|_| uuid::Uuid::now_v7()).collect();
     let keys: Vec<&str> = requests.iter().map(Request::key).collect();
-    let accounts: Vec<i64> = requests.iter().map(Keyed::account_id).collect();
-    let amounts: Vec<i64> = requests.iter().map(Keyed::amount).collect();
     rerun(pool, || {
         more(
             sqlx::query(statement)
                 .bind(ids.clone())
-                .bind(keys.clone())
-                .bind(accounts.clone())
-                .bind(amounts.clone()),
+                .bind(keys.clone()),
         )
     })
     .await
+}
+
+/// What a money rule's statement takes after the keys: `$3` the accounts and `$4` the
+/// amounts of `requests`.
+pub(crate) fn money<'q, R: Keyed>(q: Bound<'q>, requests: &'q [R]) -> Bound<'q> {
+    let accounts: Vec<i64> = requests.iter().map(Keyed::account_id).collect();
+    let amounts: Vec<i64> = requests.iter().map(Keyed::amount).collect();
+    q.bind(accounts).bind(amounts)
 }
 
 /// Runs the statement `bound` makes, again while PostgreSQL rolls it back as a

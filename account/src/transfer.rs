@@ -222,11 +222,9 @@ moved AS (
        COALESCE(p.to_owner, h.to_owner) AS to_owner,
        CASE WHEN p.from_id IS NOT NULL THEN 'MEMBER' END AS account_kind,
        p.to_id, p.between_two, s.balance - s.held AS available,
-       t.breach
-FROM input o
-CROSS JOIN tally t
-LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN held h ON h.ord = o.ord
+       t.breach"#,
+    ledger::answer_from!(),
+    r#"LEFT JOIN held h ON h.ord = o.ord
 LEFT JOIN parties p ON p.ord = o.ord
 LEFT JOIN locked s ON s.id = p.from_id
 ORDER BY o.ord
@@ -247,9 +245,7 @@ pub(crate) async fn apply(
     pool: &PgPool,
     transfers: &[TransferOrder],
 ) -> Result<Vec<Answer<TransferRecord>>> {
-    let ids: Vec<uuid::Uuid> = transfers.iter().map(|_| uuid::Uuid::now_v7()).collect();
     let in_ids: Vec<uuid::Uuid> = transfers.iter().map(|_| uuid::Uuid::now_v7()).collect();
-    let keys: Vec<&str> = transfers.iter().map(|t| t.key.as_str()).collect();
     let senders: Vec<&str> = transfers.iter().map(|t| t.sender.as_str()).collect();
     let amounts: Vec<i64> = transfers.iter().map(|t| t.amount.minor()).collect();
     let to_members: Vec<Option<&str>> = transfers
@@ -266,11 +262,8 @@ pub(crate) async fn apply(
             Recipient::MemberId(_) => None,
         })
         .collect();
-    let rows = ledger::rerun(pool, || {
-        sqlx::query(STATEMENT)
-            .bind(ids.clone())
-            .bind(keys.clone())
-            .bind(senders.clone())
+    let rows = ledger::run(pool, STATEMENT, transfers, |q| {
+        q.bind(senders.clone())
             .bind(amounts.clone())
             .bind(to_members.clone())
             .bind(to_accounts.clone())
