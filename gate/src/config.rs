@@ -6,7 +6,7 @@ use ed25519_dalek::SigningKey;
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, Secrets},
-    credentials::{ServiceKeys, TokenSource},
+    credentials::{self, ServiceKeys, TokenSource},
     keys::{self, DevKey},
     limits::MemberRate,
     service::Process,
@@ -144,8 +144,7 @@ impl Config {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
         let pass_signing_key = keys::signing_key(&mut secrets, "PASS_SIGNING_KEY", DevKey::Passes)?;
-        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let (buyer_keys, service_keys) = credentials::caller_keys(&mut secrets)?;
         let service_credential =
             Arc::new(TokenSource::from_secrets(&mut secrets, ServiceRole::Gate)?);
         let process = Process::from_env(secrets, "127.0.0.1:8085")?;

@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, Secrets},
-    credentials::{ServiceKeys, TokenSource, CONSOLE_SIGNING_KEY_VAR},
+    credentials::{self, ServiceKeys, TokenSource, CONSOLE_SIGNING_KEY_VAR},
     limits::MemberRate,
     service::{Database, Process},
 };
@@ -87,8 +87,7 @@ impl Config {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
         let database = Database::urls_from_env(&mut secrets, "payment_app")?;
-        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let (buyer_keys, service_keys) = credentials::caller_keys(&mut secrets)?;
         let service_credential = Arc::new(TokenSource::from_secrets(
             &mut secrets,
             ServiceRole::Orchestrator,

@@ -6,7 +6,7 @@ use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, Secrets},
-    credentials::{ServiceKeys, TokenSource},
+    credentials::{self, ServiceKeys, TokenSource},
     keys::{self, DevKey},
     service::{Database, Process},
 };
@@ -94,8 +94,7 @@ impl Config {
         let mut secrets = Secrets::from_env()?;
         let database = Database::urls_from_env(&mut secrets, "order_app")?;
         let pass_public_key = keys::verifying_key(&mut secrets, "PASS_PUBLIC_KEY", DevKey::Passes)?;
-        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let (buyer_keys, service_keys) = credentials::caller_keys(&mut secrets)?;
         let service_credential =
             Arc::new(TokenSource::from_secrets(&mut secrets, ServiceRole::Order)?);
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
