@@ -144,7 +144,8 @@ pub(crate) async fn apply(pool: &PgPool, credits: &[CreditRequest]) -> Result<Ve
     let debit_keys: Vec<&str> = credits.iter().map(|c| c.refund_of.as_str()).collect();
     let rows = ledger::run(pool, STATEMENT, credits, |q| {
         ledger::money(q, credits).bind(debit_keys.clone())
-    }).await?;
+    })
+    .await?;
     let (met, debits, applied) =
         Met::read_all_with(&rows, Rule::Credit, ledger::transaction, debit_of)?;
     if applied > 0 {

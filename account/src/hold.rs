@@ -115,9 +115,10 @@ pub(crate) async fn apply(pool: &PgPool, holds: &[HoldRequest]) -> Result<Vec<An
             .bind(ttls.clone())
     })
     .await?;
-    let (met, available, placed) = Met::read_all_with(&rows, Rule::Hold, HoldRecord::read, |row| {
-        Ok(row.try_get::<Option<i64>, _>("available")?)
-    })?;
+    let (met, available, placed) =
+        Met::read_all_with(&rows, Rule::Hold, HoldRecord::read, |row| {
+            Ok(row.try_get::<Option<i64>, _>("available")?)
+        })?;
     if placed > 0 {
         metrics::counter!("account_holds_total", "outcome" => "placed").increment(placed as u64);
     }

@@ -493,11 +493,7 @@ pub(crate) async fn run<'q, R: Request>(
     let ids: Vec<uuid::Uuid> = requests.iter().map(|_| uuid::Uuid::now_v7()).collect();
     let keys: Vec<&str> = requests.iter().map(Request::key).collect();
     rerun(pool, || {
-        more(
-            sqlx::query(statement)
-                .bind(ids.clone())
-                .bind(keys.clone()),
-        )
+        more(sqlx::query(statement).bind(ids.clone()).bind(keys.clone()))
     })
     .await
 }

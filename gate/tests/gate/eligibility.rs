@@ -67,8 +67,7 @@ async fn members_a_rule_refuses_take_no_pass_and_spend_no_quota() {
     let order = start_order(&db).await;
     let mut products = Vec::new();
     // PostgreSQL keeps microseconds.
-    let announced =
-        DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now");
+    let announced = DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now");
     for case in cases(announced) {
         let product = order_client(&order)
             .create_product(&CreateProduct {
@@ -100,7 +99,11 @@ async fn members_a_rule_refuses_take_no_pass_and_spend_no_quota() {
             }
         }
         let view = gate.quota(product).await;
-        assert_eq!((view.quota, view.in_flight), (2, 0), "{label}: no quota spent");
+        assert_eq!(
+            (view.quota, view.in_flight),
+            (2, 0),
+            "{label}: no quota spent"
+        );
 
         let (member, token) = &case.admitted;
         let pass = gate
@@ -110,7 +113,11 @@ async fn members_a_rule_refuses_take_no_pass_and_spend_no_quota() {
             .unwrap_or_else(|e| panic!("{label}: the admitted member's pass: {e}"))
             .body;
         let view = gate.quota(product).await;
-        assert_eq!((view.quota, view.in_flight), (1, 1), "{label}: the pass took one");
+        assert_eq!(
+            (view.quota, view.in_flight),
+            (1, 1),
+            "{label}: the pass took one"
+        );
         order_buyer(&order, member)
             .await
             .reserve(product, &pass.pass)
@@ -123,7 +130,7 @@ async fn members_a_rule_refuses_take_no_pass_and_spend_no_quota() {
         .fetch_all(&db.admin_pool().await)
         .await
         .expect("reservations");
-        assert_eq!(&holders, &[member.clone()], "{label}");
+        assert_eq!(holders, [member.as_str()], "{label}");
         let metrics = gate.metrics().await;
         let refusals = 2 * case.refused.len();
         assert!(

@@ -61,8 +61,7 @@ fn cases(announced: DateTime<Utc>) -> [Case; 2] {
 async fn members_a_rule_refuses_cannot_join_the_waitlist() {
     let h = Harness::start().await;
     // PostgreSQL keeps microseconds.
-    let announced =
-        DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now");
+    let announced = DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now");
     for case in cases(announced) {
         let rules = vec![case.rule];
         let created = h
