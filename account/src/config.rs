@@ -5,7 +5,7 @@ use std::time::Duration;
 use paysaga_common::{
     auth::BuyerKeySource,
     config::{self, ConfigError, Secrets},
-    credentials::ServiceKeys,
+    credentials::{self, ServiceKeys},
     limits::MemberRate,
     service::{Database, Process},
 };
@@ -46,8 +46,7 @@ impl Config {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
         let database = Database::urls_from_env(&mut secrets, "account_app")?;
-        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let (buyer_keys, service_keys) = credentials::caller_keys(&mut secrets)?;
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let merchant_shards = config::parse("MERCHANT_SHARDS", MAX_MERCHANT_SHARDS)?;
         if merchant_shards == 0 || merchant_shards > MAX_MERCHANT_SHARDS {

@@ -39,15 +39,15 @@ const STATEMENT: &str = concat!(
         "$1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::TEXT[]",
         "id, operation_key, account_id, amount, refund_of"
     ),
-    r#"debits AS MATERIALIZED (
-    SELECT d.operation_key, d.status, d.account_id, d.amount, d.refunded, d.merchant_shard
-    FROM transactions d
-    WHERE d.operation_key = ANY(ARRAY(SELECT f.refund_of FROM fresh f))
-      AND d.operation_key IS NOT NULL
-      AND d.kind = 'DEBIT'
-    ORDER BY d.operation_key
-    FOR NO KEY UPDATE
-),
+    ledger::lock_in_order!(
+        "debits",
+        "d.operation_key, d.status, d.account_id, d.amount, d.refunded, d.merchant_shard",
+        "transactions d",
+        "d.operation_key",
+        "f.refund_of FROM fresh f",
+        "d.operation_key IS NOT NULL AND d.kind = 'DEBIT'"
+    ),
+    r#"
 passing AS MATERIALIZED (
     SELECT f.id, f.operation_key, f.account_id, f.amount, f.refund_of, d.merchant_shard
     FROM fresh f
@@ -77,14 +77,14 @@ refunded AS (
     RETURNING d.refunded, x.refunded + i.amount AS expected, x.amount
 ),"#,
     ledger::raised!(),
+    ledger::lock_in_order!(
+        "shards",
+        "s.shard, s.balance",
+        "merchant_shards s",
+        "s.shard",
+        "i.merchant_shard FROM inserted i"
+    ),
     r#"
-shards AS MATERIALIZED (
-    SELECT s.shard, s.balance
-    FROM merchant_shards s
-    WHERE s.shard = ANY(ARRAY(SELECT i.merchant_shard FROM inserted i))
-    ORDER BY s.shard
-    FOR NO KEY UPDATE
-),
 drawn AS (
     UPDATE merchant_shards s SET balance = GREATEST(s.balance - t.total, 0)
     FROM (SELECT merchant_shard, SUM(amount)::BIGINT AS total FROM inserted GROUP BY merchant_shard) AS t
@@ -142,14 +142,12 @@ struct Debit {
 #[tracing::instrument(skip_all, fields(credits = credits.len()))]
 pub(crate) async fn apply(pool: &PgPool, credits: &[CreditRequest]) -> Result<Vec<Answer>> {
     let debit_keys: Vec<&str> = credits.iter().map(|c| c.refund_of.as_str()).collect();
-    let rows = ledger::run(pool, STATEMENT, credits, |q| q.bind(debit_keys.clone())).await?;
-    let mut met = Vec::with_capacity(rows.len());
-    let mut debits = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        met.push(Met::read(row, Rule::Credit, i)?);
-        debits.push(debit_of(row)?);
-    }
-    let applied = met.iter().filter(|m| matches!(m, Met::Recorded(_))).count();
+    let rows = ledger::run(pool, STATEMENT, credits, |q| {
+        ledger::money(q, credits).bind(debit_keys.clone())
+    })
+    .await?;
+    let (met, debits, applied) =
+        Met::read_all_with(&rows, Rule::Credit, ledger::transaction, debit_of)?;
     if applied > 0 {
         metrics::counter!("account_credits_total", "outcome" => "applied")
             .increment(applied as u64);

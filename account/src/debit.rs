@@ -58,23 +58,16 @@ const STATEMENT: &str = concat!(
         "$1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $6::TEXT[]",
         "id, operation_key, account_id, amount, hold_key"
     ),
-    r#"holding AS MATERIALIZED (
-    SELECT h.operation_key, h.account_id, h.amount, h.state, h.expires_at
-    FROM holds h
-    WHERE h.operation_key = ANY(ARRAY(SELECT f.hold_key FROM fresh f WHERE f.hold_key IS NOT NULL))
-    ORDER BY h.operation_key
-    FOR NO KEY UPDATE
-),
-locked AS MATERIALIZED (
-    SELECT a.id, a.balance, a.held
-    FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT f.account_id
-                           FROM fresh f
-                           WHERE (SELECT COUNT(*) FROM holding) >= 0))
-      AND a.kind = 'MEMBER'
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-),
+    ledger::lock_in_order!(
+        "holding",
+        "h.operation_key, h.account_id, h.amount, h.state, h.expires_at",
+        "holds h",
+        "h.operation_key",
+        "f.hold_key FROM fresh f WHERE f.hold_key IS NOT NULL"
+    ),
+    // Its keys wait for `holding`'s locks: the holds first, then the accounts.
+    ledger::locked_members!("f.account_id FROM fresh f WHERE (SELECT COUNT(*) FROM holding) >= 0"),
+    r#"
 clock AS MATERIALIZED (
     SELECT clock_timestamp() AS checked_at FROM (SELECT COUNT(*) FROM locked) AS locks_held
 ),
@@ -168,7 +161,7 @@ pub(crate) async fn apply(
         .map(|d| d.hold_key.as_ref().map(|k| k.as_str()))
         .collect();
     let rows = ledger::run(pool, STATEMENT, debits, |q| {
-        q.bind(shard).bind(holds.clone())
+        ledger::money(q, debits).bind(shard).bind(holds.clone())
     })
     .await?;
     let met = Met::read_all(&rows, Rule::Debit)?;

@@ -36,7 +36,7 @@ inserted AS (
 /// `POST /v1/deposits` would.
 #[tracing::instrument(skip_all, fields(deposits = deposits.len()))]
 pub(crate) async fn apply(pool: &PgPool, deposits: &[DepositRequest]) -> Result<Vec<Answer>> {
-    let rows = ledger::run(pool, STATEMENT, deposits, |q| q).await?;
+    let rows = ledger::run(pool, STATEMENT, deposits, |q| ledger::money(q, deposits)).await?;
     let met = Met::read_all(&rows, Rule::Deposit)?;
     ledger::answer(pool, deposits, met, ledger::created, |_| None).await
 }

@@ -6,7 +6,6 @@ use axum::{
 };
 use paysaga_common::{
     error::{codes as common_codes, internal_error_response},
-    limits::RateLimited,
     retry, ApiError, ErrorBody,
 };
 
@@ -14,76 +13,71 @@ use paysaga_contracts::batch::BATCH_TOO_LARGE;
 
 use crate::api::{AccountCode, Transaction};
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A rejection from a common extractor (auth, JSON, path).
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    /// A member over their rate: 429 with `Retry-After`, nothing done.
-    #[error(transparent)]
-    RateLimited(#[from] RateLimited),
-    /// A debit recorded `DECLINED` under its key (its `declined_for` says why: short of
-    /// funds, or a capture whose hold is gone): the same key is declined forever.
-    #[error("debit {} declined: {}", .0.operation_key, decline_reason(.0))]
-    Declined(Box<Transaction>),
-    /// A hold or a transfer the available balance does not cover: nothing held or
-    /// moved, nothing recorded.
-    #[error("insufficient funds: {available} available, {amount} asked for")]
-    NotCovered { available: i64, amount: i64 },
-    #[error("member {0} has no account")]
-    NoAccount(String),
-    #[error("no hold under operation key {0}")]
-    HoldNotFound(String),
-    #[error("hold {0} was captured by a debit; it cannot be released")]
-    HoldCaptured(String),
-    #[error("operation key {0} was already used for a different request")]
-    OperationKeyReused(String),
-    #[error("account {0} not found")]
-    AccountNotFound(i64),
-    #[error("account {0} is not a member account")]
-    AccountNotMember(i64),
-    #[error("a transfer goes to another member's account, not the sender's own")]
-    TransferToSelf,
-    #[error("no transaction under operation key {0}")]
-    TransactionNotFound(String),
-    #[error("no debit under operation key {0}")]
-    DebitNotFound(String),
-    #[error("debit {0} was declined; there is nothing to refund")]
-    DebitDeclined(String),
-    #[error("refund of {requested} exceeds what is left of debit {debit} ({left})")]
-    RefundExceedsDebit {
-        debit: String,
-        requested: i64,
-        left: i64,
-    },
-    #[error("debit {debit} was taken from account {debited}, not {requested}")]
-    RefundAccountMismatch {
-        debit: String,
-        debited: i64,
-        requested: i64,
-    },
-    #[error("opening balance must be between 0 and {max} minor units")]
-    InvalidOpeningBalance { max: i64 },
-    #[error("{0}")]
-    InvalidOperationKey(&'static str),
-    #[error("the movement would take a balance out of range")]
-    AmountOutOfRange,
-    #[error("a batch carries 1 to {max} operations, not {got}")]
-    BatchTooLarge { max: usize, got: usize },
-    /// The database cannot serve now (no connection free in time, connection lost, a
-    /// server that is down, starting, or a standby): retry under the same operation key,
-    /// which tells whether a statement cut mid-way had committed.
-    #[error(
-        "the ledger's database is unavailable or overloaded; retry with the same operation key"
-    )]
-    Unavailable,
-    #[error("database")]
-    Database(#[source] sqlx::Error),
-    /// The ledger broke one of its own rules; should be impossible.
-    #[error("ledger invariant breach")]
-    Breach(#[from] Breach),
+paysaga_common::service_error! {
+    rate_limited;
+    #[derive(Debug, thiserror::Error)]
+    pub enum Error {
+        /// A debit recorded `DECLINED` under its key (its `declined_for` says why: short of
+        /// funds, or a capture whose hold is gone): the same key is declined forever.
+        #[error("debit {} declined: {}", .0.operation_key, decline_reason(.0))]
+        Declined(Box<Transaction>),
+        /// A hold or a transfer the available balance does not cover: nothing held or
+        /// moved, nothing recorded.
+        #[error("insufficient funds: {available} available, {amount} asked for")]
+        NotCovered { available: i64, amount: i64 },
+        #[error("member {0} has no account")]
+        NoAccount(String),
+        #[error("no hold under operation key {0}")]
+        HoldNotFound(String),
+        #[error("hold {0} was captured by a debit; it cannot be released")]
+        HoldCaptured(String),
+        #[error("operation key {0} was already used for a different request")]
+        OperationKeyReused(String),
+        #[error("account {0} not found")]
+        AccountNotFound(i64),
+        #[error("account {0} is not a member account")]
+        AccountNotMember(i64),
+        #[error("a transfer goes to another member's account, not the sender's own")]
+        TransferToSelf,
+        #[error("no transaction under operation key {0}")]
+        TransactionNotFound(String),
+        #[error("no debit under operation key {0}")]
+        DebitNotFound(String),
+        #[error("debit {0} was declined; there is nothing to refund")]
+        DebitDeclined(String),
+        #[error("refund of {requested} exceeds what is left of debit {debit} ({left})")]
+        RefundExceedsDebit {
+            debit: String,
+            requested: i64,
+            left: i64,
+        },
+        #[error("debit {debit} was taken from account {debited}, not {requested}")]
+        RefundAccountMismatch {
+            debit: String,
+            debited: i64,
+            requested: i64,
+        },
+        #[error("opening balance must be between 0 and {max} minor units")]
+        InvalidOpeningBalance { max: i64 },
+        #[error("{0}")]
+        InvalidOperationKey(&'static str),
+        #[error("the movement would take a balance out of range")]
+        AmountOutOfRange,
+        #[error("a batch carries 1 to {max} operations, not {got}")]
+        BatchTooLarge { max: usize, got: usize },
+        /// The database cannot serve now (no connection free in time, connection lost, a
+        /// server that is down, starting, or a standby): retry under the same operation key,
+        /// which tells whether a statement cut mid-way had committed.
+        #[error(
+            "the ledger's database is unavailable or overloaded; retry with the same operation key"
+        )]
+        Unavailable,
+        #[error("database")]
+        Database(#[source] sqlx::Error),
+        /// The ledger broke one of its own rules; should be impossible.
+        #[error("ledger invariant breach")]
+        Breach(#[from] Breach),
+    }
 }
 
 /// Why a declined debit was declined, in words.

@@ -55,14 +55,9 @@ members AS MATERIALIZED (
     FROM accounts a
     WHERE a.member_id = ANY($3) AND a.kind = 'MEMBER'
     ORDER BY a.member_id, a.id
-),
-locked AS MATERIALIZED (
-    SELECT a.id, a.balance, a.held
-    FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT m.id FROM fresh f JOIN members m ON m.member_id = f.member_id))
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-),
+),"#,
+    ledger::locked_members!("m.id FROM fresh f JOIN members m ON m.member_id = f.member_id"),
+    r#"
 inserted AS (
     INSERT INTO holds (id, operation_key, account_id, amount, expires_at)
     SELECT f.id, f.operation_key, l.id, f.amount, now() + make_interval(secs => f.ttl_secs)
@@ -98,11 +93,9 @@ moved AS (
        COALESCE(k.owner, o.member_id) AS owner,
        CASE WHEN m.id IS NOT NULL THEN 'MEMBER' END AS account_kind,
        l.balance - l.held AS available,
-       t.breach
-FROM input o
-CROSS JOIN tally t
-LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN known k ON k.ord = o.ord
+       t.breach"#,
+    ledger::answer_from!(),
+    r#"LEFT JOIN known k ON k.ord = o.ord
 LEFT JOIN members m ON m.member_id = o.member_id
 LEFT JOIN locked l ON l.id = m.id
 ORDER BY o.ord
@@ -113,27 +106,19 @@ ORDER BY o.ord
 /// each as `POST /v1/holds` would.
 #[tracing::instrument(skip_all, fields(holds = holds.len()))]
 pub(crate) async fn apply(pool: &PgPool, holds: &[HoldRequest]) -> Result<Vec<Answer<HoldRecord>>> {
-    let ids: Vec<uuid::Uuid> = holds.iter().map(|_| uuid::Uuid::now_v7()).collect();
-    let keys: Vec<&str> = holds.iter().map(|h| h.operation_key.as_str()).collect();
     let members: Vec<&str> = holds.iter().map(|h| h.member_id.as_str()).collect();
     let amounts: Vec<i64> = holds.iter().map(|h| h.amount.minor()).collect();
     let ttls: Vec<f64> = holds.iter().map(|h| f64::from(h.ttl_secs.secs())).collect();
-    let rows = ledger::rerun(pool, || {
-        sqlx::query(STATEMENT)
-            .bind(ids.clone())
-            .bind(keys.clone())
-            .bind(members.clone())
+    let rows = ledger::run(pool, STATEMENT, holds, |q| {
+        q.bind(members.clone())
             .bind(amounts.clone())
             .bind(ttls.clone())
     })
     .await?;
-    let mut met = Vec::with_capacity(rows.len());
-    let mut available = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        met.push(Met::read_with(row, Rule::Hold, i, HoldRecord::read)?);
-        available.push(row.try_get::<Option<i64>, _>("available")?);
-    }
-    let placed = met.iter().filter(|m| matches!(m, Met::Recorded(_))).count();
+    let (met, available, placed) =
+        Met::read_all_with(&rows, Rule::Hold, HoldRecord::read, |row| {
+            Ok(row.try_get::<Option<i64>, _>("available")?)
+        })?;
     if placed > 0 {
         metrics::counter!("account_holds_total", "outcome" => "placed").increment(placed as u64);
     }

@@ -275,20 +275,87 @@ tally AS MATERIALIZED (
 }
 pub(crate) use accounts_tally;
 
-/// `locked`: the member accounts `$source` names, by id, in the lock order.
-macro_rules! locked_members {
-    ($source:literal) => {
+/// `tally` of a statement whose rows `$second` are written one for one with `$first`:
+/// both counted and equal, each account `$accounts` names moved once (`moved`), and none
+/// of them off (`$off`), else the breach rule `$rule`'s statement fails with (see
+/// [`crate::error::BREACH_MARK`]). Its counts are columns beside `breach`.
+macro_rules! paired_tally {
+    ($rule:literal, $first:literal = $second:literal, $accounts:literal, $off:literal) => {
         concat!(
             r#"
-locked AS MATERIALIZED (
-    SELECT a.id, a.balance
-    FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT "#,
+tally AS MATERIALIZED (
+    SELECT c.*,
+           CASE WHEN c."#,
+            $second,
+            " = c.",
+            $first,
+            r#" AND c.moved = c.accounts AND c.off IS NULL THEN 0
+                ELSE CAST('account invariant breach;"#,
+            $rule,
+            ";",
+            $first,
+            "=' || c.",
+            $first,
+            r#"
+                          || ';"#,
+            $second,
+            "=' || c.",
+            $second,
+            r#" || ';accounts=' || c.accounts
+                          || ';moved=' || c.moved || ';account=' || COALESCE(c.off, 0) AS INTEGER)
+           END AS breach
+    FROM (SELECT (SELECT COUNT(*) FROM "#,
+            $first,
+            ") AS ",
+            $first,
+            r#",
+                 (SELECT COUNT(*) FROM "#,
+            $second,
+            ") AS ",
+            $second,
+            r#",
+                 (SELECT COUNT(DISTINCT account_id) FROM "#,
+            $accounts,
+            r#") AS accounts,
+                 (SELECT COUNT(*) FROM moved) AS moved,
+                 (SELECT MIN(id) FROM moved WHERE "#,
+            $off,
+            r#") AS off) AS c
+)
+"#
+        )
+    };
+}
+pub(crate) use paired_tally;
+
+/// `$name`: the rows of `$table` whose `$key` is among what `$keys` selects (and that
+/// `$and` admits), locked `FOR NO KEY UPDATE` in `$key` order, the order every statement
+/// takes a table's locks in, so two statements wait for each other and never deadlock.
+macro_rules! lock_in_order {
+    ($name:literal, $columns:literal, $table:literal, $key:literal, $keys:literal $(, $and:literal)?) => {
+        concat!(
+            "\n", $name, " AS MATERIALIZED (\n    SELECT ", $columns,
+            "\n    FROM ", $table,
+            "\n    WHERE ", $key, " = ANY(ARRAY(SELECT ", $keys, "))",
+            $("\n      AND ", $and,)?
+            "\n    ORDER BY ", $key,
+            "\n    FOR NO KEY UPDATE\n),"
+        )
+    };
+}
+pub(crate) use lock_in_order;
+
+/// `locked`: the member accounts `$source` names, by id, in the lock order, with the
+/// balance and `held` a rule decides on.
+macro_rules! locked_members {
+    ($source:literal) => {
+        $crate::ledger::lock_in_order!(
+            "locked",
+            "a.id, a.balance, a.held",
+            "accounts a",
+            "a.id",
             $source,
-            r#")) AND a.kind = 'MEMBER'
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-),"#
+            "a.kind = 'MEMBER'"
         )
     };
 }
@@ -334,37 +401,64 @@ moved AS (
 }
 pub(crate) use raised;
 
+/// How a rule's statement answers each request: its `ord`, whether its row was
+/// `created` now, and each of `$column` from `inserted` (`i`) or else `held` (`h`).
+macro_rules! answer_select {
+    ($($column:literal),+ $(,)?) => {
+        concat!(
+            "\nSELECT o.ord, i.id IS NOT NULL AS created"
+            $(, ",\n       COALESCE(i.", $column, ", h.", $column, ") AS ", $column)+
+        )
+    };
+}
+pub(crate) use answer_select;
+
 /// The columns every rule's statement answers each request with ([`Met::read`]), from
 /// `inserted` or else `held`.
 macro_rules! answer_columns {
     () => {
-        r#"
-SELECT o.ord, i.id IS NOT NULL AS created,
-       COALESCE(i.id, h.id) AS id,
-       COALESCE(i.operation_key, h.operation_key) AS operation_key,
-       COALESCE(i.kind, h.kind) AS kind,
-       COALESCE(i.status, h.status) AS status,
-       COALESCE(i.account_id, h.account_id) AS account_id,
-       COALESCE(i.amount, h.amount) AS amount,
-       COALESCE(i.refund_of, h.refund_of) AS refund_of,
-       COALESCE(i.hold_key, h.hold_key) AS hold_key,
-       COALESCE(i.declined_for, h.declined_for) AS declined_for,
-       COALESCE(i.created_at, h.created_at) AS created_at,
-       a.kind AS account_kind"#
+        concat!(
+            $crate::ledger::answer_select!(
+                "id",
+                "operation_key",
+                "kind",
+                "status",
+                "account_id",
+                "amount",
+                "refund_of",
+                "hold_key",
+                "declined_for",
+                "created_at",
+            ),
+            ",\n       a.kind AS account_kind"
+        )
     };
 }
 pub(crate) use answer_columns;
 
-/// What [`answer_columns`] reads from, one row per request in `input`.
-macro_rules! answer_joins {
+/// What every rule's answer reads from first, one row per request in `input`: the
+/// `tally` (its `breach`) and the row the request `inserted`, if any.
+macro_rules! answer_from {
     () => {
         r#"
 FROM input o
 CROSS JOIN tally t
 LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN held h ON h.ord = o.ord
+"#
+    };
+}
+pub(crate) use answer_from;
+
+/// What [`answer_columns`] reads from: [`answer_from`], the row the key held, and the
+/// account named.
+macro_rules! answer_joins {
+    () => {
+        concat!(
+            $crate::ledger::answer_from!(),
+            r#"LEFT JOIN held h ON h.ord = o.ord
 LEFT JOIN accounts a ON a.id = o.account_id AND a.id = ANY($3)
 "#
+        )
     };
 }
 pub(crate) use answer_joins;
@@ -386,11 +480,11 @@ pub(crate) use answered;
 /// A rule's statement with its parameters bound.
 pub(crate) type Bound<'q> = Query<'q, Postgres, PgArguments>;
 
-/// Runs a money rule's `statement` over `requests` with the parameters every such
-/// statement opens with (`$1` a fresh transaction id each, `$2` the keys, `$3` the
-/// accounts, `$4` the amounts), then those `more` binds; again while PostgreSQL rolls
-/// it back as a conflict (it changed nothing), under the same ids.
-pub(crate) async fn run<'q, R: Keyed>(
+/// Runs a rule's `statement` over `requests` with the parameters every rule's statement
+/// opens with (`$1` a fresh transaction id each, `$2` the keys), then those `more` binds;
+/// again while PostgreSQL rolls it back as a conflict (it changed nothing), under the
+/// same ids.
+pub(crate) async fn run<'q, R: Request>(
     pool: &PgPool,
     statement: &'q str,
     requests: &'q [R],
@@ -398,18 +492,18 @@ pub(crate) async fn run<'q, R: Keyed>(
 ) -> Result<Vec<PgRow>> {
     let ids: Vec<uuid::Uuid> = requests.iter().map(|_| uuid::Uuid::now_v7()).collect();
     let keys: Vec<&str> = requests.iter().map(Request::key).collect();
-    let accounts: Vec<i64> = requests.iter().map(Keyed::account_id).collect();
-    let amounts: Vec<i64> = requests.iter().map(Keyed::amount).collect();
     rerun(pool, || {
-        more(
-            sqlx::query(statement)
-                .bind(ids.clone())
-                .bind(keys.clone())
-                .bind(accounts.clone())
-                .bind(amounts.clone()),
-        )
+        more(sqlx::query(statement).bind(ids.clone()).bind(keys.clone()))
     })
     .await
+}
+
+/// What a money rule's statement takes after the keys: `$3` the accounts and `$4` the
+/// amounts of `requests`.
+pub(crate) fn money<'q, R: Keyed>(q: Bound<'q>, requests: &'q [R]) -> Bound<'q> {
+    let accounts: Vec<i64> = requests.iter().map(Keyed::account_id).collect();
+    let amounts: Vec<i64> = requests.iter().map(Keyed::amount).collect();
+    q.bind(accounts).bind(amounts)
 }
 
 /// Runs the statement `bound` makes, again while PostgreSQL rolls it back as a
@@ -433,10 +527,13 @@ impl Met {
     /// Reads one answer row of a money rule's statement, checking that it answers
     /// request `index` (0-based).
     pub(crate) fn read(row: &PgRow, rule: Rule, index: usize) -> Result<Met> {
-        Met::read_with(row, rule, index, |row| {
-            Ok(Transaction::from(TransactionRow::from_row(row)?))
-        })
+        Met::read_with(row, rule, index, transaction)
     }
+}
+
+/// The transaction an answer row carries.
+pub(crate) fn transaction(row: &PgRow) -> Result<Transaction> {
+    Ok(Transaction::from(TransactionRow::from_row(row)?))
 }
 
 impl<T> Met<T> {
@@ -469,6 +566,25 @@ impl<T> Met<T> {
                 source: Box::new(e),
             })?;
         Ok(Met::Nothing { account })
+    }
+
+    /// Reads every answer row in request order as [`Met::read_with`] does, with what
+    /// `beside` reads of the same row (what says why a request wrote nothing), and how
+    /// many of the requests the statement recorded.
+    pub(crate) fn read_all_with<B>(
+        rows: &[PgRow],
+        rule: Rule,
+        record: impl Fn(&PgRow) -> Result<T>,
+        beside: impl Fn(&PgRow) -> Result<B>,
+    ) -> Result<(Vec<Met<T>>, Vec<B>, usize)> {
+        let mut met = Vec::with_capacity(rows.len());
+        let mut besides = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            met.push(Met::read_with(row, rule, i, &record)?);
+            besides.push(beside(row)?);
+        }
+        let recorded = met.iter().filter(|m| matches!(m, Met::Recorded(_))).count();
+        Ok((met, besides, recorded))
     }
 }
 

@@ -3,7 +3,7 @@
 //! reconciled), or swept once its deadline has passed. A captured hold is never
 //! released: its money is paid.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use paysaga_common::jobs::{self, Jobs};
 use sqlx::{PgPool, Row};
@@ -31,18 +31,20 @@ use crate::{
 ///
 /// Answers one row per hold named, in order (the hold as it is now, or none), with the
 /// number of holds the statement released (the sweep's count).
-const STATEMENT: &str = r#"
+const STATEMENT: &str = concat!(
+    r#"
 WITH input AS (
     SELECT * FROM UNNEST($1::TEXT[]) WITH ORDINALITY AS o (operation_key, ord)
-),
-named AS MATERIALIZED (
-    SELECT h.id, h.operation_key, h.account_id, h.amount, h.state, h.expires_at, h.captured_by,
-           h.created_at, h.settled_at
-    FROM holds h
-    WHERE h.operation_key = ANY(ARRAY(SELECT o.operation_key FROM input o))
-    ORDER BY h.operation_key
-    FOR NO KEY UPDATE
-),
+),"#,
+    ledger::lock_in_order!(
+        "named",
+        "h.id, h.operation_key, h.account_id, h.amount, h.state, h.expires_at, h.captured_by,
+           h.created_at, h.settled_at",
+        "holds h",
+        "h.operation_key",
+        "o.operation_key FROM input o"
+    ),
+    r#"
 due AS MATERIALIZED (
     SELECT h.id, h.operation_key, h.account_id, h.amount, h.state, h.expires_at, h.captured_by,
            h.created_at, h.settled_at
@@ -56,14 +58,15 @@ going AS MATERIALIZED (
     SELECT n.id, n.account_id, n.amount FROM named n WHERE n.state = 'HELD'
     UNION
     SELECT d.id, d.account_id, d.amount FROM due d
-),
-locked AS MATERIALIZED (
-    SELECT a.id, a.held
-    FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT g.account_id FROM going g))
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-),
+),"#,
+    ledger::lock_in_order!(
+        "locked",
+        "a.id, a.held",
+        "accounts a",
+        "a.id",
+        "g.account_id FROM going g"
+    ),
+    r#"
 released AS (
     UPDATE holds h SET state = 'RELEASED', settled_at = now()
     FROM going g
@@ -77,20 +80,14 @@ moved AS (
     JOIN locked l ON l.id = t.account_id
     WHERE a.id = t.account_id
     RETURNING a.id, a.held, l.held - t.total AS expected
-),
-tally AS MATERIALIZED (
-    SELECT c.released,
-           CASE WHEN c.released = c.going AND c.moved = c.accounts AND c.off IS NULL THEN 0
-                ELSE CAST('account invariant breach;release;going=' || c.going
-                          || ';released=' || c.released || ';accounts=' || c.accounts
-                          || ';moved=' || c.moved || ';account=' || COALESCE(c.off, 0) AS INTEGER)
-           END AS breach
-    FROM (SELECT (SELECT COUNT(*) FROM going) AS going,
-                 (SELECT COUNT(*) FROM released) AS released,
-                 (SELECT COUNT(DISTINCT account_id) FROM released) AS accounts,
-                 (SELECT COUNT(*) FROM moved) AS moved,
-                 (SELECT MIN(id) FROM moved WHERE held <> expected OR expected < 0) AS off) AS c
-)
+),"#,
+    ledger::paired_tally!(
+        "release",
+        "going" = "released",
+        "released",
+        "held <> expected OR expected < 0"
+    ),
+    r#"
 SELECT o.ord, t.released AS swept, t.breach,
        COALESCE(r.id, n.id) AS id,
        COALESCE(r.operation_key, n.operation_key) AS operation_key,
@@ -108,7 +105,8 @@ LEFT JOIN named n ON n.operation_key = o.operation_key
 LEFT JOIN released r ON r.id = n.id
 LEFT JOIN accounts a ON a.id = n.account_id
 ORDER BY o.ord
-"#;
+"#
+);
 
 /// The statement over `keys` and up to `sweep` due holds: one row per key, in order (one
 /// row of the tally alone when there are none), and how many holds it released.
@@ -206,9 +204,10 @@ pub async fn sweep_batch(pool: &PgPool, limit: i64) -> Result<u64> {
 
 /// One sweep run: batches until one comes back short, at most `max_batches`.
 pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
-    let start = Instant::now();
-    let total = jobs::in_batches(batch, max_batches, || sweep_batch(pool, batch)).await?;
-    metrics::histogram!("account_hold_sweep_seconds").record(start.elapsed().as_secs_f64());
+    let total = jobs::timed_in_batches("account_hold_sweep_seconds", batch, max_batches, || {
+        sweep_batch(pool, batch)
+    })
+    .await?;
     if total > 0 {
         tracing::info!(holds_released = total, "lapsed holds swept");
     }

@@ -154,17 +154,15 @@ parties AS MATERIALIZED (
               ORDER BY a.id
               LIMIT 1) AS m
     ) r ON TRUE
-),
-locked AS MATERIALIZED (
-    SELECT a.id, a.balance, a.held
-    FROM accounts a
-    WHERE a.id = ANY(ARRAY(SELECT p.from_id FROM parties p WHERE p.between_two
-                           UNION
-                           SELECT p.to_id FROM parties p WHERE p.between_two))
-      AND a.kind = 'MEMBER'
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-),
+),"#,
+    // Both sides of a transfer together: two transfers between the same accounts, either
+    // way, lock them in the same order.
+    ledger::locked_members!(
+        "p.from_id FROM parties p WHERE p.between_two
+         UNION
+         SELECT p.to_id FROM parties p WHERE p.between_two"
+    ),
+    r#"
 decided AS MATERIALIZED (
     SELECT f.id, f.in_id, f.operation_key, p.from_id, p.to_id, f.amount
     FROM fresh f
@@ -180,19 +178,20 @@ inserted AS (
     FROM decided d
     ORDER BY d.operation_key
     ON CONFLICT (operation_key) WHERE operation_key IS NOT NULL DO NOTHING
-    RETURNING id, operation_key, kind, account_id, counter_account_id, amount, created_at
+    RETURNING id, operation_key, kind, account_id AS from_account_id,
+              counter_account_id AS to_account_id, amount, created_at
 ),
 mirrored AS (
     INSERT INTO transactions (id, operation_key, kind, status, account_id, amount, transfer_id,
                               counter_account_id)
-    SELECT d.in_id, NULL, 'TRANSFER_IN', 'APPLIED', i.counter_account_id, i.amount, i.id,
-           i.account_id
+    SELECT d.in_id, NULL, 'TRANSFER_IN', 'APPLIED', i.to_account_id, i.amount, i.id,
+           i.from_account_id
     FROM inserted i
     JOIN decided d ON d.id = i.id
     RETURNING account_id, amount
 ),
 legs AS (
-    SELECT i.account_id, -i.amount AS delta FROM inserted i
+    SELECT i.from_account_id AS account_id, -i.amount AS delta FROM inserted i
     UNION ALL
     SELECT m.account_id, m.amount FROM mirrored m
 ),
@@ -203,35 +202,29 @@ moved AS (
     WHERE a.id = t.account_id
     RETURNING a.id, a.balance, l.balance + t.net AS expected, l.held AS locked_held
 ),
-tally AS MATERIALIZED (
-    SELECT CASE WHEN c.mirrored = c.inserted AND c.moved = c.accounts AND c.off IS NULL THEN 0
-                ELSE CAST('account invariant breach;transfer;inserted=' || c.inserted
-                          || ';mirrored=' || c.mirrored || ';accounts=' || c.accounts
-                          || ';moved=' || c.moved || ';account=' || COALESCE(c.off, 0) AS INTEGER)
-           END AS breach
-    FROM (SELECT (SELECT COUNT(*) FROM inserted) AS inserted,
-                 (SELECT COUNT(*) FROM mirrored) AS mirrored,
-                 (SELECT COUNT(DISTINCT account_id) FROM legs) AS accounts,
-                 (SELECT COUNT(*) FROM moved) AS moved,
-                 (SELECT MIN(id) FROM moved
-                  WHERE balance <> expected OR expected < locked_held) AS off) AS c
-)
-SELECT o.ord, i.id IS NOT NULL AS created,
-       COALESCE(i.id, h.id) AS id,
-       COALESCE(i.operation_key, h.operation_key) AS operation_key,
-       COALESCE(i.kind, h.kind) AS kind,
-       COALESCE(i.account_id, h.from_account_id) AS from_account_id,
-       COALESCE(i.counter_account_id, h.to_account_id) AS to_account_id,
-       COALESCE(i.amount, h.amount) AS amount,
-       COALESCE(i.created_at, h.created_at) AS created_at,
+"#,
+    ledger::paired_tally!(
+        "transfer",
+        "inserted" = "mirrored",
+        "legs",
+        "balance <> expected OR expected < locked_held"
+    ),
+    ledger::answer_select!(
+        "id",
+        "operation_key",
+        "kind",
+        "from_account_id",
+        "to_account_id",
+        "amount",
+        "created_at",
+    ),
+    r#",
        COALESCE(p.to_owner, h.to_owner) AS to_owner,
        CASE WHEN p.from_id IS NOT NULL THEN 'MEMBER' END AS account_kind,
        p.to_id, p.between_two, s.balance - s.held AS available,
-       t.breach
-FROM input o
-CROSS JOIN tally t
-LEFT JOIN inserted i ON i.operation_key = o.operation_key
-LEFT JOIN held h ON h.ord = o.ord
+       t.breach"#,
+    ledger::answer_from!(),
+    r#"LEFT JOIN held h ON h.ord = o.ord
 LEFT JOIN parties p ON p.ord = o.ord
 LEFT JOIN locked s ON s.id = p.from_id
 ORDER BY o.ord
@@ -252,9 +245,7 @@ pub(crate) async fn apply(
     pool: &PgPool,
     transfers: &[TransferOrder],
 ) -> Result<Vec<Answer<TransferRecord>>> {
-    let ids: Vec<uuid::Uuid> = transfers.iter().map(|_| uuid::Uuid::now_v7()).collect();
     let in_ids: Vec<uuid::Uuid> = transfers.iter().map(|_| uuid::Uuid::now_v7()).collect();
-    let keys: Vec<&str> = transfers.iter().map(|t| t.key.as_str()).collect();
     let senders: Vec<&str> = transfers.iter().map(|t| t.sender.as_str()).collect();
     let amounts: Vec<i64> = transfers.iter().map(|t| t.amount.minor()).collect();
     let to_members: Vec<Option<&str>> = transfers
@@ -271,33 +262,22 @@ pub(crate) async fn apply(
             Recipient::MemberId(_) => None,
         })
         .collect();
-    let rows = ledger::rerun(pool, || {
-        sqlx::query(STATEMENT)
-            .bind(ids.clone())
-            .bind(keys.clone())
-            .bind(senders.clone())
+    let rows = ledger::run(pool, STATEMENT, transfers, |q| {
+        q.bind(senders.clone())
             .bind(amounts.clone())
             .bind(to_members.clone())
             .bind(to_accounts.clone())
             .bind(in_ids.clone())
     })
     .await?;
-    let mut met = Vec::with_capacity(rows.len());
-    let mut parties = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        met.push(Met::read_with(
-            row,
-            Rule::Transfer,
-            i,
-            TransferRecord::read,
-        )?);
-        parties.push(Parties {
-            to_id: row.try_get("to_id")?,
-            between_two: row.try_get("between_two")?,
-            available: row.try_get("available")?,
-        });
-    }
-    let applied = met.iter().filter(|m| matches!(m, Met::Recorded(_))).count();
+    let (met, parties, applied) =
+        Met::read_all_with(&rows, Rule::Transfer, TransferRecord::read, |row| {
+            Ok(Parties {
+                to_id: row.try_get("to_id")?,
+                between_two: row.try_get("between_two")?,
+                available: row.try_get("available")?,
+            })
+        })?;
     count("applied", applied);
     ledger::answer_with(
         transfers,

@@ -98,6 +98,12 @@ impl FromStr for LogFormat {
     }
 }
 
+/// Where each service answers by default when every service runs on one machine (the
+/// defaults of `ACCOUNT_URL`, `ORDER_URL` and `MEMBER_URL` in the services that call it).
+pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
+pub const DEFAULT_ORDER_URL: &str = "http://127.0.0.1:8084";
+pub const DEFAULT_MEMBER_URL: &str = "http://127.0.0.1:8081";
+
 /// The variable that turns development mode on.
 pub const DEV_KEYS_VAR: &str = "PAYSAGA_DEV_KEYS";
 

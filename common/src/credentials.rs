@@ -18,6 +18,16 @@ use crate::{
     keys::{self, DevKey},
 };
 
+/// The keys a service that buyers and services both call checks their tokens with:
+/// the buyers' ([`crate::auth::BuyerKeySource`]), then the services' ([`ServiceKeys`]),
+/// read from `secrets` in that order.
+pub fn caller_keys(
+    secrets: &mut Secrets,
+) -> Result<(crate::auth::BuyerKeySource, ServiceKeys), ConfigError> {
+    let buyer_keys = crate::auth::BuyerKeySource::from_secrets(secrets)?;
+    Ok((buyer_keys, ServiceKeys::from_secrets(secrets)?))
+}
+
 /// The verifiers' key set: `role:<base64 public key>` entries, comma separated.
 pub const SERVICE_KEYS_VAR: &str = "SERVICE_KEYS";
 /// A caller's own signing key (base64 of the 32-byte seed).

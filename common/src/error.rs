@@ -88,6 +88,55 @@ macro_rules! error_codes {
     };
 }
 
+/// A service's `Error` enum, as the caller declares it (its attributes, usually
+/// `#[derive(Debug, thiserror::Error)]`, and its variants), with its `Result`: first the
+/// variant every service has, `Api` (a rejection already shaped), then with
+/// `rate_limited;` the one of a service that limits each member's rate, then the
+/// caller's. Each shows as the error it carries and has no source of its own, as
+/// `#[error(transparent)]` would make it (which cannot be written here: thiserror binds
+/// such a field under the caller's name).
+#[macro_export]
+macro_rules! service_error {
+    (rate_limited; $(#[$attr:meta])* pub enum Error { $($variants:tt)* }) => {
+        $crate::service_error! {
+            @with [
+                /// A member over their rate: 429 with `Retry-After`, nothing done.
+                #[error("{0}")]
+                RateLimited($crate::limits::RateLimited),
+            ]
+            $(#[$attr])* pub enum Error { $($variants)* }
+        }
+
+        impl From<$crate::limits::RateLimited> for Error {
+            fn from(e: $crate::limits::RateLimited) -> Self {
+                Error::RateLimited(e)
+            }
+        }
+    };
+    (@with [$($first:tt)*] $(#[$attr:meta])* pub enum Error { $($variants:tt)* }) => {
+        pub type Result<T, E = Error> = ::std::result::Result<T, E>;
+
+        $(#[$attr])*
+        pub enum Error {
+            /// A rejection from a common extractor (auth, JSON, path, query) or an input
+            /// check, already shaped.
+            #[error("{0}")]
+            Api($crate::ApiError),
+            $($first)*
+            $($variants)*
+        }
+
+        impl From<$crate::ApiError> for Error {
+            fn from(e: $crate::ApiError) -> Self {
+                Error::Api(e)
+            }
+        }
+    };
+    ($(#[$attr:meta])* pub enum Error { $($variants:tt)* }) => {
+        $crate::service_error! { @with [] $(#[$attr])* pub enum Error { $($variants)* } }
+    };
+}
+
 /// Codes shared by every service. Each service documents its own beside these.
 pub mod codes {
     crate::error_codes! {

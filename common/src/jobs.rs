@@ -183,6 +183,23 @@ where
     Ok(total)
 }
 
+/// [`in_batches`], the run's time recorded in the histogram `seconds`.
+pub async fn timed_in_batches<E, F, Fut>(
+    seconds: &'static str,
+    size: i64,
+    max_batches: u32,
+    batch: F,
+) -> Result<u64, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, E>>,
+{
+    let start = std::time::Instant::now();
+    let total = in_batches(size, max_batches, batch).await?;
+    metrics::histogram!(seconds).record(start.elapsed().as_secs_f64());
+    Ok(total)
+}
+
 /// Dropped without [`Jobs::shutdown`] (a service that failed to start), the jobs stop too.
 impl Drop for Jobs {
     fn drop(&mut self) {

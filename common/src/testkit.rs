@@ -177,6 +177,16 @@ pub fn service_token(service: &str, to: crate::auth::Audience) -> String {
     )
 }
 
+/// A URL nothing listens on: connections to it are refused at once.
+pub async fn dead_url() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    drop(l);
+    format!("http://{addr}")
+}
+
 /// The metrics listener of this test process, as a service serves it on `METRICS_ADDR`
 /// ([`crate::server::metrics_app`]), on a port of its own: its base URL. The recorder is
 /// process-wide, so it shows what every service started in this process recorded.

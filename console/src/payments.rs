@@ -435,40 +435,30 @@ async fn act(state: ConsoleState, headers: HeaderMap, raw: String, action: Actio
     }
 }
 
-#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
-pub async fn confirm_resume(
-    State(state): State<ConsoleState>,
-    op: Operator,
-    Path(raw): Path<String>,
-) -> Response {
-    confirm(state, raw, Action::Resume).await
+/// The two handlers of an operator action on a payment: `$confirm` (GET) asks the
+/// operator to confirm it, `$act` (POST) does it.
+macro_rules! action_handlers {
+    ($action:expr, $confirm:ident, $act:ident) => {
+        #[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+        pub async fn $confirm(
+            State(state): State<ConsoleState>,
+            op: Operator,
+            Path(raw): Path<String>,
+        ) -> Response {
+            confirm(state, raw, $action).await
+        }
+
+        #[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+        pub async fn $act(
+            State(state): State<ConsoleState>,
+            op: Operator,
+            headers: HeaderMap,
+            Path(raw): Path<String>,
+        ) -> Response {
+            act(state, headers, raw, $action).await
+        }
+    };
 }
 
-#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
-pub async fn confirm_refund(
-    State(state): State<ConsoleState>,
-    op: Operator,
-    Path(raw): Path<String>,
-) -> Response {
-    confirm(state, raw, Action::Refund).await
-}
-
-#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
-pub async fn resume(
-    State(state): State<ConsoleState>,
-    op: Operator,
-    headers: HeaderMap,
-    Path(raw): Path<String>,
-) -> Response {
-    act(state, headers, raw, Action::Resume).await
-}
-
-#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
-pub async fn refund(
-    State(state): State<ConsoleState>,
-    op: Operator,
-    headers: HeaderMap,
-    Path(raw): Path<String>,
-) -> Response {
-    act(state, headers, raw, Action::Refund).await
-}
+action_handlers!(Action::Resume, confirm_resume, resume);
+action_handlers!(Action::Refund, confirm_refund, refund);

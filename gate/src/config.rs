@@ -6,7 +6,7 @@ use ed25519_dalek::SigningKey;
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, Secrets},
-    credentials::{ServiceKeys, TokenSource},
+    credentials::{self, ServiceKeys, TokenSource},
     keys::{self, DevKey},
     limits::MemberRate,
     service::Process,
@@ -144,8 +144,7 @@ impl Config {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
         let pass_signing_key = keys::signing_key(&mut secrets, "PASS_SIGNING_KEY", DevKey::Passes)?;
-        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let (buyer_keys, service_keys) = credentials::caller_keys(&mut secrets)?;
         let service_credential =
             Arc::new(TokenSource::from_secrets(&mut secrets, ServiceRole::Gate)?);
         let process = Process::from_env(secrets, "127.0.0.1:8085")?;
@@ -153,7 +152,7 @@ impl Config {
             redis_url: config::string("REDIS_URL", "redis://127.0.0.1:6379/"),
             redis_cluster_nodes: node_list(&config::string("REDIS_CLUSTER_NODES", "")),
             redis_prefix: key_prefix(config::string("REDIS_PREFIX", "paysaga:"))?,
-            order_url: config::string("ORDER_URL", "http://127.0.0.1:8084"),
+            order_url: config::string("ORDER_URL", config::DEFAULT_ORDER_URL),
             process,
             pass_signing_key,
             buyer_keys,

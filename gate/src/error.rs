@@ -5,39 +5,34 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use paysaga_common::error::{internal_error_response, with_retry_after};
-use paysaga_common::{limits::RateLimited, ApiError};
+use paysaga_common::ApiError;
 
 use crate::api::codes;
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A rejection from a common extractor (auth, JSON, path).
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    /// The member asked for passes faster than `MEMBER_RATE_PER_SEC` allows.
-    #[error(transparent)]
-    RateLimited(#[from] RateLimited),
-    /// The member fails one of the product's eligibility rules.
-    #[error(transparent)]
-    Ineligible(#[from] paysaga_contracts::eligibility::Ineligible),
-    #[error("product {0} is sold out")]
-    SoldOut(i64),
-    #[error("product id must be a positive integer")]
-    InvalidProductId,
-    #[error("product {0} not found")]
-    ProductNotFound(i64),
-    #[error("{0}")]
-    QuotaUnavailable(&'static str),
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    #[error("redis (batched issue): {0}")]
-    RedisBatch(String),
-    #[error("redis did not answer within {0:?}")]
-    RedisTimeout(std::time::Duration),
-    #[error("unexpected answer from a redis script: {0}")]
-    ScriptReply(String),
+paysaga_common::service_error! {
+    rate_limited;
+    #[derive(Debug, thiserror::Error)]
+    pub enum Error {
+        /// The member fails one of the product's eligibility rules.
+        #[error(transparent)]
+        Ineligible(#[from] paysaga_contracts::eligibility::Ineligible),
+        #[error("product {0} is sold out")]
+        SoldOut(i64),
+        #[error("product id must be a positive integer")]
+        InvalidProductId,
+        #[error("product {0} not found")]
+        ProductNotFound(i64),
+        #[error("{0}")]
+        QuotaUnavailable(&'static str),
+        #[error("redis: {0}")]
+        Redis(#[from] redis::RedisError),
+        #[error("redis (batched issue): {0}")]
+        RedisBatch(String),
+        #[error("redis did not answer within {0:?}")]
+        RedisTimeout(std::time::Duration),
+        #[error("unexpected answer from a redis script: {0}")]
+        ScriptReply(String),
+    }
 }
 
 impl Error {

@@ -224,7 +224,6 @@ pub struct Config {
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8081";
-pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 /// How long an email-verification token is good by default: a day.
 pub const DEFAULT_VERIFICATION_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -392,7 +391,7 @@ impl Config {
         Ok(Self {
             database: database.with_pool_from_env()?,
             process,
-            account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
+            account_url: config::string("ACCOUNT_URL", config::DEFAULT_ACCOUNT_URL),
             account_timeout: config::millis("ACCOUNT_TIMEOUT_MS", Duration::from_secs(5))?,
             service_credential,
             signing_keys,

@@ -13,78 +13,75 @@ use paysaga_contracts::account::api::codes as account_codes;
 
 use crate::{api::codes, password::Rule, throttle::SignUpScope};
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
 /// How long a client told `ACCOUNT_PENDING` should wait before retrying its sign-up.
 const ACCOUNT_PENDING_RETRY_SECS: u64 = 5;
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A rejection from a common extractor (auth, JSON, path, query).
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error("not a valid email address")]
-    InvalidEmail,
-    #[error("member {index} of the bulk sign-up has an invalid email address")]
-    InvalidBulkEmail { index: usize },
-    #[error("{}", .0.message())]
-    WeakPassword(Rule),
-    #[error("a member with this email already exists")]
-    EmailTaken,
-    /// Sign-up: the member exists, its account is not open yet (the account service did
-    /// not answer definitely). Retrying the sign-up, or the repair job, completes it.
-    #[error("the member was created; its account is being opened, retry shortly")]
-    AccountPending,
-    /// A top-up for a member whose account is not open yet.
-    #[error("the member's account is not open yet; retry shortly")]
-    AccountNotOpen,
-    #[error("invalid email or password")]
-    InvalidCredentials,
-    #[error("too many failed sign-ins; retry after {retry_after_secs} s")]
-    TooManyAttempts { retry_after_secs: u64 },
-    /// A sign-up refused before anything was looked up or hashed.
-    #[error("too many sign-ups {scope}; retry after {retry_after_secs} s")]
-    TooManySignUps {
-        scope: SignUpScope,
-        retry_after_secs: u64,
-    },
-    #[error("this refresh token was already used; its sessions are revoked, sign in again")]
-    RefreshTokenReused,
-    #[error("unknown, expired or revoked refresh token")]
-    InvalidRefreshToken,
-    /// An email-verification token past its expiry.
-    #[error("this verification token has expired; nothing was changed")]
-    TokenExpired,
-    /// Not an email-verification token this service signed, or for a member or email
-    /// that does not exist.
-    #[error("not a valid email-verification token; nothing was changed")]
-    InvalidToken,
-    #[error("member not found")]
-    MemberNotFound,
-    #[error("a bulk sign-up carries 1 to {max} members, not {got}")]
-    BulkTooLarge { max: usize, got: usize },
-    #[error("opening balance must be between 0 and {max} minor units")]
-    InvalidOpeningBalance { max: i64 },
-    #[error("no such route")]
-    BulkDisabled,
-    /// The account service refused the call with a definite 4xx.
-    #[error("the account service refused: {0}")]
-    AccountRejected(CallError),
-    /// The account service gave no definite answer (timeout, connection, 5xx).
-    #[error("the account service did not answer; nothing is known to have happened, retry")]
-    AccountUnavailable(#[source] CallError),
-    /// The database cannot serve now (no connection free in time, connection lost, a
-    /// server that is down, starting, or a standby): try again.
-    #[error("the member service's database is unavailable or overloaded; try again")]
-    Unavailable,
-    #[error("database")]
-    Database(#[source] sqlx::Error),
-    /// Hashing failed or a stored hash does not parse; should be impossible.
-    #[error("password hashing: {0}")]
-    Hashing(String),
-    /// A broken assumption; should be impossible.
-    #[error("internal: {0}")]
-    Internal(String),
+paysaga_common::service_error! {
+    #[derive(Debug, thiserror::Error)]
+    pub enum Error {
+        #[error("not a valid email address")]
+        InvalidEmail,
+        #[error("member {index} of the bulk sign-up has an invalid email address")]
+        InvalidBulkEmail { index: usize },
+        #[error("{}", .0.message())]
+        WeakPassword(Rule),
+        #[error("a member with this email already exists")]
+        EmailTaken,
+        /// Sign-up: the member exists, its account is not open yet (the account service did
+        /// not answer definitely). Retrying the sign-up, or the repair job, completes it.
+        #[error("the member was created; its account is being opened, retry shortly")]
+        AccountPending,
+        /// A top-up for a member whose account is not open yet.
+        #[error("the member's account is not open yet; retry shortly")]
+        AccountNotOpen,
+        #[error("invalid email or password")]
+        InvalidCredentials,
+        #[error("too many failed sign-ins; retry after {retry_after_secs} s")]
+        TooManyAttempts { retry_after_secs: u64 },
+        /// A sign-up refused before anything was looked up or hashed.
+        #[error("too many sign-ups {scope}; retry after {retry_after_secs} s")]
+        TooManySignUps {
+            scope: SignUpScope,
+            retry_after_secs: u64,
+        },
+        #[error("this refresh token was already used; its sessions are revoked, sign in again")]
+        RefreshTokenReused,
+        #[error("unknown, expired or revoked refresh token")]
+        InvalidRefreshToken,
+        /// An email-verification token past its expiry.
+        #[error("this verification token has expired; nothing was changed")]
+        TokenExpired,
+        /// Not an email-verification token this service signed, or for a member or email
+        /// that does not exist.
+        #[error("not a valid email-verification token; nothing was changed")]
+        InvalidToken,
+        #[error("member not found")]
+        MemberNotFound,
+        #[error("a bulk sign-up carries 1 to {max} members, not {got}")]
+        BulkTooLarge { max: usize, got: usize },
+        #[error("opening balance must be between 0 and {max} minor units")]
+        InvalidOpeningBalance { max: i64 },
+        #[error("no such route")]
+        BulkDisabled,
+        /// The account service refused the call with a definite 4xx.
+        #[error("the account service refused: {0}")]
+        AccountRejected(CallError),
+        /// The account service gave no definite answer (timeout, connection, 5xx).
+        #[error("the account service did not answer; nothing is known to have happened, retry")]
+        AccountUnavailable(#[source] CallError),
+        /// The database cannot serve now (no connection free in time, connection lost, a
+        /// server that is down, starting, or a standby): try again.
+        #[error("the member service's database is unavailable or overloaded; try again")]
+        Unavailable,
+        #[error("database")]
+        Database(#[source] sqlx::Error),
+        /// Hashing failed or a stored hash does not parse; should be impossible.
+        #[error("password hashing: {0}")]
+        Hashing(String),
+        /// A broken assumption; should be impossible.
+        #[error("internal: {0}")]
+        Internal(String),
+    }
 }
 
 impl From<sqlx::Error> for Error {

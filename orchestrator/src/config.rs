@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, Secrets},
-    credentials::{ServiceKeys, TokenSource, CONSOLE_SIGNING_KEY_VAR},
+    credentials::{self, ServiceKeys, TokenSource, CONSOLE_SIGNING_KEY_VAR},
     limits::MemberRate,
     service::{Database, Process},
 };
@@ -79,9 +79,6 @@ pub struct Config {
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8083";
-pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
-pub const DEFAULT_ORDER_URL: &str = "http://127.0.0.1:8084";
-pub const DEFAULT_MEMBER_URL: &str = "http://127.0.0.1:8081";
 /// Default of `DOWNSTREAM_BATCHES` and `WRITE_FLUSHES`: one at a time, so everything
 /// that arrives meanwhile rides in the next (larger batches, fewer requests and
 /// commits; measured in docs/benchmark.md).
@@ -92,8 +89,7 @@ impl Config {
         // Every missing secret is named at once, before any other setting is judged.
         let mut secrets = Secrets::from_env()?;
         let database = Database::urls_from_env(&mut secrets, "payment_app")?;
-        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let (buyer_keys, service_keys) = credentials::caller_keys(&mut secrets)?;
         let service_credential = Arc::new(TokenSource::from_secrets(
             &mut secrets,
             ServiceRole::Orchestrator,
@@ -108,9 +104,9 @@ impl Config {
         let c = Config {
             database: database.with_pool_from_env()?,
             process,
-            account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
-            order_url: config::string("ORDER_URL", DEFAULT_ORDER_URL),
-            member_url: Some(config::string("MEMBER_URL", DEFAULT_MEMBER_URL)),
+            account_url: config::string("ACCOUNT_URL", config::DEFAULT_ACCOUNT_URL),
+            order_url: config::string("ORDER_URL", config::DEFAULT_ORDER_URL),
+            member_url: Some(config::string("MEMBER_URL", config::DEFAULT_MEMBER_URL)),
             gate_url: std::env::var("GATE_URL")
                 .ok()
                 .filter(|u| !u.trim().is_empty()),

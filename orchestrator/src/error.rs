@@ -9,7 +9,6 @@ use paysaga_common::batch::BatchFailure;
 use paysaga_common::{
     client::CallError,
     error::{codes as common_codes, internal_error_response, with_retry_after},
-    limits::RateLimited,
     ApiError,
 };
 use paysaga_contracts::order::api::ReservationState;
@@ -18,61 +17,56 @@ use workflows::{Action, IllegalTransition, State};
 
 use paysaga_contracts::orchestrator::api::codes;
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A rejection from a common extractor or an input check, already shaped.
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    /// The member called faster than `MEMBER_RATE_PER_SEC` allows; nothing was done.
-    #[error(transparent)]
-    RateLimited(#[from] RateLimited),
-    #[error("Idempotency-Key header is required")]
-    IdempotencyKeyMissing,
-    #[error("Idempotency-Key is invalid: {0}")]
-    IdempotencyKeyInvalid(&'static str),
-    #[error("Idempotency-Key was used with a different request")]
-    IdempotencyKeyReused,
-    #[error("a request with this Idempotency-Key is still running")]
-    IdempotencyInProgress { retry_after_secs: u64 },
-    #[error("reservation not found")]
-    ReservationNotFound,
-    #[error("reservation is {0}, not RESERVED")]
-    ReservationNotPayable(ReservationState),
-    #[error("account not found")]
-    AccountNotFound,
-    #[error("reservation {reservation_id} already has payment {payment_id}")]
-    ReservationAlreadyPaid {
-        reservation_id: Uuid,
-        payment_id: Uuid,
-    },
-    #[error("payment not found")]
-    PaymentNotFound,
-    #[error("payment in {0} cannot be refunded")]
-    NotRefundable(State),
-    #[error("payment in {0} has nothing left to resume")]
-    NotResumable(State),
-    /// A service needed to accept the payment did not give a definite answer.
-    #[error("{service} unavailable: {source}")]
-    Downstream {
-        service: &'static str,
-        source: CallError,
-    },
-    /// This instance is shutting down mid-request; the payment (if any) carries on elsewhere.
-    #[error("instance stopping")]
-    Stopping,
-    #[error("database error")]
-    Database(#[from] sqlx::Error),
-    /// A group commit of the saga's writes gave this write no answer: its flush failed
-    /// (every writer of that flush shares the flush's own error), miscounted its
-    /// answers, or was dropped. A flush the database could not serve is answered 503
-    /// (see [`Error::is_unavailable`]), anything else is internal.
-    #[error("group commit failed")]
-    GroupCommit(#[source] GroupCommitFailure),
-    /// Something that must never happen did; nothing half-done is kept.
-    #[error("invariant violated")]
-    Invariant(#[from] Breach),
+paysaga_common::service_error! {
+    rate_limited;
+    #[derive(Debug, thiserror::Error)]
+    pub enum Error {
+        #[error("Idempotency-Key header is required")]
+        IdempotencyKeyMissing,
+        #[error("Idempotency-Key is invalid: {0}")]
+        IdempotencyKeyInvalid(&'static str),
+        #[error("Idempotency-Key was used with a different request")]
+        IdempotencyKeyReused,
+        #[error("a request with this Idempotency-Key is still running")]
+        IdempotencyInProgress { retry_after_secs: u64 },
+        #[error("reservation not found")]
+        ReservationNotFound,
+        #[error("reservation is {0}, not RESERVED")]
+        ReservationNotPayable(ReservationState),
+        #[error("account not found")]
+        AccountNotFound,
+        #[error("reservation {reservation_id} already has payment {payment_id}")]
+        ReservationAlreadyPaid {
+            reservation_id: Uuid,
+            payment_id: Uuid,
+        },
+        #[error("payment not found")]
+        PaymentNotFound,
+        #[error("payment in {0} cannot be refunded")]
+        NotRefundable(State),
+        #[error("payment in {0} has nothing left to resume")]
+        NotResumable(State),
+        /// A service needed to accept the payment did not give a definite answer.
+        #[error("{service} unavailable: {source}")]
+        Downstream {
+            service: &'static str,
+            source: CallError,
+        },
+        /// This instance is shutting down mid-request; the payment (if any) carries on elsewhere.
+        #[error("instance stopping")]
+        Stopping,
+        #[error("database error")]
+        Database(#[from] sqlx::Error),
+        /// A group commit of the saga's writes gave this write no answer: its flush failed
+        /// (every writer of that flush shares the flush's own error), miscounted its
+        /// answers, or was dropped. A flush the database could not serve is answered 503
+        /// (see [`Error::is_unavailable`]), anything else is internal.
+        #[error("group commit failed")]
+        GroupCommit(#[source] GroupCommitFailure),
+        /// Something that must never happen did; nothing half-done is kept.
+        #[error("invariant violated")]
+        Invariant(#[from] Breach),
+    }
 }
 
 /// Why a group commit gave a write no answer, with the flush's own error (when that

@@ -6,7 +6,7 @@ use ed25519_dalek::VerifyingKey;
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, Secrets},
-    credentials::{ServiceKeys, TokenSource},
+    credentials::{self, ServiceKeys, TokenSource},
     keys::{self, DevKey},
     service::{Database, Process},
 };
@@ -70,7 +70,6 @@ pub struct Config {
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8084";
-pub const DEFAULT_ACCOUNT_URL: &str = "http://127.0.0.1:8082";
 /// As many claims per flush as the gate's quota script takes per call.
 pub const DEFAULT_CLAIM_BATCH: usize = 256;
 /// One flush at a time: claims that arrive meanwhile all ride in the next, so a busy
@@ -95,8 +94,7 @@ impl Config {
         let mut secrets = Secrets::from_env()?;
         let database = Database::urls_from_env(&mut secrets, "order_app")?;
         let pass_public_key = keys::verifying_key(&mut secrets, "PASS_PUBLIC_KEY", DevKey::Passes)?;
-        let buyer_keys = BuyerKeySource::from_secrets(&mut secrets)?;
-        let service_keys = ServiceKeys::from_secrets(&mut secrets)?;
+        let (buyer_keys, service_keys) = credentials::caller_keys(&mut secrets)?;
         let service_credential =
             Arc::new(TokenSource::from_secrets(&mut secrets, ServiceRole::Order)?);
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
@@ -133,7 +131,7 @@ impl Config {
             buyer_keys,
             service_keys,
             service_credential,
-            account_url: config::string("ACCOUNT_URL", DEFAULT_ACCOUNT_URL),
+            account_url: config::string("ACCOUNT_URL", config::DEFAULT_ACCOUNT_URL),
             account_timeout,
             hold_batches,
             hold_orphan_grace,

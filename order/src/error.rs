@@ -13,80 +13,78 @@ use paysaga_contracts::batch::Reply;
 
 use crate::{api::ErrorCode, breach::Breach};
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A rejection from a common extractor or an input check, already shaped.
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error("no units left")]
-    SoldOut,
-    #[error(
-        "the member already holds a live reservation of this product, or bought the most allowed"
-    )]
-    MemberLimit,
-    #[error("product {0} not found")]
-    ProductNotFound(i64),
-    #[error("pass rejected: {0}")]
-    Pass(PassError),
-    #[error("pass is for product {pass}, not {asked}")]
-    PassWrongProduct { pass: i64, asked: i64 },
-    #[error("pass belongs to another member")]
-    PassWrongMember,
-    #[error("pass already used by another member")]
-    PassAlreadyUsed,
-    #[error("reservation not found")]
-    ReservationNotFound,
-    #[error("units of the product are on sale")]
-    NotSoldOut,
-    #[error("no unit of the product is held")]
-    NothingToWaitFor,
-    #[error("not on the product's waitlist")]
-    NotOnWaitlist,
-    #[error("offer not found")]
-    OfferNotFound,
-    #[error("offer expired")]
-    OfferExpired,
-    #[error("offer released")]
-    OfferReleased,
-    #[error("reservation has expired")]
-    ReservationExpired,
-    #[error("reservation was cancelled")]
-    ReservationCancelled,
-    #[error("reservation is confirmed")]
-    ReservationConfirmed,
-    /// The buyer's available balance does not cover the price: nothing held, no unit.
-    #[error("insufficient funds to hold {price}")]
-    InsufficientFunds { price: i64 },
-    /// A pass or offer that has made [`crate::funds::MAX_ATTEMPTS`] attempts.
-    #[error("the pass or offer was tried too often")]
-    AttemptsUsedUp,
-    #[error("the member has no account")]
-    NoAccount,
-    /// The member fails one of the product's eligibility rules.
-    #[error(transparent)]
-    Ineligible(#[from] paysaga_contracts::eligibility::Ineligible),
-    /// The account service gave no definite answer to a hold: nothing was reserved (a
-    /// hold it may have placed is reused by a retry, or released by the reconciliation).
-    #[error("the account service did not answer: {0}")]
-    Funds(paysaga_common::client::CallError),
-    /// The claim came later than a hold allows ([`crate::funds::CLAIM_WINDOW_SHARE`]):
-    /// nothing was reserved, the hold is released.
-    #[error("the claim came too late for its hold")]
-    ClaimTooLate,
-    #[error("database error")]
-    Database(#[from] sqlx::Error),
-    #[error("request task failed")]
-    Task(#[from] tokio::task::JoinError),
-    /// Something that must never happen did (e.g. a unit not in the state its
-    /// reservation implies). The transaction is rolled back; nothing is written.
-    #[error("invariant violated: {0}")]
-    Invariant(Breach),
-    /// The group-committed statement this operation rode in failed as a whole (its own
-    /// error inside); the operation may not have been applied.
-    #[error("{0}")]
-    Batch(BatchFailure<Error>),
+paysaga_common::service_error! {
+    #[derive(Debug, thiserror::Error)]
+    pub enum Error {
+        #[error("no units left")]
+        SoldOut,
+        #[error(
+            "the member already holds a live reservation of this product, \
+             or bought the most allowed"
+        )]
+        MemberLimit,
+        #[error("product {0} not found")]
+        ProductNotFound(i64),
+        #[error("pass rejected: {0}")]
+        Pass(PassError),
+        #[error("pass is for product {pass}, not {asked}")]
+        PassWrongProduct { pass: i64, asked: i64 },
+        #[error("pass belongs to another member")]
+        PassWrongMember,
+        #[error("pass already used by another member")]
+        PassAlreadyUsed,
+        #[error("reservation not found")]
+        ReservationNotFound,
+        #[error("units of the product are on sale")]
+        NotSoldOut,
+        #[error("no unit of the product is held")]
+        NothingToWaitFor,
+        #[error("not on the product's waitlist")]
+        NotOnWaitlist,
+        #[error("offer not found")]
+        OfferNotFound,
+        #[error("offer expired")]
+        OfferExpired,
+        #[error("offer released")]
+        OfferReleased,
+        #[error("reservation has expired")]
+        ReservationExpired,
+        #[error("reservation was cancelled")]
+        ReservationCancelled,
+        #[error("reservation is confirmed")]
+        ReservationConfirmed,
+        /// The buyer's available balance does not cover the price: nothing held, no unit.
+        #[error("insufficient funds to hold {price}")]
+        InsufficientFunds { price: i64 },
+        /// A pass or offer that has made [`crate::funds::MAX_ATTEMPTS`] attempts.
+        #[error("the pass or offer was tried too often")]
+        AttemptsUsedUp,
+        #[error("the member has no account")]
+        NoAccount,
+        /// The member fails one of the product's eligibility rules.
+        #[error(transparent)]
+        Ineligible(#[from] paysaga_contracts::eligibility::Ineligible),
+        /// The account service gave no definite answer to a hold: nothing was reserved (a
+        /// hold it may have placed is reused by a retry, or released by the reconciliation).
+        #[error("the account service did not answer: {0}")]
+        Funds(paysaga_common::client::CallError),
+        /// The claim came later than a hold allows ([`crate::funds::CLAIM_WINDOW_SHARE`]):
+        /// nothing was reserved, the hold is released.
+        #[error("the claim came too late for its hold")]
+        ClaimTooLate,
+        #[error("database error")]
+        Database(#[from] sqlx::Error),
+        #[error("request task failed")]
+        Task(#[from] tokio::task::JoinError),
+        /// Something that must never happen did (e.g. a unit not in the state its
+        /// reservation implies). The transaction is rolled back; nothing is written.
+        #[error("invariant violated: {0}")]
+        Invariant(Breach),
+        /// The group-committed statement this operation rode in failed as a whole (its own
+        /// error inside); the operation may not have been applied.
+        #[error("{0}")]
+        Batch(BatchFailure<Error>),
+    }
 }
 
 impl Error {

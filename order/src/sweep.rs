@@ -2,7 +2,7 @@
 //! (to the head of the product's waitlist, else on sale), and offers past theirs pass
 //! their units on; both in bounded batches that several instances can run at once.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use paysaga_common::jobs::{self, Jobs};
 use sqlx::PgPool;
@@ -20,9 +20,10 @@ pub async fn sweep_batch(pool: &PgPool, batch: i64) -> Result<u64> {
 /// One sweep run: batches until one comes back short, at most `max_batches` of them, so
 /// a backlog is worked off over several runs instead of one unbounded one.
 pub async fn sweep(pool: &PgPool, batch: i64, max_batches: u32) -> Result<u64> {
-    let start = Instant::now();
-    let total = jobs::in_batches(batch, max_batches, || sweep_batch(pool, batch)).await?;
-    metrics::histogram!("order_sweep_seconds").record(start.elapsed().as_secs_f64());
+    let total = jobs::timed_in_batches("order_sweep_seconds", batch, max_batches, || {
+        sweep_batch(pool, batch)
+    })
+    .await?;
     if total > 0 {
         tracing::info!(units_returned = total, "expired reservations swept");
     }

@@ -1,6 +1,6 @@
 //! Bad requests get a 4xx with a code, never a 5xx, and never write anything.
 
-use crate::support::{token_for, Svc};
+use crate::support::{refusals, token_for, Refusal, Svc};
 use paysaga_common::auth::Audience;
 use paysaga_common::testkit::service_token;
 
@@ -22,7 +22,7 @@ async fn malformed_requests_are_answered_with_codes() {
     let id = a.id;
     // One request a row reads better than what rustfmt would make of it.
     #[rustfmt::skip]
-    let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+    let cases: Vec<Refusal> = vec![
         (raw("/v1/debits", "{not json".into()), 400, "MALFORMED_JSON"),
         // A valid debit, refused only for its size: whitespace past 64 KiB.
         (raw("/v1/debits", format!(r#"{{"operation_key": "padded", "account_id": {id}, "amount": 5}}{}"#, " ".repeat(70_000))), 413, "PAYLOAD_TOO_LARGE"),
@@ -48,20 +48,7 @@ async fn malformed_requests_are_answered_with_codes() {
         (svc.http.delete(svc.url("/v1/debits")).bearer_auth(&token), 405, "METHOD_NOT_ALLOWED"),
         (get("/v1/nothing"), 404, "NOT_FOUND"),
     ];
-    for (i, (req, status, code)) in cases.into_iter().enumerate() {
-        let r = req.send().await.expect("answer");
-        let got = r.status().as_u16();
-        let body: serde_json::Value = r.json().await.expect("JSON error body");
-        assert_eq!(
-            (got, body["code"].as_str()),
-            (status, Some(code)),
-            "case {i}: {body}"
-        );
-        assert!(
-            body["message"].as_str().is_some_and(|m| !m.is_empty()),
-            "case {i} has a message"
-        );
-    }
+    refusals(cases).await;
 
     assert_eq!(
         svc.count_where("TRUE").await,

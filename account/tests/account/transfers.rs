@@ -9,7 +9,7 @@ use paysaga_common::testkit::service_token;
 use paysaga_common::{auth::Audience, limits::MemberRate, testkit::buyer_token};
 use paysaga_contracts::account::api::{Recipient, TransactionKind};
 
-use crate::support::{to_member, Svc};
+use crate::support::{refusals, to_member, Refusal, Svc};
 
 /// A service whose members may send as fast as a test asks.
 async fn unthrottled() -> Svc {
@@ -43,12 +43,9 @@ async fn a_transfer_moves_money_in_two_rows_summing_to_zero() {
     let (svc, a, b) = Svc::with_two_members(1_000, 100).await;
     let total = svc.total_money().await;
 
-    let sent = svc
-        .transfer("member-1", "t-1", to_member("member-2"), 300)
-        .await
-        .expect("applied");
-    assert_eq!(sent.status, 201);
-    let t = sent.body;
+    let t = svc
+        .transferred("member-1", "t-1", to_member("member-2"), 300)
+        .await;
     assert_eq!(
         (t.from_account_id, t.to_account_id, t.amount),
         (a.id, b.id, 300)
@@ -66,15 +63,9 @@ async fn a_transfer_moves_money_in_two_rows_summing_to_zero() {
         (700, 400)
     );
 
-    // By account id, the other way.
-    let back = svc
-        .transfer("member-2", "t-1", Recipient::AccountId(a.id), 50)
-        .await
-        .expect("applied");
-    assert_eq!(
-        back.status, 201,
-        "keys are the sender's own: member-2's t-1 is new"
-    );
+    // By account id, the other way; keys are the sender's own: member-2's t-1 is new.
+    svc.transferred("member-2", "t-1", Recipient::AccountId(a.id), 50)
+        .await;
     assert_eq!(
         (svc.balance(a.id).await, svc.balance(b.id).await),
         (750, 350)
@@ -114,11 +105,8 @@ async fn held_money_cannot_be_transferred_and_a_refusal_writes_nothing() {
     assert_eq!(svc.balance(b.id).await, 0);
 
     // Exactly the available balance goes; then nothing is left to send.
-    let all = svc
-        .transfer("member-1", "t-2", to_member("member-2"), 200)
-        .await
-        .expect("covered");
-    assert_eq!(all.status, 201);
+    svc.transferred("member-1", "t-2", to_member("member-2"), 200)
+        .await;
     assert_eq!(svc.funds(a.id).await, (800, 800));
     let none = svc
         .transfer("member-1", "t-3", to_member("member-2"), 1)
@@ -131,11 +119,8 @@ async fn held_money_cannot_be_transferred_and_a_refusal_writes_nothing() {
         .release_hold("res:1:hold")
         .await
         .expect("released");
-    let later = svc
-        .transfer("member-1", "t-1", to_member("member-2"), 300)
-        .await
-        .expect("covered now");
-    assert_eq!(later.status, 201);
+    svc.transferred("member-1", "t-1", to_member("member-2"), 300)
+        .await;
     assert_eq!(svc.funds(a.id).await, (500, 0));
     assert_eq!(svc.balance(b.id).await, 500);
     assert_eq!(svc.transfer_rows().await, (2, 0));
@@ -279,7 +264,7 @@ async fn bad_transfers_are_refused_with_codes_and_write_nothing() {
     let own = a.id;
     let to_m2 = r#"{"to": {"member_id": "member-2"}, "amount": 5}"#.to_owned();
     #[rustfmt::skip]
-    let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+    let cases: Vec<Refusal> = vec![
         (send(Some(&buyer), None, to_m2.clone()), 400, "INVALID_OPERATION_KEY"),
         (send(Some(&buyer), Some("a b"), to_m2.clone()), 400, "INVALID_OPERATION_KEY"),
         (send(Some(&buyer), Some(&long_key), to_m2.clone()), 400, "INVALID_OPERATION_KEY"),
@@ -301,16 +286,7 @@ async fn bad_transfers_are_refused_with_codes_and_write_nothing() {
         (send(Some(&service), Some("k"), to_m2.clone()), 403, "FORBIDDEN"),
         (send(None, Some("k"), to_m2.clone()), 401, "UNAUTHENTICATED"),
     ];
-    for (i, (req, status, code)) in cases.into_iter().enumerate() {
-        let r = req.send().await.expect("answer");
-        let got = r.status().as_u16();
-        let body: serde_json::Value = r.json().await.expect("JSON error body");
-        assert_eq!(
-            (got, body["code"].as_str()),
-            (status, Some(code)),
-            "case {i}: {body}"
-        );
-    }
+    refusals(cases).await;
     assert_eq!(
         svc.count_where("TRUE").await,
         rows_before,
@@ -319,9 +295,6 @@ async fn bad_transfers_are_refused_with_codes_and_write_nothing() {
     assert_eq!(svc.transfer_rows().await, (0, 0));
     assert_eq!(svc.balance(a.id).await, 1_000);
     // The key of every refusal above is still free.
-    let ok = svc
-        .transfer("member-1", "k", to_member("member-2"), 5)
-        .await
-        .expect("applied");
-    assert_eq!(ok.status, 201);
+    svc.transferred("member-1", "k", to_member("member-2"), 5)
+        .await;
 }

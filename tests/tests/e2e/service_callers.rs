@@ -201,7 +201,7 @@ fn route(
     service: ServiceKind,
     method: Method,
     template: &'static str,
-    path: String,
+    path: impl Into<String>,
     body: Option<Value>,
     allowed: u8,
 ) -> Route {
@@ -209,10 +209,32 @@ fn route(
         service,
         method,
         template,
-        path,
+        path: path.into(),
         body,
         allowed,
     }
+}
+
+/// The event feed a service serves the orchestrator (its outbox): read and ack.
+fn event_feed(service: ServiceKind) -> [Route; 2] {
+    [
+        route(
+            service,
+            Method::GET,
+            "/v1/events",
+            "/v1/events?limit=10",
+            None,
+            ORCH,
+        ),
+        route(
+            service,
+            Method::POST,
+            "/v1/events/ack",
+            "/v1/events/ack",
+            Some(json!({"ids": ["0190a5b2-0000-7000-8000-000000000000"]})),
+            ORCH,
+        ),
+    ]
 }
 
 /// Every table of the four schemas, each as the md5 of its rows: any write shows.
@@ -300,13 +322,13 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         json!({"url": "http://127.0.0.1:9/callers-new", "event_types": ["waitlist.offer_expired"]});
 
     use ServiceKind::{Account as A, Gate as G, Member as M, Orchestrator as P, Order as O};
-    let matrix = vec![
+    let mut matrix = vec![
         // account
         route(
             A,
             Method::POST,
             "/v1/accounts",
-            "/v1/accounts".into(),
+            "/v1/accounts",
             Some(json!({"member_id": "callers-new", "opening_balance": 1_000_000})),
             MEMBER | OPERATOR,
         ),
@@ -322,7 +344,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             A,
             Method::POST,
             "/v1/debits",
-            "/v1/debits".into(),
+            "/v1/debits",
             Some(json!({"operation_key": "callers:debit", "account_id": account, "amount": 100})),
             ORCH,
         ),
@@ -330,7 +352,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             A,
             Method::POST,
             "/v1/credits",
-            "/v1/credits".into(),
+            "/v1/credits",
             Some(
                 json!({"operation_key": "callers:credit", "account_id": buyers[0].account_id, "amount": 100, "refund_of": debit_key}),
             ),
@@ -340,7 +362,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             A,
             Method::POST,
             "/v1/deposits",
-            "/v1/deposits".into(),
+            "/v1/deposits",
             Some(json!({"operation_key": "callers:deposit", "account_id": account, "amount": 100})),
             MEMBER | OPERATOR,
         ),
@@ -358,7 +380,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             A,
             Method::POST,
             "/v1/batch",
-            "/v1/batch".into(),
+            "/v1/batch",
             Some(
                 json!({"ops": [{"op": "debit", "operation_key": "callers:batch", "account_id": account, "amount": 100}]}),
             ),
@@ -368,7 +390,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             A,
             Method::POST,
             "/v1/holds",
-            "/v1/holds".into(),
+            "/v1/holds",
             Some(
                 json!({"operation_key": "callers:hold", "member_id": member, "amount": 100, "ttl_secs": 60}),
             ),
@@ -378,7 +400,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             A,
             Method::GET,
             "/v1/holds",
-            "/v1/holds?older_than_ms=0".into(),
+            "/v1/holds?older_than_ms=0",
             None,
             ORDER_ROLE | OPERATOR,
         ),
@@ -386,7 +408,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             A,
             Method::GET,
             "/v1/holds/{operation_key}",
-            "/v1/holds/callers:hold".into(),
+            "/v1/holds/callers:hold",
             None,
             ORDER_ROLE | ORCH | OPERATOR,
         ),
@@ -394,7 +416,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             A,
             Method::POST,
             "/v1/holds/{operation_key}/release",
-            "/v1/holds/callers:hold/release".into(),
+            "/v1/holds/callers:hold/release",
             Some(json!({})),
             ORDER_ROLE | OPERATOR,
         ),
@@ -403,7 +425,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             O,
             Method::POST,
             "/v1/products",
-            "/v1/products".into(),
+            "/v1/products",
             Some(json!({"name": "callers-new", "price": 100, "units": 3})),
             OPERATOR,
         ),
@@ -411,7 +433,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             O,
             Method::GET,
             "/v1/products",
-            "/v1/products".into(),
+            "/v1/products",
             None,
             GATE | OPERATOR | CONSOLE,
         ),
@@ -475,7 +497,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             O,
             Method::POST,
             "/v1/passes/used",
-            "/v1/passes/used".into(),
+            "/v1/passes/used",
             Some(json!({"pass_ids": [pass.pass_id]})),
             GATE,
         ),
@@ -483,32 +505,19 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             O,
             Method::POST,
             "/v1/batch",
-            "/v1/batch".into(),
+            "/v1/batch",
             Some(json!({"ops": [{"op": "cancel", "reservation_id": live}]})),
             ORCH,
         ),
-        route(
-            O,
-            Method::GET,
-            "/v1/events",
-            "/v1/events?limit=10".into(),
-            None,
-            ORCH,
-        ),
-        route(
-            O,
-            Method::POST,
-            "/v1/events/ack",
-            "/v1/events/ack".into(),
-            Some(json!({"ids": ["0190a5b2-0000-7000-8000-000000000000"]})),
-            ORCH,
-        ),
+    ];
+    matrix.extend(event_feed(O));
+    matrix.extend([
         // orchestrator
         route(
             P,
             Method::GET,
             "/v1/payments",
-            "/v1/payments".into(),
+            "/v1/payments",
             None,
             OPERATOR,
         ),
@@ -548,7 +557,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             P,
             Method::POST,
             "/v1/webhook-endpoints",
-            "/v1/webhook-endpoints".into(),
+            "/v1/webhook-endpoints",
             Some(hook_body),
             OPERATOR,
         ),
@@ -556,7 +565,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             P,
             Method::GET,
             "/v1/webhook-endpoints",
-            "/v1/webhook-endpoints".into(),
+            "/v1/webhook-endpoints",
             None,
             OPERATOR,
         ),
@@ -591,7 +600,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             P,
             Method::GET,
             "/v1/webhook-deliveries",
-            "/v1/webhook-deliveries?state=DEAD".into(),
+            "/v1/webhook-deliveries?state=DEAD",
             None,
             OPERATOR,
         ),
@@ -617,7 +626,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             M,
             Method::GET,
             "/v1/members",
-            "/v1/members".into(),
+            "/v1/members",
             None,
             OPERATOR,
         ),
@@ -641,29 +650,14 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             M,
             Method::POST,
             "/v1/members/bulk",
-            "/v1/members/bulk".into(),
+            "/v1/members/bulk",
             Some(
                 json!({"password": "callers-password-1", "members": [{"email": "callers-bulk@example.com"}], "opening_balance": 1_000}),
             ),
             OPERATOR,
         ),
-        route(
-            M,
-            Method::GET,
-            "/v1/events",
-            "/v1/events?limit=10".into(),
-            None,
-            ORCH,
-        ),
-        route(
-            M,
-            Method::POST,
-            "/v1/events/ack",
-            "/v1/events/ack".into(),
-            Some(json!({"ids": ["0190a5b2-0000-7000-8000-000000000000"]})),
-            ORCH,
-        ),
-    ];
+    ]);
+    matrix.extend(event_feed(M));
 
     // `/metrics` is on each service's own metrics listener, never on the API's.
     for kind in [A, O, P, G, M] {

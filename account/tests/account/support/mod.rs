@@ -347,6 +347,16 @@ impl Svc {
         client.transfer(k, &req).await
     }
 
+    /// [`Svc::transfer`] that must apply now (201): the transfer.
+    pub async fn transferred(&self, member: &str, k: &str, to: Recipient, minor: i64) -> Transfer {
+        let sent = self
+            .transfer(member, k, to, minor)
+            .await
+            .unwrap_or_else(|e| panic!("{member}'s transfer {k}: {e}"));
+        assert_eq!(sent.status, 201, "{member}'s transfer {k} applied now");
+        sent.body
+    }
+
     /// Transfers with a row in the ledger, and those whose rows are not one
     /// `TRANSFER_OUT` and one `TRANSFER_IN` summing to zero between two accounts.
     pub async fn transfer_rows(&self) -> (i64, i64) {
@@ -451,5 +461,27 @@ pub fn hold(k: &str, member: &str, minor: i64, ttl_secs: u32) -> HoldRequest {
         member_id: MemberId::parse(member).expect("member id"),
         amount: amount(minor),
         ttl_secs: HoldTtl::new(ttl_secs).expect("hold time"),
+    }
+}
+
+/// A request and the refusal it must get: status and `code`.
+pub type Refusal<'a> = (reqwest::RequestBuilder, u16, &'a str);
+
+/// Sends each request and checks its answer is its refusal, with a message for people
+/// beside the code; a case that differs is named by its index.
+pub async fn refusals(cases: Vec<Refusal<'_>>) {
+    for (i, (req, status, code)) in cases.into_iter().enumerate() {
+        let r = req.send().await.expect("answer");
+        let got = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.expect("JSON error body");
+        assert_eq!(
+            (got, body["code"].as_str()),
+            (status, Some(code)),
+            "case {i}: {body}"
+        );
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "case {i} has a message"
+        );
     }
 }

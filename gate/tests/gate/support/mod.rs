@@ -181,7 +181,11 @@ impl Gate {
         &self.service.url
     }
     pub fn buyer(&self, member: &str) -> GateClient {
-        GateClient::with_http(self.http.clone(), self.url(), buyer_token(member))
+        self.with_token(&buyer_token(member))
+    }
+    /// A client sending `token`, on this gate's connection pool.
+    pub fn with_token(&self, token: &str) -> GateClient {
+        GateClient::with_http(self.http.clone(), self.url(), token.to_owned())
     }
     pub fn service_client(&self) -> GateClient {
         GateClient::new(

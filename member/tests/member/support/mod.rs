@@ -11,7 +11,7 @@ use paysaga_common::{
     client::CallError,
     credentials::ServiceKeys,
     jwks::JWKS_PATH,
-    testkit::{service_token, InProcess, TestDb},
+    testkit::{dead_url, service_token, InProcess, TestDb},
 };
 use paysaga_contracts::member::{
     api::{codes, Credentials, Member, Session},
@@ -38,16 +38,6 @@ pub struct Stack {
     pub account: Option<InProcess>,
     // Last: dropped after the services have stopped using it.
     pub db: TestDb,
-}
-
-/// A URL nothing listens on: connections are refused at once.
-pub async fn dead_url() -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = l.local_addr().expect("addr");
-    drop(l);
-    format!("http://{addr}")
 }
 
 pub async fn start_account(db: &TestDb) -> InProcess {

@@ -164,7 +164,12 @@ impl Harness {
     }
 
     pub fn buyer(&self, member: &str) -> OrderClient {
-        OrderClient::with_http(self.http.clone(), &self.base, buyer_token(member))
+        self.with_token(&buyer_token(member))
+    }
+
+    /// A client sending `token`, on the harness's connection pool.
+    pub fn with_token(&self, token: &str) -> OrderClient {
+        OrderClient::with_http(self.http.clone(), &self.base, token.to_owned())
     }
 
     pub fn http(&self) -> &reqwest::Client {
