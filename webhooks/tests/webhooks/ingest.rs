@@ -19,23 +19,16 @@ use serde_json::Value;
 
 use crate::support::payments_pool;
 
-/// A URL nothing listens on.
-async fn dead_url() -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = l.local_addr().expect("addr");
-    drop(l);
-    format!("http://{addr}")
-}
-
 #[tokio::test]
 async fn member_events_are_pulled_into_the_event_log_under_their_source() {
     let db = TestDb::new().await;
     let pool = payments_pool(&db, 4).await;
     // The member service alone: with no account service its sign-up answers
     // ACCOUNT_PENDING, the member and its event stored all the same.
-    let mut config = member::Config::local(db.role_url("member_app"), dead_url().await);
+    let mut config = member::Config::local(
+        db.role_url("member_app"),
+        paysaga_common::testkit::dead_url().await,
+    );
     config.argon2 = Argon2Params::TEST_ONLY_CHEAP;
     let service = InProcess::start("member", |listener, shutdown| {
         member::run(config, listener, shutdown)
