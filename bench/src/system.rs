@@ -359,7 +359,24 @@ pub fn sum_counter(text: &str, name: &str, labels: &[&str]) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::sum_counter;
+    use super::{sum_counter, sum_series};
+
+    #[test]
+    fn sums_a_series_with_or_without_labels() {
+        let text = "\
+order_claim_flush_seconds_sum 1.5
+order_claim_flush_seconds_count 3
+order_claim_flush_seconds_sum_other 100
+order_claim_counter_held_seconds_sum{service=\"order\"} 0.25
+";
+        assert_eq!(sum_series(text, "order_claim_flush_seconds_sum"), 1.5);
+        assert_eq!(sum_series(text, "order_claim_flush_seconds_count"), 3.0);
+        assert_eq!(
+            sum_series(text, "order_claim_counter_held_seconds_sum"),
+            0.25
+        );
+        assert_eq!(sum_series(text, "absent"), 0.0);
+    }
 
     #[test]
     fn sums_only_matching_series() {

@@ -150,12 +150,15 @@ pub async fn claim(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Result<Clai
     Ok(answers)
 }
 
+/// The claims whose insert met an existing row: their place, and the unit locked for them.
+pub(crate) type Conflicted = Vec<(usize, i64)>;
+
 /// Each claim's answer from the statement's rows, in order, and the claims whose insert
-/// met an existing row (with the unit locked for them), for [`resolve`].
+/// met an existing row, for [`resolve`].
 pub(crate) fn read_answers(
     rows: &[sqlx::postgres::PgRow],
     ids: &[Uuid],
-) -> Result<(Vec<Result<Claim>>, Vec<(usize, i64)>)> {
+) -> Result<(Vec<Result<Claim>>, Conflicted)> {
     Breach::check_count("claim", "answers", ids.len(), rows.len()).map_err(Error::Invariant)?;
     let mut answers = Vec::with_capacity(rows.len());
     let mut conflicted = Vec::new();

@@ -413,6 +413,15 @@ fn keep(bench: &mut Bench, summary: RunSummary, f: &RunFigures) {
     }
 }
 
+/// A row of a table: its name, the seed's two figures, decimals, and the figure.
+type Row<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    usize,
+    &'a dyn Fn(&RunFigures) -> f64,
+);
+
 fn record(
     bench: &mut Bench,
     shape: Shape,
@@ -452,7 +461,7 @@ fn record(
         n(skip).min(n(counter))
     );
     t.push_str("| | paysaga: units `FOR UPDATE SKIP LOCKED` (service's claim) | paysaga: one counter row `FOR UPDATE` | seed: SKIP LOCKED | seed: pessimistic lock |\n|---|---:|---:|---:|---:|\n");
-    let rows: [(&str, &str, &str, usize, &dyn Fn(&RunFigures) -> f64); 9] = [
+    let rows: [Row; 9] = [
         ("order p95 (ms)", "115", "3,823", 1, &|r| r.p95_ms),
         ("order p50 (ms)", "", "", 1, &|r| r.p50_ms),
         ("order max (ms)", "", "", 1, &|r| r.max_ms),
@@ -502,7 +511,7 @@ fn record(
         n(gate).min(n(queue))
     );
     t.push_str("| | paysaga: gate | paysaga: Redis Streams intake queue | seed: gate | seed: intake queue |\n|---|---:|---:|---:|---:|\n");
-    let rows: [(&str, &str, &str, usize, &dyn Fn(&RunFigures) -> f64); 8] = [
+    let rows: [Row; 8] = [
         (
             "requests reaching the order service",
             "100",
@@ -607,4 +616,35 @@ fn record(
         .report
         .tables
         .push(("Seed 003: four locking strategies".into(), t));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(p95: &[f64]) -> Vec<RunFigures> {
+        p95.iter()
+            .map(|&p95_ms| RunFigures {
+                p95_ms,
+                ..RunFigures::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn medians_with_their_spread() {
+        assert_eq!(
+            spread(&runs(&[5.0, 1.0, 3.0, 2.0, 4.0]), |r| r.p95_ms),
+            (3.0, 1.0, 5.0)
+        );
+        assert_eq!(
+            spread(&runs(&[4.0, 1.0, 3.0, 2.0]), |r| r.p95_ms),
+            (2.5, 1.0, 4.0)
+        );
+        assert_eq!(
+            cell(&runs(&[2.0, 1.0, 3.0]), 1, |r| r.p95_ms),
+            "2.0 (1.0–3.0)"
+        );
+        assert_eq!(cell(&runs(&[7.0, 7.0, 7.0]), 0, |r| r.p95_ms), "7");
+    }
 }
