@@ -52,10 +52,14 @@ pub enum Scenario {
     /// reservations while eligible buyers race; a sign-up flood from the same addresses
     /// while members sign in.
     Bots,
+    /// 9: the seed documents' own experiments through HTTP, each a median of several runs
+    /// beside the seed's figures: 1,000 orders for 100 units under each claim strategy
+    /// (`CLAIM_STRATEGY`), and the gate against a Redis Streams intake queue.
+    Seeds,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Ceilings,
         Scenario::DropGate,
         Scenario::DropDirect,
@@ -64,6 +68,7 @@ impl Scenario {
         Scenario::Checkout,
         Scenario::SellThrough,
         Scenario::Bots,
+        Scenario::Seeds,
     ];
 }
 

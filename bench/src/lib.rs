@@ -9,6 +9,7 @@ pub mod client;
 pub mod cpu;
 pub mod error;
 pub mod flow;
+pub mod intake_queue;
 pub mod invariants;
 pub mod load;
 pub mod machine;
@@ -211,6 +212,10 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
     if bench.settings.runs(Scenario::Bots) {
         eprintln!("scenario 8: a bot attack on a members' drop, and a sign-up flood");
         scenario::bots::measure(bench).await?;
+    }
+    if bench.settings.runs(Scenario::Seeds) {
+        eprintln!("scenario 9: the seeds' tables, through the real services");
+        scenario::seeds::measure(bench).await?;
     }
     if bench.settings.runs(Scenario::Claims) {
         eprintln!("scenario 3: claim strategies (the order service's claim bench)");

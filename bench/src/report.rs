@@ -138,6 +138,8 @@ pub struct Report {
     pub memory: Vec<MemoryRow>,
     pub checkout: Vec<CheckoutRow>,
     pub invariants: Vec<Invariant>,
+    /// Tables a part composes itself (title, markdown), printed as they are.
+    pub tables: Vec<(String, String)>,
     pub notes: Vec<String>,
 }
 
@@ -157,6 +159,7 @@ impl Report {
             memory: Vec::new(),
             checkout: Vec::new(),
             invariants: Vec::new(),
+            tables: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -255,6 +258,9 @@ impl Report {
                 s.checkout_buyers,
                 levels.join(", ")
             );
+        }
+        for (title, table) in &self.tables {
+            let _ = write!(md, "\n### {title}\n\n{table}");
         }
         md.push_str("\n### Load phases\n\n");
         md.push_str(&stats::markdown_table(&self.runs));

@@ -125,7 +125,17 @@ impl System {
     /// every service, to measure a tuning (`CLAIM_FLUSHES=1 WRITE_FLUSHES=1`) without a
     /// rebuild.
     pub async fn start(label: &str, http: Client) -> Result<Self> {
-        let mut options = StackOptions::new(label).rust_log("warn");
+        Self::start_with(label, http, |o| o).await
+    }
+
+    /// [`System::start`] with `tweak` applied to the stack's options (a setting of one
+    /// service, say).
+    pub async fn start_with(
+        label: &str,
+        http: Client,
+        tweak: impl FnOnce(StackOptions) -> StackOptions,
+    ) -> Result<Self> {
+        let mut options = tweak(StackOptions::new(label).rust_log("warn"));
         for pair in std::env::var(SERVICE_ENV)
             .unwrap_or_default()
             .split_whitespace()
@@ -303,6 +313,15 @@ impl System {
         }
     }
 
+    /// The order service's metrics page.
+    pub async fn order_metrics(&self) -> Result<String> {
+        let url = format!("{}/metrics", self.stack.metrics_url(ServiceKind::Order));
+        let reply = send(self.http.get(&url))
+            .await
+            .map_err(|o| setup(&url, o.0))?;
+        Ok(String::from_utf8_lossy(&reply.body).into_owned())
+    }
+
     /// `POST /v1/reservations` requests the order service has counted (its
     /// `http_requests_total`, all statuses): what reached order, whoever sent it.
     pub async fn reservation_requests_seen_by_order(&self) -> Result<u64> {
@@ -318,6 +337,17 @@ impl System {
     }
 }
 
+/// Sums a Prometheus series `name` (with or without labels) over all its series.
+pub fn sum_series(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Sums a Prometheus counter over the series whose labels include all of `labels`.
 pub fn sum_counter(text: &str, name: &str, labels: &[&str]) -> u64 {
     text.lines()
@@ -329,7 +359,24 @@ pub fn sum_counter(text: &str, name: &str, labels: &[&str]) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::sum_counter;
+    use super::{sum_counter, sum_series};
+
+    #[test]
+    fn sums_a_series_with_or_without_labels() {
+        let text = "\
+order_claim_flush_seconds_sum 1.5
+order_claim_flush_seconds_count 3
+order_claim_flush_seconds_sum_other 100
+order_claim_counter_held_seconds_sum{service=\"order\"} 0.25
+";
+        assert_eq!(sum_series(text, "order_claim_flush_seconds_sum"), 1.5);
+        assert_eq!(sum_series(text, "order_claim_flush_seconds_count"), 3.0);
+        assert_eq!(
+            sum_series(text, "order_claim_counter_held_seconds_sum"),
+            0.25
+        );
+        assert_eq!(sum_series(text, "absent"), 0.0);
+    }
 
     #[test]
     fn sums_only_matching_series() {

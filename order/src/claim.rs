@@ -33,6 +33,7 @@ use uuid::Uuid;
 use crate::{
     api::{Reservation, ReservationState},
     breach::{Breach, Holder},
+    claim_alternatives::{Alternatives, ClaimStrategy},
     error::{self, Error, Result},
     reservations::ReservationRow,
     states::{Text, UnitState},
@@ -97,6 +98,9 @@ pub enum Claim {
     MemberLimit,
     /// The claim came after its `claim_by`: nothing was claimed.
     TooLate,
+    /// A benchmark alternative's optimistic check lost to another claim, on every try
+    /// ([`crate::claim_alternatives`]): nothing was claimed.
+    Contended,
 }
 
 /// What the statement says of one request.
@@ -138,7 +142,24 @@ pub async fn claim(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Result<Clai
     let ids: Vec<Uuid> = claims.iter().map(|c| c.id).collect();
     // A deadlock PostgreSQL broke rolled the statement back whole.
     let rows = retry::on_conflict(Error::is_conflict, || run(pool, claims, &ids)).await?;
-    Breach::check_count("claim", "answers", claims.len(), rows.len()).map_err(Error::Invariant)?;
+    let (mut answers, conflicted) = read_answers(&rows, &ids)?;
+    if !conflicted.is_empty() {
+        resolve(pool, claims, &conflicted, &mut answers).await?;
+    }
+    metrics::histogram!("order_claim_flush_seconds").record(start.elapsed().as_secs_f64());
+    Ok(answers)
+}
+
+/// The claims whose insert met an existing row: their place, and the unit locked for them.
+pub(crate) type Conflicted = Vec<(usize, i64)>;
+
+/// Each claim's answer from the statement's rows, in order, and the claims whose insert
+/// met an existing row, for [`resolve`].
+pub(crate) fn read_answers(
+    rows: &[sqlx::postgres::PgRow],
+    ids: &[Uuid],
+) -> Result<(Vec<Result<Claim>>, Conflicted)> {
+    Breach::check_count("claim", "answers", ids.len(), rows.len()).map_err(Error::Invariant)?;
     let mut answers = Vec::with_capacity(rows.len());
     let mut conflicted = Vec::new();
     for (at, row) in rows.iter().enumerate() {
@@ -173,11 +194,7 @@ pub async fn claim(pool: &PgPool, claims: &[NewClaim]) -> Result<Vec<Result<Clai
             }
         });
     }
-    if !conflicted.is_empty() {
-        resolve(pool, claims, &conflicted, &mut answers).await?;
-    }
-    metrics::histogram!("order_claim_flush_seconds").record(start.elapsed().as_secs_f64());
-    Ok(answers)
+    Ok((answers, conflicted))
 }
 
 /// Each claim's place among the claims of its member and product, in order (1 for the
@@ -199,7 +216,7 @@ fn places(claims: &[NewClaim]) -> Vec<i64> {
 /// the replay (`PassUsed`); a live reservation on the unit locked for them is a breach
 /// (tables broken by hand: that claim alone fails); otherwise the member's other claim
 /// won (`MemberLimit`). Rare: replays of a pass whose reservation ended, and races.
-async fn resolve(
+pub(crate) async fn resolve(
     pool: &PgPool,
     claims: &[NewClaim],
     conflicted: &[(usize, i64)],
@@ -250,7 +267,23 @@ async fn run(
     ids: &[Uuid],
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
     let mut conn = pool.acquire().await?;
-    let rows = sqlx::query(
+    match statement(&mut conn, claims, ids).await {
+        Ok(rows) => Ok(rows),
+        Err(e) => {
+            error::settle(&mut conn).await;
+            Err(error::from_statement(e))
+        }
+    }
+}
+
+/// The claim statement on `conn`: alone in autocommit (the service's claim), or inside a
+/// transaction that took a lock first (the alternatives of [`crate::claim_alternatives`]).
+pub(crate) async fn statement(
+    conn: &mut sqlx::PgConnection,
+    claims: &[NewClaim],
+    ids: &[Uuid],
+) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+    sqlx::query(
         r#"
         WITH req AS MATERIALIZED (
             SELECT r.id, r.product_id, r.member_id, r.pass_id, r.expires_at, r.cap, r.m,
@@ -382,14 +415,7 @@ async fn run(
     .bind(places(claims))
     .bind(claims.iter().map(|c| c.claim_by).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
-    .await;
-    match rows {
-        Ok(rows) => Ok(rows),
-        Err(e) => {
-            error::settle(&mut conn).await;
-            Err(error::from_statement(e))
-        }
-    }
+    .await
 }
 
 /// The process's claimer: group commit through a [`Coalescer`] (claims that arrive
@@ -399,11 +425,21 @@ async fn run(
 pub struct Claims {
     pool: PgPool,
     batcher: Option<Coalescer<NewClaim, Result<Claim>, Error>>,
+    /// A benchmark alternative in place of the statement (`CLAIM_STRATEGY`), if set.
+    alternative: Option<Alternatives>,
 }
 
 impl Claims {
-    /// The claims batcher, when `max_batch > 1`.
-    pub fn new(pool: PgPool, max_batch: usize, in_flight: usize) -> Self {
+    /// The claims batcher, when `max_batch > 1`; with a strategy other than the default,
+    /// that alternative instead, each claim its own transaction.
+    pub fn new(pool: PgPool, max_batch: usize, in_flight: usize, strategy: ClaimStrategy) -> Self {
+        if strategy != ClaimStrategy::UnitsSkipLocked {
+            return Self {
+                alternative: Some(Alternatives::new(pool.clone(), strategy)),
+                pool,
+                batcher: None,
+            };
+        }
         let batcher = (max_batch > 1).then(|| {
             let p = pool.clone();
             Coalescer::new(
@@ -422,13 +458,20 @@ impl Claims {
                 },
             )
         });
-        Self { pool, batcher }
+        Self {
+            pool,
+            batcher,
+            alternative: None,
+        }
     }
 
     /// Claims a unit, sharing the statement and commit with the claims that wait
     /// alongside it. A flush that fails as a whole wrote nothing; its error is this
     /// claim's (503 when the database was out of reach, else 500).
     pub async fn claim(&self, req: NewClaim) -> Result<Claim> {
+        if let Some(alternative) = &self.alternative {
+            return alternative.claim(&req).await;
+        }
         let Some(batcher) = &self.batcher else {
             return claim(&self.pool, std::slice::from_ref(&req))
                 .await?

@@ -3,6 +3,8 @@
 use std::{sync::Arc, time::Duration};
 
 use ed25519_dalek::VerifyingKey;
+
+use crate::claim_alternatives::ClaimStrategy;
 use paysaga_common::{
     auth::{BuyerKeySource, ServiceRole},
     config::{self, ConfigError, Secrets},
@@ -67,6 +69,11 @@ pub struct Config {
     /// `CLAIM_FLUSHES`: claim flushes in flight at once (default 1, 1 to 64); each holds
     /// a connection for its statement.
     pub claim_flushes: usize,
+    /// `CLAIM_STRATEGY`: how a unit is claimed. The default, `units-skip-locked`, is the
+    /// service's claim; the others are the benchmark's alternatives
+    /// (`counter-for-update`, `atomic-update`, `optimistic`, `optimistic-retry`; see
+    /// [`crate::claim_alternatives`]), each claim then its own transaction.
+    pub claim_strategy: ClaimStrategy,
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8084";
@@ -114,6 +121,8 @@ impl Config {
         config::within("CLAIM_BATCH", claim_batch, 1, 10_000)?;
         let claim_flushes: usize = config::parse("CLAIM_FLUSHES", DEFAULT_CLAIM_FLUSHES)?;
         config::within("CLAIM_FLUSHES", claim_flushes, 1, 64)?;
+        let claim_strategy: ClaimStrategy =
+            config::parse("CLAIM_STRATEGY", ClaimStrategy::default())?;
         let account_timeout = config::millis("ACCOUNT_TIMEOUT_MS", Duration::from_millis(2000))?;
         config::millis_at_least("ACCOUNT_TIMEOUT_MS", account_timeout, 10)?;
         let hold_batches: usize = config::parse("HOLD_BATCHES", 1)?;
@@ -144,6 +153,7 @@ impl Config {
             sweep_max_batches,
             claim_batch,
             claim_flushes,
+            claim_strategy,
         })
     }
 
@@ -170,6 +180,7 @@ impl Config {
             sweep_max_batches: 20,
             claim_batch: DEFAULT_CLAIM_BATCH,
             claim_flushes: DEFAULT_CLAIM_FLUSHES,
+            claim_strategy: ClaimStrategy::default(),
         }
     }
 }

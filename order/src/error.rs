@@ -72,6 +72,10 @@ paysaga_common::service_error! {
         /// nothing was reserved, the hold is released.
         #[error("the claim came too late for its hold")]
         ClaimTooLate,
+        /// A benchmark alternative's optimistic claim lost to another claim
+        /// ([`crate::claim_alternatives`]): nothing held, nothing claimed.
+        #[error("another claim changed the product's counter first")]
+        ClaimConflict,
         #[error("database error")]
         Database(#[from] sqlx::Error),
         #[error("request task failed")]
@@ -169,6 +173,10 @@ impl Error {
                     "your available balance (balance minus what your live reservations hold) \
                      does not cover the price ({price}); nothing was held and no unit reserved"
                 ),
+            ),
+            Error::ClaimConflict => ApiError::conflict(
+                ErrorCode::ClaimConflict.as_str(),
+                "another claim changed the product's stock counter first; nothing was held, retry",
             ),
             Error::AttemptsUsedUp => ApiError::conflict(
                 ErrorCode::PassAlreadyUsed.as_str(),

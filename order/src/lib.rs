@@ -3,13 +3,15 @@
 //! the claim of a unit with `FOR UPDATE SKIP LOCKED` (`claim`), and confirm, cancel and
 //! expiry (`settle`); the price of every reservation held on the buyer's account first
 //! (`funds`), and given back when it is cancelled (`releases`); the FIFO waitlist that
-//! returned units are offered to; the transactional outbox of its events.
+//! returned units are offered to; the transactional outbox of its events; and the
+//! claim's benchmark alternatives behind `CLAIM_STRATEGY` (`claim_alternatives`).
 
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::order::api;
 pub mod breach;
 /// Public because paysaga-bench's claim bench calls the claim itself.
 pub mod claim;
+pub mod claim_alternatives;
 pub mod config;
 pub(crate) mod error;
 pub mod funds;
@@ -80,7 +82,12 @@ impl AppState {
     /// Needs a Tokio runtime: it starts the claims' flushing task.
     pub fn new(pool: PgPool, config: &Config) -> Self {
         Self {
-            claims: claim::Claims::new(pool.clone(), config.claim_batch, config.claim_flushes),
+            claims: claim::Claims::new(
+                pool.clone(),
+                config.claim_batch,
+                config.claim_flushes,
+                config.claim_strategy,
+            ),
             funds: funds::Funds::new(
                 AccountClient::new(
                     config.account_url.clone(),

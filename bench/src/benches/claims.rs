@@ -210,6 +210,9 @@ async fn claim_once(ctx: &Ctx, i: usize) -> anyhow::Result<Outcome> {
                     Claim::PassUsed => anyhow::bail!("fresh pass id reported as used"),
                     Claim::MemberLimit => anyhow::bail!("a fresh member reported over its limit"),
                     Claim::TooLate => anyhow::bail!("a claim without a window reported too late"),
+                    Claim::Contended => {
+                        anyhow::bail!("the default claim reported a version conflict")
+                    }
                     Claim::NothingClaimable => {
                         if stock::probe(pool, product).await? != Some(true) {
                             return Ok(Outcome::SoldOut { retries: attempt });

@@ -8,4 +8,5 @@ pub mod gate;
 pub mod gate_bench;
 pub mod measure;
 pub mod saga;
+pub mod seeds;
 pub mod sell_through;

@@ -212,6 +212,10 @@ pub enum ErrorCode {
     /// The product admits only members whose email is verified, and the member's token
     /// says it is not (joining its waitlist).
     EmailNotVerified,
+    /// Only under the order service's optimistic `CLAIM_STRATEGY` (a benchmark
+    /// alternative): another claim changed the product's counter first; nothing was held
+    /// and no unit taken, the same pass may be used again.
+    ClaimConflict,
 }
 
 wire_names!(
@@ -250,6 +254,7 @@ wire_names!(
         InvalidEligibility => INVALID_ELIGIBILITY,
         AccountTooNew => ACCOUNT_TOO_NEW,
         EmailNotVerified => EMAIL_NOT_VERIFIED,
+        ClaimConflict => CLAIM_CONFLICT,
     }
 );
 

@@ -48,7 +48,7 @@ fn replay(existing: Reservation, member: &MemberId) -> Result<(StatusCode, Json<
         (status = 422, body = ErrorBody, description = "INSUFFICIENT_FUNDS (your available balance does not cover the price), NO_ACCOUNT: nothing held, no unit taken"),
         (status = 503, body = ErrorBody, description = "UNAVAILABLE: the account service did not answer; nothing was reserved, retry with the same pass"),
         (status = 200, body = Reservation, description = "this pass was already used by you: the same reservation"),
-        (status = 409, body = ErrorBody, description = "SOLD_OUT, PASS_ALREADY_USED, MEMBER_LIMIT_REACHED (a live reservation of the product is held, or PURCHASE_CAP units reserved and bought)"),
+        (status = 409, body = ErrorBody, description = "SOLD_OUT, PASS_ALREADY_USED, MEMBER_LIMIT_REACHED (a live reservation of the product is held, or PURCHASE_CAP units reserved and bought), CLAIM_CONFLICT (only under the benchmark's optimistic CLAIM_STRATEGY: another claim won; nothing held, retry with the same pass)"),
         (status = 403, body = ErrorBody, description = "the pass does not admit this member to this product now: PASS_MALFORMED, PASS_INVALID_SIGNATURE, PASS_EXPIRED, PASS_WRONG_PRODUCT, PASS_WRONG_MEMBER"),
         (status = 404, body = ErrorBody, description = "PRODUCT_NOT_FOUND")))]
 #[tracing::instrument(skip_all, fields(member = %member, product_id = req.product_id))]
@@ -177,6 +177,10 @@ async fn claim_with(state: &AppState, claim: &NewClaim) -> Result<Claimed> {
                 metrics::counter!("order_reservations_total", "outcome" => "member_limit")
                     .increment(1);
                 return Err(Error::MemberLimit);
+            }
+            Claim::Contended => {
+                metrics::counter!("order_reservations_total", "outcome" => "conflict").increment(1);
+                return Err(Error::ClaimConflict);
             }
             Claim::TooLate => {
                 metrics::counter!("order_reservations_total", "outcome" => "too_late").increment(1);

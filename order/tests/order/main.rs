@@ -4,6 +4,7 @@ mod support;
 
 mod bad_input;
 mod batch;
+mod claim_alternatives;
 mod claims_batched;
 mod eligibility;
 mod expiry;
