@@ -178,6 +178,26 @@ pub fn service_token(service: &str, to: crate::auth::Audience) -> String {
 }
 
 /// A URL nothing listens on: connections to it are refused at once.
+/// `probe`'s first `Some`, asked every `every`; panics naming `what` after `within` (a
+/// bound against a hang, not a timing assertion).
+pub async fn until_some<T, F, Fut>(what: &str, within: Duration, every: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(every).await;
+    }
+}
+
 pub async fn dead_url() -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -326,6 +326,36 @@ pub async fn check(pool: &PgPool) -> anyhow::Result<InvariantReport> {
 /// Work the order service still owes holds: live holds without their live reservation
 /// (a release owed by a cancel, an orphan awaiting its grace) and releases not yet
 /// answered. 0 once holds have settled after a drop or a fault.
+/// One product's units per state, from `product_stock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct UnitStates {
+    pub available: i64,
+    pub reserved: i64,
+    pub offered: i64,
+    pub sold: i64,
+}
+
+/// `product_id`'s units per state, read with `db` (a pool, or a connection whose
+/// snapshot the caller chose).
+pub async fn unit_states<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    product_id: i64,
+) -> anyhow::Result<UnitStates> {
+    sqlx::query_as(
+        r#"
+        SELECT COUNT(*) FILTER (WHERE state = 'AVAILABLE') AS available,
+               COUNT(*) FILTER (WHERE state = 'RESERVED') AS reserved,
+               COUNT(*) FILTER (WHERE state = 'OFFERED') AS offered,
+               COUNT(*) FILTER (WHERE state = 'SOLD') AS sold
+        FROM order_service.product_stock WHERE product_id = $1
+        "#,
+    )
+    .bind(product_id)
+    .fetch_one(db)
+    .await
+    .context("reading a product's units")
+}
+
 pub async fn holds_owed(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(scalar(pool, LIVE_HOLDS_WITHOUT_LIVE_RESERVATION).await?
         + scalar(pool, HOLD_RELEASES_OWED).await?)

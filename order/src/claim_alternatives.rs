@@ -258,21 +258,14 @@ impl Alternatives {
                 Counter::Taken
             }
             ClaimStrategy::AtomicUpdate => {
-                let taken = sqlx::query(
+                let update = sqlx::query(
                     r#"
                     UPDATE claim_counters SET available = available - 1
                     WHERE product_id = $1 AND available > 0
                     "#,
                 )
-                .bind(product_id)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-                if taken == 1 {
-                    Counter::Taken
-                } else {
-                    Counter::Empty
-                }
+                .bind(product_id);
+                taken_or(tx, update, Counter::Empty).await?
             }
             ClaimStrategy::Optimistic | ClaimStrategy::OptimisticRetry => {
                 let read: Option<(i64, i64)> = sqlx::query_as(
@@ -284,7 +277,7 @@ impl Alternatives {
                 let Some((available, version)) = read.filter(|(a, _)| *a > 0) else {
                     return Ok(Counter::Empty);
                 };
-                let taken = sqlx::query(
+                let update = sqlx::query(
                     r#"
                     UPDATE claim_counters SET available = $3 - 1, version = version + 1
                     WHERE product_id = $1 AND version = $2
@@ -292,18 +285,25 @@ impl Alternatives {
                 )
                 .bind(product_id)
                 .bind(version)
-                .bind(available)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-                if taken == 1 {
-                    Counter::Taken
-                } else {
-                    Counter::Lost
-                }
+                .bind(available);
+                taken_or(tx, update, Counter::Lost).await?
             }
         })
     }
+}
+
+/// `Taken` if `update` changed the counter row, else `otherwise`.
+async fn taken_or(
+    tx: &mut Transaction<'_, Postgres>,
+    update: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    otherwise: Counter,
+) -> Result<Counter> {
+    let changed = update.execute(&mut **tx).await?.rows_affected();
+    Ok(if changed == 1 {
+        Counter::Taken
+    } else {
+        otherwise
+    })
 }
 
 /// Records how long the counter row was held (its lock taken until the transaction

@@ -18,6 +18,12 @@ use sqlx::PgPool;
 use crate::{binaries, proxy::FaultProxy, Admin, Endpoints};
 
 /// A connection the harness can route through a [`FaultProxy`].
+#[derive(Debug, Clone, Copy)]
+pub struct SignUpLimitsOf {
+    pub per_address: u32,
+    pub total: u32,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Link {
     /// The gate's calls to the order service (availability for the quota job).
@@ -76,6 +82,16 @@ impl StackOptions {
         self.env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
             .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
             .env(ServiceKind::Order, "HOLD_ORPHAN_GRACE_MS", 3000)
+    }
+
+    /// The member service behind a trusted proxy on 127.0.0.1 (the caller, which sends
+    /// each request's client address in `X-Forwarded-For`), with these sign-up limits
+    /// (per address, in all; the service's own, say) rather than the raised ones the
+    /// wiring seeds with.
+    pub fn member_behind_local_proxy(self, per_address: u32, total: u32) -> Self {
+        self.env(ServiceKind::Member, "TRUSTED_PROXIES", "127.0.0.1")
+            .env(ServiceKind::Member, "SIGNUP_MAX_PER_ADDRESS", per_address)
+            .env(ServiceKind::Member, "SIGNUP_MAX_TOTAL", total)
     }
 
     /// [`StackOptions::quick_loops`], and the orchestrator gives up on a downstream call

@@ -27,16 +27,17 @@ use paysaga_drop::{
     invariants as drop_invariants, sell_through,
     setup::Admin,
     stats::Latency,
-    Attempt, Buyer, Driver, Endpoints, Outcome, WaitlistPolicy,
+    Attempt, Buyer, Driver, Outcome, WaitlistPolicy,
 };
-use paysaga_e2e::{Stack, StackOptions};
+use paysaga_e2e::StackOptions;
 use paysaga_supervisor::ServiceKind;
 
 use crate::{
-    error::{Error, Result},
+    error::Result,
     invariants,
     report::Report,
     scenario::drop::PRICE,
+    scenario::{setup, started},
     Bench,
 };
 
@@ -82,10 +83,6 @@ impl Size {
     }
 }
 
-fn setup(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Setup(format!("{what}: {e}"))
-}
-
 /// A set of eligible buyers, by name.
 struct Crowd {
     prefix: String,
@@ -101,11 +98,12 @@ impl Crowd {
         Ok(Self { prefix, buyers })
     }
 
-    /// The names of the first `n` (as [`bots::sign_ins`] takes them).
-    fn names(&self, n: usize) -> Vec<String> {
-        (0..n.min(self.buyers.len()))
+    /// The first `n` signing in at `member_url`, [`SIGN_IN_CLIENTS`] at a time.
+    async fn sign_ins(&self, http: &reqwest::Client, member_url: &str, n: usize) -> bots::SignIns {
+        let names: Vec<String> = (0..n.min(self.buyers.len()))
             .map(|i| format!("{}-{i}", self.prefix))
-            .collect()
+            .collect();
+        bots::sign_ins(http, member_url, &names, SIGN_IN_CLIENTS).await
     }
 
     fn members(&self) -> Vec<String> {
@@ -172,27 +170,14 @@ async fn play(
 pub async fn measure(bench: &mut Bench) -> Result<()> {
     let size = Size::of(bench.settings.quick);
     let limits = member::config::SignUpLimits::default();
-    let stack = Stack::start(
+    let (stack, endpoints, admin) = started(
         StackOptions::new("bench-bots")
             .rust_log("warn")
             .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
-            // The benchmark is the proxy in front of the member service; the wiring
-            // raises the sign-up limits for seeding, this system keeps the service's own.
-            .env(ServiceKind::Member, "TRUSTED_PROXIES", "127.0.0.1")
-            .env(
-                ServiceKind::Member,
-                "SIGNUP_MAX_PER_ADDRESS",
-                limits.per_address,
-            )
-            .env(ServiceKind::Member, "SIGNUP_MAX_TOTAL", limits.total),
+            // The benchmark is the proxy in front of the member service.
+            .member_behind_local_proxy(limits.per_address, limits.total),
     )
-    .await
-    .map_err(|e| setup("starting the services", format!("{e:#}")))?;
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(180)),
-    );
+    .await?;
     let run = &bench.run_id;
     let seeding = Instant::now();
     let warm = Crowd::open(&admin, format!("bw-{run}"), bench.settings.concurrency).await?;
@@ -246,13 +231,9 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     let patient = paysaga_common::client::http_client(Duration::from_secs(120));
     // Sign-ins alone, then the same number of other members signing in while bots
     // sign up from the ten addresses, each bot once and again after every refusal.
-    let signing_alone = bots::sign_ins(
-        &patient,
-        &endpoints.member,
-        &alone.names(size.sign_ins),
-        SIGN_IN_CLIENTS,
-    )
-    .await;
+    let signing_alone = alone
+        .sign_ins(&patient, &endpoints.member, size.sign_ins)
+        .await;
     let stop = Arc::new(AtomicBool::new(false));
     let flooding = Instant::now();
     let flood = {
@@ -274,13 +255,9 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     };
     // The flood's first wave is in flight before the members come.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let signing_flooded = bots::sign_ins(
-        &patient,
-        &endpoints.member,
-        &raced.names(size.sign_ins),
-        SIGN_IN_CLIENTS,
-    )
-    .await;
+    let signing_flooded = raced
+        .sign_ins(&patient, &endpoints.member, size.sign_ins)
+        .await;
     stop.store(true, Ordering::Relaxed);
     let flood = flood.await.map_err(|e| setup("the sign-up flood", e))?;
     let flood_accounts = bots::flood_accounts(&pool, &format!("bf-{run}"))

@@ -422,6 +422,28 @@ type Row<'a> = (
     &'a dyn Fn(&RunFigures) -> f64,
 );
 
+/// A table under `intro`: one line per row, its figure over `left`'s runs and over
+/// `right`'s, then the seed's two figures; `columns` heads those four.
+fn two_sided_table(
+    intro: &str,
+    columns: [&str; 4],
+    rows: &[Row],
+    left: &[RunFigures],
+    right: &[RunFigures],
+) -> String {
+    let [a, b, c, d] = columns;
+    let mut t = format!("{intro}\n\n| | {a} | {b} | {c} | {d} |\n|---|---:|---:|---:|---:|\n");
+    for (name, seed_left, seed_right, digits, f) in rows {
+        let _ = writeln!(
+            t,
+            "| {name} | {} | {} | {seed_left} | {seed_right} |",
+            cell(left, *digits, f),
+            cell(right, *digits, f)
+        );
+    }
+    t
+}
+
 fn record(
     bench: &mut Bench,
     shape: Shape,
@@ -452,15 +474,12 @@ fn record(
     );
     let n = |runs: &[RunFigures]| runs.len();
 
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "{} orders for {} units, {CLIENTS} clients; median (min–max) of {} runs each.\n",
+    let intro = format!(
+        "{} orders for {} units, {CLIENTS} clients; median (min–max) of {} runs each.",
         shape.orders,
         shape.units,
         n(skip).min(n(counter))
     );
-    t.push_str("| | paysaga: units `FOR UPDATE SKIP LOCKED` (service's claim) | paysaga: one counter row `FOR UPDATE` | seed: SKIP LOCKED | seed: pessimistic lock |\n|---|---:|---:|---:|---:|\n");
     let rows: [Row; 9] = [
         ("order p95 (ms)", "115", "3,823", 1, &|r| r.p95_ms),
         ("order p50 (ms)", "", "", 1, &|r| r.p50_ms),
@@ -480,14 +499,18 @@ fn record(
             r.per_statement
         }),
     ];
-    for (name, seed_skip, seed_pess, digits, f) in rows {
-        let _ = writeln!(
-            t,
-            "| {name} | {} | {} | {seed_skip} | {seed_pess} |",
-            cell(skip, digits, f),
-            cell(counter, digits, f)
-        );
-    }
+    let mut t = two_sided_table(
+        &intro,
+        [
+            "paysaga: units `FOR UPDATE SKIP LOCKED` (service's claim)",
+            "paysaga: one counter row `FOR UPDATE`",
+            "seed: SKIP LOCKED",
+            "seed: pessimistic lock",
+        ],
+        &rows,
+        skip,
+        counter,
+    );
     let _ = writeln!(
         t,
         "| counter row held in all ÷ the run's time | | {} | | |",
@@ -502,15 +525,12 @@ fn record(
         intake.get("gate").unwrap_or(&none),
         intake.get("queue").unwrap_or(&none),
     );
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "{} buyers arriving at once for {} units; the queue has {QUEUE_CONSUMERS} consumers; median (min–max) of {} runs each.\n",
+    let intro = format!(
+        "{} buyers arriving at once for {} units; the queue has {QUEUE_CONSUMERS} consumers; median (min–max) of {} runs each.",
         shape.orders,
         shape.units,
         n(gate).min(n(queue))
     );
-    t.push_str("| | paysaga: gate | paysaga: Redis Streams intake queue | seed: gate | seed: intake queue |\n|---|---:|---:|---:|---:|\n");
     let rows: [Row; 8] = [
         (
             "requests reaching the order service",
@@ -533,14 +553,18 @@ fn record(
         ("units sold (PostgreSQL)", "", "", 0, &|r| r.sold),
         ("oversold (PostgreSQL)", "0", "0", 0, &|r| r.oversold),
     ];
-    for (name, seed_gate, seed_queue, digits, f) in rows {
-        let _ = writeln!(
-            t,
-            "| {name} | {} | {} | {seed_gate} | {seed_queue} |",
-            cell(gate, digits, f),
-            cell(queue, digits, f)
-        );
-    }
+    let t = two_sided_table(
+        &intro,
+        [
+            "paysaga: gate",
+            "paysaga: Redis Streams intake queue",
+            "seed: gate",
+            "seed: intake queue",
+        ],
+        &rows,
+        gate,
+        queue,
+    );
     bench
         .report
         .tables
@@ -587,11 +611,10 @@ fn record(
             "100 / 0 / 900",
         ),
     ];
-    for (s, name, seed_runs, rps, p95, answers) in seed003 {
-        let runs = of(s);
-        let _ = writeln!(
-            t,
-            "| {name} | {} | {} | {} | {} / {} / {} | {} | {seed_runs} | {rps} | {p95} | {answers} |",
+    // A strategy's own columns: runs, orders/s, p95, the answers, oversold.
+    let figures = |runs: &[RunFigures]| {
+        format!(
+            "{} | {} | {} | {} / {} / {} | {}",
             n(runs),
             cell(runs, 0, |r| r.per_s),
             cell(runs, 1, |r| r.p95_ms),
@@ -599,18 +622,19 @@ fn record(
             cell(runs, 0, |r| r.conflict),
             cell(runs, 0, |r| r.sold_out),
             cell(runs, 0, |r| r.oversold),
+        )
+    };
+    for (s, name, seed_runs, rps, p95, answers) in seed003 {
+        let _ = writeln!(
+            t,
+            "| {name} | {} | {seed_runs} | {rps} | {p95} | {answers} |",
+            figures(of(s))
         );
     }
     let _ = writeln!(
         t,
-        "| (the service's claim, for reference) | {} | {} | {} | {} / {} / {} | {} | | | | |",
-        n(skip),
-        cell(skip, 0, |r| r.per_s),
-        cell(skip, 1, |r| r.p95_ms),
-        cell(skip, 0, |r| r.reserved),
-        cell(skip, 0, |r| r.conflict),
-        cell(skip, 0, |r| r.sold_out),
-        cell(skip, 0, |r| r.oversold),
+        "| (the service's claim, for reference) | {} | | | | |",
+        figures(skip)
     );
     bench
         .report

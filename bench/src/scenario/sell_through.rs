@@ -12,16 +12,17 @@
 use std::time::{Duration, Instant};
 
 use paysaga_drop::{
-    invariants as drop_invariants, sell_through, stats::Latency, Admin, Attempt, Driver, Endpoints,
-    Outcome, WaitEnd, WaitlistPolicy, Waitlisted,
+    invariants as drop_invariants, sell_through, stats::Latency, Attempt, Driver, Outcome, WaitEnd,
+    WaitlistPolicy, Waitlisted,
 };
-use paysaga_e2e::{Stack, StackOptions};
+use paysaga_e2e::StackOptions;
 use paysaga_supervisor::ServiceKind;
 
 use crate::{
-    error::{Error, Result},
+    error::Result,
     invariants,
     scenario::drop::PRICE,
+    scenario::{setup, started},
     Bench,
 };
 
@@ -36,10 +37,6 @@ pub const POLL: Duration = Duration::from_millis(250);
 pub const PATIENCE: Duration = Duration::from_secs(120);
 /// Per-request timeout of the buyers.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn setup(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Setup(format!("{what}: {e}"))
-}
 
 /// Every eighth buyer holds half the price (refused a unit: their account cannot hold
 /// it), the others twice it.
@@ -56,7 +53,7 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     let units = bench.settings.sell_through_units;
     let count =
         usize::try_from(units * BUYERS_PER_UNIT).map_err(|e| setup("sell-through buyers", e))?;
-    let stack = Stack::start(
+    let (stack, endpoints, admin) = started(
         StackOptions::new("bench-sell-through")
             .rust_log("warn")
             .env(
@@ -66,13 +63,7 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
             )
             .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000),
     )
-    .await
-    .map_err(|e| setup("starting the services", format!("{e:#}")))?;
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(180)),
-    );
+    .await?;
     let product = admin
         .create_product(
             "sell-through",

@@ -7,6 +7,7 @@ use std::{sync::Arc, time::Duration};
 use crate::support::{hook, pay_request, Stack, PRICE};
 use orchestrator::Hooks;
 use paysaga_common::{client::CallError, testkit::buyer_token};
+use paysaga_contracts::orchestrator::api::{PaymentTimeline, Step};
 use tokio::sync::Notify;
 use uuid::Uuid;
 use workflows::Action;
@@ -300,20 +301,10 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
     assert_eq!(s.applied_debits(id).await, 1, "exactly one debit");
     assert_eq!(s.balance(acct).await, 100_000 - PRICE);
     let tl = o.timeline(id).await;
-    let debits: Vec<_> = tl.steps.iter().filter(|st| st.action == "DEBIT").collect();
-    assert!(
-        debits
-            .iter()
-            .any(|st| st.error.as_deref().is_some_and(|e| e.contains("timed out"))),
-        "the debit call timed out: {debits:?}"
-    );
+    let debits = timed_out_never_rejected(&tl, "DEBIT");
     assert_eq!(
         debits.iter().filter(|st| st.outcome == "SUCCEEDED").count(),
         1
-    );
-    assert!(
-        debits.iter().all(|st| st.outcome != "REJECTED"),
-        "an unknown outcome is never a failure"
     );
     s.check_money().await;
 }
@@ -336,21 +327,7 @@ async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
     assert_eq!(s.unit_state(res).await, "SOLD");
     assert_eq!(s.applied_debits(id).await, 1);
     let tl = o.timeline(id).await;
-    let confirms: Vec<_> = tl
-        .steps
-        .iter()
-        .filter(|st| st.action == "CONFIRM")
-        .collect();
-    assert!(
-        confirms
-            .iter()
-            .any(|st| st.error.as_deref().is_some_and(|e| e.contains("timed out"))),
-        "the confirm call timed out: {confirms:?}"
-    );
-    assert!(
-        confirms.iter().all(|st| st.outcome != "REJECTED"),
-        "an unknown confirm is never a rejection"
-    );
+    timed_out_never_rejected(&tl, "CONFIRM");
     assert!(
         tl.steps.iter().all(|st| st.action != "REFUND"),
         "no refund for a confirmed order"
@@ -1260,4 +1237,21 @@ async fn keys_racing_for_one_reservation_make_one_payment_and_leave_no_key_behin
     assert!(winner.replayed);
     assert_eq!(winner.payment.id, id);
     s.check_money().await;
+}
+
+/// `action`'s steps in the timeline, after checking that one of its calls timed out and
+/// none was rejected: an unknown outcome is never a failure.
+fn timed_out_never_rejected<'a>(tl: &'a PaymentTimeline, action: &str) -> Vec<&'a Step> {
+    let steps: Vec<&Step> = tl.steps.iter().filter(|st| st.action == action).collect();
+    assert!(
+        steps
+            .iter()
+            .any(|st| st.error.as_deref().is_some_and(|e| e.contains("timed out"))),
+        "the {action} call timed out: {steps:?}"
+    );
+    assert!(
+        steps.iter().all(|st| st.outcome != "REJECTED"),
+        "an unknown {action} outcome is never a rejection"
+    );
+    steps
 }

@@ -391,39 +391,22 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     );
 
     // Bad endpoints are refused with their codes and write nothing.
-    for (url, types, code) in [
-        ("ftp://example.com/hook", vec![], "WEBHOOK_URL_INVALID"),
-        ("https://example.com/hook", vec![], "WEBHOOK_URL_INVALID"),
-        ("not a url", vec![], "WEBHOOK_URL_INVALID"),
-        ("http://user:pw@example.com/", vec![], "WEBHOOK_URL_INVALID"),
-        (
-            "http://example.com/",
-            vec!["payment.created".to_owned()],
-            "EVENT_TYPE_UNKNOWN",
-        ),
-    ] {
-        let refused = operator
-            .create_webhook_endpoint(&CreateWebhookEndpoint {
-                url: url.to_owned(),
-                event_types: types,
-                description: None,
-            })
-            .await
-            .expect_err("refused");
-        assert_eq!(
-            (refused.status(), refused.code()),
-            (Some(422), Some(code)),
-            "{url}"
-        );
-    }
-    assert_eq!(
-        scalar(
-            &pool,
-            "SELECT COUNT(*) FROM payment_service.webhook_endpoints"
-        )
-        .await?,
-        0
-    );
+    registrations_refused(
+        &operator,
+        &pool,
+        vec![
+            ("ftp://example.com/hook", vec![], "WEBHOOK_URL_INVALID"),
+            ("https://example.com/hook", vec![], "WEBHOOK_URL_INVALID"),
+            ("not a url", vec![], "WEBHOOK_URL_INVALID"),
+            ("http://user:pw@example.com/", vec![], "WEBHOOK_URL_INVALID"),
+            (
+                "http://example.com/",
+                vec!["payment.created".to_owned()],
+                "EVENT_TYPE_UNKNOWN",
+            ),
+        ],
+    )
+    .await?;
 
     let ep_all = endpoint(&operator, &all, &[], "everything").await?;
     let ep_failing = endpoint(&operator, &failing, &["payment.failed"], "failures").await?;
@@ -909,33 +892,18 @@ async fn internal_targets_are_refused_at_registration_and_when_delivering() -> a
         service_token("operator", Audience::Orchestrator),
         Duration::from_secs(10),
     );
-    for url in [
-        "http://127.0.0.1:5432/",
-        "http://169.254.169.254/latest/meta-data/",
-        "http://10.0.0.1/",
-    ] {
-        let refused = operator
-            .create_webhook_endpoint(&CreateWebhookEndpoint {
-                url: url.to_owned(),
-                event_types: vec![],
-                description: None,
-            })
-            .await
-            .expect_err("refused");
-        assert_eq!(
-            (refused.status(), refused.code()),
-            (Some(422), Some("WEBHOOK_ADDRESS_FORBIDDEN")),
-            "{url}"
-        );
-    }
-    assert_eq!(
-        scalar(
-            &pool,
-            "SELECT COUNT(*) FROM payment_service.webhook_endpoints"
-        )
-        .await?,
-        0
-    );
+    registrations_refused(
+        &operator,
+        &pool,
+        [
+            "http://127.0.0.1:5432/",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://10.0.0.1/",
+        ]
+        .map(|url| (url, vec![], "WEBHOOK_ADDRESS_FORBIDDEN"))
+        .to_vec(),
+    )
+    .await?;
 
     // A name that resolves to 127.0.0.1 is registered, and refused when delivering.
     let port = inside
@@ -1021,5 +989,38 @@ async fn internal_targets_are_refused_at_registration_and_when_delivering() -> a
     assert_eq!(shown.len(), rows.len());
     assert!(shown.iter().all(|d| d.last_error
         == Some(paysaga_contracts::orchestrator::api::DeliveryFailure::ForbiddenAddress)));
+    Ok(())
+}
+
+/// Each `(url, event types, code)` registration is refused 422 with its code, and no
+/// endpoint is written.
+async fn registrations_refused(
+    operator: &OrchestratorClient,
+    pool: &sqlx::PgPool,
+    cases: Vec<(&str, Vec<String>, &str)>,
+) -> anyhow::Result<()> {
+    for (url, types, code) in cases {
+        let refused = operator
+            .create_webhook_endpoint(&CreateWebhookEndpoint {
+                url: url.to_owned(),
+                event_types: types,
+                description: None,
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            (refused.status(), refused.code()),
+            (Some(422), Some(code)),
+            "{url}"
+        );
+    }
+    assert_eq!(
+        scalar(
+            pool,
+            "SELECT COUNT(*) FROM payment_service.webhook_endpoints"
+        )
+        .await?,
+        0
+    );
     Ok(())
 }

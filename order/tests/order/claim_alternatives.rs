@@ -92,29 +92,22 @@ async fn sells_exactly_the_stock(strategy: ClaimStrategy) {
     h.stop_consistent().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn units_skip_locked_sells_exactly_the_stock() {
-    sells_exactly_the_stock(ClaimStrategy::UnitsSkipLocked).await;
+/// One test per strategy, so each runs in a process of its own.
+macro_rules! each_sells_exactly_the_stock {
+    ($($test:ident => $strategy:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $test() {
+            sells_exactly_the_stock(ClaimStrategy::$strategy).await;
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn counter_for_update_sells_exactly_the_stock() {
-    sells_exactly_the_stock(ClaimStrategy::CounterForUpdate).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn atomic_update_sells_exactly_the_stock() {
-    sells_exactly_the_stock(ClaimStrategy::AtomicUpdate).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn optimistic_sells_exactly_the_stock() {
-    sells_exactly_the_stock(ClaimStrategy::Optimistic).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn optimistic_retry_sells_exactly_the_stock() {
-    sells_exactly_the_stock(ClaimStrategy::OptimisticRetry).await;
+each_sells_exactly_the_stock! {
+    units_skip_locked_sells_exactly_the_stock => UnitsSkipLocked,
+    counter_for_update_sells_exactly_the_stock => CounterForUpdate,
+    atomic_update_sells_exactly_the_stock => AtomicUpdate,
+    optimistic_sells_exactly_the_stock => Optimistic,
+    optimistic_retry_sells_exactly_the_stock => OptimisticRetry,
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::{
 
 use paysaga_e2e::{
     bots::{self, Bots},
-    invariants, Driver, Outcome, ServiceKind, Stack, StackOptions, WaitlistPolicy,
+    invariants, Driver, Outcome, Stack, StackOptions, WaitlistPolicy,
 };
 
 const PRICE: i64 = 2_500;
@@ -29,13 +29,7 @@ async fn bots_get_no_unit_and_eligible_buyers_get_every_one() -> anyhow::Result<
         StackOptions::new("bots")
             .quick_loops()
             // The test plays the trusted proxy in front of the member service.
-            .env(ServiceKind::Member, "TRUSTED_PROXIES", "127.0.0.1")
-            .env(
-                ServiceKind::Member,
-                "SIGNUP_MAX_PER_ADDRESS",
-                limits.per_address,
-            )
-            .env(ServiceKind::Member, "SIGNUP_MAX_TOTAL", limits.total),
+            .member_behind_local_proxy(limits.per_address, limits.total),
     )
     .await?;
     let (endpoints, admin) = stack.operator();

@@ -54,20 +54,17 @@ async fn snapshot(pool: &PgPool) -> Vec<String> {
 
 /// (reservations, available units, reserved units, sold units) of a product.
 async fn counts(pool: &PgPool, product_id: i64) -> (i64, i64, i64, i64) {
-    sqlx::query_as(
-        r#"
-        SELECT (SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1),
-               COUNT(*) FILTER (WHERE state = 'AVAILABLE'),
-               COUNT(*) FILTER (WHERE state = 'RESERVED'),
-               COUNT(*) FILTER (WHERE state = 'SOLD')
-        FROM order_service.product_stock
-        WHERE product_id = $1
-        "#,
+    let reservations: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM order_service.reservations WHERE product_id = $1"#,
     )
     .bind(product_id)
     .fetch_one(pool)
     .await
-    .expect("counts")
+    .expect("reservations");
+    let u = paysaga_e2e::invariants::unit_states(pool, product_id)
+        .await
+        .expect("units");
+    (reservations, u.available, u.reserved, u.sold)
 }
 
 /// A complete, valid reservation request for `member`: its head without the blank line

@@ -397,25 +397,23 @@ async fn a_payment_recovered_after_a_crash_stays_in_the_buyers_trace() -> anyhow
         })
     };
     let pool = stack.admin_pool().await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let payment_id: Uuid = loop {
-        let debited: Option<Uuid> = sqlx::query_scalar(
-            r#"SELECT p.id FROM payment_service.payments p
+    let payment_id: Uuid = paysaga_common::testkit::until_some(
+        "the debit in the ledger",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || async {
+            sqlx::query_scalar(
+                r#"SELECT p.id FROM payment_service.payments p
                JOIN account_service.transactions t ON t.operation_key = 'pay:' || p.id || ':debit'
                WHERE p.reservation_id = $1::UUID"#,
-        )
-        .bind(&reservation_id)
-        .fetch_optional(&pool)
-        .await?;
-        if let Some(id) = debited {
-            break id;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the debit never reached the ledger"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+            )
+            .bind(&reservation_id)
+            .fetch_optional(&pool)
+            .await
+            .expect("debit")
+        },
+    )
+    .await;
     stack.stop(ServiceKind::Orchestrator, Stop::Kill).await?;
     assert!(
         pay.await?.is_err(),

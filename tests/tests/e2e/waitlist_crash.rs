@@ -17,16 +17,8 @@ const WAITERS: usize = 150;
 
 /// Units of the product per state: (AVAILABLE, RESERVED, OFFERED, SOLD).
 async fn units(db: &mut PgConnection, product_id: i64) -> anyhow::Result<(i64, i64, i64, i64)> {
-    Ok(sqlx::query_as(
-        r#"
-        SELECT COUNT(*) FILTER (WHERE state = 'AVAILABLE'), COUNT(*) FILTER (WHERE state = 'RESERVED'),
-               COUNT(*) FILTER (WHERE state = 'OFFERED'), COUNT(*) FILTER (WHERE state = 'SOLD')
-        FROM order_service.product_stock WHERE product_id = $1
-        "#,
-    )
-    .bind(product_id)
-    .fetch_one(db)
-    .await?)
+    let u = invariants::unit_states(db, product_id).await?;
+    Ok((u.available, u.reserved, u.offered, u.sold))
 }
 
 async fn expired(db: &mut PgConnection) -> anyhow::Result<i64> {

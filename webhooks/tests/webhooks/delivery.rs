@@ -136,6 +136,21 @@ fn start_worker(pool: &PgPool, config: WebhookConfig) -> Running {
 }
 
 /// One event in the log, as if pulled from the order service.
+/// A new event, delivered to `endpoint`: the `nth` request `receiver` got (its
+/// signature header and body).
+async fn delivered(
+    pool: &PgPool,
+    endpoint: Uuid,
+    receiver: &Receiver,
+    nth: usize,
+) -> (String, Bytes) {
+    let id = event(pool).await;
+    assert_eq!(settled(pool, endpoint, id).await.state, "DELIVERED");
+    let got = receiver.got.all();
+    assert_eq!(got.len(), nth);
+    got[nth - 1].clone()
+}
+
 async fn event(pool: &PgPool) -> Uuid {
     let id = Uuid::now_v7();
     store::ingest(
@@ -177,26 +192,23 @@ struct Row {
 /// Waits (bounded: against a hang, not a timing assertion) until `endpoint`'s delivery
 /// of `event` is no longer PENDING, and returns it.
 async fn settled(pool: &PgPool, endpoint: Uuid, event: Uuid) -> Row {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let row: Option<Row> = sqlx::query_as(
-            r#"SELECT state, attempts, last_status, last_error FROM webhook_deliveries
-               WHERE endpoint_id = $1 AND event_id = $2 AND state <> 'PENDING'"#,
-        )
-        .bind(endpoint)
-        .bind(event)
-        .fetch_optional(pool)
-        .await
-        .expect("delivery");
-        if let Some(row) = row {
-            return row;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{event} to {endpoint} never settled"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    paysaga_common::testkit::until_some(
+        &format!("{event} to {endpoint} settled"),
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async {
+            sqlx::query_as(
+                r#"SELECT state, attempts, last_status, last_error FROM webhook_deliveries
+                   WHERE endpoint_id = $1 AND event_id = $2 AND state <> 'PENDING'"#,
+            )
+            .bind(endpoint)
+            .bind(event)
+            .fetch_optional(pool)
+            .await
+            .expect("delivery")
+        },
+    )
+    .await
 }
 
 async fn count(pool: &PgPool, sql: &str) -> i64 {
@@ -486,11 +498,7 @@ async fn a_rotated_secret_signs_beside_the_new_one_through_its_grace_and_not_aft
 
     // In the grace: two signatures; a receiver holding either secret verifies.
     let running = start_worker(&pool, config(true, 3));
-    let during = event(&pool).await;
-    assert_eq!(settled(&pool, endpoint, during).await.state, "DELIVERED");
-    let got = receiver.got.all();
-    assert_eq!(got.len(), 1);
-    let (header, body) = &got[0];
+    let (header, body) = &delivered(&pool, endpoint, &receiver, 1).await;
     assert_eq!(signatures(header), 2, "{header}");
     assert!(
         verify(&first, header, body).is_ok(),
@@ -526,11 +534,7 @@ async fn a_rotated_secret_signs_beside_the_new_one_through_its_grace_and_not_aft
         assert!(Instant::now() < deadline, "the grace never ended");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let after = event(&pool).await;
-    assert_eq!(settled(&pool, endpoint, after).await.state, "DELIVERED");
-    let got = receiver.got.all();
-    assert_eq!(got.len(), 2);
-    let (header, body) = &got[1];
+    let (header, body) = &delivered(&pool, endpoint, &receiver, 2).await;
     assert_eq!(signatures(header), 1, "{header}");
     assert!(
         verify(&third, header, body).is_ok(),
