@@ -35,6 +35,9 @@ pub struct Config {
     pub hold_sweep_interval: Duration,
     /// `HOLD_SWEEP_BATCH`, 1-10000, default 500: lapsed holds released per statement.
     pub hold_sweep_batch: i64,
+    /// `LEDGER_RECONCILE_INTERVAL_MS`, at least 1000, default 60000: how often member
+    /// balances are checked against their ledger rows ([`crate::reconcile`]).
+    pub ledger_reconcile_interval: Duration,
     /// `MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`: each member's rate on transfers.
     pub member_rate: MemberRate,
 }
@@ -62,6 +65,15 @@ impl Config {
         config::millis_at_least("HOLD_SWEEP_INTERVAL_MS", hold_sweep_interval, 10)?;
         let hold_sweep_batch: i64 = config::parse("HOLD_SWEEP_BATCH", 500)?;
         config::within("HOLD_SWEEP_BATCH", hold_sweep_batch, 1, 10_000)?;
+        let ledger_reconcile_interval = config::millis(
+            "LEDGER_RECONCILE_INTERVAL_MS",
+            Duration::from_millis(60_000),
+        )?;
+        config::millis_at_least(
+            "LEDGER_RECONCILE_INTERVAL_MS",
+            ledger_reconcile_interval,
+            1000,
+        )?;
         let member_rate = MemberRate::from_env()?;
         Ok(Self {
             database: database.with_pool_from_env()?,
@@ -71,6 +83,7 @@ impl Config {
             service_keys,
             hold_sweep_interval,
             hold_sweep_batch,
+            ledger_reconcile_interval,
             member_rate,
         })
     }
@@ -86,6 +99,7 @@ impl Config {
             service_keys: ServiceKeys::development(),
             hold_sweep_interval: Duration::from_millis(1000),
             hold_sweep_batch: 500,
+            ledger_reconcile_interval: Duration::from_millis(60_000),
             member_rate: MemberRate::default(),
         }
     }

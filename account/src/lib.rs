@@ -15,6 +15,7 @@ pub(crate) mod handlers;
 pub(crate) mod hold;
 pub(crate) mod holds;
 pub(crate) mod ledger;
+pub mod reconcile;
 pub mod release;
 pub(crate) mod rows;
 pub(crate) mod shard;
@@ -137,7 +138,7 @@ pub fn app(state: AppState) -> Router {
 
 paysaga_common::serve_from_env_fn!("account");
 
-/// Connects, migrates, starts the sweep of lapsed holds, serves until `shutdown`
+/// Connects, migrates, starts the sweep of lapsed holds and the ledger reconciliation, serves until `shutdown`
 /// resolves, then stops the sweep.
 pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
     let state = AppState::connect(&config).await?;
@@ -147,6 +148,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> a
         config.hold_sweep_batch,
     )
     .await?;
+    reconcile::schedule(&jobs, state.pool.clone(), config.ledger_reconcile_interval).await?;
     tracing::info!(addr = %listener.local_addr()?, merchant_shards = state.merchant_shards, "account service listening");
     let served = server::serve(listener, app(state), shutdown).await;
     if let Err(e) = jobs.shutdown().await {

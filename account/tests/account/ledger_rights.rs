@@ -97,3 +97,43 @@ async fn refused_all(app: &PgPool, statements: &[&str], code: &str) {
         assert_eq!(sqlstate(&err).as_deref(), Some(code), "{sql}: {err}");
     }
 }
+
+#[tokio::test]
+async fn the_reconciliation_finds_a_balance_changed_without_its_ledger_row() {
+    let (svc, a, b) = Svc::with_two_members(1_000, 100).await;
+    svc.pay("pay:1:debit", a.id, 400).await;
+    svc.client
+        .credit(&CreditRequest {
+            operation_key: key("pay:1:refund"),
+            account_id: a.id,
+            amount: amount(150),
+            refund_of: key("pay:1:debit"),
+        })
+        .await
+        .expect("refunded");
+    let _ = svc.client.debit(&debit("pay:2:debit", b.id, 500)).await;
+    // As the service reads it: its own role, its own schema.
+    let app = paysaga_common::db::connect(&svc.db.role_url("account_app"), "account_service", 1)
+        .await
+        .expect("connect as account_app");
+    assert_eq!(
+        account::reconcile::run_once(&app)
+            .await
+            .expect("reconciled"),
+        0,
+        "every balance is its rows' sum"
+    );
+
+    // The role may move a balance (debits do); one moved with no row beside it is found.
+    sqlx::query("UPDATE account_service.accounts SET balance = balance + 1 WHERE id = $1")
+        .bind(b.id)
+        .execute(&app)
+        .await
+        .expect("balance moved");
+    assert_eq!(
+        account::reconcile::run_once(&app)
+            .await
+            .expect("reconciled"),
+        1
+    );
+}
