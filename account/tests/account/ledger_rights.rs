@@ -4,7 +4,7 @@
 //! and the table reads the same afterwards.
 
 use crate::support::{amount, debit, key, Svc};
-use paysaga_contracts::account::api::CreditRequest;
+use paysaga_contracts::account::api::{Account, CreditRequest};
 use sqlx::{postgres::PgPoolOptions, PgPool};
 
 fn sqlstate(e: &sqlx::Error) -> Option<String> {
@@ -29,8 +29,8 @@ async fn digest(svc: &Svc) -> String {
     .expect("digest")
 }
 
-#[tokio::test]
-async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
+/// Two members and a ledger with a debit, its partial refund and a declined debit.
+async fn a_ledger_of_every_kind() -> (Svc, Account, Account) {
     let (svc, a, b) = Svc::with_two_members(1_000, 100).await;
     svc.pay("pay:1:debit", a.id, 400).await;
     svc.client
@@ -44,6 +44,12 @@ async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
         .expect("refunded");
     // Declined: b cannot cover it, so a DECLINED row exists too.
     let _ = svc.client.debit(&debit("pay:2:debit", b.id, 500)).await;
+    (svc, a, b)
+}
+
+#[tokio::test]
+async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
+    let (svc, a, _) = a_ledger_of_every_kind().await;
     assert_eq!(svc.count_where("status = 'DECLINED'").await, 1);
     let before = digest(&svc).await;
 
@@ -100,18 +106,7 @@ async fn refused_all(app: &PgPool, statements: &[&str], code: &str) {
 
 #[tokio::test]
 async fn the_reconciliation_finds_a_balance_changed_without_its_ledger_row() {
-    let (svc, a, b) = Svc::with_two_members(1_000, 100).await;
-    svc.pay("pay:1:debit", a.id, 400).await;
-    svc.client
-        .credit(&CreditRequest {
-            operation_key: key("pay:1:refund"),
-            account_id: a.id,
-            amount: amount(150),
-            refund_of: key("pay:1:debit"),
-        })
-        .await
-        .expect("refunded");
-    let _ = svc.client.debit(&debit("pay:2:debit", b.id, 500)).await;
+    let (svc, _, b) = a_ledger_of_every_kind().await;
     // As the service reads it: its own role, its own schema.
     let app = paysaga_common::db::connect(&svc.db.role_url("account_app"), "account_service", 1)
         .await
