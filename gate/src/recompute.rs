@@ -220,10 +220,13 @@ impl Recompute {
         } else {
             local.unsynced(cutoff)
         };
-        // The write may raise the quota: from the moment Redis holds it, no cached
-        // SOLD_OUT may answer for it. Cleared before the write, set again below if the
-        // quota stays 0; meanwhile buyers are answered from Redis.
-        local.clear_sold_out();
+        // A write that may raise the quota (units on sale) must not leave a cached
+        // SOLD_OUT answering for it once Redis holds it: cleared before the write, set
+        // again below if the quota stays 0. With nothing on sale the quota stays 0 and
+        // the mark stands.
+        if available > 0 {
+            local.clear_sold_out();
+        }
         let mut r = self
             .gate
             .store

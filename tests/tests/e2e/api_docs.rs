@@ -5,12 +5,9 @@
 //! Screenshots go to `API_DOCS_SCREENSHOT_DIR` (the documentation's are made with
 //! `docs/api-docs`), else to the harness's log directory.
 
-use std::{
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::{path::PathBuf, time::Duration};
 
-use fantoccini::Client;
+use fantoccini::{Client, Locator};
 use paysaga_e2e::{Endpoints, Stack, StackOptions};
 use serde_json::Value;
 
@@ -114,18 +111,13 @@ async fn every_api_reference_renders_offline_in_chromium() -> anyhow::Result<()>
         let want = operations(&openapi);
         anyhow::ensure!(want > 0, "{service} names no operation");
         client.goto(&format!("{base}/docs")).await?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let shown = loop {
-            let shown = count(
-                client,
-                "return document.querySelectorAll('.opblock').length",
-            )
-            .await?;
-            if shown >= want || Instant::now() >= deadline {
-                break shown;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        // Swagger UI renders every operation in one pass once the document is loaded.
+        client.wait().for_element(Locator::Css(".opblock")).await?;
+        let shown = count(
+            client,
+            "return document.querySelectorAll('.opblock').length",
+        )
+        .await?;
         screenshot(client, &shots, service).await?;
         assert_eq!(shown, want, "{service}: operations shown offline");
         // Every script, style and document the page loaded came from the service.

@@ -5,7 +5,7 @@
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use fantoccini::{Client, ClientBuilder};
@@ -117,21 +117,20 @@ impl ChromeDriver {
             .spawn()?;
         let driver = ChromeDriver { child, port };
         let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ready = http
-                .get(format!("http://127.0.0.1:{port}/status"))
-                .send()
-                .await
-                .ok()
-                .map(|r| r.status().is_success())
-                .unwrap_or(false);
-            if ready {
-                return Ok(driver);
-            }
-            anyhow::ensure!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        paysaga_common::testkit::until_some(
+            "chromedriver ready",
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async {
+                let status = http
+                    .get(format!("http://127.0.0.1:{port}/status"))
+                    .send()
+                    .await;
+                status.is_ok_and(|r| r.status().is_success()).then_some(())
+            },
+        )
+        .await;
+        Ok(driver)
     }
 }
 
