@@ -12,11 +12,11 @@ async fn until_past(exp: i64) {
     }
 }
 
-/// A gate whose passes expire a second after issue, with no allowance for clock skew,
-/// and whose recompute job runs every `recompute_every`.
-async fn expiring_gate(sale: &Sale, recompute_every: Duration) -> Gate {
+/// A gate whose passes expire `ttl` after issue, with no allowance for clock skew, and
+/// whose recompute job runs every `recompute_every`.
+async fn expiring_gate(sale: &Sale, ttl: Duration, recompute_every: Duration) -> Gate {
     let mut config = sale.config();
-    config.pass_ttl = Duration::from_secs(1);
+    config.pass_ttl = ttl;
     config.clock_skew = Duration::ZERO;
     config.recompute_interval = recompute_every;
     start_gate(config).await
@@ -25,8 +25,10 @@ async fn expiring_gate(sale: &Sale, recompute_every: Duration) -> Gate {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unused_expired_pass_returns_its_unit_and_a_used_one_does_not() {
     let sale = Sale::start(2).await;
-    // The test drives the job itself, so what it checks does not depend on timing.
-    let gate = expiring_gate(&sale, Duration::from_secs(3600)).await;
+    // The test drives the job itself, so what it checks does not depend on timing. Bob
+    // must still reserve with his pass after three more requests, so passes live long
+    // enough for that on a loaded machine.
+    let gate = expiring_gate(&sale, Duration::from_secs(5), Duration::from_secs(3600)).await;
 
     let unused = gate.pass("alice", sale.product).await;
     let used = gate.pass("bob", sale.product).await;
@@ -71,7 +73,7 @@ async fn an_unused_expired_pass_returns_its_unit_and_a_used_one_does_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scheduled_job_returns_units_of_expired_passes() {
     let sale = Sale::start(1).await;
-    let gate = expiring_gate(&sale, Duration::from_secs(1)).await;
+    let gate = expiring_gate(&sale, Duration::from_secs(1), Duration::from_secs(1)).await;
 
     let pass = gate.pass("alice", sale.product).await;
     until_past(pass.expires_at.timestamp()).await;
