@@ -11,6 +11,7 @@ pub mod postgres_ha;
 pub mod proxy;
 pub mod redis_cluster;
 pub mod stack;
+pub mod tamper;
 pub mod waitlist;
 
 pub use paysaga_drop::{bots, buyer, invariants, sell_through, setup, stats};
@@ -26,3 +27,4 @@ pub use paysaga_supervisor::{
 };
 pub use proxy::{FaultProxy, Faults, ProxyCounts};
 pub use stack::{Link, Stack, StackOptions};
+pub use tamper::tamper;

@@ -105,6 +105,70 @@ async fn refused_all(app: &PgPool, statements: &[&str], code: &str) {
 }
 
 #[tokio::test]
+async fn the_database_refuses_a_balance_moved_without_its_ledger_row() {
+    let (svc, a, b) = a_ledger_of_every_kind().await;
+    let before = digest(&svc).await;
+    let app = paysaga_common::db::connect(&svc.db.role_url("account_app"), "account_service", 1)
+        .await
+        .expect("connect as account_app");
+
+    // Each alone is a balance without its rows, or rows without their balance: refused
+    // at commit, whichever side the service writes.
+    let unexplained = [
+        format!(
+            "UPDATE accounts SET balance = balance + 1 WHERE id = {}",
+            b.id
+        ),
+        format!(
+            "UPDATE accounts SET balance = balance - 1 WHERE id = {}",
+            a.id
+        ),
+        "UPDATE merchant_shards SET balance = balance + 1 WHERE shard = 0".to_owned(),
+        format!(
+            "INSERT INTO transactions (id, operation_key, kind, status, account_id, amount) \
+             VALUES (gen_random_uuid(), 'forged', 'DEPOSIT', 'APPLIED', {}, 5)",
+            b.id
+        ),
+        "INSERT INTO accounts (member_id, kind, balance) VALUES ('forger', 'MEMBER', 500)"
+            .to_owned(),
+        "INSERT INTO accounts (member_id, kind, balance, ledger_total) \
+         VALUES ('forger', 'MEMBER', 500, 500)"
+            .to_owned(),
+    ];
+    let unexplained: Vec<&str> = unexplained.iter().map(String::as_str).collect();
+    refused_all(&app, &unexplained, "23000").await;
+    // The totals move with the rows alone, never by hand.
+    refused_all(
+        &app,
+        &[
+            "UPDATE accounts SET ledger_total = ledger_total + 1",
+            "UPDATE merchant_shards SET ledger_total = 0",
+        ],
+        "42501",
+    )
+    .await;
+    assert_eq!(digest(&svc).await, before, "nothing was written");
+
+    // A balance moved together with its row in one transaction is explained.
+    let mut tx = app.begin().await.expect("begin");
+    sqlx::query(
+        "INSERT INTO transactions (id, operation_key, kind, status, account_id, amount) \
+         VALUES (gen_random_uuid(), 'by-hand', 'DEPOSIT', 'APPLIED', $1, 5)",
+    )
+    .bind(b.id)
+    .execute(&mut *tx)
+    .await
+    .expect("row");
+    sqlx::query("UPDATE accounts SET balance = balance + 5 WHERE id = $1")
+        .bind(b.id)
+        .execute(&mut *tx)
+        .await
+        .expect("balance");
+    tx.commit().await.expect("a balance with its row commits");
+    assert_eq!(svc.balance(b.id).await, 100 + 5);
+}
+
+#[tokio::test]
 async fn the_reconciliation_finds_a_balance_changed_without_its_ledger_row() {
     let (svc, _, b) = a_ledger_of_every_kind().await;
     // As the service reads it: its own role, its own schema.
@@ -119,12 +183,23 @@ async fn the_reconciliation_finds_a_balance_changed_without_its_ledger_row() {
         "every balance is its rows' sum"
     );
 
-    // The role may move a balance (debits do); one moved with no row beside it is found.
+    // The service cannot move a balance alone (the test above); an administrator with
+    // the triggers off can, and the reconciliation finds it.
+    let mut admin = svc.admin.acquire().await.expect("admin connection");
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *admin)
+        .await
+        .expect("triggers off");
     sqlx::query("UPDATE account_service.accounts SET balance = balance + 1 WHERE id = $1")
         .bind(b.id)
-        .execute(&app)
+        .execute(&mut *admin)
         .await
         .expect("balance moved");
+    sqlx::query("RESET session_replication_role")
+        .execute(&mut *admin)
+        .await
+        .expect("triggers on");
+    drop(admin);
     assert_eq!(
         account::reconcile::run_once(&app)
             .await

@@ -4,24 +4,20 @@
 
 use std::time::Duration;
 
-use paysaga_e2e::{invariants, Driver, Outcome, Stack, StackOptions};
+use paysaga_e2e::{invariants, tamper, Driver, Outcome, Stack, StackOptions};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 /// The checker's report on the tables with `corrupt` applied, read before `undo` puts
-/// them back (both run as the administrator, in order).
+/// them back (both written past the database's own guards: `tamper`).
 async fn corrupted(
     pool: &PgPool,
     corrupt: &[String],
     undo: &[String],
 ) -> anyhow::Result<invariants::InvariantReport> {
-    for sql in corrupt {
-        sqlx::query(sql).execute(pool).await?;
-    }
+    tamper(pool, corrupt).await?;
     let report = invariants::check(pool).await?;
-    for sql in undo {
-        sqlx::query(sql).execute(pool).await?;
-    }
+    tamper(pool, undo).await?;
     Ok(report)
 }
 

@@ -22,7 +22,7 @@ use paysaga_contracts::account::{
     api::{Recipient, Transfer, TransferKey, TransferRequest},
     client::AccountClient,
 };
-use paysaga_e2e::{invariants, ServiceKind, Stack, StackOptions, Stop};
+use paysaga_e2e::{invariants, tamper, ServiceKind, Stack, StackOptions, Stop};
 use sqlx::PgPool;
 
 const MEMBERS: usize = 8;
@@ -203,9 +203,9 @@ async fn transfers_are_whole_or_absent_through_account_crashes() -> anyhow::Resu
              WHERE id = (SELECT id FROM account_service.transactions WHERE kind = 'TRANSFER_IN' ORDER BY id LIMIT 1)"
         )
     };
-    sqlx::query(&bump(1)).execute(&pool).await?;
+    tamper(&pool, &[bump(1)]).await?;
     let broken = invariants::check(&pool).await?;
-    sqlx::query(&bump(-1)).execute(&pool).await?;
+    tamper(&pool, &[bump(-1)]).await?;
     assert_eq!(
         (broken.transfers_unbalanced, broken.ledger_mismatches),
         (1, 1),
