@@ -56,10 +56,14 @@ pub enum Scenario {
     /// beside the seed's figures: 1,000 orders for 100 units under each claim strategy
     /// (`CLAIM_STRATEGY`), and the gate against a Redis Streams intake queue.
     Seeds,
+    /// 10: the database's own limit for the checkout's work: the same checkout as SQL in
+    /// one function (bench/sql/limit_checkout.sql), 32 buyers per call from 4 clients and
+    /// one per call from 64, on the same server; part 6's levels as a fraction of it.
+    Limit,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Ceilings,
         Scenario::DropGate,
         Scenario::DropDirect,
@@ -69,6 +73,7 @@ impl Scenario {
         Scenario::SellThrough,
         Scenario::Bots,
         Scenario::Seeds,
+        Scenario::Limit,
     ];
 }
 

@@ -205,6 +205,11 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
             scenario::checkout::measure(bench, &sys, &accounts).await?;
         }
     }
+    // After part 6, so its levels are reported against the limit.
+    if bench.settings.runs(Scenario::Limit) {
+        eprintln!("scenario 10: the database's own limit (the checkout as SQL alone)");
+        scenario::limit::measure(bench).await?;
+    }
     if bench.settings.runs(Scenario::SellThrough) {
         eprintln!("scenario 7: sell-through, every buyer told SOLD_OUT waiting in the waitlist");
         scenario::sell_through::measure(bench).await?;

@@ -6,6 +6,7 @@ pub mod claims;
 pub mod drop;
 pub mod gate;
 pub mod gate_bench;
+pub mod limit;
 pub mod measure;
 pub mod saga;
 pub mod seeds;
