@@ -106,6 +106,21 @@ fn setup(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Setup(format!("{what}: {e}"))
 }
 
+/// `options` with the variables of `BENCH_SERVICE_ENV` (`NAME=VALUE` pairs,
+/// space-separated) set for every service.
+pub fn with_service_env(mut options: StackOptions) -> Result<StackOptions> {
+    for pair in std::env::var(SERVICE_ENV)
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| setup(SERVICE_ENV, format!("{pair:?} is not NAME=VALUE")))?;
+        options = options.env_all(name, value);
+    }
+    Ok(options)
+}
+
 impl System {
     /// The buyer-facing services of this system, called through `http`, with counters of
     /// their own.
@@ -135,16 +150,7 @@ impl System {
         http: Client,
         tweak: impl FnOnce(StackOptions) -> StackOptions,
     ) -> Result<Self> {
-        let mut options = tweak(StackOptions::new(label).rust_log("warn"));
-        for pair in std::env::var(SERVICE_ENV)
-            .unwrap_or_default()
-            .split_whitespace()
-        {
-            let (name, value) = pair
-                .split_once('=')
-                .ok_or_else(|| setup(SERVICE_ENV, format!("{pair:?} is not NAME=VALUE")))?;
-            options = options.env_all(name, value);
-        }
+        let options = with_service_env(tweak(StackOptions::new(label).rust_log("warn")))?;
         let stack = Stack::start(options)
             .await
             .map_err(|e| setup("starting the services", format!("{e:#}")))?;
@@ -163,16 +169,7 @@ impl System {
 
     /// `(name, pid)` of each running service.
     pub fn pids(&self) -> Vec<(String, u32)> {
-        ServiceKind::ALL
-            .iter()
-            .filter_map(|k| {
-                self.stack
-                    .services
-                    .process(*k)
-                    .and_then(|p| p.pid())
-                    .map(|pid| (k.name().to_owned(), pid))
-            })
-            .collect()
+        stack_pids(&self.stack)
     }
 
     pub async fn admin_pool(&self) -> PgPool {
@@ -355,6 +352,20 @@ pub fn sum_counter(text: &str, name: &str, labels: &[&str]) -> u64 {
         .filter(|l| labels.iter().all(|lab| l.contains(lab)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
+}
+
+/// `(name, pid)` of each running service of `stack`.
+pub fn stack_pids(stack: &Stack) -> Vec<(String, u32)> {
+    ServiceKind::ALL
+        .iter()
+        .filter_map(|k| {
+            stack
+                .services
+                .process(*k)
+                .and_then(|p| p.pid())
+                .map(|pid| (k.name().to_owned(), pid))
+        })
+        .collect()
 }
 
 #[cfg(test)]

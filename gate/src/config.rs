@@ -14,6 +14,13 @@ use paysaga_common::{
 
 pub use crate::store::RedisTarget;
 
+/// `REFUSAL_PACE_MS` default: a refused member's next answer for the product comes no
+/// sooner than this (a script asking in a loop gets one answer a second).
+pub const DEFAULT_REFUSAL_PACE: Duration = Duration::from_secs(1);
+/// `REFUSAL_HOLD_MAX` default: far below `HTTP_MAX_IN_FLIGHT`, so held requests never
+/// take the buyers' share of it.
+pub const DEFAULT_REFUSAL_HOLD_MAX: usize = 1024;
+
 /// Everything the gate reads from the environment. Names and defaults are listed in
 /// `docs/gate.md`.
 #[derive(Clone)]
@@ -58,6 +65,12 @@ pub struct Config {
     pub auth_cache_capacity: usize,
     /// `MEMBER_RATE_PER_SEC` / `MEMBER_RATE_BURST`: pass requests per member.
     pub member_rate: MemberRate,
+    /// `REFUSAL_PACE_MS`: how long a refusal (not eligible, sold out) stands for its
+    /// member and product; a request sooner is held until then (0: no pacing).
+    pub refusal_pace: Duration,
+    /// `REFUSAL_HOLD_MAX`: requests held at once by the pacing; past it, one that came
+    /// too soon is answered 429 at once.
+    pub refusal_hold_max: usize,
 }
 
 impl std::fmt::Debug for Config {
@@ -76,6 +89,8 @@ impl std::fmt::Debug for Config {
             .field("recompute_interval", &self.recompute_interval)
             .field("sold_out_cache", &self.sold_out_cache)
             .field("fallback_instances", &self.fallback_instances)
+            .field("refusal_pace", &self.refusal_pace)
+            .field("refusal_hold_max", &self.refusal_hold_max)
             .finish_non_exhaustive()
     }
 }
@@ -182,6 +197,8 @@ impl Config {
             )?,
             auth_cache_capacity: config::parse("AUTH_CACHE_CAPACITY", 100_000usize)?,
             member_rate: MemberRate::from_env()?,
+            refusal_pace: config::millis("REFUSAL_PACE_MS", DEFAULT_REFUSAL_PACE)?,
+            refusal_hold_max: config::parse("REFUSAL_HOLD_MAX", DEFAULT_REFUSAL_HOLD_MAX)?,
         })
     }
 
@@ -207,6 +224,8 @@ impl Config {
             fallback_instances: 1,
             auth_cache_capacity: 100_000,
             member_rate: MemberRate::default(),
+            refusal_pace: DEFAULT_REFUSAL_PACE,
+            refusal_hold_max: DEFAULT_REFUSAL_HOLD_MAX,
         }
     }
 }

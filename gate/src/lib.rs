@@ -10,6 +10,7 @@ pub(crate) mod error;
 pub(crate) mod health;
 pub(crate) mod keys;
 pub(crate) mod local;
+pub mod pacing;
 pub(crate) mod recompute;
 pub(crate) mod routes;
 pub(crate) mod scripts;
@@ -39,6 +40,7 @@ use utoipa::{
 pub use crate::config::{Config, RedisTarget};
 use crate::{
     admission::{Gate, Policy},
+    pacing::Pacer,
     recompute::Recompute,
     store::QuotaStore,
 };
@@ -50,6 +52,8 @@ pub struct AppState {
     pub recompute: Arc<Recompute>,
     /// Pass requests per member (`MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`).
     pub limiter: Arc<MemberLimiter>,
+    /// Refusals standing per member and product (`REFUSAL_PACE_MS`).
+    pub pacer: Arc<Pacer>,
 }
 
 impl AppState {
@@ -99,6 +103,7 @@ impl AppState {
             verifier,
             recompute,
             limiter: Arc::new(MemberLimiter::new(config.member_rate)),
+            pacer: Arc::new(Pacer::new(config.refusal_pace, config.refusal_hold_max)),
         })
     }
 }

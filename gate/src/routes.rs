@@ -1,12 +1,16 @@
 //! The HTTP handlers: pass issue (buyers), quota view (services), readiness.
 
-use axum::{extract::State, http::StatusCode, response::Response};
+use axum::{
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
 use paysaga_common::{
     auth::{
         allow::{CONSOLE, OPERATOR},
         BuyerIdentity, Service,
     },
-    error::ErrorBody,
+    error::{with_retry_after, ErrorBody},
     extract::{Json, Path},
     server::readiness,
 };
@@ -26,11 +30,11 @@ use crate::{
     responses(
         (status = 201, description = "A pass: new, or the member's live one again", body = PassIssued),
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
-        (status = 403, description = "FORBIDDEN: a service credential; ACCOUNT_TOO_NEW, EMAIL_NOT_VERIFIED: the product's eligibility rules refuse this member (no quota spent)", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: a service credential; ACCOUNT_TOO_NEW, EMAIL_NOT_VERIFIED: the product's eligibility rules refuse this member (no quota spent; with Retry-After, see 409)", body = ErrorBody),
         (status = 404, description = "PRODUCT_NOT_FOUND", body = ErrorBody),
-        (status = 409, description = "SOLD_OUT", body = ErrorBody),
+        (status = 409, description = "SOLD_OUT, with Retry-After: the refusal stands that long for this member and product, and a request sooner is held until then before it is judged again", body = ErrorBody),
         (status = 422, description = "INVALID_PRODUCT_ID / INVALID_BODY", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED: too many requests from this member (with Retry-After)", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: too many requests from this member, or asked again while a refusal stands and the gate holds as many such requests as it may (with Retry-After)", body = ErrorBody),
         (status = 503, description = "QUOTA_UNAVAILABLE: retry (never means sold out)", body = ErrorBody),
     ),
     security(("buyer" = []))
@@ -40,25 +44,39 @@ pub async fn issue_pass(
     State(state): State<AppState>,
     buyer: BuyerIdentity,
     Json(req): Json<IssuePass>,
-) -> Result<(StatusCode, Json<PassIssued>)> {
+) -> std::result::Result<(StatusCode, Json<PassIssued>), Response> {
     let member = &buyer.member;
     let span = tracing::Span::current();
     span.record("product_id", req.product_id);
     span.record("member", member.as_str());
     // Before any work: a member over their rate costs the gate no Redis call.
-    state.limiter.check(member)?;
+    state
+        .limiter
+        .check(member)
+        .map_err(IntoResponse::into_response)?;
     if req.product_id <= 0 {
-        return Err(Error::InvalidProductId);
+        return Err(Error::InvalidProductId.into_response());
     }
+    // A refusal stands for its pace: asked again sooner, the answer waits until then.
+    state
+        .pacer
+        .wait_turn(req.product_id, member.as_str())
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let refused = |e: Error| {
+        state.pacer.refused(req.product_id, member.as_str());
+        with_retry_after(e.into_response(), state.pacer.retry_after_secs())
+    };
     let grant: Grant = match state.gate.admit(req.product_id, &buyer).await {
         Ok(grant) => grant,
         Err(e @ Error::SoldOut(_)) => {
             // The buyer may join the waitlist on this answer: the order service must
             // know the units still on sale there are promised to passes in flight.
             state.recompute.ensure_reported(req.product_id).await;
-            return Err(e);
+            return Err(refused(e));
         }
-        Err(e) => return Err(e),
+        Err(e @ Error::Ineligible(_)) => return Err(refused(e)),
+        Err(e) => return Err(e.into_response()),
     };
     Ok((
         StatusCode::CREATED,

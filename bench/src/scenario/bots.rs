@@ -33,11 +33,13 @@ use paysaga_e2e::StackOptions;
 use paysaga_supervisor::ServiceKind;
 
 use crate::{
+    cpu,
     error::Result,
     invariants,
     report::Report,
     scenario::drop::PRICE,
     scenario::{setup, started},
+    system::{stack_pids, with_service_env},
     Bench,
 };
 
@@ -111,11 +113,15 @@ impl Crowd {
     }
 }
 
-/// One drop of the members' kind: the product, its buyers' attempts, how long it took.
+/// One drop of the members' kind: the product, its buyers' attempts, how long it took
+/// and the CPU it cost, by process.
 struct Played {
     product: i64,
     attempts: Vec<Attempt>,
     answers: Latency,
+    /// From the buyers' start to the last buyer's answer.
+    took: Duration,
+    cpu: cpu::CpuUse,
 }
 
 impl Played {
@@ -127,10 +133,13 @@ impl Played {
     }
 }
 
-/// Plays a drop of `units` for `crowd` (all at once), with `bots` trying meanwhile.
+/// Plays a drop of `units` for `crowd` (all at once), with `bots` trying meanwhile;
+/// `pids` are the services' processes, whose CPU is measured over the drop.
+#[allow(clippy::too_many_arguments)]
 async fn play(
     admin: &Admin,
     driver: &Driver,
+    pids: &[(String, u32)],
     announced: &Bots,
     name: &str,
     units: i64,
@@ -146,6 +155,8 @@ async fn play(
         .await
         .map_err(|e| setup("gate quota", format!("{e:#}")))?;
     let stop = Arc::new(AtomicBool::new(false));
+    let cpu_before = cpu::snapshot(pids);
+    let start = Instant::now();
     let attack = {
         let (driver, bots, stop) = (driver.clone(), bots.to_vec(), stop.clone());
         tokio::spawn(
@@ -155,12 +166,16 @@ async fn play(
     let attempts = driver.run_drop(&crowd.buyers, product.id, 0, |_| {}).await;
     stop.store(true, Ordering::Relaxed);
     let tally = attack.await.map_err(|e| setup("the bots", e))?;
-    let took: Vec<Duration> = attempts.iter().map(|a| a.time_to_answer).collect();
+    let took = start.elapsed();
+    let cpu = cpu::between(&cpu_before, &cpu::snapshot(pids));
+    let answers: Vec<Duration> = attempts.iter().map(|a| a.time_to_answer).collect();
     Ok((
         Played {
             product: product.id,
-            answers: Latency::of_durations(&took),
+            answers: Latency::of_durations(&answers),
             attempts,
+            took,
+            cpu,
         },
         tally,
     ))
@@ -170,13 +185,13 @@ async fn play(
 pub async fn measure(bench: &mut Bench) -> Result<()> {
     let size = Size::of(bench.settings.quick);
     let limits = member::config::SignUpLimits::default();
-    let (stack, endpoints, admin) = started(
+    let (stack, endpoints, admin) = started(with_service_env(
         StackOptions::new("bench-bots")
             .rust_log("warn")
             .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
             // The benchmark is the proxy in front of the member service.
             .member_behind_local_proxy(limits.per_address, limits.total),
-    )
+    )?)
     .await?;
     let run = &bench.run_id;
     let seeding = Instant::now();
@@ -203,10 +218,22 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     });
 
     // A drop that opens every connection, then the same drop without bots and with them.
-    play(&admin, &driver, &bots, "bots warm-up", 10, &warm, &[]).await?;
+    let pids = stack_pids(&stack);
+    play(
+        &admin,
+        &driver,
+        &pids,
+        &bots,
+        "bots warm-up",
+        10,
+        &warm,
+        &[],
+    )
+    .await?;
     let (without, _) = play(
         &admin,
         &driver,
+        &pids,
         &bots,
         "bots: no bots",
         size.units,
@@ -218,6 +245,7 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     let (with, tally) = play(
         &admin,
         &driver,
+        &pids,
         &bots,
         "bots: attacked",
         size.units,
@@ -373,6 +401,25 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     ] {
         for (q, v) in [("p50", l.p50_us), ("p95", l.p95_us), ("max", l.max_us)] {
             fig(r, &format!("{what}: {q}"), ms(v), "ms");
+        }
+    }
+    // Where each drop's CPU went: the bots' cost to the buyers is the CPU they take
+    // from the same two cores.
+    for (label, played) in [("no bots", &without), ("with bots", &with)] {
+        fig(
+            r,
+            &format!("drop length ({label}): last buyer's answer"),
+            played.took.as_secs_f64() * 1_000.0,
+            "ms",
+        );
+        let c = &played.cpu;
+        let mut by: Vec<(String, f64)> = c.by_process.clone();
+        by.push(("PostgreSQL (all backends)".into(), c.postgres_s));
+        by.push(("the benchmark (buyers and bots)".into(), c.bench_s));
+        by.push(("everything else on the machine".into(), c.others_s));
+        by.push(("whole machine".into(), c.machine_s));
+        for (name, s) in by {
+            fig(r, &format!("CPU in the drop ({label}): {name}"), s, "s");
         }
     }
     let slowdown = with.answers.p95_us as f64 / without.answers.p95_us.max(1) as f64;
