@@ -150,7 +150,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> a
     .await?;
     reconcile::schedule(&jobs, state.pool.clone(), config.ledger_reconcile_interval).await?;
     tracing::info!(addr = %listener.local_addr()?, merchant_shards = state.merchant_shards, "account service listening");
-    let served = server::serve(listener, app(state), shutdown).await;
+    let served = config.process.serve(listener, app(state), shutdown).await;
     if let Err(e) = jobs.shutdown().await {
         tracing::warn!(error = %e, "hold sweep did not stop cleanly");
     }

@@ -163,29 +163,34 @@ pub enum BuyerKeySource {
     Static(VerifyingKey),
     /// The member service's key set (`MEMBER_JWKS_URL`); tokens must name their key by
     /// `kid`. An unknown `kid` fetches the set again at most once per `min_refresh`;
-    /// the set is also refreshed every `refresh_every`.
+    /// the set is also refreshed every `refresh_every`. Over `https://` the member
+    /// service's certificate is verified against the platform's roots and `trust`'s
+    /// (`TLS_CA_FILE`).
     Jwks {
         url: String,
         min_refresh: std::time::Duration,
         refresh_every: std::time::Duration,
+        trust: crate::tls::Trust,
     },
 }
 
 impl BuyerKeySource {
-    /// `MEMBER_JWKS_URL` when set (with `JWKS_MIN_REFRESH_MS`, default 5000, and
-    /// `JWKS_REFRESH_SECS`, default 300), else `JWT_PUBLIC_KEY`; with neither, the
-    /// development key in development mode, else missing.
+    /// `MEMBER_JWKS_URL` when set (with `JWKS_MIN_REFRESH_MS`, default 5000,
+    /// `JWKS_REFRESH_SECS`, default 300, and `TLS_CA_FILE`), else `JWT_PUBLIC_KEY`; with
+    /// neither, the development key in development mode, else missing. Outside
+    /// development mode the key set is fetched over `https://` ([`jwks_url`]).
     pub fn from_secrets(secrets: &mut Secrets) -> Result<Self, ConfigError> {
         match std::env::var("MEMBER_JWKS_URL") {
             Ok(url) if !url.trim().is_empty() => {
                 let every: u64 = crate::config::parse("JWKS_REFRESH_SECS", 300)?;
                 Ok(Self::Jwks {
-                    url: url.trim().to_owned(),
+                    url: jwks_url(url.trim(), secrets.is_dev())?,
                     min_refresh: crate::config::millis(
                         "JWKS_MIN_REFRESH_MS",
                         std::time::Duration::from_secs(5),
                     )?,
                     refresh_every: std::time::Duration::from_secs(every.max(1)),
+                    trust: crate::tls::Trust::from_env()?,
                 })
             }
             _ => match std::env::var("JWT_PUBLIC_KEY") {
@@ -205,6 +210,40 @@ impl BuyerKeySource {
     /// The development buyer key.
     pub fn development() -> Self {
         Self::Static(DevKey::BuyerTokens.verifying_key())
+    }
+}
+
+/// `MEMBER_JWKS_URL` as a key set may be fetched from: `https://`, or `http://` to a
+/// loopback host (`localhost`, 127.0.0.0/8, `::1`: the connection never leaves the
+/// machine), or any `http://` in development mode. Whoever can change the keys in
+/// flight can mint buyer tokens every service accepts, so a plain `http://` across a
+/// network is refused when the service starts.
+pub fn jwks_url(url: &str, dev_mode: bool) -> Result<String, ConfigError> {
+    const VAR: &str = "MEMBER_JWKS_URL";
+    let refused = |reason: &str| ConfigError {
+        name: VAR.to_owned(),
+        value: url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let parsed = reqwest::Url::parse(url).map_err(|e| refused(&format!("not a URL: {e}")))?;
+    let host = parsed
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| refused("a host is required"))?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = bare.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match parsed.scheme() {
+        "https" => Ok(url.to_owned()),
+        "http" if loopback || dev_mode => Ok(url.to_owned()),
+        "http" => Err(refused(&format!(
+            "buyer-token keys must be fetched over https:// (plain http:// only to a \
+             loopback host, or with {}=1 for development)",
+            crate::config::DEV_KEYS_VAR
+        ))),
+        other => Err(refused(&format!("expected https://, not {other}://"))),
     }
 }
 
@@ -376,8 +415,9 @@ impl Verifier {
                 url,
                 min_refresh,
                 refresh_every,
+                trust,
             } => {
-                let remote = RemoteKeys::new(url.clone(), *min_refresh);
+                let remote = RemoteKeys::new(url.clone(), *min_refresh, trust);
                 let started = remote.clone();
                 let every = *refresh_every;
                 tokio::spawn(async move {
@@ -886,6 +926,38 @@ internal_caller_extractor!(Caller, Caller::Service, |verifier, token| {
         None => Err(ApiError::unauthorized("invalid or expired token")),
     }
 });
+
+#[cfg(test)]
+mod jwks_url_tests {
+    use super::jwks_url;
+
+    #[test]
+    fn a_key_set_url_is_https_outside_development_unless_on_loopback() {
+        for ok in [
+            "https://member:8081/.well-known/jwks.json",
+            "https://member.paysaga.svc/.well-known/jwks.json",
+            "http://127.0.0.1:8081/.well-known/jwks.json",
+            "http://127.9.9.9:8081/.well-known/jwks.json",
+            "http://localhost:8081/.well-known/jwks.json",
+            "http://[::1]:8081/.well-known/jwks.json",
+        ] {
+            assert_eq!(jwks_url(ok, false).expect(ok), ok);
+        }
+        for refused in [
+            "http://member:8081/.well-known/jwks.json",
+            "http://10.0.0.5/.well-known/jwks.json",
+            "http://localhost.example.com/.well-known/jwks.json",
+            "ftp://member/.well-known/jwks.json",
+            "member:8081/jwks.json",
+        ] {
+            let e = jwks_url(refused, false).expect_err(refused);
+            assert_eq!(e.name, "MEMBER_JWKS_URL");
+        }
+        // Development mode takes plain http anywhere, never another scheme.
+        assert!(jwks_url("http://member:8081/.well-known/jwks.json", true).is_ok());
+        assert!(jwks_url("ftp://member/.well-known/jwks.json", true).is_err());
+    }
+}
 
 #[cfg(test)]
 mod tests {

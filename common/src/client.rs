@@ -10,6 +10,7 @@ use serde::{de::DeserializeOwned, Serialize};
 pub use crate::auth::Audience;
 pub use crate::credentials::Credential;
 use crate::error::ErrorBody;
+use crate::tls::Trust;
 
 /// What came of a call that did not succeed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -73,16 +74,24 @@ pub struct ServiceClient {
 /// the server is closing.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A connection-pooling HTTP client with the given per-request timeout.
+/// A connection-pooling HTTP client with the given per-request timeout; `https://`
+/// URLs are verified against the platform's roots.
 pub fn http_client(timeout: Duration) -> reqwest::Client {
-    reqwest::Client::builder()
+    http_client_trusting(timeout, &Trust::default())
+}
+
+/// [`http_client`] trusting `trust`'s extra roots too (`TLS_CA_FILE`: a private CA).
+/// Certificates are always verified, host name included.
+pub fn http_client_trusting(timeout: Duration, trust: &Trust) -> reqwest::Client {
+    trust
+        .apply(reqwest::Client::builder())
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(2)))
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .pool_max_idle_per_host(256)
         .tcp_nodelay(true)
         .build()
-        .expect("a plain HTTP client always builds")
+        .expect("an HTTP client with checked roots always builds")
 }
 
 impl ServiceClient {

@@ -119,12 +119,17 @@ pub struct RemoteKeys {
 }
 
 impl RemoteKeys {
-    /// Keys from `url` (the member service's JWKS). An unknown `kid` triggers a fetch
+    /// Keys from `url` (the member service's JWKS), over TLS trusting `trust` beside the
+    /// platform's roots when the URL is `https://`. An unknown `kid` triggers a fetch
     /// at most once per `min_interval`, so made-up ids cannot flood the member service.
-    pub fn new(url: impl Into<String>, min_interval: Duration) -> Arc<Self> {
+    pub fn new(
+        url: impl Into<String>,
+        min_interval: Duration,
+        trust: &crate::tls::Trust,
+    ) -> Arc<Self> {
         Arc::new(Self {
             url: url.into(),
-            http: crate::client::http_client(Duration::from_secs(5)),
+            http: crate::client::http_client_trusting(Duration::from_secs(5), trust),
             keys: RwLock::new(Arc::new(HashMap::new())),
             last_on_demand: Mutex::new(None),
             fetching: tokio::sync::Mutex::new(()),
@@ -285,7 +290,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/jwks", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        let keys = RemoteKeys::new(url, Duration::from_secs(60));
+        let keys = RemoteKeys::new(url, Duration::from_secs(60), &Default::default());
         let callers = (0..20).map(|_| {
             let (keys, kid) = (keys.clone(), kid.clone());
             tokio::spawn(async move { keys.get_or_fetch(&kid).await.is_some() })

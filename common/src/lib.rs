@@ -57,5 +57,6 @@ pub mod service;
 pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod tls;
 
 pub use error::{ApiError, ErrorBody};

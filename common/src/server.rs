@@ -35,6 +35,7 @@ use crate::{
     error,
     limits::{self, ServerLimits},
     telemetry,
+    tls::ServerTls,
 };
 
 /// What a service serves until, boxed so one type serves every caller: the process's
@@ -241,23 +242,49 @@ pub async fn serve(
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_tls(listener, app, shutdown, None).await
+}
+
+/// [`serve`], over TLS when `tls` is given (a service passes its `TLS_CERT_FILE` and
+/// `TLS_KEY_FILE`, [`crate::service::Process::tls`]).
+pub async fn serve_tls(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    tls: Option<&ServerTls>,
+) -> std::io::Result<()> {
     let limits = ServerLimits::from_env()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    serve_with(listener, app, shutdown, limits).await
+    serve_with_tls(listener, app, shutdown, limits, tls).await
 }
 
 /// [`serve`] with the given limits.
+pub async fn serve_with(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: ServerLimits,
+) -> std::io::Result<()> {
+    serve_with_tls(listener, app, shutdown, limits, None).await
+}
+
+/// [`serve_tls`] with the given limits.
 ///
 /// `axum::serve` sets no timer on its connections, so a client that sends half a
 /// request (or nothing) holds its connection and task forever. This is the same accept
 /// loop with hyper's HTTP/1 header-read timer, which also ends idle keep-alive
 /// connections. HTTP/1 only, as before: nothing in paysaga speaks HTTP/2, and
 /// hyper-util's auto-detecting builder reads the protocol preface before any timer runs.
-pub async fn serve_with(
+///
+/// With TLS, each connection's handshake runs in the connection's own task (a slow
+/// client never holds up the accept loop), bounded by the header-read timeout like the
+/// request after it; a failed handshake is logged at debug and the connection dropped.
+pub async fn serve_with_tls(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: ServerLimits,
+    tls: Option<&ServerTls>,
 ) -> std::io::Result<()> {
     let mut listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
@@ -266,6 +293,7 @@ pub async fn serve_with(
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(limits.keep_alive);
+    let acceptor = tls.map(|t| t.acceptor().clone());
     let graceful = GracefulShutdown::new();
     let mut shutdown = pin!(shutdown);
     loop {
@@ -281,13 +309,28 @@ pub async fn serve_with(
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
                 req
             });
-        let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
-        let conn = graceful.watch(conn);
+        let service = TowerToHyperService::new(service);
+        let Some(acceptor) = &acceptor else {
+            let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), service));
+            tokio::spawn(finish_connection(conn, peer));
+            continue;
+        };
+        let (acceptor, http, watcher) = (acceptor.clone(), http.clone(), graceful.watcher());
+        let handshake_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
-            // Timeouts and clients hanging up end up here; neither is the server's fault.
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
+            let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let conn = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
+            finish_connection(conn, peer).await;
         });
     }
     // Stop accepting, then let every connection finish its request in flight and close.
@@ -298,6 +341,17 @@ pub async fn serve_with(
         let _ = tokio::task::spawn_blocking(telemetry::flush_traces).await;
     }
     Ok(())
+}
+
+/// Runs one connection to its end.
+async fn finish_connection<E: std::fmt::Display>(
+    conn: impl Future<Output = Result<(), E>>,
+    peer: SocketAddr,
+) {
+    // Timeouts and clients hanging up end up here; neither is the server's fault.
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
 }
 
 /// The socket a service listens on: the one its supervisor handed over (systemd's

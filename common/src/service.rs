@@ -14,6 +14,7 @@ use crate::{
     db,
     server::{self, Shutdown},
     telemetry,
+    tls::{ServerTls, Trust},
 };
 
 /// The settings of a service process itself, beside what the service does.
@@ -26,14 +27,20 @@ pub struct Process {
     pub metrics_addr: Option<String>,
     /// `LOG_FORMAT`: `json` or `pretty` (default).
     pub log_format: LogFormat,
+    /// `TLS_CERT_FILE` and `TLS_KEY_FILE` (both, or neither): every listener of the
+    /// service (the API's and the metrics one) serves TLS with them. Unset: plain HTTP.
+    pub tls: Option<ServerTls>,
+    /// `TLS_CA_FILE`: roots the service's calls to other services trust beside the
+    /// platform's (a private CA). Unset: the platform's only.
+    pub trust: Trust,
     /// The development keys and passwords in use (development mode only), warned at start.
     pub dev_fallbacks: DevFallbacks,
 }
 
 impl Process {
     /// Finishes `secrets` (every missing one named at once, before any other setting is
-    /// judged), then reads `LISTEN_ADDR` (`default_listen_addr` when unset) and
-    /// `LOG_FORMAT`.
+    /// judged), then reads `LISTEN_ADDR` (`default_listen_addr` when unset), `LOG_FORMAT`
+    /// and the TLS settings (their files are read and checked now).
     pub fn from_env(secrets: Secrets, default_listen_addr: &str) -> Result<Self, config::Error> {
         let dev_fallbacks = secrets.finish()?;
         Ok(Self {
@@ -43,18 +50,40 @@ impl Process {
                 .map(|a| a.trim().to_owned())
                 .filter(|a| !a.is_empty()),
             log_format: config::parse("LOG_FORMAT", LogFormat::Pretty)?,
+            tls: ServerTls::from_env()?,
+            trust: Trust::from_env()?,
             dev_fallbacks,
         })
     }
 
-    /// For tests and tools: `listen_addr`, logs for people, no development fallbacks.
+    /// For tests and tools: `listen_addr`, logs for people, plain HTTP, the platform's
+    /// roots, no development fallbacks.
     pub fn local(listen_addr: &str) -> Self {
         Self {
             listen_addr: listen_addr.to_owned(),
             metrics_addr: None,
             log_format: LogFormat::Pretty,
+            tls: None,
+            trust: Trust::default(),
             dev_fallbacks: DevFallbacks::default(),
         }
+    }
+
+    /// An HTTP client for calls to other services with a per-request `timeout`,
+    /// trusting [`Process::trust`].
+    pub fn http_client(&self, timeout: std::time::Duration) -> reqwest::Client {
+        crate::client::http_client_trusting(timeout, &self.trust)
+    }
+
+    /// Serves `app` on `listener` until `shutdown` ([`server::serve_tls`]), over TLS
+    /// when [`Process::tls`] is set.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        app: axum::Router,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        server::serve_tls(listener, app, shutdown, self.tls.as_ref()).await
     }
 }
 
@@ -162,15 +191,20 @@ where
     telemetry::init_tracing_for(service, settings.log_format);
     settings.dev_fallbacks.warn(service);
     let listener = server::listener(&settings.listen_addr).await?;
+    if let Some(tls) = &settings.tls {
+        tracing::info!(cert = ?tls.cert_file(), "serving TLS");
+    }
     if let Some(addr) = &settings.metrics_addr {
         let metrics = TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding METRICS_ADDR {addr}"))?;
         tracing::info!(addr = %addr, "serving /metrics on its own listener");
+        let tls = settings.tls.clone();
         // Lives as long as the process: it stops when `run` returns and the process exits.
         tokio::spawn(async move {
             let never = std::future::pending::<()>();
-            if let Err(e) = server::serve(metrics, server::metrics_app(), never).await {
+            let served = server::serve_tls(metrics, server::metrics_app(), never, tls.as_ref());
+            if let Err(e) = served.await {
                 tracing::error!(error = %e, "the metrics listener stopped");
             }
         });

@@ -250,6 +250,8 @@ pub use crate::server::Shutdown;
 pub struct InProcess {
     pub name: String,
     pub addr: std::net::SocketAddr,
+    /// `https` when started with [`InProcess::start_tls`].
+    scheme: &'static str,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -269,8 +271,37 @@ impl InProcess {
         }
     }
 
+    /// [`InProcess::start`] for a service that serves TLS (its config's
+    /// `process.tls` set): readiness is asked over `https://` trusting `trust`, and
+    /// [`InProcess::url`] is `https://127.0.0.1:<port>`.
+    pub async fn start_tls<F, Fut>(name: &str, trust: &crate::tls::Trust, run: F) -> Self
+    where
+        F: FnOnce(tokio::net::TcpListener, Shutdown) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let http = crate::client::http_client_trusting(Duration::from_secs(5), trust);
+        match Self::try_start_over(name, "https", &http, run).await {
+            Ok(this) => this,
+            Err(e) => panic!("{e:#}"),
+        }
+    }
+
     /// [`InProcess::start`] returning the failure instead of panicking.
     pub async fn try_start<F, Fut>(name: &str, run: F) -> anyhow::Result<Self>
+    where
+        F: FnOnce(tokio::net::TcpListener, Shutdown) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let http = crate::client::http_client(Duration::from_secs(5));
+        Self::try_start_over(name, "http", &http, run).await
+    }
+
+    async fn try_start_over<F, Fut>(
+        name: &str,
+        scheme: &'static str,
+        http: &reqwest::Client,
+        run: F,
+    ) -> anyhow::Result<Self>
     where
         F: FnOnce(tokio::net::TcpListener, Shutdown) -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
@@ -285,12 +316,12 @@ impl InProcess {
         let mut this = Self {
             name: name.to_owned(),
             addr,
+            scheme,
             stop: Some(stop),
             task: Some(task),
         };
-        let http = crate::client::http_client(Duration::from_secs(5));
         let base = this.url();
-        let ready = wait_ready(&http, name, &base, READY_TIMEOUT, || this.exited()).await;
+        let ready = wait_ready(http, name, &base, READY_TIMEOUT, || this.exited()).await;
         if let Err(e) = ready {
             // The task's own error is the useful part when it stopped early.
             if let Some(task) = this.task.take().filter(|t| t.is_finished()) {
@@ -312,9 +343,9 @@ impl InProcess {
             .map(|_| "its task ended".to_owned())
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>` (`https://` when started with [`InProcess::start_tls`]).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// Graceful shutdown: in-flight requests finish and jobs stop; returns how the
@@ -400,4 +431,103 @@ pub fn check_database_outages(
         StatusCode::INTERNAL_SERVER_ERROR
     );
     answers
+}
+
+/// Certificates a test makes for itself: a private CA and a server certificate it signed
+/// for `localhost` and `127.0.0.1`, as PEM text, with the server's [`crate::tls::ServerTls`]
+/// and a caller's [`crate::tls::Trust`] ready made.
+pub struct TestPki {
+    /// The CA's certificate: what a caller trusts (`TLS_CA_FILE`, `WEBHOOK_CA_FILE`).
+    pub ca_pem: String,
+    /// The server's certificate and key (`TLS_CERT_FILE`, `TLS_KEY_FILE`).
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl TestPki {
+    /// A new CA and a server certificate for `localhost` and `127.0.0.1`.
+    pub fn new() -> Self {
+        Self::for_names(&["localhost", "127.0.0.1"])
+    }
+
+    /// A new CA and a server certificate for `names` (host names or IP addresses).
+    pub fn for_names(names: &[&str]) -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let ca_key = KeyPair::generate().expect("a CA key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "paysaga test CA");
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca.self_signed(&ca_key).expect("the CA certificate");
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().expect("a server key");
+        let params =
+            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
+                .expect("server parameters");
+        let cert = params
+            .signed_by(&key, &issuer)
+            .expect("the server certificate");
+        Self {
+            ca_pem: ca_cert.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// What a server presents.
+    pub fn server(&self) -> crate::tls::ServerTls {
+        crate::tls::ServerTls::from_pem(self.cert_pem.as_bytes(), self.key_pem.as_bytes())
+            .expect("the test certificate serves")
+    }
+
+    /// What a caller trusts: the platform's roots and this CA.
+    pub fn trust(&self) -> crate::tls::Trust {
+        crate::tls::Trust::from_pem(self.ca_pem.as_bytes()).expect("the test CA")
+    }
+
+    /// The three PEM files in a new folder of their own (`ca.pem`, `cert.pem`,
+    /// `key.pem`), for settings that name files; removed when the value is dropped.
+    pub fn files(&self) -> PkiFiles {
+        let dir =
+            std::env::temp_dir().join(format!("paysaga-pki-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("a folder for the test certificates");
+        for (name, pem) in [
+            ("ca.pem", &self.ca_pem),
+            ("cert.pem", &self.cert_pem),
+            ("key.pem", &self.key_pem),
+        ] {
+            std::fs::write(dir.join(name), pem).expect("write a test certificate");
+        }
+        PkiFiles { dir }
+    }
+}
+
+impl Default for TestPki {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// [`TestPki::files`]: the folder, removed on drop.
+pub struct PkiFiles {
+    pub dir: std::path::PathBuf,
+}
+
+impl PkiFiles {
+    pub fn ca(&self) -> std::path::PathBuf {
+        self.dir.join("ca.pem")
+    }
+    pub fn cert(&self) -> std::path::PathBuf {
+        self.dir.join("cert.pem")
+    }
+    pub fn key(&self) -> std::path::PathBuf {
+        self.dir.join("key.pem")
+    }
+}
+
+impl Drop for PkiFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

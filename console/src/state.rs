@@ -19,6 +19,8 @@ pub struct ConsoleConfig {
     pub order_url: String,
     /// `GATE_URL`: the gate; `None`, the drop page says "gate not configured".
     pub gate_url: Option<String>,
+    /// The roots its calls trust beside the platform's (`TLS_CA_FILE`).
+    pub trust: paysaga_common::tls::Trust,
 }
 
 /// Everything the console's pages need: the credential check, the saga's payment desk,
@@ -48,7 +50,10 @@ impl ConsoleState {
             webhooks,
             // Short: a page waits on these reads, and a downstream that does not answer
             // is shown as unreachable rather than holding the page.
-            http: paysaga_common::client::http_client(Duration::from_secs(2)),
+            http: paysaga_common::client::http_client_trusting(
+                Duration::from_secs(2),
+                &config.trust,
+            ),
             credential: config.credential,
             order_url: config.order_url,
             gate_url: config.gate_url,

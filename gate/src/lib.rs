@@ -88,10 +88,10 @@ impl AppState {
             PassSigner::new(config.pass_signing_key.clone()),
             policy,
         ));
-        let order = OrderClient::new(
+        let order = OrderClient::with_http(
+            config.process.http_client(config.order_timeout),
             config.order_url.clone(),
             &config.service_credential,
-            config.order_timeout,
         );
         let recompute = Arc::new(Recompute::new(
             gate.clone(),
@@ -176,6 +176,6 @@ pub async fn serve_state(
         }
     })
     .await?;
-    jobs.stop_after(server::serve(listener, app(state), shutdown))
+    jobs.stop_after(config.process.serve(listener, app(state), shutdown))
         .await
 }

@@ -87,10 +87,10 @@ impl AppState {
         let passwords = Passwords::new(config.argon2, config.argon2_max_concurrent)
             .await
             .context("preparing password hashing")?;
-        let accounts = AccountClient::new(
+        let accounts = AccountClient::with_http(
+            config.process.http_client(config.account_timeout),
             &config.account_url,
             &config.service_credential,
-            config.account_timeout,
         );
         Ok(Self {
             pool,
@@ -216,6 +216,6 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> a
         argon2 = ?config.argon2,
         "member service listening"
     );
-    jobs.stop_after(server::serve(listener, app(state), shutdown))
+    jobs.stop_after(config.process.serve(listener, app(state), shutdown))
         .await
 }

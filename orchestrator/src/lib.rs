@@ -74,15 +74,15 @@ impl AppState {
     pub fn new(pool: PgPool, config: &Config, hooks: Hooks) -> Self {
         let credential = &config.service_credential;
         let downstream = downstream::Downstream::new(
-            AccountClient::new(
+            AccountClient::with_http(
+                config.process.http_client(config.downstream_timeout),
                 config.account_url.clone(),
                 credential,
-                config.downstream_timeout,
             ),
-            OrderClient::new(
+            OrderClient::with_http(
+                config.process.http_client(config.downstream_timeout),
                 config.order_url.clone(),
                 credential,
-                config.downstream_timeout,
             ),
             config.downstream_batches,
         );
@@ -123,6 +123,7 @@ impl AppState {
                     credential: config.console_credential.clone().into(),
                     order_url: config.order_url.clone(),
                     gate_url: config.gate_url.clone(),
+                    trust: config.process.trust.clone(),
                 },
             ),
             pool,
@@ -197,16 +198,16 @@ pub async fn run_with_hooks(
         &jobs,
         paysaga_webhooks::Background {
             pool: state.pool.clone(),
-            order: OrderClient::new(
+            order: OrderClient::with_http(
+                config.process.http_client(config.downstream_timeout),
                 config.order_url.clone(),
                 &config.service_credential,
-                config.downstream_timeout,
             ),
             member: config.member_url.as_ref().map(|url| {
-                MemberClient::new(
+                MemberClient::with_http(
+                    config.process.http_client(config.downstream_timeout),
                     url.clone(),
                     &config.service_credential,
-                    config.downstream_timeout,
                 )
             }),
             config: config.webhooks.clone(),
@@ -216,7 +217,7 @@ pub async fn run_with_hooks(
     )
     .await?;
     tracing::info!(addr = %listener.local_addr()?, instance = %state.engine.instance, "orchestrator listening");
-    let served = server::serve(listener, app(state), shutdown).await;
+    let served = config.process.serve(listener, app(state), shutdown).await;
     delivery.abort();
     if let Err(e) = jobs.shutdown().await {
         tracing::warn!(error = %e, "scheduled jobs did not stop cleanly");

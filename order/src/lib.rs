@@ -89,10 +89,10 @@ impl AppState {
                 config.claim_strategy,
             ),
             funds: funds::Funds::new(
-                AccountClient::new(
+                AccountClient::with_http(
+                    config.process.http_client(config.account_timeout),
                     config.account_url.clone(),
                     &config.service_credential,
-                    config.account_timeout,
                 ),
                 config.hold_orphan_grace,
                 config.hold_batches,
@@ -238,7 +238,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> a
     )
     .await?;
     tracing::info!(addr = %listener.local_addr()?, "order service listening");
-    let served = server::serve(listener, app(state), shutdown).await;
+    let served = config.process.serve(listener, app(state), shutdown).await;
     for (what, jobs) in [("expiry sweep", jobs), ("hold releases", holds)] {
         if let Err(e) = jobs.shutdown().await {
             tracing::warn!(error = %e, "{what} did not stop cleanly");

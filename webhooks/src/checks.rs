@@ -1,4 +1,4 @@
-//! What an endpoint's registration must satisfy: a plain `http://` URL of the grammar
+//! What an endpoint's registration must satisfy: an `https://` or `http://` URL of the grammar
 //! the OpenAPI schema states whose host, if an address, is one deliveries may reach;
 //! event types from the catalogue; a bounded description; and the signing secret it is
 //! given.
@@ -52,10 +52,13 @@ fn decimal(p: &str, min: u32, max: u32) -> bool {
 }
 
 /// The URL grammar the OpenAPI schema states (`CreateWebhookEndpoint::url`), checked
-/// by hand: `http://`, a host name or IPv4 address, an optional port 1-65535, an
-/// optional path and query of plain characters.
+/// by hand: `https://` or `http://`, a host name or IPv4 address, an optional port
+/// 1-65535, an optional path and query of plain characters.
 fn plain_http_url(raw: &str) -> bool {
-    let Some(rest) = raw.strip_prefix("http://") else {
+    let Some(rest) = raw
+        .strip_prefix("https://")
+        .or_else(|| raw.strip_prefix("http://"))
+    else {
         return false;
     };
     let (rest, query) = match rest.split_once('?') {
@@ -76,28 +79,21 @@ fn plain_http_url(raw: &str) -> bool {
         && query.is_none_or(|q| q.chars().all(|c| c == '?' || path_char(c)))
 }
 
-/// An endpoint's URL, as deliveries will use it: `http://`, a lower-case host name or an
-/// IPv4 address, an optional port, a path and query of plain characters (no
-/// credentials: they would show in every listing, and the signature is what
-/// authenticates a delivery; no fragment, no percent-escapes). `https` is refused by
-/// name: the services' HTTP client is built without TLS, so such an endpoint could only
-/// ever go DEAD (docs/events.md). A host that is an address `egress` forbids (loopback,
-/// private, the metadata address, ...) is refused; a host name is checked on what it
-/// resolves to at every delivery instead, since its answer may change.
+/// An endpoint's URL, as deliveries will use it: `https://` (its certificate verified,
+/// host name included) or `http://`, a lower-case host name or an IPv4 address, an
+/// optional port, a path and query of plain characters (no credentials: they would show
+/// in every listing, and the signature is what authenticates a delivery; no fragment,
+/// no percent-escapes). A host that is an address `egress` forbids (loopback, private,
+/// the metadata address, ...) is refused; a host name is checked on what it resolves to
+/// at every delivery instead, since its answer may change.
 pub fn check_url(raw: &str, egress: Egress) -> Result<String> {
     let bad = |why: &str| Error::UrlInvalid(why.to_owned());
     if raw.chars().count() > MAX_URL_CHARS {
         return Err(bad("longer than 2048 characters"));
     }
-    if raw.starts_with("https://") {
-        return Err(bad(
-            "https is not delivered yet: the orchestrator's HTTP client has no TLS; \
-             give an http URL of a forwarder that adds TLS",
-        ));
-    }
     if !plain_http_url(raw) {
         return Err(bad(
-            "expected http://<lower-case host name or IPv4 address>[:<port 1-65535>][/<path>][?<query>], \
+            "expected http(s)://<lower-case host name or IPv4 address>[:<port 1-65535>][/<path>][?<query>], \
              the path and query of letters, digits and ._~!$&'()*+,;=:@/- only",
         ));
     }
@@ -168,9 +164,11 @@ mod tests {
     };
 
     #[test]
-    fn only_plain_http_urls_with_a_host_are_taken() {
+    fn only_http_and_https_urls_with_a_host_are_taken() {
         for good in [
             "http://127.0.0.1:9000/hook",
+            "https://shipping.example.com/paysaga",
+            "https://127.0.0.1:9443/hook?x=1",
             "http://shipping.example.com/paysaga?x=1",
             "http://localhost",
             "http://a-b.c0:65535/x/y;z=1?q=a/b?c",
@@ -187,7 +185,10 @@ mod tests {
             "http://user:pw@example.com/",
             "http://example.com/#frag",
             "http://",
-            "https://shipping.example.com/paysaga",
+            "https://",
+            "https://user:pw@example.com/",
+            "httpss://example.com/",
+            "HTTPS://example.com/",
             "http://v7pq0z0pe-bjobcpmel*",
             "http://Example.com/",
             "http://999.0.0.1/",
@@ -222,6 +223,8 @@ mod tests {
             "http://0.0.0.0:1",
             "http://224.0.0.1/",
             "http://255.255.255.255/",
+            "https://127.0.0.1:8443/",
+            "https://169.254.169.254/latest/meta-data/",
         ] {
             assert!(
                 matches!(

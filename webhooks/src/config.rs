@@ -2,7 +2,13 @@
 
 use std::time::Duration;
 
-use paysaga_common::config::{self, ConfigError};
+use paysaga_common::{
+    config::{self, ConfigError},
+    tls::Trust,
+};
+
+/// `WEBHOOK_CA_FILE`: see [`WebhookConfig::trust`].
+pub const CA_FILE_VAR: &str = "WEBHOOK_CA_FILE";
 
 use crate::{egress::Egress, sealing::SealingKey};
 
@@ -63,6 +69,10 @@ pub struct WebhookConfig {
     /// `WEBHOOK_SECRET_GRACE_SECS`: how long an endpoint's previous secret is still
     /// signed with after a rotation (default 86400, 24 h; 0 to 2592000, 30 days).
     pub secret_grace: Duration,
+    /// `WEBHOOK_CA_FILE`: roots an `https` endpoint's certificate may chain to beside the
+    /// platform's (PEM; a merchant's private CA, or a test's). Kept apart from
+    /// `TLS_CA_FILE`, the services' own CA: trusting one never trusts the other.
+    pub trust: Trust,
 }
 
 impl Default for WebhookConfig {
@@ -82,6 +92,7 @@ impl Default for WebhookConfig {
             egress: Egress::default(),
             secret_key: SealingKey::development(),
             secret_grace: Duration::from_secs(86_400),
+            trust: Trust::default(),
         }
     }
 }
@@ -112,6 +123,7 @@ impl WebhookConfig {
                 "WEBHOOK_SECRET_GRACE_SECS",
                 d.secret_grace.as_secs(),
             )?),
+            trust: Trust::from_env_var(CA_FILE_VAR)?,
         })
     }
 

@@ -131,7 +131,7 @@ pub async fn start(jobs: &Jobs, b: Background) -> anyhow::Result<JoinHandle<()>>
     ingest::schedule(jobs, b.pool.clone(), sources, &b.config, b.alive.clone()).await?;
     purge::schedule(jobs, b.pool.clone(), &b.config, b.alive.clone()).await?;
     Ok(worker::spawn(worker::Worker {
-        http: worker::http_client(b.config.timeout, b.config.egress),
+        http: worker::http_client(&b.config),
         pool: b.pool,
         instance: b.instance,
         config: b.config,

@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use crate::{
     config::WebhookConfig,
-    egress::{Egress, ForbiddenAddress, NotResolved},
+    egress::{ForbiddenAddress, NotResolved},
     metrics,
     sealing::Unsealable,
     store::{self, Claimed, Outcome},
@@ -64,14 +64,19 @@ pub struct Worker {
     pub alive: Arc<AtomicBool>,
 }
 
-/// The HTTP client deliveries go out with: the whole request bounded by
-/// `WEBHOOK_TIMEOUT_MS`; names resolved through the egress rule's resolver (an address
-/// it forbids is never dialled); no redirects (a redirect is an answer other than 2xx,
-/// so a failed attempt, as with Stripe, and it cannot lead inside); and no proxy from
-/// the environment (through one, the resolver would judge the proxy's name instead of
-/// the endpoint's).
-pub fn http_client(timeout: Duration, egress: Egress) -> reqwest::Client {
-    reqwest::Client::builder()
+/// The HTTP client deliveries go out with (`config`'s timeout, egress rule and roots):
+/// the whole request bounded by `WEBHOOK_TIMEOUT_MS`; names resolved through the egress
+/// rule's resolver (an address it forbids is never dialled, over `https` as over
+/// `http`: TLS runs on the connection the resolver's address opened); no redirects (a
+/// redirect is an answer other than 2xx, so a failed attempt, as with Stripe, and it
+/// cannot lead inside); no proxy from the environment (through one, the resolver would
+/// judge the proxy's name instead of the endpoint's); `https` endpoints verified
+/// against the platform's roots and `WEBHOOK_CA_FILE`'s, host name included.
+pub fn http_client(config: &WebhookConfig) -> reqwest::Client {
+    let (timeout, egress) = (config.timeout, config.egress);
+    config
+        .trust
+        .apply(reqwest::Client::builder())
         .timeout(timeout)
         .connect_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
@@ -81,7 +86,7 @@ pub fn http_client(timeout: Duration, egress: Egress) -> reqwest::Client {
         .pool_idle_timeout(paysaga_common::client::POOL_IDLE_TIMEOUT)
         .tcp_nodelay(true)
         .build()
-        .expect("a plain HTTP client always builds")
+        .expect("an HTTP client with checked roots always builds")
 }
 
 impl Worker {

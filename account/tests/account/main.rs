@@ -14,4 +14,5 @@ mod ledger_rights;
 mod lookup_cost;
 mod money_conserved;
 mod refunds;
+mod tls;
 mod transfers;

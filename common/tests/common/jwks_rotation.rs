@@ -67,6 +67,7 @@ async fn a_rotated_key_is_picked_up_without_a_restart_and_the_old_one_keeps_work
         url: format!("http://{addr}{JWKS_PATH}"),
         min_refresh,
         refresh_every: Duration::from_secs(3600),
+        trust: Default::default(),
     };
     let verifier = Verifier::from_source(
         &source,

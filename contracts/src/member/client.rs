@@ -30,7 +30,16 @@ pub struct MemberClient {
 impl MemberClient {
     /// `base` is e.g. `http://127.0.0.1:8081`; `token` a service credential.
     pub fn new(base: impl Into<String>, token: impl Into<Credential>, timeout: Duration) -> Self {
-        let http = http_client(timeout);
+        Self::with_http(http_client(timeout), base, token)
+    }
+
+    /// [`MemberClient::new`] on a connection pool of the caller's (one trusting a
+    /// private CA, or shared by many buyers).
+    pub fn with_http(
+        http: reqwest::Client,
+        base: impl Into<String>,
+        token: impl Into<Credential>,
+    ) -> Self {
         Self {
             inner: ServiceClient::with_http(Audience::Member, http.clone(), base, token),
             http,

@@ -198,16 +198,17 @@ pub struct PaymentPage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateWebhookEndpoint {
-    /// `http://`, a lower-case host name or an IPv4 address, an optional port, a path and
-    /// query of plain characters (no credentials, fragment or percent-escapes), at most
-    /// 2048 characters (`https` is refused until the orchestrator's HTTP client has TLS).
+    /// `https://` (or `http://`), a lower-case host name or an IPv4 address, an optional
+    /// port, a path and query of plain characters (no credentials, fragment or
+    /// percent-escapes), at most 2048 characters. Over `https` the endpoint's certificate
+    /// is verified, host name included.
     /// An IPv4 address that deliveries may not reach (loopback, private, link-local,
     /// CGNAT, multicast, reserved) is refused with `WEBHOOK_ADDRESS_FORBIDDEN`, and a
     /// name is checked on every address it resolves to when delivering.
     #[schema(
         max_length = 2048,
-        pattern = r"^http://([a-z]([a-z0-9]|-[a-z0-9])*(\.[a-z]([a-z0-9]|-[a-z0-9])*)*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[A-Za-z0-9._~!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?$",
-        example = "http://shipping.internal:8080/paysaga"
+        pattern = r"^https?://([a-z]([a-z0-9]|-[a-z0-9])*(\.[a-z]([a-z0-9]|-[a-z0-9])*)*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[A-Za-z0-9._~!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?$",
+        example = "https://shipping.example.com/paysaga"
     )]
     pub url: String,
     /// Event types to deliver (see the catalogue); empty or absent: every type.

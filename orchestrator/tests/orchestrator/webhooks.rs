@@ -396,7 +396,11 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
         &pool,
         vec![
             ("ftp://example.com/hook", vec![], "WEBHOOK_URL_INVALID"),
-            ("https://example.com/hook", vec![], "WEBHOOK_URL_INVALID"),
+            (
+                "https://user:pw@example.com/hook",
+                vec![],
+                "WEBHOOK_URL_INVALID",
+            ),
             ("not a url", vec![], "WEBHOOK_URL_INVALID"),
             ("http://user:pw@example.com/", vec![], "WEBHOOK_URL_INVALID"),
             (

@@ -3,7 +3,9 @@
 //! resolves to 127.0.0.1 and a literal one: failed as `forbidden_address`, the receiver
 //! never reached); failures recorded by class only; secrets sealed at rest, plaintext
 //! ones sealed at start-up; a rotated secret signing beside the new one through its
-//! grace, and only the new one after it.
+//! grace, and only the new one after it; an `https` endpoint delivered to only when its
+//! certificate chains to a trusted root (`WEBHOOK_CA_FILE`) and names its host, under
+//! the same egress rule.
 
 use std::{
     sync::{
@@ -22,7 +24,12 @@ use axum::{
     Router,
 };
 use chrono::Utc;
-use paysaga_common::testkit::TestDb;
+use paysaga_common::{
+    limits::ServerLimits,
+    server,
+    testkit::{TestDb, TestPki},
+    tls::{ServerTls, Trust},
+};
 use paysaga_contracts::{
     events::{self, SignatureError},
     orchestrator::api::{CreateWebhookEndpoint, DeliveryFailure, ListDeliveries},
@@ -53,6 +60,8 @@ impl Got {
 
 #[derive(Clone)]
 struct Receiver {
+    /// `http`, or `https` ([`Receiver::start_tls`]).
+    scheme: &'static str,
     port: u16,
     got: Got,
     /// The status it answers.
@@ -73,10 +82,20 @@ async fn hook(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> imp
 
 impl Receiver {
     async fn start() -> Self {
+        Self::serving(None).await
+    }
+
+    /// A receiver serving HTTPS with `tls`, as a service's own listener does.
+    async fn start_tls(tls: ServerTls) -> Self {
+        Self::serving(Some(tls)).await
+    }
+
+    async fn serving(tls: Option<ServerTls>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let r = Receiver {
+            scheme: if tls.is_some() { "https" } else { "http" },
             port: listener.local_addr().expect("addr").port(),
             got: Got::default(),
             status: Arc::new(AtomicU16::new(200)),
@@ -85,14 +104,16 @@ impl Receiver {
             .route("/hook", post(hook))
             .with_state(r.clone());
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let never = std::future::pending::<()>();
+            let limits = ServerLimits::default();
+            let _ = server::serve_with_tls(listener, app, never, limits, tls.as_ref()).await;
         });
         r
     }
 
     /// Its URL under `host` (an address, or a name that resolves to 127.0.0.1).
     fn url(&self, host: &str) -> String {
-        format!("http://{host}:{}/hook", self.port)
+        format!("{}://{host}:{}/hook", self.scheme, self.port)
     }
 }
 
@@ -126,7 +147,7 @@ impl Drop for Running {
 fn start_worker(pool: &PgPool, config: WebhookConfig) -> Running {
     let alive = Arc::new(AtomicBool::new(true));
     let task = worker::spawn(Worker {
-        http: worker::http_client(config.timeout, config.egress),
+        http: worker::http_client(&config),
         pool: pool.clone(),
         instance: Uuid::now_v7(),
         config,
@@ -551,4 +572,92 @@ async fn a_rotated_secret_signs_beside_the_new_one_through_its_grace_and_not_aft
         );
     }
     drop(running);
+}
+
+#[tokio::test]
+async fn an_https_endpoint_is_delivered_to_through_a_verified_certificate_only() {
+    let db = TestDb::new().await;
+    let pool = payments_pool(&db, 6).await;
+    // One receiver with a certificate for `localhost`, one whose certificate names
+    // another host; each from a CA of its own.
+    let pki = TestPki::for_names(&["localhost"]);
+    let receiver = Receiver::start_tls(pki.server()).await;
+    let elsewhere_pki = TestPki::for_names(&["hooks.example.com"]);
+    let elsewhere = Receiver::start_tls(elsewhere_pki.server()).await;
+    let both_cas = Trust::from_pem(format!("{}{}", pki.ca_pem, elsewhere_pki.ca_pem).as_bytes())
+        .expect("a bundle of two roots");
+    let trusting = |allow_private: bool, trust: &Trust| WebhookConfig {
+        trust: trust.clone(),
+        ..config(allow_private, 1)
+    };
+
+    // An https URL is taken; one whose host is an internal address is refused as for
+    // http.
+    let strict = Webhooks::new(pool.clone(), &config(false, 1));
+    let refused = create(&strict, "https://127.0.0.1:8443/hook")
+        .await
+        .expect_err("refused");
+    assert!(matches!(refused, Error::AddressForbidden(_)), "{refused:?}");
+    let (endpoint, secret) = create(&strict, &receiver.url("localhost"))
+        .await
+        .expect("an https endpoint is registered");
+    let (misnamed, _) = create(&strict, &elsewhere.url("localhost"))
+        .await
+        .expect("an https endpoint is registered");
+
+    // The egress rule holds over https: `localhost` resolves to the loopback, refused
+    // before any connection even with the right roots.
+    let e = event(&pool).await;
+    {
+        let _running = start_worker(&pool, trusting(false, &both_cas));
+        for to in [endpoint, misnamed] {
+            let row = settled(&pool, to, e).await;
+            assert_eq!(row.last_error.as_deref(), Some("forbidden_address"));
+        }
+    }
+
+    // Private targets allowed, the platform's roots only: the test's CA is unknown, so
+    // the handshake fails and nothing is sent.
+    let e = event(&pool).await;
+    {
+        let _running = start_worker(&pool, config(true, 1));
+        for to in [endpoint, misnamed] {
+            let row = settled(&pool, to, e).await;
+            assert_eq!(
+                (row.state.as_str(), row.last_status),
+                ("DEAD", None),
+                "{row:?}"
+            );
+            assert_eq!(row.last_error.as_deref(), Some("connect"), "{row:?}");
+        }
+    }
+    assert!(
+        receiver.got.all().is_empty(),
+        "sent to an unverified receiver"
+    );
+
+    // Both CAs trusted: delivered, signed, to the receiver whose certificate names its
+    // host; the other certificate names another host, so nothing is sent to it.
+    let e = event(&pool).await;
+    let _running = start_worker(&pool, trusting(true, &both_cas));
+    let row = settled(&pool, endpoint, e).await;
+    assert_eq!(
+        (row.state.as_str(), row.last_status),
+        ("DELIVERED", Some(200)),
+        "{row:?}"
+    );
+    let got = receiver.got.all();
+    assert_eq!(got.len(), 1);
+    let (header, body) = &got[0];
+    assert!(verify(&secret, header, body).is_ok(), "{header}");
+    let row = settled(&pool, misnamed, e).await;
+    assert_eq!(
+        (row.state.as_str(), row.last_status),
+        ("DEAD", None),
+        "{row:?}"
+    );
+    assert!(
+        elsewhere.got.all().is_empty(),
+        "sent to a misnamed receiver"
+    );
 }

@@ -403,6 +403,7 @@ pub fn jwks_verifier(base: &str) -> Verifier {
             url: format!("{base}{JWKS_PATH}"),
             min_refresh: Duration::from_millis(50),
             refresh_every: Duration::from_secs(300),
+            trust: Default::default(),
         },
         &ServiceKeys::development(),
         Audience::Member,
