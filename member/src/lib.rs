@@ -84,9 +84,13 @@ impl AppState {
             &config.service_keys,
             Audience::Member,
         );
-        let passwords = Passwords::new(config.argon2, config.argon2_max_concurrent)
-            .await
-            .context("preparing password hashing")?;
+        let passwords = Passwords::new(
+            config.argon2,
+            config.argon2_max_concurrent,
+            "member_argon2_seconds",
+        )
+        .await
+        .context("preparing password hashing")?;
         let accounts = AccountClient::new(
             &config.account_url,
             &config.service_credential,
