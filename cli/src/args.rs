@@ -84,6 +84,12 @@ pub enum Command {
     /// Members (member service): create, list, top up, sign in for a buyer token.
     #[command(subcommand)]
     Member(MemberCommand),
+    /// Staff: sign in as yourself (the operator commands then act as you), sign out,
+    /// create an account (admins).
+    #[command(subcommand)]
+    Staff(StaffCommand),
+    /// The audit trail of what staff did, newest first (signed in: `staff sign-in`).
+    Audit(AuditArgs),
     /// Mint a DEVELOPMENT token for trying the API with curl.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -169,9 +175,71 @@ pub enum PaymentsCommand {
     /// One payment with its full step timeline.
     Show { id: uuid::Uuid },
     /// Drive a flagged payment again.
-    Resume { id: uuid::Uuid },
+    Resume {
+        id: uuid::Uuid,
+        /// Why (kept in the audit trail and on the step log).
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Refund a COMPLETED payment (cancels the order, credits the buyer).
-    Refund { id: uuid::Uuid },
+    Refund {
+        id: uuid::Uuid,
+        /// Why (kept in the audit trail and on the step log).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StaffCommand {
+    /// Sign in (password from PAYSAGA_STAFF_PASSWORD or asked for; the code from --code,
+    /// PAYSAGA_STAFF_CODE or asked for) and keep the session token (readable by you
+    /// only) in PAYSAGA_STAFF_SESSION_FILE, default ~/.local/state/paysaga/staff-session.
+    SignIn {
+        #[arg(long)]
+        email: String,
+        /// A TOTP code or a recovery code.
+        #[arg(long)]
+        code: Option<String>,
+    },
+    /// End the session at once and forget it.
+    SignOut,
+    /// Create a staff account (admins; or the operator tools' service credential, for a
+    /// system's first admin). The password from PAYSAGA_NEW_STAFF_PASSWORD or asked for;
+    /// prints the TOTP secret and recovery codes for its owner, shown this once.
+    Create {
+        #[arg(long)]
+        email: String,
+        /// VIEWER, OPERATOR or ADMIN.
+        #[arg(long, value_parser = parse_role)]
+        role: paysaga_contracts::staff::api::StaffRole,
+        /// Why the account is made (audit trail).
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+fn parse_role(s: &str) -> Result<paysaga_contracts::staff::api::StaffRole, String> {
+    paysaga_contracts::staff::api::StaffRole::parse(&s.to_ascii_uppercase())
+        .ok_or_else(|| "VIEWER, OPERATOR or ADMIN".to_owned())
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only this person's entries (email).
+    #[arg(long)]
+    pub actor: Option<String>,
+    /// Only this action (SIGN_IN, PAYMENT_REFUNDED, ...).
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Only entries about this target (a payment id, ...).
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Entries older than this id (the previous page's last).
+    #[arg(long)]
+    pub before: Option<i64>,
+    #[arg(long, default_value_t = 50)]
+    pub limit: i64,
 }
 
 #[derive(Debug, Subcommand)]

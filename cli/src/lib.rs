@@ -11,6 +11,7 @@ pub mod demo;
 pub mod keygen;
 pub mod members;
 pub mod ops;
+pub mod staff;
 pub mod table;
 pub mod up;
 pub mod webhooks;
@@ -33,6 +34,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Member(cmd) => members::run(&cli.endpoints, cmd).await,
         Command::Stock { product } => ops::stock(&cli.endpoints, product).await,
         Command::Quota { product } => ops::quota(&cli.endpoints, product).await,
+        Command::Staff(cmd) => staff::run(&cli.endpoints, cmd).await,
+        Command::Audit(args) => staff::audit(&cli.endpoints, args).await,
         Command::Token(cmd) => ops::token(cmd),
         Command::Keygen(args) => keygen::run(&args),
         Command::Bootstrap(args) => ops::bootstrap(args).await,

@@ -71,8 +71,11 @@ const PAYMENT_HEADER: [&str; 8] = [
 ];
 
 pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Result<ExitCode> {
-    let orchestrator =
-        OrchestratorClient::new(&endpoints.orchestrator_url, operator_credential()?, TIMEOUT);
+    let orchestrator = OrchestratorClient::new(
+        &endpoints.orchestrator_url,
+        crate::staff::orchestrator_credential()?,
+        TIMEOUT,
+    );
     match cmd {
         PaymentsCommand::List {
             state,
@@ -114,17 +117,17 @@ pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Re
                 .body;
             print_timeline(&t);
         }
-        PaymentsCommand::Resume { id } => {
+        PaymentsCommand::Resume { id, reason } => {
             let p = orchestrator
-                .resume(id)
+                .resume_because(id, reason.as_deref())
                 .await
                 .context("resuming the payment")?
                 .body;
             println!("{}", table::render(&PAYMENT_HEADER, &[payment_row(&p)]));
         }
-        PaymentsCommand::Refund { id } => {
+        PaymentsCommand::Refund { id, reason } => {
             let p = orchestrator
-                .refund(id)
+                .refund_because(id, reason.as_deref())
                 .await
                 .context("refunding the payment")?
                 .body;

@@ -403,7 +403,23 @@ fn print_next_steps(
             paysaga_drop::setup::BUYER_PASSWORD
         );
     }
-    println!("  a DEVELOPMENT operator credential for curl at the orchestrator and its console (valid 15 minutes, the most a service credential may live; it opens no other service: `{run} token service operator --for <service>` mints one for another; anyone can mint these, never use the development keys in production):");
+    {
+        use paysaga_staff::dev;
+        println!("  DEVELOPMENT ONLY, the staff admin this development system made (public password and second-factor secret; never on a real system):");
+        println!("    console:    {orch}/console  (email {}, password {}, then the code of the TOTP secret below)", dev::ADMIN_EMAIL, dev::ADMIN_PASSWORD);
+        println!(
+            "    TOTP:       secret {}  ({})",
+            dev::ADMIN_TOTP_SECRET,
+            dev::admin_otpauth_url()
+        );
+        println!("    code now:   {} (changes every 30 s; any authenticator app given the secret shows it)", dev::admin_code_now());
+        println!(
+            "    terminal:   PAYSAGA_STAFF_PASSWORD={} {run}{flags} staff sign-in --email {}",
+            dev::ADMIN_PASSWORD,
+            dev::ADMIN_EMAIL
+        );
+    }
+    println!("  a DEVELOPMENT operator credential for curl at the orchestrator's API (valid 15 minutes, the most a service credential may live; it opens no other service: `{run} token service operator --for <service>` mints one for another; anyone can mint these, never use the development keys in production):");
     println!("    export TOKEN={token}");
     if let Some((id, _, _)) = sample {
         println!("    curl -s -H \"Authorization: Bearer $TOKEN\" {orch}/v1/payments/{id}/steps");

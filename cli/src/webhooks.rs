@@ -68,7 +68,7 @@ fn delivery_row(d: &WebhookDelivery) -> Vec<String> {
 pub async fn run(endpoints: &Endpoints, cmd: WebhooksCommand) -> anyhow::Result<ExitCode> {
     let orchestrator = OrchestratorClient::new(
         &endpoints.orchestrator_url,
-        crate::ops::operator_credential()?,
+        crate::staff::orchestrator_credential()?,
         TIMEOUT,
     );
     match cmd {

@@ -50,6 +50,7 @@ pub mod money;
 pub mod openapi;
 pub mod outbox;
 pub mod pass;
+pub mod password;
 pub mod ready;
 pub mod retry;
 pub mod server;

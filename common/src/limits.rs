@@ -225,7 +225,21 @@ impl std::fmt::Debug for MemberLimiter {
 
 impl MemberLimiter {
     pub fn new(rate: MemberRate) -> Self {
-        let limiter = RateLimiter::keyed(Quota::per_second(rate.per_sec).allow_burst(rate.burst));
+        Self::with_quota(Quota::per_second(rate.per_sec).allow_burst(rate.burst))
+    }
+
+    /// A limiter that lets `burst` requests through at once, then one more every
+    /// `period` (for rare, guarded requests such as staff sign-in attempts). A zero
+    /// `period` is taken as one millisecond.
+    pub fn every(period: Duration, burst: NonZeroU32) -> Self {
+        let quota = Quota::with_period(period.max(Duration::from_millis(1)))
+            .expect("a period of at least 1 ms")
+            .allow_burst(burst);
+        Self::with_quota(quota)
+    }
+
+    fn with_quota(quota: Quota) -> Self {
+        let limiter = RateLimiter::keyed(quota);
         let start = limiter.clock().now();
         Self {
             limiter,
@@ -236,8 +250,14 @@ impl MemberLimiter {
 
     /// Counts one request of `member`: `Ok` if it is within the rate, else how long to wait.
     pub fn check(&self, member: &MemberId) -> Result<(), RateLimited> {
+        self.check_key(member.as_str())
+    }
+
+    /// Counts one request under any `key` (an address, an email): `Ok` if it is within
+    /// the rate, else how long to wait.
+    pub fn check_key(&self, key: &str) -> Result<(), RateLimited> {
         self.prune_if_due();
-        match self.limiter.check_key(&member.as_str().to_owned()) {
+        match self.limiter.check_key(&key.to_owned()) {
             Ok(()) => Ok(()),
             Err(not_until) => {
                 let wait = not_until.wait_time_from(self.limiter.clock().now());

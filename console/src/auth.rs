@@ -1,4 +1,7 @@
-//! Console sign-in: an operator credential in an HttpOnly, SameSite=Strict cookie, checked on every request as the API checks a bearer token.
+//! Console sign-in: people sign in as themselves (email and password, then a TOTP code
+//! or a recovery code) into a server-side staff session whose random token is kept in
+//! an HttpOnly, SameSite=Strict cookie; every page checks the session and the person's
+//! role. Service credentials do not sign in here.
 
 use axum::{
     extract::{FromRequestParts, State},
@@ -7,34 +10,23 @@ use axum::{
     Form,
 };
 use maud::html;
-use paysaga_common::auth::{admit, allow::OPERATOR, ServiceRole};
+use paysaga_staff::{
+    error::role_names, extract::ClientAddr, sessions::looks_like_token, Acting, Actor, Error,
+};
 use serde::Deserialize;
 
 use crate::{layout, state::ConsoleState};
 
-/// The cookie holding the operator's credential. Scoped to `/console`, so no API route
-/// ever sees it (the API takes only `Authorization: Bearer`).
+/// The cookie holding the staff session's token (or, between the two steps of a
+/// sign-in, the token of the session awaiting its second factor). Scoped to `/console`,
+/// so no API route ever sees it (the API takes only `Authorization: Bearer`).
 pub const COOKIE: &str = "paysaga_console";
 
-/// A signed-in operator: the credential from the cookie (made for the orchestrator,
-/// which serves the console), verified and admitted exactly as `Service<{ OPERATOR }>`
-/// admits a bearer token. It stays here: the console calls the order service and the
-/// gate with its own read-only credential.
-pub struct Operator {
-    pub role: ServiceRole,
-}
-
-/// Why a credential was refused, in words an operator can act on.
-fn check(state: &ConsoleState, token: &str) -> Result<ServiceRole, &'static str> {
-    if let Some(role) = state.verifier.verify_service(token) {
-        return admit(role.name(), OPERATOR)
-            .map_err(|_| "this service credential is not an operator's (role operator)");
-    }
-    if state.verifier.verify_buyer(token).is_some() {
-        return Err("a buyer token cannot sign in: paste a service credential of role operator");
-    }
-    Err("invalid or expired credential")
-}
+/// A signed-in person whose role the page's allow list (bits of
+/// `paysaga_staff::allow`) admits: `Person<{ OPERATOR | ADMIN }>`. Not signed in (or the
+/// session expired or was signed out): the sign-in page. Another role: 403
+/// `FORBIDDEN_ROLE`, before the page reads or does anything.
+pub struct Person<const ALLOW: u8>(pub Acting);
 
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
@@ -48,20 +40,42 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-impl FromRequestParts<ConsoleState> for Operator {
+impl<const ALLOW: u8> FromRequestParts<ConsoleState> for Person<ALLOW> {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &ConsoleState) -> Result<Self, Response> {
-        let token = cookie(&parts.headers, COOKIE);
-        match token.as_deref().map(|t| check(state, t)) {
-            Some(Ok(role)) => Ok(Operator { role }),
-            _ => Err(to_sign_in(&parts.headers)),
+        let Some(token) = cookie(&parts.headers, COOKIE) else {
+            return Err(to_sign_in(&parts.headers));
+        };
+        let ClientAddr(from) = ClientAddr::from_request_parts(parts, state)
+            .await
+            .unwrap_or(ClientAddr(None));
+        match state.staff.admit(&token, ALLOW).await {
+            Ok(who) => Ok(Person(Acting {
+                actor: Actor::Staff(who),
+                from,
+            })),
+            Err(Error::NoSession) => Err(to_sign_in(&parts.headers)),
+            Err(Error::ForbiddenRole(allowed)) => Err(layout::error_page(
+                StatusCode::FORBIDDEN,
+                paysaga_contracts::staff::api::codes::FORBIDDEN_ROLE,
+                &format!("This page admits staff of role: {}.", role_names(allowed)),
+                None,
+            )),
+            Err(e) => Err(layout::failed(e, layout::Section::Drop)),
         }
     }
 }
 
-/// Not signed in (or the credential expired): the sign-in page. An htmx request (the
-/// drop page's polling) is told to load it as a whole page instead of swapping it in.
+impl<const ALLOW: u8> Person<ALLOW> {
+    /// Who, for logs.
+    pub fn name(&self) -> String {
+        self.0.actor.name()
+    }
+}
+
+/// Not signed in (or the session ended): the sign-in page. An htmx request (the drop
+/// page's polling) is told to load it as a whole page instead of swapping it in.
 fn to_sign_in(headers: &HeaderMap) -> Response {
     if headers.contains_key("hx-request") {
         return (
@@ -108,69 +122,171 @@ pub async fn login_page() -> Response {
 
 fn sign_in_form(status: StatusCode, error: Option<&str>) -> Response {
     let body = html! {
-        @if let Some(e) = error { p.error { (e) } }
-        p { "Paste a service credential of role " code { "operator" } " (what "
-            code { "paysaga" } " operator commands send as " code { "Authorization: Bearer" } ")." }
+        @if let Some(e) = error { p.error #sign-in-error { (e) } }
         form method="post" action="/console/login" {
-            p { label for="token" { "Operator token" } br;
-                textarea id="token" name="token" rows="4" required autocomplete="off" spellcheck="false" {} }
-            p { button.primary type="submit" id="sign-in" { "Sign in" } }
+            p { label for="email" { "Email" } br;
+                input type="email" id="email" name="email" required autocomplete="username"; }
+            p { label for="password" { "Password" } br;
+                input type="password" id="password" name="password" required autocomplete="current-password"; }
+            p { button.primary type="submit" id="sign-in" { "Continue" } }
         }
-        p.muted { "The credential is kept in an HttpOnly cookie for this browser session only." }
+        p.muted { "Then a code from your authenticator app (or one of your recovery codes)." }
     };
     (status, layout::bare("Sign in", body)).into_response()
 }
 
+fn code_form(status: StatusCode, email: &str, error: Option<&str>) -> Response {
+    let body = html! {
+        @if let Some(e) = error { p.error #sign-in-error { (e) } }
+        p { "Signing in as " strong #signing-in { (email) } "." }
+        form method="post" action="/console/login/code" {
+            p { label for="code" { "Code from your authenticator app, or a recovery code" } br;
+                input type="text" id="code" name="code" required autocomplete="one-time-code" inputmode="text" spellcheck="false"; }
+            p { button.primary type="submit" id="verify" { "Sign in" } }
+        }
+        p { a href="/console/login" { "Start over" } }
+    };
+    (status, layout::bare("Second factor", body)).into_response()
+}
+
+/// `Set-Cookie` for `token` (a session's, which is base64url after its prefix), or the
+/// cookie's removal.
+fn set_cookie(mut response: Response, token: Option<&str>) -> Response {
+    let value = match token {
+        Some(t) if looks_like_token(t) => {
+            format!("{COOKIE}={t}; Path=/console; HttpOnly; SameSite=Strict")
+        }
+        _ => format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0"),
+    };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    response
+}
+
+/// What a refused step shows: which rule, never which of email, password or code was wrong.
+fn refusal(e: &Error) -> Option<(StatusCode, &'static str)> {
+    match e {
+        Error::SignInFailed => Some((StatusCode::UNAUTHORIZED, "Wrong email, password or code.")),
+        Error::TooManyAttempts(_) => Some((
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many sign-in attempts; wait a minute and try again.",
+        )),
+        Error::NoSession => Some((
+            StatusCode::UNAUTHORIZED,
+            "The sign-in took too long or had too many wrong codes; start over.",
+        )),
+        _ => None,
+    }
+}
+
 #[derive(Deserialize)]
 pub struct SignIn {
-    token: String,
+    email: String,
+    password: String,
 }
 
 #[tracing::instrument(skip_all)]
 pub async fn login(
     State(state): State<ConsoleState>,
+    ClientAddr(from): ClientAddr,
     headers: HeaderMap,
     Form(form): Form<SignIn>,
 ) -> Response {
     if !same_origin(&headers) {
         return cross_origin();
     }
-    let token = form.token.trim();
-    // A JWT is base64url and dots; anything else cannot be a credential, and keeping
-    // the cookie's value to these characters keeps it a valid cookie.
-    if token.is_empty()
-        || !token
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    match state
+        .staff
+        .check_password(&form.email, form.password, from)
+        .await
     {
-        return sign_in_form(StatusCode::UNAUTHORIZED, Some("that is not a token"));
-    }
-    match check(&state, token) {
-        Ok(role) => {
-            tracing::info!(role = %role, "console sign-in");
-            let cookie = format!("{COOKIE}={token}; Path=/console; HttpOnly; SameSite=Strict");
-            let mut response = Redirect::to("/console/drop").into_response();
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                response.headers_mut().insert(header::SET_COOKIE, v);
-            }
-            response
-        }
-        Err(why) => sign_in_form(StatusCode::UNAUTHORIZED, Some(why)),
+        Ok(pending) => set_cookie(
+            Redirect::to("/console/login/code").into_response(),
+            Some(&pending.token),
+        ),
+        Err(e) => match refusal(&e) {
+            Some((status, why)) => sign_in_form(status, Some(why)),
+            None => layout::failed(e, layout::Section::Drop),
+        },
     }
 }
 
-pub async fn logout(headers: HeaderMap) -> Response {
+/// The second step's form, for a browser whose password was accepted.
+pub async fn code_page(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {
+    let pending = match cookie(&headers, COOKIE) {
+        Some(token) => state.staff.pending(&token).await,
+        None => Ok(None),
+    };
+    match pending {
+        Ok(Some(email)) => code_form(StatusCode::OK, &email, None),
+        Ok(None) => Redirect::to("/console/login").into_response(),
+        Err(e) => layout::failed(e, layout::Section::Drop),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct Code {
+    code: String,
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn verify_code(
+    State(state): State<ConsoleState>,
+    ClientAddr(from): ClientAddr,
+    headers: HeaderMap,
+    Form(form): Form<Code>,
+) -> Response {
     if !same_origin(&headers) {
         return cross_origin();
     }
-    let mut response = Redirect::to("/console/login").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(
-            "paysaga_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
+    let Some(pending) = cookie(&headers, COOKIE) else {
+        return Redirect::to("/console/login").into_response();
+    };
+    let email = state.staff.pending(&pending).await.ok().flatten();
+    match state.staff.check_code(&pending, &form.code, from).await {
+        Ok(session) => set_cookie(
+            Redirect::to("/console/drop").into_response(),
+            Some(&session.token),
         ),
-    );
-    response
+        Err(e) => match (refusal(&e), email) {
+            (Some((status, why)), Some(email)) if !matches!(e, Error::NoSession) => {
+                code_form(status, &email, Some(why))
+            }
+            (Some((status, why)), _) => set_cookie(sign_in_form(status, Some(why)), None),
+            (None, _) => layout::failed(e, layout::Section::Drop),
+        },
+    }
+}
+
+/// Sign-out: the session row is deleted (the cookie stops working at once, wherever it
+/// was copied to), then the cookie is cleared.
+pub async fn logout(
+    State(state): State<ConsoleState>,
+    ClientAddr(from): ClientAddr,
+    headers: HeaderMap,
+) -> Response {
+    if !same_origin(&headers) {
+        return cross_origin();
+    }
+    if let Some(token) = cookie(&headers, COOKIE) {
+        let ended = match state.staff.authenticate(&token).await {
+            Ok(Some(who)) => {
+                let me = Acting {
+                    actor: Actor::Staff(who),
+                    from,
+                };
+                state.staff.sign_out(&me).await
+            }
+            // Half signed in: forget the session awaiting its code.
+            Ok(None) => state.staff.drop_pending(&token).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = ended {
+            return layout::failed(e, layout::Section::Drop);
+        }
+    }
+    set_cookie(Redirect::to("/console/login").into_response(), None)
 }
 
 #[cfg(test)]
@@ -210,8 +326,8 @@ mod tests {
 
     #[test]
     fn the_cookie_is_found_among_others() {
-        let h = headers(&[("cookie", "a=1; paysaga_console=abc.def; b=2")]);
-        assert_eq!(cookie(&h, COOKIE).as_deref(), Some("abc.def"));
+        let h = headers(&[("cookie", "a=1; paysaga_console=pss_abc; b=2")]);
+        assert_eq!(cookie(&h, COOKIE).as_deref(), Some("pss_abc"));
         assert_eq!(cookie(&headers(&[("cookie", "a=1")]), COOKIE), None);
         assert_eq!(
             cookie(&headers(&[("cookie", "paysaga_console=")]), COOKIE),

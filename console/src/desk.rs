@@ -10,6 +10,7 @@ use paysaga_common::ApiError;
 use paysaga_contracts::orchestrator::api::{
     ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
+use paysaga_staff::Acting;
 use uuid::Uuid;
 use workflows::State;
 
@@ -22,10 +23,22 @@ pub trait PaymentDesk: Send + Sync + 'static {
     fn list<'a>(&'a self, filter: &'a ListPayments) -> Answer<'a, PaymentPage>;
     /// One payment and its step log (`GET /v1/payments/{id}/steps`).
     fn timeline(&self, id: Uuid) -> Answer<'_, PaymentTimeline>;
-    /// Resume (`POST /v1/payments/{id}/resume`), with `note` on the step log.
-    fn resume<'a>(&'a self, id: Uuid, note: &'a str) -> Answer<'a, PaymentAdmin>;
-    /// Refund (`POST /v1/payments/{id}/refund`), with `note` on the step log.
-    fn refund<'a>(&'a self, id: Uuid, note: &'a str) -> Answer<'a, PaymentAdmin>;
+    /// Resume (`POST /v1/payments/{id}/resume`) by `by`, for `reason`: named on the step
+    /// log and in the audit trail.
+    fn resume<'a>(
+        &'a self,
+        by: &'a Acting,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Answer<'a, PaymentAdmin>;
+    /// Refund (`POST /v1/payments/{id}/refund`) by `by` (an operator's only up to the
+    /// limit), for `reason`: named on the step log and in the audit trail.
+    fn refund<'a>(
+        &'a self,
+        by: &'a Acting,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Answer<'a, PaymentAdmin>;
     /// Payments per product (`None`: payments older than the product column) and
     /// state, with the attention count and the last minute's rates.
     fn by_product(&self) -> Answer<'_, BTreeMap<Option<i64>, ProductPayments>>;
@@ -78,6 +91,12 @@ impl std::fmt::Display for DeskError {
             DeskError::Refused(api) => write!(f, "{}: {}", api.code, api.message),
             DeskError::Internal(e) => f.write_str(&paysaga_common::error::cause_chain(e.as_ref())),
         }
+    }
+}
+
+impl From<paysaga_staff::Error> for DeskError {
+    fn from(e: paysaga_staff::Error) -> Self {
+        DeskError::new(e.api(), e)
     }
 }
 

@@ -15,6 +15,7 @@ pub enum Section {
     Drop,
     Payments,
     Webhooks,
+    Audit,
 }
 
 fn head(title: &str, refresh: Option<u32>) -> Markup {
@@ -57,6 +58,7 @@ pub fn framed(section: Section, title: &str, body: Markup, refresh: Option<u32>)
                         (nav(Section::Drop, "/console/drop", "Drop"))
                         (nav(Section::Payments, "/console/payments", "Payments"))
                         (nav(Section::Webhooks, "/console/webhooks", "Webhooks"))
+                        (nav(Section::Audit, "/console/audit", "Audit"))
                         form method="post" action="/console/logout" {
                             button type="submit" { "Sign out" }
                         }

@@ -1,14 +1,15 @@
 //! The operators' web console under `/console`: server-rendered pages over the operator
 //! logic the inspection API runs (the saga's [`PaymentDesk`], the webhook platform's
-//! [`Webhooks`]), signed in with an operator credential.
+//! [`Webhooks`]), for staff signed in as themselves.
 //!
-//! Sign-in takes a service credential of role `operator` (checked as `Service<{ OPERATOR }>`
-//! checks a bearer token) and keeps it in an HttpOnly, SameSite=Strict cookie. Every page
-//! checks it again. POSTs are protected by SameSite=Strict plus a same-origin check of
-//! `Origin` (or `Sec-Fetch-Site`); see docs/console.md. The order service and the gate are
-//! read through their typed clients with the operator's own credential, so the console
-//! sees what the operator may see and nothing more.
+//! Sign-in takes a staff member's email and password, then a TOTP code (or a recovery
+//! code), and keeps the staff session's random token in an HttpOnly, SameSite=Strict
+//! cookie; every page checks the session and names the roles it admits
+//! (`Person<{ OPERATOR | ADMIN }>`). POSTs are protected by SameSite=Strict plus a
+//! same-origin check of `Origin` (or `Sec-Fetch-Site`); see docs/console.md. The order
+//! service and the gate are read with the console's own read-only credential.
 
+mod audit;
 mod auth;
 pub mod desk;
 mod layout;
@@ -40,6 +41,10 @@ pub fn routes(state: ConsoleState) -> Router {
         .route("/console", get(|| async { Redirect::to("/console/drop") }))
         .route("/console/", get(|| async { Redirect::to("/console/drop") }))
         .route("/console/login", get(auth::login_page).post(auth::login))
+        .route(
+            "/console/login/code",
+            get(auth::code_page).post(auth::verify_code),
+        )
         .route("/console/logout", post(auth::logout))
         .route("/console/drop", get(live::page))
         .route("/console/drop/live", get(live::fragment))
@@ -58,6 +63,7 @@ pub fn routes(state: ConsoleState) -> Router {
             "/console/webhooks/{id}/replay",
             get(webhooks::confirm_replay).post(webhooks::replay),
         )
+        .route("/console/audit", get(audit::page))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/htmx.min.js", get(htmx))
         .layer(middleware::map_response(harden))

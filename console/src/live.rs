@@ -11,12 +11,13 @@ use futures::future::join_all;
 use maud::{html, Markup};
 use paysaga_common::client::CallError;
 use paysaga_contracts::order::api::Product;
+use paysaga_staff::allow::ANY;
 use workflows::State as SagaState;
 
 use paysaga_contracts::orchestrator::api::{ListPayments, PaymentPage};
 
 use crate::{
-    auth::Operator,
+    auth::Person,
     desk::{DeskError, ProductPayments},
     layout::{self, Section},
     payments::{self, Rows},
@@ -35,15 +36,15 @@ enum Quota {
     Known { quota: i64, in_flight: i64 },
 }
 
-#[tracing::instrument(skip_all, fields(operator = %op.role))]
-pub async fn page(State(state): State<ConsoleState>, op: Operator) -> Response {
+#[tracing::instrument(skip_all, fields(staff = %op.name()))]
+pub async fn page(State(state): State<ConsoleState>, op: Person<{ ANY }>) -> Response {
     let live = figures(&state).await;
     layout::framed(Section::Drop, "Drop", live, Some(REFRESH_SECS)).into_response()
 }
 
 /// The live part alone, for the page's polling.
-#[tracing::instrument(skip_all, fields(operator = %op.role))]
-pub async fn fragment(State(state): State<ConsoleState>, op: Operator) -> Response {
+#[tracing::instrument(skip_all, fields(staff = %op.name()))]
+pub async fn fragment(State(state): State<ConsoleState>, op: Person<{ ANY }>) -> Response {
     Html(figures(&state).await.into_string()).into_response()
 }
 

@@ -4,6 +4,7 @@ use axum::{
     extract::{Path, Query, State},
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Redirect, Response},
+    Form,
 };
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -13,8 +14,13 @@ use workflows::State as SagaState;
 use paysaga_common::ApiError;
 use paysaga_contracts::orchestrator::api::{codes, ListPayments, PaymentAdmin, PaymentTimeline};
 
+use paysaga_staff::{
+    allow::{ADMIN, ANY, OPERATOR},
+    Acting,
+};
+
 use crate::{
-    auth::{self, Operator},
+    auth::{self, Person},
     desk::DeskError,
     layout::{self, Section},
     state::ConsoleState,
@@ -93,7 +99,7 @@ fn url_pairs(pairs: &[(&str, Option<&str>)]) -> String {
         .join("&")
 }
 
-fn encode(v: &str) -> String {
+pub(crate) fn encode(v: &str) -> String {
     v.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
@@ -134,10 +140,10 @@ fn filter_form(f: &Filter) -> Markup {
     }
 }
 
-#[tracing::instrument(skip_all, fields(operator = %op.role))]
+#[tracing::instrument(skip_all, fields(staff = %op.name()))]
 pub async fn list(
     State(state): State<ConsoleState>,
-    op: Operator,
+    op: Person<{ ANY }>,
     Query(filter): Query<Filter>,
 ) -> Response {
     let form = filter_form(&filter);
@@ -289,10 +295,10 @@ fn facts(p: &PaymentAdmin, trace: Option<Option<&str>>) -> Markup {
     }
 }
 
-#[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+#[tracing::instrument(skip_all, fields(staff = %op.name(), payment_id = %raw))]
 pub async fn timeline(
     State(state): State<ConsoleState>,
-    op: Operator,
+    op: Person<{ ANY }>,
     Path(raw): Path<String>,
     Query(done): Query<Done>,
 ) -> Response {
@@ -397,6 +403,8 @@ async fn confirm(state: ConsoleState, raw: String, action: Action) -> Response {
         (facts(p, None))
         p { (what) }
         form method="post" action=(format!("/console/payments/{id}/{}", action.path())) {
+            p { label for="reason" { "Reason (kept in the audit trail and on the payment's step log)" } br;
+                textarea id="reason" name="reason" rows="2" cols="60" required maxlength="500" {} }
             button.danger type="submit" id="confirm" { (button) }
             " "
             a href=(format!("/console/payments/{id}")) { "Cancel" }
@@ -405,26 +413,42 @@ async fn confirm(state: ConsoleState, raw: String, action: Action) -> Response {
     layout::page(Section::Payments, title, body).into_response()
 }
 
-async fn act(state: ConsoleState, headers: HeaderMap, raw: String, action: Action) -> Response {
+/// The confirmation form's fields.
+#[derive(Debug, Default, Deserialize)]
+pub struct Reason {
+    reason: Option<String>,
+}
+
+impl Reason {
+    /// What was typed.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+}
+
+async fn act(
+    state: ConsoleState,
+    by: Acting,
+    headers: HeaderMap,
+    raw: String,
+    action: Action,
+    reason: Reason,
+) -> Response {
     if !auth::same_origin(&headers) {
         return auth::cross_origin();
     }
     let Ok(id) = raw.parse::<Uuid>() else {
         return payment_not_found();
     };
+    let reason = match paysaga_staff::accounts::reason(reason.reason.as_deref()) {
+        Ok(Some(r)) => r,
+        Ok(None) | Err(_) => {
+            return layout::failed(paysaga_staff::Error::ReasonInvalid, Section::Payments)
+        }
+    };
     let result = match action {
-        Action::Resume => {
-            state
-                .payments
-                .resume(id, "resumed by operator (console)")
-                .await
-        }
-        Action::Refund => {
-            state
-                .payments
-                .refund(id, "refund requested by operator (console)")
-                .await
-        }
+        Action::Resume => state.payments.resume(&by, id, Some(reason)).await,
+        Action::Refund => state.payments.refund(&by, id, Some(reason)).await,
     };
     match result {
         Ok(p) => {
@@ -439,23 +463,25 @@ async fn act(state: ConsoleState, headers: HeaderMap, raw: String, action: Actio
 /// operator to confirm it, `$act` (POST) does it.
 macro_rules! action_handlers {
     ($action:expr, $confirm:ident, $act:ident) => {
-        #[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+        #[tracing::instrument(skip_all, fields(staff = %op.name(), payment_id = %raw))]
         pub async fn $confirm(
             State(state): State<ConsoleState>,
-            op: Operator,
+            op: Person<{ OPERATOR | ADMIN }>,
             Path(raw): Path<String>,
         ) -> Response {
             confirm(state, raw, $action).await
         }
 
-        #[tracing::instrument(skip_all, fields(operator = %op.role, payment_id = %raw))]
+        #[tracing::instrument(skip_all, fields(staff = %op.name(), payment_id = %raw))]
         pub async fn $act(
             State(state): State<ConsoleState>,
-            op: Operator,
+            op: Person<{ OPERATOR | ADMIN }>,
             headers: HeaderMap,
             Path(raw): Path<String>,
+            Form(reason): Form<Reason>,
         ) -> Response {
-            act(state, headers, raw, $action).await
+            let by = op.0.clone();
+            act(state, by, headers, raw, $action, reason).await
         }
     };
 }

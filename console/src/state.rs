@@ -2,8 +2,9 @@
 
 use std::{sync::Arc, time::Duration};
 
-use paysaga_common::{auth::Verifier, client::Credential};
+use paysaga_common::client::Credential;
 use paysaga_contracts::{GateClient, OrderClient};
+use paysaga_staff::Staff;
 use paysaga_webhooks::Webhooks;
 
 use crate::desk::PaymentDesk;
@@ -23,12 +24,12 @@ pub struct ConsoleConfig {
     pub trust: paysaga_common::tls::Trust,
 }
 
-/// Everything the console's pages need: the credential check, the saga's payment desk,
+/// Everything the console's pages need: staff sign-in and sessions, the saga's payment desk,
 /// the webhook platform, and one HTTP connection pool for calling the order service and
 /// the gate with the console's own read-only credential.
 #[derive(Clone)]
 pub struct ConsoleState {
-    pub(crate) verifier: Arc<Verifier>,
+    pub(crate) staff: Staff,
     pub(crate) payments: Arc<dyn PaymentDesk>,
     pub(crate) webhooks: Webhooks,
     http: reqwest::Client,
@@ -39,13 +40,13 @@ pub struct ConsoleState {
 
 impl ConsoleState {
     pub fn new(
-        verifier: Arc<Verifier>,
+        staff: Staff,
         payments: Arc<dyn PaymentDesk>,
         webhooks: Webhooks,
         config: ConsoleConfig,
     ) -> Self {
         Self {
-            verifier,
+            staff,
             payments,
             webhooks,
             // Short: a page waits on these reads, and a downstream that does not answer

@@ -4,19 +4,21 @@ use axum::{
     extract::{Path, Query, State},
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Redirect, Response},
+    Form,
 };
 use maud::html;
 use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::{
-    auth::{self, Operator},
+    auth::{self, Person},
     layout::{self, Section},
 };
 use paysaga_contracts::orchestrator::api::ListDeliveries;
 use paysaga_webhooks::store::DeliveryState;
 
 use crate::state::ConsoleState;
+use paysaga_staff::allow::{ADMIN, ANY, OPERATOR};
 
 const SHOWN: i64 = 200;
 /// The states a page can show, in the order they are offered.
@@ -32,10 +34,10 @@ pub struct Filter {
     replayed: Option<String>,
 }
 
-#[tracing::instrument(skip_all, fields(operator = %op.role))]
+#[tracing::instrument(skip_all, fields(staff = %op.name()))]
 pub async fn dead(
     State(state): State<ConsoleState>,
-    op: Operator,
+    op: Person<{ ANY }>,
     Query(filter): Query<Filter>,
 ) -> Response {
     let shown = filter
@@ -103,8 +105,8 @@ fn delivery_not_found() -> Response {
     )
 }
 
-#[tracing::instrument(skip_all, fields(operator = %op.role, delivery_id = %raw))]
-pub async fn confirm_replay(op: Operator, Path(raw): Path<String>) -> Response {
+#[tracing::instrument(skip_all, fields(staff = %op.name(), delivery_id = %raw))]
+pub async fn confirm_replay(op: Person<{ OPERATOR | ADMIN }>, Path(raw): Path<String>) -> Response {
     let Ok(id) = raw.parse::<Uuid>() else {
         return delivery_not_found();
     };
@@ -112,6 +114,8 @@ pub async fn confirm_replay(op: Operator, Path(raw): Path<String>) -> Response {
         p { "Delivery " code { (id) } " is made PENDING again, its attempts counted afresh, and due now. \
              The receiver gets the same event id it may have seen before." }
         form method="post" action=(format!("/console/webhooks/{id}/replay")) {
+            p { label for="reason" { "Reason (kept in the audit trail)" } br;
+                textarea id="reason" name="reason" rows="2" cols="60" required maxlength="500" {} }
             button.danger type="submit" id="confirm" { "Replay delivery" }
             " "
             a href="/console/webhooks" { "Cancel" }
@@ -120,12 +124,13 @@ pub async fn confirm_replay(op: Operator, Path(raw): Path<String>) -> Response {
     layout::page(Section::Webhooks, "Replay delivery?", body).into_response()
 }
 
-#[tracing::instrument(skip_all, fields(operator = %op.role, delivery_id = %raw))]
+#[tracing::instrument(skip_all, fields(staff = %op.name(), delivery_id = %raw))]
 pub async fn replay(
     State(state): State<ConsoleState>,
-    op: Operator,
+    op: Person<{ OPERATOR | ADMIN }>,
     headers: HeaderMap,
     Path(raw): Path<String>,
+    Form(form): Form<crate::payments::Reason>,
 ) -> Response {
     if !auth::same_origin(&headers) {
         return auth::cross_origin();
@@ -133,7 +138,14 @@ pub async fn replay(
     let Ok(id) = raw.parse::<Uuid>() else {
         return delivery_not_found();
     };
-    match state.webhooks.replay(id).await {
+    let reason = match paysaga_staff::accounts::reason(form.reason()) {
+        Ok(Some(r)) => r,
+        Ok(None) | Err(_) => {
+            return layout::failed(paysaga_staff::Error::ReasonInvalid, Section::Webhooks)
+        }
+    };
+    let result = state.webhooks.replay_as(&op.0, id, Some(reason)).await;
+    match result {
         Ok(d) => {
             tracing::info!(event_id = %d.event_id, "console: webhook delivery replayed");
             Redirect::to(&format!("/console/webhooks?replayed={id}")).into_response()

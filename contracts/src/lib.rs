@@ -110,6 +110,7 @@ pub mod member;
 pub mod orchestrator;
 pub mod order;
 pub mod outbox;
+pub mod staff;
 
 pub use account::client::AccountClient;
 pub use gate::client::GateClient;

@@ -93,30 +93,8 @@ impl std::fmt::Debug for SigningKeys {
     }
 }
 
-/// Argon2id cost: memory in KiB, passes, lanes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Argon2Params {
-    pub memory_kib: u32,
-    pub iterations: u32,
-    pub parallelism: u32,
-}
-
-impl Argon2Params {
-    /// OWASP's minimum for Argon2id (Password Storage Cheat Sheet): 19 MiB, 2 passes,
-    /// 1 lane.
-    pub const OWASP: Self = Self {
-        memory_kib: 19_456,
-        iterations: 2,
-        parallelism: 1,
-    };
-
-    /// The cheapest parameters argon2 accepts, for tests only.
-    pub const TEST_ONLY_CHEAP: Self = Self {
-        memory_kib: 64,
-        iterations: 1,
-        parallelism: 1,
-    };
-}
+/// Argon2id cost (the shared password rules' parameters, `paysaga_common::password`).
+pub use paysaga_common::password::Argon2Params;
 
 /// Sign-in failure limits: a scope that reached its limit within `window` refuses
 /// further attempts until the window has passed (docs/members.md, "Throttling").
@@ -340,11 +318,7 @@ impl Config {
             ServiceRole::Member,
         )?);
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
-        let argon2 = Argon2Params {
-            memory_kib: config::parse("ARGON2_MEMORY_KIB", Argon2Params::OWASP.memory_kib)?,
-            iterations: config::parse("ARGON2_ITERATIONS", Argon2Params::OWASP.iterations)?,
-            parallelism: config::parse("ARGON2_PARALLELISM", Argon2Params::OWASP.parallelism)?,
-        };
+        let argon2 = Argon2Params::from_env()?;
         if let Err(e) = argon2::Params::new(
             argon2.memory_kib,
             argon2.iterations,

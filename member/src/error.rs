@@ -76,8 +76,8 @@ paysaga_common::service_error! {
         #[error("database")]
         Database(#[source] sqlx::Error),
         /// Hashing failed or a stored hash does not parse; should be impossible.
-        #[error("password hashing: {0}")]
-        Hashing(String),
+        #[error(transparent)]
+        Hashing(#[from] paysaga_common::password::HashError),
         /// A broken assumption; should be impossible.
         #[error("internal: {0}")]
         Internal(String),

@@ -84,9 +84,13 @@ impl AppState {
             &config.service_keys,
             Audience::Member,
         );
-        let passwords = Passwords::new(config.argon2, config.argon2_max_concurrent)
-            .await
-            .context("preparing password hashing")?;
+        let passwords = Passwords::new(
+            config.argon2,
+            config.argon2_max_concurrent,
+            "member_argon2_seconds",
+        )
+        .await
+        .context("preparing password hashing")?;
         let accounts = AccountClient::with_http(
             config.process.http_client(config.account_timeout),
             &config.account_url,

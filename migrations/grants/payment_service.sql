@@ -5,3 +5,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA payment_service TO 
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA payment_service TO payment_app;
 REVOKE ALL ON payment_service._sqlx_migrations FROM payment_app;
 GRANT SELECT ON payment_service._sqlx_migrations TO payment_app;
+-- The audit trail is append-only: the service may add rows and read them, never change
+-- or remove one.
+REVOKE UPDATE, DELETE, TRUNCATE ON payment_service.audit_log FROM payment_app;

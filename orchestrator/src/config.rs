@@ -9,6 +9,7 @@ use paysaga_common::{
     limits::MemberRate,
     service::{Database, Process},
 };
+use paysaga_staff::StaffConfig;
 use paysaga_webhooks::{sealing::SealingKey, WebhookConfig};
 
 #[derive(Debug, Clone)]
@@ -76,6 +77,10 @@ pub struct Config {
     /// rule, and `WEBHOOK_SECRET_KEY` (required; the development key with
     /// `PAYSAGA_DEV_KEYS=1`) sealing the endpoints' secrets.
     pub webhooks: WebhookConfig,
+    /// Staff accounts, sessions and roles: `STAFF_SESSION_TTL_SECS`,
+    /// `STAFF_SIGN_IN_BURST`, `STAFF_SIGN_IN_PERIOD_SECS`, `STAFF_OPERATOR_REFUND_LIMIT`,
+    /// the Argon2 cost (`ARGON2_*`), and in development mode the development admin.
+    pub staff: StaffConfig,
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8083";
@@ -133,6 +138,7 @@ impl Config {
             write_flushes: config::parse("WRITE_FLUSHES", DEFAULT_BATCHES_IN_FLIGHT)?,
             member_rate: MemberRate::from_env()?,
             webhooks: WebhookConfig::from_env(webhook_key)?,
+            staff: StaffConfig::from_env(config::dev_mode()?)?,
         };
         c.validate()?;
         Ok(c)
@@ -169,6 +175,7 @@ impl Config {
             write_flushes: DEFAULT_BATCHES_IN_FLIGHT,
             member_rate: MemberRate::default(),
             webhooks: WebhookConfig::default(),
+            staff: StaffConfig::local(),
         }
     }
 

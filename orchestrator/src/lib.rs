@@ -21,6 +21,7 @@ pub(crate) mod recovery;
 pub(crate) mod routes;
 pub mod store;
 
+use anyhow::Context;
 use std::sync::{
     atomic::{AtomicBool, Ordering},
     Arc,
@@ -34,6 +35,7 @@ use paysaga_common::{
 };
 use paysaga_console::{ConsoleConfig, ConsoleState};
 use paysaga_contracts::{AccountClient, MemberClient, OrderClient};
+use paysaga_staff::Staff;
 use paysaga_webhooks::Webhooks;
 use sqlx::{migrate::Migrator, PgPool};
 use tokio::net::TcpListener;
@@ -61,6 +63,7 @@ pub struct AppState {
     saga: SagaState,
     webhooks: paysaga_webhooks::ApiState,
     console: ConsoleState,
+    staff: Staff,
 }
 
 /// Test seams; all empty in production.
@@ -71,7 +74,9 @@ pub struct Hooks {
 }
 
 impl AppState {
-    pub fn new(pool: PgPool, config: &Config, hooks: Hooks) -> Self {
+    /// The state over `pool`, with `staff` (made over the same pool by
+    /// [`AppState::connect`]).
+    pub fn new(pool: PgPool, config: &Config, hooks: Hooks, staff: Staff) -> Self {
         let credential = &config.service_credential;
         let downstream = downstream::Downstream::new(
             AccountClient::with_http(
@@ -98,7 +103,11 @@ impl AppState {
             &config.service_keys,
             Audience::Orchestrator,
         ));
-        let operations = Operations::new(engine.clone(), config.response_wait);
+        let operations = Operations::new(
+            engine.clone(),
+            config.response_wait,
+            config.staff.operator_refund_limit,
+        );
         let webhooks = Webhooks::new(pool.clone(), &config.webhooks);
         Self {
             saga: SagaState {
@@ -110,13 +119,15 @@ impl AppState {
                     config.idempotency_retention_hours,
                 ),
                 operations: operations.clone(),
+                staff: staff.clone(),
             },
             webhooks: paysaga_webhooks::ApiState {
                 webhooks: webhooks.clone(),
                 verifier: verifier.clone(),
+                staff: staff.clone(),
             },
             console: ConsoleState::new(
-                verifier,
+                staff.clone(),
                 Arc::new(operations),
                 webhooks,
                 ConsoleConfig {
@@ -128,13 +139,22 @@ impl AppState {
             ),
             pool,
             engine,
+            staff,
         }
     }
 
-    /// Connects as the service role and brings the schema up to date.
+    /// Connects as the service role, brings the schema up to date and, in development
+    /// mode, makes sure the development staff admin exists.
     pub async fn connect(config: &Config, hooks: Hooks) -> anyhow::Result<Self> {
         let pool = config.database.open(SCHEMA, &MIGRATOR).await?;
-        Ok(Self::new(pool, config, hooks))
+        let staff = Staff::new(pool.clone(), config.staff.clone())
+            .await
+            .context("preparing staff password hashing")?;
+        staff
+            .ensure_dev_admin()
+            .await
+            .context("creating the development staff admin")?;
+        Ok(Self::new(pool, config, hooks, staff))
     }
 }
 
@@ -145,11 +165,16 @@ async fn readyz(State(pool): State<PgPool>) -> Response {
 /// The service's routes: the saga's API, the webhook API and the console (HTML pages
 /// for operators, deliberately not in the OpenAPI document), with `/readyz`.
 pub fn app(state: AppState) -> Router {
+    let staff = paysaga_staff::routes::StaffApi {
+        staff: state.staff,
+        verifier: state.saga.verifier.clone(),
+    };
     let api = Router::new()
         .route("/readyz", get(readyz))
         .with_state(state.pool)
         .merge(routes::routes(state.saga))
         .merge(paysaga_webhooks::routes(state.webhooks))
+        .merge(paysaga_staff::routes::routes(staff))
         .merge(paysaga_console::routes(state.console));
     server::finish(api, openapi::openapi())
 }

@@ -15,7 +15,9 @@ struct SecuritySchemes;
 impl Modify for SecuritySchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
-        for name in ["buyer", "service"] {
+        // `staff`: a staff session token (`pss_…`, `POST /v1/staff/sessions`), not a JWT;
+        // documented as one bearer scheme beside the others.
+        for name in ["buyer", "service", "staff"] {
             components.add_security_scheme(
                 name,
                 SecurityScheme::Http(
@@ -61,6 +63,7 @@ pub struct ApiDoc;
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     paysaga_webhooks::ApiDoc::merge_into(&mut doc);
+    doc.merge(<paysaga_staff::routes::ApiDoc as OpenApi>::openapi());
     doc
 }
 
@@ -81,6 +84,10 @@ mod tests {
             "/v1/webhook-endpoints/{id}/rotate-secret",
             "/v1/webhook-deliveries",
             "/v1/webhook-deliveries/{id}/replay",
+            "/v1/staff",
+            "/v1/staff/sessions",
+            "/v1/staff/sessions/sign-out",
+            "/v1/audit",
         ] {
             assert!(doc["paths"][path].is_object(), "{path}");
         }

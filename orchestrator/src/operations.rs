@@ -4,11 +4,14 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use axum::http::StatusCode;
 use paysaga_common::{error::codes as common_codes, ApiError};
 use paysaga_console::{desk::Answer, DeskError, PaymentDesk, ProductPayments};
 use paysaga_contracts::orchestrator::api::{
     page_limit, state_filter, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
+use paysaga_contracts::staff::api::codes as staff_codes;
+use paysaga_staff::{audit::Entry, Acting, AuditAction, AuditOutcome, StaffRole};
 use uuid::Uuid;
 use workflows::{request_refund, State};
 
@@ -24,6 +27,16 @@ pub struct Operations {
     engine: Arc<Engine>,
     /// `RESPONSE_WAIT_MS`: how long a resume or refund waits for the payment to settle.
     response_wait: Duration,
+    /// `STAFF_OPERATOR_REFUND_LIMIT`: the largest payment an operator may refund.
+    operator_refund_limit: i64,
+}
+
+/// The step log's note for a person's action: what, by whom, and why if they said.
+fn note(done: &str, by: &Acting, reason: Option<&str>) -> String {
+    match reason {
+        Some(r) => format!("{done} by {}: {r}", by.actor.name()),
+        None => format!("{done} by {}", by.actor.name()),
+    }
 }
 
 /// A 400 `INVALID_QUERY` for the list's query.
@@ -32,11 +45,99 @@ fn invalid_query(message: String) -> Error {
 }
 
 impl Operations {
-    pub fn new(engine: Arc<Engine>, response_wait: Duration) -> Self {
+    pub fn new(engine: Arc<Engine>, response_wait: Duration, operator_refund_limit: i64) -> Self {
         Self {
             engine,
             response_wait,
+            operator_refund_limit,
         }
+    }
+
+    /// A person's (or tool's) resume, with its note on the step log and its audit row.
+    pub async fn resume_as(
+        &self,
+        by: &Acting,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<PaymentRow> {
+        let result = self
+            .resume(id, &note("resumed", by, reason.as_deref()))
+            .await;
+        self.audited(by, AuditAction::PaymentResumed, id, reason, &result)
+            .await?;
+        result
+    }
+
+    /// A person's (or tool's) refund: an operator's only up to
+    /// `STAFF_OPERATOR_REFUND_LIMIT` (403 `REFUND_ABOVE_LIMIT` above it), with its note
+    /// on the step log and its audit row.
+    pub async fn refund_as(
+        &self,
+        by: &Acting,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<PaymentRow> {
+        let result = match self.within_refund_limit(by, id).await {
+            Ok(()) => {
+                self.refund(id, &note("refund requested", by, reason.as_deref()))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        self.audited(by, AuditAction::PaymentRefunded, id, reason, &result)
+            .await?;
+        result
+    }
+
+    async fn within_refund_limit(&self, by: &Acting, id: Uuid) -> Result<()> {
+        if by.actor.role() != StaffRole::Operator {
+            return Ok(());
+        }
+        let row = self.load(id).await?;
+        if row.amount > self.operator_refund_limit {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                staff_codes::REFUND_ABOVE_LIMIT,
+                format!(
+                    "an operator refunds payments of at most {} (minor units); this one is {}: an admin's to refund",
+                    self.operator_refund_limit, row.amount
+                ),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The audit row of an action on payment `id`: done (with the state it left), refused
+    /// (with the answer's code) or failed.
+    async fn audited(
+        &self,
+        by: &Acting,
+        action: AuditAction,
+        id: Uuid,
+        reason: Option<String>,
+        result: &Result<PaymentRow>,
+    ) -> Result<()> {
+        let (outcome, detail) = match result {
+            Ok(row) => (AuditOutcome::Done, Some(row.state.to_string())),
+            Err(e) => match e.api() {
+                Some(api) => (AuditOutcome::Refused, Some(api.code.to_owned())),
+                None => (AuditOutcome::Failed, None),
+            },
+        };
+        paysaga_staff::audit::record(
+            &self.engine.pool,
+            by,
+            Entry {
+                action,
+                target: Some(id.to_string()),
+                reason,
+                outcome,
+                detail,
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     /// The payment `id`, or `PAYMENT_NOT_FOUND`.
@@ -178,12 +279,22 @@ impl PaymentDesk for Operations {
         Box::pin(async move { Ok(Operations::timeline(self, id).await?) })
     }
 
-    fn resume<'a>(&'a self, id: Uuid, note: &'a str) -> Answer<'a, PaymentAdmin> {
-        Box::pin(async move { Ok(Operations::resume(self, id, note).await?.to_admin()) })
+    fn resume<'a>(
+        &'a self,
+        by: &'a Acting,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Answer<'a, PaymentAdmin> {
+        Box::pin(async move { Ok(self.resume_as(by, id, reason).await?.to_admin()) })
     }
 
-    fn refund<'a>(&'a self, id: Uuid, note: &'a str) -> Answer<'a, PaymentAdmin> {
-        Box::pin(async move { Ok(Operations::refund(self, id, note).await?.to_admin()) })
+    fn refund<'a>(
+        &'a self,
+        by: &'a Acting,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Answer<'a, PaymentAdmin> {
+        Box::pin(async move { Ok(self.refund_as(by, id, reason).await?.to_admin()) })
     }
 
     fn by_product(&self) -> Answer<'_, BTreeMap<Option<i64>, ProductPayments>> {

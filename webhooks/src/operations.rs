@@ -9,6 +9,7 @@ use paysaga_contracts::orchestrator::api::{
     WebhookDeliveryPage, WebhookEndpoint, WebhookEndpointCreated, WebhookEndpointList,
     WebhookSecretRotated,
 };
+use paysaga_staff::{audit::Entry, Acting, AuditAction, AuditOutcome};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -123,5 +124,112 @@ impl Webhooks {
         }
         tracing::info!(event_id = %row.event_id, endpoint_id = %row.endpoint_id, "webhook delivery replayed");
         Ok(row.to_api())
+    }
+}
+
+/// A person's (or tool's) changes to webhooks, each with its audit row: done (with what
+/// it left), refused (with the answer's code) or failed.
+impl Webhooks {
+    async fn audited<T>(
+        &self,
+        by: &Acting,
+        action: AuditAction,
+        target: String,
+        reason: Option<String>,
+        result: Result<T>,
+        detail: impl FnOnce(&T) -> Option<String>,
+    ) -> Result<T> {
+        let (outcome, detail) = match &result {
+            Ok(v) => (AuditOutcome::Done, detail(v)),
+            Err(e) => match e.api() {
+                Some(api) => (AuditOutcome::Refused, Some(api.code.to_owned())),
+                None => (AuditOutcome::Failed, None),
+            },
+        };
+        paysaga_staff::audit::record(
+            &self.pool,
+            by,
+            Entry {
+                action,
+                target: Some(target),
+                reason,
+                outcome,
+                detail,
+            },
+        )
+        .await?;
+        result
+    }
+
+    /// [`Self::create_endpoint`] by `by`.
+    pub async fn create_endpoint_as(
+        &self,
+        by: &Acting,
+        req: CreateWebhookEndpoint,
+    ) -> Result<WebhookEndpointCreated> {
+        let url = req.url.clone();
+        let result = self.create_endpoint(req).await;
+        self.audited(
+            by,
+            AuditAction::WebhookEndpointCreated,
+            url,
+            None,
+            result,
+            |c| Some(c.endpoint.id.to_string()),
+        )
+        .await
+    }
+
+    /// [`Self::set_enabled`] by `by`.
+    pub async fn set_enabled_as(
+        &self,
+        by: &Acting,
+        id: Uuid,
+        enabled: bool,
+    ) -> Result<WebhookEndpoint> {
+        let result = self.set_enabled(id, enabled).await;
+        let what = if enabled { "enabled" } else { "disabled" };
+        self.audited(
+            by,
+            AuditAction::WebhookEndpointChanged,
+            id.to_string(),
+            None,
+            result,
+            |_| Some(what.to_owned()),
+        )
+        .await
+    }
+
+    /// [`Self::rotate_secret`] by `by`.
+    pub async fn rotate_secret_as(&self, by: &Acting, id: Uuid) -> Result<WebhookSecretRotated> {
+        let result = self.rotate_secret(id).await;
+        self.audited(
+            by,
+            AuditAction::WebhookEndpointChanged,
+            id.to_string(),
+            None,
+            result,
+            |_| Some("secret rotated".to_owned()),
+        )
+        .await
+    }
+
+    /// [`Self::replay`] by `by`, for `reason`.
+    pub async fn replay_as(
+        &self,
+        by: &Acting,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<WebhookDelivery> {
+        let result = self.replay(id).await;
+        self.audited(
+            by,
+            AuditAction::WebhookReplayed,
+            id.to_string(),
+            reason,
+            result,
+            |d| Some(d.state.clone()),
+        )
+        .await
     }
 }

@@ -1,6 +1,8 @@
-//! The operators' webhook API (service credential): endpoints (create, list, disable,
-//! enable, rotate the secret) and deliveries (list, replay a DEAD one), each a thin call
-//! of [`Webhooks`].
+//! The operators' webhook API: endpoints (create, disable, enable, rotate the secret:
+//! admins; list: every staff role) and deliveries (list: every role; replay a DEAD one:
+//! operators and admins), each a thin call of [`Webhooks`], every change with its audit
+//! row. People call it with their staff session; the operator tools' service credential
+//! is still admitted (as an admin).
 
 use std::sync::Arc;
 
@@ -11,12 +13,16 @@ use axum::{
     Json as AxumJson, Router,
 };
 use paysaga_common::{
-    auth::{allow::OPERATOR, Service, Verifier},
+    auth::Verifier,
     extract::{Json, Path, Query},
 };
 use paysaga_contracts::orchestrator::api::{
     CreateWebhookEndpoint, ListDeliveries, WebhookDelivery, WebhookDeliveryPage, WebhookEndpoint,
     WebhookEndpointCreated, WebhookEndpointList, WebhookSecretRotated,
+};
+use paysaga_staff::{
+    allow::{ADMIN, ANY, OPERATOR},
+    PersonOrTool, Staff,
 };
 use uuid::Uuid;
 
@@ -27,6 +33,13 @@ use crate::{error::Result, operations::Webhooks};
 pub struct ApiState {
     pub webhooks: Webhooks,
     pub verifier: Arc<Verifier>,
+    pub staff: Staff,
+}
+
+impl FromRef<ApiState> for Staff {
+    fn from_ref(s: &ApiState) -> Self {
+        s.staff.clone()
+    }
 }
 
 impl FromRef<ApiState> for Arc<Verifier> {
@@ -53,6 +66,11 @@ pub fn routes(state: ApiState) -> Router {
         .with_state(state)
 }
 
+/// The reason a body may carry (`{"reason": "..."}`); an empty body gives none.
+fn reason(body: &[u8]) -> Result<Option<String>> {
+    paysaga_staff::accounts::reason_from_body(body).map_err(crate::Error::Api)
+}
+
 /// Register an endpoint; its signing secret is in this answer only.
 #[utoipa::path(
     post, path = "/v1/webhook-endpoints", tag = "webhooks",
@@ -61,15 +79,15 @@ pub fn routes(state: ApiState) -> Router {
         (status = 201, description = "created and enabled; `secret` is shown this once", body = WebhookEndpointCreated),
         (status = 422, description = "WEBHOOK_URL_INVALID, WEBHOOK_ADDRESS_FORBIDDEN (the host is an internal address: loopback, private, link-local, unique-local, multicast or reserved), EVENT_TYPE_UNKNOWN, INVALID_BODY (too many types, description too long)", body = paysaga_common::ErrorBody),
     ),
-    security(("service" = []))
+    security(("service" = []), ("staff" = []))
 )]
-#[tracing::instrument(skip_all, fields(operator = %operator))]
+#[tracing::instrument(skip_all)]
 pub async fn create_endpoint(
     State(state): State<ApiState>,
-    Service(operator): Service<{ OPERATOR }>,
+    PersonOrTool(by): PersonOrTool<{ ADMIN }>,
     Json(req): Json<CreateWebhookEndpoint>,
 ) -> Result<(StatusCode, AxumJson<WebhookEndpointCreated>)> {
-    let created = state.webhooks.create_endpoint(req).await?;
+    let created = state.webhooks.create_endpoint_as(&by, req).await?;
     Ok((StatusCode::CREATED, AxumJson(created)))
 }
 
@@ -77,12 +95,12 @@ pub async fn create_endpoint(
 #[utoipa::path(
     get, path = "/v1/webhook-endpoints", tag = "webhooks",
     responses((status = 200, body = WebhookEndpointList)),
-    security(("service" = []))
+    security(("service" = []), ("staff" = []))
 )]
 #[tracing::instrument(skip_all)]
 pub async fn list_endpoints(
     State(state): State<ApiState>,
-    _operator: Service<{ OPERATOR }>,
+    _viewer: PersonOrTool<{ ANY }>,
 ) -> Result<AxumJson<WebhookEndpointList>> {
     Ok(AxumJson(state.webhooks.endpoints().await?))
 }
@@ -99,15 +117,15 @@ macro_rules! endpoint_switch {
                 (status = 200, body = WebhookEndpoint),
                 (status = 404, description = "WEBHOOK_ENDPOINT_NOT_FOUND", body = paysaga_common::ErrorBody),
             ),
-            security(("service" = []))
+            security(("service" = []), ("staff" = []))
         )]
-        #[tracing::instrument(skip_all, fields(endpoint_id = %id, operator = %operator))]
+        #[tracing::instrument(skip_all, fields(endpoint_id = %id))]
         pub async fn $name(
             State(state): State<ApiState>,
-            Service(operator): Service<{ OPERATOR }>,
+            PersonOrTool(by): PersonOrTool<{ ADMIN }>,
             Path(id): Path<Uuid>,
         ) -> Result<AxumJson<WebhookEndpoint>> {
-            Ok(AxumJson(state.webhooks.set_enabled(id, $enabled).await?))
+            Ok(AxumJson(state.webhooks.set_enabled_as(&by, id, $enabled).await?))
         }
     };
 }
@@ -140,15 +158,15 @@ endpoint_switch!(
         (status = 200, description = "rotated; `secret` is shown this once", body = WebhookSecretRotated),
         (status = 404, description = "WEBHOOK_ENDPOINT_NOT_FOUND", body = paysaga_common::ErrorBody),
     ),
-    security(("service" = []))
+    security(("service" = []), ("staff" = []))
 )]
-#[tracing::instrument(skip_all, fields(endpoint_id = %id, operator = %operator))]
+#[tracing::instrument(skip_all, fields(endpoint_id = %id))]
 pub async fn rotate_secret(
     State(state): State<ApiState>,
-    Service(operator): Service<{ OPERATOR }>,
+    PersonOrTool(by): PersonOrTool<{ ADMIN }>,
     Path(id): Path<Uuid>,
 ) -> Result<AxumJson<WebhookSecretRotated>> {
-    Ok(AxumJson(state.webhooks.rotate_secret(id).await?))
+    Ok(AxumJson(state.webhooks.rotate_secret_as(&by, id).await?))
 }
 
 /// Deliveries, most recently changed first, by state and endpoint.
@@ -159,12 +177,12 @@ pub async fn rotate_secret(
         (status = 200, body = WebhookDeliveryPage),
         (status = 400, description = "INVALID_QUERY", body = paysaga_common::ErrorBody),
     ),
-    security(("service" = []))
+    security(("service" = []), ("staff" = []))
 )]
 #[tracing::instrument(skip_all)]
 pub async fn list_deliveries(
     State(state): State<ApiState>,
-    _operator: Service<{ OPERATOR }>,
+    _viewer: PersonOrTool<{ ANY }>,
     Query(filter): Query<ListDeliveries>,
 ) -> Result<AxumJson<WebhookDeliveryPage>> {
     Ok(AxumJson(state.webhooks.deliveries(&filter).await?))
@@ -175,18 +193,21 @@ pub async fn list_deliveries(
 #[utoipa::path(
     post, path = "/v1/webhook-deliveries/{id}/replay", tag = "webhooks",
     params(("id" = Uuid, Path, description = "delivery id")),
+    request_body(content = Option<paysaga_contracts::staff::api::ActionReason>, description = "why (kept in the audit trail); the body may be empty"),
     responses(
         (status = 200, description = "PENDING and due", body = WebhookDelivery),
         (status = 404, description = "WEBHOOK_DELIVERY_NOT_FOUND", body = paysaga_common::ErrorBody),
         (status = 409, description = "WEBHOOK_DELIVERY_NOT_DEAD", body = paysaga_common::ErrorBody),
     ),
-    security(("service" = []))
+    security(("service" = []), ("staff" = []))
 )]
-#[tracing::instrument(skip_all, fields(delivery_id = %id, operator = %operator))]
+#[tracing::instrument(skip_all, fields(delivery_id = %id))]
 pub async fn replay_delivery(
     State(state): State<ApiState>,
-    Service(operator): Service<{ OPERATOR }>,
+    PersonOrTool(by): PersonOrTool<{ OPERATOR | ADMIN }>,
     Path(id): Path<Uuid>,
+    body: axum::body::Bytes,
 ) -> Result<AxumJson<WebhookDelivery>> {
-    Ok(AxumJson(state.webhooks.replay(id).await?))
+    let reason = reason(&body)?;
+    Ok(AxumJson(state.webhooks.replay_as(&by, id, reason).await?))
 }

@@ -115,14 +115,38 @@ impl OrchestratorClient {
     }
 
     pub async fn resume(&self, id: Uuid) -> Result<Answer<PaymentAdmin>, CallError> {
-        self.inner
-            .post(&format!("/v1/payments/{id}/resume"), &serde_json::json!({}))
-            .await
+        self.resume_because(id, None).await
     }
 
     pub async fn refund(&self, id: Uuid) -> Result<Answer<PaymentAdmin>, CallError> {
+        self.refund_because(id, None).await
+    }
+
+    /// Resume, saying why (kept in the audit trail and on the step log).
+    pub async fn resume_because(
+        &self,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> Result<Answer<PaymentAdmin>, CallError> {
         self.inner
-            .post(&format!("/v1/payments/{id}/refund"), &serde_json::json!({}))
+            .post(
+                &format!("/v1/payments/{id}/resume"),
+                &serde_json::json!({ "reason": reason }),
+            )
+            .await
+    }
+
+    /// Refund, saying why (kept in the audit trail and on the step log).
+    pub async fn refund_because(
+        &self,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> Result<Answer<PaymentAdmin>, CallError> {
+        self.inner
+            .post(
+                &format!("/v1/payments/{id}/refund"),
+                &serde_json::json!({ "reason": reason }),
+            )
             .await
     }
 

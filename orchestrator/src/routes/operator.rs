@@ -1,13 +1,18 @@
-//! The operators' inspection API (service credential): list, timeline, resume, refund,
-//! each a thin call of [`Operations`](crate::operations::Operations).
+//! The operators' inspection API: list, timeline (every staff role), resume and refund
+//! (operators and admins), each a thin call of
+//! [`Operations`](crate::operations::Operations). People call it with their staff
+//! session; the operator tools' service credential is still admitted (as an admin).
 
-use axum::{extract::State, Json as AxumJson};
-use paysaga_common::{
-    auth::{allow::OPERATOR, Service},
-    extract::{Path, Query},
-};
+use axum::{body::Bytes, extract::State, Json as AxumJson};
+use paysaga_common::extract::{Path, Query};
 use paysaga_contracts::orchestrator::api::{
     ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
+};
+use paysaga_contracts::staff::api::ActionReason;
+use paysaga_staff::{
+    accounts,
+    allow::{ADMIN, ANY, OPERATOR},
+    PersonOrTool,
 };
 use uuid::Uuid;
 
@@ -24,10 +29,10 @@ use crate::{error::Result, routes::state::SagaState};
     ),
     security(("service" = []))
 )]
-#[tracing::instrument(skip_all, fields(operator = %operator))]
+#[tracing::instrument(skip_all)]
 pub async fn list(
     State(state): State<SagaState>,
-    Service(operator): Service<{ OPERATOR }>,
+    _viewer: PersonOrTool<{ ANY }>,
     Query(filter): Query<ListPayments>,
 ) -> Result<AxumJson<PaymentPage>> {
     Ok(AxumJson(state.operations.list(&filter).await?))
@@ -46,35 +51,38 @@ pub async fn list(
 #[tracing::instrument(skip_all, fields(payment_id = %id))]
 pub async fn steps(
     State(state): State<SagaState>,
-    _operator: Service<{ OPERATOR }>,
+    _viewer: PersonOrTool<{ ANY }>,
     Path(id): Path<Uuid>,
 ) -> Result<AxumJson<PaymentTimeline>> {
     Ok(AxumJson(state.operations.timeline(id).await?))
 }
 
 /// An operator's action on one payment: resume and refund differ only in their path,
-/// doc, conflict, the operation they call and the note they leave.
+/// doc, conflict and the operation they call.
 macro_rules! payment_action {
-    ($(#[$doc:meta])* $name:ident, $path:literal, $conflict:literal, $done:literal) => {
+    ($(#[$doc:meta])* $name:ident, $as:ident, $path:literal, $conflict:literal) => {
         $(#[$doc])*
         #[utoipa::path(
             post, path = $path, tag = "operator",
             params(("id" = Uuid, Path, description = "payment id")),
+            request_body(content = Option<ActionReason>, description = "why (kept in the audit trail and on the step log); the body may be empty"),
             responses(
                 (status = 200, description = "the payment after waiting up to RESPONSE_WAIT_MS", body = PaymentAdmin),
+                (status = 403, description = "FORBIDDEN_ROLE; REFUND_ABOVE_LIMIT (an operator's refund above STAFF_OPERATOR_REFUND_LIMIT)", body = paysaga_common::ErrorBody),
                 (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
                 (status = 409, description = $conflict, body = paysaga_common::ErrorBody),
             ),
             security(("service" = []))
         )]
-        #[tracing::instrument(skip_all, fields(payment_id = %id, operator = %operator))]
+        #[tracing::instrument(skip_all, fields(payment_id = %id))]
         pub async fn $name(
             State(state): State<SagaState>,
-            Service(operator): Service<{ OPERATOR }>,
+            PersonOrTool(by): PersonOrTool<{ OPERATOR | ADMIN }>,
             Path(id): Path<Uuid>,
+            body: Bytes,
         ) -> Result<AxumJson<PaymentAdmin>> {
-            let note = format!("{} by {operator}", $done);
-            let row = state.operations.$name(id, &note).await?;
+            let reason = accounts::reason_from_body(&body)?;
+            let row = state.operations.$as(&by, id, reason).await?;
             Ok(AxumJson(row.to_admin()))
         }
     };
@@ -83,16 +91,16 @@ macro_rules! payment_action {
 payment_action!(
     /// Resume a payment: clears the attention flag and its attempt count and drives it now.
     resume,
+    resume_as,
     "/v1/payments/{id}/resume",
-    "PAYMENT_NOT_RESUMABLE: nothing left to do",
-    "resumed"
+    "PAYMENT_NOT_RESUMABLE: nothing left to do"
 );
 
 payment_action!(
     /// Refund a COMPLETED payment: cancel the order, then credit the buyer, through the
     /// saga (REFUND_PROCESSING -> REFUNDED). Repeating it returns the refund in progress.
     refund,
+    refund_as,
     "/v1/payments/{id}/refund",
-    "PAYMENT_NOT_REFUNDABLE",
-    "refund requested"
+    "PAYMENT_NOT_REFUNDABLE"
 );

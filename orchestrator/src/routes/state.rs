@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::FromRef;
 use paysaga_common::{auth::Verifier, limits::MemberLimiter};
+use paysaga_staff::Staff;
 
 use crate::{checkout::Checkout, operations::Operations};
 
@@ -17,6 +18,14 @@ pub struct SagaState {
     pub limiter: Arc<MemberLimiter>,
     pub checkout: Checkout,
     pub operations: Operations,
+    /// Staff sessions: who a person's bearer token names, and their role.
+    pub staff: Staff,
+}
+
+impl FromRef<SagaState> for Staff {
+    fn from_ref(s: &SagaState) -> Self {
+        s.staff.clone()
+    }
 }
 
 impl FromRef<SagaState> for Arc<Verifier> {

@@ -6,5 +6,6 @@ mod support;
 mod census;
 mod payments;
 mod rate_limit;
+mod staff;
 mod step_log;
 mod webhooks;

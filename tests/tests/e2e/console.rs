@@ -1,4 +1,4 @@
-//! The operator console in a real browser: a small drop through the real processes, one payment needing attention and dead webhook deliveries, then headless Chromium (through chromedriver) signs in, reads the drop page against PostgreSQL, filters payments, opens a timeline, resumes the flagged payment and replays a delivery, each checked in PostgreSQL.
+//! The operator console in a real browser: a small drop through the real processes, one payment needing attention and dead webhook deliveries, then headless Chromium (through chromedriver) signs in as the development staff admin (password, then a TOTP code), reads the drop page against PostgreSQL, filters payments, opens a timeline, resumes the flagged payment and replays a delivery, each checked in PostgreSQL.
 //!
 //! Skipped, with a message, where Chromium or chromedriver is not installed (see
 //! [`crate::browser`]). Screenshots go to the directory named by
@@ -19,7 +19,8 @@ use crate::browser::{self, screenshot};
 use fantoccini::{Client, Locator};
 use futures::FutureExt;
 use paysaga_contracts::{orchestrator::api::CreateWebhookEndpoint, OrchestratorClient};
-use paysaga_e2e::{invariants, Admin, Driver, Link, ServiceKind, Stack, StackOptions};
+use paysaga_e2e::{invariants, Driver, Link, ServiceKind, Stack, StackOptions};
+use paysaga_staff::dev;
 use sqlx::PgPool;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -243,11 +244,9 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
     let outcome = AssertUnwindSafe(browse(
         &client,
         &pool,
-        &admin,
         &orchestrator,
         &shots,
         Figures {
-            buyer_token: stuck_buyer.token.clone(),
             product: product.id,
             stuck_product: stuck_product.id,
             stuck,
@@ -279,8 +278,6 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
 }
 
 struct Figures {
-    /// A real buyer's token, which must not sign in.
-    buyer_token: String,
     product: i64,
     stuck_product: i64,
     stuck: Uuid,
@@ -291,7 +288,6 @@ struct Figures {
 async fn browse(
     client: &Client,
     pool: &PgPool,
-    admin: &Admin,
     orchestrator: &str,
     shots: &Path,
     f: Figures,
@@ -302,46 +298,69 @@ async fn browse(
 
     // Not signed in: the console sends the browser to the sign-in page.
     client.goto(&console).await?;
-    client.wait().for_element(Locator::Css("#token")).await?;
+    client.wait().for_element(Locator::Css("#email")).await?;
     assert!(client
         .current_url()
         .await?
         .path()
         .ends_with("/console/login"));
     screenshot(client, shots, "sign-in").await?;
-    // A buyer token is refused.
+    // A wrong password is refused, without saying which part was wrong.
     client
-        .find(Locator::Css("#token"))
+        .find(Locator::Css("#email"))
         .await?
-        .send_keys(&f.buyer_token)
+        .send_keys(dev::ADMIN_EMAIL)
+        .await?;
+    client
+        .find(Locator::Css("#password"))
+        .await?
+        .send_keys("not-the-password")
         .await?;
     client.find(Locator::Css("#sign-in")).await?.click().await?;
     let refused = client
         .wait()
-        .for_element(Locator::Css("p.error"))
+        .for_element(Locator::Css("#sign-in-error"))
         .await?
         .text()
         .await?;
-    assert!(refused.contains("buyer token"), "{refused}");
-    assert!(client
-        .current_url()
-        .await?
-        .path()
-        .ends_with("/console/login"));
-    client.find(Locator::Css("#token")).await?.clear().await?;
+    assert!(
+        refused.contains("Wrong email, password or code"),
+        "{refused}"
+    );
+    // The development admin (this is a development system): password, then the code of
+    // its public TOTP secret.
     client
-        .find(Locator::Css("#token"))
+        .find(Locator::Css("#email"))
         .await?
-        .send_keys(
-            &admin
-                .token
-                .bearer(paysaga_common::auth::Audience::Orchestrator),
-        )
+        .send_keys(dev::ADMIN_EMAIL)
+        .await?;
+    client
+        .find(Locator::Css("#password"))
+        .await?
+        .send_keys(dev::ADMIN_PASSWORD)
         .await?;
     client.find(Locator::Css("#sign-in")).await?.click().await?;
-
+    client.wait().for_element(Locator::Css("#code")).await?;
+    screenshot(client, shots, "sign-in-code").await?;
+    client
+        .find(Locator::Css("#code"))
+        .await?
+        .send_keys(&dev::admin_code_now())
+        .await?;
+    client.find(Locator::Css("#verify")).await?.click().await?;
     // The drop page: its figures are PostgreSQL's.
     client.wait().for_element(Locator::Css("#live")).await?;
+    for (action, want) in [("SIGN_IN_FAILED", 1), ("SIGN_IN", 1)] {
+        let n = count_of(
+            pool,
+            &format!(
+                "SELECT COUNT(*) FROM payment_service.audit_log WHERE action = '{action}' AND actor = $1"
+            ),
+            dev::ADMIN_EMAIL,
+        )
+        .await?;
+        assert_eq!(n, want, "{action} in the audit trail");
+    }
     let (available, reserved, offered, sold, total): (i64, i64, i64, i64, i64) = sqlx::query_as(
         r#"
         SELECT COUNT(*) FILTER (WHERE state = 'AVAILABLE'), COUNT(*) FILTER (WHERE state = 'RESERVED'),
@@ -486,6 +505,11 @@ async fn browse(
     heal_account();
     client.find(Locator::Css("#resume")).await?.click().await?;
     client.wait().for_element(Locator::Css("#confirm")).await?;
+    client
+        .find(Locator::Css("#reason"))
+        .await?
+        .send_keys("account service back after the outage")
+        .await?;
     screenshot(client, shots, "resume-confirm").await?;
     let still: (String, bool) = sqlx::query_as(
         r#"SELECT state, needs_attention FROM payment_service.payments WHERE id = $1"#,
@@ -510,8 +534,35 @@ async fn browse(
         1,
     )
     .await?;
-    let note = count_of(pool, r#"SELECT COUNT(*) FROM payment_service.payment_steps WHERE payment_id = $1 AND outcome = 'OPERATOR'"#, f.stuck).await?;
-    assert_eq!(note, 1, "the resume is on the payment's record");
+    let note: Vec<Option<String>> = sqlx::query_scalar(
+        r#"SELECT error FROM payment_service.payment_steps WHERE payment_id = $1 AND outcome = 'OPERATOR'"#,
+    )
+    .bind(f.stuck)
+    .fetch_all(pool)
+    .await?;
+    assert_eq!(
+        note,
+        vec![Some(format!(
+            "resumed by {}: account service back after the outage",
+            dev::ADMIN_EMAIL
+        ))],
+        "the resume is on the payment's record, naming the person"
+    );
+    let audited: (String, Option<String>, String) = sqlx::query_as(
+        r#"SELECT actor, reason, outcome FROM payment_service.audit_log
+           WHERE action = 'PAYMENT_RESUMED' AND target = $1"#,
+    )
+    .bind(f.stuck.to_string())
+    .fetch_one(pool)
+    .await?;
+    assert_eq!(
+        audited,
+        (
+            dev::ADMIN_EMAIL.to_owned(),
+            Some("account service back after the outage".to_owned()),
+            "DONE".to_owned()
+        )
+    );
     client.refresh().await?;
     client.wait().for_element(Locator::Css("#facts")).await?;
     screenshot(client, shots, "timeline-resumed").await?;
@@ -533,12 +584,13 @@ async fn browse(
         .await?
         .click()
         .await?;
+    client.wait().for_element(Locator::Css("#confirm")).await?;
     client
-        .wait()
-        .for_element(Locator::Css("#confirm"))
+        .find(Locator::Css("#reason"))
         .await?
-        .click()
+        .send_keys("receiver fixed")
         .await?;
+    client.find(Locator::Css("#confirm")).await?.click().await?;
     client.wait().for_element(Locator::Css("#flash")).await?;
     wait_for(
         pool,

@@ -82,6 +82,15 @@ const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
         "/v1/offers/{offer_id}/reservation",
     ),
     (ServiceKind::Orchestrator, "post", "/v1/payments"),
+    // Staff sessions: people sign in, out, and read the audit trail as themselves; no
+    // service credential is admitted (the staff tests hold their role matrix).
+    (ServiceKind::Orchestrator, "post", "/v1/staff/sessions"),
+    (
+        ServiceKind::Orchestrator,
+        "post",
+        "/v1/staff/sessions/sign-out",
+    ),
+    (ServiceKind::Orchestrator, "get", "/v1/audit"),
     (ServiceKind::Account, "post", "/v1/transfers"),
     (ServiceKind::Gate, "post", "/v1/passes"),
     (ServiceKind::Member, "post", "/v1/members"),
@@ -612,6 +621,18 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             None,
             OPERATOR,
         ),
+        // A system's first admin is made with the operator tools' credential (this one
+        // is refused for its password, so nothing is made).
+        route(
+            P,
+            Method::POST,
+            "/v1/staff",
+            "/v1/staff",
+            Some(
+                json!({"email": "callers@example.com", "password": "short", "role": "ADMIN", "reason": "callers"}),
+            ),
+            OPERATOR,
+        ),
         // gate
         route(
             G,
@@ -830,14 +851,14 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
                 ("Account", (58, 10, 22, 42)),
                 ("Gate", (5, 1, 2, 0)),
                 ("Member", (36, 6, 12, 14)),
-                ("Orchestrator", (72, 11, 24, 0)),
+                ("Orchestrator", (78, 12, 26, 0)),
                 ("Order", (74, 10, 26, 42)),
             ]
             .map(|(k, v)| (k.to_owned(), v))
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 467);
+    assert_eq!(refusals.len(), 476);
     // Every minted credential at every route of every service it was not made for: a
     // verifier that ignored the audience would admit most of them (the operator's opens
     // nearly every route of the service it is for).
@@ -852,7 +873,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         })
         .collect();
     assert_eq!(minted.len(), 13);
-    assert_eq!(replays.len(), 437);
+    assert_eq!(replays.len(), 449);
     // Each minted credential opens the service it was made for (a route of its role there,
     // a read where there is one), before the window.
     for (&(role, to), token) in &minted {
@@ -927,7 +948,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 467 + 437, "every refusal was sent and answered");
+    assert_eq!(refused, 476 + 449, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {

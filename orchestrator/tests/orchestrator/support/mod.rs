@@ -130,6 +130,7 @@ impl Stack {
         c.lease = Duration::from_millis(4000);
         c.recovery_interval = Duration::from_millis(1000);
         c.database.max_connections = 8;
+        c.staff.argon2 = paysaga_common::password::Argon2Params::TEST_ONLY_CHEAP;
         c
     }
 

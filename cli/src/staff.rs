@@ -1,0 +1,204 @@
+//! Staff in the terminal: `paysaga staff sign-in` (email, password, then a TOTP or
+//! recovery code) keeps the short-lived session token in a file readable by its owner
+//! only, and the operator commands then act as that person; `staff sign-out` ends the
+//! session at once; `staff create` (admins) makes an account; `audit` lists the trail.
+
+use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::Context;
+use paysaga_common::client::Credential;
+use paysaga_contracts::staff::{
+    api::{CreateStaff, ListAudit, SignIn},
+    client::StaffClient,
+};
+
+use crate::{
+    args::{AuditArgs, Endpoints, StaffCommand},
+    ops::operator_credential,
+    table,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the session token is kept: `PAYSAGA_STAFF_SESSION_FILE`, else
+/// `$XDG_STATE_HOME/paysaga/staff-session` (`~/.local/state/...` by default).
+pub fn session_file() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PAYSAGA_STAFF_SESSION_FILE") {
+        return Some(PathBuf::from(p));
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    Some(state.join("paysaga").join("staff-session"))
+}
+
+/// The signed-in person's session token, if `staff sign-in` left one.
+pub fn session_token() -> Option<String> {
+    let token = std::fs::read_to_string(session_file()?).ok()?;
+    let token = token.trim();
+    (!token.is_empty()).then(|| token.to_owned())
+}
+
+/// What the operator commands send to the orchestrator: the signed-in person's session
+/// (`staff sign-in`), else the operator tools' service credential.
+pub fn orchestrator_credential() -> anyhow::Result<Credential> {
+    match session_token() {
+        Some(token) => Ok(token.into()),
+        None => operator_credential(),
+    }
+}
+
+/// `name` from the environment, else asked for on the terminal.
+fn value(env: &str, prompt: &str) -> anyhow::Result<String> {
+    if let Ok(v) = std::env::var(env) {
+        if !v.is_empty() {
+            return Ok(v);
+        }
+    }
+    print!("{prompt}: ");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+pub async fn run(endpoints: &Endpoints, cmd: StaffCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        StaffCommand::SignIn { email, code } => {
+            let password = value("PAYSAGA_STAFF_PASSWORD", "password")?;
+            let code = match code {
+                Some(c) => c,
+                None => value(
+                    "PAYSAGA_STAFF_CODE",
+                    "code (authenticator app, or a recovery code)",
+                )?,
+            };
+            let session = StaffClient::new(&endpoints.orchestrator_url, "none", TIMEOUT)
+                .sign_in(&SignIn {
+                    email,
+                    password,
+                    code,
+                })
+                .await
+                .context("signing in")?
+                .body;
+            let file = session_file().context("no HOME: set PAYSAGA_STAFF_SESSION_FILE")?;
+            if let Some(dir) = file.parent() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            write_private(&file, &session.token)?;
+            println!(
+                "signed in as {} ({}) until {} UTC; session in {}",
+                session.staff.email,
+                session.staff.role,
+                session.expires_at.format("%Y-%m-%d %H:%M:%S"),
+                file.display()
+            );
+        }
+        StaffCommand::SignOut => {
+            let Some(token) = session_token() else {
+                println!("not signed in");
+                return Ok(ExitCode::SUCCESS);
+            };
+            let ended = StaffClient::new(&endpoints.orchestrator_url, token, TIMEOUT)
+                .sign_out()
+                .await;
+            if let Some(file) = session_file() {
+                let _ = std::fs::remove_file(file);
+            }
+            match ended {
+                Ok(_) => println!("signed out"),
+                Err(e) if e.status() == Some(401) => println!("the session had ended already"),
+                Err(e) => return Err(e).context("signing out"),
+            }
+        }
+        StaffCommand::Create {
+            email,
+            role,
+            reason,
+        } => {
+            let password = value("PAYSAGA_NEW_STAFF_PASSWORD", "their password")?;
+            let created = StaffClient::new(
+                &endpoints.orchestrator_url,
+                orchestrator_credential()?,
+                TIMEOUT,
+            )
+            .create(&CreateStaff {
+                email,
+                password,
+                role,
+                reason,
+            })
+            .await
+            .context("creating the staff account")?
+            .body;
+            println!(
+                "created {} ({}), id {}",
+                created.staff.email, created.staff.role, created.staff.id
+            );
+            println!("give its owner, once, through a safe channel:");
+            println!("  TOTP secret     {}", created.totp_secret);
+            println!("  otpauth URL     {}", created.otpauth_url);
+            println!("  recovery codes  {}", created.recovery_codes.join("  "));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `contents` to a file only its owner may read.
+fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(contents.as_bytes())?;
+    Ok(())
+}
+
+pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<ExitCode> {
+    let token = session_token().context("sign in first: paysaga staff sign-in --email <you>")?;
+    let page = StaffClient::new(&endpoints.orchestrator_url, token, TIMEOUT)
+        .audit(&ListAudit {
+            actor: args.actor,
+            action: args.action,
+            target: args.target,
+            before: args.before,
+            limit: Some(args.limit),
+        })
+        .await
+        .context("reading the audit trail")?
+        .body;
+    let rows: Vec<Vec<String>> = page
+        .entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                e.at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                e.actor.clone(),
+                e.client_addr.clone().unwrap_or_default(),
+                e.action.to_string(),
+                e.target.clone().unwrap_or_default(),
+                e.outcome.to_string(),
+                e.reason.clone().unwrap_or_default(),
+                e.detail.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table::render(
+            &["id", "at (UTC)", "who", "from", "action", "target", "outcome", "reason", "detail"],
+            &rows
+        )
+    );
+    if let Some(b) = page.next_before {
+        println!("(more: --before {b})");
+    }
+    Ok(ExitCode::SUCCESS)
+}

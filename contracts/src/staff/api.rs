@@ -1,0 +1,192 @@
+//! The staff routes' wire types and codes.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// Error codes of the staff routes, beside the common ones. Stable: callers match on them.
+pub mod codes {
+    paysaga_common::error_codes! {
+        /// Sign-in refused: no such staff member, a wrong password, or a wrong (or
+        /// already used) second-factor code; which of them is not said (401).
+        STAFF_SIGN_IN_FAILED,
+        /// Too many sign-in attempts for this email or from this address (429, `Retry-After`).
+        TOO_MANY_SIGN_IN_ATTEMPTS,
+        /// The signed-in person's role is not one this route admits (403).
+        FORBIDDEN_ROLE,
+        /// A staff account with this email exists already (409).
+        STAFF_EMAIL_TAKEN,
+        /// Not an email address a staff account can have (422).
+        STAFF_EMAIL_INVALID,
+        /// An operator's refund above `STAFF_OPERATOR_REFUND_LIMIT` (403): an admin's to make.
+        REFUND_ABOVE_LIMIT,
+        /// A reason typed by the person is required for this action, at most 500 characters (422).
+        REASON_INVALID,
+        /// The audit query's filters do not parse (400).
+        INVALID_AUDIT_QUERY,
+    }
+}
+
+/// What a staff member may do. The routes each name the roles they admit
+/// (docs/security.md has the matrix): a viewer reads everything; an operator also
+/// resumes and refunds payments (up to a limit) and replays webhook deliveries; an
+/// admin also manages staff accounts, webhook endpoints, products and top-ups.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum StaffRole {
+    Viewer,
+    Operator,
+    Admin,
+}
+
+crate::wire_names!(StaffRole { Viewer => VIEWER, Operator => OPERATOR, Admin => ADMIN });
+
+/// What a staff member did, as the audit trail names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AuditAction {
+    SignIn,
+    SignInFailed,
+    SignOut,
+    StaffCreated,
+    PaymentResumed,
+    PaymentRefunded,
+    WebhookReplayed,
+    WebhookEndpointCreated,
+    WebhookEndpointChanged,
+    ProductChanged,
+    TopUp,
+}
+
+crate::wire_names!(AuditAction {
+    SignIn => SIGN_IN,
+    SignInFailed => SIGN_IN_FAILED,
+    SignOut => SIGN_OUT,
+    StaffCreated => STAFF_CREATED,
+    PaymentResumed => PAYMENT_RESUMED,
+    PaymentRefunded => PAYMENT_REFUNDED,
+    WebhookReplayed => WEBHOOK_REPLAYED,
+    WebhookEndpointCreated => WEBHOOK_ENDPOINT_CREATED,
+    WebhookEndpointChanged => WEBHOOK_ENDPOINT_CHANGED,
+    ProductChanged => PRODUCT_CHANGED,
+    TopUp => TOP_UP,
+});
+
+/// How an audited action ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AuditOutcome {
+    /// It was carried out.
+    Done,
+    /// It was refused (its answer's code is in `detail`); nothing changed.
+    Refused,
+    /// It failed inside the system; nothing is known to have changed.
+    Failed,
+}
+
+crate::wire_names!(AuditOutcome { Done => DONE, Refused => REFUSED, Failed => FAILED });
+
+/// `POST /v1/staff/sessions`: sign in with a password and a second factor (a code of
+/// the authenticator app, or one of the recovery codes).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SignIn {
+    pub email: String,
+    pub password: String,
+    /// The six-digit TOTP code, or an unused recovery code.
+    pub code: String,
+}
+
+/// A new staff session.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StaffSession {
+    /// The session token: `Authorization: Bearer <token>` on the staff routes until
+    /// `expires_at` or sign-out. Shown this once; only its hash is stored.
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+    pub staff: StaffMember,
+}
+
+/// A staff account as the API shows it (never its password hash or second-factor secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StaffMember {
+    pub id: i64,
+    pub email: String,
+    pub role: StaffRole,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `POST /v1/staff` (admins): a new staff account.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CreateStaff {
+    pub email: String,
+    pub password: String,
+    pub role: StaffRole,
+    /// Why the account is made (audit trail).
+    pub reason: String,
+}
+
+/// The new account with what its owner needs to finish setting it up, shown this once:
+/// the second factor's secret (and its `otpauth://` URL for an authenticator app) and
+/// the recovery codes.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StaffCreated {
+    pub staff: StaffMember,
+    /// The TOTP secret, base32.
+    pub totp_secret: String,
+    pub otpauth_url: String,
+    /// Single-use codes standing in for a TOTP code; stored hashed.
+    pub recovery_codes: Vec<String>,
+}
+
+/// Why a person takes an action, typed by them; kept in the audit trail.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct ActionReason {
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `GET /v1/audit`: filters, newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListAudit {
+    /// Only this person's rows (their email).
+    pub actor: Option<String>,
+    /// Only this action (e.g. `PAYMENT_REFUNDED`).
+    pub action: Option<String>,
+    /// Only rows about this target (a payment id, a delivery id, an email).
+    pub target: Option<String>,
+    /// Rows older than this id (the previous page's `next_before`).
+    pub before: Option<i64>,
+    /// 1-500, default 100.
+    pub limit: Option<i64>,
+}
+
+/// One row of the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    /// The staff member, when the actor is one.
+    pub staff_id: Option<i64>,
+    /// Who: the staff member's email (or the email tried, on a failed sign-in), or
+    /// `service:operator` for the operator tools' service credential.
+    pub actor: String,
+    /// From where: the client's address as the orchestrator saw it.
+    pub client_addr: Option<String>,
+    pub action: AuditAction,
+    pub target: Option<String>,
+    pub reason: Option<String>,
+    pub outcome: AuditOutcome,
+    /// The refusal's code, or what a done action left (the payment's state, ...).
+    pub detail: Option<String>,
+}
+
+/// A page of the audit trail.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditPage {
+    pub entries: Vec<AuditEntry>,
+    /// Pass as `before` for the next (older) page; absent on the last one.
+    pub next_before: Option<i64>,
+}
