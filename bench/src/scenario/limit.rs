@@ -63,7 +63,6 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
             shape.batch, shape.clients
         );
         let summary = calls(&pool, &name, shape, product, first, bench.settings.progress).await;
-        eprintln!("{}", summary.line());
         let summary = bench.keep(summary);
         let checkouts = summary.count("ok") * shape.batch as u64;
         let per_s = checkouts as f64 / summary.elapsed_s;
