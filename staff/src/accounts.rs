@@ -42,15 +42,15 @@ pub fn reason(raw: Option<&str>) -> Result<Option<String>> {
 }
 
 /// The reason an action's body may carry (`{"reason": "..."}`, `paysaga_contracts`'
-/// `ActionReason`); an empty body gives none. A body that is no such object is 422
-/// `INVALID_BODY`, a reason too long 422 `REASON_INVALID`.
+/// `ActionReason`); an empty body, or JSON `null`, gives none. A body that is no such
+/// object is 422 `INVALID_BODY`, a reason too long 422 `REASON_INVALID`.
 pub fn reason_from_body(body: &[u8]) -> std::result::Result<Option<String>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let given: ActionReason = serde_json::from_slice(body)
+    let given: Option<ActionReason> = serde_json::from_slice(body)
         .map_err(|e| ApiError::unprocessable(common_codes::INVALID_BODY, format!("body: {e}")))?;
-    reason(given.reason.as_deref()).map_err(|e| {
+    reason(given.and_then(|g| g.reason).as_deref()).map_err(|e| {
         e.api()
             .unwrap_or_else(|| ApiError::unprocessable(common_codes::INVALID_BODY, "reason"))
     })
