@@ -225,12 +225,24 @@ impl Admin {
                         .collect(),
                     opening_balance: Some(balance),
                 };
-                let answer = self
-                    .member()
-                    .bulk_sign_up(&req)
-                    .await
-                    .with_context(|| format!("seeding {} buyers", idx.len()))?
-                    .body;
+                // The member service answers a member whose account could not be opened
+                // yet (the account service slow or restarting) without an account id;
+                // the same request again completes those accounts, as a client would.
+                let mut attempt = 0;
+                let answer = loop {
+                    attempt += 1;
+                    let answer = self
+                        .member()
+                        .bulk_sign_up(&req)
+                        .await
+                        .with_context(|| format!("seeding {} buyers", idx.len()))?
+                        .body;
+                    let pending = answer.members.iter().any(|m| m.member.account_id.is_none());
+                    if !pending || attempt >= OPEN_ACCOUNT_ATTEMPTS {
+                        break answer;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                };
                 anyhow::ensure!(
                     answer.members.len() == idx.len(),
                     "asked for {} buyers, got {}",
@@ -289,6 +301,9 @@ impl Admin {
         }
     }
 }
+
+/// How often a bulk sign-up is sent while some of its members still have no account.
+const OPEN_ACCOUNT_ATTEMPTS: u64 = 10;
 
 /// DEVELOPMENT ONLY: the password every buyer opened here signs up with.
 pub const BUYER_PASSWORD: &str = "harness-buyer-DEVELOPMENT-password";
