@@ -404,9 +404,18 @@ pub fn dev_migrator_url(app_url: &str) -> Option<String> {
     role_url(app_url, migrator_of(schema)?).ok()
 }
 
-/// `url` with its user and password replaced by the development credentials of `role`.
+/// `url` with its user and password replaced by the development credentials of `role`;
+/// the rest (host, database, and the query: `sslmode`, `sslrootcert`, ...) as written.
 pub fn role_url(url: &str, role: &str) -> Result<String, sqlx::Error> {
     let options = PgConnectOptions::from_str(url)?;
+    if let Ok(mut u) = reqwest::Url::parse(url) {
+        if options.get_database().is_none() {
+            u.set_path("/postgres");
+        }
+        if u.set_username(role).is_ok() && u.set_password(Some(DEV_ROLE_PASSWORD)).is_ok() {
+            return Ok(u.to_string());
+        }
+    }
     Ok(format!(
         "postgres://{role}:{DEV_ROLE_PASSWORD}@{}:{}/{}",
         options.get_host(),

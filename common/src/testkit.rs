@@ -53,12 +53,9 @@ impl TestDb {
 
     /// Administrator URL for this test's database, for assertions across schemas.
     pub fn admin_url(&self) -> String {
-        let base = self
-            .admin
-            .rsplit_once('/')
-            .map(|(b, _)| b)
-            .unwrap_or(&self.admin);
-        format!("{base}/{}", self.name)
+        let mut url = reqwest::Url::parse(&self.admin).expect("the administrator's URL");
+        url.set_path(&format!("/{}", self.name));
+        url.to_string()
     }
 
     /// URL for a service role (`account_app`, `order_app`, `payment_app`, `member_app`).

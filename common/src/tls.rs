@@ -168,6 +168,8 @@ pub struct Trust {
     /// Where the extra roots came from, for logs.
     file: Option<PathBuf>,
     extra: Arc<[reqwest::Certificate]>,
+    /// The extra roots as PEM text, for clients that take them so (Redis).
+    pem: Option<Arc<[u8]>>,
 }
 
 impl Trust {
@@ -198,6 +200,7 @@ impl Trust {
         Ok(Self {
             file: None,
             extra: extra.into(),
+            pem: Some(pem.into()),
         })
     }
 
@@ -209,6 +212,27 @@ impl Trust {
     /// The file the extra roots came from, if any.
     pub fn file(&self) -> Option<&Path> {
         self.file.as_deref()
+    }
+
+    /// What a Redis client verifies a `rediss://` server with: the extra roots when
+    /// there are some (the redis crate then trusts them alone: a private CA is what a
+    /// private Redis is signed by), else `None`, the platform's roots.
+    pub fn redis_certificates(&self) -> Option<redis::TlsCertificates> {
+        self.pem.as_ref().map(|pem| redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        })
+    }
+
+    /// A Redis client for `url`: a `rediss://` one verifies the server against
+    /// [`Self::redis_certificates`].
+    pub fn redis_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        match self.redis_certificates() {
+            Some(certs) if url.starts_with("rediss://") => {
+                redis::Client::build_with_tls(url, certs)
+            }
+            _ => redis::Client::open(url),
+        }
     }
 
     /// `builder` trusting these roots too.

@@ -8,7 +8,7 @@ pub(crate) mod batch;
 pub mod config;
 pub(crate) mod error;
 pub(crate) mod health;
-pub(crate) mod keys;
+pub mod keys;
 pub(crate) mod local;
 pub mod pacing;
 pub(crate) mod recompute;
@@ -77,6 +77,7 @@ impl AppState {
             &config.redis_target(),
             &config.redis_prefix,
             config.redis_timeout,
+            &config.process.trust,
         )?;
         let policy = Policy {
             pass_ttl: config.pass_ttl,

@@ -3,6 +3,8 @@
 
 use std::{future::Future, time::Duration};
 
+use paysaga_common::tls::Trust;
+
 use redis::{
     aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
     cluster::ClusterClientBuilder,
@@ -125,8 +127,9 @@ pub struct QuotaStore {
 impl QuotaStore {
     /// Does not connect: the first command does, so the gate starts (degraded) even
     /// when Redis is down.
-    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self> {
-        let client = redis::Client::open(url)?;
+    /// A `rediss://` URL is verified against `trust` (`TLS_CA_FILE`).
+    pub fn new(url: &str, prefix: &str, timeout: Duration, trust: &Trust) -> Result<Self> {
+        let client = trust.redis_client(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -145,8 +148,17 @@ impl QuotaStore {
     /// Like [`Self::new`] it does not wait for the cluster: the topology is loaded in
     /// the background, and a call before it is known (or while a master is lost and its
     /// replica not yet promoted) fails within the timeout, which degrades the gate.
-    pub fn cluster(nodes: &[String], prefix: &str, timeout: Duration) -> Result<Self> {
-        let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+    pub fn cluster(
+        nodes: &[String],
+        prefix: &str,
+        timeout: Duration,
+        trust: &Trust,
+    ) -> Result<Self> {
+        let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str));
+        if let Some(certs) = trust.redis_certificates() {
+            builder = builder.certs(certs);
+        }
+        let client = builder
             .connection_timeout(timeout)
             .response_timeout(timeout)
             // A call that finds its master gone is retried after a topology refresh,
@@ -169,10 +181,15 @@ impl QuotaStore {
     }
 
     /// [`Self::new`] or [`Self::cluster`], as `target` says.
-    pub fn open(target: &RedisTarget, prefix: &str, timeout: Duration) -> Result<Self> {
+    pub fn open(
+        target: &RedisTarget,
+        prefix: &str,
+        timeout: Duration,
+        trust: &Trust,
+    ) -> Result<Self> {
         match target {
-            RedisTarget::Single(url) => Self::new(url, prefix, timeout),
-            RedisTarget::Cluster(nodes) => Self::cluster(nodes, prefix, timeout),
+            RedisTarget::Single(url) => Self::new(url, prefix, timeout, trust),
+            RedisTarget::Cluster(nodes) => Self::cluster(nodes, prefix, timeout, trust),
         }
     }
 

@@ -4,7 +4,6 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Stdio},
     str::FromStr,
     time::Duration,
 };
@@ -12,6 +11,8 @@ use std::{
 use anyhow::{bail, Context};
 use sqlx::{postgres::PgConnectOptions, ConnectOptions, Connection};
 
+use crate::private_postgres::PrivatePostgres;
+pub use crate::private_postgres::{postgres_bin_dirs, INITDB_ARGS};
 use crate::private_redis::{self, PrivateRedis};
 
 /// Port of the private PostgreSQL (not 5432, so it never collides with a system one).
@@ -121,7 +122,7 @@ fn with_database(url: &str, database: &str) -> anyhow::Result<String> {
     Ok(u.to_string())
 }
 
-async fn pg_answers(url: &str) -> Result<(), sqlx::Error> {
+pub(crate) async fn pg_answers(url: &str) -> Result<(), sqlx::Error> {
     let opts = PgConnectOptions::from_str(url)?.disable_statement_logging();
     let conn = tokio::time::timeout(
         Duration::from_secs(3),
@@ -219,7 +220,7 @@ async fn redis(
     Ok((redis.url(), Origin::Private(dir), Some(redis)))
 }
 
-fn missing_message(what: &str) -> String {
+pub(crate) fn missing_message(what: &str) -> String {
     format!(
         "{what} is not reachable and no local {what} binaries were found.\n\
          Get PostgreSQL and Redis in one of these ways, then run the command again:\n  \
@@ -230,7 +231,7 @@ fn missing_message(what: &str) -> String {
 }
 
 /// An executable named `name` on PATH or in one of `extra` directories.
-fn which(name: &str, extra: &[PathBuf]) -> Option<PathBuf> {
+pub(crate) fn which(name: &str, extra: &[PathBuf]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     extra
         .iter()
@@ -238,161 +239,4 @@ fn which(name: &str, extra: &[PathBuf]) -> Option<PathBuf> {
         .chain(std::env::split_paths(&path))
         .map(|d| d.join(name))
         .find(|p| p.is_file())
-}
-
-/// `initdb`'s flags for a throwaway cluster (superuser `postgres`, trust auth, UTF-8);
-/// the data directory follows.
-pub const INITDB_ARGS: [&str; 6] = [
-    "-U",
-    "postgres",
-    "--auth=trust",
-    "--encoding=UTF8",
-    "--no-instructions",
-    "-D",
-];
-
-/// Directories of installed PostgreSQL versions, newest first.
-pub fn postgres_bin_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
-            Some((version, e.path().join("bin")))
-        })
-        .collect();
-    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
-    dirs.into_iter().map(|(_, d)| d).collect()
-}
-
-/// A PostgreSQL cluster of our own under `.data/postgres`, run with `pg_ctl`.
-/// PostgreSQL refuses to run as root, so as root it runs as the `postgres` user.
-struct PrivatePostgres {
-    dir: PathBuf,
-    pg_ctl: PathBuf,
-    as_postgres: bool,
-}
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-impl PrivatePostgres {
-    async fn start(dir: &Path, port: u16) -> anyhow::Result<Self> {
-        let bins = postgres_bin_dirs();
-        let (Some(initdb), Some(pg_ctl)) = (which("initdb", &bins), which("pg_ctl", &bins)) else {
-            bail!(missing_message("PostgreSQL"))
-        };
-        let as_postgres = is_root();
-        if as_postgres
-            && nix::unistd::User::from_name("postgres")
-                .ok()
-                .flatten()
-                .is_none()
-        {
-            bail!(
-                "running as root, and PostgreSQL refuses to run as root: create a `postgres` user \
-                 (the Debian package does), run as an ordinary user, or set DATABASE_URL"
-            );
-        }
-        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-        let this = Self {
-            dir: dir.clone(),
-            pg_ctl,
-            as_postgres,
-        };
-        if !dir.join("PG_VERSION").is_file() {
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            this.own(&dir)?;
-            let status = this
-                .command(&initdb)
-                .args(INITDB_ARGS)
-                .arg(&dir)
-                .stdout(Stdio::null())
-                .status()
-                .context("cannot run initdb")?;
-            if !status.success() {
-                bail!("initdb failed for {} ({status})", dir.display());
-            }
-        }
-        if !this.running() {
-            let log = dir.join("server.log");
-            let status = this
-                .command(&this.pg_ctl)
-                .arg("-D")
-                .arg(&dir)
-                .arg("-l")
-                .arg(&log)
-                .arg("-o")
-                .arg(format!(
-                    "-p {port} -c listen_addresses=127.0.0.1 -k {}",
-                    dir.display()
-                ))
-                .args(["-w", "-t", "60", "start"])
-                .stdout(Stdio::null())
-                .status()
-                .context("cannot run pg_ctl start")?;
-            if !status.success() {
-                bail!(
-                    "the private PostgreSQL did not start; see {}",
-                    log.display()
-                );
-            }
-        }
-        let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-        pg_answers(&url).await.with_context(|| {
-            format!(
-                "the private PostgreSQL in {} does not answer on {port}",
-                dir.display()
-            )
-        })?;
-        Ok(this)
-    }
-
-    fn own(&self, dir: &Path) -> anyhow::Result<()> {
-        if self.as_postgres {
-            let status = Command::new("chown")
-                .arg("-R")
-                .arg("postgres:postgres")
-                .arg(dir)
-                .status()?;
-            if !status.success() {
-                bail!("cannot give {} to the postgres user", dir.display());
-            }
-        }
-        Ok(())
-    }
-
-    fn command(&self, program: &Path) -> Command {
-        if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
-            c
-        } else {
-            Command::new(program)
-        }
-    }
-
-    fn running(&self) -> bool {
-        self.command(&self.pg_ctl)
-            .arg("-D")
-            .arg(&self.dir)
-            .arg("status")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-
-    fn stop(&self) {
-        let _ = self
-            .command(&self.pg_ctl)
-            .arg("-D")
-            .arg(&self.dir)
-            .args(["-m", "fast", "-w", "stop"])
-            .stdout(Stdio::null())
-            .status();
-    }
 }

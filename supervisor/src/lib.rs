@@ -9,6 +9,7 @@
 pub mod binaries;
 pub mod haproxy;
 pub mod infra;
+pub mod private_postgres;
 pub mod private_redis;
 pub mod process;
 pub mod service;
@@ -17,6 +18,7 @@ pub mod wiring;
 
 pub use haproxy::Haproxy;
 pub use infra::{Infra, InfraChoice, Origin};
+pub use private_postgres::PrivatePostgres;
 pub use private_redis::PrivateRedis;
 pub use process::{ServiceProcess, ServiceSpec, Stop};
 pub use service::ServiceKind;

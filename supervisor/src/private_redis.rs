@@ -24,8 +24,18 @@ pub fn program() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The PEM files a private Redis serves TLS with (and only TLS: no plain port), its
+/// clients trusting `ca`.
+#[derive(Clone, Debug)]
+pub struct RedisTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
 pub struct PrivateRedis {
     port: u16,
+    tls: Option<RedisTls>,
     /// Its working directory, with its output in `redis.log` there; without one its
     /// output is dropped.
     dir: Option<PathBuf>,
@@ -37,9 +47,18 @@ impl PrivateRedis {
     /// binds the port itself, so another process may take it first: then the server
     /// exits and another port is tried.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_any(None).await
+    }
+
+    /// [`Self::start`], serving TLS only (`rediss://`) with `tls`'s certificate.
+    pub async fn start_tls(tls: RedisTls) -> anyhow::Result<Self> {
+        Self::start_any(Some(tls)).await
+    }
+
+    async fn start_any(tls: Option<RedisTls>) -> anyhow::Result<Self> {
         let mut last = None;
         for _ in 0..5 {
-            match Self::start_on(free_port()?).await {
+            match Self::launch(free_port()?, None, tls.clone()).await {
                 Ok(this) => return Ok(this),
                 Err(e) => last = Some(e),
             }
@@ -52,19 +71,24 @@ impl PrivateRedis {
     /// Starts `redis-server` on `port` (a test that configured a service with this port
     /// before the server existed) and waits until it answers.
     pub async fn start_on(port: u16) -> anyhow::Result<Self> {
-        Self::launch(port, None).await
+        Self::launch(port, None, None).await
     }
 
     /// Starts `redis-server` on `port` working in `dir` (created if missing), its
     /// output in `dir/redis.log`, and waits until it answers.
     pub async fn start_in(dir: &Path, port: u16) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        Self::launch(port, Some(dir.to_path_buf())).await
+        Self::launch(port, Some(dir.to_path_buf()), None).await
     }
 
-    async fn launch(port: u16, dir: Option<PathBuf>) -> anyhow::Result<Self> {
+    async fn launch(
+        port: u16,
+        dir: Option<PathBuf>,
+        tls: Option<RedisTls>,
+    ) -> anyhow::Result<Self> {
         let mut this = Self {
             port,
+            tls,
             dir,
             child: None,
         };
@@ -77,7 +101,29 @@ impl PrivateRedis {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// A connection to it (over TLS trusting its CA when it serves TLS).
+    pub async fn connection(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+        let client = match &self.tls {
+            Some(tls) => {
+                let ca = std::fs::read(&tls.ca)
+                    .with_context(|| format!("reading {}", tls.ca.display()))?;
+                paysaga_common::tls::Trust::from_pem(&ca)?.redis_client(&self.url())
+            }
+            None => redis::Client::open(self.url()),
+        }
+        .context("opening the private Redis")?;
+        client
+            .get_multiplexed_async_connection()
+            .await
+            .context("connecting to the private Redis")
     }
 
     fn log_path(&self) -> Option<PathBuf> {
@@ -91,7 +137,26 @@ impl PrivateRedis {
         }
         let program = program().context("redis-server is not installed")?;
         let mut cmd = guarded_command(&program);
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        let port = self.port.to_string();
+        match &self.tls {
+            Some(tls) => cmd
+                .args([
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port,
+                    "--tls-auth-clients",
+                    "no",
+                ])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca),
+            None => cmd.args(["--port", &port]),
+        };
+        cmd.args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdin(Stdio::null());
         match (&self.dir, self.log_path()) {
@@ -150,11 +215,7 @@ impl PrivateRedis {
     /// redis-server itself (the parent-death guard execs it), so ours answers with the
     /// child's pid.
     async fn server_pid(&self) -> anyhow::Result<u32> {
-        let client = redis::Client::open(self.url()).context("opening the private Redis")?;
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .context("connecting to the private Redis")?;
+        let mut conn = self.connection().await?;
         let info: String = redis::cmd("INFO")
             .arg("server")
             .query_async(&mut conn)
@@ -168,11 +229,7 @@ impl PrivateRedis {
 
     /// Keys held right now.
     pub async fn dbsize(&self) -> anyhow::Result<i64> {
-        let client = redis::Client::open(self.url()).context("opening the private Redis")?;
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .context("connecting to the private Redis")?;
+        let mut conn = self.connection().await?;
         redis::cmd("DBSIZE")
             .query_async(&mut conn)
             .await

@@ -15,7 +15,9 @@ pub mod tamper;
 pub mod waitlist;
 
 pub use paysaga_drop::{bots, buyer, invariants, sell_through, setup, stats};
-pub use paysaga_supervisor::{haproxy, private_redis, process, service, services, wiring};
+pub use paysaga_supervisor::{
+    haproxy, private_postgres, private_redis, process, service, services, wiring,
+};
 
 pub use drop_run::{Answers, DropRun};
 pub use paysaga_drop::{

@@ -1,4 +1,4 @@
-//! The gate's integration tests, one test binary: passes, quota, expiry, Redis outages and clusters.
+//! The gate's integration tests, one test binary: passes, quota, expiry, Redis outages, clusters and TLS.
 
 mod support;
 
@@ -8,5 +8,6 @@ mod expiry;
 mod outage;
 mod passes;
 mod rate_limit;
+mod redis_tls;
 mod two_gates;
 mod used_passes;

@@ -18,6 +18,7 @@ mod rotation;
 mod service_callers;
 mod slow_client;
 mod startup_refusals;
+mod tls_links;
 mod traces;
 mod transfers_crash;
 mod waitlist_crash;
