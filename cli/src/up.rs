@@ -161,15 +161,20 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
             database_urls.insert(kind, paysaga_common::db::role_url(&infra.admin_url, role)?);
         }
     }
+    // The instances' ports are held first: a free port HAProxy is to bind, chosen and
+    // let go before them, could otherwise be handed to an instance.
+    let instances = if balanced {
+        instance_ports(args.instances)?
+    } else {
+        Vec::new()
+    };
     let mut wiring = Wiring::direct(
         database_urls,
         infra.redis_url.clone(),
         args.redis_prefix.clone(),
         ports(args.free_ports, balanced)?,
     );
-    if balanced {
-        wiring.instances = instance_ports(args.instances)?;
-    }
+    wiring.instances = instances;
     // Each service runs from this very binary, so `cargo run -p paysaga -- up` builds
     // everything once, in one feature resolution, and never starts a stale service.
     wiring.launcher = Launcher::MultiCall {
@@ -247,6 +252,10 @@ async fn run_with(args: &UpArgs, data: &Path, infra: &Infra) -> anyhow::Result<E
 
     println!("paysaga: starting account, member, order, gate and orchestrator…");
     let mut services = Services::launch(wiring.specs(&log_dir)?, log_dir.clone()).await?;
+    if let Some(lb) = &lb {
+        lb.wait_routing(&wiring, ServiceKind::ALL, Duration::from_secs(30))
+            .await?;
+    }
     if balanced {
         for p in services.all() {
             println!(

@@ -203,6 +203,40 @@ impl Haproxy {
         Ok(())
     }
 
+    /// Waits until HAProxy routes to a ready instance of each of `kinds` (`/readyz`
+    /// answered 200 through its frontend). Its health checks mark a server up only
+    /// after `RISE` passes, and servers checked before they listened start down, so a
+    /// request sent as soon as the instances are ready could still find none.
+    pub async fn wait_routing(
+        &self,
+        wiring: &Wiring,
+        kinds: impl IntoIterator<Item = ServiceKind>,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()?;
+        let deadline = Instant::now() + timeout;
+        for kind in kinds {
+            let url = format!("{}/readyz", wiring.url(kind));
+            loop {
+                let status = http.get(&url).send().await.map(|r| r.status());
+                if status.as_ref().is_ok_and(|s| s.is_success()) {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    bail!(
+                        "HAProxy routes no request to a ready {kind} after {timeout:?} (last: {status:?})\nlog: {}\n{}",
+                        self.log_path.display(),
+                        tail(&self.log_path, 20)
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+
     pub fn config_path(&self) -> &Path {
         &self.config_path
     }

@@ -257,16 +257,6 @@ impl Stack {
             !several || options.proxied.is_empty(),
             "fault proxies and several instances are not combined"
         );
-        let mut ports = BTreeMap::new();
-        for kind in ServiceKind::ALL {
-            // HAProxy binds its own ports; a service is handed the socket reserved here.
-            let port = if several {
-                free_port()?
-            } else {
-                reserve_port(0)?
-            };
-            ports.insert(kind, port);
-        }
         let mut instances = Vec::new();
         if several {
             for _ in 0..options.instances {
@@ -276,6 +266,23 @@ impl Stack {
                 }
                 instances.push(own);
             }
+        }
+        // A service is handed the socket reserved here. HAProxy binds its own ports, so
+        // theirs are chosen free only after every instance's port is held (a port
+        // chosen and let go first could be handed to an instance next), and distinct.
+        let mut ports = BTreeMap::new();
+        for kind in ServiceKind::ALL {
+            let port = if several {
+                loop {
+                    let port = free_port()?;
+                    if !ports.values().any(|&p| p == port) {
+                        break port;
+                    }
+                }
+            } else {
+                reserve_port(0)?
+            };
+            ports.insert(kind, port);
         }
         let mut proxies = BTreeMap::new();
         for &link in &options.proxied {
@@ -349,6 +356,11 @@ impl Stack {
             (None, specs)
         };
         let services = Services::launch(specs, log_dir).await?;
+        if let Some(lb) = &haproxy {
+            let kinds = options.services.iter().copied();
+            lb.wait_routing(&wiring, kinds, std::time::Duration::from_secs(30))
+                .await?;
+        }
         Ok(Self {
             services,
             haproxy,
