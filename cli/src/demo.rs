@@ -129,12 +129,17 @@ impl DemoResult {
                 n(&|a| a.waitlist.as_ref().is_some_and(|w| w.entry_id.is_some())).to_string(),
             ),
             (
-                "  join refused: nothing held / on sale",
-                format!(
-                    "{} / {}",
-                    refused(paysaga_contracts::order::api::codes::NOTHING_TO_WAIT_FOR),
-                    refused(paysaga_contracts::order::api::codes::NOT_SOLD_OUT)
-                ),
+                "  join refused: units on sale",
+                refused(paysaga_contracts::order::api::codes::NOT_SOLD_OUT).to_string(),
+            ),
+            (
+                "  left the line once every unit was paid for",
+                n(&|a| {
+                    a.waitlist
+                        .as_ref()
+                        .is_some_and(|w| w.end == WaitEnd::NothingHeld)
+                })
+                .to_string(),
             ),
             (
                 "offers made / taken / expired / given up (PostgreSQL)",

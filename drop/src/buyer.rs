@@ -236,9 +236,8 @@ pub enum WaitEnd {
     /// Sent back to the sale (units on sale, or NOT_SOLD_OUT), the buyer reserved a
     /// unit there.
     ReservedOnSale,
-    /// A definite refusal to join: `NOTHING_TO_WAIT_FOR` (no unit held by anyone),
-    /// `NOT_SOLD_OUT` (units still on sale when the buyer's patience ran out),
-    /// `MEMBER_LIMIT_REACHED`.
+    /// A definite refusal to join: `NOT_SOLD_OUT` (units still on sale when the buyer's
+    /// patience ran out), `MEMBER_LIMIT_REACHED`.
     Refused { code: String },
     /// A definite refusal to take the offer (`INSUFFICIENT_FUNDS`, `NO_ACCOUNT`,
     /// `MEMBER_LIMIT_REACHED`): the buyer left the line, its offer passing to the next

@@ -37,8 +37,6 @@ paysaga_common::service_error! {
         ReservationNotFound,
         #[error("units of the product are on sale")]
         NotSoldOut,
-        #[error("no unit of the product is held")]
-        NothingToWaitFor,
         #[error("not on the product's waitlist")]
         NotOnWaitlist,
         #[error("offer not found")]
@@ -135,10 +133,6 @@ impl Error {
             Error::NotSoldOut => ApiError::conflict(
                 ErrorCode::NotSoldOut.as_str(),
                 "units of this product are on sale: reserve one instead of waiting",
-            ),
-            Error::NothingToWaitFor => ApiError::conflict(
-                ErrorCode::NothingToWaitFor.as_str(),
-                "no unit of this product is held by anyone, so none can come back",
             ),
             Error::NotOnWaitlist => ApiError::not_found(
                 ErrorCode::NotOnWaitlist.as_str(),

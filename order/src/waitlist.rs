@@ -140,9 +140,6 @@ pub enum Joined {
 struct JoinCheck {
     /// Units free for a new buyer: AVAILABLE beyond the gate's passes in flight.
     available: bool,
-    /// A unit that may still come back: held by a reservation or an offer, or promised
-    /// to a pass (which may expire unused).
-    held: bool,
     mine: i64,
 }
 
@@ -153,8 +150,8 @@ struct JoinCheck {
 /// offers the unit to the line.
 #[tracing::instrument(skip_all, fields(product_id = req.product_id))]
 pub async fn join(pool: &PgPool, req: &JoinRequest<'_>) -> Result<Joined> {
-    // First without the lock: in a crowd most joins are refused (units still on sale,
-    // nothing held) or find the member already in line, and answering those under the
+    // First without the lock: in a crowd many joins are refused (units still on sale)
+    // or find the member already in line, and answering those under the
     // product's exclusive lock made every join wait for every other, each holding a
     // pooled connection that claims and confirms then lacked. A refusal read a moment
     // early is as good as one read under the lock (the buyer asks again); only a join
@@ -204,9 +201,6 @@ async fn judge(
     let check = sqlx::query_as::<_, JoinCheck>(
         r#"
         SELECT units_free(p.id) > 0 AS available,
-               EXISTS (SELECT 1 FROM product_stock s
-                       WHERE s.product_id = p.id
-                         AND s.state IN ('RESERVED', 'OFFERED', 'AVAILABLE')) AS held,
                (SELECT COUNT(*) FROM reservations r
                 WHERE r.product_id = p.id AND r.member_id = $2
                   AND r.state IN ('RESERVED', 'CONFIRMED')) AS mine
@@ -230,11 +224,12 @@ async fn judge(
     if check.mine >= req.cap {
         return Ok(Some(Err(Error::MemberLimit)));
     }
+    // Nothing on sale: the member may wait, even with every unit paid for, since a
+    // refund or a cancellation brings a unit back to the head of the line. (Refusing
+    // then would tell a buyer the gate had just answered SOLD_OUT that there is no
+    // line, and leave a returned unit to whoever asks the gate first.)
     if check.available {
         return Ok(Some(Err(Error::NotSoldOut)));
-    }
-    if !check.held {
-        return Ok(Some(Err(Error::NothingToWaitFor)));
     }
     Ok(None)
 }

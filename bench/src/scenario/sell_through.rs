@@ -168,8 +168,18 @@ pub async fn measure(bench: &mut Bench) -> Result<()> {
     );
     fig(
         r,
-        "joins refused NOTHING_TO_WAIT_FOR (final)",
-        refused(paysaga_contracts::order::api::codes::NOTHING_TO_WAIT_FOR),
+        "joins refused NOT_SOLD_OUT (units on sale: back to the sale)",
+        refused(paysaga_contracts::order::api::codes::NOT_SOLD_OUT),
+        "buyers",
+    );
+    fig(
+        r,
+        "left the line once every unit was paid for",
+        n(&|a| {
+            a.waitlist
+                .as_ref()
+                .is_some_and(|w| w.end == WaitEnd::NothingHeld)
+        }),
         "buyers",
     );
     fig(

@@ -183,9 +183,6 @@ pub enum ErrorCode {
     TooManyPassIds,
     /// Joining a waitlist while units are on sale: buy one instead.
     NotSoldOut,
-    /// Joining a waitlist of a product none of whose units is held by a reservation or
-    /// an offer: no unit can come back.
-    NothingToWaitFor,
     /// The member has no entry in the product's waitlist (leave), or never had one (read).
     NotOnWaitlist,
     /// No such offer, or it is another member's.
@@ -242,7 +239,6 @@ wire_names!(
         InvalidProductId => INVALID_PRODUCT_ID,
         TooManyPassIds => TOO_MANY_PASS_IDS,
         NotSoldOut => NOT_SOLD_OUT,
-        NothingToWaitFor => NOTHING_TO_WAIT_FOR,
         NotOnWaitlist => NOT_ON_WAITLIST,
         OfferNotFound => OFFER_NOT_FOUND,
         OfferExpired => OFFER_EXPIRED,

@@ -136,8 +136,9 @@ impl OrderClient {
     }
 
     /// `POST /v1/products/{id}/waitlist` (buyer): 201 a new entry, 200 the member's live
-    /// one. Refusals: 409 `NOT_SOLD_OUT` (units on sale: buy one), `NOTHING_TO_WAIT_FOR`
-    /// (no unit held by anyone), `MEMBER_LIMIT_REACHED`; 404 `PRODUCT_NOT_FOUND`.
+    /// one, whenever no unit is on sale (even with every unit paid for: a refund or a
+    /// cancellation brings one back). Refusals: 409 `NOT_SOLD_OUT` (units on sale: buy
+    /// one), `MEMBER_LIMIT_REACHED`; 404 `PRODUCT_NOT_FOUND`.
     pub async fn join_waitlist(&self, product_id: i64) -> Result<Answer<WaitlistEntry>, CallError> {
         self.inner
             .post(&format!("/v1/products/{product_id}/waitlist"), &Empty {})

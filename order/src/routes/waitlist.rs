@@ -33,7 +33,7 @@ fn known_id(id: i64) -> Result<i64> {
     responses(
         (status = 201, body = WaitlistEntry, description = "in line: `WAITING` with its position"),
         (status = 200, body = WaitlistEntry, description = "already in line: the member's live entry, unchanged"),
-        (status = 409, body = ErrorBody, description = "NOT_SOLD_OUT (units on sale: reserve one), NOTHING_TO_WAIT_FOR (no unit is held by a reservation or an offer), MEMBER_LIMIT_REACHED (the member holds or bought PURCHASE_CAP units)"),
+        (status = 409, body = ErrorBody, description = "NOT_SOLD_OUT (units on sale: reserve one), MEMBER_LIMIT_REACHED (the member holds or bought PURCHASE_CAP units)"),
         (status = 403, body = ErrorBody, description = "ACCOUNT_TOO_NEW: the product admits only accounts created before a time; EMAIL_NOT_VERIFIED: only members whose email is verified (its eligibility rules)"),
         (status = 404, body = ErrorBody, description = "PRODUCT_NOT_FOUND")))]
 #[tracing::instrument(skip_all, fields(member = %buyer.member, product_id = id))]

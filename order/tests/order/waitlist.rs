@@ -117,18 +117,22 @@ async fn join_rules_codes_positions_and_leaving() {
     let open = h.product(2).await;
     let e = h.buyer("early").join_waitlist(open.id).await.unwrap_err();
     assert_eq!((e.status(), e.code()), (Some(409), Some("NOT_SOLD_OUT")));
-    // No unit at all, or every unit sold: nothing can come back.
-    let empty = h.product(0).await;
-    let e = h.buyer("early").join_waitlist(empty.id).await.unwrap_err();
-    assert_eq!(
-        (e.status(), e.code()),
-        (Some(409), Some("NOTHING_TO_WAIT_FOR"))
-    );
+    // Every unit paid for: nothing is on sale, so the member may wait (the gate answers
+    // SOLD_OUT here too), and a unit a refund brings back (the service cancels the
+    // confirmed reservation) is offered to the line, not put back on sale.
     let gone = h.product(1).await;
     let r = h.reserve_many(gone.id, 1, "gone").await;
     h.service().confirm(r[0].id).await.unwrap();
-    let e = h.buyer("early").join_waitlist(gone.id).await.unwrap_err();
-    assert_eq!(e.code(), Some("NOTHING_TO_WAIT_FOR"));
+    let joined = h.buyer("late").join_waitlist(gone.id).await.unwrap();
+    assert_eq!(
+        (joined.status, joined.body.state, joined.body.position),
+        (201, WaitlistState::Waiting, Some(1))
+    );
+    h.service().cancel(r[0].id).await.unwrap();
+    assert_eq!(
+        offered_to(&h.admin, r[0].unit_id).await.as_deref(),
+        Some("late")
+    );
     // Unknown product, a service credential.
     let e = h.buyer("early").join_waitlist(999_999).await.unwrap_err();
     assert_eq!(
