@@ -53,10 +53,11 @@ impl IntoResponse for Error {
             Error::Ineligible(why) => {
                 ApiError::new(StatusCode::FORBIDDEN, why.code(), why.to_string()).into_response()
             }
-            Error::SoldOut(_) => {
-                ApiError::conflict(codes::SOLD_OUT, "no units left for this product")
-                    .into_response()
-            }
+            Error::SoldOut(_) => ApiError::conflict(
+                codes::SOLD_OUT,
+                "no units left for this product: join its waitlist for a unit that comes back",
+            )
+            .into_response(),
             Error::InvalidProductId => ApiError::unprocessable(
                 codes::INVALID_PRODUCT_ID,
                 "product_id must be a positive integer",

@@ -99,7 +99,7 @@ impl Error {
             Error::Api(e) => e.clone(),
             Error::SoldOut => ApiError::conflict(
                 ErrorCode::SoldOut.as_str(),
-                "no units left for this product",
+                "no units left for this product: join its waitlist for a unit that comes back",
             ),
             Error::MemberLimit => ApiError::conflict(
                 ErrorCode::MemberLimitReached.as_str(),
