@@ -17,6 +17,15 @@ pub mod services;
 pub mod wiring;
 
 pub use haproxy::Haproxy;
+
+/// The PEM files a server of ours serves TLS with (certificate chain and key), and the
+/// CA its clients verify it against.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub ca: std::path::PathBuf,
+}
 pub use infra::{Infra, InfraChoice, Origin};
 pub use private_postgres::PrivatePostgres;
 pub use private_redis::PrivateRedis;

@@ -9,6 +9,7 @@ use std::{
 use anyhow::{bail, Context};
 
 use crate::infra::{missing_message, pg_answers, which};
+use crate::TlsFiles;
 
 /// `initdb`'s flags for a throwaway cluster (superuser `postgres`, trust auth, UTF-8);
 /// the data directory follows.
@@ -36,15 +37,6 @@ pub fn postgres_bin_dirs() -> Vec<PathBuf> {
     dirs.into_iter().map(|(_, d)| d).collect()
 }
 
-/// The PEM files a private PostgreSQL serves TLS with, and the CA its clients verify it
-/// against (`sslmode=verify-full`).
-#[derive(Clone, Debug)]
-pub struct PostgresTls {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub ca: PathBuf,
-}
-
 /// A PostgreSQL cluster of our own in a directory, run with `pg_ctl`. PostgreSQL refuses
 /// to run as root, so as root it runs as the `postgres` user.
 pub struct PrivatePostgres {
@@ -52,7 +44,7 @@ pub struct PrivatePostgres {
     pg_ctl: PathBuf,
     as_postgres: bool,
     port: u16,
-    tls: Option<PostgresTls>,
+    tls: Option<TlsFiles>,
 }
 
 fn is_root() -> bool {
@@ -68,11 +60,11 @@ impl PrivatePostgres {
 
     /// [`Self::start`], serving TLS only: connections without TLS are refused, and the
     /// administrator's URL verifies the certificate against `tls.ca`.
-    pub async fn start_tls(dir: &Path, port: u16, tls: PostgresTls) -> anyhow::Result<Self> {
+    pub async fn start_tls(dir: &Path, port: u16, tls: TlsFiles) -> anyhow::Result<Self> {
         Self::start_with(dir, port, Some(tls)).await
     }
 
-    async fn start_with(dir: &Path, port: u16, tls: Option<PostgresTls>) -> anyhow::Result<Self> {
+    async fn start_with(dir: &Path, port: u16, tls: Option<TlsFiles>) -> anyhow::Result<Self> {
         let bins = postgres_bin_dirs();
         let (Some(initdb), Some(pg_ctl)) = (which("initdb", &bins), which("pg_ctl", &bins)) else {
             bail!(missing_message("PostgreSQL"))
@@ -166,7 +158,7 @@ impl PrivatePostgres {
     /// Puts the certificate and key in the data directory (PostgreSQL wants the key
     /// owned by its user and private), makes every TCP connection need TLS, and returns
     /// the server options that turn TLS on.
-    fn serve_tls_only(&self, tls: &PostgresTls) -> anyhow::Result<String> {
+    fn serve_tls_only(&self, tls: &TlsFiles) -> anyhow::Result<String> {
         use std::os::unix::fs::PermissionsExt;
         for (from, to) in [(&tls.cert, "server.crt"), (&tls.key, "server.key")] {
             let to = self.dir.join(to);

@@ -10,6 +10,7 @@ use std::{
 };
 
 use crate::process::{free_port, guarded_command, spawn_guarded};
+use crate::TlsFiles;
 use anyhow::{bail, Context};
 
 /// How long a started server may take to answer.
@@ -24,18 +25,9 @@ pub fn program() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The PEM files a private Redis serves TLS with (and only TLS: no plain port), its
-/// clients trusting `ca`.
-#[derive(Clone, Debug)]
-pub struct RedisTls {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub ca: PathBuf,
-}
-
 pub struct PrivateRedis {
     port: u16,
-    tls: Option<RedisTls>,
+    tls: Option<TlsFiles>,
     /// Its working directory, with its output in `redis.log` there; without one its
     /// output is dropped.
     dir: Option<PathBuf>,
@@ -51,11 +43,11 @@ impl PrivateRedis {
     }
 
     /// [`Self::start`], serving TLS only (`rediss://`) with `tls`'s certificate.
-    pub async fn start_tls(tls: RedisTls) -> anyhow::Result<Self> {
+    pub async fn start_tls(tls: TlsFiles) -> anyhow::Result<Self> {
         Self::start_any(Some(tls)).await
     }
 
-    async fn start_any(tls: Option<RedisTls>) -> anyhow::Result<Self> {
+    async fn start_any(tls: Option<TlsFiles>) -> anyhow::Result<Self> {
         let mut last = None;
         for _ in 0..5 {
             match Self::launch(free_port()?, None, tls.clone()).await {
@@ -84,7 +76,7 @@ impl PrivateRedis {
     async fn launch(
         port: u16,
         dir: Option<PathBuf>,
-        tls: Option<RedisTls>,
+        tls: Option<TlsFiles>,
     ) -> anyhow::Result<Self> {
         let mut this = Self {
             port,

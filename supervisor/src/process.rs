@@ -57,8 +57,22 @@ impl ServiceSpec {
         label(self.kind, self.instance)
     }
 
+    /// Where it answers: `https` when it serves TLS (`TLS_CERT_FILE` in its environment).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.env_var(paysaga_common::tls::CERT_FILE_VAR).is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// A variable of its environment.
+    pub fn env_var(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The command line, for messages.

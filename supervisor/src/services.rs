@@ -36,10 +36,19 @@ impl Services {
     /// failure every process already started is killed (by drop) and the error names the
     /// failing service's log.
     pub async fn launch(specs: Vec<ServiceSpec>, log_dir: PathBuf) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()
-            .context("cannot build an HTTP client")?;
+        // Readiness is asked the way the services call each other: trusting the CA they
+        // trust (`TLS_CA_FILE`) when they serve TLS.
+        let trust = match specs
+            .iter()
+            .find_map(|s| s.env_var(paysaga_common::tls::CA_FILE_VAR))
+        {
+            Some(ca) => {
+                let pem = std::fs::read(ca).with_context(|| format!("reading {ca}"))?;
+                paysaga_common::tls::Trust::from_pem(&pem)?
+            }
+            None => paysaga_common::tls::Trust::default(),
+        };
+        let http = paysaga_common::client::http_client_trusting(Duration::from_secs(5), &trust);
         let mut procs = BTreeMap::new();
         for spec in specs {
             let key = (spec.kind, spec.instance.unwrap_or(0));

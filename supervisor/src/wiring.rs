@@ -8,7 +8,7 @@ use std::{
     sync::{Mutex, OnceLock},
 };
 
-use crate::{binaries, process::ServiceSpec, service::ServiceKind};
+use crate::{binaries, process::ServiceSpec, service::ServiceKind, TlsFiles};
 
 /// How the service processes are started.
 #[derive(Debug, Clone, Default)]
@@ -55,6 +55,10 @@ pub struct Wiring {
     /// service trusts the development buyer key; every other service verifies buyer
     /// tokens against the member service's key set.
     pub member_signing_keys: String,
+    /// Every service serves TLS with this certificate (`TLS_CERT_FILE`, `TLS_KEY_FILE`)
+    /// and trusts its CA (`TLS_CA_FILE`); every URL here is then `https`. Set it with
+    /// [`Wiring::serve_tls`].
+    pub tls: Option<TlsFiles>,
 }
 
 /// The port of the metrics listener (`METRICS_ADDR`) of the service instance listening
@@ -90,16 +94,10 @@ impl Wiring {
         redis_prefix: impl Into<String>,
         ports: BTreeMap<ServiceKind, u16>,
     ) -> Self {
-        let url = |k: ServiceKind| {
-            format!(
-                "http://127.0.0.1:{}",
-                ports.get(&k).copied().unwrap_or(k.default_port())
-            )
-        };
-        Self {
-            gate_order_url: url(ServiceKind::Order),
-            orchestrator_order_url: url(ServiceKind::Order),
-            orchestrator_account_url: url(ServiceKind::Account),
+        let mut this = Self {
+            gate_order_url: String::new(),
+            orchestrator_order_url: String::new(),
+            orchestrator_account_url: String::new(),
             database_urls,
             redis_url: redis_url.into(),
             redis_prefix: redis_prefix.into(),
@@ -111,6 +109,31 @@ impl Wiring {
             service_env: Vec::new(),
             launcher: Launcher::default(),
             member_signing_keys: fresh_signing_key(),
+            tls: None,
+        };
+        this.call_directly();
+        this
+    }
+
+    /// Every service serves TLS with `tls`'s certificate and trusts its CA; the URLs
+    /// between them become `https` (set a link through a proxy after this).
+    pub fn serve_tls(&mut self, tls: TlsFiles) {
+        self.tls = Some(tls);
+        self.call_directly();
+    }
+
+    /// The links that can go through a proxy, straight to the service.
+    fn call_directly(&mut self) {
+        self.gate_order_url = self.url(ServiceKind::Order);
+        self.orchestrator_order_url = self.url(ServiceKind::Order);
+        self.orchestrator_account_url = self.url(ServiceKind::Account);
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
         }
     }
 
@@ -122,7 +145,7 @@ impl Wiring {
     }
 
     pub fn url(&self, kind: ServiceKind) -> String {
-        format!("http://127.0.0.1:{}", self.port(kind))
+        format!("{}://127.0.0.1:{}", self.scheme(), self.port(kind))
     }
 
     /// Where `kind` serves `/metrics` (its own listener, `METRICS_ADDR`; the API's
@@ -131,13 +154,17 @@ impl Wiring {
         let listen = self
             .instance_port(kind, 0)
             .unwrap_or_else(|| self.port(kind));
-        format!("http://127.0.0.1:{}", metrics_port(listen))
+        format!("{}://127.0.0.1:{}", self.scheme(), metrics_port(listen))
     }
 
     /// Where instance `index` of `kind` serves `/metrics`, if there are several.
     pub fn instance_metrics_url(&self, kind: ServiceKind, index: usize) -> Option<String> {
         let listen = self.instance_port(kind, index)?;
-        Some(format!("http://127.0.0.1:{}", metrics_port(listen)))
+        Some(format!(
+            "{}://127.0.0.1:{}",
+            self.scheme(),
+            metrics_port(listen)
+        ))
     }
 
     /// The complete environment of one service.
@@ -184,6 +211,12 @@ impl Wiring {
             set("DATABASE_URL", db.clone());
         }
         set("REDIS_URL", self.redis_url.clone());
+        if let Some(tls) = &self.tls {
+            use paysaga_common::tls::{CA_FILE_VAR, CERT_FILE_VAR, KEY_FILE_VAR};
+            set(CERT_FILE_VAR, tls.cert.display().to_string());
+            set(KEY_FILE_VAR, tls.key.display().to_string());
+            set(CA_FILE_VAR, tls.ca.display().to_string());
+        }
         set("REDIS_PREFIX", self.redis_prefix.clone());
         set(
             "MEMBER_JWKS_URL",

@@ -25,8 +25,17 @@ pub use paysaga_drop::{
     WaitEnd, WaitlistPolicy, Waitlisted,
 };
 pub use paysaga_supervisor::{
-    Haproxy, ServiceKind, ServiceProcess, ServiceSpec, Services, Stop, Wiring,
+    Haproxy, ServiceKind, ServiceProcess, ServiceSpec, Services, Stop, TlsFiles, Wiring,
 };
+
+/// The files of a test's certificates, as the servers started here take them.
+pub fn tls_files(pki: &paysaga_common::testkit::PkiFiles) -> TlsFiles {
+    TlsFiles {
+        cert: pki.cert(),
+        key: pki.key(),
+        ca: pki.ca(),
+    }
+}
 pub use proxy::{FaultProxy, Faults, ProxyCounts};
 pub use stack::{Link, Stack, StackOptions};
 pub use tamper::tamper;

@@ -12,6 +12,7 @@ use paysaga_supervisor::{
     service::ServiceKind,
     services::Services,
     wiring::Wiring,
+    TlsFiles,
 };
 use sqlx::PgPool;
 
@@ -66,6 +67,9 @@ pub struct StackOptions {
     /// An administrator's URL of a PostgreSQL of the test's own (e.g. one that fails
     /// over) to create the test database on, instead of `TEST_ADMIN_DATABASE_URL`.
     pub admin_database_url: Option<String>,
+    /// Every service serves TLS with this certificate and the services call each other
+    /// over `https`, trusting its CA (see [`StackOptions::tls`]).
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for StackOptions {
@@ -121,7 +125,17 @@ impl StackOptions {
             redis_url: None,
             instances: 1,
             admin_database_url: None,
+            tls: None,
         }
+    }
+
+    /// Every service serves TLS with `files`' certificate (for `127.0.0.1`) and calls
+    /// the others over `https`, trusting its CA. The test's own clients trust it the
+    /// way every client here trusts roots beyond the platform's: the CA must be in the
+    /// test process's `SSL_CERT_FILE`. Not with several instances or fault proxies.
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
+        self
     }
 
     /// Creates the test database on the PostgreSQL `admin_url` (an administrator's URL)
@@ -257,6 +271,10 @@ impl Stack {
             !several || options.proxied.is_empty(),
             "fault proxies and several instances are not combined"
         );
+        anyhow::ensure!(
+            options.tls.is_none() || (!several && options.proxied.is_empty()),
+            "TLS is not combined with several instances or fault proxies"
+        );
         let mut instances = Vec::new();
         if several {
             for _ in 0..options.instances {
@@ -317,6 +335,9 @@ impl Stack {
             None => redis.url.clone(),
         };
         let mut wiring = Wiring::direct(database_urls, redis_url, redis.prefix.clone(), ports);
+        if let Some(tls) = &options.tls {
+            wiring.serve_tls(tls.clone());
+        }
         wiring.instances = instances;
         if let Some(p) = proxies.get(&Link::GateToOrder) {
             wiring.gate_order_url = p.http_url();

@@ -4,7 +4,7 @@
 //! in Redis untouched).
 
 use paysaga_common::testkit::TestPki;
-use paysaga_e2e::private_redis::{PrivateRedis, RedisTls};
+use paysaga_e2e::{private_redis::PrivateRedis, tls_files};
 
 use crate::support::{count, start_gate, start_ready_gate, wait_ready_status, Sale};
 
@@ -22,13 +22,9 @@ async fn quota_in_redis(redis: &PrivateRedis, prefix: &str, product: i64) -> Opt
 async fn the_quota_lives_in_a_tls_redis_reached_only_through_a_trusted_ca() {
     let pki = TestPki::for_names(&["127.0.0.1"]);
     let files = pki.files();
-    let redis = PrivateRedis::start_tls(RedisTls {
-        cert: files.cert(),
-        key: files.key(),
-        ca: files.ca(),
-    })
-    .await
-    .expect("a Redis serving TLS only");
+    let redis = PrivateRedis::start_tls(tls_files(&files))
+        .await
+        .expect("a Redis serving TLS only");
     assert!(
         redis.url().starts_with("rediss://127.0.0.1:"),
         "{}",

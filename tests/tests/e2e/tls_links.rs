@@ -1,18 +1,16 @@
-//! A drop whose every PostgreSQL and Redis link runs TLS: a PostgreSQL and a Redis that
-//! refuse plain connections, each with a certificate from the test's own CA, the
-//! services reaching them with `sslmode=verify-full` and `rediss://`, trusting that CA
-//! (`TLS_CA_FILE`, `sslrootcert`). Checked in PostgreSQL: the drop kept its invariants,
-//! and every connection the services hold is encrypted.
+//! A drop with TLS on every link: the services serve `https` only and call each other
+//! (and the member service's key set) over it; PostgreSQL and Redis refuse plain
+//! connections; every certificate is from the test's own CA, verified with its host
+//! name (`TLS_CA_FILE`, `sslmode=verify-full` with `sslrootcert`, `rediss://`). Checked
+//! in PostgreSQL: the drop kept its invariants, and every connection the services hold
+//! is encrypted; and a plain `http` request to a service gets no answer.
 
 use std::time::Duration;
 
 use paysaga_common::testkit::TestPki;
 use paysaga_e2e::{
-    invariants,
-    private_postgres::{PostgresTls, PrivatePostgres},
-    private_redis::{PrivateRedis, RedisTls},
-    process::free_port,
-    Driver, Outcome, Stack, StackOptions,
+    invariants, private_postgres::PrivatePostgres, private_redis::PrivateRedis, process::free_port,
+    tls_files, Driver, Outcome, ServiceKind, Stack, StackOptions,
 };
 
 const UNITS: i64 = 10;
@@ -33,26 +31,16 @@ impl Drop for Cleanup {
 async fn a_drop_over_tls_to_postgres_and_redis() -> anyhow::Result<()> {
     let pki = TestPki::for_names(&["127.0.0.1"]);
     let files = pki.files();
+    // This process's clients (the buyers', the operator's, the readiness probes') trust
+    // the test's CA as every client here trusts roots beyond the platform's. Set before
+    // any client is made; nothing else in this process reads the environment meanwhile.
+    std::env::set_var("SSL_CERT_FILE", files.ca());
     let dir =
         std::env::temp_dir().join(format!("paysaga-tls-pg-{}", uuid::Uuid::new_v4().simple()));
-    let pg = PrivatePostgres::start_tls(
-        &dir,
-        free_port()?,
-        PostgresTls {
-            cert: files.cert(),
-            key: files.key(),
-            ca: files.ca(),
-        },
-    )
-    .await?;
+    let pg = PrivatePostgres::start_tls(&dir, free_port()?, tls_files(&files)).await?;
     let admin_url = pg.admin_url();
     let _pg = Cleanup(pg, dir);
-    let redis = PrivateRedis::start_tls(RedisTls {
-        cert: files.cert(),
-        key: files.key(),
-        ca: files.ca(),
-    })
-    .await?;
+    let redis = PrivateRedis::start_tls(tls_files(&files)).await?;
 
     // The servers take TLS only: a plain connection is refused by PostgreSQL's rules.
     let plain = admin_url
@@ -69,9 +57,23 @@ async fn a_drop_over_tls_to_postgres_and_redis() -> anyhow::Result<()> {
             .quick_loops()
             .database(admin_url)
             .redis(redis.url())
-            .env_all("TLS_CA_FILE", files.ca().display()),
+            .tls(tls_files(&files)),
     )
     .await?;
+    for kind in ServiceKind::ALL {
+        let url = stack.url(kind);
+        assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+        // Plain HTTP to a TLS listener gets no HTTP answer.
+        let plain = reqwest::Client::new()
+            .get(format!("{}/readyz", url.replacen("https://", "http://", 1)))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        assert!(
+            plain.as_ref().map_or(true, |r| !r.status().is_success()),
+            "{kind}: {plain:?}"
+        );
+    }
     let (endpoints, admin) = stack.operator();
     let product = admin.create_product("tls-10", PRICE, UNITS).await?;
     let buyers = admin
