@@ -10,6 +10,7 @@ use paysaga_common::ApiError;
 use paysaga_contracts::orchestrator::api::{
     ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
+use paysaga_contracts::staff::api::RefundAnswer;
 use paysaga_staff::Acting;
 use uuid::Uuid;
 use workflows::State;
@@ -32,13 +33,14 @@ pub trait PaymentDesk: Send + Sync + 'static {
         reason: Option<String>,
     ) -> Answer<'a, PaymentAdmin>;
     /// Refund (`POST /v1/payments/{id}/refund`) by `by` (an operator's only up to the
-    /// limit), for `reason`: named on the step log and in the audit trail.
+    /// limit), for `reason`: named on the step log and in the audit trail. Above
+    /// `STAFF_FOUR_EYES_ABOVE` the answer is the approval a second person must give.
     fn refund<'a>(
         &'a self,
         by: &'a Acting,
         id: Uuid,
         reason: Option<String>,
-    ) -> Answer<'a, PaymentAdmin>;
+    ) -> Answer<'a, RefundAnswer>;
     /// Payments per product (`None`: payments older than the product column) and
     /// state, with the attention count and the last minute's rates.
     fn by_product(&self) -> Answer<'_, BTreeMap<Option<i64>, ProductPayments>>;

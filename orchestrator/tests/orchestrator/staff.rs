@@ -12,7 +12,10 @@ use paysaga_common::{
 use paysaga_contracts::{
     orchestrator::client::OrchestratorClient,
     staff::{
-        api::{CreateStaff, SignIn, StaffCreated, StaffRole},
+        api::{
+            ApprovalDecided, ApprovalState, CreateStaff, ListApprovals, RefundAnswer,
+            RefundApproval, SignIn, StaffCreated, StaffRole,
+        },
         client::StaffClient,
     },
 };
@@ -483,6 +486,20 @@ fn matrix(payment: Uuid) -> Vec<Route> {
             ADMIN,
         ),
         api("GET", "/v1/audit?limit=5".into(), None, ANY),
+        api("GET", "/v1/approvals?limit=5".into(), None, ANY),
+        // Admitted, then 404 APPROVAL_NOT_FOUND: nothing is decided.
+        api(
+            "POST",
+            "/v1/approvals/999999/approve".into(),
+            Some(serde_json::json!({"reason": "matrix"})),
+            ADMIN,
+        ),
+        api(
+            "POST",
+            "/v1/approvals/999999/reject".into(),
+            Some(serde_json::json!({"reason": "matrix"})),
+            ADMIN,
+        ),
         page("/console/drop".into(), ANY),
         page("/console/payments".into(), ANY),
         page(format!("/console/payments/{payment}"), ANY),
@@ -519,6 +536,7 @@ async fn snapshot(pool: &PgPool) -> (Vec<String>, i64, i64) {
             "payment_service.staff",
             "payment_service.webhook_endpoints",
             "payment_service.webhook_deliveries",
+            "payment_service.refund_approvals",
         ],
     )
     .await;
@@ -621,4 +639,335 @@ async fn every_staff_route_admits_exactly_its_roles_and_a_refused_call_changes_n
             );
         }
     }
+}
+
+/// A staff member signed in through the API: their account and session token.
+struct Signed {
+    created: StaffCreated,
+    token: String,
+}
+
+impl Signed {
+    async fn new(o: &Orchestrator, email: &str, role: StaffRole) -> Self {
+        let created = create(o, email, role).await;
+        let token = sign_in(o, email, &code_now(&created))
+            .await
+            .expect("sign in");
+        Signed { created, token }
+    }
+
+    fn staff(&self, o: &Orchestrator) -> StaffClient {
+        StaffClient::new(&o.url, self.token.clone(), T)
+    }
+
+    fn orchestrator(&self, o: &Orchestrator) -> OrchestratorClient {
+        OrchestratorClient::new(&o.url, self.token.clone(), T)
+    }
+
+    /// Asks for a refund of `payment`; above the four-eyes amount, the approval.
+    async fn ask_refund(&self, o: &Orchestrator, payment: Uuid, reason: &str) -> RefundApproval {
+        let answer = self
+            .orchestrator(o)
+            .refund_because(payment, Some(reason))
+            .await
+            .expect("refund asked for");
+        assert_eq!(answer.status, 202);
+        match answer.body {
+            RefundAnswer::AwaitingApproval(a) => a,
+            RefundAnswer::Refunded(p) => panic!("refunded at once: {p:?}"),
+        }
+    }
+}
+
+fn rejected_with<T: std::fmt::Debug>(r: &Result<T, CallError>, status: u16, code: &str) -> bool {
+    matches!(r, Err(CallError::Rejected { status: s, body }) if *s == status && body.code == code)
+}
+
+/// The approval's state and deciding staff member, read from PostgreSQL.
+async fn approval_row(pool: &PgPool, id: i64) -> (String, Option<i64>) {
+    sqlx::query_as(
+        r#"SELECT state, decided_by FROM payment_service.refund_approvals WHERE id = $1"#,
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .expect("approval row")
+}
+
+async fn payment_state(pool: &PgPool, id: Uuid) -> String {
+    sqlx::query_scalar(r#"SELECT state FROM payment_service.payments WHERE id = $1"#)
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("payment row")
+}
+
+/// The operator notes of a payment's step log.
+async fn operator_notes(pool: &PgPool, id: Uuid) -> Vec<Option<String>> {
+    sqlx::query_scalar(
+        r#"SELECT error FROM payment_service.payment_steps
+           WHERE payment_id = $1 AND outcome = 'OPERATOR' ORDER BY id"#,
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await
+    .expect("step log")
+}
+
+/// (actor, action, outcome, target, detail) of the refund and approval audit rows.
+async fn refund_audit(pool: &PgPool) -> Vec<(String, String, String, Option<String>, Option<String>)> {
+    sqlx::query_as(
+        r#"SELECT actor, action, outcome, target, detail FROM payment_service.audit_log
+           WHERE action IN ('PAYMENT_REFUNDED', 'REFUND_REQUESTED', 'REFUND_APPROVED', 'REFUND_REJECTED')
+           ORDER BY id"#,
+    )
+    .fetch_all(pool)
+    .await
+    .expect("audit rows")
+}
+
+/// Four eyes for money: above `STAFF_FOUR_EYES_ABOVE` a refund waits (202, nothing
+/// refunded) until an admin other than the one who asked approves it; the approval is
+/// then carried out through the saga, the step log naming both; a rejection refunds
+/// nothing. Every refusal leaves the approval pending; every step is in the audit trail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
+    let mut s = Stack::start().await;
+    let [(acct, res), (other, res2)] = s.two_buyers_with_reservations(["r-1", "r-2"], 2).await;
+    let mut c = s.config();
+    c.staff.sign_in_burst = std::num::NonZeroU32::new(100).unwrap();
+    // The test price (12,900) is above it.
+    c.staff.four_eyes_above = 10_000;
+    let o = s.orchestrator(c, Hooks::default()).await;
+    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
+    let id2 = o.pay("r-2", "k", res2, other).await.expect("pay").payment.id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert_eq!(s.settled(id2).await, "COMPLETED");
+    let alice = Signed::new(&o, "alice@example.com", StaffRole::Admin).await;
+    let bob = Signed::new(&o, "bob@example.com", StaffRole::Admin).await;
+    let carol = Signed::new(&o, "carol@example.com", StaffRole::Operator).await;
+    let victor = Signed::new(&o, "victor@example.com", StaffRole::Viewer).await;
+
+    // Alice (an admin) asks: 202 with a pending approval, the payment untouched.
+    let asked = alice.ask_refund(&o, id, "buyer asked: wrong size").await;
+    assert_eq!(asked.state, ApprovalState::Pending);
+    assert_eq!(asked.payment_id, id);
+    assert_eq!(asked.amount, 12_900);
+    assert_eq!(asked.requested_by, Some(alice.created.staff.id));
+    assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
+    assert_eq!(approval_row(&s.admin, asked.id).await, ("PENDING".into(), None));
+    // Asking again answers the same approval; no second row.
+    let again = alice.ask_refund(&o, id, "asking again").await;
+    assert_eq!(again.id, asked.id);
+    let rows: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM payment_service.refund_approvals WHERE payment_id = $1"#,
+    )
+    .bind(id)
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!(rows, 1);
+
+    // She cannot approve her own; an operator, a viewer, the operator tools cannot
+    // approve at all. It stays pending, the payment untouched.
+    let own = alice.staff(&o).approve(asked.id, Some("mine")).await;
+    assert!(rejected_with(&own, 403, "SAME_PERSON"), "{own:?}");
+    for (who, refused) in [
+        ("operator", carol.staff(&o).approve(asked.id, None).await),
+        ("viewer", victor.staff(&o).approve(asked.id, None).await),
+    ] {
+        assert!(rejected_with(&refused, 403, "FORBIDDEN_ROLE"), "{who}: {refused:?}");
+    }
+    let tool = tool(&o).approve(asked.id, None).await;
+    assert!(rejected_with(&tool, 401, "UNAUTHENTICATED"), "{tool:?}");
+    assert_eq!(approval_row(&s.admin, asked.id).await, ("PENDING".into(), None));
+    assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
+    assert_eq!(s.balance(acct).await, 100_000 - 12_900);
+
+    // Everyone sees it pending.
+    let pending = victor
+        .staff(&o)
+        .approvals(&ListApprovals {
+            state: Some("PENDING".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .body;
+    assert_eq!(
+        pending.approvals.iter().map(|a| a.id).collect::<Vec<_>>(),
+        vec![asked.id]
+    );
+
+    // Bob approves: refunded through the saga, the ledger paid back, both named.
+    let decided: ApprovalDecided = bob
+        .staff(&o)
+        .approve(asked.id, Some("checked the order"))
+        .await
+        .expect("approve")
+        .body;
+    assert_eq!(decided.approval.state, ApprovalState::Approved);
+    assert_eq!(decided.approval.decided_by, Some(bob.created.staff.id));
+    assert!(decided.payment.is_some());
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.balance(acct).await, 100_000, "the ledger paid it back");
+    assert_eq!(
+        approval_row(&s.admin, asked.id).await,
+        ("APPROVED".into(), Some(bob.created.staff.id))
+    );
+    assert_eq!(
+        operator_notes(&s.admin, id).await,
+        vec![Some(
+            "refund requested by alice@example.com: buyer asked: wrong size; approved by bob@example.com: checked the order"
+                .to_owned()
+        )]
+    );
+    // Decided once: a second approval is 409, nothing more happens.
+    let twice = bob.staff(&o).approve(asked.id, None).await;
+    assert!(rejected_with(&twice, 409, "APPROVAL_DECIDED"), "{twice:?}");
+    assert_eq!(operator_notes(&s.admin, id).await.len(), 1);
+
+    // Carol (an operator, within her limit) asks for the other; Bob rejects: nothing
+    // refunded, and it cannot be approved afterwards.
+    let asked2 = carol.ask_refund(&o, id2, "duplicate order").await;
+    let rejected = bob
+        .staff(&o)
+        .reject(asked2.id, Some("not a duplicate"))
+        .await
+        .expect("reject")
+        .body;
+    assert_eq!(rejected.approval.state, ApprovalState::Rejected);
+    assert!(rejected.payment.is_none());
+    let late = alice.staff(&o).approve(asked2.id, None).await;
+    assert!(rejected_with(&late, 409, "APPROVAL_DECIDED"), "{late:?}");
+    assert_eq!(
+        approval_row(&s.admin, asked2.id).await,
+        ("REJECTED".into(), Some(bob.created.staff.id))
+    );
+    assert_eq!(payment_state(&s.admin, id2).await, "COMPLETED");
+    assert_eq!(s.balance(other).await, 100_000 - 12_900);
+    assert!(operator_notes(&s.admin, id2).await.is_empty());
+
+    let (p1, p2) = (Some(id.to_string()), Some(id2.to_string()));
+    let a1 = Some(format!("approval {} PENDING", asked.id));
+    let a2 = Some(format!("approval {} PENDING", asked2.id));
+    let row = |actor: &str, action: &str, outcome: &str, target: &Option<String>, detail: Option<&str>| {
+        (
+            actor.to_owned(),
+            action.to_owned(),
+            outcome.to_owned(),
+            target.clone(),
+            detail.map(str::to_owned),
+        )
+    };
+    let audit = refund_audit(&s.admin).await;
+    assert_eq!(
+        audit,
+        vec![
+            row("alice@example.com", "REFUND_REQUESTED", "DONE", &p1, a1.as_deref()),
+            row("alice@example.com", "REFUND_REQUESTED", "DONE", &p1, a1.as_deref()),
+            row("alice@example.com", "REFUND_APPROVED", "REFUSED", &p1, Some("SAME_PERSON")),
+            row(
+                "bob@example.com",
+                "REFUND_APPROVED",
+                "DONE",
+                &p1,
+                Some(&format!("approval {} APPROVED", asked.id))
+            ),
+            row(
+                "bob@example.com",
+                "PAYMENT_REFUNDED",
+                "DONE",
+                &p1,
+                decided.payment.as_ref().map(|p| p.payment.state.as_str())
+            ),
+            row("bob@example.com", "REFUND_APPROVED", "REFUSED", &p1, Some("APPROVAL_DECIDED")),
+            row("carol@example.com", "REFUND_REQUESTED", "DONE", &p2, a2.as_deref()),
+            row(
+                "bob@example.com",
+                "REFUND_REJECTED",
+                "DONE",
+                &p2,
+                Some(&format!("approval {} REJECTED", asked2.id))
+            ),
+            row("alice@example.com", "REFUND_APPROVED", "REFUSED", &p2, Some("APPROVAL_DECIDED")),
+        ]
+    );
+    s.check_money().await;
+}
+
+/// Two admins approving the same refund at once: one wins (200), the other is told it
+/// was decided (409); one refund is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_admins_approving_at_once_make_one_refund() {
+    let mut s = Stack::start().await;
+    let (acct, res) = s.buyer_with_reservation("r-1", 100_000, 2).await;
+    let mut c = s.config();
+    c.staff.four_eyes_above = 10_000;
+    let o = s.orchestrator(c, Hooks::default()).await;
+    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    let carol = Signed::new(&o, "carol@example.com", StaffRole::Operator).await;
+    let alice = Signed::new(&o, "alice@example.com", StaffRole::Admin).await;
+    let bob = Signed::new(&o, "bob@example.com", StaffRole::Admin).await;
+    let asked = carol.ask_refund(&o, id, "buyer asked").await;
+
+    let (a, b) = (alice.staff(&o), bob.staff(&o));
+    let (ra, rb) = tokio::join!(a.approve(asked.id, None), b.approve(asked.id, None));
+    let won = [&ra, &rb].into_iter().filter(|r| r.is_ok()).count();
+    let lost = [&ra, &rb]
+        .into_iter()
+        .filter(|r| rejected_with(*r, 409, "APPROVAL_DECIDED"))
+        .count();
+    assert_eq!((won, lost), (1, 1), "{ra:?} {rb:?}");
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.balance(acct).await, 100_000);
+    assert_eq!(operator_notes(&s.admin, id).await.len(), 1);
+    let credits: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'CREDIT'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!(credits, 1);
+    let (state, decided_by) = approval_row(&s.admin, asked.id).await;
+    assert_eq!(state, "APPROVED");
+    let winner = if ra.is_ok() { &alice } else { &bob };
+    assert_eq!(decided_by, Some(winner.created.staff.id));
+    let refunds: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM payment_service.audit_log
+           WHERE action = 'PAYMENT_REFUNDED' AND outcome = 'DONE'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!(refunds, 1);
+    s.check_money().await;
+}
+
+/// At or below the four-eyes amount a refund is carried out at once, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_at_the_four_eyes_amount_is_carried_out_at_once() {
+    let mut s = Stack::start().await;
+    let (acct, res) = s.buyer_with_reservation("r-1", 100_000, 2).await;
+    let mut c = s.config();
+    c.staff.four_eyes_above = 12_900;
+    let o = s.orchestrator(c, Hooks::default()).await;
+    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    let carol = Signed::new(&o, "carol@example.com", StaffRole::Operator).await;
+    let answer = carol
+        .orchestrator(&o)
+        .refund_because(id, Some("buyer asked"))
+        .await
+        .expect("refund");
+    assert_eq!(answer.status, 200);
+    assert!(answer.body.refunded().is_some(), "{:?}", answer.body);
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    let approvals: i64 =
+        sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.refund_approvals"#)
+            .fetch_one(&s.admin)
+            .await
+            .unwrap();
+    assert_eq!(approvals, 0);
 }
