@@ -706,7 +706,7 @@ async fn payment_state(pool: &PgPool, id: Uuid) -> String {
 async fn operator_notes(pool: &PgPool, id: Uuid) -> Vec<Option<String>> {
     sqlx::query_scalar(
         r#"SELECT error FROM payment_service.payment_steps
-           WHERE payment_id = $1 AND outcome = 'OPERATOR' ORDER BY id"#,
+           WHERE payment_id = $1 AND outcome = 'OPERATOR' ORDER BY seq"#,
     )
     .bind(id)
     .fetch_all(pool)
