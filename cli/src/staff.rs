@@ -164,7 +164,11 @@ fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
 /// The staff client acting as the signed-in person (these routes admit people only).
 fn signed_in(endpoints: &Endpoints) -> anyhow::Result<StaffClient> {
     let token = session_token().context("sign in first: paysaga staff sign-in --email <you>")?;
-    Ok(StaffClient::new(&endpoints.orchestrator_url, token, TIMEOUT))
+    Ok(StaffClient::new(
+        &endpoints.orchestrator_url,
+        token,
+        TIMEOUT,
+    ))
 }
 
 pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<ExitCode> {

@@ -16,8 +16,7 @@ use paysaga_contracts::orchestrator::api::{
     page_limit, state_filter, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
 use paysaga_contracts::staff::api::{
-    codes as staff_codes, ApprovalDecided, ApprovalPage, ApprovalState, ListApprovals,
-    RefundAnswer,
+    codes as staff_codes, ApprovalDecided, ApprovalPage, ApprovalState, ListApprovals, RefundAnswer,
 };
 use paysaga_staff::{audit::Entry, Acting, AuditAction, AuditOutcome, StaffRole};
 use uuid::Uuid;
@@ -158,12 +157,7 @@ impl Operations {
     /// `STAFF_FOUR_EYES_ABOVE` only once a second person approves it (the pending
     /// approval is the answer, the same one while it is pending). With its note on the
     /// step log and its audit row (`PAYMENT_REFUNDED`, or `REFUND_REQUESTED`).
-    pub async fn refund_as(
-        &self,
-        by: &Acting,
-        id: Uuid,
-        reason: Option<String>,
-    ) -> Result<Refund> {
+    pub async fn refund_as(&self, by: &Acting, id: Uuid, reason: Option<String>) -> Result<Refund> {
         let gate = self.refund_gate(by, id).await;
         if let Ok(RefundGate::FourEyes(row)) = &gate {
             let result = store::approvals::request(
@@ -223,8 +217,7 @@ impl Operations {
             filter.state.as_deref(),
             ": PENDING, APPROVED or REJECTED",
         )?;
-        let rows =
-            store::approvals::list(&self.engine.pool, state, filter.before, limit).await?;
+        let rows = store::approvals::list(&self.engine.pool, state, filter.before, limit).await?;
         let next_before = (rows.len() as i64 == limit)
             .then(|| rows.last().map(|r| r.id))
             .flatten();
@@ -257,8 +250,14 @@ impl Operations {
             Some(asked) => self.decide(by, asked, decision, reason.as_deref()).await,
         };
         let target = found.map_or_else(|| format!("approval:{id}"), |a| a.payment_id.to_string());
-        self.audited_on(by, decision.action(), target.clone(), reason.clone(), &decided)
-            .await?;
+        self.audited_on(
+            by,
+            decision.action(),
+            target.clone(),
+            reason.clone(),
+            &decided,
+        )
+        .await?;
         let approval = decided?;
         if decision == Decision::Reject {
             return Ok(ApprovalDecided {

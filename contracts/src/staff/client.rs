@@ -47,7 +47,10 @@ impl StaffClient {
     }
 
     /// `GET /v1/approvals` with the given filters.
-    pub async fn approvals(&self, filter: &ListApprovals) -> Result<Answer<ApprovalPage>, CallError> {
+    pub async fn approvals(
+        &self,
+        filter: &ListApprovals,
+    ) -> Result<Answer<ApprovalPage>, CallError> {
         let query = query_string([
             ("state", filter.state.clone()),
             ("before", filter.before.map(|b| b.to_string())),
@@ -92,9 +95,7 @@ impl StaffClient {
 }
 
 /// The given filters as an encoded query string (absent ones left out).
-fn query_string<const N: usize>(
-    pairs: [(&str, Option<String>); N],
-) -> Result<String, CallError> {
+fn query_string<const N: usize>(pairs: [(&str, Option<String>); N]) -> Result<String, CallError> {
     let mut url = reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
         status: None,
         reason: e.to_string(),

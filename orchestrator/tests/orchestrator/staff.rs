@@ -715,7 +715,9 @@ async fn operator_notes(pool: &PgPool, id: Uuid) -> Vec<Option<String>> {
 }
 
 /// (actor, action, outcome, target, detail) of the refund and approval audit rows.
-async fn refund_audit(pool: &PgPool) -> Vec<(String, String, String, Option<String>, Option<String>)> {
+async fn refund_audit(
+    pool: &PgPool,
+) -> Vec<(String, String, String, Option<String>, Option<String>)> {
     sqlx::query_as(
         r#"SELECT actor, action, outcome, target, detail FROM payment_service.audit_log
            WHERE action IN ('PAYMENT_REFUNDED', 'REFUND_REQUESTED', 'REFUND_APPROVED', 'REFUND_REJECTED')
@@ -740,7 +742,12 @@ async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
     c.staff.four_eyes_above = 10_000;
     let o = s.orchestrator(c, Hooks::default()).await;
     let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
-    let id2 = o.pay("r-2", "k", res2, other).await.expect("pay").payment.id;
+    let id2 = o
+        .pay("r-2", "k", res2, other)
+        .await
+        .expect("pay")
+        .payment
+        .id;
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert_eq!(s.settled(id2).await, "COMPLETED");
     let alice = Signed::new(&o, "alice@example.com", StaffRole::Admin).await;
@@ -755,7 +762,10 @@ async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
     assert_eq!(asked.amount, 12_900);
     assert_eq!(asked.requested_by, Some(alice.created.staff.id));
     assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
-    assert_eq!(approval_row(&s.admin, asked.id).await, ("PENDING".into(), None));
+    assert_eq!(
+        approval_row(&s.admin, asked.id).await,
+        ("PENDING".into(), None)
+    );
     // Asking again answers the same approval; no second row.
     let again = alice.ask_refund(&o, id, "asking again").await;
     assert_eq!(again.id, asked.id);
@@ -776,11 +786,17 @@ async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
         ("operator", carol.staff(&o).approve(asked.id, None).await),
         ("viewer", victor.staff(&o).approve(asked.id, None).await),
     ] {
-        assert!(rejected_with(&refused, 403, "FORBIDDEN_ROLE"), "{who}: {refused:?}");
+        assert!(
+            rejected_with(&refused, 403, "FORBIDDEN_ROLE"),
+            "{who}: {refused:?}"
+        );
     }
     let tool = tool(&o).approve(asked.id, None).await;
     assert!(rejected_with(&tool, 401, "UNAUTHENTICATED"), "{tool:?}");
-    assert_eq!(approval_row(&s.admin, asked.id).await, ("PENDING".into(), None));
+    assert_eq!(
+        approval_row(&s.admin, asked.id).await,
+        ("PENDING".into(), None)
+    );
     assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
     assert_eq!(s.balance(acct).await, 100_000 - 12_900);
 
@@ -848,65 +864,65 @@ async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
     assert_eq!(s.balance(other).await, 100_000 - 12_900);
     assert!(operator_notes(&s.admin, id2).await.is_empty());
 
-    let (p1, p2) = (Some(id.to_string()), Some(id2.to_string()));
-    let a1 = Some(format!("approval {} PENDING", asked.id));
-    let a2 = Some(format!("approval {} PENDING", asked2.id));
-    let row = |actor: &str, action: &str, outcome: &str, target: &Option<String>, detail: Option<&str>| {
-        (
-            actor.to_owned(),
-            action.to_owned(),
-            outcome.to_owned(),
-            target.clone(),
-            detail.map(str::to_owned),
-        )
-    };
-    let audit = refund_audit(&s.admin).await;
-    assert_eq!(
-        audit,
-        vec![
-            row("alice@example.com", "REFUND_REQUESTED", "DONE", &p1, a1.as_deref()),
-            row("alice@example.com", "REFUND_REQUESTED", "DONE", &p1, a1.as_deref()),
-            row("alice@example.com", "REFUND_APPROVED", "REFUSED", &p1, Some("SAME_PERSON")),
-            row(
-                "bob@example.com",
-                "REFUND_APPROVED",
-                "DONE",
-                &p1,
-                Some(&format!("approval {} APPROVED", asked.id))
-            ),
-            row(
-                "bob@example.com",
-                "PAYMENT_REFUNDED",
-                "DONE",
-                &p1,
-                decided.payment.as_ref().map(|p| p.payment.state.as_str())
-            ),
-            row("bob@example.com", "REFUND_APPROVED", "REFUSED", &p1, Some("APPROVAL_DECIDED")),
-            row("carol@example.com", "REFUND_REQUESTED", "DONE", &p2, a2.as_deref()),
-            row(
-                "bob@example.com",
-                "REFUND_REJECTED",
-                "DONE",
-                &p2,
-                Some(&format!("approval {} REJECTED", asked2.id))
-            ),
-            row("alice@example.com", "REFUND_APPROVED", "REFUSED", &p2, Some("APPROVAL_DECIDED")),
-        ]
-    );
+    let (p1, p2) = (id.to_string(), id2.to_string());
+    let pending1 = format!("approval {} PENDING", asked.id);
+    let approved1 = format!("approval {} APPROVED", asked.id);
+    let refunded1 = decided
+        .payment
+        .as_ref()
+        .expect("the payment")
+        .payment
+        .state
+        .clone();
+    let pending2 = format!("approval {} PENDING", asked2.id);
+    let rejected2 = format!("approval {} REJECTED", asked2.id);
+    let (alice, bob, carol) = ("alice@example.com", "bob@example.com", "carol@example.com");
+    let expected: Vec<(&str, &str, &str, &str, &str)> = vec![
+        (alice, "REFUND_REQUESTED", "DONE", &p1, &pending1),
+        (alice, "REFUND_REQUESTED", "DONE", &p1, &pending1),
+        (alice, "REFUND_APPROVED", "REFUSED", &p1, "SAME_PERSON"),
+        (bob, "REFUND_APPROVED", "DONE", &p1, &approved1),
+        (bob, "PAYMENT_REFUNDED", "DONE", &p1, &refunded1),
+        (bob, "REFUND_APPROVED", "REFUSED", &p1, "APPROVAL_DECIDED"),
+        (carol, "REFUND_REQUESTED", "DONE", &p2, &pending2),
+        (bob, "REFUND_REJECTED", "DONE", &p2, &rejected2),
+        (alice, "REFUND_APPROVED", "REFUSED", &p2, "APPROVAL_DECIDED"),
+    ];
+    let expected: Vec<_> = expected
+        .into_iter()
+        .map(|(who, action, outcome, target, detail)| {
+            (
+                who.to_owned(),
+                action.to_owned(),
+                outcome.to_owned(),
+                Some(target.to_owned()),
+                Some(detail.to_owned()),
+            )
+        })
+        .collect();
+    assert_eq!(refund_audit(&s.admin).await, expected);
     s.check_money().await;
+}
+
+/// An orchestrator with `STAFF_FOUR_EYES_ABOVE` at `four_eyes_above`, and one
+/// COMPLETED payment of the test price (12,900) from an account of 100,000: the account
+/// and the payment.
+async fn one_completed_payment(four_eyes_above: i64) -> (Stack, Orchestrator, i64, Uuid) {
+    let mut s = Stack::start().await;
+    let (acct, res) = s.buyer_with_reservation("r-1", 100_000, 2).await;
+    let mut c = s.config();
+    c.staff.four_eyes_above = four_eyes_above;
+    let o = s.orchestrator(c, Hooks::default()).await;
+    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    (s, o, acct, id)
 }
 
 /// Two admins approving the same refund at once: one wins (200), the other is told it
 /// was decided (409); one refund is made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_admins_approving_at_once_make_one_refund() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("r-1", 100_000, 2).await;
-    let mut c = s.config();
-    c.staff.four_eyes_above = 10_000;
-    let o = s.orchestrator(c, Hooks::default()).await;
-    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
-    assert_eq!(s.settled(id).await, "COMPLETED");
+    let (s, o, acct, id) = one_completed_payment(10_000).await;
     let carol = Signed::new(&o, "carol@example.com", StaffRole::Operator).await;
     let alice = Signed::new(&o, "alice@example.com", StaffRole::Admin).await;
     let bob = Signed::new(&o, "bob@example.com", StaffRole::Admin).await;
@@ -948,13 +964,8 @@ async fn two_admins_approving_at_once_make_one_refund() {
 /// At or below the four-eyes amount a refund is carried out at once, as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refund_at_the_four_eyes_amount_is_carried_out_at_once() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("r-1", 100_000, 2).await;
-    let mut c = s.config();
-    c.staff.four_eyes_above = 12_900;
-    let o = s.orchestrator(c, Hooks::default()).await;
-    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
-    assert_eq!(s.settled(id).await, "COMPLETED");
+    // The test price.
+    let (s, o, _, id) = one_completed_payment(12_900).await;
     let carol = Signed::new(&o, "carol@example.com", StaffRole::Operator).await;
     let answer = carol
         .orchestrator(&o)
