@@ -11,7 +11,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use axum::http::StatusCode;
 use paysaga_common::{error::codes as common_codes, ApiError};
-use paysaga_console::{desk::Answer, DeskError, PaymentDesk, ProductPayments};
+use paysaga_console::{desk::Answer, Decision, DeskError, PaymentDesk, ProductPayments};
 use paysaga_contracts::orchestrator::api::{
     page_limit, state_filter, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
@@ -58,26 +58,19 @@ impl Refund {
     }
 }
 
-/// A second person's decision on a refund approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Approve,
-    Reject,
+/// The approval state a decision leaves.
+fn decided_state(decision: Decision) -> ApprovalState {
+    match decision {
+        Decision::Approve => ApprovalState::Approved,
+        Decision::Reject => ApprovalState::Rejected,
+    }
 }
 
-impl Decision {
-    fn state(self) -> ApprovalState {
-        match self {
-            Decision::Approve => ApprovalState::Approved,
-            Decision::Reject => ApprovalState::Rejected,
-        }
-    }
-
-    fn action(self) -> AuditAction {
-        match self {
-            Decision::Approve => AuditAction::RefundApproved,
-            Decision::Reject => AuditAction::RefundRejected,
-        }
+/// The audit trail's name for a decision.
+fn decision_action(decision: Decision) -> AuditAction {
+    match decision {
+        Decision::Approve => AuditAction::RefundApproved,
+        Decision::Reject => AuditAction::RefundRejected,
     }
 }
 
@@ -252,7 +245,7 @@ impl Operations {
         let target = found.map_or_else(|| format!("approval:{id}"), |a| a.payment_id.to_string());
         self.audited_on(
             by,
-            decision.action(),
+            decision_action(decision),
             target.clone(),
             reason.clone(),
             &decided,
@@ -300,15 +293,21 @@ impl Operations {
             )
             .into());
         }
-        store::approvals::decide(&self.engine.pool, asked.id, decision.state(), by, reason)
-            .await?
-            .ok_or_else(|| {
-                ApiError::conflict(
-                    staff_codes::APPROVAL_DECIDED,
-                    format!("refund approval {} was decided already", asked.id),
-                )
-                .into()
-            })
+        store::approvals::decide(
+            &self.engine.pool,
+            asked.id,
+            decided_state(decision),
+            by,
+            reason,
+        )
+        .await?
+        .ok_or_else(|| {
+            ApiError::conflict(
+                staff_codes::APPROVAL_DECIDED,
+                format!("refund approval {} was decided already", asked.id),
+            )
+            .into()
+        })
     }
 
     /// The audit row of an action on payment `id`: done (with what it left), refused
@@ -511,6 +510,20 @@ impl PaymentDesk for Operations {
         reason: Option<String>,
     ) -> Answer<'a, RefundAnswer> {
         Box::pin(async move { Ok(self.refund_as(by, id, reason).await?.to_api()) })
+    }
+
+    fn approvals<'a>(&'a self, filter: &'a ListApprovals) -> Answer<'a, ApprovalPage> {
+        Box::pin(async move { Ok(Operations::approvals(self, filter).await?) })
+    }
+
+    fn decide<'a>(
+        &'a self,
+        by: &'a Acting,
+        id: i64,
+        decision: Decision,
+        reason: Option<String>,
+    ) -> Answer<'a, ApprovalDecided> {
+        Box::pin(async move { Ok(self.decide_as(by, id, decision, reason).await?) })
     }
 
     fn by_product(&self) -> Answer<'_, BTreeMap<Option<i64>, ProductPayments>> {

@@ -14,6 +14,7 @@ use axum::{
     Json as AxumJson,
 };
 use paysaga_common::extract::{Path, Query};
+use paysaga_console::Decision;
 use paysaga_contracts::orchestrator::api::{
     ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
@@ -27,12 +28,7 @@ use paysaga_staff::{
 };
 use uuid::Uuid;
 
-use crate::{
-    error::Result,
-    operations::{Decision, Refund},
-    routes::state::SagaState,
-    store::PaymentRow,
-};
+use crate::{error::Result, operations::Refund, routes::state::SagaState, store::PaymentRow};
 
 /// An operator action's answer: the payment (200), or a refund's pending approval (202).
 trait Answered {

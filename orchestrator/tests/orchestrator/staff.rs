@@ -523,6 +523,17 @@ fn matrix(payment: Uuid) -> Vec<Route> {
             ACTS,
         ),
         page("/console/audit".into(), ANY),
+        page("/console/approvals".into(), ANY),
+        post(
+            "/console/approvals/999999/approve".into(),
+            vec![("reason", "matrix")],
+            ADMIN,
+        ),
+        post(
+            "/console/approvals/999999/reject".into(),
+            vec![("reason", "matrix")],
+            ADMIN,
+        ),
     ]
 }
 
@@ -981,4 +992,75 @@ async fn a_refund_at_the_four_eyes_amount_is_carried_out_at_once() {
             .await
             .unwrap();
     assert_eq!(approvals, 0);
+}
+
+/// The console: an operator's refund above the amount says it awaits approval; the
+/// approvals page offers the decision to an admin other than the one who asked, and
+/// her approval refunds the payment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_console_asks_for_an_approval_and_another_admin_gives_it() {
+    let (s, o, acct, id) = one_completed_payment(10_000).await;
+    let carol = create(&o, "carol@example.com", StaffRole::Operator).await;
+    let alice = create(&o, "alice@example.com", StaffRole::Admin).await;
+    let http = no_redirects();
+    let as_carol = console_sign_in(&http, &o.url, "carol@example.com", &code_now(&carol)).await;
+    let as_alice = console_sign_in(&http, &o.url, "alice@example.com", &code_now(&alice)).await;
+    let post = |path: String, cookie: &str, reason: &str| {
+        http.post(format!("{}{path}", o.url))
+            .header(header::ORIGIN, &o.url)
+            .header(header::COOKIE, cookie)
+            .header(header::CONTENT_TYPE, FORM)
+            .body(form(&[("reason", reason)]))
+            .send()
+    };
+    let page = |cookie: &str| {
+        http.get(format!("{}/console/approvals", o.url))
+            .header(header::COOKIE, cookie)
+            .send()
+    };
+
+    let asked = post(
+        format!("/console/payments/{id}/refund"),
+        &as_carol,
+        "wrong size",
+    )
+    .await
+    .unwrap();
+    assert_eq!(asked.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        asked.headers()[header::LOCATION],
+        format!("/console/payments/{id}?done=approval").as_str()
+    );
+    assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
+    let approval: i64 = sqlx::query_scalar(
+        r#"SELECT id FROM payment_service.refund_approvals WHERE state = 'PENDING'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .expect("one pending approval");
+
+    // The operator sees it, without the decision; the admin with it.
+    let seen = page(&as_carol).await.unwrap().text().await.unwrap();
+    assert!(seen.contains(&format!("data-id=\"{approval}\"")), "{seen}");
+    assert!(!seen.contains(&format!("approve-{approval}")), "{seen}");
+    let seen = page(&as_alice).await.unwrap().text().await.unwrap();
+    assert!(seen.contains(&format!("approve-{approval}")), "{seen}");
+
+    let done = post(
+        format!("/console/approvals/{approval}/approve"),
+        &as_alice,
+        "checked",
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.balance(acct).await, 100_000);
+    assert_eq!(
+        operator_notes(&s.admin, id).await,
+        vec![Some(
+            "refund requested by carol@example.com: wrong size; approved by alice@example.com: checked"
+                .to_owned()
+        )]
+    );
 }
