@@ -2,7 +2,8 @@
 -- carried out when asked for; it waits here for an admin other than the one who asked.
 -- The decision is one conditional UPDATE (WHERE state = 'PENDING'), so of two admins
 -- deciding at once one wins and one refund is made. The service role may read, add
--- and update rows (migrations/grants/payment_service.sql covers every table).
+-- and update rows (migrations/grants/payment_service.sql grants every table of the
+-- schema; it grants DELETE too, which nothing in the service uses).
 CREATE TABLE refund_approvals (
     id                 BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     payment_id         UUID NOT NULL,
@@ -22,7 +23,8 @@ CREATE TABLE refund_approvals (
     decision_reason    TEXT,
     CONSTRAINT refund_approvals_payment_fkey FOREIGN KEY (payment_id) REFERENCES payments (id),
     CONSTRAINT refund_approvals_state_known CHECK (state IN ('PENDING', 'APPROVED', 'REJECTED')),
-    -- Decided exactly when it has left PENDING, and then by someone.
+    -- Decided exactly when it has left PENDING, and then by a person (a staff id: the
+    -- operator tools' credential decides nothing).
     CONSTRAINT refund_approvals_decided_when_not_pending CHECK (
         (state = 'PENDING') = (decided_at IS NULL)
         AND (state = 'PENDING') = (decided_by IS NULL)),

@@ -1064,3 +1064,59 @@ async fn the_console_asks_for_an_approval_and_another_admin_gives_it() {
         )]
     );
 }
+
+/// The rules hold in PostgreSQL too, for the service's own role (which may read, add and
+/// update approvals): one pending approval per payment; whoever asked never decides; a
+/// decided approval names who decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
+    let (s, _o, _, id) = one_completed_payment(10_000).await;
+    let app = PgPool::connect(&s.db.role_url("payment_app"))
+        .await
+        .expect("payment_app");
+    let ask = r#"INSERT INTO payment_service.refund_approvals
+                   (payment_id, amount, requested_by, requested_by_name)
+                 VALUES ($1, 12900, 7, 'alice@example.com') RETURNING id"#;
+    let first: i64 = sqlx::query_scalar(ask)
+        .bind(id)
+        .fetch_one(&app)
+        .await
+        .expect("the service may ask");
+    let constraint = |e: sqlx::Error| {
+        e.as_database_error()
+            .and_then(|d| d.constraint())
+            .map(str::to_owned)
+    };
+    let second = sqlx::query_scalar::<_, i64>(ask)
+        .bind(id)
+        .fetch_one(&app)
+        .await;
+    assert_eq!(
+        second.map_err(constraint).err().flatten().as_deref(),
+        Some("refund_approvals_one_pending")
+    );
+    let decide = |by: Option<i64>| {
+        sqlx::query(
+            r#"UPDATE payment_service.refund_approvals
+               SET state = 'APPROVED', decided_by = $2, decided_by_name = 'x', decided_at = now()
+               WHERE id = $1"#,
+        )
+        .bind(first)
+        .bind(by)
+        .execute(&app)
+    };
+    for (by, refused_by) in [
+        (Some(7), "refund_approvals_two_people"),
+        (None, "refund_approvals_decided_when_not_pending"),
+    ] {
+        let e = decide(by).await.expect_err("refused");
+        assert_eq!(constraint(e).as_deref(), Some(refused_by));
+    }
+    decide(Some(8)).await.expect("another person decides");
+    // Decided, it no longer blocks a new request.
+    sqlx::query_scalar::<_, i64>(ask)
+        .bind(id)
+        .fetch_one(&app)
+        .await
+        .expect("a new request once decided");
+}
