@@ -77,7 +77,10 @@ fn decision_action(decision: Decision) -> AuditAction {
 /// Whether a refund is carried out when asked for, or waits for a second person.
 enum RefundGate {
     Now,
-    FourEyes(PaymentRow),
+    /// The payment's amount, as the approval records it.
+    FourEyes {
+        amount: i64,
+    },
 }
 
 /// What an audit row says a done action left.
@@ -152,15 +155,10 @@ impl Operations {
     /// step log and its audit row (`PAYMENT_REFUNDED`, or `REFUND_REQUESTED`).
     pub async fn refund_as(&self, by: &Acting, id: Uuid, reason: Option<String>) -> Result<Refund> {
         let gate = self.refund_gate(by, id).await;
-        if let Ok(RefundGate::FourEyes(row)) = &gate {
-            let result = store::approvals::request(
-                &self.engine.pool,
-                row.id,
-                row.amount,
-                by,
-                reason.as_deref(),
-            )
-            .await;
+        if let Ok(RefundGate::FourEyes { amount }) = gate {
+            let result =
+                store::approvals::request(&self.engine.pool, id, amount, by, reason.as_deref())
+                    .await;
             self.audited(by, AuditAction::RefundRequested, id, reason, &result)
                 .await?;
             return result.map(Refund::AwaitingApproval);
@@ -200,7 +198,7 @@ impl Operations {
             return Ok(RefundGate::Now);
         }
         request_refund(row.position()?).map_err(|_| Error::NotRefundable(row.state))?;
-        Ok(RefundGate::FourEyes(row))
+        Ok(RefundGate::FourEyes { amount: row.amount })
     }
 
     /// The refund approvals, newest first, filtered by state, keyset paged by id.
