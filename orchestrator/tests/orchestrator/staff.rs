@@ -1120,3 +1120,30 @@ async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
         .await
         .expect("a new request once decided");
 }
+
+/// The operator tools may ask for a refund above the amount (it waits like anyone's),
+/// never decide one; any admin may approve what they asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operator_tools_ask_and_a_person_approves() {
+    let (s, o, acct, id) = one_completed_payment(10_000).await;
+    let answer = o.operator().refund(id).await.expect("refund asked for");
+    assert_eq!(answer.status, 202);
+    let asked = answer.body.awaiting().expect("awaits approval").clone();
+    assert_eq!(asked.requested_by, None);
+    assert_eq!(asked.requested_by_name, "service:operator");
+    assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
+    let alice = Signed::new(&o, "alice@example.com", StaffRole::Admin).await;
+    alice
+        .staff(&o)
+        .approve(asked.id, None)
+        .await
+        .expect("a person approves");
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.balance(acct).await, 100_000);
+    assert_eq!(
+        operator_notes(&s.admin, id).await,
+        vec![Some(
+            "refund requested by service:operator; approved by alice@example.com".to_owned()
+        )]
+    );
+}
