@@ -90,6 +90,10 @@ pub enum Command {
     Staff(StaffCommand),
     /// The audit trail of what staff did, newest first (signed in: `staff sign-in`).
     Audit(AuditArgs),
+    /// Refunds above STAFF_FOUR_EYES_ABOVE awaiting a second person: list them (newest
+    /// first), or approve or reject one (admins other than the one who asked; signed
+    /// in: `staff sign-in`).
+    Approvals(ApprovalsArgs),
     /// Mint a DEVELOPMENT token for trying the API with curl.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -240,6 +244,39 @@ pub struct AuditArgs {
     pub before: Option<i64>,
     #[arg(long, default_value_t = 50)]
     pub limit: i64,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ApprovalsArgs {
+    #[command(subcommand)]
+    pub decide: Option<ApprovalsCommand>,
+    /// Only approvals in this state: PENDING, APPROVED, REJECTED.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Approvals older than this id (the previous page's last).
+    #[arg(long)]
+    pub before: Option<i64>,
+    #[arg(long, default_value_t = 50)]
+    pub limit: i64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// Approve a refund: it is carried out through the saga at once.
+    Approve {
+        id: i64,
+        /// Why (kept in the audit trail and on the payment's step log).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject a refund: nothing is refunded.
+    Reject {
+        id: i64,
+        /// Why (kept in the audit trail).
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -36,6 +36,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Quota { product } => ops::quota(&cli.endpoints, product).await,
         Command::Staff(cmd) => staff::run(&cli.endpoints, cmd).await,
         Command::Audit(args) => staff::audit(&cli.endpoints, args).await,
+        Command::Approvals(args) => staff::approvals(&cli.endpoints, args).await,
         Command::Token(cmd) => ops::token(cmd),
         Command::Keygen(args) => keygen::run(&args),
         Command::Bootstrap(args) => ops::bootstrap(args).await,

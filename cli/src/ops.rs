@@ -17,6 +17,7 @@ use paysaga_contracts::orchestrator::{
     client::OrchestratorClient,
 };
 use paysaga_contracts::order::client::OrderClient;
+use paysaga_contracts::staff::api::RefundAnswer;
 
 use crate::{
     args::{BootstrapArgs, CheckArgs, Endpoints, PaymentsCommand, TokenCommand},
@@ -126,12 +127,23 @@ pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Re
             println!("{}", table::render(&PAYMENT_HEADER, &[payment_row(&p)]));
         }
         PaymentsCommand::Refund { id, reason } => {
-            let p = orchestrator
+            match orchestrator
                 .refund_because(id, reason.as_deref())
                 .await
                 .context("refunding the payment")?
-                .body;
-            println!("{}", table::render(&PAYMENT_HEADER, &[payment_row(&p)]));
+                .body
+            {
+                RefundAnswer::Refunded(p) => {
+                    println!("{}", table::render(&PAYMENT_HEADER, &[payment_row(&p)]))
+                }
+                RefundAnswer::AwaitingApproval(a) => println!(
+                    "refund of {} ({}) awaits a second person: approval {} (paysaga approvals approve {})",
+                    a.payment_id,
+                    table::money(a.amount),
+                    a.id,
+                    a.id
+                ),
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

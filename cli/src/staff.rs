@@ -1,19 +1,20 @@
 //! Staff in the terminal: `paysaga staff sign-in` (email, password, then a TOTP or
 //! recovery code) keeps the short-lived session token in a file readable by its owner
 //! only, and the operator commands then act as that person; `staff sign-out` ends the
-//! session at once; `staff create` (admins) makes an account; `audit` lists the trail.
+//! session at once; `staff create` (admins) makes an account; `audit` lists the trail;
+//! `approvals` lists the refunds awaiting a second person, and approves or rejects one.
 
 use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use paysaga_common::client::Credential;
 use paysaga_contracts::staff::{
-    api::{CreateStaff, ListAudit, SignIn},
+    api::{CreateStaff, ListApprovals, ListAudit, RefundApproval, SignIn},
     client::StaffClient,
 };
 
 use crate::{
-    args::{AuditArgs, Endpoints, StaffCommand},
+    args::{ApprovalsArgs, ApprovalsCommand, AuditArgs, Endpoints, StaffCommand},
     ops::operator_credential,
     table,
 };
@@ -160,9 +161,18 @@ fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<ExitCode> {
+/// The staff client acting as the signed-in person (these routes admit people only).
+fn signed_in(endpoints: &Endpoints) -> anyhow::Result<StaffClient> {
     let token = session_token().context("sign in first: paysaga staff sign-in --email <you>")?;
-    let page = StaffClient::new(&endpoints.orchestrator_url, token, TIMEOUT)
+    Ok(StaffClient::new(
+        &endpoints.orchestrator_url,
+        token,
+        TIMEOUT,
+    ))
+}
+
+pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<ExitCode> {
+    let page = signed_in(endpoints)?
         .audit(&ListAudit {
             actor: args.actor,
             action: args.action,
@@ -199,6 +209,72 @@ pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<Exi
     );
     if let Some(b) = page.next_before {
         println!("(more: --before {b})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+const APPROVAL_HEADER: [&str; 9] = [
+    "id",
+    "payment",
+    "amount",
+    "state",
+    "asked by",
+    "asked at (UTC)",
+    "reason",
+    "decided by",
+    "decision reason",
+];
+
+fn approval_row(a: &RefundApproval) -> Vec<String> {
+    vec![
+        a.id.to_string(),
+        a.payment_id.to_string(),
+        table::money(a.amount),
+        a.state.to_string(),
+        a.requested_by_name.clone(),
+        a.requested_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+        a.reason.clone().unwrap_or_default(),
+        a.decided_by_name.clone().unwrap_or_default(),
+        a.decision_reason.clone().unwrap_or_default(),
+    ]
+}
+
+pub async fn approvals(endpoints: &Endpoints, args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
+    let client = signed_in(endpoints)?;
+    let decided = match args.decide {
+        None => {
+            let page = client
+                .approvals(&ListApprovals {
+                    state: args.state,
+                    before: args.before,
+                    limit: Some(args.limit),
+                })
+                .await
+                .context("listing refund approvals")?
+                .body;
+            let rows: Vec<Vec<String>> = page.approvals.iter().map(approval_row).collect();
+            println!("{}", table::render(&APPROVAL_HEADER, &rows));
+            if let Some(b) = page.next_before {
+                println!("(more: --before {b})");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(ApprovalsCommand::Approve { id, reason }) => client
+            .approve(id, reason.as_deref())
+            .await
+            .context("approving the refund")?,
+        Some(ApprovalsCommand::Reject { id, reason }) => client
+            .reject(id, reason.as_deref())
+            .await
+            .context("rejecting the refund")?,
+    }
+    .body;
+    println!(
+        "{}",
+        table::render(&APPROVAL_HEADER, &[approval_row(&decided.approval)])
+    );
+    if let Some(p) = &decided.payment {
+        println!("payment {} is now {}", p.payment.id, p.payment.state);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,7 @@ use paysaga_common::ApiError;
 use paysaga_contracts::orchestrator::api::{
     ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
+use paysaga_contracts::staff::api::{ApprovalDecided, ApprovalPage, ListApprovals, RefundAnswer};
 use paysaga_staff::Acting;
 use uuid::Uuid;
 use workflows::State;
@@ -32,18 +33,38 @@ pub trait PaymentDesk: Send + Sync + 'static {
         reason: Option<String>,
     ) -> Answer<'a, PaymentAdmin>;
     /// Refund (`POST /v1/payments/{id}/refund`) by `by` (an operator's only up to the
-    /// limit), for `reason`: named on the step log and in the audit trail.
+    /// limit), for `reason`: named on the step log and in the audit trail. Above
+    /// `STAFF_FOUR_EYES_ABOVE` the answer is the approval a second person must give.
     fn refund<'a>(
         &'a self,
         by: &'a Acting,
         id: Uuid,
         reason: Option<String>,
-    ) -> Answer<'a, PaymentAdmin>;
+    ) -> Answer<'a, RefundAnswer>;
+    /// The refund approvals (four eyes), newest first (`GET /v1/approvals`).
+    fn approvals<'a>(&'a self, filter: &'a ListApprovals) -> Answer<'a, ApprovalPage>;
+    /// Approve or reject refund approval `id` (`POST /v1/approvals/{id}/approve|reject`)
+    /// by `by`, who must not be the one who asked, for `reason`: in the audit trail (and
+    /// on an approved refund's step log).
+    fn decide<'a>(
+        &'a self,
+        by: &'a Acting,
+        id: i64,
+        decision: Decision,
+        reason: Option<String>,
+    ) -> Answer<'a, ApprovalDecided>;
     /// Payments per product (`None`: payments older than the product column) and
     /// state, with the attention count and the last minute's rates.
     fn by_product(&self) -> Answer<'_, BTreeMap<Option<i64>, ProductPayments>>;
     /// The payment's W3C `traceparent`, if it was recorded with one.
     fn traceparent(&self, id: Uuid) -> Answer<'_, Option<String>>;
+}
+
+/// A second person's decision on a refund approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Reject,
 }
 
 /// One product's payments.

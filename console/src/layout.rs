@@ -16,6 +16,7 @@ pub enum Section {
     Payments,
     Webhooks,
     Audit,
+    Approvals,
 }
 
 fn head(title: &str, refresh: Option<u32>) -> Markup {
@@ -59,6 +60,7 @@ pub fn framed(section: Section, title: &str, body: Markup, refresh: Option<u32>)
                         (nav(Section::Payments, "/console/payments", "Payments"))
                         (nav(Section::Webhooks, "/console/webhooks", "Webhooks"))
                         (nav(Section::Audit, "/console/audit", "Audit"))
+                        (nav(Section::Approvals, "/console/approvals", "Approvals"))
                         form method="post" action="/console/logout" {
                             button type="submit" { "Sign out" }
                         }

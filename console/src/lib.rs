@@ -9,6 +9,7 @@
 //! same-origin check of `Origin` (or `Sec-Fetch-Site`); see docs/console.md. The order
 //! service and the gate are read with the console's own read-only credential.
 
+mod approvals;
 mod audit;
 mod auth;
 pub mod desk;
@@ -27,7 +28,7 @@ use axum::{
     Router,
 };
 
-pub use desk::{DeskError, PaymentDesk, ProductPayments};
+pub use desk::{Decision, DeskError, PaymentDesk, ProductPayments};
 pub use state::{ConsoleConfig, ConsoleState};
 
 const CSS: &str = include_str!("assets/console.css");
@@ -64,6 +65,9 @@ pub fn routes(state: ConsoleState) -> Router {
             get(webhooks::confirm_replay).post(webhooks::replay),
         )
         .route("/console/audit", get(audit::page))
+        .route("/console/approvals", get(approvals::page))
+        .route("/console/approvals/{id}/approve", post(approvals::approve))
+        .route("/console/approvals/{id}/reject", post(approvals::reject))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/htmx.min.js", get(htmx))
         .layer(middleware::map_response(harden))

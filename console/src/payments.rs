@@ -13,6 +13,7 @@ use workflows::State as SagaState;
 
 use paysaga_common::ApiError;
 use paysaga_contracts::orchestrator::api::{codes, ListPayments, PaymentAdmin, PaymentTimeline};
+use paysaga_contracts::staff::api::RefundAnswer;
 
 use paysaga_staff::{
     allow::{ADMIN, ANY, OPERATOR},
@@ -319,6 +320,11 @@ pub async fn timeline(
             "Refund requested: the payment is now {}.",
             p.payment.state
         )),
+        Some("approval") => Some(
+            "Refund asked for: above the four-eyes amount, it awaits an admin other than you \
+             (paysaga approvals)."
+                .to_owned(),
+        ),
         _ => None,
     };
     let resumable = p.pending_action.is_some() && !p.payment.terminal;
@@ -447,16 +453,25 @@ async fn act(
         }
     };
     let result = match action {
-        Action::Resume => state.payments.resume(&by, id, Some(reason)).await,
+        Action::Resume => state
+            .payments
+            .resume(&by, id, Some(reason))
+            .await
+            .map(RefundAnswer::Refunded),
         Action::Refund => state.payments.refund(&by, id, Some(reason)).await,
     };
-    match result {
-        Ok(p) => {
+    let done = match result {
+        Ok(RefundAnswer::Refunded(p)) => {
             tracing::info!(payment_id = %id, state = %p.payment.state, action = action.path(), "console action");
-            Redirect::to(&format!("/console/payments/{id}?done={}", action.path())).into_response()
+            action.path()
         }
-        Err(e) => layout::failed(e, Section::Payments),
-    }
+        Ok(RefundAnswer::AwaitingApproval(a)) => {
+            tracing::info!(payment_id = %id, approval = a.id, "console action: refund awaits approval");
+            "approval"
+        }
+        Err(e) => return layout::failed(e, Section::Payments),
+    };
+    Redirect::to(&format!("/console/payments/{id}?done={done}")).into_response()
 }
 
 /// The two handlers of an operator action on a payment: `$confirm` (GET) asks the

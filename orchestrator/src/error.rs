@@ -166,6 +166,10 @@ pub enum Breach {
     /// A write of a flush was left without an answer.
     #[error("a write of the flush got no answer")]
     Unanswered,
+    /// Asking for a refund's approval neither made one nor found the pending one, round
+    /// after round (each pending one found was decided before it could be read).
+    #[error("payment {payment}: no pending refund approval could be made or found")]
+    ApprovalRequestRaced { payment: Uuid },
 }
 
 impl Error {

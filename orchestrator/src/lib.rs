@@ -107,6 +107,7 @@ impl AppState {
             engine.clone(),
             config.response_wait,
             config.staff.operator_refund_limit,
+            config.staff.four_eyes_above,
         );
         let webhooks = Webhooks::new(pool.clone(), &config.webhooks);
         Self {

@@ -45,6 +45,9 @@ impl Modify for SecuritySchemes {
         crate::routes::operator::steps,
         crate::routes::operator::resume,
         crate::routes::operator::refund,
+        crate::routes::operator::approvals,
+        crate::routes::operator::approve,
+        crate::routes::operator::reject,
     ),
     components(schemas(
         api::CreatePayment,
@@ -53,6 +56,10 @@ impl Modify for SecuritySchemes {
         api::Step,
         api::PaymentTimeline,
         api::PaymentPage,
+        paysaga_contracts::staff::api::RefundApproval,
+        paysaga_contracts::staff::api::ApprovalState,
+        paysaga_contracts::staff::api::ApprovalPage,
+        paysaga_contracts::staff::api::ApprovalDecided,
         paysaga_common::ErrorBody,
     ))
 )]
@@ -88,6 +95,9 @@ mod tests {
             "/v1/staff/sessions",
             "/v1/staff/sessions/sign-out",
             "/v1/audit",
+            "/v1/approvals",
+            "/v1/approvals/{id}/approve",
+            "/v1/approvals/{id}/reject",
         ] {
             assert!(doc["paths"][path].is_object(), "{path}");
         }

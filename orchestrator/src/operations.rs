@@ -1,16 +1,23 @@
 //! The operators' side of the saga: [`Operations`] lists payments, shows one with its
 //! step log, resumes one and refunds one. The operator API's routes call it, and the
 //! console reads and acts through it as its [`PaymentDesk`].
+//!
+//! Four eyes for money: a refund of a payment above `STAFF_FOUR_EYES_ABOVE` is not
+//! carried out when asked for; it becomes a pending refund approval, which an admin
+//! other than the one who asked approves (the refund is then carried out, through the
+//! same [`Operations::refund`]) or rejects.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use axum::http::StatusCode;
 use paysaga_common::{error::codes as common_codes, ApiError};
-use paysaga_console::{desk::Answer, DeskError, PaymentDesk, ProductPayments};
+use paysaga_console::{desk::Answer, Decision, DeskError, PaymentDesk, ProductPayments};
 use paysaga_contracts::orchestrator::api::{
     page_limit, state_filter, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
-use paysaga_contracts::staff::api::codes as staff_codes;
+use paysaga_contracts::staff::api::{
+    codes as staff_codes, ApprovalDecided, ApprovalPage, ApprovalState, ListApprovals, RefundAnswer,
+};
 use paysaga_staff::{audit::Entry, Acting, AuditAction, AuditOutcome, StaffRole};
 use uuid::Uuid;
 use workflows::{request_refund, State};
@@ -18,7 +25,7 @@ use workflows::{request_refund, State};
 use crate::{
     driver::Engine,
     error::{Breach, Error, Result},
-    store::{self, PaymentRow},
+    store::{self, approvals::ApprovalRow, PaymentRow},
 };
 
 /// The operators' actions on payments; cheap to clone.
@@ -29,13 +36,78 @@ pub struct Operations {
     response_wait: Duration,
     /// `STAFF_OPERATOR_REFUND_LIMIT`: the largest payment an operator may refund.
     operator_refund_limit: i64,
+    /// `STAFF_FOUR_EYES_ABOVE`: a refund of a payment above it waits for a second person.
+    four_eyes_above: i64,
 }
 
-/// The step log's note for a person's action: what, by whom, and why if they said.
-fn note(done: &str, by: &Acting, reason: Option<&str>) -> String {
+/// What a refund request came to.
+#[derive(Debug, Clone)]
+pub enum Refund {
+    /// Carried out (or under way): the payment after waiting up to `RESPONSE_WAIT_MS`.
+    Done(PaymentRow),
+    /// Above `STAFF_FOUR_EYES_ABOVE`: the approval awaiting a second person.
+    AwaitingApproval(ApprovalRow),
+}
+
+impl Refund {
+    pub fn to_api(&self) -> RefundAnswer {
+        match self {
+            Refund::Done(row) => RefundAnswer::Refunded(row.to_admin()),
+            Refund::AwaitingApproval(a) => RefundAnswer::AwaitingApproval(a.to_api()),
+        }
+    }
+}
+
+/// The approval state a decision leaves.
+fn decided_state(decision: Decision) -> ApprovalState {
+    match decision {
+        Decision::Approve => ApprovalState::Approved,
+        Decision::Reject => ApprovalState::Rejected,
+    }
+}
+
+/// The audit trail's name for a decision.
+fn decision_action(decision: Decision) -> AuditAction {
+    match decision {
+        Decision::Approve => AuditAction::RefundApproved,
+        Decision::Reject => AuditAction::RefundRejected,
+    }
+}
+
+/// Whether a refund is carried out when asked for, or waits for a second person.
+enum RefundGate {
+    Now,
+    /// The payment's amount, as the approval records it.
+    FourEyes {
+        amount: i64,
+    },
+}
+
+/// What an audit row says a done action left.
+trait Left {
+    fn left(&self) -> String;
+}
+
+impl Left for PaymentRow {
+    /// The payment's state.
+    fn left(&self) -> String {
+        self.state.to_string()
+    }
+}
+
+impl Left for ApprovalRow {
+    /// The approval and its state.
+    fn left(&self) -> String {
+        format!("approval {} {}", self.id, self.state)
+    }
+}
+
+/// The step log's note for a person's action: what, by whom (their name), and why if
+/// they said.
+fn note(done: &str, by: &str, reason: Option<&str>) -> String {
     match reason {
-        Some(r) => format!("{done} by {}: {r}", by.actor.name()),
-        None => format!("{done} by {}", by.actor.name()),
+        Some(r) => format!("{done} by {by}: {r}"),
+        None => format!("{done} by {by}"),
     }
 }
 
@@ -45,11 +117,19 @@ fn invalid_query(message: String) -> Error {
 }
 
 impl Operations {
-    pub fn new(engine: Arc<Engine>, response_wait: Duration, operator_refund_limit: i64) -> Self {
+    /// `operator_refund_limit` and `four_eyes_above` from the staff settings
+    /// (`STAFF_OPERATOR_REFUND_LIMIT`, `STAFF_FOUR_EYES_ABOVE`).
+    pub fn new(
+        engine: Arc<Engine>,
+        response_wait: Duration,
+        operator_refund_limit: i64,
+        four_eyes_above: i64,
+    ) -> Self {
         Self {
             engine,
             response_wait,
             operator_refund_limit,
+            four_eyes_above,
         }
     }
 
@@ -61,7 +141,7 @@ impl Operations {
         reason: Option<String>,
     ) -> Result<PaymentRow> {
         let result = self
-            .resume(id, &note("resumed", by, reason.as_deref()))
+            .resume(id, &note("resumed", &by.actor.name(), reason.as_deref()))
             .await;
         self.audited(by, AuditAction::PaymentResumed, id, reason, &result)
             .await?;
@@ -69,32 +149,39 @@ impl Operations {
     }
 
     /// A person's (or tool's) refund: an operator's only up to
-    /// `STAFF_OPERATOR_REFUND_LIMIT` (403 `REFUND_ABOVE_LIMIT` above it), with its note
-    /// on the step log and its audit row.
-    pub async fn refund_as(
-        &self,
-        by: &Acting,
-        id: Uuid,
-        reason: Option<String>,
-    ) -> Result<PaymentRow> {
-        let result = match self.within_refund_limit(by, id).await {
-            Ok(()) => {
-                self.refund(id, &note("refund requested", by, reason.as_deref()))
-                    .await
+    /// `STAFF_OPERATOR_REFUND_LIMIT` (403 `REFUND_ABOVE_LIMIT` above it); a payment above
+    /// `STAFF_FOUR_EYES_ABOVE` only once a second person approves it (the pending
+    /// approval is the answer, the same one while it is pending). With its note on the
+    /// step log and its audit row (`PAYMENT_REFUNDED`, or `REFUND_REQUESTED`).
+    pub async fn refund_as(&self, by: &Acting, id: Uuid, reason: Option<String>) -> Result<Refund> {
+        let gate = self.refund_gate(by, id).await;
+        if let Ok(RefundGate::FourEyes { amount }) = gate {
+            let result =
+                store::approvals::request(&self.engine.pool, id, amount, by, reason.as_deref())
+                    .await;
+            self.audited(by, AuditAction::RefundRequested, id, reason, &result)
+                .await?;
+            return result.map(Refund::AwaitingApproval);
+        }
+        let result = match gate {
+            Ok(_) => {
+                let note = note("refund requested", &by.actor.name(), reason.as_deref());
+                self.refund(id, &note).await
             }
             Err(e) => Err(e),
         };
         self.audited(by, AuditAction::PaymentRefunded, id, reason, &result)
             .await?;
-        result
+        result.map(Refund::Done)
     }
 
-    async fn within_refund_limit(&self, by: &Acting, id: Uuid) -> Result<()> {
-        if by.actor.role() != StaffRole::Operator {
-            return Ok(());
-        }
+    /// Whether `by` may refund payment `id`, and whether at once: an operator only up to
+    /// their limit; a payment above `STAFF_FOUR_EYES_ABOVE` that a refund would move
+    /// waits for a second person (one refunding or refunded already is answered as it
+    /// is, one that cannot be refunded is refused, so neither asks for an approval).
+    async fn refund_gate(&self, by: &Acting, id: Uuid) -> Result<RefundGate> {
         let row = self.load(id).await?;
-        if row.amount > self.operator_refund_limit {
+        if by.actor.role() == StaffRole::Operator && row.amount > self.operator_refund_limit {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 staff_codes::REFUND_ABOVE_LIMIT,
@@ -105,10 +192,123 @@ impl Operations {
             )
             .into());
         }
-        Ok(())
+        if row.amount <= self.four_eyes_above
+            || matches!(row.state, State::RefundProcessing | State::Refunded)
+        {
+            return Ok(RefundGate::Now);
+        }
+        request_refund(row.position()?).map_err(|_| Error::NotRefundable(row.state))?;
+        Ok(RefundGate::FourEyes { amount: row.amount })
     }
 
-    /// The audit row of an action on payment `id`: done (with the state it left), refused
+    /// The refund approvals, newest first, filtered by state, keyset paged by id.
+    pub async fn approvals(&self, filter: &ListApprovals) -> Result<ApprovalPage> {
+        let limit = page_limit(filter.limit)?;
+        let state = state_filter::<ApprovalState>(
+            filter.state.as_deref(),
+            ": PENDING, APPROVED or REJECTED",
+        )?;
+        let rows = store::approvals::list(&self.engine.pool, state, filter.before, limit).await?;
+        let next_before = (rows.len() as i64 == limit)
+            .then(|| rows.last().map(|r| r.id))
+            .flatten();
+        Ok(ApprovalPage {
+            approvals: rows.iter().map(ApprovalRow::to_api).collect(),
+            next_before,
+        })
+    }
+
+    /// A second person's decision on refund approval `id`, with its audit row
+    /// (`REFUND_APPROVED` or `REFUND_REJECTED`, about the payment). Refused: 404
+    /// `APPROVAL_NOT_FOUND`; 403 `SAME_PERSON` for the one who asked; 409
+    /// `APPROVAL_DECIDED` once decided (of two deciding at once, one wins). An approval
+    /// carries the refund out through [`Operations::refund`], its note naming both
+    /// people, with its own `PAYMENT_REFUNDED` row.
+    pub async fn decide_as(
+        &self,
+        by: &Acting,
+        id: i64,
+        decision: Decision,
+        reason: Option<String>,
+    ) -> Result<ApprovalDecided> {
+        let found = store::approvals::load(&self.engine.pool, id).await?;
+        let decided = match &found {
+            None => Err(ApiError::not_found(
+                staff_codes::APPROVAL_NOT_FOUND,
+                format!("no refund approval {id}"),
+            )
+            .into()),
+            Some(asked) => self.decide(by, asked, decision, reason.as_deref()).await,
+        };
+        let target = found.map_or_else(|| format!("approval:{id}"), |a| a.payment_id.to_string());
+        self.audited_on(
+            by,
+            decision_action(decision),
+            target.clone(),
+            reason.clone(),
+            &decided,
+        )
+        .await?;
+        let approval = decided?;
+        if decision == Decision::Reject {
+            return Ok(ApprovalDecided {
+                approval: approval.to_api(),
+                payment: None,
+            });
+        }
+        let note = format!(
+            "{}; {}",
+            note(
+                "refund requested",
+                &approval.requested_by_name,
+                approval.reason.as_deref()
+            ),
+            note("approved", &by.actor.name(), reason.as_deref())
+        );
+        let result = self.refund(approval.payment_id, &note).await;
+        self.audited_on(by, AuditAction::PaymentRefunded, target, reason, &result)
+            .await?;
+        Ok(ApprovalDecided {
+            approval: approval.to_api(),
+            payment: Some(result?.to_admin()),
+        })
+    }
+
+    /// The decision itself: the one who asked may not decide; a pending approval is
+    /// decided by one conditional UPDATE.
+    async fn decide(
+        &self,
+        by: &Acting,
+        asked: &ApprovalRow,
+        decision: Decision,
+        reason: Option<&str>,
+    ) -> Result<ApprovalRow> {
+        if asked.requested_by.is_some() && asked.requested_by == by.actor.staff_id() {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                staff_codes::SAME_PERSON,
+                "four eyes: a refund is approved or rejected by someone other than the one who asked for it",
+            )
+            .into());
+        }
+        store::approvals::decide(
+            &self.engine.pool,
+            asked.id,
+            decided_state(decision),
+            by,
+            reason,
+        )
+        .await?
+        .ok_or_else(|| {
+            ApiError::conflict(
+                staff_codes::APPROVAL_DECIDED,
+                format!("refund approval {} was decided already", asked.id),
+            )
+            .into()
+        })
+    }
+
+    /// The audit row of an action on payment `id`: done (with what it left), refused
     /// (with the answer's code) or failed.
     async fn audited(
         &self,
@@ -116,10 +316,23 @@ impl Operations {
         action: AuditAction,
         id: Uuid,
         reason: Option<String>,
-        result: &Result<PaymentRow>,
+        result: &Result<impl Left>,
+    ) -> Result<()> {
+        self.audited_on(by, action, id.to_string(), reason, result)
+            .await
+    }
+
+    /// The audit row of an action on `target`.
+    async fn audited_on(
+        &self,
+        by: &Acting,
+        action: AuditAction,
+        target: String,
+        reason: Option<String>,
+        result: &Result<impl Left>,
     ) -> Result<()> {
         let (outcome, detail) = match result {
-            Ok(row) => (AuditOutcome::Done, Some(row.state.to_string())),
+            Ok(done) => (AuditOutcome::Done, Some(done.left())),
             Err(e) => match e.api() {
                 Some(api) => (AuditOutcome::Refused, Some(api.code.to_owned())),
                 None => (AuditOutcome::Failed, None),
@@ -130,7 +343,7 @@ impl Operations {
             by,
             Entry {
                 action,
-                target: Some(id.to_string()),
+                target: Some(target),
                 reason,
                 outcome,
                 detail,
@@ -293,8 +506,22 @@ impl PaymentDesk for Operations {
         by: &'a Acting,
         id: Uuid,
         reason: Option<String>,
-    ) -> Answer<'a, PaymentAdmin> {
-        Box::pin(async move { Ok(self.refund_as(by, id, reason).await?.to_admin()) })
+    ) -> Answer<'a, RefundAnswer> {
+        Box::pin(async move { Ok(self.refund_as(by, id, reason).await?.to_api()) })
+    }
+
+    fn approvals<'a>(&'a self, filter: &'a ListApprovals) -> Answer<'a, ApprovalPage> {
+        Box::pin(async move { Ok(Operations::approvals(self, filter).await?) })
+    }
+
+    fn decide<'a>(
+        &'a self,
+        by: &'a Acting,
+        id: i64,
+        decision: Decision,
+        reason: Option<String>,
+    ) -> Answer<'a, ApprovalDecided> {
+        Box::pin(async move { Ok(self.decide_as(by, id, decision, reason).await?) })
     }
 
     fn by_product(&self) -> Answer<'_, BTreeMap<Option<i64>, ProductPayments>> {

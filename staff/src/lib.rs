@@ -121,6 +121,10 @@ pub struct StaffConfig {
     /// `STAFF_OPERATOR_REFUND_LIMIT`, default 50000 (minor units): the largest payment
     /// an operator may refund; above it, an admin's.
     pub operator_refund_limit: i64,
+    /// `STAFF_FOUR_EYES_ABOVE`, default 100000 (minor units): a refund of a payment
+    /// above it is not carried out when asked for; it waits for an admin other than the
+    /// one who asked (four eyes).
+    pub four_eyes_above: i64,
     /// Development mode (`PAYSAGA_DEV_KEYS=1`) only: the development admin
     /// ([`dev`]) is created at start-up.
     pub dev_admin: bool,
@@ -146,6 +150,7 @@ impl StaffConfig {
                 "STAFF_OPERATOR_REFUND_LIMIT",
                 d.operator_refund_limit,
             )?,
+            four_eyes_above: config::parse("STAFF_FOUR_EYES_ABOVE", d.four_eyes_above)?,
             dev_admin: dev_mode,
         })
     }
@@ -158,6 +163,7 @@ impl StaffConfig {
             sign_in_burst: NonZeroU32::new(10).expect("non-zero"),
             sign_in_period: Duration::from_secs(30),
             operator_refund_limit: 50_000,
+            four_eyes_above: 100_000,
             dev_admin: false,
         }
     }

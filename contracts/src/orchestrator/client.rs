@@ -6,6 +6,8 @@ use paysaga_common::client::{Answer, Audience, CallError, Credential, ServiceCli
 use reqwest::header::{HeaderMap, HeaderValue};
 use uuid::Uuid;
 
+use crate::staff::api::RefundAnswer;
+
 use super::api::{
     CreatePayment, CreateWebhookEndpoint, ListDeliveries, Payment, PaymentAdmin, PaymentPage,
     PaymentTimeline, WebhookDelivery, WebhookDeliveryPage, WebhookEndpoint, WebhookEndpointCreated,
@@ -118,7 +120,9 @@ impl OrchestratorClient {
         self.resume_because(id, None).await
     }
 
-    pub async fn refund(&self, id: Uuid) -> Result<Answer<PaymentAdmin>, CallError> {
+    /// Refund: the payment (200), or for one above `STAFF_FOUR_EYES_ABOVE` the approval
+    /// a second person must give first (202).
+    pub async fn refund(&self, id: Uuid) -> Result<Answer<RefundAnswer>, CallError> {
         self.refund_because(id, None).await
     }
 
@@ -141,7 +145,7 @@ impl OrchestratorClient {
         &self,
         id: Uuid,
         reason: Option<&str>,
-    ) -> Result<Answer<PaymentAdmin>, CallError> {
+    ) -> Result<Answer<RefundAnswer>, CallError> {
         self.inner
             .post(
                 &format!("/v1/payments/{id}/refund"),

@@ -1,6 +1,9 @@
 //! The staff routes' wire types and codes.
 
 use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::orchestrator::api::PaymentAdmin;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -24,13 +27,22 @@ pub mod codes {
         REASON_INVALID,
         /// The audit query's filters do not parse (400).
         INVALID_AUDIT_QUERY,
+        /// No refund approval with this id (404).
+        APPROVAL_NOT_FOUND,
+        /// The approval was decided already, approved or rejected (409): a decision is
+        /// made once.
+        APPROVAL_DECIDED,
+        /// The person deciding a refund approval is the one who asked for the refund
+        /// (403): four eyes means two people.
+        SAME_PERSON,
     }
 }
 
 /// What a staff member may do. The routes each name the roles they admit
 /// (docs/security.md has the matrix): a viewer reads everything; an operator also
 /// resumes and refunds payments (up to a limit) and replays webhook deliveries; an
-/// admin also manages staff accounts, webhook endpoints, products and top-ups.
+/// admin also manages staff accounts, webhook endpoints, products and top-ups, and
+/// approves or rejects the refunds others asked for above `STAFF_FOUR_EYES_ABOVE`.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
 )]
@@ -58,6 +70,12 @@ pub enum AuditAction {
     WebhookEndpointChanged,
     ProductChanged,
     TopUp,
+    /// A refund above `STAFF_FOUR_EYES_ABOVE` asked for: an approval awaits a second person.
+    RefundRequested,
+    /// A second person approved a refund (the refund's own row follows, `PAYMENT_REFUNDED`).
+    RefundApproved,
+    /// A second person rejected a refund: nothing was refunded.
+    RefundRejected,
 }
 
 crate::wire_names!(AuditAction {
@@ -72,6 +90,9 @@ crate::wire_names!(AuditAction {
     WebhookEndpointChanged => WEBHOOK_ENDPOINT_CHANGED,
     ProductChanged => PRODUCT_CHANGED,
     TopUp => TOP_UP,
+    RefundRequested => REFUND_REQUESTED,
+    RefundApproved => REFUND_APPROVED,
+    RefundRejected => REFUND_REJECTED,
 });
 
 /// How an audited action ended.
@@ -204,6 +225,108 @@ pub struct AuditEntry {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct AuditPage {
     pub entries: Vec<AuditEntry>,
+    /// Pass as `before` for the next (older) page; absent on the last one.
+    pub next_before: Option<i64>,
+}
+
+/// Where a refund approval stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ApprovalState {
+    /// Awaiting a second person (an admin other than the one who asked).
+    Pending,
+    /// Approved; the refund was carried out through the saga.
+    Approved,
+    /// Rejected; nothing was refunded.
+    Rejected,
+}
+
+/// A stored approval state that is none of [`ApprovalState`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown approval state {0:?}")]
+pub struct UnknownApprovalState(pub String);
+
+crate::wire_names!(
+    ApprovalState { Pending => PENDING, Approved => APPROVED, Rejected => REJECTED },
+    unknown: UnknownApprovalState
+);
+
+/// A refund above `STAFF_FOUR_EYES_ABOVE` and its approval by a second person (four
+/// eyes): asked for by one person (or the operator tools), decided by an admin who is
+/// not the one who asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RefundApproval {
+    pub id: i64,
+    pub payment_id: Uuid,
+    /// The payment's amount (minor units) when the refund was asked for.
+    pub amount: i64,
+    pub state: ApprovalState,
+    /// The staff member who asked (absent when the operator tools asked).
+    pub requested_by: Option<i64>,
+    /// Who asked: their email, or `service:operator`.
+    pub requested_by_name: String,
+    pub requested_at: DateTime<Utc>,
+    /// Why the refund was asked for.
+    pub reason: Option<String>,
+    /// The admin who approved or rejected it.
+    pub decided_by: Option<i64>,
+    pub decided_by_name: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
+    /// Why it was approved or rejected.
+    pub decision_reason: Option<String>,
+}
+
+/// `POST /v1/payments/{id}/refund`'s answer: the payment (200), or, for a payment above
+/// `STAFF_FOUR_EYES_ABOVE`, the approval a second person must give first (202).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum RefundAnswer {
+    Refunded(PaymentAdmin),
+    AwaitingApproval(RefundApproval),
+}
+
+impl RefundAnswer {
+    /// The payment, when the refund was carried out (or is under way).
+    pub fn refunded(&self) -> Option<&PaymentAdmin> {
+        match self {
+            RefundAnswer::Refunded(p) => Some(p),
+            RefundAnswer::AwaitingApproval(_) => None,
+        }
+    }
+
+    /// The approval, when a second person must give it first.
+    pub fn awaiting(&self) -> Option<&RefundApproval> {
+        match self {
+            RefundAnswer::Refunded(_) => None,
+            RefundAnswer::AwaitingApproval(a) => Some(a),
+        }
+    }
+}
+
+/// `POST /v1/approvals/{id}/approve` and `/reject`: the decided approval, and on
+/// approval the payment after its refund (waited for up to `RESPONSE_WAIT_MS`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalDecided {
+    pub approval: RefundApproval,
+    pub payment: Option<PaymentAdmin>,
+}
+
+/// `GET /v1/approvals`: filters, newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListApprovals {
+    /// Only approvals in this state (`PENDING`, `APPROVED`, `REJECTED`).
+    pub state: Option<String>,
+    /// Approvals older than this id (the previous page's `next_before`).
+    pub before: Option<i64>,
+    /// 1-500, default 100.
+    pub limit: Option<i64>,
+}
+
+/// A page of refund approvals, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalPage {
+    pub approvals: Vec<RefundApproval>,
     /// Pass as `before` for the next (older) page; absent on the last one.
     pub next_before: Option<i64>,
 }

@@ -2,7 +2,10 @@
 
 use paysaga_common::client::{Answer, Audience, CallError, ServiceClient};
 
-use super::api::{AuditPage, CreateStaff, ListAudit, SignIn, StaffCreated, StaffSession};
+use super::api::{
+    ActionReason, ApprovalDecided, ApprovalPage, AuditPage, CreateStaff, ListApprovals, ListAudit,
+    SignIn, StaffCreated, StaffSession,
+};
 
 /// Calls the orchestrator's staff routes with a staff session token (or, for
 /// `sign_in`, with none needed).
@@ -33,26 +36,77 @@ impl StaffClient {
 
     /// `GET /v1/audit` with the given filters.
     pub async fn audit(&self, filter: &ListAudit) -> Result<Answer<AuditPage>, CallError> {
-        let mut url =
-            reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
-                status: None,
-                reason: e.to_string(),
-            })?;
-        {
-            let mut q = url.query_pairs_mut();
-            for (k, v) in [
-                ("actor", filter.actor.clone()),
-                ("action", filter.action.clone()),
-                ("target", filter.target.clone()),
-                ("before", filter.before.map(|b| b.to_string())),
-                ("limit", filter.limit.map(|l| l.to_string())),
-            ] {
-                if let Some(v) = v {
-                    q.append_pair(k, &v);
-                }
-            }
-        }
-        let query = url.query().unwrap_or_default().to_owned();
+        let query = query_string([
+            ("actor", filter.actor.clone()),
+            ("action", filter.action.clone()),
+            ("target", filter.target.clone()),
+            ("before", filter.before.map(|b| b.to_string())),
+            ("limit", filter.limit.map(|l| l.to_string())),
+        ])?;
         self.inner.get(&format!("/v1/audit?{query}")).await
     }
+
+    /// `GET /v1/approvals` with the given filters.
+    pub async fn approvals(
+        &self,
+        filter: &ListApprovals,
+    ) -> Result<Answer<ApprovalPage>, CallError> {
+        let query = query_string([
+            ("state", filter.state.clone()),
+            ("before", filter.before.map(|b| b.to_string())),
+            ("limit", filter.limit.map(|l| l.to_string())),
+        ])?;
+        self.inner.get(&format!("/v1/approvals?{query}")).await
+    }
+
+    /// `POST /v1/approvals/{id}/approve` (admins other than the one who asked): the
+    /// refund is carried out.
+    pub async fn approve(
+        &self,
+        id: i64,
+        reason: Option<&str>,
+    ) -> Result<Answer<ApprovalDecided>, CallError> {
+        self.decide(id, "approve", reason).await
+    }
+
+    /// `POST /v1/approvals/{id}/reject` (admins other than the one who asked): nothing
+    /// is refunded.
+    pub async fn reject(
+        &self,
+        id: i64,
+        reason: Option<&str>,
+    ) -> Result<Answer<ApprovalDecided>, CallError> {
+        self.decide(id, "reject", reason).await
+    }
+
+    async fn decide(
+        &self,
+        id: i64,
+        decision: &str,
+        reason: Option<&str>,
+    ) -> Result<Answer<ApprovalDecided>, CallError> {
+        let body = ActionReason {
+            reason: reason.map(str::to_owned),
+        };
+        self.inner
+            .post(&format!("/v1/approvals/{id}/{decision}"), &body)
+            .await
+    }
+}
+
+/// The given filters as an encoded query string (absent ones left out).
+fn query_string<const N: usize>(pairs: [(&str, Option<String>); N]) -> Result<String, CallError> {
+    let mut url = reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
+        status: None,
+        reason: e.to_string(),
+    })?;
+    {
+        let mut q = url.query_pairs_mut();
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                q.append_pair(k, &v);
+            }
+        }
+    }
+    Ok(url.query().unwrap_or_default().to_owned())
 }

@@ -2,21 +2,55 @@
 //! (operators and admins), each a thin call of
 //! [`Operations`](crate::operations::Operations). People call it with their staff
 //! session; the operator tools' service credential is still admitted (as an admin).
+//! Refunds above `STAFF_FOUR_EYES_ABOVE` wait for a second person: the refund approvals
+//! are listed (every staff role) and approved or rejected (admins, people only: four
+//! eyes means two people, so the operator tools' credential is not admitted).
 
-use axum::{body::Bytes, extract::State, Json as AxumJson};
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    Json as AxumJson,
+};
 use paysaga_common::extract::{Path, Query};
+use paysaga_console::Decision;
 use paysaga_contracts::orchestrator::api::{
     ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
-use paysaga_contracts::staff::api::ActionReason;
+use paysaga_contracts::staff::api::{
+    ActionReason, ApprovalDecided, ApprovalPage, ListApprovals, RefundApproval,
+};
 use paysaga_staff::{
     accounts,
     allow::{ADMIN, ANY, OPERATOR},
-    PersonOrTool,
+    Person, PersonOrTool,
 };
 use uuid::Uuid;
 
-use crate::{error::Result, routes::state::SagaState};
+use crate::{error::Result, operations::Refund, routes::state::SagaState, store::PaymentRow};
+
+/// An operator action's answer: the payment (200), or a refund's pending approval (202).
+trait Answered {
+    fn answer(self) -> Response;
+}
+
+impl Answered for PaymentRow {
+    fn answer(self) -> Response {
+        AxumJson(self.to_admin()).into_response()
+    }
+}
+
+impl Answered for Refund {
+    fn answer(self) -> Response {
+        match self {
+            Refund::Done(row) => row.answer(),
+            Refund::AwaitingApproval(a) => {
+                (StatusCode::ACCEPTED, AxumJson(a.to_api())).into_response()
+            }
+        }
+    }
+}
 
 /// List payments, newest first, with filters and keyset paging.
 #[utoipa::path(
@@ -58,9 +92,9 @@ pub async fn steps(
 }
 
 /// An operator's action on one payment: resume and refund differ only in their path,
-/// doc, conflict and the operation they call.
+/// doc, conflict, further answers and the operation they call.
 macro_rules! payment_action {
-    ($(#[$doc:meta])* $name:ident, $as:ident, $path:literal, $conflict:literal) => {
+    ($(#[$doc:meta])* $name:ident, $as:ident, $path:literal, $conflict:literal, [$($more:tt)*]) => {
         $(#[$doc])*
         #[utoipa::path(
             post, path = $path, tag = "operator",
@@ -71,6 +105,7 @@ macro_rules! payment_action {
                 (status = 403, description = "FORBIDDEN_ROLE; REFUND_ABOVE_LIMIT (an operator's refund above STAFF_OPERATOR_REFUND_LIMIT)", body = paysaga_common::ErrorBody),
                 (status = 404, description = "PAYMENT_NOT_FOUND", body = paysaga_common::ErrorBody),
                 (status = 409, description = $conflict, body = paysaga_common::ErrorBody),
+                $($more)*
             ),
             security(("service" = []))
         )]
@@ -80,10 +115,9 @@ macro_rules! payment_action {
             PersonOrTool(by): PersonOrTool<{ OPERATOR | ADMIN }>,
             Path(id): Path<Uuid>,
             body: Bytes,
-        ) -> Result<AxumJson<PaymentAdmin>> {
+        ) -> Result<Response> {
             let reason = accounts::reason_from_body(&body)?;
-            let row = state.operations.$as(&by, id, reason).await?;
-            Ok(AxumJson(row.to_admin()))
+            Ok(state.operations.$as(&by, id, reason).await?.answer())
         }
     };
 }
@@ -93,14 +127,88 @@ payment_action!(
     resume,
     resume_as,
     "/v1/payments/{id}/resume",
-    "PAYMENT_NOT_RESUMABLE: nothing left to do"
+    "PAYMENT_NOT_RESUMABLE: nothing left to do",
+    []
 );
 
 payment_action!(
     /// Refund a COMPLETED payment: cancel the order, then credit the buyer, through the
     /// saga (REFUND_PROCESSING -> REFUNDED). Repeating it returns the refund in progress.
+    /// A payment above STAFF_FOUR_EYES_ABOVE is not refunded yet: the answer is 202 with
+    /// the refund approval an admin other than the one asking must give (the same
+    /// approval while it is pending).
     refund,
     refund_as,
     "/v1/payments/{id}/refund",
-    "PAYMENT_NOT_REFUNDABLE"
+    "PAYMENT_NOT_REFUNDABLE",
+    [(status = 202, description = "above STAFF_FOUR_EYES_ABOVE: the pending approval (nothing refunded yet)", body = RefundApproval),]
+);
+
+/// The refund approvals (four eyes), newest first, filtered by state.
+#[utoipa::path(
+    get, path = "/v1/approvals", tag = "operator",
+    params(ListApprovals),
+    responses(
+        (status = 200, body = ApprovalPage),
+        (status = 400, description = "INVALID_QUERY", body = paysaga_common::ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: no staff session (people only)", body = paysaga_common::ErrorBody),
+    ),
+    security(("staff" = []))
+)]
+#[tracing::instrument(skip_all)]
+pub async fn approvals(
+    State(state): State<SagaState>,
+    _viewer: Person<{ ANY }>,
+    Query(filter): Query<ListApprovals>,
+) -> Result<AxumJson<ApprovalPage>> {
+    Ok(AxumJson(state.operations.approvals(&filter).await?))
+}
+
+/// A decision on a refund approval: approve and reject differ only in their path, doc
+/// and decision.
+macro_rules! approval_decision {
+    ($(#[$doc:meta])* $name:ident, $decision:expr, $path:literal) => {
+        $(#[$doc])*
+        #[utoipa::path(
+            post, path = $path, tag = "operator",
+            params(("id" = i64, Path, description = "refund approval id")),
+            request_body(content = Option<ActionReason>, description = "why (kept in the audit trail, and on an approved refund's step log); the body may be empty"),
+            responses(
+                (status = 200, description = "the decided approval, and on approval the payment after waiting up to RESPONSE_WAIT_MS", body = ApprovalDecided),
+                (status = 401, description = "UNAUTHENTICATED: no staff session (people only; the operator tools' credential decides nothing)", body = paysaga_common::ErrorBody),
+                (status = 403, description = "FORBIDDEN_ROLE (admins only); SAME_PERSON (the one who asked)", body = paysaga_common::ErrorBody),
+                (status = 404, description = "APPROVAL_NOT_FOUND", body = paysaga_common::ErrorBody),
+                (status = 409, description = "APPROVAL_DECIDED; PAYMENT_NOT_REFUNDABLE (approved, but the payment can no longer be refunded)", body = paysaga_common::ErrorBody),
+                (status = 422, description = "INVALID_BODY, REASON_INVALID", body = paysaga_common::ErrorBody),
+            ),
+            security(("staff" = []))
+        )]
+        #[tracing::instrument(skip_all, fields(approval_id = id))]
+        pub async fn $name(
+            State(state): State<SagaState>,
+            Person(by): Person<{ ADMIN }>,
+            Path(id): Path<i64>,
+            body: Bytes,
+        ) -> Result<AxumJson<ApprovalDecided>> {
+            let reason = accounts::reason_from_body(&body)?;
+            Ok(AxumJson(
+                state.operations.decide_as(&by, id, $decision, reason).await?,
+            ))
+        }
+    };
+}
+
+approval_decision!(
+    /// Approve a refund (an admin other than the one who asked): it is carried out at
+    /// once through the saga, the step log naming both people.
+    approve,
+    Decision::Approve,
+    "/v1/approvals/{id}/approve"
+);
+
+approval_decision!(
+    /// Reject a refund (an admin other than the one who asked): nothing is refunded.
+    reject,
+    Decision::Reject,
+    "/v1/approvals/{id}/reject"
 );

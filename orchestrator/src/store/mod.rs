@@ -1,9 +1,10 @@
 //! Payments in PostgreSQL, one module per concern: the row and its decoding (`row`),
 //! creation and loading (`payments`), leases and recovery claims (`leases`), the
 //! compare-and-set step record and the step log (`steps`), the operator's listing and
-//! counts (`listing`), and the group-committed writer (`group`). Every write is one
-//! short transaction.
+//! counts (`listing`), the group-committed writer (`group`), and the refund approvals
+//! of four eyes (`approvals`). Every write is one short transaction.
 
+pub mod approvals;
 mod group;
 mod leases;
 mod listing;

@@ -12,7 +12,10 @@ use paysaga_common::{
 use paysaga_contracts::{
     orchestrator::client::OrchestratorClient,
     staff::{
-        api::{CreateStaff, SignIn, StaffCreated, StaffRole},
+        api::{
+            ApprovalDecided, ApprovalState, CreateStaff, ListApprovals, RefundAnswer,
+            RefundApproval, SignIn, StaffCreated, StaffRole,
+        },
         client::StaffClient,
     },
 };
@@ -483,6 +486,20 @@ fn matrix(payment: Uuid) -> Vec<Route> {
             ADMIN,
         ),
         api("GET", "/v1/audit?limit=5".into(), None, ANY),
+        api("GET", "/v1/approvals?limit=5".into(), None, ANY),
+        // Admitted, then 404 APPROVAL_NOT_FOUND: nothing is decided.
+        api(
+            "POST",
+            "/v1/approvals/999999/approve".into(),
+            Some(serde_json::json!({"reason": "matrix"})),
+            ADMIN,
+        ),
+        api(
+            "POST",
+            "/v1/approvals/999999/reject".into(),
+            Some(serde_json::json!({"reason": "matrix"})),
+            ADMIN,
+        ),
         page("/console/drop".into(), ANY),
         page("/console/payments".into(), ANY),
         page(format!("/console/payments/{payment}"), ANY),
@@ -506,6 +523,17 @@ fn matrix(payment: Uuid) -> Vec<Route> {
             ACTS,
         ),
         page("/console/audit".into(), ANY),
+        page("/console/approvals".into(), ANY),
+        post(
+            "/console/approvals/999999/approve".into(),
+            vec![("reason", "matrix")],
+            ADMIN,
+        ),
+        post(
+            "/console/approvals/999999/reject".into(),
+            vec![("reason", "matrix")],
+            ADMIN,
+        ),
     ]
 }
 
@@ -519,6 +547,7 @@ async fn snapshot(pool: &PgPool) -> (Vec<String>, i64, i64) {
             "payment_service.staff",
             "payment_service.webhook_endpoints",
             "payment_service.webhook_deliveries",
+            "payment_service.refund_approvals",
         ],
     )
     .await;
@@ -621,4 +650,500 @@ async fn every_staff_route_admits_exactly_its_roles_and_a_refused_call_changes_n
             );
         }
     }
+}
+
+/// A staff member signed in through the API: their account and session token.
+struct Signed {
+    created: StaffCreated,
+    token: String,
+}
+
+impl Signed {
+    async fn new(o: &Orchestrator, email: &str, role: StaffRole) -> Self {
+        let created = create(o, email, role).await;
+        let token = sign_in(o, email, &code_now(&created))
+            .await
+            .expect("sign in");
+        Signed { created, token }
+    }
+
+    fn staff(&self, o: &Orchestrator) -> StaffClient {
+        StaffClient::new(&o.url, self.token.clone(), T)
+    }
+
+    fn orchestrator(&self, o: &Orchestrator) -> OrchestratorClient {
+        OrchestratorClient::new(&o.url, self.token.clone(), T)
+    }
+
+    /// Asks for a refund of `payment`; above the four-eyes amount, the approval.
+    async fn ask_refund(&self, o: &Orchestrator, payment: Uuid, reason: &str) -> RefundApproval {
+        let answer = self
+            .orchestrator(o)
+            .refund_because(payment, Some(reason))
+            .await
+            .expect("refund asked for");
+        assert_eq!(answer.status, 202);
+        match answer.body {
+            RefundAnswer::AwaitingApproval(a) => a,
+            RefundAnswer::Refunded(p) => panic!("refunded at once: {p:?}"),
+        }
+    }
+}
+
+fn rejected_with<T: std::fmt::Debug>(r: &Result<T, CallError>, status: u16, code: &str) -> bool {
+    matches!(r, Err(CallError::Rejected { status: s, body }) if *s == status && body.code == code)
+}
+
+/// The approval's state and deciding staff member, read from PostgreSQL.
+async fn approval_row(pool: &PgPool, id: i64) -> (String, Option<i64>) {
+    sqlx::query_as(
+        r#"SELECT state, decided_by FROM payment_service.refund_approvals WHERE id = $1"#,
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .expect("approval row")
+}
+
+async fn payment_state(pool: &PgPool, id: Uuid) -> String {
+    sqlx::query_scalar(r#"SELECT state FROM payment_service.payments WHERE id = $1"#)
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("payment row")
+}
+
+/// The operator notes of a payment's step log.
+async fn operator_notes(pool: &PgPool, id: Uuid) -> Vec<Option<String>> {
+    sqlx::query_scalar(
+        r#"SELECT error FROM payment_service.payment_steps
+           WHERE payment_id = $1 AND outcome = 'OPERATOR' ORDER BY seq"#,
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await
+    .expect("step log")
+}
+
+/// (actor, action, outcome, target, detail) of the refund and approval audit rows.
+async fn refund_audit(
+    pool: &PgPool,
+) -> Vec<(String, String, String, Option<String>, Option<String>)> {
+    sqlx::query_as(
+        r#"SELECT actor, action, outcome, target, detail FROM payment_service.audit_log
+           WHERE action IN ('PAYMENT_REFUNDED', 'REFUND_REQUESTED', 'REFUND_APPROVED', 'REFUND_REJECTED')
+           ORDER BY id"#,
+    )
+    .fetch_all(pool)
+    .await
+    .expect("audit rows")
+}
+
+/// Four eyes for money: above `STAFF_FOUR_EYES_ABOVE` a refund waits (202, nothing
+/// refunded) until an admin other than the one who asked approves it; the approval is
+/// then carried out through the saga, the step log naming both; a rejection refunds
+/// nothing. Every refusal leaves the approval pending; every step is in the audit trail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
+    let mut s = Stack::start().await;
+    let [(acct, res), (other, res2)] = s.two_buyers_with_reservations(["r-1", "r-2"], 2).await;
+    let mut c = s.config();
+    c.staff.sign_in_burst = std::num::NonZeroU32::new(100).unwrap();
+    // The test price (12,900) is above it.
+    c.staff.four_eyes_above = 10_000;
+    let o = s.orchestrator(c, Hooks::default()).await;
+    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
+    let id2 = o
+        .pay("r-2", "k", res2, other)
+        .await
+        .expect("pay")
+        .payment
+        .id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    assert_eq!(s.settled(id2).await, "COMPLETED");
+    let alice = Signed::new(&o, "alice@example.com", StaffRole::Admin).await;
+    let bob = Signed::new(&o, "bob@example.com", StaffRole::Admin).await;
+    let carol = Signed::new(&o, "carol@example.com", StaffRole::Operator).await;
+    let victor = Signed::new(&o, "victor@example.com", StaffRole::Viewer).await;
+
+    // Alice (an admin) asks: 202 with a pending approval, the payment untouched.
+    let asked = alice.ask_refund(&o, id, "buyer asked: wrong size").await;
+    assert_eq!(asked.state, ApprovalState::Pending);
+    assert_eq!(asked.payment_id, id);
+    assert_eq!(asked.amount, 12_900);
+    assert_eq!(asked.requested_by, Some(alice.created.staff.id));
+    assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
+    assert_eq!(
+        approval_row(&s.admin, asked.id).await,
+        ("PENDING".into(), None)
+    );
+    // Asking again answers the same approval; no second row.
+    let again = alice.ask_refund(&o, id, "asking again").await;
+    assert_eq!(again.id, asked.id);
+    let rows: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM payment_service.refund_approvals WHERE payment_id = $1"#,
+    )
+    .bind(id)
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!(rows, 1);
+
+    // She cannot approve her own; an operator, a viewer, the operator tools cannot
+    // approve at all. It stays pending, the payment untouched.
+    let own = alice.staff(&o).approve(asked.id, Some("mine")).await;
+    assert!(rejected_with(&own, 403, "SAME_PERSON"), "{own:?}");
+    for (who, refused) in [
+        ("operator", carol.staff(&o).approve(asked.id, None).await),
+        ("viewer", victor.staff(&o).approve(asked.id, None).await),
+    ] {
+        assert!(
+            rejected_with(&refused, 403, "FORBIDDEN_ROLE"),
+            "{who}: {refused:?}"
+        );
+    }
+    let tool = tool(&o).approve(asked.id, None).await;
+    assert!(rejected_with(&tool, 401, "UNAUTHENTICATED"), "{tool:?}");
+    assert_eq!(
+        approval_row(&s.admin, asked.id).await,
+        ("PENDING".into(), None)
+    );
+    assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
+    assert_eq!(s.balance(acct).await, 100_000 - 12_900);
+
+    // Everyone sees it pending.
+    let pending = victor
+        .staff(&o)
+        .approvals(&ListApprovals {
+            state: Some("PENDING".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .body;
+    assert_eq!(
+        pending.approvals.iter().map(|a| a.id).collect::<Vec<_>>(),
+        vec![asked.id]
+    );
+
+    // Bob approves: refunded through the saga, the ledger paid back, both named.
+    let decided: ApprovalDecided = bob
+        .staff(&o)
+        .approve(asked.id, Some("checked the order"))
+        .await
+        .expect("approve")
+        .body;
+    assert_eq!(decided.approval.state, ApprovalState::Approved);
+    assert_eq!(decided.approval.decided_by, Some(bob.created.staff.id));
+    assert!(decided.payment.is_some());
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.balance(acct).await, 100_000, "the ledger paid it back");
+    assert_eq!(
+        approval_row(&s.admin, asked.id).await,
+        ("APPROVED".into(), Some(bob.created.staff.id))
+    );
+    assert_eq!(
+        operator_notes(&s.admin, id).await,
+        vec![Some(
+            "refund requested by alice@example.com: buyer asked: wrong size; approved by bob@example.com: checked the order"
+                .to_owned()
+        )]
+    );
+    // Decided once: a second approval is 409, nothing more happens.
+    let twice = bob.staff(&o).approve(asked.id, None).await;
+    assert!(rejected_with(&twice, 409, "APPROVAL_DECIDED"), "{twice:?}");
+    assert_eq!(operator_notes(&s.admin, id).await.len(), 1);
+
+    // Carol (an operator, within her limit) asks for the other; Bob rejects: nothing
+    // refunded, and it cannot be approved afterwards.
+    let asked2 = carol.ask_refund(&o, id2, "duplicate order").await;
+    let rejected = bob
+        .staff(&o)
+        .reject(asked2.id, Some("not a duplicate"))
+        .await
+        .expect("reject")
+        .body;
+    assert_eq!(rejected.approval.state, ApprovalState::Rejected);
+    assert!(rejected.payment.is_none());
+    let late = alice.staff(&o).approve(asked2.id, None).await;
+    assert!(rejected_with(&late, 409, "APPROVAL_DECIDED"), "{late:?}");
+    assert_eq!(
+        approval_row(&s.admin, asked2.id).await,
+        ("REJECTED".into(), Some(bob.created.staff.id))
+    );
+    assert_eq!(payment_state(&s.admin, id2).await, "COMPLETED");
+    assert_eq!(s.balance(other).await, 100_000 - 12_900);
+    assert!(operator_notes(&s.admin, id2).await.is_empty());
+
+    let (p1, p2) = (id.to_string(), id2.to_string());
+    let pending1 = format!("approval {} PENDING", asked.id);
+    let approved1 = format!("approval {} APPROVED", asked.id);
+    let refunded1 = decided
+        .payment
+        .as_ref()
+        .expect("the payment")
+        .payment
+        .state
+        .clone();
+    let pending2 = format!("approval {} PENDING", asked2.id);
+    let rejected2 = format!("approval {} REJECTED", asked2.id);
+    let (alice, bob, carol) = ("alice@example.com", "bob@example.com", "carol@example.com");
+    let expected: Vec<(&str, &str, &str, &str, &str)> = vec![
+        (alice, "REFUND_REQUESTED", "DONE", &p1, &pending1),
+        (alice, "REFUND_REQUESTED", "DONE", &p1, &pending1),
+        (alice, "REFUND_APPROVED", "REFUSED", &p1, "SAME_PERSON"),
+        (bob, "REFUND_APPROVED", "DONE", &p1, &approved1),
+        (bob, "PAYMENT_REFUNDED", "DONE", &p1, &refunded1),
+        (bob, "REFUND_APPROVED", "REFUSED", &p1, "APPROVAL_DECIDED"),
+        (carol, "REFUND_REQUESTED", "DONE", &p2, &pending2),
+        (bob, "REFUND_REJECTED", "DONE", &p2, &rejected2),
+        (alice, "REFUND_APPROVED", "REFUSED", &p2, "APPROVAL_DECIDED"),
+    ];
+    let expected: Vec<_> = expected
+        .into_iter()
+        .map(|(who, action, outcome, target, detail)| {
+            (
+                who.to_owned(),
+                action.to_owned(),
+                outcome.to_owned(),
+                Some(target.to_owned()),
+                Some(detail.to_owned()),
+            )
+        })
+        .collect();
+    assert_eq!(refund_audit(&s.admin).await, expected);
+    s.check_money().await;
+}
+
+/// An orchestrator with `STAFF_FOUR_EYES_ABOVE` at `four_eyes_above`, and one
+/// COMPLETED payment of the test price (12,900) from an account of 100,000: the account
+/// and the payment.
+async fn one_completed_payment(four_eyes_above: i64) -> (Stack, Orchestrator, i64, Uuid) {
+    let mut s = Stack::start().await;
+    let (acct, res) = s.buyer_with_reservation("r-1", 100_000, 2).await;
+    let mut c = s.config();
+    c.staff.four_eyes_above = four_eyes_above;
+    let o = s.orchestrator(c, Hooks::default()).await;
+    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    (s, o, acct, id)
+}
+
+/// Two admins approving the same refund at once: one wins (200), the other is told it
+/// was decided (409); one refund is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_admins_approving_at_once_make_one_refund() {
+    let (s, o, acct, id) = one_completed_payment(10_000).await;
+    let carol = Signed::new(&o, "carol@example.com", StaffRole::Operator).await;
+    let alice = Signed::new(&o, "alice@example.com", StaffRole::Admin).await;
+    let bob = Signed::new(&o, "bob@example.com", StaffRole::Admin).await;
+    let asked = carol.ask_refund(&o, id, "buyer asked").await;
+
+    let (a, b) = (alice.staff(&o), bob.staff(&o));
+    let (ra, rb) = tokio::join!(a.approve(asked.id, None), b.approve(asked.id, None));
+    let won = [&ra, &rb].into_iter().filter(|r| r.is_ok()).count();
+    let lost = [&ra, &rb]
+        .into_iter()
+        .filter(|r| rejected_with(*r, 409, "APPROVAL_DECIDED"))
+        .count();
+    assert_eq!((won, lost), (1, 1), "{ra:?} {rb:?}");
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.balance(acct).await, 100_000);
+    assert_eq!(operator_notes(&s.admin, id).await.len(), 1);
+    let credits: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'CREDIT'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!(credits, 1);
+    let (state, decided_by) = approval_row(&s.admin, asked.id).await;
+    assert_eq!(state, "APPROVED");
+    let winner = if ra.is_ok() { &alice } else { &bob };
+    assert_eq!(decided_by, Some(winner.created.staff.id));
+    let refunds: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM payment_service.audit_log
+           WHERE action = 'PAYMENT_REFUNDED' AND outcome = 'DONE'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!(refunds, 1);
+    s.check_money().await;
+}
+
+/// At or below the four-eyes amount a refund is carried out at once, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_at_the_four_eyes_amount_is_carried_out_at_once() {
+    // The test price.
+    let (s, o, _, id) = one_completed_payment(12_900).await;
+    let carol = Signed::new(&o, "carol@example.com", StaffRole::Operator).await;
+    let answer = carol
+        .orchestrator(&o)
+        .refund_because(id, Some("buyer asked"))
+        .await
+        .expect("refund");
+    assert_eq!(answer.status, 200);
+    assert!(answer.body.refunded().is_some(), "{:?}", answer.body);
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    let approvals: i64 =
+        sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.refund_approvals"#)
+            .fetch_one(&s.admin)
+            .await
+            .unwrap();
+    assert_eq!(approvals, 0);
+}
+
+/// The console: an operator's refund above the amount says it awaits approval; the
+/// approvals page offers the decision to an admin other than the one who asked, and
+/// her approval refunds the payment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_console_asks_for_an_approval_and_another_admin_gives_it() {
+    let (s, o, acct, id) = one_completed_payment(10_000).await;
+    let carol = create(&o, "carol@example.com", StaffRole::Operator).await;
+    let alice = create(&o, "alice@example.com", StaffRole::Admin).await;
+    let http = no_redirects();
+    let as_carol = console_sign_in(&http, &o.url, "carol@example.com", &code_now(&carol)).await;
+    let as_alice = console_sign_in(&http, &o.url, "alice@example.com", &code_now(&alice)).await;
+    let post = |path: String, cookie: &str, reason: &str| {
+        http.post(format!("{}{path}", o.url))
+            .header(header::ORIGIN, &o.url)
+            .header(header::COOKIE, cookie)
+            .header(header::CONTENT_TYPE, FORM)
+            .body(form(&[("reason", reason)]))
+            .send()
+    };
+    let page = |cookie: &str| {
+        http.get(format!("{}/console/approvals", o.url))
+            .header(header::COOKIE, cookie)
+            .send()
+    };
+
+    let asked = post(
+        format!("/console/payments/{id}/refund"),
+        &as_carol,
+        "wrong size",
+    )
+    .await
+    .unwrap();
+    assert_eq!(asked.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        asked.headers()[header::LOCATION],
+        format!("/console/payments/{id}?done=approval").as_str()
+    );
+    assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
+    let approval: i64 = sqlx::query_scalar(
+        r#"SELECT id FROM payment_service.refund_approvals WHERE state = 'PENDING'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .expect("one pending approval");
+
+    // The operator sees it, without the decision; the admin with it.
+    let seen = page(&as_carol).await.unwrap().text().await.unwrap();
+    assert!(seen.contains(&format!("data-id=\"{approval}\"")), "{seen}");
+    assert!(!seen.contains(&format!("approve-{approval}")), "{seen}");
+    let seen = page(&as_alice).await.unwrap().text().await.unwrap();
+    assert!(seen.contains(&format!("approve-{approval}")), "{seen}");
+
+    let done = post(
+        format!("/console/approvals/{approval}/approve"),
+        &as_alice,
+        "checked",
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.balance(acct).await, 100_000);
+    assert_eq!(
+        operator_notes(&s.admin, id).await,
+        vec![Some(
+            "refund requested by carol@example.com: wrong size; approved by alice@example.com: checked"
+                .to_owned()
+        )]
+    );
+}
+
+/// The rules hold in PostgreSQL too, for the service's own role (which may read, add and
+/// update approvals): one pending approval per payment; whoever asked never decides; a
+/// decided approval names who decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
+    let (s, _o, _, id) = one_completed_payment(10_000).await;
+    let app = PgPool::connect(&s.db.role_url("payment_app"))
+        .await
+        .expect("payment_app");
+    let ask = r#"INSERT INTO payment_service.refund_approvals
+                   (payment_id, amount, requested_by, requested_by_name)
+                 VALUES ($1, 12900, 7, 'alice@example.com') RETURNING id"#;
+    let first: i64 = sqlx::query_scalar(ask)
+        .bind(id)
+        .fetch_one(&app)
+        .await
+        .expect("the service may ask");
+    let constraint = |e: sqlx::Error| {
+        e.as_database_error()
+            .and_then(|d| d.constraint())
+            .map(str::to_owned)
+    };
+    let second = sqlx::query_scalar::<_, i64>(ask)
+        .bind(id)
+        .fetch_one(&app)
+        .await;
+    assert_eq!(
+        second.map_err(constraint).err().flatten().as_deref(),
+        Some("refund_approvals_one_pending")
+    );
+    let decide = |by: Option<i64>| {
+        sqlx::query(
+            r#"UPDATE payment_service.refund_approvals
+               SET state = 'APPROVED', decided_by = $2, decided_by_name = 'x', decided_at = now()
+               WHERE id = $1"#,
+        )
+        .bind(first)
+        .bind(by)
+        .execute(&app)
+    };
+    for (by, refused_by) in [
+        (Some(7), "refund_approvals_two_people"),
+        (None, "refund_approvals_decided_when_not_pending"),
+    ] {
+        let e = decide(by).await.expect_err("refused");
+        assert_eq!(constraint(e).as_deref(), Some(refused_by));
+    }
+    decide(Some(8)).await.expect("another person decides");
+    // Decided, it no longer blocks a new request.
+    sqlx::query_scalar::<_, i64>(ask)
+        .bind(id)
+        .fetch_one(&app)
+        .await
+        .expect("a new request once decided");
+}
+
+/// The operator tools may ask for a refund above the amount (it waits like anyone's),
+/// never decide one; any admin may approve what they asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operator_tools_ask_and_a_person_approves() {
+    let (s, o, acct, id) = one_completed_payment(10_000).await;
+    let answer = o.operator().refund(id).await.expect("refund asked for");
+    assert_eq!(answer.status, 202);
+    let asked = answer.body.awaiting().expect("awaits approval").clone();
+    assert_eq!(asked.requested_by, None);
+    assert_eq!(asked.requested_by_name, "service:operator");
+    assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
+    let alice = Signed::new(&o, "alice@example.com", StaffRole::Admin).await;
+    alice
+        .staff(&o)
+        .approve(asked.id, None)
+        .await
+        .expect("a person approves");
+    assert_eq!(s.settled(id).await, "REFUNDED");
+    assert_eq!(s.balance(acct).await, 100_000);
+    assert_eq!(
+        operator_notes(&s.admin, id).await,
+        vec![Some(
+            "refund requested by service:operator; approved by alice@example.com".to_owned()
+        )]
+    );
 }

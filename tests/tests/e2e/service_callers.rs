@@ -91,6 +91,18 @@ const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
         "/v1/staff/sessions/sign-out",
     ),
     (ServiceKind::Orchestrator, "get", "/v1/audit"),
+    // Refund approvals (four eyes): people only, two of them.
+    (ServiceKind::Orchestrator, "get", "/v1/approvals"),
+    (
+        ServiceKind::Orchestrator,
+        "post",
+        "/v1/approvals/{id}/approve",
+    ),
+    (
+        ServiceKind::Orchestrator,
+        "post",
+        "/v1/approvals/{id}/reject",
+    ),
     (ServiceKind::Account, "post", "/v1/transfers"),
     (ServiceKind::Gate, "post", "/v1/passes"),
     (ServiceKind::Member, "post", "/v1/members"),
