@@ -1113,6 +1113,17 @@ async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
         assert_eq!(constraint(e).as_deref(), Some(refused_by));
     }
     decide(Some(8)).await.expect("another person decides");
+    // Decided, never removed: the service may not delete an approval.
+    let e = sqlx::query(r#"DELETE FROM payment_service.refund_approvals WHERE id = $1"#)
+        .bind(first)
+        .execute(&app)
+        .await
+        .expect_err("the service deletes no approval");
+    assert_eq!(
+        e.as_database_error().and_then(|d| d.code()).as_deref(),
+        Some("42501"),
+        "{e}"
+    );
     // Decided, it no longer blocks a new request.
     sqlx::query_scalar::<_, i64>(ask)
         .bind(id)
