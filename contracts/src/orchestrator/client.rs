@@ -128,12 +128,7 @@ impl OrchestratorClient {
         id: Uuid,
         reason: Option<&str>,
     ) -> Result<Answer<PaymentAdmin>, CallError> {
-        self.inner
-            .post(
-                &format!("/v1/payments/{id}/resume"),
-                &serde_json::json!({ "reason": reason }),
-            )
-            .await
+        self.operator_action(id, "resume", reason).await
     }
 
     /// Refund, saying why (kept in the audit trail and on the step log).
@@ -142,9 +137,19 @@ impl OrchestratorClient {
         id: Uuid,
         reason: Option<&str>,
     ) -> Result<Answer<PaymentAdmin>, CallError> {
+        self.operator_action(id, "refund", reason).await
+    }
+
+    /// `POST /v1/payments/{id}/{action}` with the operator's reason.
+    async fn operator_action(
+        &self,
+        id: Uuid,
+        action: &str,
+        reason: Option<&str>,
+    ) -> Result<Answer<PaymentAdmin>, CallError> {
         self.inner
             .post(
-                &format!("/v1/payments/{id}/refund"),
+                &format!("/v1/payments/{id}/{action}"),
                 &serde_json::json!({ "reason": reason }),
             )
             .await
@@ -164,11 +169,7 @@ impl OrchestratorClient {
         &self,
         id: Uuid,
     ) -> Result<Answer<WebhookSecretRotated>, CallError> {
-        self.inner
-            .post(
-                &format!("/v1/webhook-endpoints/{id}/rotate-secret"),
-                &serde_json::json!({}),
-            )
+        self.post_empty(&format!("/v1/webhook-endpoints/{id}/rotate-secret"))
             .await
     }
 
@@ -184,11 +185,7 @@ impl OrchestratorClient {
         enabled: bool,
     ) -> Result<Answer<WebhookEndpoint>, CallError> {
         let verb = if enabled { "enable" } else { "disable" };
-        self.inner
-            .post(
-                &format!("/v1/webhook-endpoints/{id}/{verb}"),
-                &serde_json::json!({}),
-            )
+        self.post_empty(&format!("/v1/webhook-endpoints/{id}/{verb}"))
             .await
     }
 
@@ -226,11 +223,15 @@ impl OrchestratorClient {
         &self,
         id: Uuid,
     ) -> Result<Answer<WebhookDelivery>, CallError> {
-        self.inner
-            .post(
-                &format!("/v1/webhook-deliveries/{id}/replay"),
-                &serde_json::json!({}),
-            )
+        self.post_empty(&format!("/v1/webhook-deliveries/{id}/replay"))
             .await
+    }
+
+    /// `POST path` with an empty body.
+    async fn post_empty<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<Answer<T>, CallError> {
+        self.inner.post(path, &serde_json::json!({})).await
     }
 }
