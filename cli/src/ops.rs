@@ -98,21 +98,12 @@ pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Re
             error,
             limit,
         } => {
-            let mut url = reqwest::Url::parse("http://x/v1/payments")?;
-            {
-                let mut q = url.query_pairs_mut();
-                if let Some(s) = &state {
-                    q.append_pair("state", &s.to_ascii_uppercase());
-                }
-                if attention {
-                    q.append_pair("needs_attention", "true");
-                }
-                if let Some(e) = &error {
-                    q.append_pair("error_contains", e);
-                }
-                q.append_pair("limit", &limit.to_string());
-            }
-            let query = url.query().unwrap_or_default().to_owned();
+            let query = paysaga_contracts::query_string([
+                ("state", state.map(|s| s.to_ascii_uppercase())),
+                ("needs_attention", attention.then(|| "true".to_owned())),
+                ("error_contains", error),
+                ("limit", Some(limit.to_string())),
+            ])?;
             let page: PaymentPage = orchestrator
                 .list(&query)
                 .await

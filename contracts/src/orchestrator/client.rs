@@ -194,24 +194,11 @@ impl OrchestratorClient {
         &self,
         filter: &ListDeliveries,
     ) -> Result<Answer<WebhookDeliveryPage>, CallError> {
-        let mut url =
-            reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
-                status: None,
-                reason: e.to_string(),
-            })?;
-        {
-            let mut q = url.query_pairs_mut();
-            if let Some(s) = &filter.state {
-                q.append_pair("state", s);
-            }
-            if let Some(e) = filter.endpoint_id {
-                q.append_pair("endpoint_id", &e.to_string());
-            }
-            if let Some(l) = filter.limit {
-                q.append_pair("limit", &l.to_string());
-            }
-        }
-        let query = url.query().unwrap_or_default().to_owned();
+        let query = crate::query_string([
+            ("state", filter.state.clone()),
+            ("endpoint_id", filter.endpoint_id.map(|e| e.to_string())),
+            ("limit", filter.limit.map(|l| l.to_string())),
+        ])?;
         self.inner
             .get(&format!("/v1/webhook-deliveries?{query}"))
             .await
