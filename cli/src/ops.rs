@@ -7,7 +7,7 @@ use std::{process::ExitCode, time::Duration};
 use anyhow::Context;
 use paysaga_common::{
     auth::{Minter, ServiceRole},
-    client::Credential,
+    client::{Answer, CallError, Credential},
     credentials::{operator_credential_from_env, MAX_SERVICE_TOKEN_LIFETIME_SECS},
     db::RolePasswords,
 };
@@ -71,12 +71,27 @@ const PAYMENT_HEADER: [&str; 8] = [
     "last error",
 ];
 
-pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Result<ExitCode> {
-    let orchestrator = OrchestratorClient::new(
+/// The orchestrator's client, with the operator's orchestrator credential.
+pub fn orchestrator_client(endpoints: &Endpoints) -> anyhow::Result<OrchestratorClient> {
+    Ok(OrchestratorClient::new(
         &endpoints.orchestrator_url,
         crate::staff::orchestrator_credential()?,
         TIMEOUT,
-    );
+    ))
+}
+
+/// Prints the payment an operator's action answered with, or says what failed `doing` it.
+fn print_acted_on(
+    answer: Result<Answer<PaymentAdmin>, CallError>,
+    doing: &'static str,
+) -> anyhow::Result<()> {
+    let p = answer.context(doing)?.body;
+    println!("{}", table::render(&PAYMENT_HEADER, &[payment_row(&p)]));
+    Ok(())
+}
+
+pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Result<ExitCode> {
+    let orchestrator = orchestrator_client(endpoints)?;
     match cmd {
         PaymentsCommand::List {
             state,
@@ -84,21 +99,12 @@ pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Re
             error,
             limit,
         } => {
-            let mut url = reqwest::Url::parse("http://x/v1/payments")?;
-            {
-                let mut q = url.query_pairs_mut();
-                if let Some(s) = &state {
-                    q.append_pair("state", &s.to_ascii_uppercase());
-                }
-                if attention {
-                    q.append_pair("needs_attention", "true");
-                }
-                if let Some(e) = &error {
-                    q.append_pair("error_contains", e);
-                }
-                q.append_pair("limit", &limit.to_string());
-            }
-            let query = url.query().unwrap_or_default().to_owned();
+            let query = paysaga_contracts::query_string([
+                ("state", state.map(|s| s.to_ascii_uppercase())),
+                ("needs_attention", attention.then(|| "true".to_owned())),
+                ("error_contains", error),
+                ("limit", Some(limit.to_string())),
+            ])?;
             let page: PaymentPage = orchestrator
                 .list(&query)
                 .await
@@ -118,14 +124,10 @@ pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Re
                 .body;
             print_timeline(&t);
         }
-        PaymentsCommand::Resume { id, reason } => {
-            let p = orchestrator
-                .resume_because(id, reason.as_deref())
-                .await
-                .context("resuming the payment")?
-                .body;
-            println!("{}", table::render(&PAYMENT_HEADER, &[payment_row(&p)]));
-        }
+        PaymentsCommand::Resume { id, reason } => print_acted_on(
+            orchestrator.resume_because(id, reason.as_deref()).await,
+            "resuming the payment",
+        )?,
         PaymentsCommand::Refund { id, reason } => {
             match orchestrator
                 .refund_because(id, reason.as_deref())
@@ -252,27 +254,30 @@ const PRODUCT_HEADER: [&str; 7] = [
 ];
 
 pub async fn products(endpoints: &Endpoints) -> anyhow::Result<ExitCode> {
+    print_products(endpoints, None).await
+}
+
+pub async fn stock(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCode> {
+    print_products(endpoints, Some(product)).await
+}
+
+/// Prints every product, or only the one asked for.
+async fn print_products(endpoints: &Endpoints, only: Option<i64>) -> anyhow::Result<ExitCode> {
     let order = OrderClient::new(&endpoints.order_url, operator_credential()?, TIMEOUT);
-    let products = order
-        .list_products()
-        .await
-        .context("listing products")?
-        .body;
+    let products = match only {
+        None => {
+            order
+                .list_products()
+                .await
+                .context("listing products")?
+                .body
+        }
+        Some(id) => vec![order.product(id).await.context("reading the product")?.body],
+    };
     println!(
         "{}",
         table::render(&PRODUCT_HEADER, &product_rows(&products))
     );
-    Ok(ExitCode::SUCCESS)
-}
-
-pub async fn stock(endpoints: &Endpoints, product: i64) -> anyhow::Result<ExitCode> {
-    let order = OrderClient::new(&endpoints.order_url, operator_credential()?, TIMEOUT);
-    let p = order
-        .product(product)
-        .await
-        .context("reading the product")?
-        .body;
-    println!("{}", table::render(&PRODUCT_HEADER, &product_rows(&[p])));
     Ok(ExitCode::SUCCESS)
 }
 

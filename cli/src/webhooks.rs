@@ -2,20 +2,18 @@
 //! is printed once), list, disable, enable, rotate its secret (the new one printed
 //! once), list DEAD deliveries, replay them.
 
-use std::{process::ExitCode, time::Duration};
+use std::process::ExitCode;
 
 use anyhow::Context;
-use paysaga_contracts::orchestrator::{
-    api::{CreateWebhookEndpoint, ListDeliveries, WebhookDelivery, WebhookEndpoint},
-    client::OrchestratorClient,
+use paysaga_contracts::orchestrator::api::{
+    CreateWebhookEndpoint, ListDeliveries, WebhookDelivery, WebhookEndpoint,
 };
 
 use crate::{
     args::{Endpoints, WebhooksCommand},
+    ops::orchestrator_client,
     table,
 };
-
-const TIMEOUT: Duration = Duration::from_secs(10);
 
 const ENDPOINT_HEADER: [&str; 6] = [
     "endpoint",
@@ -66,11 +64,7 @@ fn delivery_row(d: &WebhookDelivery) -> Vec<String> {
 }
 
 pub async fn run(endpoints: &Endpoints, cmd: WebhooksCommand) -> anyhow::Result<ExitCode> {
-    let orchestrator = OrchestratorClient::new(
-        &endpoints.orchestrator_url,
-        crate::staff::orchestrator_credential()?,
-        TIMEOUT,
-    );
+    let orchestrator = orchestrator_client(endpoints)?;
     match cmd {
         WebhooksCommand::Add {
             url,

@@ -258,17 +258,7 @@ pub async fn serve_tls(
     serve_with_tls(listener, app, shutdown, limits, tls).await
 }
 
-/// [`serve`] with the given limits.
-pub async fn serve_with(
-    listener: TcpListener,
-    app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    limits: ServerLimits,
-) -> std::io::Result<()> {
-    serve_with_tls(listener, app, shutdown, limits, None).await
-}
-
-/// [`serve_tls`] with the given limits.
+/// [`serve_tls`] with the given limits (no TLS: `tls` `None`).
 ///
 /// `axum::serve` sets no timer on its connections, so a client that sends half a
 /// request (or nothing) holds its connection and task forever. This is the same accept

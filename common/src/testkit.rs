@@ -212,11 +212,12 @@ pub async fn serve_metrics() -> String {
         .await
         .expect("bind a metrics port");
     let base = format!("http://{}", listener.local_addr().expect("metrics address"));
-    tokio::spawn(crate::server::serve_with(
+    tokio::spawn(crate::server::serve_with_tls(
         listener,
         crate::server::metrics_app(),
         std::future::pending(),
         crate::limits::ServerLimits::default(),
+        None,
     ));
     base
 }

@@ -101,6 +101,22 @@ macro_rules! wire_names {
     };
 }
 
+/// The query string of those `pairs` that have a value, form-encoded in the order given
+/// (e.g. `state=DEAD&limit=10`; empty when none has one).
+pub fn query_string<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, Option<String>)>,
+) -> Result<String, paysaga_common::client::CallError> {
+    let mut url = reqwest::Url::parse("http://query.invalid/").map_err(|e| {
+        paysaga_common::client::CallError::Unknown {
+            status: None,
+            reason: e.to_string(),
+        }
+    })?;
+    url.query_pairs_mut()
+        .extend_pairs(pairs.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    Ok(url.query().unwrap_or_default().to_owned())
+}
+
 pub mod account;
 pub mod batch;
 pub mod eligibility;

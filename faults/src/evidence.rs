@@ -164,7 +164,8 @@ pub async fn acknowledged(
             (_, None) => {}
         }
     }
-    let completed_lost: i64 = sqlx::query_scalar(
+    let completed_lost = count_over(
+        pool,
         r#"
         SELECT COUNT(*)
         FROM UNNEST($1::UUID[]) AS told(id)
@@ -179,11 +180,10 @@ pub async fn acknowledged(
                SELECT 1 FROM order_service.orders AS o
                WHERE o.reservation_id = p.reservation_id AND o.state = 'CONFIRMED')
         "#,
+        &told_completed,
+        "the payments buyers were told COMPLETED",
     )
-    .bind(&told_completed)
-    .fetch_one(pool)
-    .await
-    .context("reading the payments buyers were told COMPLETED")?;
+    .await?;
     let closed_contradicted: i64 = sqlx::query_scalar(
         r#"
         SELECT COUNT(*)
@@ -198,17 +198,17 @@ pub async fn acknowledged(
     .await
     .context("reading the payments buyers were told FAILED or REFUNDED")?;
     let reservations: Vec<uuid::Uuid> = attempts.iter().filter_map(|a| a.reservation_id).collect();
-    let reservations_lost: i64 = sqlx::query_scalar(
+    let reservations_lost = count_over(
+        pool,
         r#"
         SELECT COUNT(*)
         FROM UNNEST($1::UUID[]) AS given(id)
         WHERE NOT EXISTS (SELECT 1 FROM order_service.reservations AS r WHERE r.id = given.id)
         "#,
+        &reservations,
+        "the reservations buyers were given",
     )
-    .bind(&reservations)
-    .fetch_one(pool)
-    .await
-    .context("reading the reservations buyers were given")?;
+    .await?;
     let keys_in_progress: i64 = sqlx::query_scalar(
         r#"SELECT COUNT(*) FROM payment_service.idempotency_keys WHERE status = 'PROCESSING'"#,
     )
@@ -222,6 +222,20 @@ pub async fn acknowledged(
         reservations_lost,
         keys_in_progress,
     })
+}
+
+/// The count `sql` reads with `ids` as its `$1`; `what` it reads names it in an error.
+async fn count_over(
+    pool: &PgPool,
+    sql: &str,
+    ids: &[uuid::Uuid],
+    what: &str,
+) -> anyhow::Result<i64> {
+    sqlx::query_scalar(sql)
+        .bind(ids)
+        .fetch_one(pool)
+        .await
+        .with_context(|| format!("reading {what}"))
 }
 
 /// `name{labels} value` from a Prometheus text page; 0 when absent.

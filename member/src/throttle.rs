@@ -378,27 +378,24 @@ mod tests {
             per_email: 50,
             window: Duration::from_secs(900),
         };
-        assert_eq!(live(4, 19, 49).refusal(&limits), None);
-        assert_eq!(
-            live(5, 0, 0).refusal(&limits),
-            Some((SignInScope::Pair, 100.0))
-        );
-        assert_eq!(
-            live(0, 20, 0).refusal(&limits),
-            Some((SignInScope::Address, 200.0))
-        );
-        // An email over its limit: an address that never failed for it gets in...
-        assert_eq!(live(0, 0, 500).refusal(&limits), None);
-        // ... one that failed for it is held until the sooner window ends.
-        assert_eq!(
-            live(1, 0, 50).refusal(&limits),
-            Some((SignInScope::Email, 100.0))
-        );
-        // Several at once: the longest wait.
-        assert_eq!(
-            live(5, 20, 50).refusal(&limits),
-            Some((SignInScope::Address, 200.0))
-        );
+        let cases = [
+            ((4, 19, 49), None),
+            ((5, 0, 0), Some((SignInScope::Pair, 100.0))),
+            ((0, 20, 0), Some((SignInScope::Address, 200.0))),
+            // An email over its limit: an address that never failed for it gets in...
+            ((0, 0, 500), None),
+            // ... one that failed for it is held until the sooner window ends.
+            ((1, 0, 50), Some((SignInScope::Email, 100.0))),
+            // Several at once: the longest wait.
+            ((5, 20, 50), Some((SignInScope::Address, 200.0))),
+        ];
+        for ((pair, address, email), want) in cases {
+            assert_eq!(
+                live(pair, address, email).refusal(&limits),
+                want,
+                "{pair} {address} {email}"
+            );
+        }
     }
 
     #[test]

@@ -64,16 +64,15 @@ impl Webhooks {
         .await?;
         tracing::info!(endpoint_id = %row.id, url = %row.url, "webhook endpoint created");
         Ok(WebhookEndpointCreated {
-            endpoint: row.to_api(),
+            endpoint: row,
             secret,
         })
     }
 
     /// Every endpoint, oldest first (secrets are never shown again).
     pub async fn endpoints(&self) -> Result<WebhookEndpointList> {
-        let rows = store::list_endpoints(&self.pool).await?;
         Ok(WebhookEndpointList {
-            endpoints: rows.iter().map(store::EndpointRow::to_api).collect(),
+            endpoints: store::list_endpoints(&self.pool).await?,
         })
     }
 
@@ -83,7 +82,7 @@ impl Webhooks {
             .await?
             .ok_or(Error::EndpointNotFound)?;
         tracing::info!(endpoint_id = %id, enabled, "webhook endpoint switched");
-        Ok(row.to_api())
+        Ok(row)
     }
 
     /// Gives an endpoint a new secret, returned this once; the one before is still
@@ -189,6 +188,24 @@ impl Webhooks {
     ) -> Result<WebhookEndpoint> {
         let result = self.set_enabled(id, enabled).await;
         let what = if enabled { "enabled" } else { "disabled" };
+        self.endpoint_changed(by, id, result, what).await
+    }
+
+    /// [`Self::rotate_secret`] by `by`.
+    pub async fn rotate_secret_as(&self, by: &Acting, id: Uuid) -> Result<WebhookSecretRotated> {
+        let result = self.rotate_secret(id).await;
+        self.endpoint_changed(by, id, result, "secret rotated")
+            .await
+    }
+
+    /// [`Self::audited`] for a change to endpoint `id`, described as `what`.
+    async fn endpoint_changed<T>(
+        &self,
+        by: &Acting,
+        id: Uuid,
+        result: Result<T>,
+        what: &str,
+    ) -> Result<T> {
         self.audited(
             by,
             AuditAction::WebhookEndpointChanged,
@@ -196,20 +213,6 @@ impl Webhooks {
             None,
             result,
             |_| Some(what.to_owned()),
-        )
-        .await
-    }
-
-    /// [`Self::rotate_secret`] by `by`.
-    pub async fn rotate_secret_as(&self, by: &Acting, id: Uuid) -> Result<WebhookSecretRotated> {
-        let result = self.rotate_secret(id).await;
-        self.audited(
-            by,
-            AuditAction::WebhookEndpointChanged,
-            id.to_string(),
-            None,
-            result,
-            |_| Some("secret rotated".to_owned()),
         )
         .await
     }

@@ -29,23 +29,11 @@ use uuid::Uuid;
 use crate::{error::Result, operations::Webhooks};
 
 /// What the webhook API's routes need: the platform and the credential check.
-#[derive(Clone)]
+#[derive(Clone, FromRef)]
 pub struct ApiState {
     pub webhooks: Webhooks,
     pub verifier: Arc<Verifier>,
     pub staff: Staff,
-}
-
-impl FromRef<ApiState> for Staff {
-    fn from_ref(s: &ApiState) -> Self {
-        s.staff.clone()
-    }
-}
-
-impl FromRef<ApiState> for Arc<Verifier> {
-    fn from_ref(s: &ApiState) -> Self {
-        s.verifier.clone()
-    }
 }
 
 /// The webhook API's routes, with their state.

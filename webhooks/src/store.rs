@@ -49,32 +49,6 @@ pub struct UnknownDeliveryState(pub String);
 /// batches at once could create a later event's delivery before an earlier one's.
 const DISPATCH_LOCK: i64 = 0x7061_7973_6167_6177; // "paysagaw"
 
-/// A webhook endpoint as stored (without its secret).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct EndpointRow {
-    pub id: Uuid,
-    pub url: String,
-    pub event_types: Vec<String>,
-    pub enabled: bool,
-    pub description: String,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-impl EndpointRow {
-    pub fn to_api(&self) -> WebhookEndpoint {
-        WebhookEndpoint {
-            id: self.id,
-            url: self.url.clone(),
-            event_types: self.event_types.clone(),
-            enabled: self.enabled,
-            description: self.description.clone(),
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        }
-    }
-}
-
 const ENDPOINT_COLUMNS: &str =
     r#"id, url, event_types, enabled, description, created_at, updated_at"#;
 
@@ -86,7 +60,7 @@ pub async fn create_endpoint(
     secret_sealed: &[u8],
     event_types: &[String],
     description: &str,
-) -> Result<EndpointRow> {
+) -> Result<WebhookEndpoint> {
     let sql = format!(
         r#"
         INSERT INTO webhook_endpoints (id, url, secret_sealed, event_types, description)
@@ -94,7 +68,7 @@ pub async fn create_endpoint(
         RETURNING {ENDPOINT_COLUMNS}
         "#
     );
-    Ok(sqlx::query_as::<_, EndpointRow>(&sql)
+    Ok(sqlx::query_as::<_, WebhookEndpoint>(&sql)
         .bind(id)
         .bind(url)
         .bind(secret_sealed)
@@ -105,10 +79,10 @@ pub async fn create_endpoint(
 }
 
 /// Every endpoint, oldest first.
-pub async fn list_endpoints(pool: &PgPool) -> Result<Vec<EndpointRow>> {
+pub async fn list_endpoints(pool: &PgPool) -> Result<Vec<WebhookEndpoint>> {
     let sql =
         format!(r#"SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints ORDER BY created_at, id"#);
-    Ok(sqlx::query_as::<_, EndpointRow>(&sql)
+    Ok(sqlx::query_as::<_, WebhookEndpoint>(&sql)
         .fetch_all(pool)
         .await?)
 }
@@ -214,7 +188,11 @@ pub async fn rotate_secret(
 }
 
 /// Enables or disables an endpoint; `None` if there is no such endpoint.
-pub async fn set_enabled(pool: &PgPool, id: Uuid, enabled: bool) -> Result<Option<EndpointRow>> {
+pub async fn set_enabled(
+    pool: &PgPool,
+    id: Uuid,
+    enabled: bool,
+) -> Result<Option<WebhookEndpoint>> {
     let sql = format!(
         r#"
         UPDATE webhook_endpoints
@@ -224,7 +202,7 @@ pub async fn set_enabled(pool: &PgPool, id: Uuid, enabled: bool) -> Result<Optio
         RETURNING {ENDPOINT_COLUMNS}
         "#
     );
-    Ok(sqlx::query_as::<_, EndpointRow>(&sql)
+    Ok(sqlx::query_as::<_, WebhookEndpoint>(&sql)
         .bind(id)
         .bind(enabled)
         .fetch_optional(pool)
@@ -479,47 +457,36 @@ pub enum Outcome {
 /// lease ran out and was claimed again is the new owner's to record). Returns whether
 /// it was recorded.
 pub async fn record(pool: &PgPool, id: Uuid, owner: Uuid, outcome: &Outcome) -> Result<bool> {
-    let done = match outcome {
-        Outcome::Delivered { status } => {
-            sqlx::query(
-                r#"
-                UPDATE webhook_deliveries
-                SET state = 'DELIVERED', delivered_at = now(), next_attempt_at = NULL,
-                    last_status = $3, last_error = NULL,
-                    lease_owner = NULL, lease_until = NULL, updated_at = now()
-                WHERE id = $1 AND lease_owner = $2 AND state = 'PENDING'
-                "#,
-            )
-            .bind(id)
-            .bind(owner)
-            .bind(status)
-            .execute(pool)
-            .await?
-        }
+    // Delivered: no error and nothing due again; failed: DEAD when no retry is due.
+    let (delivered, status, error, retry_in) = match outcome {
+        Outcome::Delivered { status } => (true, Some(*status), None, None),
         Outcome::Failed {
             status,
             error,
             retry_in,
-        } => {
-            sqlx::query(
-                r#"
-                UPDATE webhook_deliveries
-                SET state = CASE WHEN $5::BIGINT IS NULL THEN 'DEAD' ELSE 'PENDING' END,
-                    next_attempt_at = now() + $5 * INTERVAL '1 millisecond',
-                    last_status = $3, last_error = $4,
-                    lease_owner = NULL, lease_until = NULL, updated_at = now()
-                WHERE id = $1 AND lease_owner = $2 AND state = 'PENDING'
-                "#,
-            )
-            .bind(id)
-            .bind(owner)
-            .bind(status)
-            .bind(error.as_str())
-            .bind(retry_in.map(millis))
-            .execute(pool)
-            .await?
-        }
+        } => (false, *status, Some(error.as_str()), retry_in.map(millis)),
     };
+    let done = sqlx::query(
+        r#"
+        UPDATE webhook_deliveries
+        SET state = CASE WHEN $6 THEN 'DELIVERED'
+                         WHEN $5::BIGINT IS NULL THEN 'DEAD'
+                         ELSE 'PENDING' END,
+            delivered_at = CASE WHEN $6 THEN now() ELSE delivered_at END,
+            next_attempt_at = now() + $5 * INTERVAL '1 millisecond',
+            last_status = $3, last_error = $4,
+            lease_owner = NULL, lease_until = NULL, updated_at = now()
+        WHERE id = $1 AND lease_owner = $2 AND state = 'PENDING'
+        "#,
+    )
+    .bind(id)
+    .bind(owner)
+    .bind(status)
+    .bind(error)
+    .bind(retry_in)
+    .bind(delivered)
+    .execute(pool)
+    .await?;
     Ok(done.rows_affected() == 1)
 }
 

@@ -106,20 +106,16 @@ async fn seed(pool: &PgPool, product: i64, shape: Shape) -> Result<i64> {
     let n = shape.calls as i64 * shape.batch as i64;
     let first = product * 10_000_000;
     sqlx::query(
-        r#"INSERT INTO bench_limit.accounts (id, balance)
-           SELECT g, $3 FROM generate_series($1, $1 + $2 - 1) AS g"#,
+        r#"WITH accounts AS (
+               INSERT INTO bench_limit.accounts (id, balance)
+               SELECT g, $3 FROM generate_series($1, $1 + $2 - 1) AS g
+           )
+           INSERT INTO bench_limit.units (id, product_id)
+           SELECT g, $4 FROM generate_series($1, $1 + $2 - 1) AS g"#,
     )
     .bind(first)
     .bind(n)
     .bind(PRICE)
-    .execute(pool)
-    .await?;
-    sqlx::query(
-        r#"INSERT INTO bench_limit.units (id, product_id)
-           SELECT g, $3 FROM generate_series($1, $1 + $2 - 1) AS g"#,
-    )
-    .bind(first)
-    .bind(n)
     .bind(product)
     .execute(pool)
     .await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use paysaga_common::{
     limits::ServerLimits,
-    server::{finish_with, metrics_app, serve_with},
+    server::{finish_with, metrics_app, serve_with_tls},
     telemetry::method_label,
 };
 use reqwest::Method;
@@ -19,27 +19,30 @@ fn series(metrics: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Serves `app` on a port of its own until the test ends: its base URL.
+async fn serve(app: Router, limits: ServerLimits) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(serve_with_tls(
+        listener,
+        app,
+        std::future::pending(),
+        limits,
+        None,
+    ));
+    base
+}
+
 #[tokio::test]
 async fn invented_methods_and_random_paths_add_no_series() {
     let api = Router::new().route("/v1/things/{id}", get(|| async { "thing" }));
     let limits = ServerLimits::default();
     let app = finish_with(api, utoipa::openapi::OpenApi::default(), limits);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(serve_with(listener, app, std::future::pending(), limits));
+    let base = serve(app, limits).await;
     // `/metrics` on a listener of its own, as `METRICS_ADDR` serves it; the API's has none.
-    let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let metrics_base = format!("http://{}", metrics_listener.local_addr().expect("addr"));
-    tokio::spawn(serve_with(
-        metrics_listener,
-        metrics_app(),
-        std::future::pending(),
-        limits,
-    ));
+    let metrics_base = serve(metrics_app(), limits).await;
     let http = reqwest::Client::new();
     let on_api = http
         .get(format!("{base}/metrics"))

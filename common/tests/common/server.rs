@@ -15,7 +15,7 @@ use std::{
 use axum::{extract::ConnectInfo, routing::get, Router};
 use paysaga_common::{
     limits::ServerLimits,
-    server::{finish_with, readiness, serve_with},
+    server::{finish_with, readiness, serve_with_tls},
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -42,13 +42,14 @@ async fn start(app: Router, limits: ServerLimits) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve_with(
+    let task = tokio::spawn(serve_with_tls(
         listener,
         app,
         async move {
             let _ = stopped.await;
         },
         limits,
+        None,
     ));
     Running {
         addr,

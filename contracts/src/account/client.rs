@@ -103,28 +103,16 @@ impl AccountClient {
 
     /// `GET /v1/holds?...`: live holds placed at least `older_than_ms` ago, oldest first.
     pub async fn holds(&self, q: &ListHolds) -> Result<Answer<HoldPage>, CallError> {
-        let mut url =
-            reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
-                status: None,
-                reason: e.to_string(),
-            })?;
-        {
-            let mut pairs = url.query_pairs_mut();
-            pairs.append_pair("older_than_ms", &q.older_than_ms.to_string());
-            if let Some(t) = q.after_created_at {
-                pairs.append_pair(
-                    "after_created_at",
-                    &t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
-                );
-            }
-            if let Some(id) = q.after_id {
-                pairs.append_pair("after_id", &id.to_string());
-            }
-            if let Some(l) = q.limit {
-                pairs.append_pair("limit", &l.to_string());
-            }
-        }
-        let query = url.query().unwrap_or_default().to_owned();
+        let query = crate::query_string([
+            ("older_than_ms", Some(q.older_than_ms.to_string())),
+            (
+                "after_created_at",
+                q.after_created_at
+                    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+            ),
+            ("after_id", q.after_id.map(|id| id.to_string())),
+            ("limit", q.limit.map(|l| l.to_string())),
+        ])?;
         self.inner.get(&format!("/v1/holds?{query}")).await
     }
 

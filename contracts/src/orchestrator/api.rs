@@ -222,7 +222,8 @@ pub struct CreateWebhookEndpoint {
 }
 
 /// A webhook endpoint (never with its secret, which is shown once, at creation).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+// Also the row the webhook platform reads from `webhook_endpoints`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct WebhookEndpoint {
     pub id: Uuid,
     pub url: String,

@@ -132,12 +132,7 @@ impl OrchestratorClient {
         id: Uuid,
         reason: Option<&str>,
     ) -> Result<Answer<PaymentAdmin>, CallError> {
-        self.inner
-            .post(
-                &format!("/v1/payments/{id}/resume"),
-                &serde_json::json!({ "reason": reason }),
-            )
-            .await
+        self.operator_action(id, "resume", reason).await
     }
 
     /// Refund, saying why (kept in the audit trail and on the step log).
@@ -146,9 +141,19 @@ impl OrchestratorClient {
         id: Uuid,
         reason: Option<&str>,
     ) -> Result<Answer<RefundAnswer>, CallError> {
+        self.operator_action(id, "refund", reason).await
+    }
+
+    /// `POST /v1/payments/{id}/{action}` with the operator's reason.
+    async fn operator_action<T: serde::de::DeserializeOwned>(
+        &self,
+        id: Uuid,
+        action: &str,
+        reason: Option<&str>,
+    ) -> Result<Answer<T>, CallError> {
         self.inner
             .post(
-                &format!("/v1/payments/{id}/refund"),
+                &format!("/v1/payments/{id}/{action}"),
                 &serde_json::json!({ "reason": reason }),
             )
             .await
@@ -168,11 +173,7 @@ impl OrchestratorClient {
         &self,
         id: Uuid,
     ) -> Result<Answer<WebhookSecretRotated>, CallError> {
-        self.inner
-            .post(
-                &format!("/v1/webhook-endpoints/{id}/rotate-secret"),
-                &serde_json::json!({}),
-            )
+        self.post_empty(&format!("/v1/webhook-endpoints/{id}/rotate-secret"))
             .await
     }
 
@@ -188,11 +189,7 @@ impl OrchestratorClient {
         enabled: bool,
     ) -> Result<Answer<WebhookEndpoint>, CallError> {
         let verb = if enabled { "enable" } else { "disable" };
-        self.inner
-            .post(
-                &format!("/v1/webhook-endpoints/{id}/{verb}"),
-                &serde_json::json!({}),
-            )
+        self.post_empty(&format!("/v1/webhook-endpoints/{id}/{verb}"))
             .await
     }
 
@@ -201,24 +198,11 @@ impl OrchestratorClient {
         &self,
         filter: &ListDeliveries,
     ) -> Result<Answer<WebhookDeliveryPage>, CallError> {
-        let mut url =
-            reqwest::Url::parse("http://query.invalid/").map_err(|e| CallError::Unknown {
-                status: None,
-                reason: e.to_string(),
-            })?;
-        {
-            let mut q = url.query_pairs_mut();
-            if let Some(s) = &filter.state {
-                q.append_pair("state", s);
-            }
-            if let Some(e) = filter.endpoint_id {
-                q.append_pair("endpoint_id", &e.to_string());
-            }
-            if let Some(l) = filter.limit {
-                q.append_pair("limit", &l.to_string());
-            }
-        }
-        let query = url.query().unwrap_or_default().to_owned();
+        let query = crate::query_string([
+            ("state", filter.state.clone()),
+            ("endpoint_id", filter.endpoint_id.map(|e| e.to_string())),
+            ("limit", filter.limit.map(|l| l.to_string())),
+        ])?;
         self.inner
             .get(&format!("/v1/webhook-deliveries?{query}"))
             .await
@@ -230,11 +214,15 @@ impl OrchestratorClient {
         &self,
         id: Uuid,
     ) -> Result<Answer<WebhookDelivery>, CallError> {
-        self.inner
-            .post(
-                &format!("/v1/webhook-deliveries/{id}/replay"),
-                &serde_json::json!({}),
-            )
+        self.post_empty(&format!("/v1/webhook-deliveries/{id}/replay"))
             .await
+    }
+
+    /// `POST path` with an empty body.
+    async fn post_empty<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<Answer<T>, CallError> {
+        self.inner.post(path, &serde_json::json!({})).await
     }
 }

@@ -433,34 +433,11 @@ pub use paysaga_common::outbox::{
     AckEvents, OutboxEvent, OutboxPage, OutboxQuery, DEFAULT_OUTBOX_PAGE, MAX_OUTBOX_PAGE,
 };
 
-/// `data` of `reservation.expired`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct ReservationExpired {
-    pub reservation_id: String,
-    pub product_id: String,
-    pub member_id: String,
-    pub unit_id: String,
-    pub expired_at: DateTime<Utc>,
-}
-
-/// `data` of `waitlist.offer_made`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct OfferMade {
-    pub offer_id: String,
-    pub product_id: String,
-    pub member_id: String,
-    pub unit_id: String,
-    pub expires_at: DateTime<Utc>,
-}
-
-/// `data` of `waitlist.offer_expired`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct OfferExpired {
-    pub offer_id: String,
-    pub product_id: String,
-    pub member_id: String,
-    pub unit_id: String,
-}
+/// `data` of `reservation.expired`, `waitlist.offer_made` and `waitlist.offer_expired`:
+/// the payloads the webhook platform passes on as they are.
+pub use crate::events::{
+    ReservationExpired, WaitlistOfferExpired as OfferExpired, WaitlistOfferMade as OfferMade,
+};
 
 #[cfg(test)]
 mod tests {

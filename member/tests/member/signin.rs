@@ -9,6 +9,17 @@ use crate::support::{
 };
 use paysaga_contracts::member::api::{codes, TOKEN_TYPE};
 
+/// A stack trusting the proxies `trusted` names, its pair count high enough never to
+/// refuse, its throttle otherwise as `limit` sets it.
+async fn proxied(trusted: &str, limit: impl FnOnce(&mut member::config::Throttle)) -> Stack {
+    Stack::start_with(true, |c| {
+        c.throttle.per_pair = 100;
+        limit(&mut c.throttle);
+        trusting(c, trusted);
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_session_token_verifies_against_the_published_keys() {
     let s = Stack::start().await;
@@ -181,12 +192,7 @@ async fn failures_per_address_are_throttled_by_the_connection_address() {
 
 #[tokio::test]
 async fn behind_trusted_proxies_the_rightmost_untrusted_hop_is_the_client() {
-    let s = Stack::start_with(true, |c| {
-        c.throttle.per_pair = 100;
-        c.throttle.per_address = 2;
-        trusting(c, "10.0.0.0/8");
-    })
-    .await;
+    let s = proxied("10.0.0.0/8", |t| t.per_address = 2).await;
     let address = s.signed_up("proxied").await;
     // The client makes up a new leftmost hop each time; the proxies appended the
     // address it came from, 198.51.100.7, and their own.
@@ -263,12 +269,7 @@ async fn a_guesser_is_refused_while_the_member_signs_in_from_elsewhere() {
 
 #[tokio::test]
 async fn an_email_guessed_at_from_many_addresses_is_refused_only_where_it_failed() {
-    let s = Stack::start_with(true, |c| {
-        c.throttle.per_pair = 100;
-        c.throttle.per_email = 3;
-        trusting(c, "");
-    })
-    .await;
+    let s = proxied("", |t| t.per_email = 3).await;
     let victim = s.signed_up("spread").await;
     let wrong = "wrong-password-123";
     for bot in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {

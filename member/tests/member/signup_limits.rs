@@ -7,6 +7,16 @@ use std::time::Duration;
 use crate::support::{assert_sign_up_refused, email, subject, trusting, Stack, PASSWORD};
 use serde_json::json;
 
+/// A stack admitting `per_address` sign-ups from one address in a window far longer
+/// than the test; with the account service answering or not (`account`).
+async fn per_address_limit(account: bool, per_address: u32) -> Stack {
+    Stack::start_with(account, |c| {
+        c.sign_up.per_address = per_address;
+        c.sign_up.address_window = Duration::from_secs(600);
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_sign_up_flood_from_one_address_is_refused_and_stores_nothing() {
     let s = Stack::start_with(true, |c| {
@@ -83,11 +93,7 @@ async fn a_sign_up_flood_from_one_address_is_refused_and_stores_nothing() {
 #[tokio::test]
 async fn a_made_up_forwarded_for_from_an_untrusted_peer_changes_nothing() {
     // No proxy is trusted: the connection's peer (127.0.0.1) is the client.
-    let s = Stack::start_with(true, |c| {
-        c.sign_up.per_address = 2;
-        c.sign_up.address_window = Duration::from_secs(600);
-    })
-    .await;
+    let s = per_address_limit(true, 2).await;
     for i in 0..2 {
         let (status, _, body) = s
             .sign_up_forwarded(&email(&format!("spoof{i}")), &format!("203.0.113.{i}"))
@@ -113,11 +119,7 @@ async fn a_made_up_forwarded_for_from_an_untrusted_peer_changes_nothing() {
 async fn a_refused_sign_up_does_no_password_work() {
     // The account service is away: a sign-up leaves its member pending, and retrying it
     // with a wrong password would verify the password and count a failed sign-in.
-    let s = Stack::start_with(false, |c| {
-        c.sign_up.per_address = 1;
-        c.sign_up.address_window = Duration::from_secs(600);
-    })
-    .await;
+    let s = per_address_limit(false, 1).await;
     let pending = email("pending");
     s.sign_up_pending(&pending).await;
     let retry = s

@@ -11,7 +11,7 @@ use crate::{checkout::Checkout, operations::Operations};
 
 /// What the saga's routes need: the credential check, the buyers' rate limit, and the
 /// two owners of the saga's requests.
-#[derive(Clone)]
+#[derive(Clone, FromRef)]
 pub struct SagaState {
     pub verifier: Arc<Verifier>,
     /// A buyer's payment requests per member (`MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`).
@@ -20,16 +20,4 @@ pub struct SagaState {
     pub operations: Operations,
     /// Staff sessions: who a person's bearer token names, and their role.
     pub staff: Staff,
-}
-
-impl FromRef<SagaState> for Staff {
-    fn from_ref(s: &SagaState) -> Self {
-        s.staff.clone()
-    }
-}
-
-impl FromRef<SagaState> for Arc<Verifier> {
-    fn from_ref(s: &SagaState) -> Self {
-        s.verifier.clone()
-    }
 }

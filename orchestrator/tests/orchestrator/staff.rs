@@ -316,24 +316,10 @@ fn set_cookie(r: &reqwest::Response) -> Option<String> {
 
 const FORM: &str = "application/x-www-form-urlencoded";
 
-/// `pairs` as a form body (percent-encoded).
+/// `pairs` as a form body (form-urlencoded, as a query string is).
 fn form(pairs: &[(&str, &str)]) -> String {
-    let enc = |v: &str| -> String {
-        v.bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect()
-    };
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
-        .collect::<Vec<_>>()
-        .join("&")
+    paysaga_contracts::query_string(pairs.iter().map(|&(k, v)| (k, Some(v.to_owned()))))
+        .expect("a form body")
 }
 
 fn no_redirects() -> reqwest::Client {

@@ -229,6 +229,53 @@ where
     }
 }
 
+/// The operator's client of the stack's orchestrator.
+fn operator_client(stack: &Stack) -> OrchestratorClient {
+    OrchestratorClient::new(
+        stack.url(ServiceKind::Orchestrator),
+        service_token("operator", Audience::Orchestrator),
+        Duration::from_secs(10),
+    )
+}
+
+/// The stack's admin (products, buyers, quotas) and a driver of its buyers.
+fn admin_and_driver(stack: &Stack) -> (Admin, Driver) {
+    let endpoints = Endpoints::from_wiring(stack.wiring());
+    let admin = Admin::new(
+        endpoints.clone(),
+        paysaga_common::client::http_client(Duration::from_secs(10)),
+    );
+    (admin, Driver::new(endpoints, Duration::from_secs(10)))
+}
+
+/// A drop of `units` units (buyers named after it) to buyers with `balances`, `clients`
+/// at a time, run to its end; then the invariants hold once everything settled.
+async fn drop_settled(
+    stack: &Stack,
+    pool: &PgPool,
+    name: &str,
+    units: i64,
+    balances: &[i64],
+    clients: usize,
+) -> anyhow::Result<()> {
+    let (admin, driver) = admin_and_driver(stack);
+    let product = admin.create_product(name, PRICE, units).await?;
+    let buyers = admin.open_buyers(name, balances, 4).await?;
+    admin
+        .wait_for_quota(product.id, units, Duration::from_secs(30))
+        .await?;
+    driver.run_drop(&buyers, product.id, clients, |_| {}).await;
+    settled(pool).await
+}
+
+/// Everything settles and the invariants hold.
+async fn settled(pool: &PgPool) -> anyhow::Result<()> {
+    invariants::settled(pool, Duration::from_secs(30))
+        .await?
+        .assert_holds();
+    Ok(())
+}
+
 async fn scalar(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar(sql).fetch_one(pool).await?)
 }
@@ -384,11 +431,7 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     .await?;
     let pool = stack.admin_pool().await;
     let orchestrator_url = stack.url(ServiceKind::Orchestrator);
-    let operator = OrchestratorClient::new(
-        &orchestrator_url,
-        service_token("operator", Audience::Orchestrator),
-        Duration::from_secs(10),
-    );
+    let operator = operator_client(&stack);
 
     // Bad endpoints are refused with their codes and write nothing.
     registrations_refused(
@@ -423,11 +466,7 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
 
     // A drop: some buyers cannot afford it (refused a unit), one reserves and never
     // pays, one's hold is released before paying (the payment fails).
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
+    let (admin, driver) = admin_and_driver(&stack);
     let units = 14;
     let product = admin.create_product("webhooks-drop", PRICE, units).await?;
     let balances: Vec<i64> = (0..20)
@@ -437,7 +476,6 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     admin
         .wait_for_quota(product.id, units, Duration::from_secs(30))
         .await?;
-    let driver = Driver::new(endpoints, Duration::from_secs(10));
     let late = &buyers[0];
     let mut retries = 0;
     let pass = driver.pass(late, product.id, &mut retries).await?;
@@ -499,9 +537,7 @@ async fn every_event_is_delivered_signed_in_order_retried_until_dead_and_replaye
     for id in completed.iter().take(3) {
         operator.refund(*id).await?;
     }
-    invariants::settled(&pool, Duration::from_secs(30))
-        .await?
-        .assert_holds();
+    settled(&pool).await?;
 
     // The reservation that was never paid expires in the order service; its event comes
     // over through the order service's outbox.
@@ -788,31 +824,13 @@ async fn nothing_is_lost_when_the_worker_is_killed_mid_delivery() -> anyhow::Res
     )
     .await?;
     let pool = stack.admin_pool().await;
-    let operator = OrchestratorClient::new(
-        stack.url(ServiceKind::Orchestrator),
-        service_token("operator", Audience::Orchestrator),
-        Duration::from_secs(10),
-    );
+    let operator = operator_client(&stack);
     let ep = endpoint(&operator, &slow, &[], "slow").await?;
 
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
-    let product = admin.create_product("webhooks-crash", PRICE, 10).await?;
     let balances: Vec<i64> = (0..12)
         .map(|i| if i % 3 == 2 { PRICE / 2 } else { PRICE })
         .collect();
-    let buyers = admin.open_buyers("webhooks-crash", &balances, 4).await?;
-    admin
-        .wait_for_quota(product.id, 10, Duration::from_secs(30))
-        .await?;
-    let driver = Driver::new(endpoints, Duration::from_secs(10));
-    driver.run_drop(&buyers, product.id, 6, |_| {}).await;
-    invariants::settled(&pool, Duration::from_secs(30))
-        .await?
-        .assert_holds();
+    drop_settled(&stack, &pool, "webhooks-crash", 10, &balances, 6).await?;
 
     // SIGKILL while the receiver is answering.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -891,11 +909,7 @@ async fn internal_targets_are_refused_at_registration_and_when_delivering() -> a
     ))
     .await?;
     let pool = stack.admin_pool().await;
-    let operator = OrchestratorClient::new(
-        stack.url(ServiceKind::Orchestrator),
-        service_token("operator", Audience::Orchestrator),
-        Duration::from_secs(10),
-    );
+    let operator = operator_client(&stack);
     registrations_refused(
         &operator,
         &pool,
@@ -946,23 +960,7 @@ async fn internal_targets_are_refused_at_registration_and_when_delivering() -> a
     assert_eq!(missing.code(), Some("WEBHOOK_ENDPOINT_NOT_FOUND"));
 
     // Events: a small drop.
-    let endpoints = Endpoints::from_wiring(stack.wiring());
-    let admin = Admin::new(
-        endpoints.clone(),
-        paysaga_common::client::http_client(Duration::from_secs(10)),
-    );
-    let product = admin.create_product("webhooks-egress", PRICE, 2).await?;
-    let buyers = admin
-        .open_buyers("webhooks-egress", &[PRICE, PRICE], 2)
-        .await?;
-    admin
-        .wait_for_quota(product.id, 2, Duration::from_secs(30))
-        .await?;
-    let driver = Driver::new(endpoints, Duration::from_secs(10));
-    driver.run_drop(&buyers, product.id, 2, |_| {}).await;
-    invariants::settled(&pool, Duration::from_secs(30))
-        .await?
-        .assert_holds();
+    drop_settled(&stack, &pool, "webhooks-egress", 2, &[PRICE, PRICE], 2).await?;
     until_delivered(
         "every delivery settled",
         Duration::from_secs(25),

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::support::{inconsistencies, offered_units, pass, unit_states, Harness};
+use crate::support::{offered_units, pass, unit_states, Harness};
 use paysaga_contracts::order::api::{
     events, OfferMade, OfferState, OrderOp, Reservation, ReservationState, WaitlistEntry,
     WaitlistState,
@@ -22,6 +22,14 @@ async fn sold_out(h: &Harness, units: i64, prefix: &str) -> (i64, Vec<Reservatio
 }
 
 /// `members` join the product's line in order; their entries.
+/// A product of two units, both reserved (by `holder-0` and `holder-1`), and `w-1` then
+/// `w-2` waiting in line for it.
+async fn two_held_two_waiting(h: &Harness) -> (i64, Vec<Reservation>) {
+    let (pid, held) = sold_out(h, 2, "holder").await;
+    join_all(h, pid, &names("w", 2)).await;
+    (pid, held)
+}
+
 async fn join_all(h: &Harness, product_id: i64, members: &[String]) -> Vec<WaitlistEntry> {
     let mut out = Vec::new();
     for m in members {
@@ -92,18 +100,18 @@ async fn offers_due(admin: &PgPool) {
     .unwrap();
 }
 
-async fn assert_consistent(h: &Harness) {
-    assert_eq!(inconsistencies(&h.admin).await, Vec::<String>::new());
+/// The member's entry of the product, as the member reads it.
+async fn entry(h: &Harness, product_id: i64, member: &str) -> WaitlistEntry {
+    h.buyer(member)
+        .waitlist_entry(product_id)
+        .await
+        .unwrap()
+        .body
 }
 
 /// The offer the member's entry holds.
 async fn offer_of(h: &Harness, product_id: i64, member: &str) -> Uuid {
-    let e = h
-        .buyer(member)
-        .waitlist_entry(product_id)
-        .await
-        .unwrap()
-        .body;
+    let e = entry(h, product_id, member).await;
     assert_eq!(e.state, WaitlistState::Offered, "{e:?}");
     let o = e.offer.expect("offer");
     assert_eq!(o.state, OfferState::Offered);
@@ -174,28 +182,9 @@ async fn join_rules_codes_positions_and_leaving() {
     assert_eq!((e.status(), e.code()), (Some(404), Some("NOT_ON_WAITLIST")));
     let e = h.buyer("nobody").waitlist_entry(pid).await.unwrap_err();
     assert_eq!(e.code(), Some("NOT_ON_WAITLIST"));
-    assert_eq!(
-        h.buyer("w-1").waitlist_entry(pid).await.unwrap().body.state,
-        WaitlistState::Left
-    );
-    assert_eq!(
-        h.buyer("w-2")
-            .waitlist_entry(pid)
-            .await
-            .unwrap()
-            .body
-            .position,
-        Some(1)
-    );
-    assert_eq!(
-        h.buyer("w-3")
-            .waitlist_entry(pid)
-            .await
-            .unwrap()
-            .body
-            .position,
-        Some(2)
-    );
+    assert_eq!(entry(&h, pid, "w-1").await.state, WaitlistState::Left);
+    assert_eq!(entry(&h, pid, "w-2").await.position, Some(1));
+    assert_eq!(entry(&h, pid, "w-3").await.position, Some(2));
     // Re-joining after leaving goes to the back of the line.
     let back = h.buyer("w-1").join_waitlist(pid).await.unwrap();
     assert_eq!(back.status, 201);
@@ -208,17 +197,8 @@ async fn join_rules_codes_positions_and_leaving() {
         offered_to(&h.admin, held[0].unit_id).await.as_deref(),
         Some("w-2")
     );
-    assert_eq!(
-        h.buyer("w-3")
-            .waitlist_entry(pid)
-            .await
-            .unwrap()
-            .body
-            .position,
-        Some(1)
-    );
-    assert_consistent(&h).await;
-    h.stop().await;
+    assert_eq!(entry(&h, pid, "w-3").await.position, Some(1));
+    h.stop_consistent().await;
 }
 
 #[tokio::test]
@@ -323,7 +303,7 @@ async fn every_return_path_offers_the_unit_to_the_head_of_the_line() {
         assert_eq!(&data.offer_id, subject);
         assert_eq!(data.member_id, members[i], "offers made in line order");
         assert_eq!(data.product_id, pid.to_string());
-        let e = h.buyer(&members[i]).waitlist_entry(pid).await.unwrap().body;
+        let e = entry(&h, pid, &members[i]).await;
         let o = e.offer.unwrap();
         assert_eq!(
             (o.offer_id.to_string(), o.unit_id.to_string()),
@@ -331,8 +311,7 @@ async fn every_return_path_offers_the_unit_to_the_head_of_the_line() {
         );
         assert_eq!(o.expires_at, data.expires_at);
     }
-    assert_consistent(&h).await;
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 #[tokio::test]
@@ -343,15 +322,13 @@ async fn with_nobody_waiting_a_returned_unit_goes_back_on_sale() {
     assert_eq!(unit_states(&h.admin, pid).await, (1, 1, 0));
     assert_eq!(h.gate().availability(pid).await.unwrap().body.available, 1);
     assert!(outbox(&h.admin, events::OFFER_MADE).await.is_empty());
-    assert_consistent(&h).await;
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 #[tokio::test]
 async fn only_the_offered_member_takes_the_unit_before_the_deadline() {
     let h = Harness::start().await;
-    let (pid, held) = sold_out(&h, 2, "holder").await;
-    join_all(&h, pid, &names("w", 2)).await;
+    let (pid, held) = two_held_two_waiting(&h).await;
     h.buyer("holder-0").cancel(held[0].id).await.unwrap();
     let offer = offer_of(&h, pid, "w-1").await;
 
@@ -400,7 +377,7 @@ async fn only_the_offered_member_takes_the_unit_before_the_deadline() {
             .await
             .unwrap();
     assert_eq!((pass_id, offer_id), (None, Some(offer)));
-    let e = h.buyer("w-1").waitlist_entry(pid).await.unwrap().body;
+    let e = entry(&h, pid, "w-1").await;
     assert_eq!(e.state, WaitlistState::Taken);
     let o = e.offer.unwrap();
     assert_eq!((o.state, o.reservation_id), (OfferState::Taken, Some(r.id)));
@@ -421,8 +398,7 @@ async fn only_the_offered_member_takes_the_unit_before_the_deadline() {
     assert_eq!(outbox(&h.admin, events::OFFER_EXPIRED).await.len(), 1);
     let e = h.funded("w-2").await.take_offer(late).await.unwrap_err();
     assert_eq!(e.code(), Some("OFFER_EXPIRED"));
-    assert_consistent(&h).await;
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 #[tokio::test]
@@ -437,7 +413,7 @@ async fn an_expired_offer_passes_to_the_next_and_is_never_made_again() {
     join_all(&h, pid, &names("w", 3)).await;
     h.buyer("holder-0").cancel(held[0].id).await.unwrap();
     let first = offer_of(&h, pid, "w-1").await;
-    let e = h.buyer("w-1").waitlist_entry(pid).await.unwrap().body;
+    let e = entry(&h, pid, "w-1").await;
     let ttl = e.offer.unwrap().expires_at - e.updated_at;
     assert_eq!(
         ttl.num_seconds(),
@@ -476,15 +452,13 @@ async fn an_expired_offer_passes_to_the_next_and_is_never_made_again() {
         per_member,
         [("w-1".into(), 1), ("w-2".into(), 1), ("w-3".into(), 1)]
     );
-    assert_consistent(&h).await;
-    h.stop().await;
+    h.stop_consistent().await;
 }
 
 #[tokio::test]
 async fn a_member_at_the_cap_when_a_unit_comes_back_is_skipped() {
     let h = Harness::start().await;
-    let (pid, held) = sold_out(&h, 2, "holder").await;
-    join_all(&h, pid, &names("w", 2)).await;
+    let (pid, held) = two_held_two_waiting(&h).await;
     // w-1 reaches the cap (1) while waiting: only a claim racing the join can do that,
     // so it is made here by hand, holder-1's reservation becoming w-1's.
     sqlx::query(r#"UPDATE order_service.reservations SET member_id = 'w-1' WHERE id = $1"#)
@@ -502,6 +476,5 @@ async fn a_member_at_the_cap_when_a_unit_comes_back_is_skipped() {
     h.service().cancel(held[1].id).await.unwrap();
     assert_eq!(unit_states(&h.admin, pid).await, (1, 0, 0));
     assert_eq!(offered_units(&h.admin, pid).await, 1);
-    assert_consistent(&h).await;
-    h.stop().await;
+    h.stop_consistent().await;
 }

@@ -283,6 +283,29 @@ struct Figures {
     stuck: Uuid,
 }
 
+/// Types `text` into the field `css` names.
+async fn type_into(client: &Client, css: &str, text: &str) -> anyhow::Result<()> {
+    client
+        .find(Locator::Css(css))
+        .await?
+        .send_keys(text)
+        .await?;
+    Ok(())
+}
+
+/// Clicks the element `css` names.
+async fn click(client: &Client, css: &str) -> anyhow::Result<()> {
+    client.find(Locator::Css(css)).await?.click().await?;
+    Ok(())
+}
+
+/// Sends the sign-in form as the development admin, with `password`.
+async fn sign_in_as_admin(client: &Client, password: &str) -> anyhow::Result<()> {
+    type_into(client, "#email", dev::ADMIN_EMAIL).await?;
+    type_into(client, "#password", password).await?;
+    click(client, "#sign-in").await
+}
+
 /// What the operator does in the browser, each effect checked in PostgreSQL.
 #[allow(clippy::too_many_arguments)]
 async fn browse(
@@ -306,17 +329,7 @@ async fn browse(
         .ends_with("/console/login"));
     screenshot(client, shots, "sign-in").await?;
     // A wrong password is refused, without saying which part was wrong.
-    client
-        .find(Locator::Css("#email"))
-        .await?
-        .send_keys(dev::ADMIN_EMAIL)
-        .await?;
-    client
-        .find(Locator::Css("#password"))
-        .await?
-        .send_keys("not-the-password")
-        .await?;
-    client.find(Locator::Css("#sign-in")).await?.click().await?;
+    sign_in_as_admin(client, "not-the-password").await?;
     let refused = client
         .wait()
         .for_element(Locator::Css("#sign-in-error"))
@@ -329,25 +342,11 @@ async fn browse(
     );
     // The development admin (this is a development system): password, then the code of
     // its public TOTP secret.
-    client
-        .find(Locator::Css("#email"))
-        .await?
-        .send_keys(dev::ADMIN_EMAIL)
-        .await?;
-    client
-        .find(Locator::Css("#password"))
-        .await?
-        .send_keys(dev::ADMIN_PASSWORD)
-        .await?;
-    client.find(Locator::Css("#sign-in")).await?.click().await?;
+    sign_in_as_admin(client, dev::ADMIN_PASSWORD).await?;
     client.wait().for_element(Locator::Css("#code")).await?;
     screenshot(client, shots, "sign-in-code").await?;
-    client
-        .find(Locator::Css("#code"))
-        .await?
-        .send_keys(&dev::admin_code_now())
-        .await?;
-    client.find(Locator::Css("#verify")).await?.click().await?;
+    type_into(client, "#code", &dev::admin_code_now()).await?;
+    click(client, "#verify").await?;
     // The drop page: its figures are PostgreSQL's.
     client.wait().for_element(Locator::Css("#live")).await?;
     for (action, want) in [("SIGN_IN_FAILED", 1), ("SIGN_IN", 1)] {
@@ -442,11 +441,7 @@ async fn browse(
         .await?
         .select_by_value("FAILED")
         .await?;
-    client
-        .find(Locator::Css("#filter-apply"))
-        .await?
-        .click()
-        .await?;
+    click(client, "#filter-apply").await?;
     // The page the form loads marks the filter it applied; the page it leaves does
     // not (choosing an option sets the property, not the attribute).
     client
@@ -477,14 +472,7 @@ async fn browse(
     client
         .goto(&format!("{console}/payments?attention=yes"))
         .await?;
-    client
-        .find(Locator::Css(&format!(
-            "a[href='/console/payments/{}']",
-            f.stuck
-        )))
-        .await?
-        .click()
-        .await?;
+    click(client, &format!("a[href='/console/payments/{}']", f.stuck)).await?;
     client.wait().for_element(Locator::Css("#facts")).await?;
     assert_eq!(text_of(client, "needs-attention").await?, "yes");
     let keys = client
@@ -503,13 +491,9 @@ async fn browse(
 
     // Resume, with its confirmation, once the account service is back.
     heal_account();
-    client.find(Locator::Css("#resume")).await?.click().await?;
+    click(client, "#resume").await?;
     client.wait().for_element(Locator::Css("#confirm")).await?;
-    client
-        .find(Locator::Css("#reason"))
-        .await?
-        .send_keys("account service back after the outage")
-        .await?;
+    type_into(client, "#reason", "account service back after the outage").await?;
     screenshot(client, shots, "resume-confirm").await?;
     let still: (String, bool) = sqlx::query_as(
         r#"SELECT state, needs_attention FROM payment_service.payments WHERE id = $1"#,
@@ -522,7 +506,7 @@ async fn browse(
         ("PROCESSING".into(), true),
         "nothing moved before the confirmation"
     );
-    client.find(Locator::Css("#confirm")).await?.click().await?;
+    click(client, "#confirm").await?;
     client.wait().for_element(Locator::Css("#flash")).await?;
     wait_for(
         pool,
@@ -577,20 +561,14 @@ async fn browse(
         .ok_or_else(|| anyhow::anyhow!("a delivery row without its id"))?
         .parse()?;
     screenshot(client, shots, "webhooks").await?;
-    client
-        .find(Locator::Css(&format!(
-            "a[href='/console/webhooks/{delivery}/replay']"
-        )))
-        .await?
-        .click()
-        .await?;
+    click(
+        client,
+        &format!("a[href='/console/webhooks/{delivery}/replay']"),
+    )
+    .await?;
     client.wait().for_element(Locator::Css("#confirm")).await?;
-    client
-        .find(Locator::Css("#reason"))
-        .await?
-        .send_keys("receiver fixed")
-        .await?;
-    client.find(Locator::Css("#confirm")).await?.click().await?;
+    type_into(client, "#reason", "receiver fixed").await?;
+    click(client, "#confirm").await?;
     client.wait().for_element(Locator::Css("#flash")).await?;
     wait_for(
         pool,
