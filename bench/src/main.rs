@@ -9,6 +9,10 @@ use paysaga_bench::cli::{Cli, Command, Settings};
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     paysaga_bench::benches::init_tracing();
+    // Before any client is made (see `run_tls`).
+    if paysaga_bench::system::run_tls().is_some() {
+        eprintln!("BENCH_TLS=1: every service serves TLS, and they call each other over https");
+    }
     if let Some(Command::CeilingServer) = cli.command {
         return match paysaga_bench::ceiling::server::serve().await {
             Ok(()) => ExitCode::SUCCESS,

@@ -4,7 +4,7 @@
 //! with funded accounts, the gate's quota) over the services' own APIs.
 
 use std::{
-    sync::Arc,
+    sync::{Arc, OnceLock},
     time::{Duration, Instant},
 };
 
@@ -102,6 +102,27 @@ async fn seed_chunk(client: &MemberClient, req: &BulkSignUpRequest) -> Result<Ve
 /// Variables for every service of a benchmark's system (see [`System::start`]).
 const SERVICE_ENV: &str = "BENCH_SERVICE_ENV";
 
+/// `BENCH_TLS=1`: every service serves TLS and calls the others over `https`, with a
+/// certificate made for the run (PostgreSQL and Redis stay as they are configured).
+const TLS_VAR: &str = "BENCH_TLS";
+
+/// The run's certificate when `BENCH_TLS=1`, made on the first call. Its CA goes into
+/// this process's `SSL_CERT_FILE`, so the benchmark's own clients trust it as clients
+/// trust any root beyond the platform's: call this before the first client is made
+/// (`main` does).
+pub fn run_tls() -> Option<&'static paysaga_common::testkit::PkiFiles> {
+    static TLS: OnceLock<Option<paysaga_common::testkit::PkiFiles>> = OnceLock::new();
+    TLS.get_or_init(|| {
+        let on = std::env::var(TLS_VAR).is_ok_and(|v| v.trim() == "1");
+        on.then(|| {
+            let files = paysaga_common::testkit::TestPki::for_names(&["127.0.0.1"]).files();
+            std::env::set_var("SSL_CERT_FILE", files.ca());
+            files
+        })
+    })
+    .as_ref()
+}
+
 fn setup(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Setup(format!("{what}: {e}"))
 }
@@ -150,7 +171,10 @@ impl System {
         http: Client,
         tweak: impl FnOnce(StackOptions) -> StackOptions,
     ) -> Result<Self> {
-        let options = with_service_env(tweak(StackOptions::new(label).rust_log("warn")))?;
+        let mut options = with_service_env(tweak(StackOptions::new(label).rust_log("warn")))?;
+        if let Some(files) = run_tls() {
+            options = options.tls(paysaga_e2e::tls_files(files));
+        }
         let stack = Stack::start(options)
             .await
             .map_err(|e| setup("starting the services", format!("{e:#}")))?;

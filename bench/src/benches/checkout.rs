@@ -107,6 +107,8 @@ pub async fn main() -> anyhow::Result<()> {
         "checkout-bench",
         "Checkout saga throughput with ample stock and funds.",
     );
+    // Before any client is made.
+    let _ = crate::system::run_tls();
     eprintln!(
         "checkout-bench: {} payments, concurrency {}",
         args.buyers, args.concurrency
