@@ -169,10 +169,13 @@ pub async fn join(pool: &PgPool, req: &JoinRequest<'_>) -> Result<Joined> {
     if let Some(answer) = judge(&mut tx, req).await? {
         return answer;
     }
+    // Stamped when written, under the lock, not when the transaction began: a unit that
+    // came back before the join took the lock came back before the member waited (the
+    // fairness checks compare these times).
     sqlx::query(
         r#"
-        INSERT INTO waitlist_entries (id, product_id, member_id, purchase_cap, offer_ttl_secs)
-        VALUES ($1, $2, $3, $4, $5)
+        INSERT INTO waitlist_entries (id, product_id, member_id, purchase_cap, offer_ttl_secs, created_at)
+        VALUES ($1, $2, $3, $4, $5, clock_timestamp())
         "#,
     )
     .bind(Uuid::now_v7())
