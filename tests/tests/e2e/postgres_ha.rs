@@ -120,8 +120,19 @@ async fn patroni_fails_over_when_the_primary_dies_and_the_old_primary_rejoins() 
     sqlx::query(r#"INSERT INTO acked (n) VALUES (201)"#)
         .execute(&pool)
         .await?;
-    // That INSERT returned once the rejoined standby had it: read it there.
-    assert_eq!(count(&ha.node(old).url()).await?, 202);
+    // That INSERT returned once the rejoined standby had it on disk
+    // (`synchronous_commit: on`); it shows there once replayed, a moment later.
+    let standby = ha.node(old).url();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = count(&standby).await?;
+    while seen < 202 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen = count(&standby).await?;
+    }
+    assert_eq!(
+        seen, 202,
+        "the commit the standby acknowledged is replayed there"
+    );
     pool.close().await;
 
     let pids = pids_under(&dir);
