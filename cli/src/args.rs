@@ -75,8 +75,9 @@ pub enum Command {
     /// deliveries, replay them.
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
-    /// List products with their stock.
-    Products,
+    /// List products with their stock; make one, or add units (admins, signed in:
+    /// `staff sign-in`; each change is in the audit trail with its reason).
+    Products(ProductsArgs),
     /// A product's stock as the order service counts it (units available, reserved, sold).
     Stock { product: i64 },
     /// The gate's quota for a product (passes it may still issue, passes in flight).
@@ -226,6 +227,39 @@ pub enum StaffCommand {
 fn parse_role(s: &str) -> Result<paysaga_contracts::staff::api::StaffRole, String> {
     paysaga_contracts::staff::api::StaffRole::parse(&s.to_ascii_uppercase())
         .ok_or_else(|| "VIEWER, OPERATOR or ADMIN".to_owned())
+}
+
+#[derive(Debug, Args)]
+pub struct ProductsArgs {
+    #[command(subcommand)]
+    pub change: Option<ProductsCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProductsCommand {
+    /// Make a product with its first units.
+    Create {
+        name: String,
+        /// Price in minor units (cents).
+        price: i64,
+        /// Units on sale at once (more with `add-units`).
+        units: i64,
+        /// How long a reservation holds its unit and the price, in seconds (default:
+        /// the order service's RESERVATION_TTL_SECS).
+        #[arg(long)]
+        reservation_ttl_secs: Option<u32>,
+        /// Why (required; kept in the audit trail).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Put more units of a product on sale.
+    AddUnits {
+        product: i64,
+        count: i64,
+        /// Why (required; kept in the audit trail).
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -30,7 +30,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Payments(cmd) => ops::payments(&cli.endpoints, cmd).await,
         Command::Webhooks(cmd) => webhooks::run(&cli.endpoints, cmd).await,
-        Command::Products => ops::products(&cli.endpoints).await,
+        Command::Products(args) => match args.change {
+            None => ops::products(&cli.endpoints).await,
+            Some(change) => staff::products(&cli.endpoints, change).await,
+        },
         Command::Member(cmd) => members::run(&cli.endpoints, cmd).await,
         Command::Stock { product } => ops::stock(&cli.endpoints, product).await,
         Command::Quota { product } => ops::quota(&cli.endpoints, product).await,

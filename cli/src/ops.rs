@@ -226,7 +226,9 @@ fn print_timeline(t: &PaymentTimeline) {
     );
 }
 
-fn product_rows(products: &[paysaga_contracts::order::api::Product]) -> Vec<Vec<String>> {
+pub(crate) fn product_rows(
+    products: &[paysaga_contracts::order::api::Product],
+) -> Vec<Vec<String>> {
     products
         .iter()
         .map(|p| {
@@ -243,7 +245,7 @@ fn product_rows(products: &[paysaga_contracts::order::api::Product]) -> Vec<Vec<
         .collect()
 }
 
-const PRODUCT_HEADER: [&str; 7] = [
+pub(crate) const PRODUCT_HEADER: [&str; 7] = [
     "product",
     "name",
     "price",

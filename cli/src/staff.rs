@@ -2,19 +2,26 @@
 //! recovery code) keeps the short-lived session token in a file readable by its owner
 //! only, and the operator commands then act as that person; `staff sign-out` ends the
 //! session at once; `staff create` (admins) makes an account; `audit` lists the trail;
-//! `approvals` lists the refunds awaiting a second person, and approves or rejects one.
+//! `approvals` lists the refunds awaiting a second person, and approves or rejects one;
+//! `products create|add-units` (admins) changes what is on sale.
 
 use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use paysaga_common::client::Credential;
-use paysaga_contracts::staff::{
-    api::{CreateStaff, ListApprovals, ListAudit, RefundApproval, SignIn},
-    client::StaffClient,
+use paysaga_contracts::{
+    order::api::CreateProduct,
+    staff::{
+        api::{
+            CreateStaff, ListApprovals, ListAudit, RefundApproval, SignIn, StaffAddUnits,
+            StaffCreateProduct,
+        },
+        client::StaffClient,
+    },
 };
 
 use crate::{
-    args::{ApprovalsArgs, ApprovalsCommand, AuditArgs, Endpoints, StaffCommand},
+    args::{ApprovalsArgs, ApprovalsCommand, AuditArgs, Endpoints, ProductsCommand, StaffCommand},
     ops::operator_credential,
     table,
 };
@@ -169,6 +176,54 @@ fn signed_in(endpoints: &Endpoints) -> anyhow::Result<StaffClient> {
         token,
         TIMEOUT,
     ))
+}
+
+/// Makes a product or adds units, as the signed-in person (admins), and prints it.
+pub async fn products(endpoints: &Endpoints, change: ProductsCommand) -> anyhow::Result<ExitCode> {
+    let staff = signed_in(endpoints)?;
+    let product = match change {
+        ProductsCommand::Create {
+            name,
+            price,
+            units,
+            reservation_ttl_secs,
+            reason,
+        } => {
+            staff
+                .create_product(&StaffCreateProduct {
+                    product: CreateProduct {
+                        name,
+                        price,
+                        units,
+                        reservation_ttl_secs,
+                        eligibility: Vec::new(),
+                    },
+                    reason,
+                })
+                .await
+                .context("making the product")?
+                .body
+        }
+        ProductsCommand::AddUnits {
+            product,
+            count,
+            reason,
+        } => {
+            staff
+                .add_units(product, &StaffAddUnits { count, reason })
+                .await
+                .context("adding units")?
+                .body
+        }
+    };
+    println!(
+        "{}",
+        table::render(
+            &crate::ops::PRODUCT_HEADER,
+            &crate::ops::product_rows(&[product])
+        )
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<ExitCode> {

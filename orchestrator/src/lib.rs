@@ -7,6 +7,7 @@
 /// The wire types this service serves, from its contract.
 pub use paysaga_contracts::orchestrator::api;
 pub mod answer;
+pub mod catalog;
 pub mod checkout;
 pub mod config;
 pub(crate) mod downstream;
@@ -63,6 +64,7 @@ pub struct AppState {
     saga: SagaState,
     webhooks: paysaga_webhooks::ApiState,
     console: ConsoleState,
+    catalog: routes::CatalogState,
     staff: Staff,
 }
 
@@ -138,6 +140,18 @@ impl AppState {
                     trust: config.process.trust.clone(),
                 },
             ),
+            catalog: routes::CatalogState {
+                verifier: verifier.clone(),
+                staff: staff.clone(),
+                catalog: catalog::Catalog::new(
+                    OrderClient::with_http(
+                        config.process.http_client(config.downstream_timeout),
+                        config.order_url.clone(),
+                        credential,
+                    ),
+                    pool.clone(),
+                ),
+            },
             pool,
             engine,
             staff,
@@ -174,6 +188,7 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .with_state(state.pool)
         .merge(routes::routes(state.saga))
+        .merge(routes::product_routes(state.catalog))
         .merge(paysaga_webhooks::routes(state.webhooks))
         .merge(paysaga_staff::routes::routes(staff))
         .merge(paysaga_console::routes(state.console));

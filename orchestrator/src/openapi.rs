@@ -48,6 +48,8 @@ impl Modify for SecuritySchemes {
         crate::routes::operator::approvals,
         crate::routes::operator::approve,
         crate::routes::operator::reject,
+        crate::routes::products::create,
+        crate::routes::products::add_units,
     ),
     components(schemas(
         api::CreatePayment,
@@ -60,6 +62,11 @@ impl Modify for SecuritySchemes {
         paysaga_contracts::staff::api::ApprovalState,
         paysaga_contracts::staff::api::ApprovalPage,
         paysaga_contracts::staff::api::ApprovalDecided,
+        paysaga_contracts::staff::api::StaffCreateProduct,
+        paysaga_contracts::staff::api::StaffAddUnits,
+        paysaga_contracts::order::api::CreateProduct,
+        paysaga_contracts::order::api::Product,
+        paysaga_contracts::eligibility::EligibilityRule,
         paysaga_common::ErrorBody,
     ))
 )]

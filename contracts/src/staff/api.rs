@@ -330,3 +330,26 @@ pub struct ApprovalPage {
     /// Pass as `before` for the next (older) page; absent on the last one.
     pub next_before: Option<i64>,
 }
+
+/// `POST /v1/products` at the orchestrator (admins): a product made by a person, who
+/// says why. The orchestrator creates it at the order service and records it in the
+/// audit trail.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StaffCreateProduct {
+    #[serde(flatten)]
+    pub product: crate::order::api::CreateProduct,
+    /// Why (required; kept in the audit trail).
+    #[schema(max_length = 500, min_length = 1)]
+    pub reason: String,
+}
+
+/// `POST /v1/products/{id}/units` at the orchestrator (admins): more units, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StaffAddUnits {
+    /// 1 to 100,000.
+    #[schema(example = 50, minimum = 1, maximum = 100_000)]
+    pub count: i64,
+    /// Why (required; kept in the audit trail).
+    #[schema(max_length = 500, min_length = 1)]
+    pub reason: String,
+}

@@ -4,8 +4,9 @@ use paysaga_common::client::{Answer, Audience, CallError, ServiceClient};
 
 use super::api::{
     ActionReason, ApprovalDecided, ApprovalPage, AuditPage, CreateStaff, ListApprovals, ListAudit,
-    SignIn, StaffCreated, StaffSession,
+    SignIn, StaffAddUnits, StaffCreateProduct, StaffCreated, StaffSession,
 };
+use crate::order::api::Product;
 
 /// Calls the orchestrator's staff routes with a staff session token (or, for
 /// `sign_in`, with none needed).
@@ -32,6 +33,25 @@ impl StaffClient {
     /// `POST /v1/staff` (admins).
     pub async fn create(&self, req: &CreateStaff) -> Result<Answer<StaffCreated>, CallError> {
         self.inner.post("/v1/staff", req).await
+    }
+
+    /// `POST /v1/products` (admins): a product, made at the order service and audited.
+    pub async fn create_product(
+        &self,
+        req: &StaffCreateProduct,
+    ) -> Result<Answer<Product>, CallError> {
+        self.inner.post("/v1/products", req).await
+    }
+
+    /// `POST /v1/products/{id}/units` (admins): more units, audited.
+    pub async fn add_units(
+        &self,
+        product: i64,
+        req: &StaffAddUnits,
+    ) -> Result<Answer<Product>, CallError> {
+        self.inner
+            .post(&format!("/v1/products/{product}/units"), req)
+            .await
     }
 
     /// `GET /v1/audit` with the given filters.

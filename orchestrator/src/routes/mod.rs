@@ -3,6 +3,7 @@
 
 pub mod operator;
 pub mod payments;
+pub mod products;
 mod state;
 
 use axum::{
@@ -10,6 +11,7 @@ use axum::{
     Router,
 };
 
+pub use products::CatalogState;
 pub use state::SagaState;
 
 /// The saga's routes, with their state.
@@ -23,5 +25,13 @@ pub fn routes(state: SagaState) -> Router {
         .route("/v1/approvals", get(operator::approvals))
         .route("/v1/approvals/{id}/approve", post(operator::approve))
         .route("/v1/approvals/{id}/reject", post(operator::reject))
+        .with_state(state)
+}
+
+/// The staff product routes, with their state.
+pub fn product_routes(state: CatalogState) -> Router {
+    Router::new()
+        .route("/v1/products", post(products::create))
+        .route("/v1/products/{id}/units", post(products::add_units))
         .with_state(state)
 }

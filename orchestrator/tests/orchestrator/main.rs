@@ -5,6 +5,7 @@ mod support;
 
 mod census;
 mod payments;
+mod products;
 mod rate_limit;
 mod staff;
 mod step_log;

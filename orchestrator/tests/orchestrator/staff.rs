@@ -30,11 +30,11 @@ const T: Duration = Duration::from_secs(30);
 const PASSWORD: &str = "plum-orbit-canyon-47";
 
 /// The operator tools' service credential, which may create staff accounts.
-fn tool(o: &Orchestrator) -> StaffClient {
+pub(crate) fn tool(o: &Orchestrator) -> StaffClient {
     StaffClient::new(&o.url, service_token("operator", Audience::Orchestrator), T)
 }
 
-async fn create(o: &Orchestrator, email: &str, role: StaffRole) -> StaffCreated {
+pub(crate) async fn create(o: &Orchestrator, email: &str, role: StaffRole) -> StaffCreated {
     tool(o)
         .create(&CreateStaff {
             email: email.into(),
@@ -48,12 +48,16 @@ async fn create(o: &Orchestrator, email: &str, role: StaffRole) -> StaffCreated 
 }
 
 /// The person's TOTP code now.
-fn code_now(created: &StaffCreated) -> String {
+pub(crate) fn code_now(created: &StaffCreated) -> String {
     let secret = totp::from_base32(&created.totp_secret).expect("base32 secret");
     totp::code_at(&secret, chrono::Utc::now().timestamp() as u64).expect("code")
 }
 
-async fn sign_in(o: &Orchestrator, email: &str, code: &str) -> Result<String, CallError> {
+pub(crate) async fn sign_in(
+    o: &Orchestrator,
+    email: &str,
+    code: &str,
+) -> Result<String, CallError> {
     StaffClient::new(&o.url, "none", T)
         .sign_in(&SignIn {
             email: email.into(),
@@ -513,6 +517,20 @@ fn matrix(payment: Uuid) -> Vec<Route> {
             ADMIN,
         ),
         api("GET", "/v1/webhook-deliveries?limit=5".into(), None, ANY),
+        // Products: admitted, then refused by the order service (no such price or
+        // product), so nothing is made.
+        api(
+            "POST",
+            "/v1/products".into(),
+            Some(serde_json::json!({"name": "matrix", "price": 0, "units": 1, "reason": "matrix"})),
+            ADMIN,
+        ),
+        api(
+            "POST",
+            "/v1/products/999999/units".into(),
+            Some(serde_json::json!({"count": 1, "reason": "matrix"})),
+            ADMIN,
+        ),
         api(
             "POST",
             format!("/v1/webhook-deliveries/{}/replay", Uuid::new_v4()),

@@ -3,7 +3,7 @@
 use axum::{extract::State, http::StatusCode};
 use paysaga_common::{
     auth::{
-        allow::{CONSOLE, GATE, OPERATOR},
+        allow::{CONSOLE, GATE, OPERATOR, ORCHESTRATOR},
         Caller, Service,
     },
     extract::{Json, Path},
@@ -55,7 +55,7 @@ fn known_id(id: i64) -> Result<i64> {
 #[tracing::instrument(skip_all, fields(caller = %caller.0, units = req.units))]
 pub async fn create(
     State(state): State<AppState>,
-    caller: Service<{ OPERATOR }>,
+    caller: Service<{ OPERATOR | ORCHESTRATOR }>,
     Json(req): Json<CreateProduct>,
 ) -> Result<(StatusCode, Json<Product>)> {
     let name = product_name(&req.name)?;
@@ -97,7 +97,7 @@ pub async fn create(
 #[tracing::instrument(skip_all, fields(caller = %caller.0, product_id = id, count = req.count))]
 pub async fn add_units(
     State(state): State<AppState>,
-    caller: Service<{ OPERATOR }>,
+    caller: Service<{ OPERATOR | ORCHESTRATOR }>,
     Path(id): Path<i64>,
     Json(req): Json<AddUnits>,
 ) -> Result<Json<Product>> {

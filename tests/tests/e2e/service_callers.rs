@@ -448,7 +448,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             "/v1/products",
             "/v1/products",
             Some(json!({"name": "callers-new", "price": 100, "units": 3})),
-            OPERATOR,
+            OPERATOR | ORCH,
         ),
         route(
             O,
@@ -472,7 +472,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             "/v1/products/{id}/units",
             format!("/v1/products/{pid}/units"),
             Some(json!({"count": 2})),
-            OPERATOR,
+            OPERATOR | ORCH,
         ),
         route(
             O,
@@ -643,6 +643,24 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Some(
                 json!({"email": "callers@example.com", "password": "short", "role": "ADMIN", "reason": "callers"}),
             ),
+            OPERATOR,
+        ),
+        // Staff product changes: admitted, then refused by the order service (no such
+        // price, no such product), so nothing is made.
+        route(
+            P,
+            Method::POST,
+            "/v1/products",
+            "/v1/products",
+            Some(json!({"name": "callers-staff", "price": 0, "units": 1, "reason": "callers"})),
+            OPERATOR,
+        ),
+        route(
+            P,
+            Method::POST,
+            "/v1/products/{id}/units",
+            "/v1/products/999999/units",
+            Some(json!({"count": 1, "reason": "callers"})),
             OPERATOR,
         ),
         // gate
@@ -863,14 +881,14 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
                 ("Account", (58, 10, 22, 42)),
                 ("Gate", (5, 1, 2, 0)),
                 ("Member", (36, 6, 12, 14)),
-                ("Orchestrator", (78, 12, 26, 0)),
-                ("Order", (74, 10, 26, 42)),
+                ("Orchestrator", (90, 14, 30, 0)),
+                ("Order", (72, 10, 26, 56)),
             ]
             .map(|(k, v)| (k.to_owned(), v))
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 476);
+    assert_eq!(refusals.len(), 506);
     // Every minted credential at every route of every service it was not made for: a
     // verifier that ignored the audience would admit most of them (the operator's opens
     // nearly every route of the service it is for).
@@ -885,7 +903,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         })
         .collect();
     assert_eq!(minted.len(), 13);
-    assert_eq!(replays.len(), 449);
+    assert_eq!(replays.len(), 473);
     // Each minted credential opens the service it was made for (a route of its role there,
     // a read where there is one), before the window.
     for (&(role, to), token) in &minted {
@@ -960,7 +978,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 476 + 449, "every refusal was sent and answered");
+    assert_eq!(refused, 506 + 473, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {
