@@ -53,6 +53,7 @@ pub mod pass;
 pub mod password;
 pub mod ready;
 pub mod retry;
+pub mod sealing;
 pub mod server;
 pub mod service;
 pub mod telemetry;

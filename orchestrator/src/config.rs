@@ -105,6 +105,7 @@ impl Config {
             ServiceRole::Console,
         )?);
         let webhook_key = SealingKey::from_secrets(&mut secrets)?;
+        let staff = StaffConfig::from_env(&mut secrets)?;
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let c = Config {
             database: database.with_pool_from_env()?,
@@ -138,7 +139,7 @@ impl Config {
             write_flushes: config::parse("WRITE_FLUSHES", DEFAULT_BATCHES_IN_FLIGHT)?,
             member_rate: MemberRate::from_env()?,
             webhooks: WebhookConfig::from_env(webhook_key)?,
-            staff: StaffConfig::from_env(config::dev_mode()?)?,
+            staff,
         };
         c.validate()?;
         Ok(c)

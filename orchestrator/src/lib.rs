@@ -165,6 +165,9 @@ impl AppState {
         let staff = Staff::new(pool.clone(), config.staff.clone())
             .await
             .context("preparing staff password hashing")?;
+        paysaga_staff::secrets::seal_at_start(&pool, &config.staff.secret_key)
+            .await
+            .context("sealing the staff TOTP secrets")?;
         staff
             .ensure_dev_admin()
             .await

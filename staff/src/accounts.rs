@@ -97,11 +97,11 @@ async fn insert(
     email: &str,
     phc: &str,
     role: StaffRole,
-    secret: &[u8],
+    sealed_secret: &[u8],
     recovery: &[String],
 ) -> Result<Option<StaffRow>> {
     let row = sqlx::query_as::<_, StaffRow>(
-        r#"INSERT INTO staff (email, password_hash, role, totp_secret)
+        r#"INSERT INTO staff (email, password_hash, role, totp_secret_sealed)
            VALUES ($1, $2, $3, $4)
            ON CONFLICT ON CONSTRAINT staff_email_unique DO NOTHING
            RETURNING id, email, password_hash, role, created_at"#,
@@ -109,7 +109,7 @@ async fn insert(
     .bind(email)
     .bind(phc)
     .bind(role.as_str())
-    .bind(secret)
+    .bind(sealed_secret)
     .fetch_optional(&mut **tx)
     .await?;
     let Some(row) = row else {
@@ -139,7 +139,8 @@ impl Staff {
         let secret = totp::new_secret();
         let recovery = totp::new_recovery_codes();
         let mut tx = self.pool.begin().await?;
-        let Some(row) = insert(&mut tx, &email, &phc, req.role, &secret, &recovery).await? else {
+        let sealed = self.config.secret_key.seal(&email, &secret);
+        let Some(row) = insert(&mut tx, &email, &phc, req.role, &sealed, &recovery).await? else {
             return Err(Error::EmailTaken);
         };
         audit::record(
@@ -183,7 +184,10 @@ impl Staff {
             crate::dev::ADMIN_EMAIL,
             &phc,
             StaffRole::Admin,
-            &secret,
+            &self
+                .config
+                .secret_key
+                .seal(crate::dev::ADMIN_EMAIL, &secret),
             &[],
         )
         .await?

@@ -16,6 +16,7 @@ pub mod dev;
 pub mod error;
 pub mod extract;
 pub mod routes;
+pub mod secrets;
 pub mod sessions;
 pub mod totp;
 
@@ -23,7 +24,7 @@ use std::{net::IpAddr, num::NonZeroU32, sync::Arc, time::Duration};
 
 use paysaga_common::{
     auth::ServiceRole,
-    config::{self, ConfigError},
+    config::{self, ConfigError, Secrets},
     limits::MemberLimiter,
     password::{Argon2Params, HashError, Passwords},
 };
@@ -128,11 +129,16 @@ pub struct StaffConfig {
     /// Development mode (`PAYSAGA_DEV_KEYS=1`) only: the development admin
     /// ([`dev`]) is created at start-up.
     pub dev_admin: bool,
+    /// `STAFF_SECRET_KEY`: the key TOTP secrets are sealed with at rest
+    /// ([`secrets`]); required outside development mode.
+    pub secret_key: secrets::SecretKey,
 }
 
 impl StaffConfig {
-    /// From the environment; `dev_mode` creates the development admin.
-    pub fn from_env(dev_mode: bool) -> std::result::Result<Self, ConfigError> {
+    /// From the environment, the key with the service's other `secrets`; development
+    /// mode creates the development admin.
+    pub fn from_env(secrets: &mut Secrets) -> std::result::Result<Self, ConfigError> {
+        let secret_key = secrets::SecretKey::from_secrets(secrets)?;
         let d = Self::local();
         let burst: u32 = config::parse("STAFF_SIGN_IN_BURST", d.sign_in_burst.get())?;
         Ok(Self {
@@ -151,7 +157,8 @@ impl StaffConfig {
                 d.operator_refund_limit,
             )?,
             four_eyes_above: config::parse("STAFF_FOUR_EYES_ABOVE", d.four_eyes_above)?,
-            dev_admin: dev_mode,
+            dev_admin: secrets.is_dev(),
+            secret_key,
         })
     }
 
@@ -165,6 +172,7 @@ impl StaffConfig {
             operator_refund_limit: 50_000,
             four_eyes_above: 100_000,
             dev_admin: false,
+            secret_key: secrets::SecretKey::development(),
         }
     }
 }

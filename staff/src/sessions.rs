@@ -84,7 +84,8 @@ struct SessionRow {
     staff_id: i64,
     email: String,
     role: String,
-    totp_secret: Vec<u8>,
+    totp_secret: Option<Vec<u8>>,
+    totp_secret_sealed: Option<Vec<u8>>,
     created_at: DateTime<Utc>,
 }
 
@@ -99,6 +100,23 @@ fn failed(action_detail: &str) -> Entry {
 }
 
 impl Staff {
+    /// The person's TOTP secret: opened (sealed secrets), or as stored (one written in
+    /// plaintext before sealing, until the next start seals it).
+    fn totp_secret(&self, row: &SessionRow) -> Result<Vec<u8>> {
+        match (&row.totp_secret_sealed, &row.totp_secret) {
+            (Some(sealed), _) => self
+                .config
+                .secret_key
+                .open(&row.email, sealed)
+                .map_err(|e| Error::Internal(e.to_string())),
+            (None, Some(plain)) => Ok(plain.clone()),
+            (None, None) => Err(Error::Internal(format!(
+                "staff {} has no TOTP secret",
+                row.staff_id
+            ))),
+        }
+    }
+
     /// One attempt counted for the email and for the address; refused past the limit.
     fn count_attempt(&self, email: &str, from: Option<IpAddr>) -> Result<()> {
         self.attempts
@@ -178,7 +196,8 @@ impl Staff {
     ) -> Result<Session> {
         let hash = token_hash(pending);
         let row = sqlx::query_as::<_, SessionRow>(
-            r#"SELECT s.staff_id, st.email, st.role, st.totp_secret, st.created_at
+            r#"SELECT s.staff_id, st.email, st.role, st.totp_secret, st.totp_secret_sealed,
+                      st.created_at
                FROM staff_sessions s JOIN staff st ON st.id = s.staff_id
                WHERE s.token_hash = $1 AND s.stage = 'SECOND_FACTOR' AND s.expires_at > now()"#,
         )
@@ -194,7 +213,7 @@ impl Staff {
         let mut tx = self.pool.begin().await?;
         let accepted = if totp::is_totp_code(code) {
             let now = Utc::now().timestamp().max(0) as u64;
-            match totp::matching_step(&row.totp_secret, code, now) {
+            match totp::matching_step(&self.totp_secret(&row)?, code, now) {
                 // A step no later than the last one used is a replayed code.
                 Some(step) => sqlx::query(
                     r#"UPDATE staff SET totp_last_step = $2 WHERE id = $1 AND totp_last_step < $2"#,

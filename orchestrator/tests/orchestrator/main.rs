@@ -8,5 +8,6 @@ mod payments;
 mod products;
 mod rate_limit;
 mod staff;
+mod staff_secrets;
 mod step_log;
 mod webhooks;

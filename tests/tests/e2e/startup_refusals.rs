@@ -25,8 +25,8 @@ const BUYER_KEYS: &str = "MEMBER_JWKS_URL or JWT_PUBLIC_KEY";
 /// What each binary must name when started with nothing configured: every service
 /// verifies callers (`SERVICE_KEYS`); the callers also sign their own credentials
 /// (`SERVICE_SIGNING_KEY`), and the orchestrator, which serves the console, the
-/// console's own (`CONSOLE_SIGNING_KEY`), and seals webhook secrets
-/// (`WEBHOOK_SECRET_KEY`).
+/// console's own (`CONSOLE_SIGNING_KEY`), and seals webhook and staff TOTP secrets
+/// (`WEBHOOK_SECRET_KEY`, `STAFF_SECRET_KEY`).
 const REQUIRED: [(&str, &[&str]); 5] = [
     ("account", &["DATABASE_URL", BUYER_KEYS, "SERVICE_KEYS"]),
     (
@@ -56,6 +56,7 @@ const REQUIRED: [(&str, &[&str]); 5] = [
             "SERVICE_SIGNING_KEY",
             "CONSOLE_SIGNING_KEY",
             "WEBHOOK_SECRET_KEY",
+            "STAFF_SECRET_KEY",
         ],
     ),
     (
