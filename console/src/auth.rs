@@ -60,7 +60,8 @@ impl<const ALLOW: u8> FromRequestParts<ConsoleState> for Person<ALLOW> {
                 StatusCode::FORBIDDEN,
                 paysaga_contracts::staff::api::codes::FORBIDDEN_ROLE,
                 &format!("This page admits staff of role: {}.", role_names(allowed)),
-                None,
+                // With the header, so the person can go elsewhere or sign out.
+                Some(layout::Section::Drop),
             )),
             Err(e) => Err(layout::failed(e, layout::Section::Drop)),
         }

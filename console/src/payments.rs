@@ -327,8 +327,10 @@ pub async fn timeline(
         ),
         _ => None,
     };
-    let resumable = p.pending_action.is_some() && !p.payment.terminal;
-    let refundable = p.payment.state == SagaState::Completed.as_str();
+    // Offered only to the roles the actions admit (the actions check again).
+    let acts = paysaga_staff::bit(op.0.actor.role()) & (OPERATOR | ADMIN) != 0;
+    let resumable = acts && p.pending_action.is_some() && !p.payment.terminal;
+    let refundable = acts && p.payment.state == SagaState::Completed.as_str();
     let body = html! {
         @if let Some(f) = flash { p.flash #flash { (f) } }
         p.mono { (id) }

@@ -4,6 +4,7 @@ mod api_docs;
 mod bots;
 mod browser;
 mod console;
+mod console_staff;
 mod crash;
 mod drop;
 mod expiry;
