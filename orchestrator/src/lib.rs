@@ -56,6 +56,9 @@ pub const SCHEMA: &str = "payment_service";
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations/payment_service");
 
+/// How long a product change may take at the order service (see [`catalog`]).
+const CATALOG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The service's parts, each with its own narrow state over the one pool.
 #[derive(Clone)]
 pub struct AppState {
@@ -145,7 +148,12 @@ impl AppState {
                 staff: staff.clone(),
                 catalog: catalog::Catalog::new(
                     OrderClient::with_http(
-                        config.process.http_client(config.downstream_timeout),
+                        // Making up to 100,000 units is one statement under the order
+                        // service's 5 s statement timeout: wait that long and more, so
+                        // a slow but successful change is not recorded as failed.
+                        config
+                            .process
+                            .http_client(config.downstream_timeout.max(CATALOG_TIMEOUT)),
                         config.order_url.clone(),
                         credential,
                     ),
