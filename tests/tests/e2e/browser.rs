@@ -3,12 +3,15 @@
 //! (`apt-get install chromium chromium-driver`).
 
 use std::{
+    future::Future,
+    panic::AssertUnwindSafe,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures::FutureExt;
 
 /// A program on `PATH` (or at the path an environment variable names).
 fn program(var: &str, names: &[&str]) -> Option<PathBuf> {
@@ -91,6 +94,80 @@ impl Session {
         self.client.close().await?;
         Ok(())
     }
+}
+
+impl Installed {
+    /// Runs `browse` in a fresh browser session and closes it whatever happens: a failed
+    /// assertion inside is raised again after the clean-up, and a failure prints where
+    /// the stack's logs and the screenshots are.
+    pub async fn browse<F, Fut>(
+        &self,
+        stack: &paysaga_e2e::Stack,
+        shots: &Path,
+        browse: F,
+    ) -> anyhow::Result<()>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        let session = self.open(&[]).await?;
+        let outcome = AssertUnwindSafe(browse(session.client.clone()))
+            .catch_unwind()
+            .await;
+        let closed = session.close().await;
+        let failed = |what: &dyn std::fmt::Display| {
+            eprintln!("logs:\n{}", stack.log_paths());
+            eprintln!("screenshots: {}", shots.display());
+            eprintln!("{what}");
+        };
+        match outcome {
+            Err(panic) => {
+                failed(&"the browser test panicked");
+                std::panic::resume_unwind(panic)
+            }
+            Ok(Err(e)) => {
+                failed(&format_args!("{e:#}"));
+                Err(e)
+            }
+            Ok(Ok(())) => closed,
+        }
+    }
+}
+
+/// Types `text` into the field `css` names.
+pub async fn type_into(client: &Client, css: &str, text: &str) -> anyhow::Result<()> {
+    client
+        .find(Locator::Css(css))
+        .await?
+        .send_keys(text)
+        .await?;
+    Ok(())
+}
+
+/// Clicks the element `css` names.
+pub async fn click(client: &Client, css: &str) -> anyhow::Result<()> {
+    client.find(Locator::Css(css)).await?.click().await?;
+    Ok(())
+}
+
+/// Signs a person in to the console at `console` through its two steps: the password,
+/// then a code; waits for the drop page.
+pub async fn sign_in(
+    client: &Client,
+    console: &str,
+    email: &str,
+    password: &str,
+    code: &str,
+) -> anyhow::Result<()> {
+    client.goto(&format!("{console}/login")).await?;
+    type_into(client, "#email", email).await?;
+    type_into(client, "#password", password).await?;
+    click(client, "#sign-in").await?;
+    client.wait().for_element(Locator::Css("#code")).await?;
+    type_into(client, "#code", code).await?;
+    click(client, "#verify").await?;
+    client.wait().for_element(Locator::Css("#live")).await?;
+    Ok(())
 }
 
 pub async fn screenshot(client: &Client, dir: &Path, name: &str) -> anyhow::Result<()> {

@@ -5,11 +5,10 @@
 //! Skipped, with a message, where Chromium or chromedriver is not installed (see
 //! [`crate::browser`]).
 
-use std::{panic::AssertUnwindSafe, path::Path, time::Duration};
+use std::{path::Path, time::Duration};
 
-use crate::browser::{self, screenshot};
+use crate::browser::{self, click, screenshot, sign_in, type_into};
 use fantoccini::{Client, Locator};
-use futures::FutureExt;
 use paysaga_contracts::staff::{
     api::{CreateStaff, StaffRole},
     client::StaffClient,
@@ -76,33 +75,13 @@ async fn a_viewer_is_refused_and_an_admin_refunds_with_a_reason_in_headless_chro
 
     let shots = paysaga_e2e::binaries::log_dir("console-staff-screenshots")?;
     std::fs::create_dir_all(&shots)?;
-    let session = browser.open(&[]).await?;
-    let client = session.client.clone();
-    let outcome = AssertUnwindSafe(browse(
-        &client,
-        &pool,
-        &endpoints.orchestrator,
-        &shots,
-        payment,
-        &viewer_secret,
-    ))
-    .catch_unwind()
-    .await;
-    let closed = session.close().await;
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(panic) => {
-            eprintln!("logs:\n{}", stack.log_paths());
-            eprintln!("screenshots: {}", shots.display());
-            std::panic::resume_unwind(panic)
-        }
-    };
-    if let Err(e) = &outcome {
-        eprintln!("logs:\n{}", stack.log_paths());
-        eprintln!("screenshots: {}", shots.display());
-        return Err(anyhow::anyhow!("{e:#}"));
-    }
-    closed?;
+    let (pool_in, shots_in) = (&pool, &shots);
+    let (orchestrator, secret) = (&endpoints.orchestrator, &viewer_secret);
+    browser
+        .browse(&stack, &shots, |client| async move {
+            browse(&client, pool_in, orchestrator, shots_in, payment, secret).await
+        })
+        .await?;
 
     // The ledger paid the buyer back, once.
     assert_eq!(balance(&pool, buyer.account_id).await?, OPENING);
@@ -128,39 +107,6 @@ async fn balance(pool: &PgPool, account: i64) -> anyhow::Result<i64> {
             .fetch_one(pool)
             .await?,
     )
-}
-
-async fn type_into(client: &Client, css: &str, text: &str) -> anyhow::Result<()> {
-    client
-        .find(Locator::Css(css))
-        .await?
-        .send_keys(text)
-        .await?;
-    Ok(())
-}
-
-async fn click(client: &Client, css: &str) -> anyhow::Result<()> {
-    client.find(Locator::Css(css)).await?.click().await?;
-    Ok(())
-}
-
-/// Signs in through the console's two steps: password, then a code.
-async fn sign_in(
-    client: &Client,
-    console: &str,
-    email: &str,
-    password: &str,
-    code: &str,
-) -> anyhow::Result<()> {
-    client.goto(&format!("{console}/login")).await?;
-    type_into(client, "#email", email).await?;
-    type_into(client, "#password", password).await?;
-    click(client, "#sign-in").await?;
-    client.wait().for_element(Locator::Css("#code")).await?;
-    type_into(client, "#code", code).await?;
-    click(client, "#verify").await?;
-    client.wait().for_element(Locator::Css("#live")).await?;
-    Ok(())
 }
 
 /// (payment state, PAYMENT_REFUNDED audit rows).
