@@ -1,13 +1,13 @@
 //! Passwords, one way for every service that keeps them (the member service's buyers,
 //! the orchestrator's staff): the policy a new one must meet, and Argon2id hashing off
-//! the async threads, a bounded number at a time (each hash holds its memory cost while
-//! it runs).
+//! the async threads, a bounded number at a time, in working memory kept from one hash
+//! to the next.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use argon2::{
-    password_hash::SaltString, Algorithm, Argon2, Params, PasswordHash, PasswordHasher,
-    PasswordVerifier, Version,
+    password_hash::{Output, ParamsString, SaltString},
+    Algorithm, Argon2, Block, Params, PasswordHash, Version,
 };
 use rand::RngCore;
 use tokio::sync::Semaphore;
@@ -152,11 +152,47 @@ impl Argon2Params {
 #[error("password hashing: {0}")]
 pub struct HashError(pub String);
 
+/// Argon2's working memory (its cost, 19 MiB by default), kept between hashes: at most
+/// one buffer per hash running at once. Allocated afresh for each hash, on whichever
+/// blocking thread ran it, the buffers stayed in each thread's allocator arena once freed
+/// (glibc raises its mmap threshold after the first such free), so a service's memory
+/// grew with the threads the blocking pool had used, not with the hashes in flight.
+#[derive(Default)]
+struct Scratch(Mutex<Vec<Vec<Block>>>);
+
+impl Scratch {
+    /// `out` filled with `argon`'s hash of `password` and `salt`, computed in a buffer
+    /// taken from the pool and given back after.
+    fn hash_into(
+        &self,
+        argon: &Argon2<'_>,
+        password: &[u8],
+        salt: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), HashError> {
+        let taken = self.0.lock().map(|mut pool| pool.pop()).unwrap_or_default();
+        let mut blocks = taken.unwrap_or_default();
+        // Argon2 writes every block before it reads it, so a reused buffer needs no
+        // clearing.
+        blocks.resize(argon.params().block_count(), Block::default());
+        let hashed = argon.hash_password_into_with_memory(password, salt, out, &mut blocks);
+        if let Ok(mut pool) = self.0.lock() {
+            pool.push(blocks);
+        }
+        hashed.map_err(|e| HashError(e.to_string()))
+    }
+}
+
+fn phc_error(e: impl std::fmt::Display) -> HashError {
+    HashError(e.to_string())
+}
+
 /// Hashes and verifies passwords with Argon2id, on the blocking pool, at most
 /// `max_concurrent` at a time.
 #[derive(Clone)]
 pub struct Passwords {
     argon: Argon2<'static>,
+    scratch: Arc<Scratch>,
     permits: Arc<Semaphore>,
     /// A hash of a random password made with the same parameters: an unknown email is
     /// verified against it, so it costs what a known one does.
@@ -181,6 +217,7 @@ impl Passwords {
         let argon = Argon2::new(Algorithm::Argon2id, Version::V0x13, params);
         let mut this = Self {
             argon,
+            scratch: Arc::default(),
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
             dummy: Arc::from(""),
             metric,
@@ -192,7 +229,7 @@ impl Passwords {
 
     async fn blocking<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&Argon2<'static>) -> T + Send + 'static,
+        work: impl FnOnce(&Argon2<'static>, &Scratch) -> T + Send + 'static,
     ) -> Result<T, HashError> {
         let _permit = self
             .permits
@@ -200,8 +237,9 @@ impl Passwords {
             .await
             .map_err(|_| HashError("hashing semaphore closed".into()))?;
         let argon = self.argon.clone();
+        let scratch = self.scratch.clone();
         let started = std::time::Instant::now();
-        let out = tokio::task::spawn_blocking(move || work(&argon))
+        let out = tokio::task::spawn_blocking(move || work(&argon, &scratch))
             .await
             .map_err(|e| HashError(format!("hashing task failed: {e}")))?;
         metrics::histogram!(self.metric).record(started.elapsed().as_secs_f64());
@@ -212,12 +250,18 @@ impl Passwords {
     pub async fn hash(&self, password: String) -> Result<String, HashError> {
         let mut salt = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut salt);
-        self.blocking(move |argon| {
-            let salt = SaltString::encode_b64(&salt).map_err(|e| HashError(e.to_string()))?;
-            argon
-                .hash_password(password.as_bytes(), &salt)
-                .map(|h| h.to_string())
-                .map_err(|e| HashError(e.to_string()))
+        self.blocking(move |argon, scratch| {
+            let encoded = SaltString::encode_b64(&salt).map_err(phc_error)?;
+            let mut out = [0u8; Params::DEFAULT_OUTPUT_LEN];
+            scratch.hash_into(argon, password.as_bytes(), &salt, &mut out)?;
+            let phc = PasswordHash {
+                algorithm: Algorithm::Argon2id.ident(),
+                version: Some(Version::V0x13.into()),
+                params: ParamsString::try_from(argon.params()).map_err(phc_error)?,
+                salt: Some(encoded.as_salt()),
+                hash: Some(Output::new(&out).map_err(phc_error)?),
+            };
+            Ok(phc.to_string())
         })
         .await?
     }
@@ -228,17 +272,34 @@ impl Passwords {
         let known = phc.is_some();
         let phc = phc.unwrap_or_else(|| self.dummy.to_string());
         let matched = self
-            .blocking(move |argon| {
-                let parsed = PasswordHash::new(&phc).map_err(|e| HashError(e.to_string()))?;
-                match argon.verify_password(password.as_bytes(), &parsed) {
-                    Ok(()) => Ok(true),
-                    Err(argon2::password_hash::Error::Password) => Ok(false),
-                    Err(e) => Err(HashError(e.to_string())),
-                }
-            })
+            .blocking(move |_, scratch| verify(scratch, password.as_bytes(), &phc))
             .await??;
         Ok(known && matched)
     }
+}
+
+/// Whether `password` hashes to `phc` under the algorithm, version and parameters
+/// stored in it (a hash made under other settings still verifies); the outputs are
+/// compared in constant time.
+fn verify(scratch: &Scratch, password: &[u8], phc: &str) -> Result<bool, HashError> {
+    let parsed = PasswordHash::new(phc).map_err(phc_error)?;
+    let (Some(salt), Some(expected)) = (parsed.salt, parsed.hash) else {
+        return Err(HashError("a stored hash without its salt or output".into()));
+    };
+    let algorithm = Algorithm::try_from(parsed.algorithm).map_err(phc_error)?;
+    let version = parsed
+        .version
+        .map(Version::try_from)
+        .transpose()
+        .map_err(phc_error)?
+        .unwrap_or_default();
+    let params = Params::try_from(&parsed).map_err(phc_error)?;
+    let argon = Argon2::new(algorithm, version, params);
+    let mut salt_buf = [0u8; 64];
+    let salt = salt.decode_b64(&mut salt_buf).map_err(phc_error)?;
+    let mut out = vec![0u8; expected.len()];
+    scratch.hash_into(&argon, password, salt, &mut out)?;
+    Ok(Output::new(&out).map_err(phc_error)? == expected)
 }
 
 /// `n` random bytes as lower-case hex.
@@ -286,5 +347,71 @@ mod tests {
             .unwrap());
         assert!(!pw.verify("wrong".into(), Some(phc)).await.unwrap());
         assert!(!pw.verify("anything".into(), None).await.unwrap());
+    }
+
+    /// Hashes made by the argon2 crate's own hasher (as every stored hash was made
+    /// before the working memory was kept) verify, under other parameters too, and its
+    /// verifier accepts the hashes made here: the stored format is the same.
+    #[tokio::test]
+    async fn hashes_are_those_of_the_argon2_crate_both_ways() {
+        use argon2::{PasswordHasher, PasswordVerifier};
+        let pw = Passwords::new(Argon2Params::TEST_ONLY_CHEAP, 2, "test_argon2_seconds")
+            .await
+            .unwrap();
+        let salt = SaltString::encode_b64(b"0123456789abcdef").unwrap();
+        for (m, t, p) in [(64, 1, 1), (256, 2, 2), (1024, 3, 1)] {
+            let theirs = Argon2::new(
+                Algorithm::Argon2id,
+                Version::V0x13,
+                Params::new(m, t, p, None).unwrap(),
+            )
+            .hash_password(b"plum-orbit-canyon-47", &salt)
+            .unwrap()
+            .to_string();
+            assert!(pw
+                .verify("plum-orbit-canyon-47".into(), Some(theirs.clone()))
+                .await
+                .unwrap());
+            assert!(!pw
+                .verify("plum-orbit-canyon-48".into(), Some(theirs))
+                .await
+                .unwrap());
+        }
+        let ours = pw.hash("plum-orbit-canyon-47".into()).await.unwrap();
+        let parsed = PasswordHash::new(&ours).unwrap();
+        assert!(Argon2::default()
+            .verify_password(b"plum-orbit-canyon-47", &parsed)
+            .is_ok());
+        assert_eq!(
+            Argon2::new(
+                Algorithm::Argon2id,
+                Version::V0x13,
+                Params::new(64, 1, 1, None).unwrap()
+            )
+            .hash_password(b"plum-orbit-canyon-47", parsed.salt.unwrap())
+            .unwrap()
+            .to_string(),
+            ours,
+            "the same string the crate makes"
+        );
+        assert_eq!(pw.scratch.0.lock().unwrap().len(), 1, "one buffer kept");
+    }
+
+    /// However many hashes are asked for at once, and whichever blocking threads run
+    /// them, no more working buffers are ever made than hashes may run at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn working_memory_is_bounded_by_the_hashes_running_at_once() {
+        let pw = Passwords::new(Argon2Params::TEST_ONLY_CHEAP, 2, "test_argon2_seconds")
+            .await
+            .unwrap();
+        let many = (0..32).map(|i| {
+            let pw = pw.clone();
+            tokio::spawn(async move { pw.hash(format!("password-{i}")).await.unwrap() })
+        });
+        for h in futures::future::join_all(many).await {
+            h.unwrap();
+        }
+        let kept = pw.scratch.0.lock().unwrap().len();
+        assert!((1..=2).contains(&kept), "{kept} buffers kept");
     }
 }
