@@ -322,6 +322,19 @@ impl ProductLocal {
             }
         }
         p.by_member.retain(|_, lp| lp.exp >= cutoff);
+        // A drop's crowd leaves the map at its peak capacity once their passes expire:
+        // give it back, so memory follows the passes live now, not the largest drop so
+        // far (each product keeps a map of its own).
+        let len = p.by_member.len();
+        if p.by_member.capacity() > 2 * len + 64 {
+            p.by_member.shrink_to(2 * len);
+        }
+    }
+
+    /// Room the pass map holds (tests).
+    #[cfg(test)]
+    fn pass_capacity(&self) -> usize {
+        self.passes().by_member.capacity()
     }
 }
 
@@ -421,6 +434,25 @@ mod tests {
         assert_eq!(p.unsynced(0).len(), 3);
         p.synced(&p.unsynced(0), 0);
         assert!(p.unsynced(0).is_empty());
+    }
+
+    #[test]
+    fn a_drops_passes_give_their_room_back_once_expired() {
+        let p = ProductLocal::default();
+        for i in 0..10_000 {
+            p.record(&format!("m{i}"), 100, true);
+        }
+        let peak = p.pass_capacity();
+        assert!(peak >= 10_000);
+        p.record("late", 500, true);
+        // Every pass but the late one has expired by 200.
+        p.synced(&[], 200);
+        assert_eq!(p.live(0), vec![("late".to_owned(), 500)]);
+        assert!(
+            p.pass_capacity() < 100,
+            "{} of {peak} kept",
+            p.pass_capacity()
+        );
     }
 
     #[test]

@@ -104,6 +104,8 @@ impl Pacer {
         if now.duration_since(s.pruned_at) >= PRUNE_EVERY {
             s.by_product.retain(|_, members| {
                 members.retain(|_, until| *until > now);
+                // The room a crowd needed is given back once it has gone.
+                members.shrink_to(2 * members.len());
                 !members.is_empty()
             });
             s.pruned_at = now;
