@@ -128,6 +128,16 @@ async fn insert(
 }
 
 impl Staff {
+    /// Whether any admin exists (until one does, the operator tools' credential may make
+    /// one outside development mode).
+    pub async fn has_admin(&self) -> Result<bool> {
+        Ok(sqlx::query_scalar::<_, bool>(
+            r#"SELECT EXISTS (SELECT 1 FROM staff WHERE role = 'ADMIN')"#,
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// An admin creates an account: checked like a member's (email, the shared password
     /// policy), written with its audit row in one transaction.
     pub async fn create(&self, by: &Acting, req: CreateStaff) -> Result<StaffCreated> {

@@ -24,6 +24,10 @@ paysaga_common::service_error! {
         TooManyAttempts(RateLimited),
         #[error("no staff session (none given, expired or signed out)")]
         NoSession,
+        /// The operator tools' credential outside development mode, where only people
+        /// act (it may only make the first admin).
+        #[error("the operator tools' credential does not act as staff here")]
+        PeopleOnly,
         /// The allow list the route has, which the person's role is not in.
         #[error("this route admits staff of another role")]
         ForbiddenRole(u8),
@@ -74,6 +78,13 @@ impl Error {
             ),
             Error::NoSession => ApiError::unauthorized(
                 "sign in: no staff session (none given, unknown, expired or signed out)",
+            ),
+            Error::PeopleOnly => ApiError::new(
+                StatusCode::FORBIDDEN,
+                codes::PEOPLE_ONLY,
+                "staff routes are for people: sign in as yourself (the operator tools' \
+                 credential acts as staff only in development mode, and otherwise only \
+                 makes the first admin)",
             ),
             Error::ForbiddenRole(allowed) => ApiError::new(
                 StatusCode::FORBIDDEN,

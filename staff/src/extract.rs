@@ -1,6 +1,9 @@
 //! Who is asking: the extractors that admit people by role. `Person<{ ROLES }>` takes a
 //! staff session token (`Authorization: Bearer pss_…`); `PersonOrTool<{ ROLES }>` also
-//! takes the operator tools' service credential (role `operator`), counted as an admin.
+//! takes the operator tools' service credential (role `operator`), counted as an admin,
+//! in development mode only (elsewhere it is 403 `PEOPLE_ONLY`: staff routes are for
+//! people); `FirstAdminOrPerson` takes it, outside development mode, only while no admin
+//! exists, to make the first one.
 //! A missing, unknown, expired or signed-out session is 401 `UNAUTHENTICATED`; a
 //! role the route does not admit is 403 `FORBIDDEN_ROLE`, before the handler reads or
 //! writes anything.
@@ -30,9 +33,15 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct Person<const ALLOW: u8>(pub Acting);
 
-/// A person whose role the allow list admits, or the operator tools' service credential.
+/// A person whose role the allow list admits, or (in development mode) the operator
+/// tools' service credential.
 #[derive(Debug, Clone)]
 pub struct PersonOrTool<const ALLOW: u8>(pub Acting);
+
+/// An admin, or the operator tools' service credential where it acts (development mode)
+/// or while no admin exists yet (how a system's first person is made).
+#[derive(Debug, Clone)]
+pub struct FirstAdminOrPerson(pub Acting);
 
 /// The connection's peer address, if the server recorded it.
 pub fn client_addr(parts: &Parts) -> Option<IpAddr> {
@@ -89,33 +98,76 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
         let () = AllowList::<ALLOW>::VALID;
-        let from = client_addr(parts);
-        let token = bearer(parts).ok_or(Error::NoSession)?;
-        if token.starts_with(TOKEN_PREFIX) {
-            let who = Staff::from_ref(state).admit(token, ALLOW).await?;
-            return Ok(PersonOrTool(Acting {
-                actor: Actor::Staff(who),
-                from,
-            }));
+        let staff = Staff::from_ref(state);
+        let acting =
+            person_or_tool(parts, &staff, &Arc::<Verifier>::from_ref(state), ALLOW).await?;
+        if matches!(acting.actor, Actor::Tool(_)) && !staff.config.tools_act {
+            return Err(Error::PeopleOnly);
         }
-        let verifier = Arc::<Verifier>::from_ref(state);
-        if let Some(role) = verifier.verify_service(token) {
-            let role = auth::admit(role.name(), auth::allow::OPERATOR)?;
-            return Ok(PersonOrTool(Acting {
-                actor: Actor::Tool(role),
-                from,
-            }));
-        }
-        if verifier.verify_buyer(token).is_some() {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                common_codes::FORBIDDEN,
-                "this route is for staff; a buyer token cannot act as one",
-            )
-            .into());
-        }
-        Err(Error::NoSession)
+        Ok(PersonOrTool(acting))
     }
+}
+
+impl<S> FromRequestParts<S> for FirstAdminOrPerson
+where
+    S: Send + Sync,
+    Staff: FromRef<S>,
+    Arc<Verifier>: FromRef<S>,
+{
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
+        let staff = Staff::from_ref(state);
+        let acting = person_or_tool(
+            parts,
+            &staff,
+            &Arc::<Verifier>::from_ref(state),
+            crate::allow::ADMIN,
+        )
+        .await?;
+        if matches!(acting.actor, Actor::Tool(_))
+            && !staff.config.tools_act
+            && staff.has_admin().await?
+        {
+            return Err(Error::PeopleOnly);
+        }
+        Ok(FirstAdminOrPerson(acting))
+    }
+}
+
+/// A person (by session, whose role `allowed` admits) or the operator tools' service
+/// credential; whether the tool may act is the caller's to judge.
+async fn person_or_tool(
+    parts: &Parts,
+    staff: &Staff,
+    verifier: &Verifier,
+    allowed: u8,
+) -> Result<Acting> {
+    let from = client_addr(parts);
+    let token = bearer(parts).ok_or(Error::NoSession)?;
+    if token.starts_with(TOKEN_PREFIX) {
+        let who = staff.admit(token, allowed).await?;
+        return Ok(Acting {
+            actor: Actor::Staff(who),
+            from,
+        });
+    }
+    if let Some(role) = verifier.verify_service(token) {
+        let role = auth::admit(role.name(), auth::allow::OPERATOR)?;
+        return Ok(Acting {
+            actor: Actor::Tool(role),
+            from,
+        });
+    }
+    if verifier.verify_buyer(token).is_some() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            common_codes::FORBIDDEN,
+            "this route is for staff; a buyer token cannot act as one",
+        )
+        .into());
+    }
+    Err(Error::NoSession)
 }
 
 /// The connection's peer address as an extractor (never refuses).

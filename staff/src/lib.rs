@@ -31,7 +31,7 @@ use paysaga_common::{
 use sqlx::PgPool;
 
 pub use error::{Error, Result};
-pub use extract::{Person, PersonOrTool};
+pub use extract::{FirstAdminOrPerson, Person, PersonOrTool};
 pub use paysaga_contracts::staff::api::{AuditAction, AuditOutcome, StaffRole};
 
 /// Allow lists of staff roles, the const parameter of [`Person`] and [`PersonOrTool`]:
@@ -129,6 +129,10 @@ pub struct StaffConfig {
     /// Development mode (`PAYSAGA_DEV_KEYS=1`) only: the development admin
     /// ([`dev`]) is created at start-up.
     pub dev_admin: bool,
+    /// Development mode (and tests) only: the operator tools' service credential acts
+    /// as an admin on the routes that name it ([`PersonOrTool`]). Otherwise only people
+    /// act, and the tools' credential only makes the first admin ([`FirstAdminOrPerson`]).
+    pub tools_act: bool,
     /// `STAFF_SECRET_KEY`: the key TOTP secrets are sealed with at rest
     /// ([`secrets`]); required outside development mode.
     pub secret_key: secrets::SecretKey,
@@ -158,6 +162,7 @@ impl StaffConfig {
             )?,
             four_eyes_above: config::parse("STAFF_FOUR_EYES_ABOVE", d.four_eyes_above)?,
             dev_admin: secrets.is_dev(),
+            tools_act: secrets.is_dev(),
             secret_key,
         })
     }
@@ -172,6 +177,7 @@ impl StaffConfig {
             operator_refund_limit: 50_000,
             four_eyes_above: 100_000,
             dev_admin: false,
+            tools_act: true,
             secret_key: secrets::SecretKey::development(),
         }
     }

@@ -20,12 +20,7 @@ use paysaga_contracts::staff::api::{
 };
 use utoipa::OpenApi;
 
-use crate::{
-    allow::{ADMIN, ANY},
-    error::Result,
-    extract::ClientAddr,
-    Person, PersonOrTool, Staff,
-};
+use crate::{allow::ANY, error::Result, extract::ClientAddr, FirstAdminOrPerson, Person, Staff};
 
 /// The staff routes' state: staff sessions, and the verifier of the operator tools'
 /// service credential (which may create staff accounts, so a system's first admin can
@@ -116,7 +111,7 @@ pub async fn sign_out(
 #[tracing::instrument(skip_all)]
 pub async fn create(
     State(staff): State<Staff>,
-    PersonOrTool(admin): PersonOrTool<{ ADMIN }>,
+    FirstAdminOrPerson(admin): FirstAdminOrPerson,
     Json(req): Json<CreateStaff>,
 ) -> Result<Response> {
     let created = staff.create(&admin, req).await?;

@@ -17,6 +17,9 @@ pub mod codes {
         TOO_MANY_SIGN_IN_ATTEMPTS,
         /// The signed-in person's role is not one this route admits (403).
         FORBIDDEN_ROLE,
+        /// The operator tools' service credential, outside development mode: staff
+        /// routes are for people (it only makes the first admin); sign in (403).
+        PEOPLE_ONLY,
         /// A staff account with this email exists already (409).
         STAFF_EMAIL_TAKEN,
         /// Not an email address a staff account can have (422).

@@ -9,5 +9,6 @@ mod products;
 mod rate_limit;
 mod staff;
 mod staff_secrets;
+mod staff_tools;
 mod step_log;
 mod webhooks;

@@ -412,12 +412,12 @@ type AuditRow = (
 );
 
 /// One staff route, and the roles it admits.
-struct Route {
-    method: &'static str,
-    path: String,
-    body: Option<serde_json::Value>,
+pub(crate) struct Route {
+    pub(crate) method: &'static str,
+    pub(crate) path: String,
+    pub(crate) body: Option<serde_json::Value>,
     form: Option<Vec<(&'static str, &'static str)>>,
-    console: bool,
+    pub(crate) console: bool,
     admits: &'static [StaffRole],
 }
 
@@ -425,7 +425,7 @@ const ANY: &[StaffRole] = &[StaffRole::Viewer, StaffRole::Operator, StaffRole::A
 const ACTS: &[StaffRole] = &[StaffRole::Operator, StaffRole::Admin];
 const ADMIN: &[StaffRole] = &[StaffRole::Admin];
 
-fn matrix(payment: Uuid) -> Vec<Route> {
+pub(crate) fn matrix(payment: Uuid) -> Vec<Route> {
     let api = |method, path: String, body: Option<serde_json::Value>, admits| Route {
         method,
         path,
@@ -575,7 +575,7 @@ fn matrix(payment: Uuid) -> Vec<Route> {
 }
 
 /// What PostgreSQL holds that a staff route could change.
-async fn snapshot(pool: &PgPool) -> (Vec<String>, i64, i64) {
+pub(crate) async fn snapshot(pool: &PgPool) -> (Vec<String>, i64, i64) {
     let rows = rows_as_text(
         pool,
         &[
