@@ -125,6 +125,10 @@ pub struct StaffConfig {
     /// above it is not carried out when asked for; it waits for an admin other than the
     /// one who asked (four eyes).
     pub four_eyes_above: i64,
+    /// `STAFF_TOP_UP_FOUR_EYES_ABOVE`, default 100000 (minor units): a top-up above it
+    /// is not carried out when asked for; it waits for an admin other than the one who
+    /// asked (four eyes).
+    pub top_up_four_eyes_above: i64,
     /// Development mode (`PAYSAGA_DEV_KEYS=1`) only: the development admin
     /// ([`dev`]) is created at start-up.
     pub dev_admin: bool,
@@ -151,6 +155,10 @@ impl StaffConfig {
                 d.operator_refund_limit,
             )?,
             four_eyes_above: config::parse("STAFF_FOUR_EYES_ABOVE", d.four_eyes_above)?,
+            top_up_four_eyes_above: config::parse(
+                "STAFF_TOP_UP_FOUR_EYES_ABOVE",
+                d.top_up_four_eyes_above,
+            )?,
             dev_admin: dev_mode,
         })
     }
@@ -164,6 +172,7 @@ impl StaffConfig {
             sign_in_period: Duration::from_secs(30),
             operator_refund_limit: 50_000,
             four_eyes_above: 100_000,
+            top_up_four_eyes_above: 100_000,
             dev_admin: false,
         }
     }

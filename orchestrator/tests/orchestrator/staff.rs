@@ -14,7 +14,7 @@ use paysaga_contracts::{
     staff::{
         api::{
             ApprovalDecided, ApprovalState, CreateStaff, ListApprovals, RefundAnswer,
-            RefundApproval, SignIn, StaffCreated, StaffRole,
+            Approval, SignIn, StaffCreated, StaffRole,
         },
         client::StaffClient,
     },
@@ -566,7 +566,7 @@ async fn snapshot(pool: &PgPool) -> (Vec<String>, i64, i64) {
             "payment_service.staff",
             "payment_service.webhook_endpoints",
             "payment_service.webhook_deliveries",
-            "payment_service.refund_approvals",
+            "payment_service.approvals",
         ],
     )
     .await;
@@ -695,7 +695,7 @@ impl Signed {
     }
 
     /// Asks for a refund of `payment`; above the four-eyes amount, the approval.
-    async fn ask_refund(&self, o: &Orchestrator, payment: Uuid, reason: &str) -> RefundApproval {
+    async fn ask_refund(&self, o: &Orchestrator, payment: Uuid, reason: &str) -> Approval {
         let answer = self
             .orchestrator(o)
             .refund_because(payment, Some(reason))
@@ -716,7 +716,7 @@ fn rejected_with<T: std::fmt::Debug>(r: &Result<T, CallError>, status: u16, code
 /// The approval's state and deciding staff member, read from PostgreSQL.
 async fn approval_row(pool: &PgPool, id: i64) -> (String, Option<i64>) {
     sqlx::query_as(
-        r#"SELECT state, decided_by FROM payment_service.refund_approvals WHERE id = $1"#,
+        r#"SELECT state, decided_by FROM payment_service.approvals WHERE id = $1"#,
     )
     .bind(id)
     .fetch_one(pool)
@@ -788,7 +788,7 @@ async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
     // Alice (an admin) asks: 202 with a pending approval, the payment untouched.
     let asked = alice.ask_refund(&o, id, "buyer asked: wrong size").await;
     assert_eq!(asked.state, ApprovalState::Pending);
-    assert_eq!(asked.payment_id, id);
+    assert_eq!(asked.payment_id, Some(id));
     assert_eq!(asked.amount, 12_900);
     assert_eq!(asked.requested_by, Some(alice.created.staff.id));
     assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
@@ -800,7 +800,7 @@ async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
     let again = alice.ask_refund(&o, id, "asking again").await;
     assert_eq!(again.id, asked.id);
     let rows: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM payment_service.refund_approvals WHERE payment_id = $1"#,
+        r#"SELECT COUNT(*) FROM payment_service.approvals WHERE payment_id = $1"#,
     )
     .bind(id)
     .fetch_one(&s.admin)
@@ -1006,7 +1006,7 @@ async fn a_refund_at_the_four_eyes_amount_is_carried_out_at_once() {
     assert!(answer.body.refunded().is_some(), "{:?}", answer.body);
     assert_eq!(s.settled(id).await, "REFUNDED");
     let approvals: i64 =
-        sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.refund_approvals"#)
+        sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.approvals"#)
             .fetch_one(&s.admin)
             .await
             .unwrap();
@@ -1052,7 +1052,7 @@ async fn the_console_asks_for_an_approval_and_another_admin_gives_it() {
     );
     assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
     let approval: i64 = sqlx::query_scalar(
-        r#"SELECT id FROM payment_service.refund_approvals WHERE state = 'PENDING'"#,
+        r#"SELECT id FROM payment_service.approvals WHERE state = 'PENDING'"#,
     )
     .fetch_one(&s.admin)
     .await
@@ -1093,7 +1093,7 @@ async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
     let app = PgPool::connect(&s.db.role_url("payment_app"))
         .await
         .expect("payment_app");
-    let ask = r#"INSERT INTO payment_service.refund_approvals
+    let ask = r#"INSERT INTO payment_service.approvals
                    (payment_id, amount, requested_by, requested_by_name)
                  VALUES ($1, 12900, 7, 'alice@example.com') RETURNING id"#;
     let first: i64 = sqlx::query_scalar(ask)
@@ -1112,11 +1112,11 @@ async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
         .await;
     assert_eq!(
         second.map_err(constraint).err().flatten().as_deref(),
-        Some("refund_approvals_one_pending")
+        Some("approvals_one_pending_refund")
     );
     let decide = |by: Option<i64>| {
         sqlx::query(
-            r#"UPDATE payment_service.refund_approvals
+            r#"UPDATE payment_service.approvals
                SET state = 'APPROVED', decided_by = $2, decided_by_name = 'x', decided_at = now()
                WHERE id = $1"#,
         )
@@ -1125,15 +1125,15 @@ async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
         .execute(&app)
     };
     for (by, refused_by) in [
-        (Some(7), "refund_approvals_two_people"),
-        (None, "refund_approvals_decided_when_not_pending"),
+        (Some(7), "approvals_two_people"),
+        (None, "approvals_decided_when_not_pending"),
     ] {
         let e = decide(by).await.expect_err("refused");
         assert_eq!(constraint(e).as_deref(), Some(refused_by));
     }
     decide(Some(8)).await.expect("another person decides");
     // Decided, never removed: the service may not delete an approval.
-    let e = sqlx::query(r#"DELETE FROM payment_service.refund_approvals WHERE id = $1"#)
+    let e = sqlx::query(r#"DELETE FROM payment_service.approvals WHERE id = $1"#)
         .bind(first)
         .execute(&app)
         .await

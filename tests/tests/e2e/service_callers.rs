@@ -26,7 +26,7 @@ use paysaga_common::{
     auth::{allow, Audience, Minter, ServiceRole, ISSUER},
     credentials::{TokenSource, MAX_SERVICE_TOKEN_LIFETIME_SECS},
     keys::DevKey,
-    testkit::service_token,
+    testkit::{deposit_authorization, service_token},
 };
 use paysaga_e2e::{Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions};
 use reqwest::Method;
@@ -91,7 +91,9 @@ const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
         "/v1/staff/sessions/sign-out",
     ),
     (ServiceKind::Orchestrator, "get", "/v1/audit"),
-    // Refund approvals (four eyes): people only, two of them.
+    // Top-ups: admins, people only (the operator tools' credential tops up nothing).
+    (ServiceKind::Orchestrator, "post", "/v1/top-ups"),
+    // Approvals (four eyes) of refunds and top-ups: people only, two of them.
     (ServiceKind::Orchestrator, "get", "/v1/approvals"),
     (
         ServiceKind::Orchestrator,
@@ -384,8 +386,13 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Method::POST,
             "/v1/deposits",
             "/v1/deposits",
-            Some(json!({"operation_key": "callers:deposit", "account_id": account, "amount": 100})),
-            MEMBER | OPERATOR,
+            // With the orchestrator's authorization, so that an admitted caller is
+            // answered as one (it lives 60 s: the window is shorter).
+            Some(
+                json!({"operation_key": "callers:deposit", "account_id": account, "amount": 100,
+                       "authorization": deposit_authorization(member, 100, "callers:deposit", "admin@example.com", None)}),
+            ),
+            MEMBER,
         ),
         route(
             A,
@@ -676,8 +683,11 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Method::POST,
             "/v1/members/{id}/top-ups",
             format!("/v1/members/{member}/top-ups"),
-            Some(json!({"operation_key": "callers:top-up", "amount": 100})),
-            OPERATOR,
+            Some(
+                json!({"operation_key": "callers:top-up", "amount": 100,
+                       "authorization": deposit_authorization(member, 100, "callers:top-up", "admin@example.com", None)}),
+            ),
+            ORCH,
         ),
         route(
             M,
@@ -860,9 +870,9 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         expected,
         BTreeMap::from(
             [
-                ("Account", (58, 10, 22, 42)),
+                ("Account", (59, 10, 22, 42)),
                 ("Gate", (5, 1, 2, 0)),
-                ("Member", (36, 6, 12, 14)),
+                ("Member", (36, 6, 12, 21)),
                 ("Orchestrator", (78, 12, 26, 0)),
                 ("Order", (74, 10, 26, 42)),
             ]
@@ -870,7 +880,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 476);
+    assert_eq!(refusals.len(), 484);
     // Every minted credential at every route of every service it was not made for: a
     // verifier that ignored the audience would admit most of them (the operator's opens
     // nearly every route of the service it is for).
@@ -960,7 +970,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 476 + 449, "every refusal was sent and answered");
+    assert_eq!(refused, 484 + 449, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {
