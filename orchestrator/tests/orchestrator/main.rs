@@ -8,4 +8,5 @@ mod payments;
 mod rate_limit;
 mod staff;
 mod step_log;
+mod top_ups;
 mod webhooks;

@@ -30,7 +30,7 @@ const T: Duration = Duration::from_secs(30);
 const PASSWORD: &str = "plum-orbit-canyon-47";
 
 /// The operator tools' service credential, which may create staff accounts.
-fn tool(o: &Orchestrator) -> StaffClient {
+pub(crate) fn tool(o: &Orchestrator) -> StaffClient {
     StaffClient::new(&o.url, service_token("operator", Audience::Orchestrator), T)
 }
 
@@ -472,6 +472,15 @@ fn matrix(payment: Uuid) -> Vec<Route> {
             ADMIN,
         ),
         api("GET", "/v1/audit?limit=5".into(), None, ANY),
+        // Admitted, then 422 INVALID_TOP_UP_KEY: nothing is deposited or asked for.
+        api(
+            "POST",
+            "/v1/top-ups".into(),
+            Some(
+                serde_json::json!({"member_id": Uuid::new_v4(), "amount": 1, "reason": "matrix", "key": "no spaces allowed"}),
+            ),
+            ADMIN,
+        ),
         api("GET", "/v1/approvals?limit=5".into(), None, ANY),
         // Admitted, then 404 APPROVAL_NOT_FOUND: nothing is decided.
         api(
@@ -672,13 +681,13 @@ async fn every_staff_route_admits_exactly_its_roles_and_a_refused_call_changes_n
 }
 
 /// A staff member signed in through the API: their account and session token.
-struct Signed {
-    created: StaffCreated,
-    token: String,
+pub(crate) struct Signed {
+    pub(crate) created: StaffCreated,
+    pub(crate) token: String,
 }
 
 impl Signed {
-    async fn new(o: &Orchestrator, email: &str, role: StaffRole) -> Self {
+    pub(crate) async fn new(o: &Orchestrator, email: &str, role: StaffRole) -> Self {
         let created = create(o, email, role).await;
         let token = sign_in(o, email, &code_now(&created))
             .await
@@ -686,7 +695,7 @@ impl Signed {
         Signed { created, token }
     }
 
-    fn staff(&self, o: &Orchestrator) -> StaffClient {
+    pub(crate) fn staff(&self, o: &Orchestrator) -> StaffClient {
         StaffClient::new(&o.url, self.token.clone(), T)
     }
 
@@ -709,7 +718,7 @@ impl Signed {
     }
 }
 
-fn rejected_with<T: std::fmt::Debug>(r: &Result<T, CallError>, status: u16, code: &str) -> bool {
+pub(crate) fn rejected_with<T: std::fmt::Debug>(r: &Result<T, CallError>, status: u16, code: &str) -> bool {
     matches!(r, Err(CallError::Rejected { status: s, body }) if *s == status && body.code == code)
 }
 
