@@ -444,8 +444,10 @@ pub async fn number(pool: &PgPool, sql: &str) -> i64 {
 /// topped up by the member service or an operator, holds placed and released by the
 /// order service, everything else is the saga's.
 pub fn token_for(path: &str) -> String {
-    if path == "/v1/accounts" || path == "/v1/deposits" {
+    if path == "/v1/accounts" {
         service_token("operator", Audience::Account)
+    } else if path == "/v1/deposits" {
+        service_token("member", Audience::Account)
     } else if path.starts_with("/v1/holds") {
         service_token("order", Audience::Account)
     } else {
