@@ -10,8 +10,8 @@ use paysaga_common::{
         allow::{MEMBER, OPERATOR, ORCHESTRATOR, ORDER},
         Buyer, Caller, Service, ServiceRole,
     },
-    extract::{Json, Path, Query},
     deposits::{DepositGrant, DepositRefusal},
+    extract::{Json, Path, Query},
     telemetry, ApiError, ErrorBody,
 };
 

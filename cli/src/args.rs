@@ -90,9 +90,9 @@ pub enum Command {
     Staff(StaffCommand),
     /// The audit trail of what staff did, newest first (signed in: `staff sign-in`).
     Audit(AuditArgs),
-    /// Refunds above STAFF_FOUR_EYES_ABOVE awaiting a second person: list them (newest
-    /// first), or approve or reject one (admins other than the one who asked; signed
-    /// in: `staff sign-in`).
+    /// Refunds above STAFF_FOUR_EYES_ABOVE and top-ups above STAFF_TOP_UP_FOUR_EYES_ABOVE
+    /// awaiting a second person: list them (newest first), or approve or reject one
+    /// (admins other than the one who asked; signed in: `staff sign-in`).
     Approvals(ApprovalsArgs),
     /// Mint a DEVELOPMENT token for trying the API with curl.
     #[command(subcommand)]

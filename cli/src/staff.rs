@@ -9,7 +9,7 @@ use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context;
 use paysaga_common::client::Credential;
 use paysaga_contracts::staff::{
-    api::{CreateStaff, ListApprovals, ListAudit, Approval, SignIn},
+    api::{Approval, CreateStaff, ListApprovals, ListAudit, SignIn},
     client::StaffClient,
 };
 

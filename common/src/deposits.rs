@@ -238,10 +238,7 @@ mod tests {
     fn a_signed_authorization_verifies_for_its_deposit_only() {
         let token = DepositSigner::development().sign(&grant());
         let v = verifier();
-        assert_eq!(
-            v.verify(Some(&token), "m-1", 500, "topup:1"),
-            Ok(grant())
-        );
+        assert_eq!(v.verify(Some(&token), "m-1", 500, "topup:1"), Ok(grant()));
         assert_eq!(
             v.verify(Some(&token), "m-2", 500, "topup:1"),
             Err(DepositRefusal::Mismatch("member"))
@@ -293,8 +290,9 @@ mod tests {
             Err(DepositRefusal::Unsigned)
         );
         // A service credential of the orchestrator is no authorization.
-        let credential = Minter::dev_service(ServiceRole::Orchestrator, crate::auth::Audience::Account)
-            .mint("orchestrator", Duration::from_secs(60));
+        let credential =
+            Minter::dev_service(ServiceRole::Orchestrator, crate::auth::Audience::Account)
+                .mint("orchestrator", Duration::from_secs(60));
         assert_eq!(
             v.verify(Some(&credential), "m-1", 500, "topup:1"),
             Err(DepositRefusal::Unsigned)

@@ -54,7 +54,9 @@ pub async fn page(
     let admin = op.0.actor.role() == StaffRole::Admin;
     let me = op.0.actor.staff_id();
     let flash = match filter.done.as_deref() {
-        Some("approve") => Some("Approved: the refund was carried out through the saga, or the top-up deposited."),
+        Some("approve") => {
+            Some("Approved: the refund was carried out through the saga, or the top-up deposited.")
+        }
         Some("reject") => Some("Rejected: nothing was refunded or deposited."),
         _ => None,
     };

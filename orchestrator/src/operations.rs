@@ -341,7 +341,11 @@ impl Operations {
     /// The deposit an approved top-up approval names, authorized as asked by its
     /// requester and approved by its decider.
     async fn deposit_approved(&self, approval: &ApprovalRow) -> Result<TopUpDone> {
-        let breach = || Error::from(Breach::ApprovalWithoutTarget { approval: approval.id });
+        let breach = || {
+            Error::from(Breach::ApprovalWithoutTarget {
+                approval: approval.id,
+            })
+        };
         let member = approval.member_id.ok_or_else(breach)?;
         let key = approval
             .operation_key
@@ -513,10 +517,9 @@ impl Operations {
             Some(asked) => self.decide(by, asked, decision, reason.as_deref()).await,
         };
         let kind = found.as_ref().map_or(ApprovalKind::Refund, |a| a.kind);
-        let target = found.as_ref().map_or_else(
-            || format!("approval:{id}"),
-            |a| a.to_api().target(),
-        );
+        let target = found
+            .as_ref()
+            .map_or_else(|| format!("approval:{id}"), |a| a.to_api().target());
         self.audited_on(
             by,
             decision_action(kind, decision),
@@ -547,11 +550,9 @@ impl Operations {
                 deposit,
             });
         }
-        let payment = approval
-            .payment_id
-            .ok_or(Breach::ApprovalWithoutTarget {
-                approval: approval.id,
-            })?;
+        let payment = approval.payment_id.ok_or(Breach::ApprovalWithoutTarget {
+            approval: approval.id,
+        })?;
         let note = format!(
             "{}; {}",
             note(

@@ -53,10 +53,7 @@ async fn a_deposit_without_a_valid_authorization_naming_it_is_refused_and_writes
             "living too long",
             Some(DepositSigner::development().sign_at(&grant("member-1", 700, key), now, 3600)),
         ),
-        (
-            "another member",
-            Some(signed(&grant("member-2", 700, key))),
-        ),
+        ("another member", Some(signed(&grant("member-2", 700, key)))),
         (
             "another amount",
             Some(signed(&grant("member-1", 7_000, key))),
@@ -77,7 +74,10 @@ async fn a_deposit_without_a_valid_authorization_naming_it_is_refused_and_writes
     // admits the member service only.
     let valid = svc.deposit(key, "member-1", account.id, 700);
     for client in [&svc.operator, &svc.client] {
-        let e = client.deposit(&valid).await.expect_err("not the member service");
+        let e = client
+            .deposit(&valid)
+            .await
+            .expect_err("not the member service");
         assert_eq!(e.status(), Some(403));
         assert_eq!(e.code(), Some("FORBIDDEN_CALLER"));
     }
@@ -121,7 +121,11 @@ async fn only_deposits_name_people_and_new_deposits_must() {
     };
     for (kind, requested_by, refused_by) in [
         ("DEPOSIT", None, "transactions_deposit_requested_by"),
-        ("OPENING", Some("alice@example.com"), "transactions_people_on_deposits_only"),
+        (
+            "OPENING",
+            Some("alice@example.com"),
+            "transactions_people_on_deposits_only",
+        ),
     ] {
         let e = sqlx::query(
             r#"INSERT INTO account_service.transactions

@@ -93,13 +93,12 @@ async fn a_deposit_pays_in_once_per_key_and_the_ledger_explains_every_balance() 
 
     // The merchant account cannot be topped up, and a missing account is 404.
     let merchant = svc.merchant_id().await;
-    let merchant_member: String = sqlx::query_scalar(
-        r#"SELECT member_id FROM account_service.accounts WHERE id = $1"#,
-    )
-    .bind(merchant)
-    .fetch_one(&svc.admin)
-    .await
-    .expect("the merchant's row");
+    let merchant_member: String =
+        sqlx::query_scalar(r#"SELECT member_id FROM account_service.accounts WHERE id = $1"#)
+            .bind(merchant)
+            .fetch_one(&svc.admin)
+            .await
+            .expect("the merchant's row");
     for (account_id, member, code) in [
         (merchant, merchant_member.as_str(), "ACCOUNT_NOT_MEMBER"),
         (987_654, "m-1", "ACCOUNT_NOT_FOUND"),

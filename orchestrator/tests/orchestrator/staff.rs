@@ -13,8 +13,8 @@ use paysaga_contracts::{
     orchestrator::client::OrchestratorClient,
     staff::{
         api::{
-            ApprovalDecided, ApprovalState, CreateStaff, ListApprovals, RefundAnswer,
-            Approval, SignIn, StaffCreated, StaffRole,
+            Approval, ApprovalDecided, ApprovalState, CreateStaff, ListApprovals, RefundAnswer,
+            SignIn, StaffCreated, StaffRole,
         },
         client::StaffClient,
     },
@@ -718,19 +718,21 @@ impl Signed {
     }
 }
 
-pub(crate) fn rejected_with<T: std::fmt::Debug>(r: &Result<T, CallError>, status: u16, code: &str) -> bool {
+pub(crate) fn rejected_with<T: std::fmt::Debug>(
+    r: &Result<T, CallError>,
+    status: u16,
+    code: &str,
+) -> bool {
     matches!(r, Err(CallError::Rejected { status: s, body }) if *s == status && body.code == code)
 }
 
 /// The approval's state and deciding staff member, read from PostgreSQL.
 async fn approval_row(pool: &PgPool, id: i64) -> (String, Option<i64>) {
-    sqlx::query_as(
-        r#"SELECT state, decided_by FROM payment_service.approvals WHERE id = $1"#,
-    )
-    .bind(id)
-    .fetch_one(pool)
-    .await
-    .expect("approval row")
+    sqlx::query_as(r#"SELECT state, decided_by FROM payment_service.approvals WHERE id = $1"#)
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("approval row")
 }
 
 async fn payment_state(pool: &PgPool, id: Uuid) -> String {
@@ -1014,11 +1016,10 @@ async fn a_refund_at_the_four_eyes_amount_is_carried_out_at_once() {
     assert_eq!(answer.status, 200);
     assert!(answer.body.refunded().is_some(), "{:?}", answer.body);
     assert_eq!(s.settled(id).await, "REFUNDED");
-    let approvals: i64 =
-        sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.approvals"#)
-            .fetch_one(&s.admin)
-            .await
-            .unwrap();
+    let approvals: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.approvals"#)
+        .fetch_one(&s.admin)
+        .await
+        .unwrap();
     assert_eq!(approvals, 0);
 }
 
@@ -1060,12 +1061,11 @@ async fn the_console_asks_for_an_approval_and_another_admin_gives_it() {
         format!("/console/payments/{id}?done=approval").as_str()
     );
     assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
-    let approval: i64 = sqlx::query_scalar(
-        r#"SELECT id FROM payment_service.approvals WHERE state = 'PENDING'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("one pending approval");
+    let approval: i64 =
+        sqlx::query_scalar(r#"SELECT id FROM payment_service.approvals WHERE state = 'PENDING'"#)
+            .fetch_one(&s.admin)
+            .await
+            .expect("one pending approval");
 
     // The operator sees it, without the decision; the admin with it.
     let seen = page(&as_carol).await.unwrap().text().await.unwrap();

@@ -136,8 +136,20 @@ async fn a_top_up_at_the_limit_is_deposited_at_once_naming_who_asked() {
     assert_eq!(
         top_up_audit(&s.admin).await,
         vec![
-            row("alice@example.com", "TOP_UP", "DONE", member, "deposit topup:goodwill-1"),
-            row("alice@example.com", "TOP_UP", "DONE", member, "deposit topup:goodwill-1"),
+            row(
+                "alice@example.com",
+                "TOP_UP",
+                "DONE",
+                member,
+                "deposit topup:goodwill-1"
+            ),
+            row(
+                "alice@example.com",
+                "TOP_UP",
+                "DONE",
+                member,
+                "deposit topup:goodwill-1"
+            ),
         ]
     );
 }
@@ -175,7 +187,10 @@ async fn a_top_up_above_the_limit_waits_for_a_second_admin_and_deposits_once() {
         .staff(&o)
         .top_up(&top_up(member, amount + 1, "big-1"))
         .await;
-    assert!(rejected_with(&reused, 409, "TOP_UP_KEY_REUSED"), "{reused:?}");
+    assert!(
+        rejected_with(&reused, 409, "TOP_UP_KEY_REUSED"),
+        "{reused:?}"
+    );
 
     // Alice cannot approve her own; nothing deposited.
     let own = alice.staff(&o).approve(approval.id, Some("mine")).await;
@@ -194,10 +209,7 @@ async fn a_top_up_above_the_limit_waits_for_a_second_admin_and_deposits_once() {
     assert_eq!(deposit.amount, amount);
     // Approving again, at once and later, and asking again: no second deposit.
     let (b1, b2) = (bob.staff(&o), bob.staff(&o));
-    let (r1, r2) = tokio::join!(
-        b1.approve(approval.id, None),
-        b2.approve(approval.id, None)
-    );
+    let (r1, r2) = tokio::join!(b1.approve(approval.id, None), b2.approve(approval.id, None));
     for r in [&r1, &r2] {
         assert!(rejected_with(r, 409, "APPROVAL_DECIDED"), "{r:?}");
     }
@@ -218,29 +230,85 @@ async fn a_top_up_above_the_limit_waits_for_a_second_admin_and_deposits_once() {
         )]
     );
     assert_eq!(s.balance(account).await, amount);
-    let (state, decided_by): (String, Option<i64>) = sqlx::query_as(
-        r#"SELECT state, decided_by FROM payment_service.approvals WHERE id = $1"#,
-    )
-    .bind(approval.id)
-    .fetch_one(&s.admin)
-    .await
-    .unwrap();
-    assert_eq!((state.as_str(), decided_by), ("APPROVED", Some(bob.created.staff.id)));
+    let (state, decided_by): (String, Option<i64>) =
+        sqlx::query_as(r#"SELECT state, decided_by FROM payment_service.approvals WHERE id = $1"#)
+            .bind(approval.id)
+            .fetch_one(&s.admin)
+            .await
+            .unwrap();
+    assert_eq!(
+        (state.as_str(), decided_by),
+        ("APPROVED", Some(bob.created.staff.id))
+    );
 
     let approved = format!("approval {} APPROVED", approval.id);
     let pending = format!("approval {} PENDING", approval.id);
     assert_eq!(
         top_up_audit(&s.admin).await,
         vec![
-            row("alice@example.com", "TOP_UP_REQUESTED", "DONE", member, &pending),
-            row("alice@example.com", "TOP_UP_REQUESTED", "DONE", member, &pending),
-            row("alice@example.com", "TOP_UP", "REFUSED", member, "TOP_UP_KEY_REUSED"),
-            row("alice@example.com", "TOP_UP_APPROVED", "REFUSED", member, "SAME_PERSON"),
-            row("bob@example.com", "TOP_UP_APPROVED", "DONE", member, &approved),
-            row("bob@example.com", "TOP_UP", "DONE", member, "deposit topup:big-1"),
-            row("bob@example.com", "TOP_UP_APPROVED", "REFUSED", member, "APPROVAL_DECIDED"),
-            row("bob@example.com", "TOP_UP_APPROVED", "REFUSED", member, "APPROVAL_DECIDED"),
-            row("alice@example.com", "TOP_UP", "DONE", member, "deposit topup:big-1"),
+            row(
+                "alice@example.com",
+                "TOP_UP_REQUESTED",
+                "DONE",
+                member,
+                &pending
+            ),
+            row(
+                "alice@example.com",
+                "TOP_UP_REQUESTED",
+                "DONE",
+                member,
+                &pending
+            ),
+            row(
+                "alice@example.com",
+                "TOP_UP",
+                "REFUSED",
+                member,
+                "TOP_UP_KEY_REUSED"
+            ),
+            row(
+                "alice@example.com",
+                "TOP_UP_APPROVED",
+                "REFUSED",
+                member,
+                "SAME_PERSON"
+            ),
+            row(
+                "bob@example.com",
+                "TOP_UP_APPROVED",
+                "DONE",
+                member,
+                &approved
+            ),
+            row(
+                "bob@example.com",
+                "TOP_UP",
+                "DONE",
+                member,
+                "deposit topup:big-1"
+            ),
+            row(
+                "bob@example.com",
+                "TOP_UP_APPROVED",
+                "REFUSED",
+                member,
+                "APPROVAL_DECIDED"
+            ),
+            row(
+                "bob@example.com",
+                "TOP_UP_APPROVED",
+                "REFUSED",
+                member,
+                "APPROVAL_DECIDED"
+            ),
+            row(
+                "alice@example.com",
+                "TOP_UP",
+                "DONE",
+                member,
+                "deposit topup:big-1"
+            ),
         ]
     );
 }

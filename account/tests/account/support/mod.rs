@@ -107,8 +107,7 @@ impl Svc {
         minor: i64,
     ) -> paysaga_contracts::account::api::DepositRequest {
         paysaga_contracts::account::api::DepositRequest {
-            operation_key: paysaga_contracts::account::api::OperationKey::parse(key)
-                .expect("key"),
+            operation_key: paysaga_contracts::account::api::OperationKey::parse(key).expect("key"),
             account_id,
             amount: paysaga_common::money::Amount::new(minor).expect("amount"),
             authorization: Some(paysaga_common::testkit::deposit_authorization(

@@ -88,8 +88,7 @@ impl Harness {
     /// service forwards a staff top-up (with the orchestrator's authorization).
     pub async fn deposit(&self, key: &str, member: &str, account_id: i64, minor: i64) {
         let req = paysaga_contracts::account::api::DepositRequest {
-            operation_key: paysaga_contracts::account::api::OperationKey::parse(key)
-                .expect("key"),
+            operation_key: paysaga_contracts::account::api::OperationKey::parse(key).expect("key"),
             account_id,
             amount: paysaga_common::money::Amount::new(minor).expect("amount"),
             authorization: Some(paysaga_common::testkit::deposit_authorization(
