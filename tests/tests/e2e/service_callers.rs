@@ -386,11 +386,10 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Method::POST,
             "/v1/deposits",
             "/v1/deposits",
-            // With the orchestrator's authorization, so that an admitted caller is
-            // answered as one (it lives 60 s: the window is shorter).
+            // With the orchestrator's authorization (signed afresh at each send: it lives
+            // 60 s), so that an admitted caller is answered as one.
             Some(
-                json!({"operation_key": "callers:deposit", "account_id": account, "amount": 100,
-                       "authorization": deposit_authorization(member, 100, "callers:deposit", "admin@example.com", None)}),
+                json!({"operation_key": "callers:deposit", "account_id": account, "amount": 100, "authorization": ""}),
             ),
             MEMBER,
         ),
@@ -684,8 +683,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             "/v1/members/{id}/top-ups",
             format!("/v1/members/{member}/top-ups"),
             Some(
-                json!({"operation_key": "callers:top-up", "amount": 100,
-                       "authorization": deposit_authorization(member, 100, "callers:top-up", "admin@example.com", None)}),
+                json!({"operation_key": "callers:top-up", "amount": 100, "authorization": ""}),
             ),
             ORCH,
         ),
@@ -810,7 +808,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Who::Replayed(role, to) => req.bearer_auth(&minted[&(role.name(), to)]),
         };
         if let Some(body) = &r.body {
-            req = req.json(body);
+            req = req.json(&signed_afresh(body, member));
         }
         req.send()
     };
@@ -918,7 +916,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             )
             .bearer_auth(token);
         if let Some(body) = &r.body {
-            req = req.json(body);
+            req = req.json(&signed_afresh(body, member));
         }
         let answer = req.send().await?;
         let status = answer.status().as_u16();
@@ -991,4 +989,25 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `body` with its deposit authorization, if it carries one, signed now for `member` (as
+/// the orchestrator signs one for each attempt: it lives 60 s).
+fn signed_afresh(body: &Value, member: &str) -> Value {
+    let mut body = body.clone();
+    if body.get("authorization").is_some() {
+        let key = body["operation_key"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let amount = body["amount"].as_i64().unwrap_or_default();
+        body["authorization"] = Value::String(deposit_authorization(
+            member,
+            amount,
+            &key,
+            "admin@example.com",
+            None,
+        ));
+    }
+    body
 }
