@@ -39,6 +39,9 @@ paysaga_common::service_error! {
         AccountNotMember(i64),
         #[error("a transfer goes to another member's account, not the sender's own")]
         TransferToSelf,
+        /// A deposit without a valid orchestrator authorization naming it: nothing written.
+        #[error("deposit not approved: {0}")]
+        DepositNotApproved(#[source] paysaga_common::deposits::DepositRefusal),
         #[error("no transaction under operation key {0}")]
         TransactionNotFound(String),
         #[error("no debit under operation key {0}")]
@@ -256,6 +259,7 @@ impl Error {
             Error::AccountNotFound(_) => AccountCode::AccountNotFound,
             Error::AccountNotMember(_) => AccountCode::AccountNotMember,
             Error::TransferToSelf => AccountCode::TransferToSelf,
+            Error::DepositNotApproved(_) => AccountCode::DepositNotApproved,
             Error::TransactionNotFound(_) => AccountCode::TransactionNotFound,
             Error::DebitNotFound(_) => AccountCode::DebitNotFound,
             Error::DebitDeclined(_) => AccountCode::DebitDeclined,
@@ -295,6 +299,7 @@ impl Error {
                 | AccountCode::DebitNotFound
                 | AccountCode::HoldNotFound => StatusCode::NOT_FOUND,
                 AccountCode::InvalidOperationKey => StatusCode::BAD_REQUEST,
+                AccountCode::DepositNotApproved => StatusCode::FORBIDDEN,
                 AccountCode::InsufficientFunds
                 | AccountCode::AccountNotMember
                 | AccountCode::DebitDeclined

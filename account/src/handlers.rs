@@ -10,6 +10,7 @@ use paysaga_common::{
         allow::{MEMBER, OPERATOR, ORCHESTRATOR, ORDER},
         Buyer, Caller, Service, ServiceRole,
     },
+    deposits::{DepositGrant, DepositRefusal},
     extract::{Json, Path, Query},
     telemetry, ApiError, ErrorBody,
 };
@@ -25,6 +26,7 @@ use crate::{
         ReleaseRequest, Transaction, Transfer, TransferKey, TransferRequest,
     },
     batch,
+    deposit::ApprovedDeposit,
     error::{Error, Result},
     holds,
     ledger::{self, Recorded},
@@ -65,24 +67,58 @@ pub async fn open_account(
     Ok((status, Json(account)))
 }
 
-/// Pay money in from outside (an operator's top-up) to a member account, once per
-/// operation key.
+/// Pay money in from outside (a staff top-up, forwarded by the member service) to a
+/// member account, once per operation key, as the orchestrator's signed deposit
+/// authorization grants it: signed with a key registered for the orchestrator, within
+/// its 60 s, naming this account's member, this amount and this key. The ledger row
+/// records who asked and who approved.
 #[utoipa::path(post, path = "/v1/deposits", security(("service" = [])), tag = "ledger", request_body = DepositRequest,
     responses(
         (status = 201, body = Transaction, description = "applied"),
         (status = 200, body = Transaction, description = "replay of the same request"),
+        (status = 403, body = ErrorBody, description = "DEPOSIT_NOT_APPROVED: no valid authorization of the orchestrator naming this deposit, nothing written; FORBIDDEN_CALLER (the member service only)"),
         (status = 409, body = ErrorBody, description = "OPERATION_KEY_REUSED"),
         (status = 404, body = ErrorBody, description = "ACCOUNT_NOT_FOUND"),
         (status = 422, body = ErrorBody, description = "ACCOUNT_NOT_MEMBER, AMOUNT_OUT_OF_RANGE, INVALID_BODY"),
     ))]
-#[tracing::instrument(skip_all, fields(caller = %service.0))]
+#[tracing::instrument(skip_all, fields(caller = %service.0, account_id = req.account_id, operation_key = %req.operation_key))]
 pub async fn deposit(
     State(state): State<AppState>,
-    service: Service<{ MEMBER | OPERATOR }>,
+    service: Service<{ MEMBER }>,
     Json(req): Json<DepositRequest>,
 ) -> Result<impl IntoResponse> {
-    let outcomes = batch::apply(&state.pool, vec![(0, req)]).await?;
+    let grant = approved(&state, &req).await?;
+    let approved = ApprovedDeposit::new(req, grant);
+    let outcomes = batch::apply(&state.pool, vec![(0, approved)]).await?;
     Ok(recorded(batch::lone(outcomes)?))
+}
+
+/// The grant of `req`'s authorization, checked against the account it names: refused
+/// 403 `DEPOSIT_NOT_APPROVED` before anything is written (404 for no such account, 422
+/// for the merchant's).
+async fn approved(state: &AppState, req: &DepositRequest) -> Result<DepositGrant> {
+    let refuse = Error::DepositNotApproved;
+    let account = accounts::by_ids(&state.pool, &[req.account_id])
+        .await?
+        .remove(&req.account_id);
+    // The signature first: without one, nothing about the account is told.
+    let member = account.as_ref().map_or("", |a| a.member_id.as_str());
+    match state.deposits.verify(
+        req.authorization.as_deref(),
+        member,
+        req.amount.minor(),
+        req.operation_key.as_str(),
+    ) {
+        Ok(grant) => match account {
+            None => Err(Error::AccountNotFound(req.account_id)),
+            Some(a) if a.kind != AccountKind::Member => Err(Error::AccountNotMember(a.id)),
+            Some(_) => Ok(grant),
+        },
+        Err(DepositRefusal::Mismatch("member")) if account.is_none() => {
+            Err(Error::AccountNotFound(req.account_id))
+        }
+        Err(e) => Err(refuse(e)),
+    }
 }
 
 /// Move money from the caller's own account (their first member account) to another

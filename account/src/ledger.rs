@@ -33,9 +33,9 @@ use sqlx::{
 
 use crate::{
     api::{
-        AccountKind, CreditRequest, DebitRequest, DepositRequest, Transaction, TransactionKind,
-        TransactionStatus,
+        AccountKind, CreditRequest, DebitRequest, Transaction, TransactionKind, TransactionStatus,
     },
+    deposit::ApprovedDeposit,
     error::{Breach, Error, Result, Rule},
     rows::TransactionRow,
 };
@@ -144,7 +144,7 @@ ledger_request!(CreditRequest, Rule::Credit, String, |r| r
     .as_str()
     .to_owned());
 // A deposit always applies: no deposit is decided against another.
-ledger_request!(DepositRequest, Rule::Deposit, String, |r| r
+ledger_request!(ApprovedDeposit, Rule::Deposit, String, |r| r
     .operation_key
     .as_str()
     .to_owned());
@@ -177,7 +177,7 @@ impl Keyed for CreditRequest {
     }
 }
 
-impl Keyed for DepositRequest {
+impl Keyed for ApprovedDeposit {
     request_fields!();
     const KIND: TransactionKind = TransactionKind::Deposit;
 }

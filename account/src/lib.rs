@@ -58,6 +58,9 @@ pub struct AppState {
     pub merchant_shards: u16,
     /// Each member's rate on the buyer routes that move money (transfers).
     pub limiter: Arc<MemberLimiter>,
+    /// The orchestrator's keys of `SERVICE_KEYS`: what a deposit's authorization must
+    /// be signed with.
+    pub deposits: Arc<paysaga_common::deposits::DepositVerifier>,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -77,6 +80,9 @@ impl AppState {
             verifier: Arc::new(verifier),
             merchant_shards: config.merchant_shards,
             limiter: Arc::new(MemberLimiter::new(config.member_rate)),
+            deposits: Arc::new(paysaga_common::deposits::DepositVerifier::new(
+                &config.service_keys,
+            )),
         })
     }
 }

@@ -91,9 +91,9 @@ pub enum Command {
     Staff(StaffCommand),
     /// The audit trail of what staff did, newest first (signed in: `staff sign-in`).
     Audit(AuditArgs),
-    /// Refunds above STAFF_FOUR_EYES_ABOVE awaiting a second person: list them (newest
-    /// first), or approve or reject one (admins other than the one who asked; signed
-    /// in: `staff sign-in`).
+    /// Refunds above STAFF_FOUR_EYES_ABOVE and top-ups above STAFF_TOP_UP_FOUR_EYES_ABOVE
+    /// awaiting a second person: list them (newest first), or approve or reject one
+    /// (admins other than the one who asked; signed in: `staff sign-in`).
     Approvals(ApprovalsArgs),
     /// Mint a DEVELOPMENT token for trying the API with curl.
     #[command(subcommand)]
@@ -288,6 +288,9 @@ pub struct ApprovalsArgs {
     /// Only approvals in this state: PENDING, APPROVED, REJECTED.
     #[arg(long)]
     pub state: Option<String>,
+    /// Only approvals of this kind: REFUND, TOP_UP.
+    #[arg(long)]
+    pub kind: Option<String>,
     /// Approvals older than this id (the previous page's last).
     #[arg(long)]
     pub before: Option<i64>,
@@ -368,12 +371,18 @@ pub enum MemberCommand {
         #[arg(long)]
         after: Option<uuid::Uuid>,
     },
-    /// Pay money into a member's account (operator credential, once per operation key).
+    /// Pay money into a member's account, as the signed-in staff person (admins; `paysaga
+    /// staff sign-in` first), through the orchestrator's staff API: above
+    /// STAFF_TOP_UP_FOUR_EYES_ABOVE it waits for a second admin (`paysaga approvals`).
     TopUp {
         member: uuid::Uuid,
         /// Minor units.
         amount: i64,
-        /// Names this top-up: sending it again pays nothing twice. Default: a new key.
+        /// Why (required; kept in the audit trail).
+        #[arg(long)]
+        reason: String,
+        /// Names this top-up (1-64 characters of [A-Za-z0-9_.:-]): sending it again pays
+        /// nothing twice. Default: a new key.
         #[arg(long)]
         key: Option<String>,
     },

@@ -1,14 +1,16 @@
-//! The operator's member commands against the member service: create, list, top up, and
-//! sign in for a buyer token.
+//! The operator's member commands against the member service: create, list, and sign in
+//! for a buyer token; and top up, as the signed-in staff person through the
+//! orchestrator's staff API.
 
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use paysaga_common::money::Amount;
 use paysaga_contracts::member::{
-    api::{Credentials, ListMembers, Member, OperationKey, TopUpRequest},
+    api::{Credentials, ListMembers, Member},
     client::MemberClient,
 };
+use paysaga_contracts::staff::api::{TopUp, TopUpAnswer};
 
 use crate::{
     args::{Endpoints, MemberCommand},
@@ -65,32 +67,45 @@ pub async fn run(endpoints: &Endpoints, cmd: MemberCommand) -> anyhow::Result<Ex
         MemberCommand::TopUp {
             member,
             amount,
+            reason,
             key,
         } => {
-            let key = key.unwrap_or_else(|| format!("topup:{}", uuid::Uuid::now_v7()));
-            let req = TopUpRequest {
-                operation_key: OperationKey::parse(key).map_err(anyhow::Error::msg)?,
+            let key = key.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+            let req = TopUp {
+                member_id: member,
                 amount: Amount::new(amount).map_err(|e| anyhow::anyhow!("{e}"))?,
+                reason,
+                key,
             };
-            let answer = members
-                .top_up(member, &req)
+            let answer = crate::staff::signed_in(endpoints)?
+                .top_up(&req)
                 .await
                 .context("topping the member up")?;
-            let t = answer.body;
-            let what = if answer.status == 201 {
-                "paid in"
-            } else {
-                "already paid in under this key"
-            };
-            println!(
-                "{}",
-                table::key_values(&[
-                    ("top-up", what.to_owned()),
-                    ("operation key", t.operation_key),
-                    ("account", t.account_id.to_string()),
-                    ("amount", table::money(t.amount)),
-                ])
-            );
+            match answer.body {
+                TopUpAnswer::Deposited(t) => {
+                    let what = if answer.status == 201 {
+                        "paid in"
+                    } else {
+                        "already paid in under this key"
+                    };
+                    println!(
+                        "{}",
+                        table::key_values(&[
+                            ("top-up", what.to_owned()),
+                            ("operation key", t.operation_key),
+                            ("account", t.account_id.to_string()),
+                            ("amount", table::money(t.amount)),
+                        ])
+                    );
+                }
+                TopUpAnswer::AwaitingApproval(a) => println!(
+                    "top-up of {} ({}) awaits a second admin: approval {} (paysaga approvals approve {})",
+                    a.target(),
+                    table::money(a.amount),
+                    a.id,
+                    a.id
+                ),
+            }
         }
         MemberCommand::SignIn { email, password } => {
             let session = members

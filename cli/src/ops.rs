@@ -140,7 +140,7 @@ pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Re
                 }
                 RefundAnswer::AwaitingApproval(a) => println!(
                     "refund of {} ({}) awaits a second person: approval {} (paysaga approvals approve {})",
-                    a.payment_id,
+                    a.target(),
                     table::money(a.amount),
                     a.id,
                     a.id

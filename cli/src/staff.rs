@@ -2,7 +2,8 @@
 //! recovery code) keeps the short-lived session token in a file readable by its owner
 //! only, and the operator commands then act as that person; `staff sign-out` ends the
 //! session at once; `staff create` (admins) makes an account; `audit` lists the trail;
-//! `approvals` lists the refunds awaiting a second person, and approves or rejects one;
+//! `approvals` lists the refunds and top-ups awaiting a second person, and approves or
+//! rejects one;
 //! `products create|add-units` (admins) changes what is on sale.
 
 use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
@@ -13,7 +14,7 @@ use paysaga_contracts::{
     order::api::CreateProduct,
     staff::{
         api::{
-            CreateStaff, ListApprovals, ListAudit, RefundApproval, SignIn, StaffAddUnits,
+            Approval, CreateStaff, ListApprovals, ListAudit, SignIn, StaffAddUnits,
             StaffCreateProduct,
         },
         client::StaffClient,
@@ -169,7 +170,7 @@ fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
 }
 
 /// The staff client acting as the signed-in person (these routes admit people only).
-fn signed_in(endpoints: &Endpoints) -> anyhow::Result<StaffClient> {
+pub(crate) fn signed_in(endpoints: &Endpoints) -> anyhow::Result<StaffClient> {
     let token = session_token().context("sign in first: paysaga staff sign-in --email <you>")?;
     Ok(StaffClient::new(
         &endpoints.orchestrator_url,
@@ -268,9 +269,10 @@ pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-const APPROVAL_HEADER: [&str; 9] = [
+pub(crate) const APPROVAL_HEADER: [&str; 10] = [
     "id",
-    "payment",
+    "kind",
+    "payment or member",
     "amount",
     "state",
     "asked by",
@@ -280,10 +282,11 @@ const APPROVAL_HEADER: [&str; 9] = [
     "decision reason",
 ];
 
-fn approval_row(a: &RefundApproval) -> Vec<String> {
+pub(crate) fn approval_row(a: &Approval) -> Vec<String> {
     vec![
         a.id.to_string(),
-        a.payment_id.to_string(),
+        a.kind.to_string(),
+        a.target(),
         table::money(a.amount),
         a.state.to_string(),
         a.requested_by_name.clone(),
@@ -301,11 +304,12 @@ pub async fn approvals(endpoints: &Endpoints, args: ApprovalsArgs) -> anyhow::Re
             let page = client
                 .approvals(&ListApprovals {
                     state: args.state,
+                    kind: args.kind,
                     before: args.before,
                     limit: Some(args.limit),
                 })
                 .await
-                .context("listing refund approvals")?
+                .context("listing approvals")?
                 .body;
             let rows: Vec<Vec<String>> = page.approvals.iter().map(approval_row).collect();
             println!("{}", table::render(&APPROVAL_HEADER, &rows));
@@ -317,11 +321,11 @@ pub async fn approvals(endpoints: &Endpoints, args: ApprovalsArgs) -> anyhow::Re
         Some(ApprovalsCommand::Approve { id, reason }) => client
             .approve(id, reason.as_deref())
             .await
-            .context("approving the refund")?,
+            .context("approving")?,
         Some(ApprovalsCommand::Reject { id, reason }) => client
             .reject(id, reason.as_deref())
             .await
-            .context("rejecting the refund")?,
+            .context("rejecting")?,
     }
     .body;
     println!(
@@ -330,6 +334,14 @@ pub async fn approvals(endpoints: &Endpoints, args: ApprovalsArgs) -> anyhow::Re
     );
     if let Some(p) = &decided.payment {
         println!("payment {} is now {}", p.payment.id, p.payment.state);
+    }
+    if let Some(t) = &decided.deposit {
+        println!(
+            "deposited {} into account {} ({})",
+            table::money(t.amount),
+            t.account_id,
+            t.operation_key
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

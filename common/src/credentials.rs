@@ -186,6 +186,9 @@ pub struct TokenSource {
     minters: Vec<Minter>,
     lifetime: Duration,
     current: Vec<RwLock<Current>>,
+    /// The key itself, for what else this holder signs with it (the orchestrator's
+    /// deposit authorizations, [`crate::deposits`]).
+    key: SigningKey,
 }
 
 struct Current {
@@ -234,7 +237,14 @@ impl TokenSource {
                     })
                 })
                 .collect(),
+            key: key.clone(),
         }
+    }
+
+    /// Deposit authorizations signed with this holder's key (the orchestrator's: the
+    /// account service accepts only those, [`crate::deposits`]).
+    pub fn deposit_signer(&self) -> crate::deposits::DepositSigner {
+        crate::deposits::DepositSigner::new(&self.key)
     }
 
     /// DEVELOPMENT ONLY: `role`'s development key, the default lifetime.

@@ -40,6 +40,7 @@ pub mod client;
 pub mod config;
 pub mod credentials;
 pub mod db;
+pub mod deposits;
 pub mod error;
 pub mod extract;
 pub mod jobs;

@@ -165,6 +165,25 @@ pub fn verified_buyer_token(member: &str) -> String {
 /// ([`crate::credentials::MAX_SERVICE_TOKEN_LIFETIME_SECS`]). A role is signed with its
 /// own development key; any other name with the operator's, which no verifier accepts
 /// for it.
+/// A deposit authorization of `amount` into `member`'s account under `operation_key`,
+/// signed with the orchestrator's development key as if `requested_by` asked for it
+/// (and `approved_by` approved it): what the account service requires of a deposit.
+pub fn deposit_authorization(
+    member: &str,
+    amount: i64,
+    operation_key: &str,
+    requested_by: &str,
+    approved_by: Option<&str>,
+) -> String {
+    crate::deposits::DepositSigner::development().sign(&crate::deposits::DepositGrant {
+        member_id: member.to_owned(),
+        amount,
+        operation_key: operation_key.to_owned(),
+        requested_by: requested_by.to_owned(),
+        approved_by: approved_by.map(str::to_owned),
+    })
+}
+
 pub fn service_token(service: &str, to: crate::auth::Audience) -> String {
     let signer =
         crate::auth::ServiceRole::parse(service).unwrap_or(crate::auth::ServiceRole::Operator);

@@ -1,6 +1,7 @@
-//! Refund approvals (four eyes): the refunds above `STAFF_FOUR_EYES_ABOVE` and where
-//! each stands, newest first; an admin other than the one who asked approves (the
-//! refund is carried out) or rejects one, with a reason.
+//! Approvals (four eyes): the refunds above `STAFF_FOUR_EYES_ABOVE` and the top-ups
+//! above `STAFF_TOP_UP_FOUR_EYES_ABOVE`, each with its kind and where it stands, newest
+//! first; an admin other than the one who asked approves (the refund or the top-up is
+//! carried out) or rejects one, with a reason.
 
 use axum::{
     extract::{Path, Query, State},
@@ -9,7 +10,7 @@ use axum::{
     Form,
 };
 use maud::html;
-use paysaga_contracts::staff::api::{ApprovalState, ListApprovals};
+use paysaga_contracts::staff::api::{ApprovalKind, ApprovalState, ListApprovals};
 use paysaga_staff::{
     allow::{ADMIN, ANY},
     Acting, StaffRole,
@@ -42,6 +43,7 @@ pub async fn page(
     let chosen = filter.state.unwrap_or_else(|| "PENDING".to_owned());
     let query = ListApprovals {
         state: (!chosen.is_empty()).then(|| chosen.clone()),
+        kind: None,
         before: None,
         limit: Some(PAGE_SIZE),
     };
@@ -52,8 +54,10 @@ pub async fn page(
     let admin = op.0.actor.role() == StaffRole::Admin;
     let me = op.0.actor.staff_id();
     let flash = match filter.done.as_deref() {
-        Some("approve") => Some("Approved: the refund was carried out through the saga."),
-        Some("reject") => Some("Rejected: nothing was refunded."),
+        Some("approve") => {
+            Some("Approved: the refund was carried out through the saga, or the top-up deposited.")
+        }
+        Some("reject") => Some("Rejected: nothing was refunded or deposited."),
         _ => None,
     };
     let tab = |name: &str, label: &str| {
@@ -62,7 +66,7 @@ pub async fn page(
     let body = html! {
         @if let Some(f) = flash { p.flash #flash { (f) } }
         p {
-            "Refunds above the four-eyes amount wait here for an admin other than the one who asked. "
+            "Refunds and top-ups above their four-eyes amounts wait here for an admin other than the one who asked. "
             (tab("PENDING", "Pending")) (tab("APPROVED", "Approved")) (tab("REJECTED", "Rejected")) (tab("", "All"))
         }
         @if page.approvals.is_empty() {
@@ -70,13 +74,17 @@ pub async fn page(
         } @else {
             table #approvals {
                 tr {
-                    th { "id" } th { "payment" } th { "amount" } th { "state" } th { "asked by" }
+                    th { "id" } th { "kind" } th { "payment or member" } th { "amount" } th { "state" } th { "asked by" }
                     th { "asked (UTC)" } th { "reason" } th { "decided by" } th { "decision" }
                 }
                 @for a in &page.approvals {
-                    tr.approval data-id=(a.id) data-state=(a.state.as_str()) {
+                    tr.approval data-id=(a.id) data-state=(a.state.as_str()) data-kind=(a.kind.as_str()) {
                         td { (a.id) }
-                        td.mono { a href=(format!("/console/payments/{}", a.payment_id)) { (a.payment_id) } }
+                        td { (a.kind.as_str()) }
+                        @match (a.kind, a.payment_id) {
+                            (ApprovalKind::Refund, Some(p)) => td.mono { a href=(format!("/console/payments/{p}")) { (p) } },
+                            _ => td.mono { (a.target()) },
+                        }
                         td { (layout::money(a.amount)) }
                         td { (a.state.as_str()) }
                         td.mono { (a.requested_by_name) }
@@ -88,7 +96,7 @@ pub async fn page(
                                 form method="post" action=(format!("/console/approvals/{}/approve", a.id)) {
                                     textarea name="reason" rows="1" cols="30" required maxlength="500" placeholder="reason" {}
                                     " "
-                                    button.danger type="submit" id=(format!("approve-{}", a.id)) { "Approve refund" }
+                                    button.danger type="submit" id=(format!("approve-{}", a.id)) { @if a.kind == ApprovalKind::TopUp { "Approve top-up" } @else { "Approve refund" } }
                                     " "
                                     button type="submit" id=(format!("reject-{}", a.id))
                                         formaction=(format!("/console/approvals/{}/reject", a.id)) { "Reject" }
@@ -102,7 +110,7 @@ pub async fn page(
             }
         }
     };
-    layout::page(Section::Approvals, "Refund approvals", body).into_response()
+    layout::page(Section::Approvals, "Approvals", body).into_response()
 }
 
 async fn decide(
@@ -131,7 +139,7 @@ async fn decide(
     };
     match state.payments.decide(&by, id, decision, Some(reason)).await {
         Ok(d) => {
-            tracing::info!(approval = id, payment_id = %d.approval.payment_id, decision = done, "console decision");
+            tracing::info!(approval = id, kind = %d.approval.kind, target = %d.approval.target(), decision = done, "console decision");
             Redirect::to(&format!("/console/approvals?state=&done={done}")).into_response()
         }
         Err(e) => layout::failed(e, Section::Approvals),
@@ -141,7 +149,7 @@ async fn decide(
 fn approval_not_found() -> crate::DeskError {
     crate::DeskError::Refused(paysaga_common::ApiError::not_found(
         paysaga_contracts::staff::api::codes::APPROVAL_NOT_FOUND,
-        "no such refund approval",
+        "no such approval",
     ))
 }
 

@@ -41,9 +41,9 @@ pub trait PaymentDesk: Send + Sync + 'static {
         id: Uuid,
         reason: Option<String>,
     ) -> Answer<'a, RefundAnswer>;
-    /// The refund approvals (four eyes), newest first (`GET /v1/approvals`).
+    /// The approvals (four eyes) of refunds and top-ups, newest first (`GET /v1/approvals`).
     fn approvals<'a>(&'a self, filter: &'a ListApprovals) -> Answer<'a, ApprovalPage>;
-    /// Approve or reject refund approval `id` (`POST /v1/approvals/{id}/approve|reject`)
+    /// Approve or reject approval `id` (`POST /v1/approvals/{id}/approve|reject`)
     /// by `by`, who must not be the one who asked, for `reason`: in the audit trail (and
     /// on an approved refund's step log).
     fn decide<'a>(
@@ -60,7 +60,7 @@ pub trait PaymentDesk: Send + Sync + 'static {
     fn traceparent(&self, id: Uuid) -> Answer<'_, Option<String>>;
 }
 
-/// A second person's decision on a refund approval.
+/// A second person's decision on an approval (of a refund or a top-up).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     Approve,

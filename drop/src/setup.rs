@@ -9,13 +9,12 @@ use paysaga_common::{
     auth::ServiceRole,
     client::{Credential, ServiceClient},
     credentials::TokenSource,
-    money::Amount,
 };
-use paysaga_contracts::account::{api::OperationKey, client::AccountClient};
+use paysaga_contracts::account::client::AccountClient;
 use paysaga_contracts::eligibility::EligibilityRule;
 use paysaga_contracts::gate::client::GateClient;
 use paysaga_contracts::member::{
-    api::{BulkMember, BulkSignUpRequest, Credentials, Member, TopUpRequest},
+    api::{BulkMember, BulkSignUpRequest, Member},
     client::MemberClient,
 };
 use paysaga_contracts::order::{
@@ -137,57 +136,49 @@ impl Admin {
             .body)
     }
 
-    /// A buyer named `name` as a real one arrives: signed up with an email and password
-    /// through the member service (which opens the account), topped up to `balance` by
-    /// the operator, and signed in for a buyer token. Each step is idempotent, so a name
-    /// already signed up is signed in again.
+    /// A buyer named `name`: signed up through the member service's seeding route (which
+    /// opens the account with `balance` as its opening deposit: top-ups are staff
+    /// actions, each authorized by the orchestrator, so seeding pays money in at the
+    /// opening instead), with a signed-in session for a buyer token. Asking again for a
+    /// name already signed up signs it in again and pays nothing twice.
     pub async fn open_buyer(&self, name: &str, balance: i64) -> anyhow::Result<Buyer> {
-        let member_client = self.member();
-        let creds = Credentials {
-            email: buyer_email(name),
+        let req = BulkSignUpRequest {
             password: BUYER_PASSWORD.to_owned(),
+            members: vec![BulkMember {
+                email: buyer_email(name),
+            }],
+            opening_balance: Some(balance),
         };
-        let member = match member_client.sign_up(&creds).await {
-            Ok(a) => Some(a.body),
-            Err(e) if e.code() == Some("EMAIL_TAKEN") => None,
-            Err(e) => return Err(e).with_context(|| format!("signing {name} up")),
+        // An account the account service could not open yet (slow or restarting) is
+        // opened by the same request again.
+        let mut attempt = 0;
+        let seeded = loop {
+            attempt += 1;
+            let mut answer = self
+                .member()
+                .bulk_sign_up(&req)
+                .await
+                .with_context(|| format!("signing {name} up"))?
+                .body;
+            let seeded = answer
+                .members
+                .pop()
+                .with_context(|| format!("no member answered for {name}"))?;
+            if seeded.member.account_id.is_some() || attempt >= OPEN_ACCOUNT_ATTEMPTS {
+                break seeded;
+            }
+            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
         };
-        let session = member_client
-            .sign_in(&creds)
-            .await
-            .with_context(|| format!("signing {name} in"))?
-            .body;
-        let member = match member {
-            Some(m) => m,
-            None => member_client.get_member(session.member_id).await?.body,
-        };
-        let account_id = self.fund(&member, balance).await?;
+        let member: Member = seeded.member;
+        let account_id = member
+            .account_id
+            .with_context(|| format!("member {} has no account yet", member.id))?;
         Ok(Buyer {
             member: member.id.to_string(),
             account_id,
             balance,
-            token: session.access_token,
+            token: seeded.session.access_token,
         })
-    }
-
-    /// Tops `member`'s account up to hold `balance` (a deposit keyed by member and amount,
-    /// so asking twice pays once); returns the account id.
-    async fn fund(&self, member: &Member, balance: i64) -> anyhow::Result<i64> {
-        let account_id = member
-            .account_id
-            .with_context(|| format!("member {} has no account yet", member.id))?;
-        if balance > 0 {
-            let req = TopUpRequest {
-                operation_key: OperationKey::parse(format!("seed:{}:{balance}", member.id))
-                    .map_err(anyhow::Error::msg)?,
-                amount: Amount::new(balance).map_err(|e| anyhow::anyhow!("{e}"))?,
-            };
-            self.member()
-                .top_up(member.id, &req)
-                .await
-                .with_context(|| format!("topping up member {}", member.id))?;
-        }
-        Ok(account_id)
     }
 
     /// `balances.len()` buyers named `<prefix>-<i>`, seeded in bulk through the member

@@ -99,8 +99,9 @@ impl From<sqlx::Error> for Error {
 }
 
 /// The account service's codes this service passes on as they came.
-const PASSED_ON: [&str; 6] = [
+const PASSED_ON: [&str; 7] = [
     account_codes::OPERATION_KEY_REUSED,
+    account_codes::DEPOSIT_NOT_APPROVED,
     account_codes::ACCOUNT_NOT_FOUND,
     account_codes::AMOUNT_OUT_OF_RANGE,
     account_codes::INVALID_OPERATION_KEY,

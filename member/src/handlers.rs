@@ -8,7 +8,10 @@ use axum::{
     response::IntoResponse,
 };
 use paysaga_common::{
-    auth::{allow::OPERATOR, Service},
+    auth::{
+        allow::{OPERATOR, ORCHESTRATOR},
+        Service,
+    },
     extract::{Json, Path, Query},
     jwks::JwkSet,
     ApiError, ErrorBody,
@@ -229,13 +232,15 @@ pub async fn list_members(
     }))
 }
 
-/// Top up a member's account (service credential): a deposit in the account service,
-/// once per operation key.
+/// Top up a member's account (the orchestrator only, carrying out a staff top-up): a
+/// deposit in the account service, once per operation key, with the orchestrator's
+/// deposit authorization passed on as it came (the account service checks it).
 #[utoipa::path(post, path = "/v1/members/{id}/top-ups", security(("service" = [])), tag = "members", request_body = TopUpRequest,
     params(("id" = Uuid, Path, description = "member id")),
     responses(
         (status = 201, body = Transaction, description = "deposited (kind DEPOSIT)"),
         (status = 200, body = Transaction, description = "replay of the same key"),
+        (status = 403, body = ErrorBody, description = "DEPOSIT_NOT_APPROVED (the account service's: no valid authorization); FORBIDDEN_CALLER (the orchestrator only)"),
         (status = 404, body = ErrorBody, description = "MEMBER_NOT_FOUND"),
         (status = 409, body = ErrorBody, description = "ACCOUNT_PENDING (the account is not open yet), OPERATION_KEY_REUSED"),
         (status = 422, body = ErrorBody, description = "INVALID_BODY, AMOUNT_OUT_OF_RANGE"),
@@ -244,7 +249,7 @@ pub async fn list_members(
 #[tracing::instrument(skip_all, fields(caller = %service.0, member = %id, operation_key = %req.operation_key))]
 pub async fn top_up(
     State(state): State<AppState>,
-    service: Service<{ OPERATOR }>,
+    service: Service<{ ORCHESTRATOR }>,
     Path(id): Path<Uuid>,
     Json(req): Json<TopUpRequest>,
 ) -> Result<impl IntoResponse> {
@@ -256,6 +261,7 @@ pub async fn top_up(
         operation_key: req.operation_key,
         account_id,
         amount: req.amount,
+        authorization: req.authorization,
     };
     let answer = state
         .accounts

@@ -8,5 +8,6 @@ GRANT SELECT ON payment_service._sqlx_migrations TO payment_app;
 -- The audit trail is append-only: the service may add rows and read them, never change
 -- or remove one.
 REVOKE UPDATE, DELETE, TRUNCATE ON payment_service.audit_log FROM payment_app;
--- An approval is decided, never removed: the trail of who asked and who approved.
-REVOKE DELETE, TRUNCATE ON payment_service.refund_approvals FROM payment_app;
+-- An approval (a refund's or a top-up's) is decided, never removed: the trail of who
+-- asked and who approved.
+REVOKE DELETE, TRUNCATE ON payment_service.approvals FROM payment_app;

@@ -170,6 +170,13 @@ pub enum Breach {
     /// after round (each pending one found was decided before it could be read).
     #[error("payment {payment}: no pending refund approval could be made or found")]
     ApprovalRequestRaced { payment: Uuid },
+    /// Asking for a top-up's approval neither made one nor found the one its key made.
+    #[error("top-up {key}: no approval could be made or found")]
+    TopUpApprovalRaced { key: String },
+    /// A refund approval without its payment, or a top-up's without its member or key
+    /// (the CHECK `approvals_kind_target` forbids both).
+    #[error("approval {approval} lacks its target")]
+    ApprovalWithoutTarget { approval: i64 },
 }
 
 impl Error {

@@ -113,6 +113,17 @@ impl AppState {
             config.response_wait,
             config.staff.operator_refund_limit,
             config.staff.four_eyes_above,
+            operations::TopUps {
+                members: config.member_url.as_ref().map(|url| {
+                    MemberClient::with_http(
+                        config.process.http_client(config.downstream_timeout),
+                        url.clone(),
+                        credential,
+                    )
+                }),
+                signer: credential.deposit_signer(),
+                four_eyes_above: config.staff.top_up_four_eyes_above,
+            },
         );
         let webhooks = Webhooks::new(pool.clone(), &config.webhooks);
         Self {

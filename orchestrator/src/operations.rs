@@ -5,19 +5,32 @@
 //! Four eyes for money: a refund of a payment above `STAFF_FOUR_EYES_ABOVE` is not
 //! carried out when asked for; it becomes a pending refund approval, which an admin
 //! other than the one who asked approves (the refund is then carried out, through the
-//! same [`Operations::refund`]) or rejects.
+//! same [`Operations::refund`]) or rejects. Top-ups ([`Operations::top_up_as`], admins
+//! only) likewise above `STAFF_TOP_UP_FOUR_EYES_ABOVE`: each deposit goes to the member
+//! service with a deposit authorization this service signs, naming who asked and who
+//! approved, which the account service checks before it writes anything.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use axum::http::StatusCode;
-use paysaga_common::{error::codes as common_codes, ApiError};
+use paysaga_common::{
+    client::CallError,
+    deposits::{DepositGrant, DepositSigner},
+    error::codes as common_codes,
+    money::Amount,
+    ApiError,
+};
 use paysaga_console::{desk::Answer, Decision, DeskError, PaymentDesk, ProductPayments};
+use paysaga_contracts::account::api::{OperationKey, Transaction};
+use paysaga_contracts::member::api::TopUpRequest;
 use paysaga_contracts::orchestrator::api::{
     page_limit, state_filter, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
 use paysaga_contracts::staff::api::{
-    codes as staff_codes, ApprovalDecided, ApprovalPage, ApprovalState, ListApprovals, RefundAnswer,
+    codes as staff_codes, ApprovalDecided, ApprovalKind, ApprovalPage, ApprovalState,
+    ListApprovals, RefundAnswer, TopUp, TopUpAnswer, MAX_TOP_UP_KEY_LEN,
 };
+use paysaga_contracts::MemberClient;
 use paysaga_staff::{audit::Entry, Acting, AuditAction, AuditOutcome, StaffRole};
 use uuid::Uuid;
 use workflows::{request_refund, State};
@@ -38,6 +51,54 @@ pub struct Operations {
     operator_refund_limit: i64,
     /// `STAFF_FOUR_EYES_ABOVE`: a refund of a payment above it waits for a second person.
     four_eyes_above: i64,
+    /// Top-ups: the member service, the deposit authorizations' signer and the limit.
+    top_ups: Arc<TopUps>,
+}
+
+/// What top-ups need: where deposits go, what signs them, and above what they wait.
+pub struct TopUps {
+    /// The member service (`MEMBER_URL`); without it a top-up is 503
+    /// `TOP_UP_UNAVAILABLE`.
+    pub members: Option<MemberClient>,
+    /// Signs each deposit's authorization with this service's own key.
+    pub signer: DepositSigner,
+    /// `STAFF_TOP_UP_FOUR_EYES_ABOVE`: a top-up above it waits for a second person.
+    pub four_eyes_above: i64,
+}
+
+/// What a top-up request came to.
+#[derive(Debug, Clone)]
+pub enum TopUpDone {
+    /// Deposited: the ledger's row (`created`: now, not a replay of the key).
+    Deposited { deposit: Transaction, created: bool },
+    /// Above `STAFF_TOP_UP_FOUR_EYES_ABOVE`: the approval awaiting a second person.
+    AwaitingApproval(ApprovalRow),
+}
+
+impl TopUpDone {
+    pub fn to_api(&self) -> TopUpAnswer {
+        match self {
+            TopUpDone::Deposited { deposit, .. } => TopUpAnswer::Deposited(deposit.clone()),
+            TopUpDone::AwaitingApproval(a) => TopUpAnswer::AwaitingApproval(a.to_api()),
+        }
+    }
+}
+
+impl Left for TopUpDone {
+    /// The deposit's key, or the approval and its state.
+    fn left(&self) -> String {
+        match self {
+            TopUpDone::Deposited { deposit, .. } => format!("deposit {}", deposit.operation_key),
+            TopUpDone::AwaitingApproval(a) => a.left(),
+        }
+    }
+}
+
+impl Left for Transaction {
+    /// The deposit's key.
+    fn left(&self) -> String {
+        format!("deposit {}", self.operation_key)
+    }
 }
 
 /// What a refund request came to.
@@ -66,11 +127,80 @@ fn decided_state(decision: Decision) -> ApprovalState {
     }
 }
 
-/// The audit trail's name for a decision.
-fn decision_action(decision: Decision) -> AuditAction {
-    match decision {
-        Decision::Approve => AuditAction::RefundApproved,
-        Decision::Reject => AuditAction::RefundRejected,
+/// The audit trail's name for a decision on an approval of `kind`.
+fn decision_action(kind: ApprovalKind, decision: Decision) -> AuditAction {
+    match (kind, decision) {
+        (ApprovalKind::Refund, Decision::Approve) => AuditAction::RefundApproved,
+        (ApprovalKind::Refund, Decision::Reject) => AuditAction::RefundRejected,
+        (ApprovalKind::TopUp, Decision::Approve) => AuditAction::TopUpApproved,
+        (ApprovalKind::TopUp, Decision::Reject) => AuditAction::TopUpRejected,
+    }
+}
+
+/// The deposit's operation key of a top-up's `key`: `topup:<key>`; 422
+/// `INVALID_TOP_UP_KEY` unless 1-64 characters of `[A-Za-z0-9_.:-]`.
+fn top_up_key(key: &str) -> Result<OperationKey> {
+    let invalid = || {
+        Error::from(ApiError::unprocessable(
+            staff_codes::INVALID_TOP_UP_KEY,
+            format!(
+                "a top-up's key is 1-{MAX_TOP_UP_KEY_LEN} characters of [A-Za-z0-9_.:-], unique per top-up"
+            ),
+        ))
+    };
+    if key.is_empty() || key.len() > MAX_TOP_UP_KEY_LEN {
+        return Err(invalid());
+    }
+    OperationKey::parse(format!("topup:{key}")).map_err(|_| invalid())
+}
+
+/// A top-up's reason: required, at most 500 characters (422 `REASON_INVALID`).
+fn top_up_reason(raw: &str) -> Result<String> {
+    let invalid = |why: &str| {
+        Error::from(ApiError::unprocessable(
+            staff_codes::REASON_INVALID,
+            why.to_owned(),
+        ))
+    };
+    paysaga_staff::accounts::reason(Some(raw))
+        .map_err(|_| invalid("a reason is at most 500 characters"))?
+        .ok_or_else(|| invalid("a top-up needs a reason"))
+}
+
+/// The member service's answer to a top-up, as this service answers it: its refusal (a
+/// 4xx with its code, `DEPOSIT_NOT_APPROVED` included) passed on, no answer 503
+/// `TOP_UP_UNAVAILABLE` (asking again with the same key is safe).
+fn top_up_call(e: CallError) -> Error {
+    use paysaga_contracts::{account::api::codes as account, member::api::codes as member};
+    /// The member service's definite refusals of a top-up, passed on as they are.
+    const PASSED_ON: [&str; 7] = [
+        member::MEMBER_NOT_FOUND,
+        member::ACCOUNT_PENDING,
+        account::DEPOSIT_NOT_APPROVED,
+        account::OPERATION_KEY_REUSED,
+        account::ACCOUNT_NOT_FOUND,
+        account::ACCOUNT_NOT_MEMBER,
+        account::AMOUNT_OUT_OF_RANGE,
+    ];
+    let passed_on = |status: u16, code: &str| {
+        let status = StatusCode::from_u16(status).ok()?;
+        let code = PASSED_ON.iter().find(|c| **c == code)?;
+        status.is_client_error().then_some((status, *code))
+    };
+    match e {
+        CallError::Rejected { status, ref body } if passed_on(status, &body.code).is_some() => {
+            let (status, code) = passed_on(status, &body.code).expect("checked");
+            ApiError::new(status, code, body.message.clone()).into()
+        }
+        other => {
+            tracing::warn!(error = %other, "top-up: the member service gave no definite answer");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                staff_codes::TOP_UP_UNAVAILABLE,
+                "the member service did not answer; nothing is known to have been deposited: ask again with the same key",
+            )
+            .into()
+        }
     }
 }
 
@@ -124,13 +254,155 @@ impl Operations {
         response_wait: Duration,
         operator_refund_limit: i64,
         four_eyes_above: i64,
+        top_ups: TopUps,
     ) -> Self {
         Self {
             engine,
             response_wait,
             operator_refund_limit,
             four_eyes_above,
+            top_ups: Arc::new(top_ups),
         }
+    }
+
+    /// An admin's top-up of `req.member_id` by `req.amount`, keyed by `req.key`: at or
+    /// below `STAFF_TOP_UP_FOUR_EYES_ABOVE` deposited at once (its authorization naming
+    /// `by` as who asked); above, a pending approval a second admin must give (the same
+    /// approval for the same key; an approved one whose deposit did not get through is
+    /// deposited now). Its audit row: `TOP_UP` (deposited, refused or failed) or
+    /// `TOP_UP_REQUESTED`, the member as target.
+    #[tracing::instrument(skip_all, fields(member = %req.member_id, amount = req.amount.minor()))]
+    pub async fn top_up_as(&self, by: &Acting, req: TopUp) -> Result<TopUpDone> {
+        let reason = top_up_reason(&req.reason);
+        let target = req.member_id.to_string();
+        let reason_given = reason.as_ref().ok().cloned();
+        let asked = match reason {
+            Ok(reason) => self.top_up(by, &req, &reason).await,
+            Err(e) => Err(e),
+        };
+        let action = match &asked {
+            Ok(TopUpDone::AwaitingApproval(_)) => AuditAction::TopUpRequested,
+            _ => AuditAction::TopUp,
+        };
+        self.audited_on(by, action, target, reason_given, &asked)
+            .await?;
+        asked
+    }
+
+    async fn top_up(&self, by: &Acting, req: &TopUp, reason: &str) -> Result<TopUpDone> {
+        let key = top_up_key(&req.key)?;
+        let amount = req.amount;
+        let pool = &self.engine.pool;
+        let mut approval = store::approvals::top_up_by_key(pool, key.as_str()).await?;
+        if approval.is_none() && amount.minor() > self.top_ups.four_eyes_above {
+            approval = Some(
+                store::approvals::request_top_up(
+                    pool,
+                    req.member_id,
+                    amount.minor(),
+                    key.as_str(),
+                    by,
+                    reason,
+                )
+                .await?,
+            );
+        }
+        let Some(approval) = approval else {
+            return self
+                .deposit(req.member_id, amount, &key, &by.actor.name(), None)
+                .await;
+        };
+        if approval.member_id != Some(req.member_id) || approval.amount != amount.minor() {
+            return Err(ApiError::conflict(
+                staff_codes::TOP_UP_KEY_REUSED,
+                format!(
+                    "key {} was used for a top-up of another member or amount (approval {})",
+                    req.key, approval.id
+                ),
+            )
+            .into());
+        }
+        match approval.state {
+            ApprovalState::Pending => Ok(TopUpDone::AwaitingApproval(approval)),
+            // Approved, but its deposit may not have got through: the same deposit again
+            // (a replay of the key if it did), naming the people of the approval.
+            ApprovalState::Approved => self.deposit_approved(&approval).await,
+            ApprovalState::Rejected => Err(ApiError::conflict(
+                staff_codes::APPROVAL_DECIDED,
+                format!(
+                    "the top-up under key {} was rejected (approval {}); a new top-up needs a new key",
+                    req.key, approval.id
+                ),
+            )
+            .into()),
+        }
+    }
+
+    /// The deposit an approved top-up approval names, authorized as asked by its
+    /// requester and approved by its decider.
+    async fn deposit_approved(&self, approval: &ApprovalRow) -> Result<TopUpDone> {
+        let breach = || {
+            Error::from(Breach::ApprovalWithoutTarget {
+                approval: approval.id,
+            })
+        };
+        let member = approval.member_id.ok_or_else(breach)?;
+        let key = approval
+            .operation_key
+            .as_deref()
+            .and_then(|k| OperationKey::parse(k).ok())
+            .ok_or_else(breach)?;
+        let amount = Amount::new(approval.amount).map_err(|_| breach())?;
+        self.deposit(
+            member,
+            amount,
+            &key,
+            &approval.requested_by_name,
+            approval.decided_by_name.as_deref(),
+        )
+        .await
+    }
+
+    /// Deposits `amount` into `member`'s account under `key` through the member
+    /// service, with a fresh deposit authorization naming the people.
+    async fn deposit(
+        &self,
+        member: uuid::Uuid,
+        amount: Amount,
+        key: &OperationKey,
+        requested_by: &str,
+        approved_by: Option<&str>,
+    ) -> Result<TopUpDone> {
+        let Some(members) = &self.top_ups.members else {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                staff_codes::TOP_UP_UNAVAILABLE,
+                "this orchestrator has no member service configured (MEMBER_URL)",
+            )
+            .into());
+        };
+        let authorization = self.top_ups.signer.sign(&DepositGrant {
+            member_id: member.to_string(),
+            amount: amount.minor(),
+            operation_key: key.as_str().to_owned(),
+            requested_by: requested_by.to_owned(),
+            approved_by: approved_by.map(str::to_owned),
+        });
+        let answer = members
+            .top_up(
+                member,
+                &TopUpRequest {
+                    operation_key: key.clone(),
+                    amount,
+                    authorization: Some(authorization),
+                },
+            )
+            .await
+            .map_err(top_up_call)?;
+        Ok(TopUpDone::Deposited {
+            created: answer.status == StatusCode::CREATED.as_u16(),
+            deposit: answer.body,
+        })
     }
 
     /// A person's (or tool's) resume, with its note on the step log and its audit row.
@@ -208,7 +480,9 @@ impl Operations {
             filter.state.as_deref(),
             ": PENDING, APPROVED or REJECTED",
         )?;
-        let rows = store::approvals::list(&self.engine.pool, state, filter.before, limit).await?;
+        let kind = state_filter::<ApprovalKind>(filter.kind.as_deref(), ": REFUND or TOP_UP")?;
+        let rows =
+            store::approvals::list(&self.engine.pool, state, kind, filter.before, limit).await?;
         let next_before = (rows.len() as i64 == limit)
             .then(|| rows.last().map(|r| r.id))
             .flatten();
@@ -218,12 +492,14 @@ impl Operations {
         })
     }
 
-    /// A second person's decision on refund approval `id`, with its audit row
-    /// (`REFUND_APPROVED` or `REFUND_REJECTED`, about the payment). Refused: 404
-    /// `APPROVAL_NOT_FOUND`; 403 `SAME_PERSON` for the one who asked; 409
-    /// `APPROVAL_DECIDED` once decided (of two deciding at once, one wins). An approval
-    /// carries the refund out through [`Operations::refund`], its note naming both
-    /// people, with its own `PAYMENT_REFUNDED` row.
+    /// A second person's decision on approval `id`, with its audit row
+    /// (`REFUND_APPROVED` / `REFUND_REJECTED` about the payment, `TOP_UP_APPROVED` /
+    /// `TOP_UP_REJECTED` about the member). Refused: 404 `APPROVAL_NOT_FOUND`; 403
+    /// `SAME_PERSON` for the one who asked; 409 `APPROVAL_DECIDED` once decided (of two
+    /// deciding at once, one wins). An approval carries the refund out through
+    /// [`Operations::refund`], its note naming both people, with its own
+    /// `PAYMENT_REFUNDED` row; or the top-up's deposit, its authorization naming both
+    /// people, with its own `TOP_UP` row.
     pub async fn decide_as(
         &self,
         by: &Acting,
@@ -235,15 +511,18 @@ impl Operations {
         let decided = match &found {
             None => Err(ApiError::not_found(
                 staff_codes::APPROVAL_NOT_FOUND,
-                format!("no refund approval {id}"),
+                format!("no approval {id}"),
             )
             .into()),
             Some(asked) => self.decide(by, asked, decision, reason.as_deref()).await,
         };
-        let target = found.map_or_else(|| format!("approval:{id}"), |a| a.payment_id.to_string());
+        let kind = found.as_ref().map_or(ApprovalKind::Refund, |a| a.kind);
+        let target = found
+            .as_ref()
+            .map_or_else(|| format!("approval:{id}"), |a| a.to_api().target());
         self.audited_on(
             by,
-            decision_action(decision),
+            decision_action(kind, decision),
             target.clone(),
             reason.clone(),
             &decided,
@@ -254,8 +533,26 @@ impl Operations {
             return Ok(ApprovalDecided {
                 approval: approval.to_api(),
                 payment: None,
+                deposit: None,
             });
         }
+        if approval.kind == ApprovalKind::TopUp {
+            let result = self.deposit_approved(&approval).await;
+            self.audited_on(by, AuditAction::TopUp, target, reason, &result)
+                .await?;
+            let deposit = match result? {
+                TopUpDone::Deposited { deposit, .. } => Some(deposit),
+                TopUpDone::AwaitingApproval(_) => None,
+            };
+            return Ok(ApprovalDecided {
+                approval: approval.to_api(),
+                payment: None,
+                deposit,
+            });
+        }
+        let payment = approval.payment_id.ok_or(Breach::ApprovalWithoutTarget {
+            approval: approval.id,
+        })?;
         let note = format!(
             "{}; {}",
             note(
@@ -265,12 +562,13 @@ impl Operations {
             ),
             note("approved", &by.actor.name(), reason.as_deref())
         );
-        let result = self.refund(approval.payment_id, &note).await;
+        let result = self.refund(payment, &note).await;
         self.audited_on(by, AuditAction::PaymentRefunded, target, reason, &result)
             .await?;
         Ok(ApprovalDecided {
             approval: approval.to_api(),
             payment: Some(result?.to_admin()),
+            deposit: None,
         })
     }
 
@@ -287,7 +585,7 @@ impl Operations {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 staff_codes::SAME_PERSON,
-                "four eyes: a refund is approved or rejected by someone other than the one who asked for it",
+                "four eyes: a refund or a top-up is approved or rejected by someone other than the one who asked for it",
             )
             .into());
         }
@@ -302,7 +600,7 @@ impl Operations {
         .ok_or_else(|| {
             ApiError::conflict(
                 staff_codes::APPROVAL_DECIDED,
-                format!("refund approval {} was decided already", asked.id),
+                format!("approval {} was decided already", asked.id),
             )
             .into()
         })

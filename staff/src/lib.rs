@@ -126,6 +126,10 @@ pub struct StaffConfig {
     /// above it is not carried out when asked for; it waits for an admin other than the
     /// one who asked (four eyes).
     pub four_eyes_above: i64,
+    /// `STAFF_TOP_UP_FOUR_EYES_ABOVE`, default 100000 (minor units): a top-up above it
+    /// is not carried out when asked for; it waits for an admin other than the one who
+    /// asked (four eyes).
+    pub top_up_four_eyes_above: i64,
     /// Development mode (`PAYSAGA_DEV_KEYS=1`) only: the development admin
     /// ([`dev`]) is created at start-up.
     pub dev_admin: bool,
@@ -161,6 +165,10 @@ impl StaffConfig {
                 d.operator_refund_limit,
             )?,
             four_eyes_above: config::parse("STAFF_FOUR_EYES_ABOVE", d.four_eyes_above)?,
+            top_up_four_eyes_above: config::parse(
+                "STAFF_TOP_UP_FOUR_EYES_ABOVE",
+                d.top_up_four_eyes_above,
+            )?,
             dev_admin: secrets.is_dev(),
             tools_act: secrets.is_dev(),
             secret_key,
@@ -176,6 +184,7 @@ impl StaffConfig {
             sign_in_period: Duration::from_secs(30),
             operator_refund_limit: 50_000,
             four_eyes_above: 100_000,
+            top_up_four_eyes_above: 100_000,
             dev_admin: false,
             tools_act: true,
             secret_key: secrets::SecretKey::development(),

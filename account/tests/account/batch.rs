@@ -520,7 +520,9 @@ async fn a_statement_whose_counts_disagree_applies_nothing() {
         let before = snapshot(&svc).await;
         let refund = json!({"operation_key": "pay:0:refund", "account_id": a.id, "amount": 40,
                             "refund_of": "pay:0:debit"});
-        let deposit = json!({"operation_key": "topup:1", "account_id": a.id, "amount": 40});
+        let deposit = json!({"operation_key": "topup:1", "account_id": a.id, "amount": 40,
+                             "authorization": paysaga_common::testkit::deposit_authorization(
+                                 "member-1", 40, "topup:1", "admin@example.com", None)});
         let debit = json!({"operation_key": "pay:1:debit", "account_id": a.id, "amount": 100});
         let batch = json!({"ops": [
             {"op": "debit", "operation_key": "pay:2:debit", "account_id": a.id, "amount": 100},

@@ -2,10 +2,8 @@
 //! paid in from outside under an operation key), checked in the tables.
 
 use crate::support::Svc;
-use paysaga_common::{auth::MemberId, money::Amount};
-use paysaga_contracts::account::api::{
-    DepositRequest, OpenAccountRequest, OperationKey, TransactionKind,
-};
+use paysaga_common::auth::MemberId;
+use paysaga_contracts::account::api::{OpenAccountRequest, OperationKey, TransactionKind};
 
 fn keyed_opening(member: &str, balance: i64, key: &str) -> OpenAccountRequest {
     OpenAccountRequest {
@@ -66,21 +64,16 @@ async fn a_keyed_opening_opens_one_account_however_often_and_concurrently_it_is_
 async fn a_deposit_pays_in_once_per_key_and_the_ledger_explains_every_balance() {
     let svc = Svc::start().await;
     let account = svc.open("m-1", 100).await;
-    let req = DepositRequest {
-        operation_key: OperationKey::parse("topup:m-1:1").unwrap(),
-        account_id: account.id,
-        amount: Amount::new(2_500).unwrap(),
-    };
-    let first = svc.operator.deposit(&req).await.expect("deposited");
+    let req = svc.deposit("topup:m-1:1", "m-1", account.id, 2_500);
+    let first = svc.member.deposit(&req).await.expect("deposited");
     assert_eq!(first.status, 201);
     assert_eq!(first.body.kind, TransactionKind::Deposit);
-    let again = svc.operator.deposit(&req).await.expect("replayed");
+    let again = svc.member.deposit(&req).await.expect("replayed");
     assert_eq!(again.status, 200);
     assert_eq!(again.body.id, first.body.id);
 
-    let mut other = req.clone();
-    other.amount = Amount::new(9).unwrap();
-    let err = svc.operator.deposit(&other).await.expect_err("reuse");
+    let other = svc.deposit("topup:m-1:1", "m-1", account.id, 9);
+    let err = svc.member.deposit(&other).await.expect_err("reuse");
     assert_eq!(err.code(), Some("OPERATION_KEY_REUSED"));
 
     assert_eq!(svc.balance(account.id).await, 2_600);
@@ -100,16 +93,18 @@ async fn a_deposit_pays_in_once_per_key_and_the_ledger_explains_every_balance() 
 
     // The merchant account cannot be topped up, and a missing account is 404.
     let merchant = svc.merchant_id().await;
-    for (account_id, code) in [
-        (merchant, "ACCOUNT_NOT_MEMBER"),
-        (987_654, "ACCOUNT_NOT_FOUND"),
+    let merchant_member: String =
+        sqlx::query_scalar(r#"SELECT member_id FROM account_service.accounts WHERE id = $1"#)
+            .bind(merchant)
+            .fetch_one(&svc.admin)
+            .await
+            .expect("the merchant's row");
+    for (account_id, member, code) in [
+        (merchant, merchant_member.as_str(), "ACCOUNT_NOT_MEMBER"),
+        (987_654, "m-1", "ACCOUNT_NOT_FOUND"),
     ] {
-        let r = DepositRequest {
-            operation_key: OperationKey::parse(format!("topup:x:{account_id}")).unwrap(),
-            account_id,
-            amount: Amount::new(1).unwrap(),
-        };
-        let err = svc.operator.deposit(&r).await.expect_err("refused");
+        let r = svc.deposit(&format!("topup:x:{account_id}"), member, account_id, 1);
+        let err = svc.member.deposit(&r).await.expect_err("refused");
         assert_eq!(err.code(), Some(code));
     }
     assert_eq!(

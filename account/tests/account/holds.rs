@@ -55,12 +55,8 @@ async fn a_hold_sets_money_aside_once_per_key() {
 
     // Judged afresh once the money is there: a top-up, and the same key is placed.
     let topped = svc
-        .operator
-        .deposit(&paysaga_contracts::account::api::DepositRequest {
-            operation_key: key("topup:1"),
-            account_id: acct.id,
-            amount: crate::support::amount(1),
-        })
+        .member
+        .deposit(&svc.deposit("topup:1", "member-1", acct.id, 1))
         .await
         .expect("deposit");
     assert_eq!(topped.status, 201);

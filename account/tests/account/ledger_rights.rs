@@ -125,8 +125,8 @@ async fn the_database_refuses_a_balance_moved_without_its_ledger_row() {
         ),
         "UPDATE merchant_shards SET balance = balance + 1 WHERE shard = 0".to_owned(),
         format!(
-            "INSERT INTO transactions (id, operation_key, kind, status, account_id, amount) \
-             VALUES (gen_random_uuid(), 'forged', 'DEPOSIT', 'APPLIED', {}, 5)",
+            "INSERT INTO transactions (id, operation_key, kind, status, account_id, amount, requested_by) \
+             VALUES (gen_random_uuid(), 'forged', 'DEPOSIT', 'APPLIED', {}, 5, 'forger')",
             b.id
         ),
         "INSERT INTO accounts (member_id, kind, balance) VALUES ('forger', 'MEMBER', 500)"
@@ -152,8 +152,8 @@ async fn the_database_refuses_a_balance_moved_without_its_ledger_row() {
     // A balance moved together with its row in one transaction is explained.
     let mut tx = app.begin().await.expect("begin");
     sqlx::query(
-        "INSERT INTO transactions (id, operation_key, kind, status, account_id, amount) \
-         VALUES (gen_random_uuid(), 'by-hand', 'DEPOSIT', 'APPLIED', $1, 5)",
+        "INSERT INTO transactions (id, operation_key, kind, status, account_id, amount, requested_by) \
+         VALUES (gen_random_uuid(), 'by-hand', 'DEPOSIT', 'APPLIED', $1, 5, 'admin@example.com')",
     )
     .bind(b.id)
     .execute(&mut *tx)

@@ -7,6 +7,7 @@ mod bad_input;
 mod batch;
 mod batch_paths;
 mod concurrency;
+mod deposit_authorizations;
 mod deposits;
 mod holds;
 mod idempotency;

@@ -53,6 +53,10 @@ pub enum AccountCode {
     HoldCaptured,
     /// A transfer to the sender's own account (or any account of the sender).
     TransferToSelf,
+    /// A deposit without a valid deposit authorization of the orchestrator naming this
+    /// very deposit (missing, not signed with the orchestrator's key, expired, or for
+    /// another member, amount or key): nothing written (403).
+    DepositNotApproved,
 }
 
 impl AccountCode {
@@ -115,6 +119,7 @@ wire_names!(
         HoldMismatch => HOLD_MISMATCH,
         HoldCaptured => HOLD_CAPTURED,
         TransferToSelf => TRANSFER_TO_SELF,
+        DepositNotApproved => DEPOSIT_NOT_APPROVED,
     }
 );
 
@@ -199,14 +204,21 @@ pub struct OpenAccountRequest {
     pub open_key: Option<OperationKey>,
 }
 
-/// `POST /v1/deposits`: money paid in from outside (an operator's top-up), once per
-/// operation key. A ledger entry of kind `DEPOSIT`; the merchant is not involved.
+/// `POST /v1/deposits`: money paid in from outside (a staff top-up), once per operation
+/// key. A ledger entry of kind `DEPOSIT`; the merchant is not involved. Carried out only
+/// with `authorization`, the orchestrator's signed deposit authorization naming this
+/// account's member, this amount and this key, and the people who asked and approved
+/// (`paysaga_common::deposits`); the ledger row records those people.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DepositRequest {
     pub operation_key: OperationKey,
     pub account_id: i64,
     pub amount: Amount,
+    /// The orchestrator's deposit authorization (a compact JWS, 60 s). Without a valid
+    /// one the deposit is refused 403 `DEPOSIT_NOT_APPROVED`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -202,13 +202,19 @@ pub struct MemberPage {
     pub next_after: Option<Uuid>,
 }
 
-/// `POST /v1/members/{id}/top-ups`: money paid into the member's account from outside,
-/// once per operation key (a deposit in the account service).
+/// `POST /v1/members/{id}/top-ups` (the orchestrator only): money paid into the
+/// member's account from outside, once per operation key (a deposit in the account
+/// service), with the orchestrator's deposit authorization passed on as it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TopUpRequest {
     pub operation_key: OperationKey,
     pub amount: Amount,
+    /// The orchestrator's signed deposit authorization (`paysaga_common::deposits`);
+    /// the account service refuses the deposit without a valid one (403
+    /// `DEPOSIT_NOT_APPROVED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<String>,
 }
 
 /// One member of a bulk sign-up.

@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::account::api::Transaction;
 use crate::orchestrator::api::PaymentAdmin;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -30,14 +31,21 @@ pub mod codes {
         REASON_INVALID,
         /// The audit query's filters do not parse (400).
         INVALID_AUDIT_QUERY,
-        /// No refund approval with this id (404).
+        /// No approval with this id (404).
         APPROVAL_NOT_FOUND,
         /// The approval was decided already, approved or rejected (409): a decision is
         /// made once.
         APPROVAL_DECIDED,
-        /// The person deciding a refund approval is the one who asked for the refund
-        /// (403): four eyes means two people.
+        /// The person deciding an approval is the one who asked for the refund or
+        /// top-up (403): four eyes means two people.
         SAME_PERSON,
+        /// A top-up's key is not 1-64 characters of `[A-Za-z0-9_.:-]` (422).
+        INVALID_TOP_UP_KEY,
+        /// The top-up's key was used for a top-up of another member or amount (409).
+        TOP_UP_KEY_REUSED,
+        /// The member service is not configured (`MEMBER_URL`) or did not answer: the
+        /// top-up was not carried out; asking again with the same key is safe (503).
+        TOP_UP_UNAVAILABLE,
     }
 }
 
@@ -79,6 +87,13 @@ pub enum AuditAction {
     RefundApproved,
     /// A second person rejected a refund: nothing was refunded.
     RefundRejected,
+    /// A top-up above `STAFF_TOP_UP_FOUR_EYES_ABOVE` asked for: an approval awaits a
+    /// second person.
+    TopUpRequested,
+    /// A second person approved a top-up (the deposit's own row follows, `TOP_UP`).
+    TopUpApproved,
+    /// A second person rejected a top-up: nothing was deposited.
+    TopUpRejected,
 }
 
 crate::wire_names!(AuditAction {
@@ -96,6 +111,9 @@ crate::wire_names!(AuditAction {
     RefundRequested => REFUND_REQUESTED,
     RefundApproved => REFUND_APPROVED,
     RefundRejected => REFUND_REJECTED,
+    TopUpRequested => TOP_UP_REQUESTED,
+    TopUpApproved => TOP_UP_APPROVED,
+    TopUpRejected => TOP_UP_REJECTED,
 });
 
 /// How an audited action ended.
@@ -232,15 +250,15 @@ pub struct AuditPage {
     pub next_before: Option<i64>,
 }
 
-/// Where a refund approval stands.
+/// Where an approval stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ApprovalState {
     /// Awaiting a second person (an admin other than the one who asked).
     Pending,
-    /// Approved; the refund was carried out through the saga.
+    /// Approved; the refund or the top-up was carried out.
     Approved,
-    /// Rejected; nothing was refunded.
+    /// Rejected; nothing was refunded or deposited.
     Rejected,
 }
 
@@ -254,14 +272,42 @@ crate::wire_names!(
     unknown: UnknownApprovalState
 );
 
-/// A refund above `STAFF_FOUR_EYES_ABOVE` and its approval by a second person (four
-/// eyes): asked for by one person (or the operator tools), decided by an admin who is
-/// not the one who asked.
+/// What an approval is of: money going out to a buyer (a refund of a payment) or money
+/// paid into a member's account (a top-up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ApprovalKind {
+    /// A refund of a payment above `STAFF_FOUR_EYES_ABOVE`.
+    Refund,
+    /// A top-up above `STAFF_TOP_UP_FOUR_EYES_ABOVE`.
+    TopUp,
+}
+
+/// A stored approval kind that is none of [`ApprovalKind`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown approval kind {0:?}")]
+pub struct UnknownApprovalKind(pub String);
+
+crate::wire_names!(
+    ApprovalKind { Refund => REFUND, TopUp => TOP_UP },
+    unknown: UnknownApprovalKind
+);
+
+/// A refund or a top-up above its limit and its approval by a second person (four
+/// eyes): asked for by one person (or, for a refund, the operator tools), decided by an
+/// admin who is not the one who asked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct RefundApproval {
+pub struct Approval {
     pub id: i64,
-    pub payment_id: Uuid,
-    /// The payment's amount (minor units) when the refund was asked for.
+    pub kind: ApprovalKind,
+    /// The payment to refund (`REFUND`).
+    pub payment_id: Option<Uuid>,
+    /// The member to top up (`TOP_UP`).
+    pub member_id: Option<Uuid>,
+    /// The deposit's operation key (`TOP_UP`): `topup:<key>`.
+    pub operation_key: Option<String>,
+    /// Minor units: the payment's amount when the refund was asked for, or the
+    /// top-up's.
     pub amount: i64,
     pub state: ApprovalState,
     /// The staff member who asked (absent when the operator tools asked).
@@ -269,7 +315,7 @@ pub struct RefundApproval {
     /// Who asked: their email, or `service:operator`.
     pub requested_by_name: String,
     pub requested_at: DateTime<Utc>,
-    /// Why the refund was asked for.
+    /// Why it was asked for.
     pub reason: Option<String>,
     /// The admin who approved or rejected it.
     pub decided_by: Option<i64>,
@@ -279,13 +325,24 @@ pub struct RefundApproval {
     pub decision_reason: Option<String>,
 }
 
+impl Approval {
+    /// What it is of, in a few words: the payment or the member.
+    pub fn target(&self) -> String {
+        match (self.kind, self.payment_id, self.member_id) {
+            (ApprovalKind::Refund, Some(p), _) => p.to_string(),
+            (ApprovalKind::TopUp, _, Some(m)) => m.to_string(),
+            _ => String::new(),
+        }
+    }
+}
+
 /// `POST /v1/payments/{id}/refund`'s answer: the payment (200), or, for a payment above
 /// `STAFF_FOUR_EYES_ABOVE`, the approval a second person must give first (202).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum RefundAnswer {
     Refunded(PaymentAdmin),
-    AwaitingApproval(RefundApproval),
+    AwaitingApproval(Approval),
 }
 
 impl RefundAnswer {
@@ -298,7 +355,7 @@ impl RefundAnswer {
     }
 
     /// The approval, when a second person must give it first.
-    pub fn awaiting(&self) -> Option<&RefundApproval> {
+    pub fn awaiting(&self) -> Option<&Approval> {
         match self {
             RefundAnswer::Refunded(_) => None,
             RefundAnswer::AwaitingApproval(a) => Some(a),
@@ -306,12 +363,64 @@ impl RefundAnswer {
     }
 }
 
+/// The longest top-up key: the deposit's operation key is `topup:<key>`.
+pub const MAX_TOP_UP_KEY_LEN: usize = 64;
+
+/// `POST /v1/top-ups` (admins, people only): pay `amount` into the member's account.
+/// At or below `STAFF_TOP_UP_FOUR_EYES_ABOVE` it is deposited at once; above, it waits
+/// for an admin other than the one asking. `key` makes it idempotent: the same key is
+/// the same top-up (one deposit, `topup:<key>`, or the one approval it made).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TopUp {
+    pub member_id: Uuid,
+    /// Minor units, at least 1.
+    #[schema(value_type = i64, minimum = 1)]
+    pub amount: paysaga_common::money::Amount,
+    /// Why (kept in the audit trail and on the approval); required, at most 500
+    /// characters.
+    pub reason: String,
+    /// 1-64 characters of `[A-Za-z0-9_.:-]`, unique per top-up; reuse it on retries.
+    pub key: String,
+}
+
+/// `POST /v1/top-ups`'s answer: the deposit (201, or 200 on a replay of the key), or,
+/// above `STAFF_TOP_UP_FOUR_EYES_ABOVE`, the approval a second person must give first
+/// (202).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum TopUpAnswer {
+    Deposited(Transaction),
+    AwaitingApproval(Approval),
+}
+
+impl TopUpAnswer {
+    /// The deposit, when the top-up was carried out.
+    pub fn deposited(&self) -> Option<&Transaction> {
+        match self {
+            TopUpAnswer::Deposited(t) => Some(t),
+            TopUpAnswer::AwaitingApproval(_) => None,
+        }
+    }
+
+    /// The approval, when a second person must give it first.
+    pub fn awaiting(&self) -> Option<&Approval> {
+        match self {
+            TopUpAnswer::Deposited(_) => None,
+            TopUpAnswer::AwaitingApproval(a) => Some(a),
+        }
+    }
+}
+
 /// `POST /v1/approvals/{id}/approve` and `/reject`: the decided approval, and on
-/// approval the payment after its refund (waited for up to `RESPONSE_WAIT_MS`).
+/// approval what it carried out: the payment after its refund (waited for up to
+/// `RESPONSE_WAIT_MS`), or the top-up's deposit.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ApprovalDecided {
-    pub approval: RefundApproval,
+    pub approval: Approval,
     pub payment: Option<PaymentAdmin>,
+    #[serde(default)]
+    pub deposit: Option<Transaction>,
 }
 
 /// `GET /v1/approvals`: filters, newest first.
@@ -320,16 +429,18 @@ pub struct ApprovalDecided {
 pub struct ListApprovals {
     /// Only approvals in this state (`PENDING`, `APPROVED`, `REJECTED`).
     pub state: Option<String>,
+    /// Only approvals of this kind (`REFUND`, `TOP_UP`).
+    pub kind: Option<String>,
     /// Approvals older than this id (the previous page's `next_before`).
     pub before: Option<i64>,
     /// 1-500, default 100.
     pub limit: Option<i64>,
 }
 
-/// A page of refund approvals, newest first.
+/// A page of approvals, newest first.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ApprovalPage {
-    pub approvals: Vec<RefundApproval>,
+    pub approvals: Vec<Approval>,
     /// Pass as `before` for the next (older) page; absent on the last one.
     pub next_before: Option<i64>,
 }

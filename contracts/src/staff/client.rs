@@ -4,7 +4,7 @@ use paysaga_common::client::{Answer, Audience, CallError, ServiceClient};
 
 use super::api::{
     ActionReason, ApprovalDecided, ApprovalPage, AuditPage, CreateStaff, ListApprovals, ListAudit,
-    SignIn, StaffAddUnits, StaffCreateProduct, StaffCreated, StaffSession,
+    SignIn, StaffAddUnits, StaffCreateProduct, StaffCreated, StaffSession, TopUp, TopUpAnswer,
 };
 use crate::order::api::Product;
 
@@ -73,14 +73,21 @@ impl StaffClient {
     ) -> Result<Answer<ApprovalPage>, CallError> {
         let query = query_string([
             ("state", filter.state.clone()),
+            ("kind", filter.kind.clone()),
             ("before", filter.before.map(|b| b.to_string())),
             ("limit", filter.limit.map(|l| l.to_string())),
         ])?;
         self.inner.get(&format!("/v1/approvals?{query}")).await
     }
 
+    /// `POST /v1/top-ups` (admins, people only): 201 the deposit (200 on a replay of
+    /// the key), or 202 the approval a second admin must give first.
+    pub async fn top_up(&self, req: &TopUp) -> Result<Answer<TopUpAnswer>, CallError> {
+        self.inner.post("/v1/top-ups", req).await
+    }
+
     /// `POST /v1/approvals/{id}/approve` (admins other than the one who asked): the
-    /// refund is carried out.
+    /// refund or the top-up is carried out.
     pub async fn approve(
         &self,
         id: i64,
@@ -90,7 +97,7 @@ impl StaffClient {
     }
 
     /// `POST /v1/approvals/{id}/reject` (admins other than the one who asked): nothing
-    /// is refunded.
+    /// is refunded or deposited.
     pub async fn reject(
         &self,
         id: i64,

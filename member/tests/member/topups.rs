@@ -3,7 +3,11 @@
 use std::time::Duration;
 
 use crate::support::{creds, email, Stack, PASSWORD};
-use paysaga_common::{money::Amount, testkit::buyer_token};
+use paysaga_common::{
+    auth::Audience,
+    money::Amount,
+    testkit::{buyer_token, deposit_authorization, service_token},
+};
 use paysaga_contracts::{
     account::api::{OperationKey, TransactionKind},
     member::{
@@ -12,11 +16,28 @@ use paysaga_contracts::{
     },
 };
 
-fn top_up(key: &str, minor: i64) -> TopUpRequest {
+/// A top-up of `member` as the orchestrator sends it: with its deposit authorization.
+fn top_up(member: uuid::Uuid, key: &str, minor: i64) -> TopUpRequest {
     TopUpRequest {
         operation_key: OperationKey::parse(key).unwrap(),
         amount: Amount::new(minor).unwrap(),
+        authorization: Some(deposit_authorization(
+            &member.to_string(),
+            minor,
+            key,
+            "admin@example.com",
+            None,
+        )),
     }
+}
+
+/// The member service as the orchestrator calls it (the only caller of top-ups).
+fn orchestrator(s: &Stack) -> MemberClient {
+    MemberClient::new(
+        &s.base,
+        service_token("orchestrator", Audience::Member),
+        Duration::from_secs(30),
+    )
 }
 
 #[tokio::test]
@@ -24,9 +45,10 @@ async fn a_top_up_is_a_deposit_once_per_key() {
     let s = Stack::start().await;
     let member = s.sign_up(&email("topup")).await;
     let account_id = member.account_id.expect("account open");
-    let (client, id) = (&s.client, member.id);
+    let client = orchestrator(&s);
+    let (client, id) = (&client, member.id);
     let top_up_member = move |key, minor| {
-        let req = top_up(key, minor);
+        let req = top_up(id, key, minor);
         async move { client.top_up(id, &req).await }
     };
     let first = top_up_member("topup:1", 5_000).await.expect("deposited");
@@ -52,10 +74,40 @@ async fn a_top_up_is_a_deposit_once_per_key() {
     .await
     .unwrap();
     assert_eq!((deposits, balance), (1, 5_000));
+    let requested_by: Option<String> = sqlx::query_scalar(
+        r#"SELECT requested_by FROM account_service.transactions WHERE operation_key = 'topup:1'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!(requested_by.as_deref(), Some("admin@example.com"));
 
-    let missing = s
+    // Without the orchestrator's authorization the account service writes nothing,
+    // and the member service passes its refusal on.
+    let mut unsigned = top_up(id, "topup:4", 1);
+    unsigned.authorization = None;
+    let e = client.top_up(id, &unsigned).await.expect_err("unsigned");
+    assert_eq!(e.status(), Some(403));
+    assert_eq!(e.code(), Some("DEPOSIT_NOT_APPROVED"));
+    // The operator tools may no longer top up: the orchestrator alone calls this route.
+    let e = s
         .client
-        .top_up(uuid::Uuid::now_v7(), &top_up("topup:2", 1))
+        .top_up(id, &top_up(id, "topup:5", 1))
+        .await
+        .expect_err("operator");
+    assert_eq!(e.status(), Some(403));
+    assert_eq!(e.code(), Some("FORBIDDEN_CALLER"));
+    let deposits: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'DEPOSIT'"#,
+    )
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!(deposits, 1, "the refusals wrote nothing");
+
+    let nobody = uuid::Uuid::now_v7();
+    let missing = client
+        .top_up(nobody, &top_up(nobody, "topup:2", 1))
         .await
         .expect_err("no member");
     assert_eq!(missing.code(), Some(codes::MEMBER_NOT_FOUND));
@@ -66,7 +118,7 @@ async fn a_top_up_is_a_deposit_once_per_key() {
         Duration::from_secs(5),
     );
     let e = buyer
-        .top_up(member.id, &top_up("topup:3", 1))
+        .top_up(member.id, &top_up(member.id, "topup:3", 1))
         .await
         .expect_err("forbidden");
     assert_eq!(e.status(), Some(403));
@@ -76,9 +128,8 @@ async fn a_top_up_is_a_deposit_once_per_key() {
 async fn a_top_up_before_the_account_is_open_is_409_pending() {
     let (s, address) = Stack::with_pending_member("early").await;
     let id = s.member_id_of(&address).await;
-    let e = s
-        .client
-        .top_up(id, &top_up("early:1", 100))
+    let e = orchestrator(&s)
+        .top_up(id, &top_up(id, "early:1", 100))
         .await
         .expect_err("pending");
     assert_eq!(e.status(), Some(409));

@@ -22,6 +22,7 @@ pub fn routes(state: SagaState) -> Router {
         .route("/v1/payments/{id}/steps", get(operator::steps))
         .route("/v1/payments/{id}/resume", post(operator::resume))
         .route("/v1/payments/{id}/refund", post(operator::refund))
+        .route("/v1/top-ups", post(operator::top_up))
         .route("/v1/approvals", get(operator::approvals))
         .route("/v1/approvals/{id}/approve", post(operator::approve))
         .route("/v1/approvals/{id}/reject", post(operator::reject))

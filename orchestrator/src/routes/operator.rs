@@ -2,9 +2,10 @@
 //! (operators and admins), each a thin call of
 //! [`Operations`](crate::operations::Operations). People call it with their staff
 //! session; the operator tools' service credential is still admitted (as an admin).
-//! Refunds above `STAFF_FOUR_EYES_ABOVE` wait for a second person: the refund approvals
-//! are listed (every staff role) and approved or rejected (admins, people only: four
-//! eyes means two people, so the operator tools' credential is not admitted).
+//! Refunds above `STAFF_FOUR_EYES_ABOVE` and top-ups (admins, people only) above
+//! `STAFF_TOP_UP_FOUR_EYES_ABOVE` wait for a second person: the approvals are listed
+//! (every staff role) and approved or rejected (admins, people only: four eyes means two
+//! people, so the operator tools' credential is not admitted).
 
 use axum::{
     body::Bytes,
@@ -13,13 +14,13 @@ use axum::{
     response::{IntoResponse, Response},
     Json as AxumJson,
 };
-use paysaga_common::extract::{Path, Query};
+use paysaga_common::extract::{Json, Path, Query};
 use paysaga_console::Decision;
 use paysaga_contracts::orchestrator::api::{
     ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
 use paysaga_contracts::staff::api::{
-    ActionReason, ApprovalDecided, ApprovalPage, ListApprovals, RefundApproval,
+    ActionReason, Approval, ApprovalDecided, ApprovalPage, ListApprovals, TopUp,
 };
 use paysaga_staff::{
     accounts,
@@ -28,7 +29,12 @@ use paysaga_staff::{
 };
 use uuid::Uuid;
 
-use crate::{error::Result, operations::Refund, routes::state::SagaState, store::PaymentRow};
+use crate::{
+    error::Result,
+    operations::{Refund, TopUpDone},
+    routes::state::SagaState,
+    store::PaymentRow,
+};
 
 /// An operator action's answer: the payment (200), or a refund's pending approval (202).
 trait Answered {
@@ -49,6 +55,17 @@ impl Answered for Refund {
                 (StatusCode::ACCEPTED, AxumJson(a.to_api())).into_response()
             }
         }
+    }
+}
+
+impl Answered for TopUpDone {
+    fn answer(self) -> Response {
+        let status = match &self {
+            TopUpDone::Deposited { created: true, .. } => StatusCode::CREATED,
+            TopUpDone::Deposited { created: false, .. } => StatusCode::OK,
+            TopUpDone::AwaitingApproval(_) => StatusCode::ACCEPTED,
+        };
+        (status, AxumJson(self.to_api())).into_response()
     }
 }
 
@@ -141,10 +158,41 @@ payment_action!(
     refund_as,
     "/v1/payments/{id}/refund",
     "PAYMENT_NOT_REFUNDABLE",
-    [(status = 202, description = "above STAFF_FOUR_EYES_ABOVE: the pending approval (nothing refunded yet)", body = RefundApproval),]
+    [(status = 202, description = "above STAFF_FOUR_EYES_ABOVE: the pending approval (nothing refunded yet)", body = Approval),]
 );
 
-/// The refund approvals (four eyes), newest first, filtered by state.
+/// Top up a member's account (admins, people only): at or below
+/// STAFF_TOP_UP_FOUR_EYES_ABOVE deposited at once; above, it waits for an admin other
+/// than the one asking (202 with the approval; the same one for the same key). The
+/// deposit carries an authorization this service signs naming who asked (and who
+/// approved), which the account service requires.
+#[utoipa::path(
+    post, path = "/v1/top-ups", tag = "operator",
+    request_body = TopUp,
+    responses(
+        (status = 201, description = "deposited", body = paysaga_contracts::account::api::Transaction),
+        (status = 200, description = "the key's deposit, made before", body = paysaga_contracts::account::api::Transaction),
+        (status = 202, description = "above STAFF_TOP_UP_FOUR_EYES_ABOVE: the pending approval (nothing deposited yet)", body = Approval),
+        (status = 401, description = "UNAUTHENTICATED: no staff session (people only; the operator tools' credential tops up nothing)", body = paysaga_common::ErrorBody),
+        (status = 403, description = "FORBIDDEN_ROLE (admins only); DEPOSIT_NOT_APPROVED (the account service refused the authorization)", body = paysaga_common::ErrorBody),
+        (status = 404, description = "MEMBER_NOT_FOUND", body = paysaga_common::ErrorBody),
+        (status = 409, description = "TOP_UP_KEY_REUSED; APPROVAL_DECIDED (the key's top-up was rejected); ACCOUNT_PENDING; OPERATION_KEY_REUSED", body = paysaga_common::ErrorBody),
+        (status = 422, description = "INVALID_BODY, REASON_INVALID, INVALID_TOP_UP_KEY", body = paysaga_common::ErrorBody),
+        (status = 503, description = "TOP_UP_UNAVAILABLE: ask again with the same key", body = paysaga_common::ErrorBody),
+    ),
+    security(("staff" = []))
+)]
+#[tracing::instrument(skip_all, fields(member = %req.member_id))]
+pub async fn top_up(
+    State(state): State<SagaState>,
+    Person(by): Person<{ ADMIN }>,
+    Json(req): Json<TopUp>,
+) -> Result<Response> {
+    Ok(state.operations.top_up_as(&by, req).await?.answer())
+}
+
+/// The approvals (four eyes) of refunds and top-ups, newest first, filtered by state
+/// and kind.
 #[utoipa::path(
     get, path = "/v1/approvals", tag = "operator",
     params(ListApprovals),
@@ -164,17 +212,17 @@ pub async fn approvals(
     Ok(AxumJson(state.operations.approvals(&filter).await?))
 }
 
-/// A decision on a refund approval: approve and reject differ only in their path, doc
-/// and decision.
+/// A decision on an approval: approve and reject differ only in their path, doc and
+/// decision.
 macro_rules! approval_decision {
     ($(#[$doc:meta])* $name:ident, $decision:expr, $path:literal) => {
         $(#[$doc])*
         #[utoipa::path(
             post, path = $path, tag = "operator",
-            params(("id" = i64, Path, description = "refund approval id")),
+            params(("id" = i64, Path, description = "approval id")),
             request_body(content = Option<ActionReason>, description = "why (kept in the audit trail, and on an approved refund's step log); the body may be empty"),
             responses(
-                (status = 200, description = "the decided approval, and on approval the payment after waiting up to RESPONSE_WAIT_MS", body = ApprovalDecided),
+                (status = 200, description = "the decided approval, and on approval the payment after waiting up to RESPONSE_WAIT_MS, or the top-up's deposit", body = ApprovalDecided),
                 (status = 401, description = "UNAUTHENTICATED: no staff session (people only; the operator tools' credential decides nothing)", body = paysaga_common::ErrorBody),
                 (status = 403, description = "FORBIDDEN_ROLE (admins only); SAME_PERSON (the one who asked)", body = paysaga_common::ErrorBody),
                 (status = 404, description = "APPROVAL_NOT_FOUND", body = paysaga_common::ErrorBody),
@@ -199,15 +247,17 @@ macro_rules! approval_decision {
 }
 
 approval_decision!(
-    /// Approve a refund (an admin other than the one who asked): it is carried out at
-    /// once through the saga, the step log naming both people.
+    /// Approve a refund or a top-up (an admin other than the one who asked): a refund is
+    /// carried out at once through the saga, the step log naming both people; a top-up
+    /// is deposited, its authorization naming both people.
     approve,
     Decision::Approve,
     "/v1/approvals/{id}/approve"
 );
 
 approval_decision!(
-    /// Reject a refund (an admin other than the one who asked): nothing is refunded.
+    /// Reject a refund or a top-up (an admin other than the one who asked): nothing is
+    /// refunded or deposited.
     reject,
     Decision::Reject,
     "/v1/approvals/{id}/reject"

@@ -1,23 +1,29 @@
-//! Refund approvals (four eyes): asked for once per payment at a time (the partial
-//! unique index `refund_approvals_one_pending`), decided once (a conditional UPDATE on
+//! Approvals (four eyes) of refunds and top-ups: a refund's asked for once per payment
+//! at a time (the partial unique index `approvals_one_pending_refund`), a top-up's once
+//! per key (`approvals_one_per_top_up_key`); decided once (a conditional UPDATE on
 //! `state = 'PENDING'`), listed newest first.
 
 use chrono::{DateTime, Utc};
-use paysaga_contracts::staff::api::{ApprovalState, RefundApproval};
+use paysaga_contracts::staff::api::{Approval, ApprovalKind, ApprovalState};
 use paysaga_staff::Acting;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::error::{Breach, Result};
 
-const APPROVAL_COLUMNS: &str = r#"id, payment_id, amount, requested_by, requested_by_name,
-    requested_at, reason, state, decided_by, decided_by_name, decided_at, decision_reason"#;
+const APPROVAL_COLUMNS: &str = r#"id, kind, payment_id, member_id, operation_key, amount,
+    requested_by, requested_by_name, requested_at, reason, state, decided_by, decided_by_name,
+    decided_at, decision_reason"#;
 
-/// A `refund_approvals` row, its state typed from the moment it is decoded.
+/// An `approvals` row, its kind and state typed from the moment it is decoded.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ApprovalRow {
     pub id: i64,
-    pub payment_id: Uuid,
+    #[sqlx(try_from = "String")]
+    pub kind: ApprovalKind,
+    pub payment_id: Option<Uuid>,
+    pub member_id: Option<Uuid>,
+    pub operation_key: Option<String>,
     pub amount: i64,
     pub requested_by: Option<i64>,
     pub requested_by_name: String,
@@ -32,10 +38,13 @@ pub struct ApprovalRow {
 }
 
 impl ApprovalRow {
-    pub fn to_api(&self) -> RefundApproval {
-        RefundApproval {
+    pub fn to_api(&self) -> Approval {
+        Approval {
             id: self.id,
+            kind: self.kind,
             payment_id: self.payment_id,
+            member_id: self.member_id,
+            operation_key: self.operation_key.clone(),
             amount: self.amount,
             state: self.state,
             requested_by: self.requested_by,
@@ -65,8 +74,8 @@ pub async fn request(
     // two rounds are enough unless decisions keep racing in.
     for _ in 0..4 {
         let inserted = sqlx::query_as::<_, ApprovalRow>(&format!(
-            r#"INSERT INTO refund_approvals (payment_id, amount, requested_by, requested_by_name, reason)
-               VALUES ($1, $2, $3, $4, $5)
+            r#"INSERT INTO approvals (kind, payment_id, amount, requested_by, requested_by_name, reason)
+               VALUES ('REFUND', $1, $2, $3, $4, $5)
                ON CONFLICT (payment_id) WHERE state = 'PENDING' DO NOTHING
                RETURNING {APPROVAL_COLUMNS}"#
         ))
@@ -81,7 +90,7 @@ pub async fn request(
             return Ok(row);
         }
         let pending = sqlx::query_as::<_, ApprovalRow>(&format!(
-            r#"SELECT {APPROVAL_COLUMNS} FROM refund_approvals
+            r#"SELECT {APPROVAL_COLUMNS} FROM approvals
                WHERE payment_id = $1 AND state = 'PENDING'"#
         ))
         .bind(payment_id)
@@ -97,10 +106,64 @@ pub async fn request(
     .into())
 }
 
+/// The top-up approval under the deposit's operation key `key`: a new pending one of
+/// `member_id` and `amount` asked for by `by`, or the one the key made before (whatever
+/// its state, and whatever it is of: the caller compares).
+pub async fn request_top_up(
+    pool: &PgPool,
+    member_id: Uuid,
+    amount: i64,
+    key: &str,
+    by: &Acting,
+    reason: &str,
+) -> Result<ApprovalRow> {
+    // One round inserts, or reads the row the key holds (committed before this
+    // statement's conflict check, so the read sees it); a second round only if it was
+    // not visible yet.
+    for _ in 0..2 {
+        let inserted = sqlx::query_as::<_, ApprovalRow>(&format!(
+            r#"INSERT INTO approvals (kind, member_id, operation_key, amount, requested_by,
+                                      requested_by_name, reason)
+               VALUES ('TOP_UP', $1, $2, $3, $4, $5, $6)
+               ON CONFLICT (operation_key) WHERE kind = 'TOP_UP' DO NOTHING
+               RETURNING {APPROVAL_COLUMNS}"#
+        ))
+        .bind(member_id)
+        .bind(key)
+        .bind(amount)
+        .bind(by.actor.staff_id())
+        .bind(by.actor.name())
+        .bind(reason)
+        .fetch_optional(pool)
+        .await?;
+        if let Some(row) = inserted {
+            return Ok(row);
+        }
+        if let Some(row) = top_up_by_key(pool, key).await? {
+            return Ok(row);
+        }
+    }
+    Err(Breach::TopUpApprovalRaced {
+        key: key.to_owned(),
+    }
+    .into())
+}
+
+/// The top-up approval the deposit's operation key `key` made, if any.
+pub async fn top_up_by_key(pool: &PgPool, key: &str) -> Result<Option<ApprovalRow>> {
+    Ok(sqlx::query_as::<_, ApprovalRow>(&format!(
+        r#"SELECT {APPROVAL_COLUMNS} FROM approvals
+           WHERE kind = 'TOP_UP' AND operation_key = $1"#
+    ))
+    .bind(key)
+    .fetch_optional(pool)
+    .await?)
+}
+
 /// The approval `id`, if there is one.
 pub async fn load(pool: &PgPool, id: i64) -> Result<Option<ApprovalRow>> {
     Ok(sqlx::query_as::<_, ApprovalRow>(&format!(
-        r#"SELECT {APPROVAL_COLUMNS} FROM refund_approvals WHERE id = $1"#
+        r#"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"#
     ))
     .bind(id)
     .fetch_optional(pool)
@@ -118,7 +181,7 @@ pub async fn decide(
     reason: Option<&str>,
 ) -> Result<Option<ApprovalRow>> {
     Ok(sqlx::query_as::<_, ApprovalRow>(&format!(
-        r#"UPDATE refund_approvals
+        r#"UPDATE approvals
            SET state = $2, decided_by = $3, decided_by_name = $4, decided_at = now(),
                decision_reason = $5
            WHERE id = $1 AND state = 'PENDING'
@@ -133,21 +196,25 @@ pub async fn decide(
     .await?)
 }
 
-/// The approvals, newest first, in `state` if given, older than `before` if given.
+/// The approvals, newest first, in `state` and of `kind` if given, older than `before`
+/// if given.
 pub async fn list(
     pool: &PgPool,
     state: Option<ApprovalState>,
+    kind: Option<ApprovalKind>,
     before: Option<i64>,
     limit: i64,
 ) -> Result<Vec<ApprovalRow>> {
     Ok(sqlx::query_as::<_, ApprovalRow>(&format!(
-        r#"SELECT {APPROVAL_COLUMNS} FROM refund_approvals
+        r#"SELECT {APPROVAL_COLUMNS} FROM approvals
            WHERE ($1::TEXT IS NULL OR state = $1)
-             AND ($2::BIGINT IS NULL OR id < $2)
+             AND ($2::TEXT IS NULL OR kind = $2)
+             AND ($3::BIGINT IS NULL OR id < $3)
            ORDER BY id DESC
-           LIMIT $3"#
+           LIMIT $4"#
     ))
     .bind(state.map(ApprovalState::as_str))
+    .bind(kind.map(ApprovalKind::as_str))
     .bind(before)
     .bind(limit)
     .fetch_all(pool)

@@ -11,4 +11,5 @@ mod staff;
 mod staff_secrets;
 mod staff_tools;
 mod step_log;
+mod top_ups;
 mod webhooks;

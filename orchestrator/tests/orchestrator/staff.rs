@@ -13,8 +13,8 @@ use paysaga_contracts::{
     orchestrator::client::OrchestratorClient,
     staff::{
         api::{
-            ApprovalDecided, ApprovalState, CreateStaff, ListApprovals, RefundAnswer,
-            RefundApproval, SignIn, StaffCreated, StaffRole,
+            Approval, ApprovalDecided, ApprovalState, CreateStaff, ListApprovals, RefundAnswer,
+            SignIn, StaffCreated, StaffRole,
         },
         client::StaffClient,
     },
@@ -476,6 +476,15 @@ pub(crate) fn matrix(payment: Uuid) -> Vec<Route> {
             ADMIN,
         ),
         api("GET", "/v1/audit?limit=5".into(), None, ANY),
+        // Admitted, then 422 INVALID_TOP_UP_KEY: nothing is deposited or asked for.
+        api(
+            "POST",
+            "/v1/top-ups".into(),
+            Some(
+                serde_json::json!({"member_id": Uuid::new_v4(), "amount": 1, "reason": "matrix", "key": "no spaces allowed"}),
+            ),
+            ADMIN,
+        ),
         api("GET", "/v1/approvals?limit=5".into(), None, ANY),
         // Admitted, then 404 APPROVAL_NOT_FOUND: nothing is decided.
         api(
@@ -584,7 +593,7 @@ pub(crate) async fn snapshot(pool: &PgPool) -> (Vec<String>, i64, i64) {
             "payment_service.staff",
             "payment_service.webhook_endpoints",
             "payment_service.webhook_deliveries",
-            "payment_service.refund_approvals",
+            "payment_service.approvals",
         ],
     )
     .await;
@@ -690,13 +699,13 @@ async fn every_staff_route_admits_exactly_its_roles_and_a_refused_call_changes_n
 }
 
 /// A staff member signed in through the API: their account and session token.
-struct Signed {
-    created: StaffCreated,
-    token: String,
+pub(crate) struct Signed {
+    pub(crate) created: StaffCreated,
+    pub(crate) token: String,
 }
 
 impl Signed {
-    async fn new(o: &Orchestrator, email: &str, role: StaffRole) -> Self {
+    pub(crate) async fn new(o: &Orchestrator, email: &str, role: StaffRole) -> Self {
         let created = create(o, email, role).await;
         let token = sign_in(o, email, &code_now(&created))
             .await
@@ -704,7 +713,7 @@ impl Signed {
         Signed { created, token }
     }
 
-    fn staff(&self, o: &Orchestrator) -> StaffClient {
+    pub(crate) fn staff(&self, o: &Orchestrator) -> StaffClient {
         StaffClient::new(&o.url, self.token.clone(), T)
     }
 
@@ -713,7 +722,7 @@ impl Signed {
     }
 
     /// Asks for a refund of `payment`; above the four-eyes amount, the approval.
-    async fn ask_refund(&self, o: &Orchestrator, payment: Uuid, reason: &str) -> RefundApproval {
+    async fn ask_refund(&self, o: &Orchestrator, payment: Uuid, reason: &str) -> Approval {
         let answer = self
             .orchestrator(o)
             .refund_because(payment, Some(reason))
@@ -727,19 +736,21 @@ impl Signed {
     }
 }
 
-fn rejected_with<T: std::fmt::Debug>(r: &Result<T, CallError>, status: u16, code: &str) -> bool {
+pub(crate) fn rejected_with<T: std::fmt::Debug>(
+    r: &Result<T, CallError>,
+    status: u16,
+    code: &str,
+) -> bool {
     matches!(r, Err(CallError::Rejected { status: s, body }) if *s == status && body.code == code)
 }
 
 /// The approval's state and deciding staff member, read from PostgreSQL.
 async fn approval_row(pool: &PgPool, id: i64) -> (String, Option<i64>) {
-    sqlx::query_as(
-        r#"SELECT state, decided_by FROM payment_service.refund_approvals WHERE id = $1"#,
-    )
-    .bind(id)
-    .fetch_one(pool)
-    .await
-    .expect("approval row")
+    sqlx::query_as(r#"SELECT state, decided_by FROM payment_service.approvals WHERE id = $1"#)
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("approval row")
 }
 
 async fn payment_state(pool: &PgPool, id: Uuid) -> String {
@@ -806,7 +817,7 @@ async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
     // Alice (an admin) asks: 202 with a pending approval, the payment untouched.
     let asked = alice.ask_refund(&o, id, "buyer asked: wrong size").await;
     assert_eq!(asked.state, ApprovalState::Pending);
-    assert_eq!(asked.payment_id, id);
+    assert_eq!(asked.payment_id, Some(id));
     assert_eq!(asked.amount, 12_900);
     assert_eq!(asked.requested_by, Some(alice.created.staff.id));
     assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
@@ -818,7 +829,7 @@ async fn a_refund_above_the_four_eyes_amount_waits_for_a_second_admin() {
     let again = alice.ask_refund(&o, id, "asking again").await;
     assert_eq!(again.id, asked.id);
     let rows: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM payment_service.refund_approvals WHERE payment_id = $1"#,
+        r#"SELECT COUNT(*) FROM payment_service.approvals WHERE payment_id = $1"#,
     )
     .bind(id)
     .fetch_one(&s.admin)
@@ -1023,11 +1034,10 @@ async fn a_refund_at_the_four_eyes_amount_is_carried_out_at_once() {
     assert_eq!(answer.status, 200);
     assert!(answer.body.refunded().is_some(), "{:?}", answer.body);
     assert_eq!(s.settled(id).await, "REFUNDED");
-    let approvals: i64 =
-        sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.refund_approvals"#)
-            .fetch_one(&s.admin)
-            .await
-            .unwrap();
+    let approvals: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.approvals"#)
+        .fetch_one(&s.admin)
+        .await
+        .unwrap();
     assert_eq!(approvals, 0);
 }
 
@@ -1069,12 +1079,11 @@ async fn the_console_asks_for_an_approval_and_another_admin_gives_it() {
         format!("/console/payments/{id}?done=approval").as_str()
     );
     assert_eq!(payment_state(&s.admin, id).await, "COMPLETED");
-    let approval: i64 = sqlx::query_scalar(
-        r#"SELECT id FROM payment_service.refund_approvals WHERE state = 'PENDING'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("one pending approval");
+    let approval: i64 =
+        sqlx::query_scalar(r#"SELECT id FROM payment_service.approvals WHERE state = 'PENDING'"#)
+            .fetch_one(&s.admin)
+            .await
+            .expect("one pending approval");
 
     // The operator sees it, without the decision; the admin with it.
     let seen = page(&as_carol).await.unwrap().text().await.unwrap();
@@ -1111,7 +1120,7 @@ async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
     let app = PgPool::connect(&s.db.role_url("payment_app"))
         .await
         .expect("payment_app");
-    let ask = r#"INSERT INTO payment_service.refund_approvals
+    let ask = r#"INSERT INTO payment_service.approvals
                    (payment_id, amount, requested_by, requested_by_name)
                  VALUES ($1, 12900, 7, 'alice@example.com') RETURNING id"#;
     let first: i64 = sqlx::query_scalar(ask)
@@ -1130,11 +1139,11 @@ async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
         .await;
     assert_eq!(
         second.map_err(constraint).err().flatten().as_deref(),
-        Some("refund_approvals_one_pending")
+        Some("approvals_one_pending_refund")
     );
     let decide = |by: Option<i64>| {
         sqlx::query(
-            r#"UPDATE payment_service.refund_approvals
+            r#"UPDATE payment_service.approvals
                SET state = 'APPROVED', decided_by = $2, decided_by_name = 'x', decided_at = now()
                WHERE id = $1"#,
         )
@@ -1143,15 +1152,15 @@ async fn the_database_keeps_one_pending_approval_per_payment_and_two_people() {
         .execute(&app)
     };
     for (by, refused_by) in [
-        (Some(7), "refund_approvals_two_people"),
-        (None, "refund_approvals_decided_when_not_pending"),
+        (Some(7), "approvals_two_people"),
+        (None, "approvals_decided_when_not_pending"),
     ] {
         let e = decide(by).await.expect_err("refused");
         assert_eq!(constraint(e).as_deref(), Some(refused_by));
     }
     decide(Some(8)).await.expect("another person decides");
     // Decided, never removed: the service may not delete an approval.
-    let e = sqlx::query(r#"DELETE FROM payment_service.refund_approvals WHERE id = $1"#)
+    let e = sqlx::query(r#"DELETE FROM payment_service.approvals WHERE id = $1"#)
         .bind(first)
         .execute(&app)
         .await

@@ -11,7 +11,7 @@ use paysaga_common::testkit::service_token;
 use paysaga_common::{auth::MemberId, money::Amount};
 use paysaga_contracts::{
     account::{
-        api::{AccountBatch, AccountOp, DepositRequest, HoldRequest, HoldTtl, OperationKey},
+        api::{AccountBatch, AccountOp, HoldRequest, HoldTtl, OperationKey},
         client::AccountClient,
     },
     order::api::{hold_key, CreateProduct, ReservationState},
@@ -104,14 +104,8 @@ async fn an_account_that_cannot_pay_takes_no_unit() {
     assert_eq!(h.funds_of("poor").await, (PRICE - 1, 0));
 
     // Topped up, the same pass reserves.
-    h.accounts()
-        .deposit(&DepositRequest {
-            operation_key: OperationKey::parse("topup:poor").unwrap(),
-            account_id: h.open_account("poor", PRICE - 1).await,
-            amount: Amount::new(1).unwrap(),
-        })
-        .await
-        .expect("deposit");
+    let poor = h.open_account("poor", PRICE - 1).await;
+    h.deposit("topup:poor", "poor", poor, 1).await;
     let r = h
         .buyer("poor")
         .reserve(product.id, &pass(product.id, "poor"))
@@ -363,14 +357,7 @@ async fn taking_a_waitlist_offer_holds_the_price_like_a_claim() {
     assert_eq!(h.funds_of("waiter").await, (PRICE - 1, 0));
 
     let account = h.open_account("waiter", PRICE - 1).await;
-    h.accounts()
-        .deposit(&DepositRequest {
-            operation_key: OperationKey::parse("topup:waiter").unwrap(),
-            account_id: account,
-            amount: Amount::new(1).unwrap(),
-        })
-        .await
-        .expect("deposit");
+    h.deposit("topup:waiter", "waiter", account, 1).await;
     let taken = h.buyer("waiter").take_offer(offer).await.expect("taken");
     assert_eq!(taken.status, 201);
     assert_eq!(taken.body.state, ReservationState::Reserved);

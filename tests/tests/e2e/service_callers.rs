@@ -26,7 +26,7 @@ use paysaga_common::{
     auth::{allow, Audience, Minter, ServiceRole, ISSUER},
     credentials::{TokenSource, MAX_SERVICE_TOKEN_LIFETIME_SECS},
     keys::DevKey,
-    testkit::service_token,
+    testkit::{deposit_authorization, service_token},
 };
 use paysaga_e2e::{Admin, Driver, Endpoints, Outcome, ServiceKind, Stack, StackOptions};
 use reqwest::Method;
@@ -91,7 +91,9 @@ const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
         "/v1/staff/sessions/sign-out",
     ),
     (ServiceKind::Orchestrator, "get", "/v1/audit"),
-    // Refund approvals (four eyes): people only, two of them.
+    // Top-ups: admins, people only (the operator tools' credential tops up nothing).
+    (ServiceKind::Orchestrator, "post", "/v1/top-ups"),
+    // Approvals (four eyes) of refunds and top-ups: people only, two of them.
     (ServiceKind::Orchestrator, "get", "/v1/approvals"),
     (
         ServiceKind::Orchestrator,
@@ -384,8 +386,12 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Method::POST,
             "/v1/deposits",
             "/v1/deposits",
-            Some(json!({"operation_key": "callers:deposit", "account_id": account, "amount": 100})),
-            MEMBER | OPERATOR,
+            // With the orchestrator's authorization (signed afresh at each send: it lives
+            // 60 s), so that an admitted caller is answered as one.
+            Some(
+                json!({"operation_key": "callers:deposit", "account_id": account, "amount": 100, "authorization": ""}),
+            ),
+            MEMBER,
         ),
         route(
             A,
@@ -694,8 +700,10 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Method::POST,
             "/v1/members/{id}/top-ups",
             format!("/v1/members/{member}/top-ups"),
-            Some(json!({"operation_key": "callers:top-up", "amount": 100})),
-            OPERATOR,
+            Some(
+                json!({"operation_key": "callers:top-up", "amount": 100, "authorization": ""}),
+            ),
+            ORCH,
         ),
         route(
             M,
@@ -818,7 +826,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             Who::Replayed(role, to) => req.bearer_auth(&minted[&(role.name(), to)]),
         };
         if let Some(body) = &r.body {
-            req = req.json(body);
+            req = req.json(&signed_afresh(body, member));
         }
         req.send()
     };
@@ -878,9 +886,9 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         expected,
         BTreeMap::from(
             [
-                ("Account", (58, 10, 22, 42)),
+                ("Account", (59, 10, 22, 42)),
                 ("Gate", (5, 1, 2, 0)),
-                ("Member", (36, 6, 12, 14)),
+                ("Member", (36, 6, 12, 21)),
                 ("Orchestrator", (90, 14, 30, 0)),
                 ("Order", (72, 10, 26, 56)),
             ]
@@ -888,7 +896,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         ),
         "the refusals the matrix implies"
     );
-    assert_eq!(refusals.len(), 506);
+    assert_eq!(refusals.len(), 514);
     // Every minted credential at every route of every service it was not made for: a
     // verifier that ignored the audience would admit most of them (the operator's opens
     // nearly every route of the service it is for).
@@ -926,7 +934,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
             )
             .bearer_auth(token);
         if let Some(body) = &r.body {
-            req = req.json(body);
+            req = req.json(&signed_afresh(body, member));
         }
         let answer = req.send().await?;
         let status = answer.status().as_u16();
@@ -978,7 +986,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         before,
         "a refused request wrote something"
     );
-    assert_eq!(refused, 506 + 473, "every refusal was sent and answered");
+    assert_eq!(refused, 514 + 473, "every refusal was sent and answered");
 
     // Then each admitted caller: whatever the answer, it is not a refusal of the caller.
     for r in &matrix {
@@ -999,4 +1007,25 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `body` with its deposit authorization, if it carries one, signed now for `member` (as
+/// the orchestrator signs one for each attempt: it lives 60 s).
+fn signed_afresh(body: &Value, member: &str) -> Value {
+    let mut body = body.clone();
+    if body.get("authorization").is_some() {
+        let key = body["operation_key"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let amount = body["amount"].as_i64().unwrap_or_default();
+        body["authorization"] = Value::String(deposit_authorization(
+            member,
+            amount,
+            &key,
+            "admin@example.com",
+            None,
+        ));
+    }
+    body
 }

@@ -30,8 +30,10 @@ pub struct Svc {
     pub http: reqwest::Client,
     /// As the orchestrator: debits, credits, batches, look-ups.
     pub client: AccountClient,
-    /// As an operator: opening accounts and deposits.
+    /// As an operator: opening accounts.
     pub operator: AccountClient,
+    /// As the member service: deposits (each with its authorization).
+    pub member: AccountClient,
     /// As the order service: holds placed and released.
     pub order: AccountClient,
     pub admin: PgPool,
@@ -71,12 +73,18 @@ impl Svc {
             service_token("order", Audience::Account),
             Duration::from_secs(30),
         );
+        let member = AccountClient::new(
+            &base,
+            service_token("member", Audience::Account),
+            Duration::from_secs(30),
+        );
         let admin = db.admin_pool().await;
         Self {
             base,
             http,
             client,
             operator,
+            member,
             order,
             admin,
             service,
@@ -86,6 +94,30 @@ impl Svc {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// A deposit of `minor` into `member`'s account `account_id` under `key`, with the
+    /// orchestrator's authorization (asked for by `admin@example.com`), as the member
+    /// service forwards it.
+    pub fn deposit(
+        &self,
+        key: &str,
+        member: &str,
+        account_id: i64,
+        minor: i64,
+    ) -> paysaga_contracts::account::api::DepositRequest {
+        paysaga_contracts::account::api::DepositRequest {
+            operation_key: paysaga_contracts::account::api::OperationKey::parse(key).expect("key"),
+            account_id,
+            amount: paysaga_common::money::Amount::new(minor).expect("amount"),
+            authorization: Some(paysaga_common::testkit::deposit_authorization(
+                member,
+                minor,
+                key,
+                "admin@example.com",
+                None,
+            )),
+        }
     }
 
     /// A fresh service with `member-1` opened with `opening`.
@@ -411,8 +443,10 @@ pub async fn number(pool: &PgPool, sql: &str) -> i64 {
 /// topped up by the member service or an operator, holds placed and released by the
 /// order service, everything else is the saga's.
 pub fn token_for(path: &str) -> String {
-    if path == "/v1/accounts" || path == "/v1/deposits" {
+    if path == "/v1/accounts" {
         service_token("operator", Audience::Account)
+    } else if path == "/v1/deposits" {
+        service_token("member", Audience::Account)
     } else if path.starts_with("/v1/holds") {
         service_token("order", Audience::Account)
     } else {

@@ -199,6 +199,24 @@ impl Stack {
         )
     }
 
+    /// Starts the member service (on this stack's account service) for top-ups: test
+    /// settings whose orchestrator reaches it (`MEMBER_URL`), and its URL.
+    pub async fn with_member_service(&mut self) -> (Config, String) {
+        let mut member_config =
+            member::Config::local(self.db.role_url("member_app"), self.account_url.clone());
+        member_config.database.max_connections = 4;
+        member_config.argon2 = paysaga_common::password::Argon2Params::TEST_ONLY_CHEAP;
+        let member = InProcess::start("member", |listener, shutdown| {
+            member::run(member_config, listener, shutdown)
+        })
+        .await;
+        let url = member.url();
+        self.services.push(member);
+        let mut config = self.config();
+        config.member_url = Some(url.clone());
+        (config, url)
+    }
+
     /// Opens a member account with `balance` and records it in the opening total.
     pub async fn open_account(&mut self, member: &str, balance: i64) -> i64 {
         let req = OpenAccountRequest {

@@ -84,6 +84,31 @@ impl Harness {
         )
     }
 
+    /// Deposits `minor` into `member`'s account `account_id` under `key`, as the member
+    /// service forwards a staff top-up (with the orchestrator's authorization).
+    pub async fn deposit(&self, key: &str, member: &str, account_id: i64, minor: i64) {
+        let req = paysaga_contracts::account::api::DepositRequest {
+            operation_key: paysaga_contracts::account::api::OperationKey::parse(key).expect("key"),
+            account_id,
+            amount: paysaga_common::money::Amount::new(minor).expect("amount"),
+            authorization: Some(paysaga_common::testkit::deposit_authorization(
+                member,
+                minor,
+                key,
+                "admin@example.com",
+                None,
+            )),
+        };
+        AccountClient::with_http(
+            self.http.clone(),
+            &self.account_url,
+            service_token("member", Audience::Account),
+        )
+        .deposit(&req)
+        .await
+        .expect("deposit");
+    }
+
     /// Opens `member`'s account with `balance` (once: a member's account is opened
     /// under its key, as the member service does); its id.
     pub async fn open_account(&self, member: &str, balance: i64) -> i64 {
