@@ -11,7 +11,9 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use axum::http::StatusCode;
 use paysaga_common::{error::codes as common_codes, ApiError};
-use paysaga_console::{desk::Answer, Decision, DeskError, PaymentDesk, ProductPayments};
+use paysaga_console::{
+    desk::Answer, Decision, DeskError, DropSeries, PaymentDesk, ProductPayments,
+};
 use paysaga_contracts::orchestrator::api::{
     page_limit, state_filter, ListPayments, PaymentAdmin, PaymentPage, PaymentTimeline,
 };
@@ -530,5 +532,9 @@ impl PaymentDesk for Operations {
 
     fn traceparent(&self, id: Uuid) -> Answer<'_, Option<String>> {
         Box::pin(async move { Ok(store::traceparent(&self.engine.pool, id).await?) })
+    }
+
+    fn series(&self) -> Answer<'_, BTreeMap<i64, DropSeries>> {
+        Box::pin(async move { Ok(store::drop_series(&self.engine.pool).await?) })
     }
 }
