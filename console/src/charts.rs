@@ -195,6 +195,9 @@ mod tests {
         assert!(html.contains(r#"data-last="3""#), "{html}");
         assert!(html.contains(r#"data-points="3""#), "{html}");
         assert!(html.contains(r#"data-bucket-secs="1""#), "{html}");
-        assert!(html.contains("<title id=\"chart-1-sold-title\">Units sold</title>"), "{html}");
+        assert!(
+            html.contains("<title id=\"chart-1-sold-title\">Units sold</title>"),
+            "{html}"
+        );
     }
 }

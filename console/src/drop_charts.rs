@@ -11,7 +11,12 @@ use crate::{
 /// The charts of product `id`: `series` from its payments (`None`: none answered yet),
 /// `samples` the page's own samples of its waitlist and attention count, `stock` its
 /// units in all (`None`: the order service did not answer).
-pub fn product(id: i64, series: Option<&DropSeries>, samples: &[Sample], stock: Option<i64>) -> Markup {
+pub fn product(
+    id: i64,
+    series: Option<&DropSeries>,
+    samples: &[Sample],
+    stock: Option<i64>,
+) -> Markup {
     let empty = DropSeries::default();
     let s = series.unwrap_or(&empty);
     html! {
@@ -149,7 +154,11 @@ fn sampled(
         y_label: unit,
         lines: vec![Line {
             label: "now",
-            class: if name == "attention" { "line-b" } else { "line-a" },
+            class: if name == "attention" {
+                "line-b"
+            } else {
+                "line-a"
+            },
             points,
         }],
         limit: None,

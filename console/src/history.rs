@@ -82,7 +82,13 @@ mod tests {
         assert_eq!(s.len(), SAMPLES);
         assert_eq!(s.last().unwrap().waiting, 7);
         // Within a second the last sample is replaced, not added.
-        let s = h.record(1, Sample { waiting: 9, ..*s.last().unwrap() });
+        let s = h.record(
+            1,
+            Sample {
+                waiting: 9,
+                ..*s.last().unwrap()
+            },
+        );
         assert_eq!(s.len(), SAMPLES);
         assert_eq!(s.last().unwrap().waiting, 9);
     }

@@ -28,7 +28,10 @@ const WAVE: usize = 3;
 const PAUSE: Duration = Duration::from_millis(700);
 
 /// Every chart of `product` on the page: its id's last part and its data attributes.
-async fn charts_of(client: &Client, product: i64) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
+async fn charts_of(
+    client: &Client,
+    product: i64,
+) -> anyhow::Result<BTreeMap<String, BTreeMap<String, String>>> {
     let v = client
         .execute(
             r#"
@@ -58,7 +61,11 @@ fn points(text: &str) -> anyhow::Result<Vec<(f64, f64)>> {
         .collect()
 }
 
-fn attr<'a>(charts: &'a BTreeMap<String, BTreeMap<String, String>>, chart: &str, name: &str) -> anyhow::Result<&'a str> {
+fn attr<'a>(
+    charts: &'a BTreeMap<String, BTreeMap<String, String>>,
+    chart: &str,
+    name: &str,
+) -> anyhow::Result<&'a str> {
     charts
         .get(chart)
         .and_then(|c| c.get(name))
@@ -66,7 +73,11 @@ fn attr<'a>(charts: &'a BTreeMap<String, BTreeMap<String, String>>, chart: &str,
         .ok_or_else(|| anyhow::anyhow!("no chart {chart} with data-{name}: {charts:?}"))
 }
 
-fn int(charts: &BTreeMap<String, BTreeMap<String, String>>, chart: &str, name: &str) -> anyhow::Result<i64> {
+fn int(
+    charts: &BTreeMap<String, BTreeMap<String, String>>,
+    chart: &str,
+    name: &str,
+) -> anyhow::Result<i64> {
     let t = attr(charts, chart, name)?;
     t.parse()
         .map_err(|_| anyhow::anyhow!("data-{name} of {chart} is {t:?}"))
@@ -76,10 +87,18 @@ fn int(charts: &BTreeMap<String, BTreeMap<String, String>>, chart: &str, name: &
 /// PostgreSQL: units sold and checkouts from the COMPLETED payments (and the order
 /// service's sold units, where `sold_is_completed`), bucket by bucket; the latency
 /// percentiles; the waitlist and the payments needing attention now.
-pub async fn check(client: &Client, pool: &PgPool, product: i64, sold_is_completed: bool) -> anyhow::Result<()> {
+pub async fn check(
+    client: &Client,
+    pool: &PgPool,
+    product: i64,
+    sold_is_completed: bool,
+) -> anyhow::Result<()> {
     let c = charts_of(client, product).await?;
     for name in ["sold", "checkouts", "latency", "waitlist", "attention"] {
-        anyhow::ensure!(c.contains_key(name), "chart {name} of product {product} missing: {c:?}");
+        anyhow::ensure!(
+            c.contains_key(name),
+            "chart {name} of product {product} missing: {c:?}"
+        );
     }
     let completed: i64 = sqlx::query_scalar(
         r#"SELECT COUNT(*) FROM payment_service.payments WHERE product_id = $1 AND state = 'COMPLETED'"#,
@@ -87,8 +106,16 @@ pub async fn check(client: &Client, pool: &PgPool, product: i64, sold_is_complet
     .bind(product)
     .fetch_one(pool)
     .await?;
-    assert_eq!(int(&c, "sold", "last")?, completed, "units sold of {product}");
-    assert_eq!(int(&c, "sold", "total")?, completed, "units sold of {product}");
+    assert_eq!(
+        int(&c, "sold", "last")?,
+        completed,
+        "units sold of {product}"
+    );
+    assert_eq!(
+        int(&c, "sold", "total")?,
+        completed,
+        "units sold of {product}"
+    );
     if sold_is_completed {
         let sold: i64 = sqlx::query_scalar(
             r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'SOLD'"#,
@@ -96,10 +123,16 @@ pub async fn check(client: &Client, pool: &PgPool, product: i64, sold_is_complet
         .bind(product)
         .fetch_one(pool)
         .await?;
-        assert_eq!(completed, sold, "COMPLETED payments and sold units of {product}");
+        assert_eq!(
+            completed, sold,
+            "COMPLETED payments and sold units of {product}"
+        );
     }
     let sold = points(attr(&c, "sold", "series")?)?;
-    assert!(sold.windows(2).all(|w| w[0].1 <= w[1].1 && w[0].0 < w[1].0), "{sold:?}");
+    assert!(
+        sold.windows(2).all(|w| w[0].1 <= w[1].1 && w[0].0 < w[1].0),
+        "{sold:?}"
+    );
 
     // Checkouts per bucket, recomputed from the payments with the page's bucket width.
     let width = int(&c, "checkouts", "bucket-secs")?;
@@ -125,8 +158,16 @@ pub async fn check(client: &Client, pool: &PgPool, product: i64, sold_is_complet
         "checkouts' points"
     );
     let buckets = per_bucket.last().map_or(0, |(b, _)| b + 1) as usize;
-    assert_eq!(checkouts.len(), buckets, "checkout buckets of {product}: {checkouts:?} {per_bucket:?}");
-    assert_eq!(sold.len(), if buckets == 0 { 0 } else { buckets + 1 }, "{sold:?}");
+    assert_eq!(
+        checkouts.len(),
+        buckets,
+        "checkout buckets of {product}: {checkouts:?} {per_bucket:?}"
+    );
+    assert_eq!(
+        sold.len(),
+        if buckets == 0 { 0 } else { buckets + 1 },
+        "{sold:?}"
+    );
     for (bucket, n) in &per_bucket {
         let (x, rate) = checkouts[*bucket as usize];
         assert_eq!(x as i64, bucket * width, "bucket {bucket}'s offset");
@@ -136,7 +177,11 @@ pub async fn check(client: &Client, pool: &PgPool, product: i64, sold_is_complet
         );
     }
     let sum: f64 = checkouts.iter().map(|(_, r)| r * width as f64).sum();
-    assert_eq!(sum.round() as i64, completed, "checkouts in all of {product}");
+    assert_eq!(
+        sum.round() as i64,
+        completed,
+        "checkouts in all of {product}"
+    );
 
     // Latency over the drop: creation to answer of the COMPLETED and FAILED payments.
     let (p50, p95): (Option<f64>, Option<f64>) = sqlx::query_as(
@@ -155,14 +200,22 @@ pub async fn check(client: &Client, pool: &PgPool, product: i64, sold_is_complet
             None => assert_eq!(shown, "none", "{name} of {product}"),
             Some(ms) => {
                 let shown: f64 = shown.parse()?;
-                assert!((shown - ms).abs() <= 0.051, "{name} of {product}: {shown} shown, {ms} ms");
+                assert!(
+                    (shown - ms).abs() <= 0.051,
+                    "{name} of {product}: {shown} shown, {ms} ms"
+                );
             }
         }
     }
     let p50s = points(attr(&c, "latency", "series")?)?;
     let p95s = points(attr(&c, "latency", "series-p95")?)?;
     assert_eq!(p50s.len(), per_bucket.len(), "latency points of {product}");
-    assert!(p50s.iter().zip(&p95s).all(|(a, b)| a.0 == b.0 && a.1 <= b.1), "{p50s:?} {p95s:?}");
+    assert!(
+        p50s.iter()
+            .zip(&p95s)
+            .all(|(a, b)| a.0 == b.0 && a.1 <= b.1),
+        "{p50s:?} {p95s:?}"
+    );
 
     // The sampled figures: their newest sample is this page's.
     let waiting: i64 = sqlx::query_scalar(
@@ -171,14 +224,22 @@ pub async fn check(client: &Client, pool: &PgPool, product: i64, sold_is_complet
     .bind(product)
     .fetch_one(pool)
     .await?;
-    assert_eq!(int(&c, "waitlist", "last")?, waiting, "waitlist of {product}");
+    assert_eq!(
+        int(&c, "waitlist", "last")?,
+        waiting,
+        "waitlist of {product}"
+    );
     let attention: i64 = sqlx::query_scalar(
         r#"SELECT COUNT(*) FROM payment_service.payments WHERE product_id = $1 AND needs_attention"#,
     )
     .bind(product)
     .fetch_one(pool)
     .await?;
-    assert_eq!(int(&c, "attention", "last")?, attention, "payments needing attention of {product}");
+    assert_eq!(
+        int(&c, "attention", "last")?,
+        attention,
+        "payments needing attention of {product}"
+    );
     assert!(int(&c, "waitlist", "points")? >= 1 && int(&c, "attention", "points")? >= 1);
     Ok(())
 }
@@ -218,9 +279,16 @@ async fn drop_charts_in_headless_chromium() -> anyhow::Result<()> {
         }
         attempts
     };
-    let outcome = AssertUnwindSafe(watch(&client, &pool, &orchestrator, &shots, product.id, drop))
-        .catch_unwind()
-        .await;
+    let outcome = AssertUnwindSafe(watch(
+        &client,
+        &pool,
+        &orchestrator,
+        &shots,
+        product.id,
+        drop,
+    ))
+    .catch_unwind()
+    .await;
     let closed = session.close().await;
     match outcome {
         Ok(Ok(())) => {}
@@ -280,7 +348,10 @@ async fn watch(
         .await?;
     let mid = charts_of(client, product).await?;
     let mid_sold = int(&mid, "sold", "last")?;
-    assert!(mid_sold > 0 && mid_sold < UNITS, "mid-drop: {mid_sold} sold");
+    assert!(
+        mid_sold > 0 && mid_sold < UNITS,
+        "mid-drop: {mid_sold} sold"
+    );
     screenshot(client, shots, "drop").await?;
 
     let attempts = drop.await?;

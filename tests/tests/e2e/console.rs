@@ -92,7 +92,12 @@ where
 }
 
 /// Polls `query` (a COUNT or a boolean as 0/1) until it returns `want`.
-pub(crate) async fn wait_for(pool: &PgPool, what: &str, query: &str, want: i64) -> anyhow::Result<()> {
+pub(crate) async fn wait_for(
+    pool: &PgPool,
+    what: &str,
+    query: &str,
+    want: i64,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got: i64 = sqlx::query_scalar(query).fetch_one(pool).await?;
