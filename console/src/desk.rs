@@ -58,6 +58,35 @@ pub trait PaymentDesk: Send + Sync + 'static {
     fn by_product(&self) -> Answer<'_, BTreeMap<Option<i64>, ProductPayments>>;
     /// The payment's W3C `traceparent`, if it was recorded with one.
     fn traceparent(&self, id: Uuid) -> Answer<'_, Option<String>>;
+    /// Each product's payments over its drop, in time buckets (the drop page's charts).
+    fn series(&self) -> Answer<'_, BTreeMap<i64, DropSeries>>;
+}
+
+/// One product's payments over its drop: from its first payment's creation, in buckets
+/// of `bucket_secs`, by the time each payment was answered (its move into COMPLETED or
+/// FAILED).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct DropSeries {
+    pub bucket_secs: i64,
+    /// One per bucket from the first to the last that holds an answer, empty ones included.
+    pub buckets: Vec<Bucket>,
+    /// Over the whole drop: the answer latency's median and 95th percentile, in
+    /// milliseconds (`None`: no payment answered yet).
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+}
+
+/// One time bucket of a [`DropSeries`].
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Bucket {
+    /// Seconds from the drop's first payment to the bucket's start.
+    pub offset_secs: i64,
+    /// Payments that reached COMPLETED in the bucket.
+    pub completed: i64,
+    /// Latency (creation to answer, COMPLETED or FAILED) of the payments answered in the
+    /// bucket, in milliseconds; `None` when none was.
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
 }
 
 /// A second person's decision on an approval (of a refund or a top-up).

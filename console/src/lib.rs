@@ -12,7 +12,10 @@
 mod approvals;
 mod audit;
 mod auth;
+mod charts;
 pub mod desk;
+mod drop_charts;
+mod history;
 mod layout;
 mod live;
 mod payments;
@@ -28,7 +31,7 @@ use axum::{
     Router,
 };
 
-pub use desk::{Decision, DeskError, PaymentDesk, ProductPayments};
+pub use desk::{Bucket, Decision, DeskError, DropSeries, PaymentDesk, ProductPayments};
 pub use state::{ConsoleConfig, ConsoleState};
 
 const CSS: &str = include_str!("assets/console.css");

@@ -1,4 +1,4 @@
-//! The drop page: each product's units, the gate's quota, the waitlist, payments by state, rates and payments needing attention, refreshed every few seconds.
+//! The drop page: each product's units, the gate's quota, the waitlist, payments by state, rates, charts over the drop and payments needing attention, refreshed every few seconds.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +18,9 @@ use paysaga_contracts::orchestrator::api::{ListPayments, PaymentPage};
 
 use crate::{
     auth::Person,
-    desk::{DeskError, ProductPayments},
+    desk::{DeskError, DropSeries, ProductPayments},
+    drop_charts,
+    history::Sample,
     layout::{self, Section},
     payments::{self, Rows},
     state::ConsoleState,
@@ -71,7 +73,7 @@ async fn quota(state: &ConsoleState, product_id: i64) -> Quota {
 
 async fn figures(state: &ConsoleState) -> Markup {
     let products = state.order().list_products().await;
-    let payments = state.payments.by_product().await;
+    let (payments, series) = futures::join!(state.payments.by_product(), state.payments.series());
     let attention = state
         .payments
         .list(&ListPayments {
@@ -92,7 +94,15 @@ async fn figures(state: &ConsoleState) -> Markup {
             (BTreeMap::new(), Some(e.to_string()))
         }
     };
+    let (series, series_error) = match series {
+        Ok(s) => (s, None),
+        Err(e) => {
+            tracing::warn!(error = %e, "console: drop series");
+            (BTreeMap::new(), Some(e.to_string()))
+        }
+    };
     let none = ProductPayments::default();
+    let now = Utc::now();
     html! {
         div #live hx-get="/console/drop/live" hx-trigger=(format!("every {REFRESH_SECS}s")) hx-swap="outerHTML" {
             p.muted { "As of " span #as-of { (layout::at(Utc::now())) } " UTC; refreshes every " (REFRESH_SECS) " s." }
@@ -102,11 +112,14 @@ async fn figures(state: &ConsoleState) -> Markup {
             @if let Some(e) = &payments_error {
                 p.error { "Payments: " (e) }
             }
+            @if let Some(e) = &series_error {
+                p.error { "Charts: " (e) }
+            }
             @if products.is_empty() && products_error.is_none() {
                 p { "No products yet." }
             }
             @for (p, q) in products.iter().zip(&quotas) {
-                (product_card(p, q, payments.get(&Some(p.id)).unwrap_or(&none)))
+                (product_card(state, now, p, q, payments.get(&Some(p.id)).unwrap_or(&none), series.get(&p.id)))
             }
             @if let Some(other) = payments.get(&None) {
                 div.card {
@@ -120,8 +133,23 @@ async fn figures(state: &ConsoleState) -> Markup {
     }
 }
 
-fn product_card(p: &Product, q: &Quota, pay: &ProductPayments) -> Markup {
+fn product_card(
+    state: &ConsoleState,
+    now: chrono::DateTime<Utc>,
+    p: &Product,
+    q: &Quota,
+    pay: &ProductPayments,
+    series: Option<&DropSeries>,
+) -> Markup {
     let id = p.id;
+    let samples = state.history.record(
+        id,
+        Sample {
+            at: now,
+            waiting: p.waiting,
+            attention: pay.attention,
+        },
+    );
     let cell = |name: &str, v: i64| {
         html! { td.num id=(format!("product-{id}-{name}")) { (v) } }
     };
@@ -156,6 +184,7 @@ fn product_card(p: &Product, q: &Quota, pay: &ProductPayments) -> Markup {
                 }
             }
             (payment_table(&id.to_string(), pay))
+            (drop_charts::product(id, series, &samples, Some(p.units_total)))
         }
     }
 }

@@ -7,7 +7,7 @@ use paysaga_contracts::{GateClient, OrderClient};
 use paysaga_staff::Staff;
 use paysaga_webhooks::Webhooks;
 
-use crate::desk::PaymentDesk;
+use crate::{desk::PaymentDesk, history::History};
 
 /// Where the console reads units, the waitlist and the quota, and with what.
 #[derive(Clone, Debug)]
@@ -32,6 +32,8 @@ pub struct ConsoleState {
     pub(crate) staff: Staff,
     pub(crate) payments: Arc<dyn PaymentDesk>,
     pub(crate) webhooks: Webhooks,
+    /// The drop page's samples of the figures kept nowhere over time.
+    pub(crate) history: History,
     http: reqwest::Client,
     credential: Credential,
     order_url: String,
@@ -49,6 +51,7 @@ impl ConsoleState {
             staff,
             payments,
             webhooks,
+            history: History::default(),
             // Short: a page waits on these reads, and a downstream that does not answer
             // is shown as unreachable rather than holding the page.
             http: paysaga_common::client::http_client_trusting(

@@ -20,7 +20,9 @@ use paysaga_common::{
     money::Amount,
     ApiError,
 };
-use paysaga_console::{desk::Answer, Decision, DeskError, PaymentDesk, ProductPayments};
+use paysaga_console::{
+    desk::Answer, Decision, DeskError, DropSeries, PaymentDesk, ProductPayments,
+};
 use paysaga_contracts::account::api::{OperationKey, Transaction};
 use paysaga_contracts::member::api::TopUpRequest;
 use paysaga_contracts::orchestrator::api::{
@@ -828,5 +830,9 @@ impl PaymentDesk for Operations {
 
     fn traceparent(&self, id: Uuid) -> Answer<'_, Option<String>> {
         Box::pin(async move { Ok(store::traceparent(&self.engine.pool, id).await?) })
+    }
+
+    fn series(&self) -> Answer<'_, BTreeMap<i64, DropSeries>> {
+        Box::pin(async move { Ok(store::drop_series(&self.engine.pool).await?) })
     }
 }

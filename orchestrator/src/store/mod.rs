@@ -10,6 +10,7 @@ mod leases;
 mod listing;
 mod payments;
 mod row;
+mod series;
 mod steps;
 
 pub use group::Writes;
@@ -19,6 +20,7 @@ pub use payments::{
     by_reservation, explain_missing, insert_linked_payment, insert_many, load, Linked, NewPayment,
 };
 pub use row::PaymentRow;
+pub use series::{drop_series, MAX_BUCKETS};
 pub use steps::{
     operator_move, record_many, record_step, record_steps, steps, Answer, Move, Recorded,
     Recording, StepMove, StepRecord,

@@ -7,6 +7,7 @@ mod census;
 mod payments;
 mod products;
 mod rate_limit;
+mod series;
 mod staff;
 mod staff_secrets;
 mod staff_tools;

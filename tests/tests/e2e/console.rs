@@ -92,7 +92,12 @@ where
 }
 
 /// Polls `query` (a COUNT or a boolean as 0/1) until it returns `want`.
-async fn wait_for(pool: &PgPool, what: &str, query: &str, want: i64) -> anyhow::Result<()> {
+pub(crate) async fn wait_for(
+    pool: &PgPool,
+    what: &str,
+    query: &str,
+    want: i64,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got: i64 = sqlx::query_scalar(query).fetch_one(pool).await?;
@@ -306,6 +311,14 @@ async fn sign_in_as_admin(client: &Client, password: &str) -> anyhow::Result<()>
     click(client, "#sign-in").await
 }
 
+/// Signs in as the development admin: the password, then the current TOTP code.
+pub(crate) async fn sign_in_with_code(client: &Client) -> anyhow::Result<()> {
+    sign_in_as_admin(client, dev::ADMIN_PASSWORD).await?;
+    client.wait().for_element(Locator::Css("#code")).await?;
+    type_into(client, "#code", &dev::admin_code_now()).await?;
+    click(client, "#verify").await
+}
+
 /// What the operator does in the browser, each effect checked in PostgreSQL.
 #[allow(clippy::too_many_arguments)]
 async fn browse(
@@ -432,7 +445,10 @@ async fn browse(
         )))
         .await
         .is_ok());
-    screenshot(client, shots, "drop").await?;
+    // The charts too (the drop page's screenshot is the charts test's, taken mid-drop).
+    for product in [f.product, f.stuck_product] {
+        crate::charts::check(client, pool, product, true).await?;
+    }
 
     // Payments, filtered by state through the form.
     client.goto(&format!("{console}/payments")).await?;

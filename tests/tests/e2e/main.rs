@@ -3,6 +3,7 @@
 mod api_docs;
 mod bots;
 mod browser;
+mod charts;
 mod console;
 mod console_staff;
 mod crash;
