@@ -1,6 +1,8 @@
 //! Staff as people, in a real browser: a viewer signs in with password and TOTP and is
 //! refused a refund; an admin signs in and refunds a payment with a reason; the audit
-//! trail, the payment's step log and the ledger agree in PostgreSQL.
+//! trail, the payment's step log and the ledger agree in PostgreSQL. A top-up another
+//! admin asked for above the four-eyes amount waits, and is deposited once the admin in
+//! the browser approves it, naming both people.
 //!
 //! Skipped, with a message, where Chromium or chromedriver is not installed (see
 //! [`crate::browser`]).
@@ -9,8 +11,9 @@ use std::{path::Path, time::Duration};
 
 use crate::browser::{self, click, screenshot, sign_in, type_into};
 use fantoccini::{Client, Locator};
+use paysaga_common::money::Amount;
 use paysaga_contracts::staff::{
-    api::{CreateStaff, StaffRole},
+    api::{CreateStaff, SignIn, StaffRole, TopUp, TopUpAnswer},
     client::StaffClient,
 };
 use paysaga_e2e::{invariants, Driver, Stack, StackOptions};
@@ -23,6 +26,9 @@ const OPENING: i64 = PRICE * 2;
 const VIEWER: &str = "viewer@example.com";
 const VIEWER_PASSWORD: &str = "plum-orbit-canyon-47";
 const REASON: &str = "buyer returned the pair unworn";
+const ALICE: &str = "alice@example.com";
+/// Above `STAFF_TOP_UP_FOUR_EYES_ABOVE` (100000 by default).
+const TOP_UP: i64 = 150_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_viewer_is_refused_and_an_admin_refunds_with_a_reason_in_headless_chromium(
@@ -73,18 +79,86 @@ async fn a_viewer_is_refused_and_an_admin_refunds_with_a_reason_in_headless_chro
     .body;
     let viewer_secret = totp::from_base32(&viewer.totp_secret).expect("base32 secret");
 
+    // Alice, an admin, asks for a top-up above the four-eyes amount: it waits.
+    let alice = StaffClient::new(
+        &endpoints.orchestrator,
+        admin.token.clone(),
+        Duration::from_secs(10),
+    )
+    .create(&CreateStaff {
+        email: ALICE.into(),
+        password: VIEWER_PASSWORD.into(),
+        role: StaffRole::Admin,
+        reason: "runs the drops".into(),
+    })
+    .await?
+    .body;
+    let alice_secret = totp::from_base32(&alice.totp_secret).expect("base32 secret");
+    let session = StaffClient::new(&endpoints.orchestrator, "none", Duration::from_secs(10))
+        .sign_in(&SignIn {
+            email: ALICE.into(),
+            password: VIEWER_PASSWORD.into(),
+            code: totp::code_at(&alice_secret, chrono::Utc::now().timestamp() as u64)
+                .expect("code"),
+        })
+        .await?
+        .body;
+    let asked = StaffClient::new(
+        &endpoints.orchestrator,
+        session.token,
+        Duration::from_secs(10),
+    )
+    .top_up(&TopUp {
+        member_id: buyer.member.parse()?,
+        amount: Amount::new(TOP_UP)?,
+        reason: "goodwill after the outage".into(),
+        key: "goodwill-1".into(),
+    })
+    .await?;
+    assert_eq!(asked.status, 202);
+    let TopUpAnswer::AwaitingApproval(approval) = asked.body else {
+        panic!(
+            "above the four-eyes amount a top-up waits: {:?}",
+            asked.body
+        );
+    };
+    assert_eq!(
+        deposits(&pool, buyer.account_id).await?,
+        vec![],
+        "nothing deposited yet"
+    );
+
     let shots = paysaga_e2e::binaries::log_dir("console-staff-screenshots")?;
     std::fs::create_dir_all(&shots)?;
     let (pool_in, shots_in) = (&pool, &shots);
     let (orchestrator, secret) = (&endpoints.orchestrator, &viewer_secret);
     browser
         .browse(&stack, &shots, |client| async move {
-            browse(&client, pool_in, orchestrator, shots_in, payment, secret).await
+            browse(&client, pool_in, orchestrator, shots_in, payment, secret).await?;
+            approve_top_up(&client, orchestrator, shots_in, approval.id).await
         })
         .await?;
 
-    // The ledger paid the buyer back, once.
-    assert_eq!(balance(&pool, buyer.account_id).await?, OPENING);
+    // The ledger paid the buyer back, once, and holds the top-up, naming both people.
+    assert_eq!(balance(&pool, buyer.account_id).await?, OPENING + TOP_UP);
+    assert_eq!(
+        deposits(&pool, buyer.account_id).await?,
+        vec![(
+            TOP_UP,
+            Some(ALICE.to_owned()),
+            Some(dev::ADMIN_EMAIL.to_owned())
+        )]
+    );
+    let decided: (String, Option<String>) = sqlx::query_as(
+        r#"SELECT state, decided_by_name FROM payment_service.approvals WHERE id = $1"#,
+    )
+    .bind(approval.id)
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(
+        decided,
+        ("APPROVED".to_owned(), Some(dev::ADMIN_EMAIL.to_owned()))
+    );
     let credits: i64 = sqlx::query_scalar(
         r#"SELECT COUNT(*) FROM account_service.transactions
            WHERE account_id = $1 AND kind = 'CREDIT' AND status = 'APPLIED' AND amount = $2"#,
@@ -97,6 +171,52 @@ async fn a_viewer_is_refused_and_an_admin_refunds_with_a_reason_in_headless_chro
     invariants::settled(&pool, Duration::from_secs(60))
         .await?
         .assert_holds();
+    Ok(())
+}
+
+/// (amount, requested_by, approved_by) of the account's deposits.
+async fn deposits(
+    pool: &PgPool,
+    account: i64,
+) -> anyhow::Result<Vec<(i64, Option<String>, Option<String>)>> {
+    Ok(sqlx::query_as(
+        r#"SELECT amount, requested_by, approved_by FROM account_service.transactions
+           WHERE account_id = $1 AND kind = 'DEPOSIT' ORDER BY created_at"#,
+    )
+    .bind(account)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// The admin in the browser (not the one who asked) approves the pending top-up.
+async fn approve_top_up(
+    client: &Client,
+    orchestrator: &str,
+    shots: &Path,
+    approval: i64,
+) -> anyhow::Result<()> {
+    client
+        .goto(&format!("{orchestrator}/console/approvals"))
+        .await?;
+    let row = client
+        .wait()
+        .for_element(Locator::Css(&format!("tr.approval[data-id='{approval}']")))
+        .await?;
+    assert_eq!(row.attr("data-kind").await?.as_deref(), Some("TOP_UP"));
+    type_into(
+        client,
+        &format!("form[action='/console/approvals/{approval}/approve'] textarea"),
+        "checked with the buyer",
+    )
+    .await?;
+    screenshot(client, shots, "top-up-approval").await?;
+    click(client, &format!("#approve-{approval}")).await?;
+    client
+        .wait()
+        .for_element(Locator::Css(&format!(
+            "tr.approval[data-id='{approval}'][data-state='APPROVED']"
+        )))
+        .await?;
     Ok(())
 }
 
