@@ -12,7 +12,7 @@ use paysaga_contracts::{
     staff::api::codes as staff_codes,
     OrderClient,
 };
-use paysaga_staff::{audit::Entry, Acting, AuditAction, AuditOutcome};
+use paysaga_staff::{audit::Entry, Acting, AuditAction};
 use sqlx::PgPool;
 
 use crate::error::{Error, Result};
@@ -64,43 +64,30 @@ impl Catalog {
             Change::AddUnits { product, count } => self.order.add_units(*product, *count).await,
         };
         let result = answer.map(|a: Answer<Product>| a.body).map_err(refusal);
-        let (outcome, detail) = match (&result, &change) {
-            (Ok(product), Change::Create(p)) => {
-                target = format!("product:{}", product.id);
-                (
-                    AuditOutcome::Done,
-                    Some(format!(
+        if let (Ok(product), Change::Create(_)) = (&result, &change) {
+            target = format!("product:{}", product.id);
+        }
+        let entry = Entry::of(
+            AuditAction::ProductChanged,
+            target,
+            Some(reason),
+            &result,
+            |product| {
+                Some(match &change {
+                    Change::Create(p) => format!(
                         "created {:?}: {} units at {}",
                         p.name.trim(),
                         p.units,
                         p.price
-                    )),
-                )
-            }
-            (Ok(product), Change::AddUnits { count, .. }) => (
-                AuditOutcome::Done,
-                Some(format!(
-                    "added {count} units ({} in all)",
-                    product.units_total
-                )),
-            ),
-            (Err(e), _) => match e.api() {
-                Some(api) => (AuditOutcome::Refused, Some(api.code.to_owned())),
-                None => (AuditOutcome::Failed, None),
+                    ),
+                    Change::AddUnits { count, .. } => {
+                        format!("added {count} units ({} in all)", product.units_total)
+                    }
+                })
             },
-        };
-        paysaga_staff::audit::record(
-            &self.pool,
-            by,
-            Entry {
-                action: AuditAction::ProductChanged,
-                target: Some(target),
-                reason: Some(reason),
-                outcome,
-                detail,
-            },
-        )
-        .await?;
+            |e| e.api().map(|a| a.code),
+        );
+        paysaga_staff::audit::record(&self.pool, by, entry).await?;
         result
     }
 }

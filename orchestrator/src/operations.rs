@@ -33,7 +33,7 @@ use paysaga_contracts::staff::api::{
     ListApprovals, RefundAnswer, TopUp, TopUpAnswer, MAX_TOP_UP_KEY_LEN,
 };
 use paysaga_contracts::MemberClient;
-use paysaga_staff::{audit::Entry, Acting, AuditAction, AuditOutcome, StaffRole};
+use paysaga_staff::{audit::Entry, Acting, AuditAction, StaffRole};
 use uuid::Uuid;
 use workflows::{request_refund, State};
 
@@ -631,25 +631,15 @@ impl Operations {
         reason: Option<String>,
         result: &Result<impl Left>,
     ) -> Result<()> {
-        let (outcome, detail) = match result {
-            Ok(done) => (AuditOutcome::Done, Some(done.left())),
-            Err(e) => match e.api() {
-                Some(api) => (AuditOutcome::Refused, Some(api.code.to_owned())),
-                None => (AuditOutcome::Failed, None),
-            },
-        };
-        paysaga_staff::audit::record(
-            &self.engine.pool,
-            by,
-            Entry {
-                action,
-                target: Some(target),
-                reason,
-                outcome,
-                detail,
-            },
-        )
-        .await?;
+        let entry = Entry::of(
+            action,
+            target,
+            reason,
+            result,
+            |done| Some(done.left()),
+            |e| e.api().map(|a| a.code),
+        );
+        paysaga_staff::audit::record(&self.engine.pool, by, entry).await?;
         Ok(())
     }
 

@@ -23,6 +23,35 @@ pub struct Entry {
     pub detail: Option<String>,
 }
 
+impl Entry {
+    /// The row of `action` on `target` that ended in `result`: `DONE` with what `done`
+    /// says it left, `REFUSED` with the refusal's code (`code` gives it when the error
+    /// is a refusal), else `FAILED`.
+    pub fn of<T, E>(
+        action: AuditAction,
+        target: String,
+        reason: Option<String>,
+        result: &std::result::Result<T, E>,
+        done: impl FnOnce(&T) -> Option<String>,
+        code: impl FnOnce(&E) -> Option<&'static str>,
+    ) -> Self {
+        let (outcome, detail) = match result {
+            Ok(v) => (AuditOutcome::Done, done(v)),
+            Err(e) => match code(e) {
+                Some(code) => (AuditOutcome::Refused, Some(code.to_owned())),
+                None => (AuditOutcome::Failed, None),
+            },
+        };
+        Entry {
+            action,
+            target: Some(target),
+            reason,
+            outcome,
+            detail,
+        }
+    }
+}
+
 /// Appends one row for `by`.
 pub async fn record(db: impl PgExecutor<'_>, by: &Acting, entry: Entry) -> sqlx::Result<()> {
     record_as(db, by.actor.staff_id(), &by.actor.name(), by.from, entry).await

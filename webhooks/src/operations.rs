@@ -9,7 +9,7 @@ use paysaga_contracts::orchestrator::api::{
     WebhookDeliveryPage, WebhookEndpoint, WebhookEndpointCreated, WebhookEndpointList,
     WebhookSecretRotated,
 };
-use paysaga_staff::{audit::Entry, Acting, AuditAction, AuditOutcome};
+use paysaga_staff::{audit::Entry, Acting, AuditAction};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -138,25 +138,10 @@ impl Webhooks {
         result: Result<T>,
         detail: impl FnOnce(&T) -> Option<String>,
     ) -> Result<T> {
-        let (outcome, detail) = match &result {
-            Ok(v) => (AuditOutcome::Done, detail(v)),
-            Err(e) => match e.api() {
-                Some(api) => (AuditOutcome::Refused, Some(api.code.to_owned())),
-                None => (AuditOutcome::Failed, None),
-            },
-        };
-        paysaga_staff::audit::record(
-            &self.pool,
-            by,
-            Entry {
-                action,
-                target: Some(target),
-                reason,
-                outcome,
-                detail,
-            },
-        )
-        .await?;
+        let entry = Entry::of(action, target, reason, &result, detail, |e| {
+            e.api().map(|a| a.code)
+        });
+        paysaga_staff::audit::record(&self.pool, by, entry).await?;
         result
     }
 
