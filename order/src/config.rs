@@ -33,6 +33,11 @@ pub struct Config {
     /// `SERVICE_SIGNING_KEY` (and `SERVICE_TOKEN_LIFETIME_SECS`): the order service's
     /// own key, minting its credentials toward the account service. Required.
     pub service_credential: Arc<TokenSource>,
+    /// Development mode (`PAYSAGA_DEV_KEYS=1`) and tests only: the operator tools'
+    /// credential may make products and add units here directly (the harness's, the
+    /// benchmark's and the demo's set-up). Otherwise only the orchestrator may, carrying
+    /// an admin's change that its audit trail records.
+    pub tools_change_stock: bool,
     /// `ACCOUNT_URL`: the account service, which holds each reservation's price.
     pub account_url: String,
     /// `ACCOUNT_TIMEOUT_MS`: per batch of holds or releases (default 2000).
@@ -104,6 +109,7 @@ impl Config {
         let (buyer_keys, service_keys) = credentials::caller_keys(&mut secrets)?;
         let service_credential =
             Arc::new(TokenSource::from_secrets(&mut secrets, ServiceRole::Order)?);
+        let tools_change_stock = secrets.is_dev();
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let purchase_cap: i64 = config::parse("PURCHASE_CAP", 1)?;
         config::within("PURCHASE_CAP", purchase_cap, 1, 1_000)?;
@@ -140,6 +146,7 @@ impl Config {
             buyer_keys,
             service_keys,
             service_credential,
+            tools_change_stock,
             account_url: config::string("ACCOUNT_URL", config::DEFAULT_ACCOUNT_URL),
             account_timeout,
             hold_batches,
@@ -167,6 +174,7 @@ impl Config {
             buyer_keys: BuyerKeySource::development(),
             service_keys: ServiceKeys::development(),
             service_credential: Arc::new(TokenSource::development(ServiceRole::Order)),
+            tools_change_stock: true,
             account_url: account_url.into(),
             account_timeout: Duration::from_millis(2000),
             hold_batches: 1,

@@ -66,6 +66,9 @@ pub struct AppState {
     pub terms: stock::TermsCache,
     /// Units of one product a member may hold and buy in all.
     pub purchase_cap: i64,
+    /// Whether the operator tools' credential may change stock here (development mode;
+    /// see [`Config::tools_change_stock`]).
+    pub tools_change_stock: bool,
     /// How long a unit offered to a waitlist member is held for them.
     pub offer_ttl: Duration,
     /// Group commit of reservations' claims, one per process.
@@ -107,6 +110,7 @@ impl AppState {
             passes: Arc::new(PassVerifier::new(config.pass_public_key)),
             ttl: config.reservation_ttl,
             purchase_cap: config.purchase_cap,
+            tools_change_stock: config.tools_change_stock,
             offer_ttl: config.waitlist_offer_ttl,
         }
     }

@@ -4,11 +4,12 @@ use axum::{extract::State, http::StatusCode};
 use paysaga_common::{
     auth::{
         allow::{CONSOLE, GATE, OPERATOR, ORCHESTRATOR},
-        Caller, Service,
+        Caller, Service, ServiceRole,
     },
+    error::codes as common_codes,
     extract::{Json, Path},
     money::Amount,
-    ErrorBody,
+    ApiError, ErrorBody,
 };
 use paysaga_contracts::{account::api::HoldTtl, eligibility};
 
@@ -49,6 +50,21 @@ fn known_id(id: i64) -> Result<i64> {
     Ok(id)
 }
 
+/// Outside development mode stock changes come from the orchestrator only, which
+/// carries an admin's change and records it in the audit trail; the operator tools'
+/// credential is refused here, so no change of what is on sale goes unrecorded.
+fn changes_stock(state: &AppState, caller: ServiceRole) -> Result<()> {
+    if caller == ServiceRole::Operator && !state.tools_change_stock {
+        return Err(Error::Api(ApiError::new(
+            StatusCode::FORBIDDEN,
+            common_codes::FORBIDDEN_CALLER,
+            "outside development mode products and units are changed through the \
+             orchestrator's staff API (POST /v1/products), which audits each change",
+        )));
+    }
+    Ok(())
+}
+
 /// Create a product with its units (service).
 #[utoipa::path(post, path = "/v1/products", security(("service" = [])), request_body = CreateProduct,
     responses((status = 201, body = Product), (status = 422, body = ErrorBody, description = "INVALID_NAME, INVALID_PRICE, INVALID_UNITS, INVALID_RESERVATION_TTL, INVALID_ELIGIBILITY")))]
@@ -58,6 +74,7 @@ pub async fn create(
     caller: Service<{ OPERATOR | ORCHESTRATOR }>,
     Json(req): Json<CreateProduct>,
 ) -> Result<(StatusCode, Json<Product>)> {
+    changes_stock(&state, caller.0)?;
     let name = product_name(&req.name)?;
     let price = Amount::new(req.price)
         .map_err(|e| Error::invalid(ErrorCode::InvalidPrice, e.to_string()))?;
@@ -101,6 +118,7 @@ pub async fn add_units(
     Path(id): Path<i64>,
     Json(req): Json<AddUnits>,
 ) -> Result<Json<Product>> {
+    changes_stock(&state, caller.0)?;
     let id = known_id(id)?;
     let count = unit_count(req.count, 1)?;
     let product = stock::add_units(&state.pool, id, count)

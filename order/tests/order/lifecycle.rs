@@ -137,3 +137,39 @@ async fn buyers_see_and_cancel_only_their_own() {
     }
     h.stop_consistent().await;
 }
+
+/// Outside development mode what is on sale changes only through the orchestrator (which
+/// audits each change): the operator tools' credential is refused and nothing is made.
+#[tokio::test]
+async fn outside_development_only_the_orchestrator_changes_stock() {
+    let h = Harness::start_with(|c| c.tools_change_stock = false).await;
+    let product = |name: &str| CreateProduct {
+        name: name.into(),
+        price: 1_000,
+        units: 2,
+        reservation_ttl_secs: None,
+        eligibility: Vec::new(),
+    };
+    let by_tool = h.operator().create_product(&product("by tool")).await;
+    refused(&by_tool.expect_err("refused"), 403, "FORBIDDEN_CALLER");
+    let made = h
+        .orchestrator()
+        .create_product(&product("by orchestrator"))
+        .await
+        .expect("the orchestrator makes it")
+        .body;
+    let more = h.operator().add_units(made.id, 3).await;
+    refused(&more.expect_err("refused"), 403, "FORBIDDEN_CALLER");
+    let grown = h.orchestrator().add_units(made.id, 3).await.unwrap().body;
+    assert_eq!(grown.units_total, 5);
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        r#"SELECT p.name, (SELECT COUNT(*) FROM order_service.product_stock s WHERE s.product_id = p.id)
+           FROM order_service.products p ORDER BY p.id"#,
+    )
+    .fetch_all(&h.admin)
+    .await
+    .unwrap();
+    assert_eq!(rows, vec![("by orchestrator".to_owned(), 5)]);
+    // Reading stays open to the tools.
+    assert_eq!(h.operator().list_products().await.unwrap().body.len(), 1);
+}

@@ -179,6 +179,15 @@ impl Harness {
         )
     }
 
+    /// As the orchestrator: products made and units added for an admin.
+    pub fn orchestrator(&self) -> OrderClient {
+        OrderClient::with_http(
+            self.http.clone(),
+            &self.base,
+            service_token("orchestrator", Audience::Order),
+        )
+    }
+
     /// As the gate's recompute job: product list, availability, used passes.
     pub fn gate(&self) -> OrderClient {
         OrderClient::with_http(
