@@ -5,7 +5,6 @@
 
 use std::{
     collections::BTreeMap,
-    panic::AssertUnwindSafe,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -15,7 +14,6 @@ use crate::{
     console::{sign_in_with_code, wait_for},
 };
 use fantoccini::{Client, Locator};
-use futures::FutureExt;
 use paysaga_e2e::{invariants, Driver, Stack, StackOptions};
 use sqlx::PgPool;
 
@@ -267,8 +265,6 @@ async fn drop_charts_in_headless_chromium() -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&shots)?;
 
-    let session = browser.open(&[]).await?;
-    let client = session.client.clone();
     let orchestrator = endpoints.orchestrator.clone();
     let driver = Driver::new(endpoints, Duration::from_secs(10));
     let drop = async move {
@@ -279,29 +275,20 @@ async fn drop_charts_in_headless_chromium() -> anyhow::Result<()> {
         }
         attempts
     };
-    let outcome = AssertUnwindSafe(watch(
-        &client,
-        &pool,
-        &orchestrator,
-        &shots,
-        product.id,
-        drop,
-    ))
-    .catch_unwind()
-    .await;
-    let closed = session.close().await;
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            eprintln!("logs:\n{}", stack.log_paths());
-            return Err(anyhow::anyhow!("{e:#}"));
-        }
-        Err(panic) => {
-            eprintln!("logs:\n{}", stack.log_paths());
-            std::panic::resume_unwind(panic)
-        }
-    }
-    closed?;
+    let (pool_in, shots_in, orchestrator_in) = (&pool, &shots, &orchestrator);
+    browser
+        .browse(&stack, &shots, |client| async move {
+            watch(
+                &client,
+                pool_in,
+                orchestrator_in,
+                shots_in,
+                product.id,
+                drop,
+            )
+            .await
+        })
+        .await?;
     eprintln!("screenshots: {}", shots.display());
     Ok(())
 }

@@ -6,7 +6,6 @@
 //! the harness's log directory (`target/e2e-logs/console-screenshots-…`).
 
 use std::{
-    panic::AssertUnwindSafe,
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -15,9 +14,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::browser::{self, screenshot};
+use crate::browser::{self, click, screenshot, type_into};
 use fantoccini::{Client, Locator};
-use futures::FutureExt;
 use paysaga_contracts::{orchestrator::api::CreateWebhookEndpoint, OrchestratorClient};
 use paysaga_e2e::{invariants, Driver, Link, ServiceKind, Stack, StackOptions};
 use paysaga_staff::dev;
@@ -242,40 +240,25 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&shots)?;
 
-    let session = browser.open(&[]).await?;
-    let client = session.client.clone();
-    // A failed assertion inside must still close the browser, so the panic is caught
-    // and raised again after the clean-up.
-    let outcome = AssertUnwindSafe(browse(
-        &client,
-        &pool,
-        &orchestrator,
-        &shots,
-        Figures {
-            product: product.id,
-            stuck_product: stuck_product.id,
-            stuck,
-        },
-        || account.heal(),
-        || accept.store(true, Ordering::SeqCst),
-    ))
-    .catch_unwind()
-    .await;
-    let closed = session.close().await;
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(panic) => {
-            eprintln!("logs:\n{}", stack.log_paths());
-            eprintln!("screenshots: {}", shots.display());
-            std::panic::resume_unwind(panic)
-        }
-    };
-    if let Err(e) = &outcome {
-        eprintln!("logs:\n{}", stack.log_paths());
-        eprintln!("screenshots: {}", shots.display());
-        return Err(anyhow::anyhow!("{e:#}"));
-    }
-    closed?;
+    let (pool_in, shots_in, orchestrator_in) = (&pool, &shots, &orchestrator);
+    browser
+        .browse(&stack, &shots, |client| async move {
+            browse(
+                &client,
+                pool_in,
+                orchestrator_in,
+                shots_in,
+                Figures {
+                    product: product.id,
+                    stuck_product: stuck_product.id,
+                    stuck,
+                },
+                || account.heal(),
+                || accept.store(true, Ordering::SeqCst),
+            )
+            .await
+        })
+        .await?;
     eprintln!("screenshots: {}", shots.display());
     let report = invariants::settled(&pool, Duration::from_secs(60)).await?;
     report.assert_holds();
@@ -286,22 +269,6 @@ struct Figures {
     product: i64,
     stuck_product: i64,
     stuck: Uuid,
-}
-
-/// Types `text` into the field `css` names.
-async fn type_into(client: &Client, css: &str, text: &str) -> anyhow::Result<()> {
-    client
-        .find(Locator::Css(css))
-        .await?
-        .send_keys(text)
-        .await?;
-    Ok(())
-}
-
-/// Clicks the element `css` names.
-async fn click(client: &Client, css: &str) -> anyhow::Result<()> {
-    client.find(Locator::Css(css)).await?.click().await?;
-    Ok(())
 }
 
 /// Sends the sign-in form as the development admin, with `password`.
