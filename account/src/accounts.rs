@@ -27,14 +27,18 @@ pub const MEMBER_RECENT_SQL: &str = r#"SELECT id, operation_key, kind, status, a
 /// The largest opening deposit; keeps every balance far from BIGINT overflow.
 pub const MAX_OPENING_BALANCE: i64 = paysaga_common::money::MAX_AMOUNT;
 
-/// Opens a member account with its opening deposit. With an `open_key` the opening is
-/// idempotent: `Ok((account, false))` when the key already opened this same account.
+/// Opens a member account with its opening deposit, at most `max_opening` (0 outside
+/// development mode: see [`crate::Config::openings_with_money`]). With an `open_key` the
+/// opening is idempotent: `Ok((account, false))` when the key already opened this same
+/// account.
 #[tracing::instrument(skip_all, fields(member = %req.member_id))]
-pub async fn open(pool: &PgPool, req: &OpenAccountRequest) -> Result<(Account, bool)> {
-    if !(0..=MAX_OPENING_BALANCE).contains(&req.opening_balance) {
-        return Err(Error::InvalidOpeningBalance {
-            max: MAX_OPENING_BALANCE,
-        });
+pub async fn open(
+    pool: &PgPool,
+    req: &OpenAccountRequest,
+    max_opening: i64,
+) -> Result<(Account, bool)> {
+    if !(0..=max_opening).contains(&req.opening_balance) {
+        return Err(Error::InvalidOpeningBalance { max: max_opening });
     }
     let open_key = req.open_key.as_ref().map(|k| k.as_str());
     let mut tx = pool.begin().await?;

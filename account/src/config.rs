@@ -40,6 +40,12 @@ pub struct Config {
     pub ledger_reconcile_interval: Duration,
     /// `MEMBER_RATE_PER_SEC`, `MEMBER_RATE_BURST`: each member's rate on transfers.
     pub member_rate: MemberRate,
+    /// Development mode (`PAYSAGA_DEV_KEYS=1`) and tests only: accounts may open with
+    /// money (seeding the demo, the benchmark and the tests), and the operator tools'
+    /// credential may release a hold. Otherwise every account opens empty, so money
+    /// enters only by a deposit the orchestrator authorizes for named people, and holds
+    /// are released only by the order service that placed them.
+    pub openings_with_money: bool,
 }
 
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8082";
@@ -50,6 +56,7 @@ impl Config {
         let mut secrets = Secrets::from_env()?;
         let database = Database::urls_from_env(&mut secrets, "account_app")?;
         let (buyer_keys, service_keys) = credentials::caller_keys(&mut secrets)?;
+        let openings_with_money = secrets.is_dev();
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let merchant_shards = config::parse("MERCHANT_SHARDS", MAX_MERCHANT_SHARDS)?;
         if merchant_shards == 0 || merchant_shards > MAX_MERCHANT_SHARDS {
@@ -85,6 +92,7 @@ impl Config {
             hold_sweep_batch,
             ledger_reconcile_interval,
             member_rate,
+            openings_with_money,
         })
     }
 
@@ -101,6 +109,7 @@ impl Config {
             hold_sweep_batch: 500,
             ledger_reconcile_interval: Duration::from_millis(60_000),
             member_rate: MemberRate::default(),
+            openings_with_money: true,
         }
     }
 }

@@ -60,7 +60,7 @@ paysaga_common::service_error! {
             debited: i64,
             requested: i64,
         },
-        #[error("opening balance must be between 0 and {max} minor units")]
+        #[error("opening balance must be between 0 and {max} minor units (outside development mode an account opens empty: money enters by a deposit a staff top-up authorizes)")]
         InvalidOpeningBalance { max: i64 },
         #[error("{0}")]
         InvalidOperationKey(&'static str),

@@ -58,7 +58,12 @@ pub async fn open_account(
     service: Service<{ MEMBER | OPERATOR }>,
     Json(req): Json<OpenAccountRequest>,
 ) -> Result<impl IntoResponse> {
-    let (account, created) = accounts::open(&state.pool, &req).await?;
+    let max_opening = if state.openings_with_money {
+        accounts::MAX_OPENING_BALANCE
+    } else {
+        0
+    };
+    let (account, created) = accounts::open(&state.pool, &req, max_opening).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -301,6 +306,14 @@ pub async fn release_hold(
     service: Service<{ ORDER | OPERATOR }>,
     Path(key): Path<String>,
 ) -> Result<impl IntoResponse> {
+    if service.0 == ServiceRole::Operator && !state.openings_with_money {
+        return Err(Error::Api(ApiError::new(
+            StatusCode::FORBIDDEN,
+            paysaga_common::error::codes::FORBIDDEN_CALLER,
+            "outside development mode a hold is released by the order service that placed \
+             it (a cancel, an expiry, a failed payment), never by the operator tools",
+        )));
+    }
     let operation_key = OperationKey::parse(key).map_err(Error::InvalidOperationKey)?;
     let outcomes = batch::apply(&state.pool, vec![(0, ReleaseRequest { operation_key })]).await?;
     Ok(recorded(batch::lone(outcomes)?.map(|r| r.hold)))

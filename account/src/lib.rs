@@ -61,6 +61,9 @@ pub struct AppState {
     /// The orchestrator's keys of `SERVICE_KEYS`: what a deposit's authorization must
     /// be signed with.
     pub deposits: Arc<paysaga_common::deposits::DepositVerifier>,
+    /// Whether accounts may open with money and the operator tools release holds
+    /// (development mode; [`Config::openings_with_money`]).
+    pub openings_with_money: bool,
 }
 
 impl FromRef<AppState> for Arc<Verifier> {
@@ -83,6 +86,7 @@ impl AppState {
             deposits: Arc::new(paysaga_common::deposits::DepositVerifier::new(
                 &config.service_keys,
             )),
+            openings_with_money: config.openings_with_money,
         })
     }
 }

@@ -3,12 +3,13 @@
 //! of an authorized one names who asked and who approved.
 
 use crate::support::Svc;
+use paysaga_common::auth::MemberId;
 use paysaga_common::{
     auth::ServiceRole,
     deposits::{DepositGrant, DepositSigner},
     keys::DevKey,
 };
-use paysaga_contracts::account::api::DepositRequest;
+use paysaga_contracts::account::api::{DepositRequest, OpenAccountRequest};
 
 fn grant(member: &str, minor: i64, key: &str) -> DepositGrant {
     DepositGrant {
@@ -142,4 +143,63 @@ async fn only_deposits_name_people_and_new_deposits_must() {
         .expect_err("refused");
         assert_eq!(constraint(e).as_deref(), Some(refused_by), "{kind}");
     }
+}
+
+/// Outside development mode no account opens with money, from any caller (money enters
+/// only by an authorized deposit), and the operator tools release no hold; both refused
+/// before anything is written.
+#[tokio::test]
+async fn outside_development_accounts_open_empty_and_the_tools_release_no_hold() {
+    let svc = Svc::start_with(|c| c.openings_with_money = false).await;
+    let opening = |member: &str, balance: i64| OpenAccountRequest {
+        member_id: MemberId::parse(member).expect("member id"),
+        opening_balance: balance,
+        open_key: None,
+    };
+    for caller in [&svc.member, &svc.operator] {
+        let e = caller
+            .open_account(&opening("member-rich", 1_000))
+            .await
+            .expect_err("an opening with money");
+        assert_eq!(e.refusal(), Some((422, "INVALID_OPENING_BALANCE")), "{e}");
+    }
+    let empty = svc
+        .member
+        .open_account(&opening("member-1", 0))
+        .await
+        .expect("an empty account opens")
+        .body;
+    let accounts: i64 = sqlx::query_scalar(
+        r#"SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MEMBER'"#,
+    )
+    .fetch_one(&svc.admin)
+    .await
+    .unwrap();
+    assert_eq!(accounts, 1, "only the empty one");
+    let money: i64 = sqlx::query_scalar(
+        r#"SELECT COALESCE(SUM(balance), 0)::BIGINT FROM account_service.accounts"#,
+    )
+    .fetch_one(&svc.admin)
+    .await
+    .unwrap();
+    assert_eq!(money, 0);
+
+    // Money in by an authorized deposit, a hold on it, and the tools cannot release it.
+    svc.member
+        .deposit(&svc.deposit("topup:k1", "member-1", empty.id, 500))
+        .await
+        .expect("deposited");
+    svc.place("res:1:hold", "member-1", 200).await;
+    let e = svc
+        .operator
+        .release_hold("res:1:hold")
+        .await
+        .expect_err("the tools release nothing");
+    assert_eq!(e.refusal(), Some((403, "FORBIDDEN_CALLER")), "{e}");
+    assert_eq!(svc.funds(empty.id).await, (500, 200), "still held");
+    svc.order
+        .release_hold("res:1:hold")
+        .await
+        .expect("the order service releases it");
+    assert_eq!(svc.funds(empty.id).await, (500, 0));
 }
