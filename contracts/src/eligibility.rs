@@ -16,8 +16,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-/// The most rules a product may set (one of each kind).
+/// The most rules a product keeps (one of each kind).
 pub const MAX_RULES: usize = 2;
+/// The most rules a product's creation may give (repeats of a kind are folded into one:
+/// [`normalize`]).
+pub const MAX_GIVEN: usize = 16;
 
 /// One rule a product sets on who may take a pass for it. On the wire:
 /// `{"rule": "ACCOUNT_CREATED_BEFORE", "at": "2026-12-01T09:00:00Z"}`,
@@ -68,7 +71,7 @@ pub mod codes {
     /// it is not (a member who verified since signs in again, or refreshes, for a token
     /// that says so).
     pub const EMAIL_NOT_VERIFIED: &str = "EMAIL_NOT_VERIFIED";
-    /// A product's `eligibility` names a rule kind twice, or more rules than allowed.
+    /// A product's `eligibility` gives more rules than allowed.
     pub const INVALID_ELIGIBILITY: &str = "INVALID_ELIGIBILITY";
 }
 
@@ -163,20 +166,28 @@ pub fn judge(rules: &[EligibilityRule], member: &MemberFacts) -> Result<(), Inel
     Ok(())
 }
 
-/// A product's rules as given at creation: at most one of each kind. The error is the
-/// message for `INVALID_ELIGIBILITY`.
-pub fn check_rules(rules: &[EligibilityRule]) -> Result<(), String> {
-    if rules.len() > MAX_RULES {
-        return Err(format!(
-            "at most {MAX_RULES} eligibility rule(s), one of each kind"
-        ));
+/// A product's rules as it keeps them: one of each kind, in the order first given.
+/// Every rule must hold, so rules of one kind given twice are one: two "created before"
+/// rules are the earlier (both hold exactly when it does), a repeated "email verified"
+/// is the same rule. More than [`MAX_GIVEN`] given is an error, the message for
+/// `INVALID_ELIGIBILITY`.
+pub fn normalize(rules: &[EligibilityRule]) -> Result<Vec<EligibilityRule>, String> {
+    if rules.len() > MAX_GIVEN {
+        return Err(format!("at most {MAX_GIVEN} eligibility rules"));
     }
-    for (i, rule) in rules.iter().enumerate() {
-        if rules[..i].iter().any(|r| r.kind() == rule.kind()) {
-            return Err(format!("rule {} is given twice", rule.kind().label()));
+    let mut kept: Vec<EligibilityRule> = Vec::with_capacity(MAX_RULES);
+    for rule in rules {
+        match kept.iter_mut().find(|k| k.kind() == rule.kind()) {
+            Some(EligibilityRule::AccountCreatedBefore { at: kept_at }) => {
+                if let EligibilityRule::AccountCreatedBefore { at } = rule {
+                    *kept_at = (*kept_at).min(*at);
+                }
+            }
+            Some(EligibilityRule::EmailVerified) => {}
+            None => kept.push(*rule),
         }
     }
-    Ok(())
+    Ok(kept)
 }
 
 #[cfg(test)]
@@ -268,9 +279,18 @@ mod tests {
             serde_json::to_string(&email).unwrap(),
             r#"{"rule":"EMAIL_VERIFIED"}"#
         );
-        assert_eq!(check_rules(&[rule]), Ok(()));
-        assert_eq!(check_rules(&[rule, email]), Ok(()));
-        assert!(check_rules(&[rule, rule]).is_err());
-        assert!(check_rules(&[email, email]).is_err());
+        assert_eq!(normalize(&[rule]), Ok(vec![rule]));
+        assert_eq!(normalize(&[rule, email]), Ok(vec![rule, email]));
+        assert_eq!(normalize(&[email, email, email]), Ok(vec![email]));
+        let earlier = EligibilityRule::AccountCreatedBefore {
+            at: DateTime::from_timestamp_millis(1_000).unwrap(),
+        };
+        assert_eq!(
+            normalize(&[email, rule, earlier, rule]),
+            Ok(vec![email, earlier]),
+            "two created-before rules are the earlier"
+        );
+        assert!(normalize(&[email; MAX_GIVEN]).is_ok());
+        assert!(normalize(&[email; MAX_GIVEN + 1]).is_err());
     }
 }

@@ -41,7 +41,7 @@ struct RuleColumns {
 }
 
 impl RuleColumns {
-    /// Each rule in its column (one of each kind: `check_rules`).
+    /// Each rule in its column (one of each kind: `normalize`).
     fn of(rules: &[EligibilityRule]) -> Self {
         let mut columns = Self::default();
         for rule in rules {
@@ -110,7 +110,7 @@ pub struct NewProduct<'a> {
     pub units: i64,
     /// Its own reservation hold time, seconds (`None`: the service's).
     pub reservation_ttl_secs: Option<u32>,
-    /// Who may take part (checked by [`paysaga_contracts::eligibility::check_rules`]).
+    /// Who may take part (one of each kind: [`paysaga_contracts::eligibility::normalize`]).
     pub eligibility: &'a [EligibilityRule],
 }
 

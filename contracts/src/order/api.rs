@@ -31,10 +31,12 @@ pub struct CreateProduct {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = 120, minimum = 1, maximum = 86400)]
     pub reservation_ttl_secs: Option<u32>,
-    /// Who may take part (at most one rule of each kind; docs/gate.md, "Eligibility"):
-    /// the gate refuses a pass to a member who fails a rule, with the rule's code,
-    /// before any quota is spent. Absent or empty: every member.
+    /// Who may take part (docs/gate.md, "Eligibility"): the gate refuses a pass to a
+    /// member who fails a rule, with the rule's code, before any quota is spent. Every
+    /// rule must hold, so a kind given twice is kept once (two "created before" rules
+    /// are the earlier). At most 16. Absent or empty: every member.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 16)]
     pub eligibility: Vec<EligibilityRule>,
 }
 

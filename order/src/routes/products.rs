@@ -67,7 +67,7 @@ fn changes_stock(state: &AppState, caller: ServiceRole) -> Result<()> {
 
 /// Create a product with its units (service).
 #[utoipa::path(post, path = "/v1/products", security(("service" = [])), request_body = CreateProduct,
-    responses((status = 201, body = Product), (status = 422, body = ErrorBody, description = "INVALID_NAME, INVALID_PRICE, INVALID_UNITS, INVALID_RESERVATION_TTL, INVALID_ELIGIBILITY")))]
+    responses((status = 201, body = Product), (status = 422, body = ErrorBody, description = "INVALID_NAME, INVALID_PRICE, INVALID_UNITS, INVALID_RESERVATION_TTL, INVALID_ELIGIBILITY (more than 16 rules)")))]
 #[tracing::instrument(skip_all, fields(caller = %caller.0, units = req.units))]
 pub async fn create(
     State(state): State<AppState>,
@@ -90,7 +90,7 @@ pub async fn create(
             })
         })
         .transpose()?;
-    eligibility::check_rules(&req.eligibility)
+    let rules = eligibility::normalize(&req.eligibility)
         .map_err(|why| Error::invalid(ErrorCode::InvalidEligibility, why))?;
     let product = stock::create_product(
         &state.pool,
@@ -99,7 +99,7 @@ pub async fn create(
             price: price.minor(),
             units,
             reservation_ttl_secs,
-            eligibility: &req.eligibility,
+            eligibility: &rules,
         },
     )
     .await?;

@@ -112,18 +112,39 @@ async fn members_a_rule_refuses_cannot_join_the_waitlist() {
 }
 
 #[tokio::test]
-async fn a_product_takes_each_kind_of_rule_at_most_once() {
+async fn a_product_keeps_each_kind_of_rule_once() {
     let h = Harness::start().await;
     // A product without rules lists none.
     let open = h.product(1).await;
     assert!(open.eligibility.is_empty());
-    // A rule given twice is refused.
+    // A kind given twice is kept once: every rule must hold, so two "created before"
+    // rules are the earlier, and a repeated "email verified" is one.
     let before = EligibilityRule::AccountCreatedBefore { at: Utc::now() };
+    // Whole seconds: the table keeps microseconds.
+    let earlier = EligibilityRule::AccountCreatedBefore {
+        at: chrono::DateTime::from_timestamp(Utc::now().timestamp() - 86_400, 0).unwrap(),
+    };
+    let folded = h
+        .operator()
+        .create_product(&product(vec![
+            before,
+            EligibilityRule::EmailVerified,
+            earlier,
+            EligibilityRule::EmailVerified,
+        ]))
+        .await
+        .expect("created")
+        .body;
+    assert_eq!(
+        folded.eligibility,
+        vec![earlier, EligibilityRule::EmailVerified]
+    );
+    // More than sixteen given is refused, nothing made.
     let e = h
         .operator()
-        .create_product(&product(vec![before, before]))
+        .create_product(&product(vec![EligibilityRule::EmailVerified; 17]))
         .await
-        .expect_err("twice");
+        .expect_err("too many");
     assert_eq!(e.refusal(), Some((422, codes::INVALID_ELIGIBILITY)));
     // Both kinds at once are one of each: accepted, listed in order.
     let listed = h
