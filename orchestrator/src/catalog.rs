@@ -55,7 +55,7 @@ impl Catalog {
             .ok_or_else(|| {
                 Error::Api(ApiError::unprocessable(
                     staff_codes::REASON_INVALID,
-                    "a reason is required, at most 500 characters",
+                    "a reason is required: at most 500 characters, no control characters but tabs and line breaks",
                 ))
             })?;
         let mut target = change.target();

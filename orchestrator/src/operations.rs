@@ -165,7 +165,7 @@ fn top_up_reason(raw: &str) -> Result<String> {
         ))
     };
     paysaga_staff::accounts::reason(Some(raw))
-        .map_err(|_| invalid("a reason is at most 500 characters"))?
+        .map_err(|_| invalid("a reason is at most 500 characters, with no control characters but tabs and line breaks"))?
         .ok_or_else(|| invalid("a top-up needs a reason"))
 }
 

@@ -37,6 +37,14 @@ pub fn reason(raw: Option<&str>) -> Result<Option<String>> {
     match raw.map(str::trim).filter(|r| !r.is_empty()) {
         None => Ok(None),
         Some(r) if r.chars().count() > MAX_REASON => Err(Error::ReasonInvalid),
+        // Kept as text in PostgreSQL (which holds no NUL) and shown to people: tabs and
+        // line breaks only.
+        Some(r)
+            if r.chars()
+                .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) =>
+        {
+            Err(Error::ReasonInvalid)
+        }
         Some(r) => Ok(Some(r.to_owned())),
     }
 }
@@ -234,5 +242,11 @@ mod tests {
         assert_eq!(reason(Some("   ")).unwrap(), None);
         assert_eq!(reason(None).unwrap(), None);
         assert!(reason(Some(&"x".repeat(501))).is_err());
+        assert!(reason(Some("nul\u{0}inside")).is_err());
+        assert!(reason(Some("bell\u{7}")).is_err());
+        assert_eq!(
+            reason(Some("two\nlines\tand a tab")).unwrap(),
+            Some("two\nlines\tand a tab".into())
+        );
     }
 }

@@ -37,7 +37,7 @@ paysaga_common::service_error! {
         EmailInvalid,
         #[error("{}", .0.message())]
         WeakPassword(Rule),
-        #[error("a reason is required, at most 500 characters")]
+        #[error("a reason is required: at most 500 characters, no control characters but tabs and line breaks")]
         ReasonInvalid,
         #[error("audit query: {0}")]
         InvalidQuery(String),
@@ -102,7 +102,7 @@ impl Error {
             Error::WeakPassword(rule) => ApiError::unprocessable(rule.code(), rule.message()),
             Error::ReasonInvalid => ApiError::unprocessable(
                 codes::REASON_INVALID,
-                "a reason is required, at most 500 characters",
+                "a reason is required: at most 500 characters, no control characters but tabs and line breaks",
             ),
             Error::InvalidQuery(why) => {
                 ApiError::bad_request(codes::INVALID_AUDIT_QUERY, why.clone())

@@ -181,7 +181,11 @@ pub struct CreateStaff {
     pub password: String,
     pub role: StaffRole,
     /// Why the account is made (audit trail).
-    #[schema(min_length = 1, max_length = 500, pattern = r"\S")]
+    #[schema(
+        min_length = 1,
+        max_length = 500,
+        pattern = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+    )]
     pub reason: String,
 }
 
@@ -202,7 +206,10 @@ pub struct StaffCreated {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct ActionReason {
     #[serde(default)]
-    #[schema(max_length = 500)]
+    #[schema(
+        max_length = 500,
+        pattern = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+    )]
     pub reason: Option<String>,
 }
 
@@ -452,8 +459,12 @@ pub struct ApprovalPage {
 pub struct StaffCreateProduct {
     #[serde(flatten)]
     pub product: crate::order::api::CreateProduct,
-    /// Why (required; kept in the audit trail).
-    #[schema(max_length = 500, min_length = 1)]
+    /// Why (required, not blank; kept in the audit trail).
+    #[schema(
+        max_length = 500,
+        min_length = 1,
+        pattern = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+    )]
     pub reason: String,
 }
 
@@ -463,7 +474,11 @@ pub struct StaffAddUnits {
     /// 1 to 100,000.
     #[schema(example = 50, minimum = 1, maximum = 100_000)]
     pub count: i64,
-    /// Why (required; kept in the audit trail).
-    #[schema(max_length = 500, min_length = 1)]
+    /// Why (required, not blank; kept in the audit trail).
+    #[schema(
+        max_length = 500,
+        min_length = 1,
+        pattern = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+    )]
     pub reason: String,
 }
