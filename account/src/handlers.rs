@@ -281,7 +281,9 @@ pub async fn place_hold(
     service: Service<{ ORDER }>,
     Json(req): Json<HoldRequest>,
 ) -> Result<impl IntoResponse> {
-    Ok(recorded(batch::one(&state.pool, req).await?.map(|r| r.hold)))
+    Ok(recorded(
+        batch::one(&state.pool, req).await?.map(|r| r.hold),
+    ))
 }
 
 /// Release a hold: its money is available again. Once per hold; a replay answers the

@@ -147,8 +147,8 @@ pub fn app(state: AppState) -> Router {
 
 paysaga_common::serve_from_env_fn!("account");
 
-/// Connects, migrates, starts the sweep of lapsed holds and the ledger reconciliation, serves until `shutdown`
-/// resolves, then stops the sweep.
+/// Connects, migrates, starts the sweep of lapsed holds and the ledger reconciliation,
+/// serves until `shutdown` resolves, then stops both.
 pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
     let state = AppState::connect(&config).await?;
     let jobs = release::start(
