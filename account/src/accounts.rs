@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::{
     api::{Account, AccountKind, AccountView, OpenAccountRequest, Transaction},
     error::{Breach, Error, Result},
+    ledger::Recorded,
     rows::{AccountRow, TransactionRow},
 };
 
@@ -29,14 +30,14 @@ pub const MAX_OPENING_BALANCE: i64 = paysaga_common::money::MAX_AMOUNT;
 
 /// Opens a member account with its opening deposit, at most `max_opening` (0 outside
 /// development mode: see [`crate::Config::openings_with_money`]). With an `open_key` the
-/// opening is idempotent: `Ok((account, false))` when the key already opened this same
-/// account.
+/// opening is idempotent: the account, not `created`, when the key already opened this
+/// same account.
 #[tracing::instrument(skip_all, fields(member = %req.member_id))]
 pub async fn open(
     pool: &PgPool,
     req: &OpenAccountRequest,
     max_opening: i64,
-) -> Result<(Account, bool)> {
+) -> Result<Recorded<Account>> {
     if !(0..=max_opening).contains(&req.opening_balance) {
         return Err(Error::InvalidOpeningBalance { max: max_opening });
     }
@@ -59,7 +60,10 @@ pub async fn open(
         let key = open_key.ok_or_else(|| Breach::UnkeyedOpeningConflicted {
             member: req.member_id.as_str().to_owned(),
         })?;
-        return opened_before(pool, key, req).await.map(|a| (a, false));
+        return opened_before(pool, key, req).await.map(|value| Recorded {
+            value,
+            created: false,
+        });
     };
     // The deposit is on the ledger too, so every balance is explained by its rows.
     if req.opening_balance > 0 {
@@ -74,7 +78,10 @@ pub async fn open(
         .await?;
     }
     tx.commit().await?;
-    Ok((row.into(), true))
+    Ok(Recorded {
+        value: row.into(),
+        created: true,
+    })
 }
 
 /// The account `key` opened, if it was opened for the same member with the same deposit;

@@ -131,6 +131,11 @@ pub fn lone<T>(mut outcomes: Vec<(usize, Outcome<T>)>) -> Result<Recorded<T>> {
     }
 }
 
+/// One request of a rule, applied as a batch of one: how its own endpoint answers it.
+pub(crate) async fn one<R: Statement>(pool: &PgPool, req: R) -> Result<Recorded<R::Record>> {
+    lone(apply(pool, vec![(0, req)]).await?)
+}
+
 /// Debits `ops`, the whole batch into one merchant shard: one row lock and one update
 /// instead of one per key, and two concurrent batches meet on a shard 1 time in 16
 /// rather than almost always. The shard is picked by the first key and recorded on

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use paysaga_common::{
     auth::BuyerKeySource,
-    config::{self, ConfigError, Secrets},
+    config::{self, Secrets},
     credentials::{self, ServiceKeys},
     limits::MemberRate,
     service::{Database, Process},
@@ -60,11 +60,11 @@ impl Config {
         let process = Process::from_env(secrets, DEFAULT_LISTEN_ADDR)?;
         let merchant_shards = config::parse("MERCHANT_SHARDS", MAX_MERCHANT_SHARDS)?;
         if merchant_shards == 0 || merchant_shards > MAX_MERCHANT_SHARDS {
-            return Err(ConfigError {
-                name: "MERCHANT_SHARDS".into(),
-                value: merchant_shards.to_string(),
-                reason: format!("must be between 1 and {MAX_MERCHANT_SHARDS}"),
-            }
+            return Err(config::invalid(
+                "MERCHANT_SHARDS",
+                merchant_shards,
+                &format!("must be between 1 and {MAX_MERCHANT_SHARDS}"),
+            )
             .into());
         }
         let hold_sweep_interval =

@@ -63,13 +63,9 @@ pub async fn open_account(
     } else {
         0
     };
-    let (account, created) = accounts::open(&state.pool, &req, max_opening).await?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(account)))
+    Ok(recorded(
+        accounts::open(&state.pool, &req, max_opening).await?,
+    ))
 }
 
 /// Pay money in from outside (a staff top-up, forwarded by the member service) to a
@@ -94,8 +90,7 @@ pub async fn deposit(
 ) -> Result<impl IntoResponse> {
     let grant = approved(&state, &req).await?;
     let approved = ApprovedDeposit::new(req, grant);
-    let outcomes = batch::apply(&state.pool, vec![(0, approved)]).await?;
-    Ok(recorded(batch::lone(outcomes)?))
+    Ok(recorded(batch::one(&state.pool, approved).await?))
 }
 
 /// The grant of `req`'s authorization, checked against the account it names: refused
@@ -162,8 +157,9 @@ pub async fn transfer(
         to: req.to,
         amount: req.amount,
     };
-    let outcomes = batch::apply(&state.pool, vec![(0, order)]).await?;
-    Ok(recorded(batch::lone(outcomes)?.map(|r| r.transfer)))
+    Ok(recorded(
+        batch::one(&state.pool, order).await?.map(|r| r.transfer),
+    ))
 }
 
 /// The one `Idempotency-Key` header a transfer carries.
@@ -245,8 +241,7 @@ pub async fn credit(
     service: Service<{ ORCHESTRATOR }>,
     Json(req): Json<CreditRequest>,
 ) -> Result<impl IntoResponse> {
-    let outcomes = batch::apply(&state.pool, vec![(0, req)]).await?;
-    Ok(recorded(batch::lone(outcomes)?))
+    Ok(recorded(batch::one(&state.pool, req).await?))
 }
 
 /// What happened under an operation key: how a caller learns the truth after a timeout.
@@ -286,8 +281,9 @@ pub async fn place_hold(
     service: Service<{ ORDER }>,
     Json(req): Json<HoldRequest>,
 ) -> Result<impl IntoResponse> {
-    let outcomes = batch::apply(&state.pool, vec![(0, req)]).await?;
-    Ok(recorded(batch::lone(outcomes)?.map(|r| r.hold)))
+    Ok(recorded(
+        batch::one(&state.pool, req).await?.map(|r| r.hold),
+    ))
 }
 
 /// Release a hold: its money is available again. Once per hold; a replay answers the
@@ -315,8 +311,8 @@ pub async fn release_hold(
         )));
     }
     let operation_key = OperationKey::parse(key).map_err(Error::InvalidOperationKey)?;
-    let outcomes = batch::apply(&state.pool, vec![(0, ReleaseRequest { operation_key })]).await?;
-    Ok(recorded(batch::lone(outcomes)?.map(|r| r.hold)))
+    let released = batch::one(&state.pool, ReleaseRequest { operation_key }).await?;
+    Ok(recorded(released.map(|r| r.hold)))
 }
 
 /// A hold by its operation key.

@@ -23,7 +23,6 @@ pub(crate) mod transfer;
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use axum::{
     extract::{DefaultBodyLimit, FromRef},
     routing::{get, post},
@@ -148,8 +147,8 @@ pub fn app(state: AppState) -> Router {
 
 paysaga_common::serve_from_env_fn!("account");
 
-/// Connects, migrates, starts the sweep of lapsed holds and the ledger reconciliation, serves until `shutdown`
-/// resolves, then stops the sweep.
+/// Connects, migrates, starts the sweep of lapsed holds and the ledger reconciliation,
+/// serves until `shutdown` resolves, then stops both.
 pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> anyhow::Result<()> {
     let state = AppState::connect(&config).await?;
     let jobs = release::start(
@@ -160,9 +159,6 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> a
     .await?;
     reconcile::schedule(&jobs, state.pool.clone(), config.ledger_reconcile_interval).await?;
     tracing::info!(addr = %listener.local_addr()?, merchant_shards = state.merchant_shards, "account service listening");
-    let served = config.process.serve(listener, app(state), shutdown).await;
-    if let Err(e) = jobs.shutdown().await {
-        tracing::warn!(error = %e, "hold sweep did not stop cleanly");
-    }
-    served.context("serving HTTP")
+    jobs.stop_after(config.process.serve(listener, app(state), shutdown))
+        .await
 }

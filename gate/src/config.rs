@@ -102,21 +102,13 @@ fn positive<T: PartialOrd + Default + std::fmt::Display>(
     if v > T::default() {
         Ok(v)
     } else {
-        Err(ConfigError {
-            name: name.into(),
-            value: v.to_string(),
-            reason: "must be greater than zero".into(),
-        })
+        Err(config::invalid(name, v, "must be greater than zero"))
     }
 }
 
 fn nonzero(name: &str, d: Duration) -> Result<Duration, ConfigError> {
     if d.is_zero() {
-        Err(ConfigError {
-            name: name.into(),
-            value: "0".into(),
-            reason: "must be greater than zero".into(),
-        })
+        Err(config::invalid(name, 0, "must be greater than zero"))
     } else {
         Ok(d)
     }
@@ -135,11 +127,11 @@ fn node_list(raw: &str) -> Vec<String> {
 /// tag (every product into one cluster slot, or keys of one product apart).
 fn key_prefix(prefix: String) -> Result<String, ConfigError> {
     if prefix.contains(['{', '}']) {
-        Err(ConfigError {
-            name: "REDIS_PREFIX".into(),
-            value: prefix,
-            reason: "must not contain '{' or '}' (the product's hash tag follows it)".into(),
-        })
+        Err(config::invalid(
+            "REDIS_PREFIX",
+            prefix,
+            "must not contain '{' or '}' (the product's hash tag follows it)",
+        ))
     } else {
         Ok(prefix)
     }

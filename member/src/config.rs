@@ -211,11 +211,7 @@ fn flag(name: &str, default: bool) -> Result<bool, ConfigError> {
         Ok(v) if !v.trim().is_empty() => match v.trim().to_ascii_lowercase().as_str() {
             "1" | "true" | "yes" | "on" => Ok(true),
             "0" | "false" | "no" | "off" => Ok(false),
-            _ => Err(ConfigError {
-                name: name.into(),
-                value: v,
-                reason: "expected 1 or 0".into(),
-            }),
+            _ => Err(config::invalid(name, v, "expected 1 or 0")),
         },
         _ => Ok(default),
     }
@@ -241,21 +237,13 @@ fn window(name: &str, default: Duration) -> Result<Duration, ConfigError> {
 
 fn positive(name: &str, value: u64) -> Result<(), ConfigError> {
     if value == 0 {
-        return Err(ConfigError {
-            name: name.into(),
-            value: "0".into(),
-            reason: "must be positive".into(),
-        });
+        return Err(config::invalid(name, value, "must be positive"));
     }
     Ok(())
 }
 
 fn signing_keys_from_env(secrets: &mut Secrets) -> Result<SigningKeys, ConfigError> {
-    let invalid = |name: &str, reason: String| ConfigError {
-        name: name.into(),
-        value: "<redacted>".into(),
-        reason,
-    };
+    let invalid = |name: &str, reason: String| config::invalid(name, "<redacted>", &reason);
     if let Ok(v) = std::env::var("MEMBER_SIGNING_KEYS") {
         if !v.trim().is_empty() {
             return SigningKeys::parse(&v).map_err(|e| invalid("MEMBER_SIGNING_KEYS", e));
@@ -263,11 +251,8 @@ fn signing_keys_from_env(secrets: &mut Secrets) -> Result<SigningKeys, ConfigErr
     }
     if let Ok(path) = std::env::var("MEMBER_SIGNING_KEYS_FILE") {
         if !path.trim().is_empty() {
-            let text = std::fs::read_to_string(path.trim()).map_err(|e| ConfigError {
-                name: "MEMBER_SIGNING_KEYS_FILE".into(),
-                value: path.clone(),
-                reason: e.to_string(),
-            })?;
+            let text = std::fs::read_to_string(path.trim())
+                .map_err(|e| config::invalid("MEMBER_SIGNING_KEYS_FILE", &path, &e.to_string()))?;
             return SigningKeys::parse(&text).map_err(|e| invalid("MEMBER_SIGNING_KEYS_FILE", e));
         }
     }
@@ -280,21 +265,17 @@ fn signing_keys_from_env(secrets: &mut Secrets) -> Result<SigningKeys, ConfigErr
 /// its proxies instead.
 fn trusted_proxies_from_env() -> Result<TrustedProxies, ConfigError> {
     if flag("TRUST_FORWARDED_FOR", false)? {
-        return Err(ConfigError {
-            name: "TRUST_FORWARDED_FOR".into(),
-            value: "1".into(),
-            reason: "not read: list the proxies whose X-Forwarded-For is believed in \
-                     TRUSTED_PROXIES (addresses or CIDR networks)"
-                .into(),
-        });
+        return Err(config::invalid(
+            "TRUST_FORWARDED_FOR",
+            1,
+            "not read: list the proxies whose X-Forwarded-For is believed in \
+             TRUSTED_PROXIES (addresses or CIDR networks)",
+        ));
     }
     let text = config::string("TRUSTED_PROXIES", "");
-    text.parse()
-        .map_err(|e: crate::proxies::InvalidProxy| ConfigError {
-            name: "TRUSTED_PROXIES".into(),
-            value: text.clone(),
-            reason: e.to_string(),
-        })
+    text.parse().map_err(|e: crate::proxies::InvalidProxy| {
+        config::invalid("TRUSTED_PROXIES", &text, &e.to_string())
+    })
 }
 
 fn cpus() -> usize {
@@ -325,11 +306,11 @@ impl Config {
             argon2.parallelism,
             None,
         ) {
-            return Err(ConfigError {
-                name: "ARGON2_MEMORY_KIB/ARGON2_ITERATIONS/ARGON2_PARALLELISM".into(),
-                value: format!("{argon2:?}"),
-                reason: e.to_string(),
-            }
+            return Err(config::invalid(
+                "ARGON2_MEMORY_KIB/ARGON2_ITERATIONS/ARGON2_PARALLELISM",
+                format!("{argon2:?}"),
+                &e.to_string(),
+            )
             .into());
         }
         let argon2_max_concurrent: usize = config::parse("ARGON2_MAX_CONCURRENT", cpus())?;
@@ -354,11 +335,11 @@ impl Config {
         positive("ACCESS_TOKEN_TTL_SECS", access_ttl.as_secs())?;
         if access_ttl.as_secs() > MAX_BUYER_TOKEN_LIFETIME_SECS as u64 {
             // Every service refuses a buyer token that lives longer.
-            return Err(ConfigError {
-                name: "ACCESS_TOKEN_TTL_SECS".into(),
-                value: access_ttl.as_secs().to_string(),
-                reason: format!("must be at most {MAX_BUYER_TOKEN_LIFETIME_SECS}"),
-            }
+            return Err(config::invalid(
+                "ACCESS_TOKEN_TTL_SECS",
+                access_ttl.as_secs(),
+                &format!("must be at most {MAX_BUYER_TOKEN_LIFETIME_SECS}"),
+            )
             .into());
         }
         positive("REFRESH_TOKEN_TTL_SECS", refresh_ttl.as_secs())?;

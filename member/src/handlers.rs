@@ -174,10 +174,7 @@ pub async fn sign_out(
     ))]
 #[tracing::instrument(skip_all, fields(member = %me.0))]
 pub async fn me(State(state): State<AppState>, me: Me) -> Result<Json<Member>> {
-    let row = members::by_id(&state.pool, me.0)
-        .await?
-        .ok_or(Error::MemberNotFound)?;
-    Ok(Json(row.into()))
+    Ok(Json(members::by_id(&state.pool, me.0).await?.into()))
 }
 
 /// A member by id (service credential).
@@ -195,10 +192,7 @@ pub async fn get_member(
     service: Service<{ OPERATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Member>> {
-    let row = members::by_id(&state.pool, id)
-        .await?
-        .ok_or(Error::MemberNotFound)?;
-    Ok(Json(row.into()))
+    Ok(Json(members::by_id(&state.pool, id).await?.into()))
 }
 
 /// Members ordered by id, a page at a time (service credential).
@@ -253,9 +247,7 @@ pub async fn top_up(
     Path(id): Path<Uuid>,
     Json(req): Json<TopUpRequest>,
 ) -> Result<impl IntoResponse> {
-    let row = members::by_id(&state.pool, id)
-        .await?
-        .ok_or(Error::MemberNotFound)?;
+    let row = members::by_id(&state.pool, id).await?;
     let account_id = row.account_id.ok_or(Error::AccountNotOpen)?;
     let deposit = DepositRequest {
         operation_key: req.operation_key,

@@ -59,13 +59,13 @@ pub(crate) async fn by_email(pool: &PgPool, email: &Email) -> Result<Option<Memb
     )
 }
 
-pub(crate) async fn by_id(pool: &PgPool, id: Uuid) -> Result<Option<MemberRow>> {
-    Ok(
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM members WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(pool)
-            .await?,
-    )
+/// The member `id`; `MEMBER_NOT_FOUND` when there is none.
+pub(crate) async fn by_id(pool: &PgPool, id: Uuid) -> Result<MemberRow> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM members WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .ok_or(Error::MemberNotFound)
 }
 
 /// Members with ids after `after`, in id order.

@@ -235,19 +235,14 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: Shutdown) -> a
         config.sweep_max_batches,
     )
     .await?;
-    let holds = releases::start(
+    releases::schedule(
+        &jobs,
         state.pool.clone(),
         state.funds.clone(),
         config.hold_release_interval,
     )
     .await?;
     tracing::info!(addr = %listener.local_addr()?, "order service listening");
-    let served = config.process.serve(listener, app(state), shutdown).await;
-    for (what, jobs) in [("expiry sweep", jobs), ("hold releases", holds)] {
-        if let Err(e) = jobs.shutdown().await {
-            tracing::warn!(error = %e, "{what} did not stop cleanly");
-        }
-    }
-    served?;
-    Ok(())
+    jobs.stop_after(config.process.serve(listener, app(state), shutdown))
+        .await
 }

@@ -182,10 +182,14 @@ pub async fn reconcile(pool: &PgPool, funds: &Funds, cursor: &Cursor) -> Result<
     Ok(released)
 }
 
-/// Schedules the drain every `interval`, and the reconciliation every third of the
-/// orphan grace.
-pub async fn start(pool: PgPool, funds: Funds, interval: Duration) -> anyhow::Result<Jobs> {
-    let jobs = Jobs::start().await?;
+/// Schedules among `jobs` the drain every `interval`, and the reconciliation every third
+/// of the orphan grace.
+pub async fn schedule(
+    jobs: &Jobs,
+    pool: PgPool,
+    funds: Funds,
+    interval: Duration,
+) -> anyhow::Result<()> {
     let (drain_pool, drain_funds) = (pool.clone(), funds.clone());
     jobs.every("hold_release", interval, move || {
         let (pool, funds) = (drain_pool.clone(), drain_funds.clone());
@@ -209,5 +213,5 @@ pub async fn start(pool: PgPool, funds: Funds, interval: Duration) -> anyhow::Re
         }
     })
     .await?;
-    Ok(jobs)
+    Ok(())
 }

@@ -41,14 +41,13 @@ async fn snapshot(svc: &Svc) -> Value {
 
 /// Each shard holds exactly the applied debits recorded against it (no credits here).
 async fn assert_shards_match_rows(svc: &Svc) {
-    let off: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.merchant_shards s
-           WHERE s.balance <> (SELECT COALESCE(SUM(t.amount), 0) FROM account_service.transactions t
-                               WHERE t.merchant_shard = s.shard AND t.kind = 'DEBIT' AND t.status = 'APPLIED')"#,
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("shards");
+    let off = svc
+        .number(
+            r#"SELECT COUNT(*) FROM account_service.merchant_shards s
+               WHERE s.balance <> (SELECT COALESCE(SUM(t.amount), 0) FROM account_service.transactions t
+                                   WHERE t.merchant_shard = s.shard AND t.kind = 'DEBIT' AND t.status = 'APPLIED')"#,
+        )
+        .await;
     assert_eq!(off, 0, "every shard equals its applied debits");
 }
 

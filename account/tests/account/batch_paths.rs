@@ -62,16 +62,15 @@ async fn money(svc: &Svc, exact_shards: bool) -> Value {
 /// debits less the credits drawn from it; no balance is negative.
 async fn assert_shards_explained(svc: &Svc) {
     assert_eq!(svc.negative_balances().await, 0);
-    let off: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.merchant_shards s
-           WHERE s.balance <> (SELECT COALESCE(SUM(CASE t.kind WHEN 'DEBIT' THEN t.amount ELSE -t.amount END), 0)
-                               FROM account_service.transactions t
-                               WHERE t.merchant_shard = s.shard AND t.status = 'APPLIED'
-                                 AND t.kind IN ('DEBIT', 'CREDIT'))"#,
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .expect("shards");
+    let off = svc
+        .number(
+            r#"SELECT COUNT(*) FROM account_service.merchant_shards s
+               WHERE s.balance <> (SELECT COALESCE(SUM(CASE t.kind WHEN 'DEBIT' THEN t.amount ELSE -t.amount END), 0)
+                                   FROM account_service.transactions t
+                                   WHERE t.merchant_shard = s.shard AND t.status = 'APPLIED'
+                                     AND t.kind IN ('DEBIT', 'CREDIT'))"#,
+        )
+        .await;
     assert_eq!(
         off, 0,
         "every shard equals its applied debits less its credits"

@@ -169,19 +169,13 @@ async fn outside_development_accounts_open_empty_and_the_tools_release_no_hold()
         .await
         .expect("an empty account opens")
         .body;
-    let accounts: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MEMBER'"#,
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .unwrap();
+    let accounts = svc
+        .number(r#"SELECT COUNT(*) FROM account_service.accounts WHERE kind = 'MEMBER'"#)
+        .await;
     assert_eq!(accounts, 1, "only the empty one");
-    let money: i64 = sqlx::query_scalar(
-        r#"SELECT COALESCE(SUM(balance), 0)::BIGINT FROM account_service.accounts"#,
-    )
-    .fetch_one(&svc.admin)
-    .await
-    .unwrap();
+    let money = svc
+        .number(r#"SELECT COALESCE(SUM(balance), 0)::BIGINT FROM account_service.accounts"#)
+        .await;
     assert_eq!(money, 0);
 
     // Money in by an authorized deposit, a hold on it, and the tools cannot release it.

@@ -90,16 +90,15 @@ fn sum_of_all_balances_never_changes() {
             assert_eq!(svc.total_money().await, before, "money created or destroyed");
             assert_eq!(svc.negative_balances().await, 0);
             // Each account's balance is its opening plus its applied ledger rows.
-            let unexplained: i64 = sqlx::query_scalar(
-                r#"SELECT COUNT(*) FROM account_service.accounts a
-                   WHERE a.kind = 'MEMBER' AND a.balance <> (
-                       SELECT COALESCE(SUM(CASE t.kind WHEN 'DEBIT' THEN -t.amount ELSE t.amount END), 0)
-                       FROM account_service.transactions t
-                       WHERE t.account_id = a.id AND t.status = 'APPLIED')"#,
-            )
-            .fetch_one(&svc.admin)
-            .await
-            .expect("ledger check");
+            let unexplained = svc
+                .number(
+                    r#"SELECT COUNT(*) FROM account_service.accounts a
+                       WHERE a.kind = 'MEMBER' AND a.balance <> (
+                           SELECT COALESCE(SUM(CASE t.kind WHEN 'DEBIT' THEN -t.amount ELSE t.amount END), 0)
+                           FROM account_service.transactions t
+                           WHERE t.account_id = a.id AND t.status = 'APPLIED')"#,
+                )
+                .await;
             assert_eq!(unexplained, 0, "a balance disagrees with its ledger");
             let merchant_explained: bool = sqlx::query_scalar(
                 r#"SELECT (SELECT SUM(balance) FROM account_service.merchant_shards)
@@ -111,15 +110,14 @@ fn sum_of_all_balances_never_changes() {
             .await
             .expect("merchant check");
             assert!(merchant_explained, "merchant shards disagree with the ledger");
-            let over_refunded: i64 = sqlx::query_scalar(
-                r#"SELECT COUNT(*) FROM account_service.transactions d
-                   WHERE d.kind = 'DEBIT' AND d.refunded <> (
-                       SELECT COALESCE(SUM(c.amount), 0) FROM account_service.transactions c
-                       WHERE c.kind = 'CREDIT' AND c.refund_of = d.operation_key)"#,
-            )
-            .fetch_one(&svc.admin)
-            .await
-            .expect("refund check");
+            let over_refunded = svc
+                .number(
+                    r#"SELECT COUNT(*) FROM account_service.transactions d
+                       WHERE d.kind = 'DEBIT' AND d.refunded <> (
+                           SELECT COALESCE(SUM(c.amount), 0) FROM account_service.transactions c
+                           WHERE c.kind = 'CREDIT' AND c.refund_of = d.operation_key)"#,
+                )
+                .await;
             assert_eq!(over_refunded, 0, "a debit's refunded total disagrees with its credits");
         });
         Ok(())

@@ -42,14 +42,6 @@ fn unit_count(n: i64, min: i64) -> Result<i64> {
     Ok(n)
 }
 
-/// Ids are positive; anything else cannot name a product.
-fn known_id(id: i64) -> Result<i64> {
-    if id <= 0 {
-        return Err(Error::ProductNotFound(id));
-    }
-    Ok(id)
-}
-
 /// Outside development mode stock changes come from the orchestrator only, which
 /// carries an admin's change and records it in the audit trail; the operator tools'
 /// credential is refused here, so no change of what is on sale goes unrecorded.
@@ -119,7 +111,7 @@ pub async fn add_units(
     Json(req): Json<AddUnits>,
 ) -> Result<Json<Product>> {
     changes_stock(&state, caller.0)?;
-    let id = known_id(id)?;
+    let id = super::known_id(id)?;
     let count = unit_count(req.count, 1)?;
     let product = stock::add_units(&state.pool, id, count)
         .await?
@@ -146,7 +138,7 @@ pub async fn get(
     _caller: Caller<{ OPERATOR }>,
     Path(id): Path<i64>,
 ) -> Result<Json<Product>> {
-    let id = known_id(id)?;
+    let id = super::known_id(id)?;
     let product = stock::product(&state.pool, id)
         .await?
         .ok_or(Error::ProductNotFound(id))?;
@@ -162,7 +154,7 @@ pub async fn availability(
     _caller: Service<{ GATE }>,
     Path(id): Path<i64>,
 ) -> Result<Json<Availability>> {
-    let id = known_id(id)?;
+    let id = super::known_id(id)?;
     let available = stock::availability(&state.pool, id)
         .await?
         .ok_or(Error::ProductNotFound(id))?;
@@ -185,7 +177,7 @@ pub async fn report_promises(
     Path(id): Path<i64>,
     Json(req): Json<ReportPromises>,
 ) -> Result<Json<Availability>> {
-    let id = known_id(id)?;
+    let id = super::known_id(id)?;
     if req.in_flight < 0 {
         return Err(Error::invalid(
             ErrorCode::InvalidUnits,

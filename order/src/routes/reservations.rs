@@ -229,9 +229,7 @@ pub async fn confirm(
     caller: Service<{ ORCHESTRATOR }>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Reservation>> {
-    let confirmed =
-        super::detached(async move { settle::one(&state.pool, Op::Confirm(id)).await }).await?;
-    Ok(Json(confirmed))
+    settled(state, Op::Confirm(id)).await
 }
 
 /// Cancel a reservation; its unit goes back on sale (buyer: own, while unpaid; service:
@@ -251,9 +249,13 @@ pub async fn cancel(
         Caller::Buyer(m) => Canceller::Buyer(m),
         Caller::Service(_) => Canceller::Service,
     };
-    let cancelled =
-        super::detached(async move { settle::one(&state.pool, Op::Cancel(id, who)).await }).await?;
-    Ok(Json(cancelled))
+    settled(state, Op::Cancel(id, who)).await
+}
+
+/// A confirm or cancel, answered as its endpoint answers it (see [`settle::one`]).
+async fn settled(state: AppState, op: Op) -> Result<Json<Reservation>> {
+    let reservation = super::detached(async move { settle::one(&state.pool, op).await }).await?;
+    Ok(Json(reservation))
 }
 
 /// Most pass ids one `passes/used` call may ask about (1,000 ids is ~40 KB, inside the

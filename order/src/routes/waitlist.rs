@@ -17,14 +17,6 @@ use crate::{
     AppState,
 };
 
-/// Ids are positive; anything else cannot name a product.
-fn known_id(id: i64) -> Result<i64> {
-    if id <= 0 {
-        return Err(Error::ProductNotFound(id));
-    }
-    Ok(id)
-}
-
 /// Join a sold-out product's waitlist (buyer). A unit that comes back (a reservation
 /// expired or cancelled, an order refunded, units added) is offered to the head of the
 /// line and held for them until the offer's deadline.
@@ -42,7 +34,7 @@ pub async fn join(
     buyer: BuyerIdentity,
     Path(id): Path<i64>,
 ) -> Result<(StatusCode, Json<WaitlistEntry>)> {
-    let id = known_id(id)?;
+    let id = super::known_id(id)?;
     // The same judge as the gate's: a member who may not take a pass may not wait for
     // a unit either.
     let rules = stock::eligibility(&state.pool, id)
@@ -82,7 +74,7 @@ pub async fn me(
     Buyer(member): Buyer,
     Path(id): Path<i64>,
 ) -> Result<Json<WaitlistEntry>> {
-    let id = known_id(id)?;
+    let id = super::known_id(id)?;
     waitlist::entry(&state.pool, id, &member)
         .await?
         .map(Json)
@@ -102,7 +94,7 @@ pub async fn leave(
     Buyer(member): Buyer,
     Path(id): Path<i64>,
 ) -> Result<Json<WaitlistEntry>> {
-    let id = known_id(id)?;
+    let id = super::known_id(id)?;
     super::detached(async move { waitlist::leave(&state.pool, id, &member).await })
         .await?
         .map(Json)

@@ -62,10 +62,8 @@ async fn products_units_and_counts() {
 
 #[tokio::test]
 async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
-    let h = Harness::start().await;
+    let (h, p, r) = Harness::with_reservation(1).await;
     let svc = h.service();
-    let p = h.product(1).await;
-    let r = h.reserve_as("alice", p.id).await;
     assert_eq!(r.state, ReservationState::Reserved);
 
     let first = svc.confirm(r.id).await.unwrap().body;

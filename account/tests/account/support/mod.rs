@@ -58,25 +58,18 @@ impl Svc {
         .await;
         let base = service.url();
         let http = paysaga_common::client::http_client(Duration::from_secs(30));
-        let client = AccountClient::new(
-            &base,
-            service_token("orchestrator", Audience::Account),
-            Duration::from_secs(30),
-        );
-        let operator = AccountClient::new(
-            &base,
-            service_token("operator", Audience::Account),
-            Duration::from_secs(30),
-        );
-        let order = AccountClient::new(
-            &base,
-            service_token("order", Audience::Account),
-            Duration::from_secs(30),
-        );
-        let member = AccountClient::new(
-            &base,
-            service_token("member", Audience::Account),
-            Duration::from_secs(30),
+        let as_role = |role: &str| {
+            AccountClient::new(
+                &base,
+                service_token(role, Audience::Account),
+                Duration::from_secs(30),
+            )
+        };
+        let (client, operator, order, member) = (
+            as_role("orchestrator"),
+            as_role("operator"),
+            as_role("order"),
+            as_role("member"),
         );
         let admin = db.admin_pool().await;
         Self {

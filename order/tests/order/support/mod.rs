@@ -77,10 +77,15 @@ impl Harness {
 
     /// The account service as an operator opens and tops up accounts.
     pub fn accounts(&self) -> AccountClient {
+        self.account_as("operator")
+    }
+
+    /// The account service as the service `role`, on the harness's connection pool.
+    fn account_as(&self, role: &str) -> AccountClient {
         AccountClient::with_http(
             self.http.clone(),
             &self.account_url,
-            service_token("operator", Audience::Account),
+            service_token(role, Audience::Account),
         )
     }
 
@@ -99,14 +104,10 @@ impl Harness {
                 None,
             )),
         };
-        AccountClient::with_http(
-            self.http.clone(),
-            &self.account_url,
-            service_token("member", Audience::Account),
-        )
-        .deposit(&req)
-        .await
-        .expect("deposit");
+        self.account_as("member")
+            .deposit(&req)
+            .await
+            .expect("deposit");
     }
 
     /// Opens `member`'s account with `balance` (once: a member's account is opened
@@ -162,39 +163,29 @@ impl Harness {
             .expect("hold state")
     }
 
+    /// As the orchestrator, the service that confirms and cancels.
     pub fn service(&self) -> OrderClient {
-        OrderClient::with_http(
-            self.http.clone(),
-            &self.base,
-            service_token("orchestrator", Audience::Order),
-        )
+        self.orchestrator()
     }
 
     /// As an operator: products, reservation look-ups and cancels.
     pub fn operator(&self) -> OrderClient {
-        OrderClient::with_http(
-            self.http.clone(),
-            &self.base,
-            service_token("operator", Audience::Order),
-        )
+        self.as_service("operator")
     }
 
     /// As the orchestrator: products made and units added for an admin.
     pub fn orchestrator(&self) -> OrderClient {
-        OrderClient::with_http(
-            self.http.clone(),
-            &self.base,
-            service_token("orchestrator", Audience::Order),
-        )
+        self.as_service("orchestrator")
     }
 
     /// As the gate's recompute job: product list, availability, used passes.
     pub fn gate(&self) -> OrderClient {
-        OrderClient::with_http(
-            self.http.clone(),
-            &self.base,
-            service_token("gate", Audience::Order),
-        )
+        self.as_service("gate")
+    }
+
+    /// As the service `role`.
+    fn as_service(&self, role: &str) -> OrderClient {
+        self.with_token(&service_token(role, Audience::Order))
     }
 
     pub fn buyer(&self, member: &str) -> OrderClient {
