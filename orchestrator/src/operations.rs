@@ -18,6 +18,7 @@ use paysaga_common::{
     deposits::{DepositGrant, DepositSigner},
     error::codes as common_codes,
     money::Amount,
+    paging::next_cursor,
     ApiError,
 };
 use paysaga_console::{
@@ -485,12 +486,9 @@ impl Operations {
         let kind = state_filter::<ApprovalKind>(filter.kind.as_deref(), ": REFUND or TOP_UP")?;
         let rows =
             store::approvals::list(&self.engine.pool, state, kind, filter.before, limit).await?;
-        let next_before = (rows.len() as i64 == limit)
-            .then(|| rows.last().map(|r| r.id))
-            .flatten();
         Ok(ApprovalPage {
+            next_before: next_cursor(&rows, limit, |r| r.id),
             approvals: rows.iter().map(ApprovalRow::to_api).collect(),
-            next_before,
         })
     }
 
@@ -663,12 +661,9 @@ impl Operations {
             }
         }
         let rows = store::list(&self.engine.pool, filter, state, limit).await?;
-        let next_cursor = (rows.len() as i64 == limit)
-            .then(|| rows.last().map(|r| r.id))
-            .flatten();
         Ok(PaymentPage {
+            next_cursor: next_cursor(&rows, limit, |r| r.id),
             payments: rows.iter().map(PaymentRow::to_admin).collect(),
-            next_cursor,
         })
     }
 
