@@ -12,18 +12,18 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 use workflows::Action;
 
-fn steps_summary(
-    tl: &paysaga_contracts::orchestrator::api::PaymentTimeline,
-) -> Vec<(String, String)> {
+/// The steps of a payment that went through: debited, confirmed, completed.
+const COMPLETED: [(&str, &str); 3] = [
+    ("DEBIT", "SUCCEEDED"),
+    ("CONFIRM", "SUCCEEDED"),
+    ("COMPLETE", "SUCCEEDED"),
+];
+
+/// The timeline's steps as (action, outcome), in order.
+fn steps(tl: &PaymentTimeline) -> Vec<(&str, &str)> {
     tl.steps
         .iter()
-        .map(|s| (s.action.clone(), s.outcome.clone()))
-        .collect()
-}
-
-fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
-    v.iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .map(|s| (s.action.as_str(), s.outcome.as_str()))
         .collect()
 }
 
@@ -56,14 +56,7 @@ async fn happy_path_completes_with_one_debit() {
     assert_eq!(s.merchant_balance().await, PRICE, "merchant credited once");
 
     let tl = o.timeline(id).await;
-    assert_eq!(
-        steps_summary(&tl),
-        pairs(&[
-            ("DEBIT", "SUCCEEDED"),
-            ("CONFIRM", "SUCCEEDED"),
-            ("COMPLETE", "SUCCEEDED")
-        ])
-    );
+    assert_eq!(steps(&tl), COMPLETED);
     assert_eq!(tl.steps[0].operation_key, format!("pay:{id}:debit"));
     assert!(tl
         .steps
@@ -192,8 +185,8 @@ async fn a_released_hold_fails_the_payment_and_releases_the_unit() {
     assert_eq!(s.reservation_state(res).await, "CANCELLED");
     let tl = o.timeline(id).await;
     assert_eq!(
-        steps_summary(&tl),
-        pairs(&[("DEBIT", "REJECTED"), ("CANCEL_RESERVATION", "SUCCEEDED")])
+        steps(&tl),
+        [("DEBIT", "REJECTED"), ("CANCEL_RESERVATION", "SUCCEEDED")]
     );
     // The decline is on record for the key: asked again, it is declined again.
     let declined: (String, String) = sqlx::query_as(
@@ -243,8 +236,7 @@ async fn a_hold_past_its_deadline_fails_the_payment_and_nothing_is_taken() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reservation_expiring_before_confirm_is_refunded() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("late-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("late-1").await;
     // Right after the debit commits, the reservation runs out.
     let admin = s.admin.clone();
     let after_debit = hook(move |_id, action| {
@@ -276,20 +268,19 @@ async fn reservation_expiring_before_confirm_is_refunded() {
     assert_eq!(s.unit_state(res).await, "AVAILABLE");
     let tl = o.timeline(id).await;
     assert_eq!(
-        steps_summary(&tl),
-        pairs(&[
+        steps(&tl),
+        [
             ("DEBIT", "SUCCEEDED"),
             ("CONFIRM", "REJECTED"),
             ("REFUND", "SUCCEEDED")
-        ])
+        ]
     );
     s.check_money().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("slow-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("slow-1").await;
     let (proxy, config) = s.via_account_proxy().await;
     proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(2000));
     let o = s.orchestrator(config, Hooks::default()).await;
@@ -311,8 +302,7 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("slow-2", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("slow-2").await;
     let trigger = format!(r#""op":"confirm","reservation_id":"{res}""#);
     let (proxy, config) = s.via_order_proxy().await;
     proxy.slow_first_answer(trigger.as_bytes(), Duration::from_millis(2000));
@@ -337,8 +327,7 @@ async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("crash-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("crash-1").await;
 
     // Instance A dies between the debit's answer and recording it.
     let reached = Arc::new(Notify::new());
@@ -389,14 +378,7 @@ async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
     assert_eq!(s.balance(acct).await, 100_000 - PRICE);
     assert_eq!(s.unit_state(res).await, "SOLD");
     let tl = b.operator().timeline(id).await.expect("timeline").body;
-    assert_eq!(
-        steps_summary(&tl),
-        pairs(&[
-            ("DEBIT", "SUCCEEDED"),
-            ("CONFIRM", "SUCCEEDED"),
-            ("COMPLETE", "SUCCEEDED")
-        ])
-    );
+    assert_eq!(steps(&tl), COMPLETED);
 
     // The buyer's retry of the interrupted request (A held its key) is answered by B.
     let _ = first.await;
@@ -462,20 +444,14 @@ async fn hundred_concurrent_posts_with_one_key_make_one_payment() {
         answers.len() - 1
     );
 
-    let payments: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.payments"#)
-        .fetch_one(&s.admin)
-        .await
-        .expect("count");
+    let payments = s.count_of(r#"payment_service.payments"#).await;
     assert_eq!(payments, 1, "one payment");
     let id = first.payment.id;
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert_eq!(s.applied_debits(id).await, 1, "one debit");
-    let debits: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'DEBIT'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("debits");
+    let debits = s
+        .count_of(r#"account_service.transactions WHERE kind = 'DEBIT'"#)
+        .await;
     assert_eq!(debits, 1);
 
     // The same key with a different body is refused, and creates nothing.
@@ -484,10 +460,7 @@ async fn hundred_concurrent_posts_with_one_key_make_one_payment() {
         matches!(&reused, Err(CallError::Rejected { status: 422, body }) if body.code == "IDEMPOTENCY_KEY_REUSED"),
         "{reused:?}"
     );
-    let payments: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.payments"#)
-        .fetch_one(&s.admin)
-        .await
-        .expect("count");
+    let payments = s.count_of(r#"payment_service.payments"#).await;
     assert_eq!(payments, 1);
     s.check_money().await;
 }
@@ -599,14 +572,9 @@ async fn operator_refund_cancels_the_order_and_credits_the_buyer() {
     let [(acct, res), (other, res2)] = s.two_buyers_with_reservations(["r-1", "r-2"], 2).await;
     s.release_hold(res2).await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
-    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
+    let id = o.paid("r-1", "k", res, acct).await;
     assert_eq!(s.settled(id).await, "COMPLETED");
-    let failed = o
-        .pay("r-2", "k", res2, other)
-        .await
-        .expect("pay")
-        .payment
-        .id;
+    let failed = o.paid("r-2", "k", res2, other).await;
     assert_eq!(s.settled(failed).await, "FAILED");
 
     let refunded = o.operator().refund(id).await.expect("refund").body;
@@ -629,23 +597,15 @@ async fn operator_refund_cancels_the_order_and_credits_the_buyer() {
         matches!(&refused, Err(CallError::Rejected { status: 409, body }) if body.code == "PAYMENT_NOT_REFUNDABLE")
     );
     let tl = o.timeline(id).await;
-    assert_eq!(
-        steps_summary(&tl),
-        pairs(&[
-            ("DEBIT", "SUCCEEDED"),
-            ("CONFIRM", "SUCCEEDED"),
-            ("COMPLETE", "SUCCEEDED"),
-            ("CANCEL_ORDER", "OPERATOR"),
-            ("CANCEL_ORDER", "SUCCEEDED"),
-            ("REFUND", "SUCCEEDED"),
-        ])
-    );
-    let credits: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'CREDIT'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("credits");
+    let undone = [
+        ("CANCEL_ORDER", "OPERATOR"),
+        ("CANCEL_ORDER", "SUCCEEDED"),
+        ("REFUND", "SUCCEEDED"),
+    ];
+    assert_eq!(steps(&tl), [&COMPLETED[..], &undone].concat());
+    let credits = s
+        .count_of(r#"account_service.transactions WHERE kind = 'CREDIT'"#)
+        .await;
     assert_eq!(credits, 1);
     s.check_money().await;
 }
@@ -682,8 +642,7 @@ async fn insert_stuck(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exhausted_attempts_flag_the_payment_and_an_operator_resumes_it() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("flag-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("flag-1").await;
     // The account service is unreachable for this instance.
     let mut config = s.config();
     config.account_url = "http://127.0.0.1:9".into();
@@ -798,12 +757,9 @@ async fn two_instances_recover_500_stuck_payments_each_exactly_once() {
         "payments driven other than exactly once: {:?}",
         &bad[..bad.len().min(5)]
     );
-    let debits: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'DEBIT'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("debits");
+    let debits = s
+        .count_of(r#"account_service.transactions WHERE kind = 'DEBIT'"#)
+        .await;
     assert_eq!(
         debits,
         (BUYERS * PER_BUYER) as i64,
@@ -819,12 +775,9 @@ async fn two_instances_recover_500_stuck_payments_each_exactly_once() {
         "payments driven per instance: {:?}",
         drivers.iter().map(|d| d.1).collect::<Vec<_>>()
     );
-    let sold: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.product_stock WHERE state = 'SOLD'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("sold");
+    let sold = s
+        .count_of(r#"order_service.product_stock WHERE state = 'SOLD'"#)
+        .await;
     assert_eq!(sold, (BUYERS * PER_BUYER) as i64 - expected_failed);
     drop((a, b));
     s.check_money().await;
@@ -1061,8 +1014,7 @@ async fn the_table_accepts_exactly_the_positions_the_machine_reaches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("impatient-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("impatient-1").await;
     // The debit is slow, so the first request is still running when its buyer gives up.
     let (proxy, config) = s.via_account_proxy().await;
     proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(1500));
@@ -1100,8 +1052,7 @@ async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("outage-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("outage-1").await;
     let (proxy, config) = s.via_order_proxy().await;
     let proxy = Arc::new(proxy);
     // The order service goes dark right after the debit commits.
@@ -1170,8 +1121,7 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
 /// (a retry with it is answered again, not told to wait).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keys_racing_for_one_reservation_make_one_payment_and_leave_no_key_behind() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("racer-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("racer-1").await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
 
     let tasks: Vec<_> = (0..20)

@@ -30,7 +30,7 @@ async fn outside_development_the_tools_credential_only_makes_the_first_admin() {
     let mut config = s.config();
     config.staff.tools_act = false;
     let o = s.orchestrator(config, Hooks::default()).await;
-    let payment = o.pay("m-1", "k", res, acct).await.expect("pay").payment.id;
+    let payment = o.paid("m-1", "k", res, acct).await;
     s.settled(payment).await;
 
     // The first admin, made by the tools.

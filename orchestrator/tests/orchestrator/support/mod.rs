@@ -70,13 +70,14 @@ impl Orchestrator {
         assert!(again.replayed);
         assert_eq!(&again.payment, payment);
     }
+    /// `member` pays `res` from `acct` under `key`, which must be answered; the payment's id.
+    pub async fn paid(&self, member: &str, key: &str, res: Uuid, acct: i64) -> Uuid {
+        let answer = self.pay(member, key, res, acct).await;
+        answer.expect("pay").payment.id
+    }
     /// The buyer's first payment of `res` from `acct` under key `k1`; its id.
     pub async fn pay_k1(&self, member: &str, res: Uuid, acct: i64) -> Uuid {
-        self.pay(member, "k1", res, acct)
-            .await
-            .expect("pay")
-            .payment
-            .id
+        self.paid(member, "k1", res, acct).await
     }
     /// The operator's timeline of payment `id`.
     pub async fn timeline(&self, id: Uuid) -> PaymentTimeline {
@@ -233,6 +234,14 @@ impl Stack {
         a.body.id
     }
 
+    /// A stack with one buyer, `member`: an account of 100,000 holding a reservation on a
+    /// new one-unit product. The stack, the account id and the reservation.
+    pub async fn with_buyer(member: &str) -> (Self, i64, Uuid) {
+        let mut s = Self::start().await;
+        let (acct, res) = s.buyer_with_reservation(member, 100_000, 1).await;
+        (s, acct, res)
+    }
+
     /// `member` with an account of `balance` holding one reservation on a new product of
     /// `units`: the account id and the reservation.
     pub async fn buyer_with_reservation(
@@ -359,6 +368,16 @@ impl Stack {
     pub async fn reservation_state(&self, reservation: Uuid) -> String {
         let sql = r#"SELECT state FROM order_service.reservations WHERE id = $1"#;
         self.read("reservation", sql, reservation).await
+    }
+
+    /// How many `rows` there are: a table, with a `WHERE` clause (no parameters) if
+    /// only some count.
+    pub async fn count_of(&self, rows: &str) -> i64 {
+        let sql = format!("SELECT COUNT(*) FROM {rows}");
+        sqlx::query_scalar(&sql)
+            .fetch_one(&self.admin)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     pub async fn balance(&self, account: i64) -> i64 {
