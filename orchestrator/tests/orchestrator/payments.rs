@@ -87,12 +87,7 @@ async fn happy_path_completes_with_one_debit() {
     );
 
     // The buyer reads it back; another buyer cannot see it.
-    let mine = o
-        .buyer("buyer-1")
-        .payment(id)
-        .await
-        .expect("own payment")
-        .body;
+    let mine = o.payment_of("buyer-1", id).await;
     assert_eq!(mine.state, "COMPLETED");
     assert!(o
         .buyer("buyer-2")
@@ -143,12 +138,7 @@ async fn the_answer_is_stored_with_the_settling_move() {
         assert_eq!(status, 201);
         assert!(same_transaction, "stored by the settling move's statement");
         let stored: orchestrator::api::Payment = serde_json::from_str(&body).expect("a payment");
-        let read = o
-            .buyer(&member)
-            .payment(answer.payment.id)
-            .await
-            .expect("read")
-            .body;
+        let read = o.payment_of(&member, answer.payment.id).await;
         assert_eq!(stored, read, "the stored answer is the row as it is");
         assert_eq!(stored, answer.payment, "and what the buyer was told");
         o.replays(&member, &key, res, acct, &answer.payment).await;
@@ -167,12 +157,7 @@ async fn a_released_hold_fails_the_payment_and_releases_the_unit() {
 
     let id = o.pay_k1("released-1", res, acct).await;
     assert_eq!(s.settled(id).await, "FAILED");
-    let p = o
-        .buyer("released-1")
-        .payment(id)
-        .await
-        .expect("payment")
-        .body;
+    let p = o.payment_of("released-1", id).await;
     assert_eq!(p.failure_code.as_deref(), Some("HOLD_RELEASED"));
     assert_eq!(s.applied_debits(id).await, 0);
     assert_eq!(s.balance(acct).await, PRICE, "no money moved");
@@ -217,7 +202,7 @@ async fn a_hold_past_its_deadline_fails_the_payment_and_nothing_is_taken() {
     let o = s.orchestrator(s.config(), Hooks::default()).await;
     let id = o.pay_k1("lapsed-1", res, acct).await;
     assert_eq!(s.settled(id).await, "FAILED");
-    let p = o.buyer("lapsed-1").payment(id).await.expect("payment").body;
+    let p = o.payment_of("lapsed-1", id).await;
     // Lapsed, and released by the account's sweep if it ran first: either way declined.
     assert!(
         matches!(

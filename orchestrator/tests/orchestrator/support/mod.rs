@@ -79,6 +79,11 @@ impl Orchestrator {
     pub async fn pay_k1(&self, member: &str, res: Uuid, acct: i64) -> Uuid {
         self.paid(member, "k1", res, acct).await
     }
+    /// Payment `id` as its buyer, `member`, reads it back.
+    pub async fn payment_of(&self, member: &str, id: Uuid) -> Payment {
+        let read = self.buyer(member).payment(id).await;
+        read.expect("the buyer's payment").body
+    }
     /// The operator's timeline of payment `id`.
     pub async fn timeline(&self, id: Uuid) -> PaymentTimeline {
         self.operator().timeline(id).await.expect("timeline").body
@@ -374,10 +379,8 @@ impl Stack {
     /// only some count.
     pub async fn count_of(&self, rows: &str) -> i64 {
         let sql = format!("SELECT COUNT(*) FROM {rows}");
-        sqlx::query_scalar(&sql)
-            .fetch_one(&self.admin)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        let count = sqlx::query_scalar(&sql).fetch_one(&self.admin).await;
+        count.unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     pub async fn balance(&self, account: i64) -> i64 {
