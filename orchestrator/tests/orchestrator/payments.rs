@@ -4,7 +4,7 @@
 use paysaga_common::auth::Audience;
 use std::{sync::Arc, time::Duration};
 
-use crate::support::{hook, pay_request, Stack, PRICE};
+use crate::support::{after_debit, pay_request, Stack, PRICE};
 use orchestrator::Hooks;
 use paysaga_common::{client::CallError, testkit::buyer_token};
 use paysaga_contracts::orchestrator::api::{PaymentTimeline, Step};
@@ -223,27 +223,14 @@ async fn a_hold_past_its_deadline_fails_the_payment_and_nothing_is_taken() {
 async fn reservation_expiring_before_confirm_is_refunded() {
     let (s, acct, res) = Stack::with_buyer("late-1").await;
     // Right after the debit commits, the reservation runs out.
-    let admin = s.admin.clone();
-    let after_debit = hook(move |_id, action| {
-        let admin = admin.clone();
-        async move {
-            if action == Action::Debit {
-                sqlx::query(r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE id = $1"#)
-                    .bind(res)
-                    .execute(&admin)
-                    .await
-                    .expect("expire reservation");
-            }
-        }
+    let expire = after_debit(s.admin.clone(), move |admin| async move {
+        sqlx::query(r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE id = $1"#)
+            .bind(res)
+            .execute(&admin)
+            .await
+            .expect("expire reservation");
     });
-    let o = s
-        .orchestrator(
-            s.config(),
-            Hooks {
-                after_call: Some(after_debit),
-            },
-        )
-        .await;
+    let o = s.orchestrator(s.config(), expire).await;
 
     let id = o.pay_k1("late-1", res, acct).await;
     assert_eq!(s.settled(id).await, "REFUNDED");
@@ -266,8 +253,7 @@ async fn reservation_expiring_before_confirm_is_refunded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
     let (s, acct, res) = Stack::with_buyer("slow-1").await;
-    let (proxy, config) = s.via_account_proxy().await;
-    proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(2000));
+    let (proxy, config) = s.via_slow_debit(Duration::from_millis(2000)).await;
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let answer = o.pay("slow-1", "k1", res, acct).await.expect("pay");
@@ -316,27 +302,14 @@ async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
 
     // Instance A dies between the debit's answer and recording it.
     let reached = Arc::new(Notify::new());
-    let reached_hook = reached.clone();
-    let die_after_debit = hook(move |_id, action| {
-        let reached = reached_hook.clone();
-        async move {
-            if action == Action::Debit {
-                reached.notify_one();
-                std::future::pending::<()>().await;
-            }
-        }
+    let die_after_debit = after_debit(reached.clone(), |reached| async move {
+        reached.notify_one();
+        std::future::pending::<()>().await;
     });
     let mut config = s.config();
     config.lease = Duration::from_millis(1500);
     config.response_wait = Duration::from_millis(1000);
-    let mut a = s
-        .orchestrator(
-            config.clone(),
-            Hooks {
-                after_call: Some(die_after_debit),
-            },
-        )
-        .await;
+    let mut a = s.orchestrator(config.clone(), die_after_debit).await;
     let buyer_a = a.buyer("crash-1");
     let req = pay_request(res, acct);
     let first = tokio::spawn(async move { buyer_a.pay("k-crash", &req).await });
@@ -1001,8 +974,7 @@ async fn the_table_accepts_exactly_the_positions_the_machine_reaches() {
 async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
     let (s, acct, res) = Stack::with_buyer("impatient-1").await;
     // The debit is slow, so the first request is still running when its buyer gives up.
-    let (proxy, config) = s.via_account_proxy().await;
-    proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(1500));
+    let (_proxy, config) = s.via_slow_debit(Duration::from_millis(1500)).await;
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let impatient = paysaga_contracts::orchestrator::client::OrchestratorClient::new(
@@ -1041,23 +1013,8 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
     let (proxy, config) = s.via_order_proxy().await;
     let proxy = Arc::new(proxy);
     // The order service goes dark right after the debit commits.
-    let link = proxy.clone();
-    let cut = hook(move |_id, action| {
-        let link = link.clone();
-        async move {
-            if action == Action::Debit {
-                link.cut();
-            }
-        }
-    });
-    let o = s
-        .orchestrator(
-            config,
-            Hooks {
-                after_call: Some(cut),
-            },
-        )
-        .await;
+    let cut = after_debit(proxy.clone(), |link| async move { link.cut() });
+    let o = s.orchestrator(config, cut).await;
 
     let answer = o.pay("outage-1", "k1", res, acct).await.expect("pay");
     let id = answer.payment.id;

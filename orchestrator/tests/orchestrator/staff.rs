@@ -377,16 +377,8 @@ async fn a_console_refund_names_the_person_in_the_audit_trail_the_step_log_and_a
     assert_eq!(row.4, Some(id.to_string()));
     assert_eq!(row.5.as_deref(), Some("buyer asked: wrong size"));
     assert_eq!(row.6, "DONE");
-    let notes: Vec<Option<String>> = sqlx::query_scalar(
-        r#"SELECT error FROM payment_service.payment_steps
-           WHERE payment_id = $1 AND outcome = 'OPERATOR'"#,
-    )
-    .bind(id)
-    .fetch_all(&s.admin)
-    .await
-    .expect("step log");
     assert_eq!(
-        notes,
+        operator_notes(&s.admin, id).await,
         vec![Some(
             "refund requested by alice@example.com: buyer asked: wrong size".to_owned()
         )]

@@ -147,6 +147,14 @@ impl Stack {
             .await
     }
 
+    /// [`Stack::via_account_proxy`], the proxy holding the first debit's answer back for
+    /// `delay`.
+    pub async fn via_slow_debit(&self, delay: Duration) -> (FaultProxy, Config) {
+        let (proxy, config) = self.via_account_proxy().await;
+        proxy.slow_first_answer(br#""op":"debit""#, delay);
+        (proxy, config)
+    }
+
     /// [`Stack::via_account_proxy`] for the order service.
     pub async fn via_order_proxy(&self) -> (FaultProxy, Config) {
         self.via_proxy(&self.order_url, |c, url| c.order_url = url)
@@ -482,13 +490,25 @@ pub fn pay_request(reservation_id: Uuid, account_id: i64) -> CreatePayment {
     }
 }
 
-/// A hook that does nothing until armed, then fires once for `action`.
-pub fn hook<F, Fut>(f: F) -> orchestrator::AfterCallHook
+/// Hooks that run `then`, with its own clone of `with`, after each debit call (and
+/// after no other call).
+pub fn after_debit<T, F, Fut>(with: T, then: F) -> Hooks
 where
-    F: Fn(Uuid, workflows::Action) -> Fut + Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    Arc::new(move |id, action| Box::pin(f(id, action)))
+    let after_call: orchestrator::AfterCallHook = Arc::new(move |_id, action| {
+        let run = (action == workflows::Action::Debit).then(|| then(with.clone()));
+        Box::pin(async move {
+            if let Some(run) = run {
+                run.await;
+            }
+        })
+    });
+    Hooks {
+        after_call: Some(after_call),
+    }
 }
 
 /// The `host:port` of a service URL, for a proxy in front of it.
