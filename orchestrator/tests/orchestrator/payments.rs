@@ -317,12 +317,7 @@ async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
     a.kill();
     let id = s.payment_id_for(res).await;
     assert_eq!(s.applied_debits(id).await, 1, "the debit committed");
-    let before: (String, i64) =
-        sqlx::query_as(r#"SELECT state, version FROM payment_service.payments WHERE id = $1"#)
-            .bind(id)
-            .fetch_one(&s.admin)
-            .await
-            .expect("payment");
+    let before: (String, i64) = s.payment_columns("state, version", id).await;
     assert_eq!(
         before,
         ("PROCESSING".to_string(), 0),
@@ -482,12 +477,8 @@ async fn bad_requests_get_codes_and_change_nothing() {
         (404, "RESERVATION_NOT_FOUND".into())
     );
 
-    let (payments, keys): (i64, i64) = sqlx::query_as(
-        r#"SELECT (SELECT COUNT(*) FROM payment_service.payments), (SELECT COUNT(*) FROM payment_service.idempotency_keys)"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("counts");
+    let payments = s.count_of(r#"payment_service.payments"#).await;
+    let keys = s.count_of(r#"payment_service.idempotency_keys"#).await;
     assert_eq!(
         (payments, keys),
         (0, 0),
@@ -1020,12 +1011,7 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
     let id = answer.payment.id;
     // Wait until the confirm has failed to get an answer at least twice.
     loop {
-        let (state, attempts): (String, i32) =
-            sqlx::query_as(r#"SELECT state, attempts FROM payment_service.payments WHERE id = $1"#)
-                .bind(id)
-                .fetch_one(&s.admin)
-                .await
-                .expect("payment");
+        let (state, attempts): (String, i32) = s.payment_columns("state, attempts", id).await;
         assert_eq!(
             state, "ACCOUNT_DEBITED",
             "an unreachable order service is never a failure"

@@ -383,6 +383,16 @@ impl Stack {
         self.read("reservation", sql, reservation).await
     }
 
+    /// The `columns` (a select list) of payment `id`, as `T`.
+    pub async fn payment_columns<T>(&self, columns: &str, id: Uuid) -> T
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        let sql = format!("SELECT {columns} FROM payment_service.payments WHERE id = $1");
+        let row = sqlx::query_as(&sql).bind(id).fetch_one(&self.admin).await;
+        row.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     /// How many `rows` there are: a table, with a `WHERE` clause (no parameters) if
     /// only some count.
     pub async fn count_of(&self, rows: &str) -> i64 {
