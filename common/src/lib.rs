@@ -50,6 +50,7 @@ pub mod limits;
 pub mod money;
 pub mod openapi;
 pub mod outbox;
+pub mod paging;
 pub mod pass;
 pub mod password;
 pub mod ready;

@@ -18,7 +18,7 @@ use paysaga_staff::{
 use serde::Deserialize;
 
 use crate::{
-    auth::{self, Person},
+    auth::Person,
     desk::Decision,
     layout::{self, Section},
     payments::Reason,
@@ -121,17 +121,11 @@ async fn decide(
     decision: Decision,
     reason: Reason,
 ) -> Response {
-    if !auth::same_origin(&headers) {
-        return auth::cross_origin();
-    }
-    let Ok(id) = raw.parse::<i64>() else {
-        return layout::failed(approval_not_found(), Section::Approvals);
-    };
-    let reason = match paysaga_staff::accounts::reason(reason.reason()) {
-        Ok(Some(r)) => r,
-        Ok(None) | Err(_) => {
-            return layout::failed(paysaga_staff::Error::ReasonInvalid, Section::Approvals)
-        }
+    let not_found = || layout::failed(approval_not_found(), Section::Approvals);
+    let confirmed = reason.confirmed(&headers, &raw, Section::Approvals, not_found);
+    let (id, reason): (i64, _) = match confirmed {
+        Ok(confirmed) => confirmed,
+        Err(refused) => return *refused,
     };
     let done = match decision {
         Decision::Approve => "approve",

@@ -1,5 +1,7 @@
 //! The payments pages: the filtered list, one payment's timeline, and resume and refund behind a confirmation, through the operator API's own functions.
 
+use std::str::FromStr;
+
 use axum::{
     extract::{Path, Query, State},
     http::{HeaderMap, StatusCode},
@@ -428,9 +430,27 @@ pub struct Reason {
 }
 
 impl Reason {
-    /// What was typed.
-    pub fn reason(&self) -> Option<&str> {
-        self.reason.as_deref()
+    /// The confirmed form's checks before anything is done, in this order: it was sent
+    /// from the console's own pages, `raw` is an id (else `not_found`), and a reason was
+    /// given. The id and the reason, or the page that refuses the form.
+    pub fn confirmed<T: FromStr>(
+        &self,
+        headers: &HeaderMap,
+        raw: &str,
+        section: Section,
+        not_found: impl FnOnce() -> Response,
+    ) -> Result<(T, String), Box<Response>> {
+        if !auth::same_origin(headers) {
+            return Err(Box::new(auth::cross_origin()));
+        }
+        let id = raw.parse::<T>().map_err(|_| Box::new(not_found()))?;
+        match paysaga_staff::accounts::reason(self.reason.as_deref()) {
+            Ok(Some(reason)) => Ok((id, reason)),
+            Ok(None) | Err(_) => Err(Box::new(layout::failed(
+                paysaga_staff::Error::ReasonInvalid,
+                section,
+            ))),
+        }
     }
 }
 
@@ -442,17 +462,10 @@ async fn act(
     action: Action,
     reason: Reason,
 ) -> Response {
-    if !auth::same_origin(&headers) {
-        return auth::cross_origin();
-    }
-    let Ok(id) = raw.parse::<Uuid>() else {
-        return payment_not_found();
-    };
-    let reason = match paysaga_staff::accounts::reason(reason.reason.as_deref()) {
-        Ok(Some(r)) => r,
-        Ok(None) | Err(_) => {
-            return layout::failed(paysaga_staff::Error::ReasonInvalid, Section::Payments)
-        }
+    let confirmed = reason.confirmed(&headers, &raw, Section::Payments, payment_not_found);
+    let (id, reason): (Uuid, _) = match confirmed {
+        Ok(confirmed) => confirmed,
+        Err(refused) => return *refused,
     };
     let result = match action {
         Action::Resume => state

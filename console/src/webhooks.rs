@@ -11,7 +11,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::{
-    auth::{self, Person},
+    auth::Person,
     layout::{self, Section},
 };
 use paysaga_contracts::orchestrator::api::ListDeliveries;
@@ -132,17 +132,10 @@ pub async fn replay(
     Path(raw): Path<String>,
     Form(form): Form<crate::payments::Reason>,
 ) -> Response {
-    if !auth::same_origin(&headers) {
-        return auth::cross_origin();
-    }
-    let Ok(id) = raw.parse::<Uuid>() else {
-        return delivery_not_found();
-    };
-    let reason = match paysaga_staff::accounts::reason(form.reason()) {
-        Ok(Some(r)) => r,
-        Ok(None) | Err(_) => {
-            return layout::failed(paysaga_staff::Error::ReasonInvalid, Section::Webhooks)
-        }
+    let confirmed = form.confirmed(&headers, &raw, Section::Webhooks, delivery_not_found);
+    let (id, reason): (Uuid, _) = match confirmed {
+        Ok(confirmed) => confirmed,
+        Err(refused) => return *refused,
     };
     let result = state.webhooks.replay_as(&op.0, id, Some(reason)).await;
     match result {

@@ -18,6 +18,7 @@ use paysaga_common::{
     deposits::{DepositGrant, DepositSigner},
     error::codes as common_codes,
     money::Amount,
+    paging::next_cursor,
     ApiError,
 };
 use paysaga_console::{
@@ -286,7 +287,7 @@ impl Operations {
             Ok(TopUpDone::AwaitingApproval(_)) => AuditAction::TopUpRequested,
             _ => AuditAction::TopUp,
         };
-        self.audited_on(by, action, target, reason_given, &asked)
+        self.audited(by, action, target, reason_given, &asked)
             .await?;
         asked
     }
@@ -485,12 +486,9 @@ impl Operations {
         let kind = state_filter::<ApprovalKind>(filter.kind.as_deref(), ": REFUND or TOP_UP")?;
         let rows =
             store::approvals::list(&self.engine.pool, state, kind, filter.before, limit).await?;
-        let next_before = (rows.len() as i64 == limit)
-            .then(|| rows.last().map(|r| r.id))
-            .flatten();
         Ok(ApprovalPage {
+            next_before: next_cursor(&rows, limit, |r| r.id),
             approvals: rows.iter().map(ApprovalRow::to_api).collect(),
-            next_before,
         })
     }
 
@@ -522,7 +520,7 @@ impl Operations {
         let target = found
             .as_ref()
             .map_or_else(|| format!("approval:{id}"), |a| a.to_api().target());
-        self.audited_on(
+        self.audited(
             by,
             decision_action(kind, decision),
             target.clone(),
@@ -540,7 +538,7 @@ impl Operations {
         }
         if approval.kind == ApprovalKind::TopUp {
             let result = self.deposit_approved(&approval).await;
-            self.audited_on(by, AuditAction::TopUp, target, reason, &result)
+            self.audited(by, AuditAction::TopUp, target, reason, &result)
                 .await?;
             let deposit = match result? {
                 TopUpDone::Deposited { deposit, .. } => Some(deposit),
@@ -565,7 +563,7 @@ impl Operations {
             note("approved", &by.actor.name(), reason.as_deref())
         );
         let result = self.refund(payment, &note).await;
-        self.audited_on(by, AuditAction::PaymentRefunded, target, reason, &result)
+        self.audited(by, AuditAction::PaymentRefunded, target, reason, &result)
             .await?;
         Ok(ApprovalDecided {
             approval: approval.to_api(),
@@ -608,32 +606,19 @@ impl Operations {
         })
     }
 
-    /// The audit row of an action on payment `id`: done (with what it left), refused
-    /// (with the answer's code) or failed.
+    /// The audit row of an action on `target` (a payment's id, a member's, an
+    /// approval's): done (with what it left), refused (with the answer's code) or failed.
     async fn audited(
         &self,
         by: &Acting,
         action: AuditAction,
-        id: Uuid,
-        reason: Option<String>,
-        result: &Result<impl Left>,
-    ) -> Result<()> {
-        self.audited_on(by, action, id.to_string(), reason, result)
-            .await
-    }
-
-    /// The audit row of an action on `target`.
-    async fn audited_on(
-        &self,
-        by: &Acting,
-        action: AuditAction,
-        target: String,
+        target: impl ToString,
         reason: Option<String>,
         result: &Result<impl Left>,
     ) -> Result<()> {
         let entry = Entry::of(
             action,
-            target,
+            target.to_string(),
             reason,
             result,
             |done| Some(done.left()),
@@ -663,12 +648,9 @@ impl Operations {
             }
         }
         let rows = store::list(&self.engine.pool, filter, state, limit).await?;
-        let next_cursor = (rows.len() as i64 == limit)
-            .then(|| rows.last().map(|r| r.id))
-            .flatten();
         Ok(PaymentPage {
+            next_cursor: next_cursor(&rows, limit, |r| r.id),
             payments: rows.iter().map(PaymentRow::to_admin).collect(),
-            next_cursor,
         })
     }
 

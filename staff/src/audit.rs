@@ -5,6 +5,7 @@
 use std::net::IpAddr;
 
 use chrono::{DateTime, Utc};
+use paysaga_common::paging::next_cursor;
 use paysaga_contracts::staff::api::{AuditEntry, AuditPage, ListAudit};
 use sqlx::PgExecutor;
 
@@ -168,12 +169,9 @@ impl Staff {
             .into_iter()
             .map(Row::entry)
             .collect::<Result<Vec<_>>>()?;
-        let next_before = (entries.len() as i64 == limit)
-            .then(|| entries.last().map(|e| e.id))
-            .flatten();
         Ok(AuditPage {
+            next_before: next_cursor(&entries, limit, |e| e.id),
             entries,
-            next_before,
         })
     }
 

@@ -88,56 +88,79 @@ where
     }
 }
 
-impl<S, const ALLOW: u8> FromRequestParts<S> for PersonOrTool<ALLOW>
+/// A router state that admits the operator tools as well as people: the staff sessions,
+/// and the verifier of the tools' service credential.
+pub trait AdmitsTools: Send + Sync {
+    fn staff(&self) -> Staff;
+    fn verifier(&self) -> Arc<Verifier>;
+}
+
+impl<S> AdmitsTools for S
 where
     S: Send + Sync,
     Staff: FromRef<S>,
     Arc<Verifier>: FromRef<S>,
 {
+    fn staff(&self) -> Staff {
+        Staff::from_ref(self)
+    }
+
+    fn verifier(&self) -> Arc<Verifier> {
+        Arc::<Verifier>::from_ref(self)
+    }
+}
+
+impl<S: AdmitsTools, const ALLOW: u8> FromRequestParts<S> for PersonOrTool<ALLOW> {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
         let () = AllowList::<ALLOW>::VALID;
-        let staff = Staff::from_ref(state);
-        let acting =
-            person_or_tool(parts, &staff, &Arc::<Verifier>::from_ref(state), ALLOW).await?;
-        if matches!(acting.actor, Actor::Tool(_)) && !staff.config.tools_act {
-            return Err(Error::PeopleOnly);
-        }
+        let acting = person_or_tool(parts, state, ALLOW, ToolsMay::Nothing).await?;
         Ok(PersonOrTool(acting))
     }
 }
 
-impl<S> FromRequestParts<S> for FirstAdminOrPerson
-where
-    S: Send + Sync,
-    Staff: FromRef<S>,
-    Arc<Verifier>: FromRef<S>,
-{
+impl<S: AdmitsTools> FromRequestParts<S> for FirstAdminOrPerson {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
-        let staff = Staff::from_ref(state);
-        let acting = person_or_tool(
-            parts,
-            &staff,
-            &Arc::<Verifier>::from_ref(state),
-            crate::allow::ADMIN,
-        )
-        .await?;
-        if matches!(acting.actor, Actor::Tool(_))
-            && !staff.config.tools_act
-            && staff.has_admin().await?
-        {
-            return Err(Error::PeopleOnly);
-        }
+        let tools = ToolsMay::MakeTheFirstAdmin;
+        let acting = person_or_tool(parts, state, crate::allow::ADMIN, tools).await?;
         Ok(FirstAdminOrPerson(acting))
     }
 }
 
+/// What the operator tools' service credential may do outside development mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolsMay {
+    /// Nothing: staff routes are for people (403 `PEOPLE_ONLY`).
+    Nothing,
+    /// Make the system's first admin, while no admin exists.
+    MakeTheFirstAdmin,
+}
+
+/// A person (by session, whose role `allowed` admits) or the operator tools' service
+/// credential where it may act: in development mode, or as `tools` says elsewhere.
+async fn person_or_tool(
+    parts: &Parts,
+    state: &impl AdmitsTools,
+    allowed: u8,
+    tools: ToolsMay,
+) -> Result<Acting> {
+    let staff = state.staff();
+    let acting = identify(parts, &staff, &state.verifier(), allowed).await?;
+    if matches!(acting.actor, Actor::Tool(_))
+        && !staff.config.tools_act
+        && (tools == ToolsMay::Nothing || staff.has_admin().await?)
+    {
+        return Err(Error::PeopleOnly);
+    }
+    Ok(acting)
+}
+
 /// A person (by session, whose role `allowed` admits) or the operator tools' service
 /// credential; whether the tool may act is the caller's to judge.
-async fn person_or_tool(
+async fn identify(
     parts: &Parts,
     staff: &Staff,
     verifier: &Verifier,

@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use paysaga_contracts::staff::api::{Approval, ApprovalKind, ApprovalState};
 use paysaga_staff::Acting;
-use sqlx::PgPool;
+use sqlx::{postgres::PgArguments, query::QueryAs, PgPool, Postgres};
 use uuid::Uuid;
 
 use crate::error::{Breach, Result};
@@ -59,6 +59,17 @@ impl ApprovalRow {
     }
 }
 
+/// A statement answered with approval rows.
+type ApprovalQuery<'q> = QueryAs<'q, Postgres, ApprovalRow, PgArguments>;
+
+/// `q` with who acts (staff id, then name) and their reason bound: the last three
+/// parameters of every statement that asks for or decides an approval.
+fn acted<'q>(q: ApprovalQuery<'q>, by: &Acting, reason: Option<&'q str>) -> ApprovalQuery<'q> {
+    q.bind(by.actor.staff_id())
+        .bind(by.actor.name())
+        .bind(reason)
+}
+
 /// The pending approval of a refund of `payment_id` (`amount`), asked for by `by`: a new
 /// one, or the one already pending (asking again makes no second row).
 pub async fn request(
@@ -73,19 +84,14 @@ pub async fn request(
     // then ask again. Each round either inserts or reads a row another request made, so
     // two rounds are enough unless decisions keep racing in.
     for _ in 0..4 {
-        let inserted = sqlx::query_as::<_, ApprovalRow>(&format!(
+        let insert = format!(
             r#"INSERT INTO approvals (kind, payment_id, amount, requested_by, requested_by_name, reason)
                VALUES ('REFUND', $1, $2, $3, $4, $5)
                ON CONFLICT (payment_id) WHERE state = 'PENDING' DO NOTHING
                RETURNING {APPROVAL_COLUMNS}"#
-        ))
-        .bind(payment_id)
-        .bind(amount)
-        .bind(by.actor.staff_id())
-        .bind(by.actor.name())
-        .bind(reason)
-        .fetch_optional(pool)
-        .await?;
+        );
+        let insert = sqlx::query_as(&insert).bind(payment_id).bind(amount);
+        let inserted = acted(insert, by, reason).fetch_optional(pool).await?;
         if let Some(row) = inserted {
             return Ok(row);
         }
@@ -121,21 +127,18 @@ pub async fn request_top_up(
     // statement's conflict check, so the read sees it); a second round only if it was
     // not visible yet.
     for _ in 0..2 {
-        let inserted = sqlx::query_as::<_, ApprovalRow>(&format!(
+        let insert = format!(
             r#"INSERT INTO approvals (kind, member_id, operation_key, amount, requested_by,
                                       requested_by_name, reason)
                VALUES ('TOP_UP', $1, $2, $3, $4, $5, $6)
                ON CONFLICT (operation_key) WHERE kind = 'TOP_UP' DO NOTHING
                RETURNING {APPROVAL_COLUMNS}"#
-        ))
-        .bind(member_id)
-        .bind(key)
-        .bind(amount)
-        .bind(by.actor.staff_id())
-        .bind(by.actor.name())
-        .bind(reason)
-        .fetch_optional(pool)
-        .await?;
+        );
+        let insert = sqlx::query_as(&insert)
+            .bind(member_id)
+            .bind(key)
+            .bind(amount);
+        let inserted = acted(insert, by, Some(reason)).fetch_optional(pool).await?;
         if let Some(row) = inserted {
             return Ok(row);
         }
@@ -180,20 +183,15 @@ pub async fn decide(
     by: &Acting,
     reason: Option<&str>,
 ) -> Result<Option<ApprovalRow>> {
-    Ok(sqlx::query_as::<_, ApprovalRow>(&format!(
+    let update = format!(
         r#"UPDATE approvals
            SET state = $2, decided_by = $3, decided_by_name = $4, decided_at = now(),
                decision_reason = $5
            WHERE id = $1 AND state = 'PENDING'
            RETURNING {APPROVAL_COLUMNS}"#
-    ))
-    .bind(id)
-    .bind(to.as_str())
-    .bind(by.actor.staff_id())
-    .bind(by.actor.name())
-    .bind(reason)
-    .fetch_optional(pool)
-    .await?)
+    );
+    let update = sqlx::query_as(&update).bind(id).bind(to.as_str());
+    Ok(acted(update, by, reason).fetch_optional(pool).await?)
 }
 
 /// The approvals, newest first, in `state` and of `kind` if given, older than `before`

@@ -4,7 +4,7 @@
 use paysaga_common::auth::Audience;
 use std::{sync::Arc, time::Duration};
 
-use crate::support::{hook, pay_request, Stack, PRICE};
+use crate::support::{after_debit, pay_request, Stack, PRICE};
 use orchestrator::Hooks;
 use paysaga_common::{client::CallError, testkit::buyer_token};
 use paysaga_contracts::orchestrator::api::{PaymentTimeline, Step};
@@ -12,18 +12,18 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 use workflows::Action;
 
-fn steps_summary(
-    tl: &paysaga_contracts::orchestrator::api::PaymentTimeline,
-) -> Vec<(String, String)> {
+/// The steps of a payment that went through: debited, confirmed, completed.
+const COMPLETED: [(&str, &str); 3] = [
+    ("DEBIT", "SUCCEEDED"),
+    ("CONFIRM", "SUCCEEDED"),
+    ("COMPLETE", "SUCCEEDED"),
+];
+
+/// The timeline's steps as (action, outcome), in order.
+fn steps(tl: &PaymentTimeline) -> Vec<(&str, &str)> {
     tl.steps
         .iter()
-        .map(|s| (s.action.clone(), s.outcome.clone()))
-        .collect()
-}
-
-fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
-    v.iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .map(|s| (s.action.as_str(), s.outcome.as_str()))
         .collect()
 }
 
@@ -56,14 +56,7 @@ async fn happy_path_completes_with_one_debit() {
     assert_eq!(s.merchant_balance().await, PRICE, "merchant credited once");
 
     let tl = o.timeline(id).await;
-    assert_eq!(
-        steps_summary(&tl),
-        pairs(&[
-            ("DEBIT", "SUCCEEDED"),
-            ("CONFIRM", "SUCCEEDED"),
-            ("COMPLETE", "SUCCEEDED")
-        ])
-    );
+    assert_eq!(steps(&tl), COMPLETED);
     assert_eq!(tl.steps[0].operation_key, format!("pay:{id}:debit"));
     assert!(tl
         .steps
@@ -94,12 +87,7 @@ async fn happy_path_completes_with_one_debit() {
     );
 
     // The buyer reads it back; another buyer cannot see it.
-    let mine = o
-        .buyer("buyer-1")
-        .payment(id)
-        .await
-        .expect("own payment")
-        .body;
+    let mine = o.payment_of("buyer-1", id).await;
     assert_eq!(mine.state, "COMPLETED");
     assert!(o
         .buyer("buyer-2")
@@ -150,12 +138,7 @@ async fn the_answer_is_stored_with_the_settling_move() {
         assert_eq!(status, 201);
         assert!(same_transaction, "stored by the settling move's statement");
         let stored: orchestrator::api::Payment = serde_json::from_str(&body).expect("a payment");
-        let read = o
-            .buyer(&member)
-            .payment(answer.payment.id)
-            .await
-            .expect("read")
-            .body;
+        let read = o.payment_of(&member, answer.payment.id).await;
         assert_eq!(stored, read, "the stored answer is the row as it is");
         assert_eq!(stored, answer.payment, "and what the buyer was told");
         o.replays(&member, &key, res, acct, &answer.payment).await;
@@ -174,12 +157,7 @@ async fn a_released_hold_fails_the_payment_and_releases_the_unit() {
 
     let id = o.pay_k1("released-1", res, acct).await;
     assert_eq!(s.settled(id).await, "FAILED");
-    let p = o
-        .buyer("released-1")
-        .payment(id)
-        .await
-        .expect("payment")
-        .body;
+    let p = o.payment_of("released-1", id).await;
     assert_eq!(p.failure_code.as_deref(), Some("HOLD_RELEASED"));
     assert_eq!(s.applied_debits(id).await, 0);
     assert_eq!(s.balance(acct).await, PRICE, "no money moved");
@@ -192,8 +170,8 @@ async fn a_released_hold_fails_the_payment_and_releases_the_unit() {
     assert_eq!(s.reservation_state(res).await, "CANCELLED");
     let tl = o.timeline(id).await;
     assert_eq!(
-        steps_summary(&tl),
-        pairs(&[("DEBIT", "REJECTED"), ("CANCEL_RESERVATION", "SUCCEEDED")])
+        steps(&tl),
+        [("DEBIT", "REJECTED"), ("CANCEL_RESERVATION", "SUCCEEDED")]
     );
     // The decline is on record for the key: asked again, it is declined again.
     let declined: (String, String) = sqlx::query_as(
@@ -224,7 +202,7 @@ async fn a_hold_past_its_deadline_fails_the_payment_and_nothing_is_taken() {
     let o = s.orchestrator(s.config(), Hooks::default()).await;
     let id = o.pay_k1("lapsed-1", res, acct).await;
     assert_eq!(s.settled(id).await, "FAILED");
-    let p = o.buyer("lapsed-1").payment(id).await.expect("payment").body;
+    let p = o.payment_of("lapsed-1", id).await;
     // Lapsed, and released by the account's sweep if it ran first: either way declined.
     assert!(
         matches!(
@@ -243,30 +221,16 @@ async fn a_hold_past_its_deadline_fails_the_payment_and_nothing_is_taken() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reservation_expiring_before_confirm_is_refunded() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("late-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("late-1").await;
     // Right after the debit commits, the reservation runs out.
-    let admin = s.admin.clone();
-    let after_debit = hook(move |_id, action| {
-        let admin = admin.clone();
-        async move {
-            if action == Action::Debit {
-                sqlx::query(r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE id = $1"#)
-                    .bind(res)
-                    .execute(&admin)
-                    .await
-                    .expect("expire reservation");
-            }
-        }
+    let expire = after_debit(s.admin.clone(), move |admin| async move {
+        sqlx::query(r#"UPDATE order_service.reservations SET expires_at = now() - INTERVAL '1 second' WHERE id = $1"#)
+            .bind(res)
+            .execute(&admin)
+            .await
+            .expect("expire reservation");
     });
-    let o = s
-        .orchestrator(
-            s.config(),
-            Hooks {
-                after_call: Some(after_debit),
-            },
-        )
-        .await;
+    let o = s.orchestrator(s.config(), expire).await;
 
     let id = o.pay_k1("late-1", res, acct).await;
     assert_eq!(s.settled(id).await, "REFUNDED");
@@ -276,22 +240,20 @@ async fn reservation_expiring_before_confirm_is_refunded() {
     assert_eq!(s.unit_state(res).await, "AVAILABLE");
     let tl = o.timeline(id).await;
     assert_eq!(
-        steps_summary(&tl),
-        pairs(&[
+        steps(&tl),
+        [
             ("DEBIT", "SUCCEEDED"),
             ("CONFIRM", "REJECTED"),
             ("REFUND", "SUCCEEDED")
-        ])
+        ]
     );
     s.check_money().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("slow-1", 100_000, 1).await;
-    let (proxy, config) = s.via_account_proxy().await;
-    proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(2000));
+    let (s, acct, res) = Stack::with_buyer("slow-1").await;
+    let (proxy, config) = s.via_slow_debit(Duration::from_millis(2000)).await;
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let answer = o.pay("slow-1", "k1", res, acct).await.expect("pay");
@@ -311,8 +273,7 @@ async fn debit_slower_than_the_timeout_is_learned_by_operation_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("slow-2", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("slow-2").await;
     let trigger = format!(r#""op":"confirm","reservation_id":"{res}""#);
     let (proxy, config) = s.via_order_proxy().await;
     proxy.slow_first_answer(trigger.as_bytes(), Duration::from_millis(2000));
@@ -337,32 +298,18 @@ async fn confirm_slower_than_the_timeout_is_learned_from_the_reservation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("crash-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("crash-1").await;
 
     // Instance A dies between the debit's answer and recording it.
     let reached = Arc::new(Notify::new());
-    let reached_hook = reached.clone();
-    let die_after_debit = hook(move |_id, action| {
-        let reached = reached_hook.clone();
-        async move {
-            if action == Action::Debit {
-                reached.notify_one();
-                std::future::pending::<()>().await;
-            }
-        }
+    let die_after_debit = after_debit(reached.clone(), |reached| async move {
+        reached.notify_one();
+        std::future::pending::<()>().await;
     });
     let mut config = s.config();
     config.lease = Duration::from_millis(1500);
     config.response_wait = Duration::from_millis(1000);
-    let mut a = s
-        .orchestrator(
-            config.clone(),
-            Hooks {
-                after_call: Some(die_after_debit),
-            },
-        )
-        .await;
+    let mut a = s.orchestrator(config.clone(), die_after_debit).await;
     let buyer_a = a.buyer("crash-1");
     let req = pay_request(res, acct);
     let first = tokio::spawn(async move { buyer_a.pay("k-crash", &req).await });
@@ -370,12 +317,7 @@ async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
     a.kill();
     let id = s.payment_id_for(res).await;
     assert_eq!(s.applied_debits(id).await, 1, "the debit committed");
-    let before: (String, i64) =
-        sqlx::query_as(r#"SELECT state, version FROM payment_service.payments WHERE id = $1"#)
-            .bind(id)
-            .fetch_one(&s.admin)
-            .await
-            .expect("payment");
+    let before: (String, i64) = s.payment_columns("state, version", id).await;
     assert_eq!(
         before,
         ("PROCESSING".to_string(), 0),
@@ -389,14 +331,7 @@ async fn orchestrator_killed_after_the_debit_is_finished_by_recovery() {
     assert_eq!(s.balance(acct).await, 100_000 - PRICE);
     assert_eq!(s.unit_state(res).await, "SOLD");
     let tl = b.operator().timeline(id).await.expect("timeline").body;
-    assert_eq!(
-        steps_summary(&tl),
-        pairs(&[
-            ("DEBIT", "SUCCEEDED"),
-            ("CONFIRM", "SUCCEEDED"),
-            ("COMPLETE", "SUCCEEDED")
-        ])
-    );
+    assert_eq!(steps(&tl), COMPLETED);
 
     // The buyer's retry of the interrupted request (A held its key) is answered by B.
     let _ = first.await;
@@ -462,20 +397,14 @@ async fn hundred_concurrent_posts_with_one_key_make_one_payment() {
         answers.len() - 1
     );
 
-    let payments: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.payments"#)
-        .fetch_one(&s.admin)
-        .await
-        .expect("count");
+    let payments = s.count_of(r#"payment_service.payments"#).await;
     assert_eq!(payments, 1, "one payment");
     let id = first.payment.id;
     assert_eq!(s.settled(id).await, "COMPLETED");
     assert_eq!(s.applied_debits(id).await, 1, "one debit");
-    let debits: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'DEBIT'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("debits");
+    let debits = s
+        .count_of(r#"account_service.transactions WHERE kind = 'DEBIT'"#)
+        .await;
     assert_eq!(debits, 1);
 
     // The same key with a different body is refused, and creates nothing.
@@ -484,10 +413,7 @@ async fn hundred_concurrent_posts_with_one_key_make_one_payment() {
         matches!(&reused, Err(CallError::Rejected { status: 422, body }) if body.code == "IDEMPOTENCY_KEY_REUSED"),
         "{reused:?}"
     );
-    let payments: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.payments"#)
-        .fetch_one(&s.admin)
-        .await
-        .expect("count");
+    let payments = s.count_of(r#"payment_service.payments"#).await;
     assert_eq!(payments, 1);
     s.check_money().await;
 }
@@ -551,12 +477,8 @@ async fn bad_requests_get_codes_and_change_nothing() {
         (404, "RESERVATION_NOT_FOUND".into())
     );
 
-    let (payments, keys): (i64, i64) = sqlx::query_as(
-        r#"SELECT (SELECT COUNT(*) FROM payment_service.payments), (SELECT COUNT(*) FROM payment_service.idempotency_keys)"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("counts");
+    let payments = s.count_of(r#"payment_service.payments"#).await;
+    let keys = s.count_of(r#"payment_service.idempotency_keys"#).await;
     assert_eq!(
         (payments, keys),
         (0, 0),
@@ -599,14 +521,9 @@ async fn operator_refund_cancels_the_order_and_credits_the_buyer() {
     let [(acct, res), (other, res2)] = s.two_buyers_with_reservations(["r-1", "r-2"], 2).await;
     s.release_hold(res2).await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
-    let id = o.pay("r-1", "k", res, acct).await.expect("pay").payment.id;
+    let id = o.paid("r-1", "k", res, acct).await;
     assert_eq!(s.settled(id).await, "COMPLETED");
-    let failed = o
-        .pay("r-2", "k", res2, other)
-        .await
-        .expect("pay")
-        .payment
-        .id;
+    let failed = o.paid("r-2", "k", res2, other).await;
     assert_eq!(s.settled(failed).await, "FAILED");
 
     let refunded = o.operator().refund(id).await.expect("refund").body;
@@ -629,23 +546,15 @@ async fn operator_refund_cancels_the_order_and_credits_the_buyer() {
         matches!(&refused, Err(CallError::Rejected { status: 409, body }) if body.code == "PAYMENT_NOT_REFUNDABLE")
     );
     let tl = o.timeline(id).await;
-    assert_eq!(
-        steps_summary(&tl),
-        pairs(&[
-            ("DEBIT", "SUCCEEDED"),
-            ("CONFIRM", "SUCCEEDED"),
-            ("COMPLETE", "SUCCEEDED"),
-            ("CANCEL_ORDER", "OPERATOR"),
-            ("CANCEL_ORDER", "SUCCEEDED"),
-            ("REFUND", "SUCCEEDED"),
-        ])
-    );
-    let credits: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'CREDIT'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("credits");
+    let undone = [
+        ("CANCEL_ORDER", "OPERATOR"),
+        ("CANCEL_ORDER", "SUCCEEDED"),
+        ("REFUND", "SUCCEEDED"),
+    ];
+    assert_eq!(steps(&tl), [&COMPLETED[..], &undone].concat());
+    let credits = s
+        .count_of(r#"account_service.transactions WHERE kind = 'CREDIT'"#)
+        .await;
     assert_eq!(credits, 1);
     s.check_money().await;
 }
@@ -682,8 +591,7 @@ async fn insert_stuck(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exhausted_attempts_flag_the_payment_and_an_operator_resumes_it() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("flag-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("flag-1").await;
     // The account service is unreachable for this instance.
     let mut config = s.config();
     config.account_url = "http://127.0.0.1:9".into();
@@ -798,12 +706,9 @@ async fn two_instances_recover_500_stuck_payments_each_exactly_once() {
         "payments driven other than exactly once: {:?}",
         &bad[..bad.len().min(5)]
     );
-    let debits: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM account_service.transactions WHERE kind = 'DEBIT'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("debits");
+    let debits = s
+        .count_of(r#"account_service.transactions WHERE kind = 'DEBIT'"#)
+        .await;
     assert_eq!(
         debits,
         (BUYERS * PER_BUYER) as i64,
@@ -819,12 +724,9 @@ async fn two_instances_recover_500_stuck_payments_each_exactly_once() {
         "payments driven per instance: {:?}",
         drivers.iter().map(|d| d.1).collect::<Vec<_>>()
     );
-    let sold: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.product_stock WHERE state = 'SOLD'"#,
-    )
-    .fetch_one(&s.admin)
-    .await
-    .expect("sold");
+    let sold = s
+        .count_of(r#"order_service.product_stock WHERE state = 'SOLD'"#)
+        .await;
     assert_eq!(sold, (BUYERS * PER_BUYER) as i64 - expected_failed);
     drop((a, b));
     s.check_money().await;
@@ -1061,11 +963,9 @@ async fn the_table_accepts_exactly_the_positions_the_machine_reaches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("impatient-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("impatient-1").await;
     // The debit is slow, so the first request is still running when its buyer gives up.
-    let (proxy, config) = s.via_account_proxy().await;
-    proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(1500));
+    let (_proxy, config) = s.via_slow_debit(Duration::from_millis(1500)).await;
     let o = s.orchestrator(config, Hooks::default()).await;
 
     let impatient = paysaga_contracts::orchestrator::client::OrchestratorClient::new(
@@ -1100,39 +1000,18 @@ async fn a_buyer_who_hangs_up_gets_the_stored_answer_on_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("outage-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("outage-1").await;
     let (proxy, config) = s.via_order_proxy().await;
     let proxy = Arc::new(proxy);
     // The order service goes dark right after the debit commits.
-    let link = proxy.clone();
-    let cut = hook(move |_id, action| {
-        let link = link.clone();
-        async move {
-            if action == Action::Debit {
-                link.cut();
-            }
-        }
-    });
-    let o = s
-        .orchestrator(
-            config,
-            Hooks {
-                after_call: Some(cut),
-            },
-        )
-        .await;
+    let cut = after_debit(proxy.clone(), |link| async move { link.cut() });
+    let o = s.orchestrator(config, cut).await;
 
     let answer = o.pay("outage-1", "k1", res, acct).await.expect("pay");
     let id = answer.payment.id;
     // Wait until the confirm has failed to get an answer at least twice.
     loop {
-        let (state, attempts): (String, i32) =
-            sqlx::query_as(r#"SELECT state, attempts FROM payment_service.payments WHERE id = $1"#)
-                .bind(id)
-                .fetch_one(&s.admin)
-                .await
-                .expect("payment");
+        let (state, attempts): (String, i32) = s.payment_columns("state, attempts", id).await;
         assert_eq!(
             state, "ACCOUNT_DEBITED",
             "an unreachable order service is never a failure"
@@ -1170,8 +1049,7 @@ async fn order_service_dead_after_the_debit_then_back_completes_the_payment() {
 /// (a retry with it is answered again, not told to wait).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keys_racing_for_one_reservation_make_one_payment_and_leave_no_key_behind() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("racer-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("racer-1").await;
     let o = s.orchestrator(s.config(), Hooks::default()).await;
 
     let tasks: Vec<_> = (0..20)

@@ -28,13 +28,25 @@ async fn signed_in(o: &Orchestrator, email: &str, role: StaffRole) -> StaffClien
     StaffClient::new(&o.url, token, T)
 }
 
-fn product(name: &str, price: i64, units: i64) -> CreateProduct {
-    CreateProduct {
-        name: name.into(),
-        price,
-        units,
-        reservation_ttl_secs: None,
-        eligibility: Vec::new(),
+/// A product of `units` at `price` to make, for `reason`.
+fn new_product(name: &str, price: i64, units: i64, reason: &str) -> StaffCreateProduct {
+    StaffCreateProduct {
+        product: CreateProduct {
+            name: name.into(),
+            price,
+            units,
+            reservation_ttl_secs: None,
+            eligibility: Vec::new(),
+        },
+        reason: reason.into(),
+    }
+}
+
+/// `count` units to add, for `reason`.
+fn more_units(count: i64, reason: &str) -> StaffAddUnits {
+    StaffAddUnits {
+        count,
+        reason: reason.into(),
     }
 }
 
@@ -81,22 +93,18 @@ async fn an_admin_changes_what_is_on_sale_and_each_change_is_audited() {
     let admin = signed_in(&o, "admin@example.com", StaffRole::Admin).await;
 
     let made = admin
-        .create_product(&StaffCreateProduct {
-            product: product("Spring drop", 12_900, 3),
-            reason: "the spring drop goes live at noon".into(),
-        })
+        .create_product(&new_product(
+            "Spring drop",
+            12_900,
+            3,
+            "the spring drop goes live at noon",
+        ))
         .await
         .expect("create")
         .body;
     assert_eq!(made.units_total, 3);
     let grown = admin
-        .add_units(
-            made.id,
-            &StaffAddUnits {
-                count: 2,
-                reason: "two returned pairs".into(),
-            },
-        )
+        .add_units(made.id, &more_units(2, "two returned pairs"))
         .await
         .expect("add units")
         .body;
@@ -109,32 +117,13 @@ async fn an_admin_changes_what_is_on_sale_and_each_change_is_audited() {
 
     // Refused by the order service: its code passed on, nothing made, the refusal audited.
     let bad = admin
-        .create_product(&StaffCreateProduct {
-            product: product("Free lunch", 0, 1),
-            reason: "testing".into(),
-        })
+        .create_product(&new_product("Free lunch", 0, 1, "testing"))
         .await;
     assert!(rejected(&bad, 422, "INVALID_PRICE"), "{bad:?}");
-    let missing = admin
-        .add_units(
-            999_999,
-            &StaffAddUnits {
-                count: 1,
-                reason: "typo".into(),
-            },
-        )
-        .await;
+    let missing = admin.add_units(999_999, &more_units(1, "typo")).await;
     assert!(rejected(&missing, 404, "PRODUCT_NOT_FOUND"), "{missing:?}");
     // No reason: refused before anything is asked of the order service.
-    let unexplained = admin
-        .add_units(
-            made.id,
-            &StaffAddUnits {
-                count: 1,
-                reason: "  ".into(),
-            },
-        )
-        .await;
+    let unexplained = admin.add_units(made.id, &more_units(1, "  ")).await;
     assert!(
         rejected(&unexplained, 422, "REASON_INVALID"),
         "{unexplained:?}"
@@ -189,10 +178,7 @@ async fn an_admin_changes_what_is_on_sale_and_each_change_is_audited() {
     // An operator may not change what is on sale: refused, nothing made, nothing audited.
     let operator = signed_in(&o, "operator@example.com", StaffRole::Operator).await;
     let refused = operator
-        .create_product(&StaffCreateProduct {
-            product: product("Side drop", 5_000, 1),
-            reason: "mine".into(),
-        })
+        .create_product(&new_product("Side drop", 5_000, 1, "mine"))
         .await;
     assert!(rejected(&refused, 403, "FORBIDDEN_ROLE"), "{refused:?}");
     assert_eq!(products(&s.admin).await.len(), 1);

@@ -68,10 +68,7 @@ async fn a_burst_past_the_limit_gets_429_and_writes_nothing() {
     .await
     .expect("count payments");
     assert_eq!(payments, 0, "a refused request created a payment");
-    let keys: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM payment_service.idempotency_keys")
-        .fetch_one(&s.admin)
-        .await
-        .expect("count keys");
+    let keys = s.count_of(r#"payment_service.idempotency_keys"#).await;
     assert_eq!(keys, 0, "a refused request claimed its idempotency key");
 
     // bob is unaffected.

@@ -2,15 +2,11 @@
 //! credential makes the first admin and nothing else; every other call of it is refused
 //! and changes nothing in PostgreSQL.
 
-use orchestrator::Hooks;
 use paysaga_common::client::CallError;
 use paysaga_contracts::staff::api::{CreateStaff, StaffRole};
 use reqwest::header;
 
-use crate::{
-    staff::{code_now, matrix, sign_in, snapshot, tool},
-    support::Stack,
-};
+use crate::staff::{code_now, matrix, one_completed_payment_with, sign_in, snapshot, tool};
 
 const PASSWORD: &str = "plum-orbit-canyon-47";
 
@@ -25,13 +21,7 @@ fn new_staff(email: &str) -> CreateStaff {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn outside_development_the_tools_credential_only_makes_the_first_admin() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("m-1", 100_000, 2).await;
-    let mut config = s.config();
-    config.staff.tools_act = false;
-    let o = s.orchestrator(config, Hooks::default()).await;
-    let payment = o.pay("m-1", "k", res, acct).await.expect("pay").payment.id;
-    s.settled(payment).await;
+    let (s, o, _, payment) = one_completed_payment_with(|c| c.staff.tools_act = false).await;
 
     // The first admin, made by the tools.
     let first = tool(&o)

@@ -9,11 +9,9 @@ use orchestrator::Hooks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_debit_answer_settled_by_query_is_marked_in_the_step_log() {
-    let mut s = Stack::start().await;
-    let (acct, res) = s.buyer_with_reservation("lost-1", 100_000, 1).await;
+    let (s, acct, res) = Stack::with_buyer("lost-1").await;
     // The debit reaches the ledger and commits; its answer outlasts the call's timeout.
-    let (proxy, mut config) = s.via_account_proxy().await;
-    proxy.slow_first_answer(br#""op":"debit""#, Duration::from_millis(3000));
+    let (proxy, mut config) = s.via_slow_debit(Duration::from_millis(3000)).await;
     // Generous, so that on a loaded machine the debit still lands and the status query
     // still answers within one call's timeout (the lease must stay 3 x the timeout).
     config.downstream_timeout = Duration::from_millis(1300);

@@ -7,19 +7,29 @@
 use std::time::Duration;
 
 use orchestrator::Hooks;
-use paysaga_common::money::Amount;
+use paysaga_common::{client::Answer, money::Amount};
+use paysaga_console::Decision;
 use paysaga_contracts::{
+    account::api::Transaction,
     member::{api::Credentials, client::MemberClient},
     staff::api::{ApprovalKind, ApprovalState, StaffRole, TopUp, TopUpAnswer},
 };
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::staff::{rejected_with, tool, Signed};
+use crate::staff::{approval_row, audit_of, audit_rows, rejected_with, tool, Signed};
 use crate::support::{Orchestrator, Stack};
 
 /// Top-ups above this wait for a second admin.
 const LIMIT: i64 = 10_000;
+
+/// The audit actions of a top-up and its approval.
+const TOP_UP_ACTIONS: &[&str] = &[
+    "TOP_UP",
+    "TOP_UP_REQUESTED",
+    "TOP_UP_APPROVED",
+    "TOP_UP_REJECTED",
+];
 
 /// A stack with the member service, an orchestrator reaching it (top-ups above
 /// [`LIMIT`] wait), and one signed-up member: (stack, orchestrator, member, account).
@@ -66,91 +76,74 @@ async fn deposits(
     .expect("deposits")
 }
 
-/// (actor, action, outcome, target, detail) of the top-up audit rows.
-async fn top_up_audit(
-    pool: &PgPool,
-) -> Vec<(String, String, String, Option<String>, Option<String>)> {
-    sqlx::query_as(
-        r#"SELECT actor, action, outcome, target, detail FROM payment_service.audit_log
-           WHERE action IN ('TOP_UP', 'TOP_UP_REQUESTED', 'TOP_UP_APPROVED', 'TOP_UP_REJECTED')
-           ORDER BY id"#,
-    )
-    .fetch_all(pool)
-    .await
-    .expect("audit rows")
+/// The account's ledger holds this one deposit, (operation key, amount, requested by,
+/// approved by), and nothing else: the balance is its amount.
+async fn assert_one_deposit(
+    s: &Stack,
+    account: i64,
+    (key, amount, requested_by, approved_by): (&str, i64, &str, Option<&str>),
+) {
+    assert_eq!(
+        deposits(&s.admin, account).await,
+        vec![(
+            key.into(),
+            amount,
+            Some(requested_by.into()),
+            approved_by.map(Into::into)
+        )]
+    );
+    assert_eq!(s.balance(account).await, amount);
 }
 
-fn row(
-    actor: &str,
-    action: &str,
-    outcome: &str,
-    target: Uuid,
-    detail: &str,
-) -> (String, String, String, Option<String>, Option<String>) {
-    (
-        actor.into(),
-        action.into(),
-        outcome.into(),
-        Some(target.to_string()),
-        Some(detail.into()),
-    )
+/// `who` asks for a top-up of `minor` to `member` under `key`; the service answers.
+async fn asks(
+    who: &Signed,
+    o: &Orchestrator,
+    member: Uuid,
+    minor: i64,
+    key: &str,
+) -> Answer<TopUpAnswer> {
+    who.staff(o)
+        .top_up(&top_up(member, minor, key))
+        .await
+        .expect("top-up answered")
+}
+
+/// A top-up asked again once deposited is answered 200 with that same deposit.
+fn assert_replayed(answer: &Answer<TopUpAnswer>, deposit: &Transaction) {
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body.deposited().map(|t| t.id), Some(deposit.id));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_top_up_at_the_limit_is_deposited_at_once_naming_who_asked() {
     let (s, o, member, account) = with_a_member().await;
     let alice = Signed::new(&o, "alice@example.com", StaffRole::Admin).await;
-    let first = alice
-        .staff(&o)
-        .top_up(&top_up(member, LIMIT, "goodwill-1"))
-        .await
-        .expect("deposited");
+    let first = asks(&alice, &o, member, LIMIT, "goodwill-1").await;
     assert_eq!(first.status, 201);
     let TopUpAnswer::Deposited(deposit) = first.body else {
         panic!("not deposited: {:?}", first.body);
     };
     assert_eq!(deposit.operation_key, "topup:goodwill-1");
     // The same key again: the same deposit, nothing paid twice.
-    let again = alice
-        .staff(&o)
-        .top_up(&top_up(member, LIMIT, "goodwill-1"))
-        .await
-        .expect("replayed");
-    assert_eq!(again.status, 200);
-    assert_eq!(again.body.deposited().map(|t| t.id), Some(deposit.id));
-    assert_eq!(
-        deposits(&s.admin, account).await,
-        vec![(
-            "topup:goodwill-1".into(),
-            LIMIT,
-            Some("alice@example.com".into()),
-            None
-        )]
-    );
-    assert_eq!(s.balance(account).await, LIMIT);
-    let approvals: i64 = sqlx::query_scalar(r#"SELECT COUNT(*) FROM payment_service.approvals"#)
-        .fetch_one(&s.admin)
-        .await
-        .unwrap();
+    let again = asks(&alice, &o, member, LIMIT, "goodwill-1").await;
+    assert_replayed(&again, &deposit);
+    let expected = ("topup:goodwill-1", LIMIT, "alice@example.com", None);
+    assert_one_deposit(&s, account, expected).await;
+    let approvals = s.count_of(r#"payment_service.approvals"#).await;
     assert_eq!(approvals, 0, "no approval at the limit");
+    // Both answers, the first and the replay, are audited as the deposit.
+    let m = member.to_string();
+    let deposited = (
+        "alice@example.com",
+        "TOP_UP",
+        "DONE",
+        &*m,
+        "deposit topup:goodwill-1",
+    );
     assert_eq!(
-        top_up_audit(&s.admin).await,
-        vec![
-            row(
-                "alice@example.com",
-                "TOP_UP",
-                "DONE",
-                member,
-                "deposit topup:goodwill-1"
-            ),
-            row(
-                "alice@example.com",
-                "TOP_UP",
-                "DONE",
-                member,
-                "deposit topup:goodwill-1"
-            ),
-        ]
+        audit_of(&s.admin, TOP_UP_ACTIONS).await,
+        audit_rows(&[deposited, deposited])
     );
 }
 
@@ -162,11 +155,7 @@ async fn a_top_up_above_the_limit_waits_for_a_second_admin_and_deposits_once() {
     let amount = LIMIT + 1;
 
     // Alice asks: 202, a pending approval, nothing in the ledger.
-    let asked = alice
-        .staff(&o)
-        .top_up(&top_up(member, amount, "big-1"))
-        .await
-        .expect("asked");
+    let asked = asks(&alice, &o, member, amount, "big-1").await;
     assert_eq!(asked.status, 202);
     let approval = asked.body.awaiting().cloned().expect("an approval");
     assert_eq!(approval.kind, ApprovalKind::TopUp);
@@ -175,11 +164,7 @@ async fn a_top_up_above_the_limit_waits_for_a_second_admin_and_deposits_once() {
     assert_eq!(approval.amount, amount);
     assert!(deposits(&s.admin, account).await.is_empty());
     // Asking again with the key answers the same approval.
-    let again = alice
-        .staff(&o)
-        .top_up(&top_up(member, amount, "big-1"))
-        .await
-        .expect("asked again");
+    let again = asks(&alice, &o, member, amount, "big-1").await;
     assert_eq!(again.status, 202);
     assert_eq!(again.body.awaiting().map(|a| a.id), Some(approval.id));
     // The key with another amount is another top-up: refused.
@@ -198,12 +183,10 @@ async fn a_top_up_above_the_limit_waits_for_a_second_admin_and_deposits_once() {
     assert!(deposits(&s.admin, account).await.is_empty());
 
     // Bob approves: one deposit naming both, the balance raised once.
+    let ticket = Some("checked the ticket");
     let decided = bob
-        .staff(&o)
-        .approve(approval.id, Some("checked the ticket"))
-        .await
-        .expect("approved")
-        .body;
+        .decides(&o, approval.id, Decision::Approve, ticket)
+        .await;
     assert_eq!(decided.approval.state, ApprovalState::Approved);
     let deposit = decided.deposit.expect("the deposit");
     assert_eq!(deposit.amount, amount);
@@ -213,103 +196,33 @@ async fn a_top_up_above_the_limit_waits_for_a_second_admin_and_deposits_once() {
     for r in [&r1, &r2] {
         assert!(rejected_with(r, 409, "APPROVAL_DECIDED"), "{r:?}");
     }
-    let replay = alice
-        .staff(&o)
-        .top_up(&top_up(member, amount, "big-1"))
-        .await
-        .expect("the approved top-up");
-    assert_eq!(replay.status, 200);
-    assert_eq!(replay.body.deposited().map(|t| t.id), Some(deposit.id));
+    let replay = asks(&alice, &o, member, amount, "big-1").await;
+    assert_replayed(&replay, &deposit);
+    let (requested_by, approved_by) = ("alice@example.com", Some("bob@example.com"));
+    let expected = ("topup:big-1", amount, requested_by, approved_by);
+    assert_one_deposit(&s, account, expected).await;
     assert_eq!(
-        deposits(&s.admin, account).await,
-        vec![(
-            "topup:big-1".into(),
-            amount,
-            Some("alice@example.com".into()),
-            Some("bob@example.com".into())
-        )]
-    );
-    assert_eq!(s.balance(account).await, amount);
-    let (state, decided_by): (String, Option<i64>) =
-        sqlx::query_as(r#"SELECT state, decided_by FROM payment_service.approvals WHERE id = $1"#)
-            .bind(approval.id)
-            .fetch_one(&s.admin)
-            .await
-            .unwrap();
-    assert_eq!(
-        (state.as_str(), decided_by),
-        ("APPROVED", Some(bob.created.staff.id))
+        approval_row(&s.admin, approval.id).await,
+        ("APPROVED".into(), Some(bob.created.staff.id))
     );
 
+    let (alice, bob) = ("alice@example.com", "bob@example.com");
+    let m = member.to_string();
     let approved = format!("approval {} APPROVED", approval.id);
     let pending = format!("approval {} PENDING", approval.id);
     assert_eq!(
-        top_up_audit(&s.admin).await,
-        vec![
-            row(
-                "alice@example.com",
-                "TOP_UP_REQUESTED",
-                "DONE",
-                member,
-                &pending
-            ),
-            row(
-                "alice@example.com",
-                "TOP_UP_REQUESTED",
-                "DONE",
-                member,
-                &pending
-            ),
-            row(
-                "alice@example.com",
-                "TOP_UP",
-                "REFUSED",
-                member,
-                "TOP_UP_KEY_REUSED"
-            ),
-            row(
-                "alice@example.com",
-                "TOP_UP_APPROVED",
-                "REFUSED",
-                member,
-                "SAME_PERSON"
-            ),
-            row(
-                "bob@example.com",
-                "TOP_UP_APPROVED",
-                "DONE",
-                member,
-                &approved
-            ),
-            row(
-                "bob@example.com",
-                "TOP_UP",
-                "DONE",
-                member,
-                "deposit topup:big-1"
-            ),
-            row(
-                "bob@example.com",
-                "TOP_UP_APPROVED",
-                "REFUSED",
-                member,
-                "APPROVAL_DECIDED"
-            ),
-            row(
-                "bob@example.com",
-                "TOP_UP_APPROVED",
-                "REFUSED",
-                member,
-                "APPROVAL_DECIDED"
-            ),
-            row(
-                "alice@example.com",
-                "TOP_UP",
-                "DONE",
-                member,
-                "deposit topup:big-1"
-            ),
-        ]
+        audit_of(&s.admin, TOP_UP_ACTIONS).await,
+        audit_rows(&[
+            (alice, "TOP_UP_REQUESTED", "DONE", &m, &pending),
+            (alice, "TOP_UP_REQUESTED", "DONE", &m, &pending),
+            (alice, "TOP_UP", "REFUSED", &m, "TOP_UP_KEY_REUSED"),
+            (alice, "TOP_UP_APPROVED", "REFUSED", &m, "SAME_PERSON"),
+            (bob, "TOP_UP_APPROVED", "DONE", &m, &approved),
+            (bob, "TOP_UP", "DONE", &m, "deposit topup:big-1"),
+            (bob, "TOP_UP_APPROVED", "REFUSED", &m, "APPROVAL_DECIDED"),
+            (bob, "TOP_UP_APPROVED", "REFUSED", &m, "APPROVAL_DECIDED"),
+            (alice, "TOP_UP", "DONE", &m, "deposit topup:big-1"),
+        ]),
     );
 }
 
@@ -367,11 +280,8 @@ async fn only_an_admin_in_person_tops_up_and_a_rejected_one_deposits_nothing() {
         .cloned()
         .expect("an approval");
     let rejected = bob
-        .staff(&o)
-        .reject(approval.id, Some("no ticket"))
-        .await
-        .expect("rejected")
-        .body;
+        .decides(&o, approval.id, Decision::Reject, Some("no ticket"))
+        .await;
     assert_eq!(rejected.approval.state, ApprovalState::Rejected);
     assert!(rejected.deposit.is_none());
     let again = alice.staff(&o).top_up(&big).await;

@@ -70,13 +70,19 @@ impl Orchestrator {
         assert!(again.replayed);
         assert_eq!(&again.payment, payment);
     }
+    /// `member` pays `res` from `acct` under `key`, which must be answered; the payment's id.
+    pub async fn paid(&self, member: &str, key: &str, res: Uuid, acct: i64) -> Uuid {
+        let answer = self.pay(member, key, res, acct).await;
+        answer.expect("pay").payment.id
+    }
     /// The buyer's first payment of `res` from `acct` under key `k1`; its id.
     pub async fn pay_k1(&self, member: &str, res: Uuid, acct: i64) -> Uuid {
-        self.pay(member, "k1", res, acct)
-            .await
-            .expect("pay")
-            .payment
-            .id
+        self.paid(member, "k1", res, acct).await
+    }
+    /// Payment `id` as its buyer, `member`, reads it back.
+    pub async fn payment_of(&self, member: &str, id: Uuid) -> Payment {
+        let read = self.buyer(member).payment(id).await;
+        read.expect("the buyer's payment").body
     }
     /// The operator's timeline of payment `id`.
     pub async fn timeline(&self, id: Uuid) -> PaymentTimeline {
@@ -139,6 +145,14 @@ impl Stack {
     pub async fn via_account_proxy(&self) -> (FaultProxy, Config) {
         self.via_proxy(&self.account_url, |c, url| c.account_url = url)
             .await
+    }
+
+    /// [`Stack::via_account_proxy`], the proxy holding the first debit's answer back for
+    /// `delay`.
+    pub async fn via_slow_debit(&self, delay: Duration) -> (FaultProxy, Config) {
+        let (proxy, config) = self.via_account_proxy().await;
+        proxy.slow_first_answer(br#""op":"debit""#, delay);
+        (proxy, config)
     }
 
     /// [`Stack::via_account_proxy`] for the order service.
@@ -231,6 +245,14 @@ impl Stack {
             .expect("open account");
         self.opening_total += balance;
         a.body.id
+    }
+
+    /// A stack with one buyer, `member`: an account of 100,000 holding a reservation on a
+    /// new one-unit product. The stack, the account id and the reservation.
+    pub async fn with_buyer(member: &str) -> (Self, i64, Uuid) {
+        let mut s = Self::start().await;
+        let (acct, res) = s.buyer_with_reservation(member, 100_000, 1).await;
+        (s, acct, res)
     }
 
     /// `member` with an account of `balance` holding one reservation on a new product of
@@ -361,6 +383,24 @@ impl Stack {
         self.read("reservation", sql, reservation).await
     }
 
+    /// The `columns` (a select list) of payment `id`, as `T`.
+    pub async fn payment_columns<T>(&self, columns: &str, id: Uuid) -> T
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        let sql = format!("SELECT {columns} FROM payment_service.payments WHERE id = $1");
+        let row = sqlx::query_as(&sql).bind(id).fetch_one(&self.admin).await;
+        row.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// How many `rows` there are: a table, with a `WHERE` clause (no parameters) if
+    /// only some count.
+    pub async fn count_of(&self, rows: &str) -> i64 {
+        let sql = format!("SELECT COUNT(*) FROM {rows}");
+        let count = sqlx::query_scalar(&sql).fetch_one(&self.admin).await;
+        count.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     pub async fn balance(&self, account: i64) -> i64 {
         let sql = r#"SELECT balance FROM account_service.balances WHERE account_id = $1"#;
         self.read("balance", sql, account).await
@@ -460,13 +500,25 @@ pub fn pay_request(reservation_id: Uuid, account_id: i64) -> CreatePayment {
     }
 }
 
-/// A hook that does nothing until armed, then fires once for `action`.
-pub fn hook<F, Fut>(f: F) -> orchestrator::AfterCallHook
+/// Hooks that run `then`, with its own clone of `with`, after each debit call (and
+/// after no other call).
+pub fn after_debit<T, F, Fut>(with: T, then: F) -> Hooks
 where
-    F: Fn(Uuid, workflows::Action) -> Fut + Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    Arc::new(move |id, action| Box::pin(f(id, action)))
+    let after_call: orchestrator::AfterCallHook = Arc::new(move |_id, action| {
+        let run = (action == workflows::Action::Debit).then(|| then(with.clone()));
+        Box::pin(async move {
+            if let Some(run) = run {
+                run.await;
+            }
+        })
+    });
+    Hooks {
+        after_call: Some(after_call),
+    }
 }
 
 /// The `host:port` of a service URL, for a proxy in front of it.
