@@ -315,34 +315,34 @@ mod tests {
     fn checkout_levels_and_buyers() {
         let s = Settings::from_args(&args(&["--only", "checkout"])).unwrap();
         assert_eq!(s.scenarios, vec![Scenario::Checkout]);
-        assert_eq!(s.checkout_clients, vec![64, 256]);
-        assert_eq!(s.checkout_buyers, 3_000);
-
-        let s = Settings::from_args(&args(&[
-            "--checkout-clients",
-            "256,8,32",
-            "--checkout-buyers",
-            "5000",
-        ]))
-        .unwrap();
-        assert_eq!(s.checkout_clients, vec![256, 8, 32]);
-        assert_eq!(s.checkout_buyers, 5_000);
-        let s = Settings::from_args(&args(&[
-            "--checkout-clients",
-            "8",
-            "--checkout-clients",
-            "32",
-        ]))
-        .unwrap();
-        assert_eq!(s.checkout_clients, vec![8, 32]);
-
-        let quick = Settings::from_args(&args(&["--quick", "--checkout-clients", "8,32"])).unwrap();
-        assert_eq!(
-            (quick.checkout_clients.clone(), quick.checkout_buyers),
-            (vec![8, 32], 300)
-        );
-        let few = Settings::from_args(&args(&["--quick", "--checkout-buyers", "50"])).unwrap();
-        assert_eq!(few.checkout_buyers, 50);
+        let cases: [(&[&str], Vec<usize>, u64); 5] = [
+            (&["--only", "checkout"], vec![64, 256], 3_000),
+            (
+                &[
+                    "--checkout-clients",
+                    "256,8,32",
+                    "--checkout-buyers",
+                    "5000",
+                ],
+                vec![256, 8, 32],
+                5_000,
+            ),
+            (
+                &["--checkout-clients", "8", "--checkout-clients", "32"],
+                vec![8, 32],
+                3_000,
+            ),
+            (&["--quick", "--checkout-clients", "8,32"], vec![8, 32], 300),
+            (&["--quick", "--checkout-buyers", "50"], vec![64, 256], 50),
+        ];
+        for (given, clients, buyers) in cases {
+            let s = Settings::from_args(&args(given)).unwrap();
+            assert_eq!(
+                (s.checkout_clients, s.checkout_buyers),
+                (clients, buyers),
+                "{given:?}"
+            );
+        }
 
         for bad in [
             &["--checkout-buyers", "2999"][..],

@@ -58,11 +58,12 @@ pub async fn run(endpoints: &Endpoints, cmd: MemberCommand) -> anyhow::Result<Ex
                 .await
                 .context("listing members")?
                 .body;
-            let rows: Vec<Vec<String>> = page.members.iter().map(member_row).collect();
-            println!("{}", table::render(&MEMBER_HEADER, &rows));
-            if let Some(next) = page.next_after {
-                println!("more: --after {next}");
-            }
+            table::print_page(
+                &MEMBER_HEADER,
+                &page.members,
+                member_row,
+                page.next_after.map(|next| format!("more: --after {next}")),
+            );
         }
         MemberCommand::TopUp {
             member,
@@ -99,11 +100,8 @@ pub async fn run(endpoints: &Endpoints, cmd: MemberCommand) -> anyhow::Result<Ex
                     );
                 }
                 TopUpAnswer::AwaitingApproval(a) => println!(
-                    "top-up of {} ({}) awaits a second admin: approval {} (paysaga approvals approve {})",
-                    a.target(),
-                    table::money(a.amount),
-                    a.id,
-                    a.id
+                    "{}",
+                    crate::staff::awaiting_approval("top-up", "a second admin", &a)
                 ),
             }
         }

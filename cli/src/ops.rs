@@ -110,11 +110,12 @@ pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Re
                 .await
                 .context("listing payments")?
                 .body;
-            let rows: Vec<Vec<String>> = page.payments.iter().map(payment_row).collect();
-            println!("{}", table::render(&PAYMENT_HEADER, &rows));
-            if page.next_cursor.is_some() {
-                println!("(more: raise --limit)");
-            }
+            table::print_page(
+                &PAYMENT_HEADER,
+                &page.payments,
+                payment_row,
+                page.next_cursor.map(|_| "(more: raise --limit)".to_owned()),
+            );
         }
         PaymentsCommand::Show { id } => {
             let t: PaymentTimeline = orchestrator
@@ -139,11 +140,8 @@ pub async fn payments(endpoints: &Endpoints, cmd: PaymentsCommand) -> anyhow::Re
                     println!("{}", table::render(&PAYMENT_HEADER, &[payment_row(&p)]))
                 }
                 RefundAnswer::AwaitingApproval(a) => println!(
-                    "refund of {} ({}) awaits a second person: approval {} (paysaga approvals approve {})",
-                    a.target(),
-                    table::money(a.amount),
-                    a.id,
-                    a.id
+                    "{}",
+                    crate::staff::awaiting_approval("refund", "a second person", &a)
                 ),
             }
         }

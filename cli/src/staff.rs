@@ -239,10 +239,12 @@ pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<Exi
         .await
         .context("reading the audit trail")?
         .body;
-    let rows: Vec<Vec<String>> = page
-        .entries
-        .iter()
-        .map(|e| {
+    table::print_page(
+        &[
+            "id", "at (UTC)", "who", "from", "action", "target", "outcome", "reason", "detail",
+        ],
+        &page.entries,
+        |e| {
             vec![
                 e.id.to_string(),
                 e.at.format("%Y-%m-%d %H:%M:%S").to_string(),
@@ -254,18 +256,9 @@ pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<Exi
                 e.reason.clone().unwrap_or_default(),
                 e.detail.clone().unwrap_or_default(),
             ]
-        })
-        .collect();
-    println!(
-        "{}",
-        table::render(
-            &["id", "at (UTC)", "who", "from", "action", "target", "outcome", "reason", "detail"],
-            &rows
-        )
+        },
+        page.next_before.map(|b| format!("(more: --before {b})")),
     );
-    if let Some(b) = page.next_before {
-        println!("(more: --before {b})");
-    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -297,6 +290,18 @@ pub(crate) fn approval_row(a: &Approval) -> Vec<String> {
     ]
 }
 
+/// The line saying that `what` (`refund`, `top-up`) waits for `approver`, with the
+/// command that gives the approval.
+pub(crate) fn awaiting_approval(what: &str, approver: &str, a: &Approval) -> String {
+    format!(
+        "{what} of {} ({}) awaits {approver}: approval {} (paysaga approvals approve {})",
+        a.target(),
+        table::money(a.amount),
+        a.id,
+        a.id
+    )
+}
+
 pub async fn approvals(endpoints: &Endpoints, args: ApprovalsArgs) -> anyhow::Result<ExitCode> {
     let client = signed_in(endpoints)?;
     let decided = match args.decide {
@@ -311,11 +316,12 @@ pub async fn approvals(endpoints: &Endpoints, args: ApprovalsArgs) -> anyhow::Re
                 .await
                 .context("listing approvals")?
                 .body;
-            let rows: Vec<Vec<String>> = page.approvals.iter().map(approval_row).collect();
-            println!("{}", table::render(&APPROVAL_HEADER, &rows));
-            if let Some(b) = page.next_before {
-                println!("(more: --before {b})");
-            }
+            table::print_page(
+                &APPROVAL_HEADER,
+                &page.approvals,
+                approval_row,
+                page.next_before.map(|b| format!("(more: --before {b})")),
+            );
             return Ok(ExitCode::SUCCESS);
         }
         Some(ApprovalsCommand::Approve { id, reason }) => client

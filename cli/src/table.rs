@@ -36,6 +36,21 @@ pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     out.join("\n")
 }
 
+/// Prints `items` as a table under `header`, one row each, then `more` (how to ask
+/// for the next page) when there may be one.
+pub fn print_page<T>(
+    header: &[&str],
+    items: &[T],
+    row: impl Fn(&T) -> Vec<String>,
+    more: Option<String>,
+) {
+    let rows: Vec<Vec<String>> = items.iter().map(row).collect();
+    println!("{}", render(header, &rows));
+    if let Some(more) = more {
+        println!("{more}");
+    }
+}
+
 /// Label/value pairs, values right-aligned: the demo's result table.
 pub fn key_values(rows: &[(&str, String)]) -> String {
     let kw = rows

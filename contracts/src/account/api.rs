@@ -171,14 +171,24 @@ pub const OPERATION_KEY_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,128}$";
 /// The longest operation key accepted.
 pub const MAX_OPERATION_KEY_LEN: usize = 128;
 
+/// `s` when it is 1 to `max` characters of `[A-Za-z0-9_.:-]`, the characters of every
+/// key the ledger keeps; else `refusal`.
+fn key_of(s: String, max: usize, refusal: &'static str) -> Result<String, &'static str> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
+    if s.is_empty() || s.len() > max || !s.chars().all(ok_char) {
+        return Err(refusal);
+    }
+    Ok(s)
+}
+
 impl OperationKey {
     pub fn parse(s: impl Into<String>) -> Result<Self, &'static str> {
-        let s = s.into();
-        let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
-        if s.is_empty() || s.len() > MAX_OPERATION_KEY_LEN || !s.chars().all(ok_char) {
-            return Err("operation key must be 1-128 characters of [A-Za-z0-9_.:-]");
-        }
-        Ok(Self(s))
+        key_of(
+            s.into(),
+            MAX_OPERATION_KEY_LEN,
+            "operation key must be 1-128 characters of [A-Za-z0-9_.:-]",
+        )
+        .map(Self)
     }
     pub fn as_str(&self) -> &str {
         &self.0
@@ -405,12 +415,12 @@ pub const MAX_TRANSFER_KEY_LEN: usize = 48;
 
 impl TransferKey {
     pub fn parse(s: impl Into<String>) -> Result<Self, &'static str> {
-        let s = s.into();
-        let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
-        if s.is_empty() || s.len() > MAX_TRANSFER_KEY_LEN || !s.chars().all(ok_char) {
-            return Err("Idempotency-Key must be 1-48 characters of [A-Za-z0-9_.:-]");
-        }
-        Ok(Self(s))
+        key_of(
+            s.into(),
+            MAX_TRANSFER_KEY_LEN,
+            "Idempotency-Key must be 1-48 characters of [A-Za-z0-9_.:-]",
+        )
+        .map(Self)
     }
     pub fn as_str(&self) -> &str {
         &self.0

@@ -11,7 +11,7 @@ use std::{
 
 use crate::{
     browser::{self, screenshot},
-    console::{sign_in_with_code, wait_for},
+    console::{count_of, sign_in_with_code, wait_for},
 };
 use fantoccini::{Client, Locator};
 use paysaga_e2e::{invariants, Driver, Stack, StackOptions};
@@ -98,11 +98,11 @@ pub async fn check(
             "chart {name} of product {product} missing: {c:?}"
         );
     }
-    let completed: i64 = sqlx::query_scalar(
+    let completed = count_of(
+        pool,
         r#"SELECT COUNT(*) FROM payment_service.payments WHERE product_id = $1 AND state = 'COMPLETED'"#,
+        product,
     )
-    .bind(product)
-    .fetch_one(pool)
     .await?;
     assert_eq!(
         int(&c, "sold", "last")?,
@@ -115,11 +115,11 @@ pub async fn check(
         "units sold of {product}"
     );
     if sold_is_completed {
-        let sold: i64 = sqlx::query_scalar(
+        let sold = count_of(
+            pool,
             r#"SELECT COUNT(*) FROM order_service.product_stock WHERE product_id = $1 AND state = 'SOLD'"#,
+            product,
         )
-        .bind(product)
-        .fetch_one(pool)
         .await?;
         assert_eq!(
             completed, sold,
@@ -216,29 +216,25 @@ pub async fn check(
     );
 
     // The sampled figures: their newest sample is this page's.
-    let waiting: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1 AND state = 'WAITING'"#,
-    )
-    .bind(product)
-    .fetch_one(pool)
-    .await?;
-    assert_eq!(
-        int(&c, "waitlist", "last")?,
-        waiting,
-        "waitlist of {product}"
-    );
-    let attention: i64 = sqlx::query_scalar(
-        r#"SELECT COUNT(*) FROM payment_service.payments WHERE product_id = $1 AND needs_attention"#,
-    )
-    .bind(product)
-    .fetch_one(pool)
-    .await?;
-    assert_eq!(
-        int(&c, "attention", "last")?,
-        attention,
-        "payments needing attention of {product}"
-    );
-    assert!(int(&c, "waitlist", "points")? >= 1 && int(&c, "attention", "points")? >= 1);
+    for (chart, what, sql) in [
+        (
+            "waitlist",
+            "waitlist",
+            r#"SELECT COUNT(*) FROM order_service.waitlist_entries WHERE product_id = $1 AND state = 'WAITING'"#,
+        ),
+        (
+            "attention",
+            "payments needing attention",
+            r#"SELECT COUNT(*) FROM payment_service.payments WHERE product_id = $1 AND needs_attention"#,
+        ),
+    ] {
+        assert_eq!(
+            int(&c, chart, "last")?,
+            count_of(pool, sql, product).await?,
+            "{what} of {product}"
+        );
+        assert!(int(&c, chart, "points")? >= 1, "{chart}'s points");
+    }
     Ok(())
 }
 

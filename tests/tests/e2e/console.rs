@@ -82,7 +82,7 @@ async fn receiver(accept: Arc<AtomicBool>) -> anyhow::Result<u16> {
 }
 
 /// What `query` counts for the id `of` (its `$1`).
-async fn count_of<T>(pool: &PgPool, query: &str, of: T) -> anyhow::Result<i64>
+pub(crate) async fn count_of<T>(pool: &PgPool, query: &str, of: T) -> anyhow::Result<i64>
 where
     T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
 {

@@ -9,7 +9,10 @@
 
 use std::{path::Path, time::Duration};
 
-use crate::browser::{self, click, screenshot, sign_in, type_into};
+use crate::{
+    browser::{self, click, screenshot, sign_in, type_into},
+    console::count_of,
+};
 use fantoccini::{Client, Locator};
 use paysaga_common::money::Amount;
 use paysaga_contracts::staff::{
@@ -29,6 +32,26 @@ const REASON: &str = "buyer returned the pair unworn";
 const ALICE: &str = "alice@example.com";
 /// Above `STAFF_TOP_UP_FOUR_EYES_ABOVE` (100000 by default).
 const TOP_UP: i64 = 150_000;
+
+/// Makes the staff account `email` (with the test's one password) through `operator`;
+/// its second factor's secret.
+async fn create_staff(
+    operator: &StaffClient,
+    email: &str,
+    role: StaffRole,
+    reason: &str,
+) -> anyhow::Result<Vec<u8>> {
+    let created = operator
+        .create(&CreateStaff {
+            email: email.into(),
+            password: VIEWER_PASSWORD.into(),
+            role,
+            reason: reason.into(),
+        })
+        .await?
+        .body;
+    Ok(totp::from_base32(&created.totp_secret).expect("base32 secret"))
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_viewer_is_refused_and_an_admin_refunds_with_a_reason_in_headless_chromium(
@@ -64,36 +87,16 @@ async fn a_viewer_is_refused_and_an_admin_refunds_with_a_reason_in_headless_chro
     assert_eq!(balance(&pool, buyer.account_id).await?, OPENING - PRICE);
 
     // A viewer, made by the operator tools (as a system's first people are).
-    let viewer = StaffClient::new(
+    let operator = StaffClient::new(
         &endpoints.orchestrator,
         admin.token.clone(),
         Duration::from_secs(10),
-    )
-    .create(&CreateStaff {
-        email: VIEWER.into(),
-        password: VIEWER_PASSWORD.into(),
-        role: StaffRole::Viewer,
-        reason: "watches the drop".into(),
-    })
-    .await?
-    .body;
-    let viewer_secret = totp::from_base32(&viewer.totp_secret).expect("base32 secret");
+    );
+    let viewer_secret =
+        create_staff(&operator, VIEWER, StaffRole::Viewer, "watches the drop").await?;
 
     // Alice, an admin, asks for a top-up above the four-eyes amount: it waits.
-    let alice = StaffClient::new(
-        &endpoints.orchestrator,
-        admin.token.clone(),
-        Duration::from_secs(10),
-    )
-    .create(&CreateStaff {
-        email: ALICE.into(),
-        password: VIEWER_PASSWORD.into(),
-        role: StaffRole::Admin,
-        reason: "runs the drops".into(),
-    })
-    .await?
-    .body;
-    let alice_secret = totp::from_base32(&alice.totp_secret).expect("base32 secret");
+    let alice_secret = create_staff(&operator, ALICE, StaffRole::Admin, "runs the drops").await?;
     let session = StaffClient::new(&endpoints.orchestrator, "none", Duration::from_secs(10))
         .sign_in(&SignIn {
             email: ALICE.into(),
@@ -282,12 +285,12 @@ async fn browse(
     // Signing out ends the viewer's session at once.
     click(client, "form[action='/console/logout'] button").await?;
     client.wait().for_element(Locator::Css("#email")).await?;
-    let sessions: i64 = sqlx::query_scalar(
+    let sessions = count_of(
+        pool,
         r#"SELECT COUNT(*) FROM payment_service.staff_sessions s
            JOIN payment_service.staff st ON st.id = s.staff_id WHERE st.email = $1"#,
+        VIEWER,
     )
-    .bind(VIEWER)
-    .fetch_one(pool)
     .await?;
     assert_eq!(sessions, 0, "the viewer's session is gone");
 
@@ -345,11 +348,11 @@ async fn browse(
             dev::ADMIN_EMAIL
         ))]
     );
-    let viewer_tried: i64 = sqlx::query_scalar(
+    let viewer_tried = count_of(
+        pool,
         r#"SELECT COUNT(*) FROM payment_service.audit_log WHERE actor = $1 AND action <> 'SIGN_IN' AND action <> 'SIGN_OUT'"#,
+        VIEWER,
     )
-    .bind(VIEWER)
-    .fetch_one(pool)
     .await?;
     assert_eq!(
         viewer_tried, 0,
