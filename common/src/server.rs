@@ -345,14 +345,28 @@ async fn finish_connection<E: std::fmt::Display>(
 }
 
 /// The socket a service listens on: the one its supervisor handed over (systemd's
-/// socket-activation protocol: `LISTEN_FDS=1`, the socket on fd 3), else `addr` bound
+/// socket-activation protocol: `LISTEN_FDS`, the socket on fd 3), else `addr` bound
 /// here. A handed-over socket was bound by the supervisor before the service started,
 /// so no other process can take the port in between.
 pub async fn listener(addr: &str) -> anyhow::Result<TcpListener> {
+    listener_at(0, addr).await
+}
+
+/// The metrics listener: the second socket handed over (fd 4, with `LISTEN_FDS=2`),
+/// else `addr` bound here.
+pub async fn metrics_listener(addr: &str) -> anyhow::Result<TcpListener> {
+    listener_at(1, addr).await
+}
+
+/// The `index`th handed-over socket (fd 3 + `index`), else `addr` bound here.
+async fn listener_at(index: usize, addr: &str) -> anyhow::Result<TcpListener> {
     let mut handed = listenfd::ListenFd::from_env();
-    let inherited = handed
-        .take_tcp_listener(0)
-        .context("the socket handed over on fd 3 (LISTEN_FDS) is not a listening TCP socket")?;
+    let inherited = handed.take_tcp_listener(index).with_context(|| {
+        format!(
+            "the socket handed over on fd {} (LISTEN_FDS) is not a listening TCP socket",
+            3 + index
+        )
+    })?;
     if let Some(std_listener) = inherited {
         std_listener
             .set_nonblocking(true)
@@ -360,7 +374,7 @@ pub async fn listener(addr: &str) -> anyhow::Result<TcpListener> {
         let listener = TcpListener::from_std(std_listener)
             .context("cannot serve on the handed-over socket")?;
         if let Ok(local) = listener.local_addr() {
-            tracing::info!(%local, "listening on the socket handed over by the supervisor");
+            tracing::info!(%local, "listening on a socket handed over by the supervisor");
         }
         return Ok(listener);
     }

@@ -195,9 +195,9 @@ where
         tracing::info!(cert = ?tls.cert_file(), "serving TLS");
     }
     if let Some(addr) = &settings.metrics_addr {
-        let metrics = TcpListener::bind(addr)
+        let metrics = server::metrics_listener(addr)
             .await
-            .with_context(|| format!("binding METRICS_ADDR {addr}"))?;
+            .context("the METRICS_ADDR listener")?;
         tracing::info!(addr = %addr, "serving /metrics on its own listener");
         let tls = settings.tls.clone();
         // Lives as long as the process: it stops when `run` returns and the process exits.

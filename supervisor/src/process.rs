@@ -75,6 +75,13 @@ impl ServiceSpec {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The port of its metrics listener, when `METRICS_ADDR` names one on 127.0.0.1: the
+    /// supervisor binds it and hands it over beside the API's socket.
+    pub fn metrics_port(&self) -> Option<u16> {
+        let addr: SocketAddr = self.env_var("METRICS_ADDR")?.parse().ok()?;
+        (addr.ip() == Ipv4Addr::LOCALHOST).then_some(addr.port())
+    }
+
     /// The command line, for messages.
     pub fn command_line(&self) -> String {
         std::iter::once(self.program.display().to_string())
@@ -191,7 +198,21 @@ impl ServiceProcess {
                     self.spec.port, self.spec.kind
                 )
             })?;
-        let child = spawn_child(&self.spec, log, socket)?;
+        let metrics = match self.spec.metrics_port() {
+            Some(port) => Some(
+                take_reserved(port)
+                    .map(Ok)
+                    .unwrap_or_else(|| listen_on(port).map(OwnedFd::from))
+                    .with_context(|| {
+                        format!(
+                            "cannot listen on metrics port {port} for {}: is another process using it?",
+                            self.spec.kind
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let child = spawn_child(&self.spec, log, socket, metrics)?;
         self.child = Some(child);
         Ok(())
     }
@@ -339,31 +360,45 @@ fn setpriv() -> Option<&'static Path> {
         .as_deref()
 }
 
-/// The child gets its listening socket as systemd hands one over: on fd 3, announced by
-/// `LISTEN_FDS=1` (`paysaga_common::server::listener` takes it). No `LISTEN_PID`: the
-/// child's pid is not known before it is spawned, and the receiving side accepts its
-/// absence. The parent's copy closes once the child is spawned (the command owns it),
-/// so while the child is down nothing listens and connections are refused.
-fn spawn_child(spec: &ServiceSpec, log: File, socket: OwnedFd) -> anyhow::Result<Child> {
+/// The child gets its listening sockets as systemd hands them over: the API's on fd 3
+/// and, when there is one, the metrics listener's on fd 4, announced by `LISTEN_FDS`
+/// (`paysaga_common::server::listener` and `metrics_listener` take them). No
+/// `LISTEN_PID`: the child's pid is not known before it is spawned, and the receiving
+/// side accepts its absence. The parent's copies close once the child is spawned (the
+/// command owns them), so while the child is down nothing listens and connections are
+/// refused.
+fn spawn_child(
+    spec: &ServiceSpec,
+    log: File,
+    socket: OwnedFd,
+    metrics: Option<OwnedFd>,
+) -> anyhow::Result<Child> {
     let stderr = log
         .try_clone()
         .context("cannot duplicate the log file handle")?;
+    let mut sockets = vec![FdMapping {
+        parent_fd: socket,
+        child_fd: 3,
+    }];
+    if let Some(metrics) = metrics {
+        sockets.push(FdMapping {
+            parent_fd: metrics,
+            child_fd: 4,
+        });
+    }
     let mut cmd = guarded_command(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env("LISTEN_FDS", "1")
+        .env("LISTEN_FDS", sockets.len().to_string())
         .env_remove("LISTEN_PID")
         .env_remove("LISTEN_FDNAMES")
         .env_remove("LISTEN_FDS_FIRST_FD")
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(stderr));
-    cmd.fd_mappings(vec![FdMapping {
-        parent_fd: socket,
-        child_fd: 3,
-    }])
-    .map_err(|e| anyhow!("cannot hand the socket to {}: {e}", spec.kind))?;
+    cmd.fd_mappings(sockets)
+        .map_err(|e| anyhow!("cannot hand the sockets to {}: {e}", spec.kind))?;
     spawn_guarded(cmd)
         .with_context(|| format!("cannot start {} as `{}`", spec.kind, spec.command_line()))
 }

@@ -64,8 +64,9 @@ pub struct Wiring {
 /// The port of the metrics listener (`METRICS_ADDR`) of the service instance listening
 /// on `listen`: on a service's default port (8081-8085) the same port plus 1000
 /// (9081-9085, what deploy/prometheus/prometheus.yml scrapes); on any other, a free port
-/// chosen the first time it is asked for, the same one every time after (listen ports
-/// are unique in a process, so each instance has its own).
+/// reserved the first time it is asked for (bound until the service is handed its
+/// socket, so no other process can take it), the same one every time after (listen
+/// ports are unique in a process, so each instance has its own).
 pub fn metrics_port(listen: u16) -> u16 {
     if ServiceKind::ALL.iter().any(|k| k.default_port() == listen) {
         return listen + 1000;
@@ -76,7 +77,7 @@ pub fn metrics_port(listen: u16) -> u16 {
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     *ports.entry(listen).or_insert_with(|| {
-        crate::process::free_port().expect("a free port on 127.0.0.1 for the metrics listener")
+        crate::process::reserve_port(0).expect("a free port on 127.0.0.1 for the metrics listener")
     })
 }
 
