@@ -44,18 +44,19 @@ pub async fn open(
     let open_key = req.open_key.as_ref().map(|k| k.as_str());
     let mut tx = pool.begin().await?;
     // A second opening under the same key waits on the first's row lock, then finds it.
+    // The account opens empty: its opening row below raises it (balances follow the
+    // ledger), and the answer says what that row makes it.
     let row: Option<AccountRow> = sqlx::query_as(
         r#"INSERT INTO accounts (member_id, kind, balance, open_key)
-           VALUES ($1, 'MEMBER', $2, $3)
+           VALUES ($1, 'MEMBER', 0, $2)
            ON CONFLICT ON CONSTRAINT accounts_open_key_unique DO NOTHING
            RETURNING id, member_id, kind, balance, held, created_at"#,
     )
     .bind(req.member_id.as_str())
-    .bind(req.opening_balance)
     .bind(open_key)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some(row) = row else {
+    let Some(mut row) = row else {
         tx.rollback().await?;
         let key = open_key.ok_or_else(|| Breach::UnkeyedOpeningConflicted {
             member: req.member_id.as_str().to_owned(),
@@ -76,6 +77,7 @@ pub async fn open(
         .bind(req.opening_balance)
         .execute(&mut *tx)
         .await?;
+        row.balance = req.opening_balance;
     }
     tx.commit().await?;
     Ok(Recorded {

@@ -21,16 +21,17 @@ use crate::{
 ///   `refunded + amount <= amount`), at most one per debit (the caller's rounds).
 /// - `locked`: their accounts, by id. `inserted`: the credits, in key order, each on
 ///   its debit's shard; a key a concurrent statement holds is waited for and skipped.
-/// - `refunded`, `moved`: each inserted credit added to its debit's `refunded` and to
-///   its account.
-/// - `shards`, `drawn`: the shards paid out of, by number, then each drawn by its
-///   credits' sum (a debit's shard holds at least what is still unrefunded of it).
-/// - `tally`: every debit, account and shard moved to exactly what the statement
-///   decided from its locked rows, and no shard below zero, else the statement fails
-///   whole; CHECK `transactions_refund_within_debit` and
-///   `merchant_shards_balance_nonnegative` stand behind it. As in the debit statement,
-///   a shard's new balance is first computed on an older version and must not fail
-///   there, so it is bounded at 0 and checked after.
+/// - `refunded`: each inserted credit added to its debit's `refunded`; `moved`: each
+///   account and what its credits raise it to.
+/// - `tally`: every debit moved to exactly what the statement decided from its locked
+///   row and every account the credits name locked, else the statement fails whole;
+///   CHECK `transactions_refund_within_debit` stands behind it.
+///
+/// The balances move with the ledger rows: at the statement's end the ledger's trigger
+/// (migration `balances_follow_ledger`) raises each account (rows this statement has
+/// locked) and draws each shard paid out of, locking them last, by number. A debit's
+/// shard holds at least what is still unrefunded of it, and CHECK
+/// `merchant_shards_balance_nonnegative` stands behind that.
 ///
 /// Answers one row per credit, in order, with the refunded debit as it was locked
 /// (`debit_*`, null when there is no such debit), which says why a credit did not pass.
@@ -77,43 +78,20 @@ refunded AS (
     RETURNING d.refunded, x.refunded + i.amount AS expected, x.amount
 ),"#,
     ledger::raised!(),
-    ledger::lock_in_order!(
-        "shards",
-        "s.shard, s.balance",
-        "merchant_shards s",
-        "s.shard",
-        "i.merchant_shard FROM inserted i"
-    ),
     r#"
-drawn AS (
-    UPDATE merchant_shards s SET balance = GREATEST(s.balance - t.total, 0)
-    FROM (SELECT merchant_shard, SUM(amount)::BIGINT AS total FROM inserted GROUP BY merchant_shard) AS t
-    JOIN shards x ON x.shard = t.merchant_shard
-    WHERE s.shard = t.merchant_shard
-    RETURNING s.shard, s.balance, x.balance - t.total AS expected
-),
 tally AS MATERIALIZED (
-    SELECT CASE WHEN c.refunded = c.inserted AND c.moved = c.accounts AND c.drawn = c.shards
-                     AND c.off_debits = 0 AND c.off_account IS NULL AND c.off_shard IS NULL
+    SELECT CASE WHEN c.refunded = c.inserted AND c.moved = c.accounts AND c.off_debits = 0
                 THEN 0
                 ELSE CAST('account invariant breach;credit;inserted=' || c.inserted
                           || ';refunded=' || c.refunded || ';accounts=' || c.accounts
-                          || ';moved=' || c.moved || ';shards=' || c.shards
-                          || ';drawn=' || c.drawn || ';debits_off=' || c.off_debits
-                          || ';account=' || COALESCE(c.off_account, 0)
-                          || ';shard=' || COALESCE(c.off_shard, -1) AS INTEGER)
+                          || ';moved=' || c.moved || ';debits_off=' || c.off_debits AS INTEGER)
            END AS breach
     FROM (SELECT (SELECT COUNT(*) FROM inserted) AS inserted,
                  (SELECT COUNT(*) FROM refunded) AS refunded,
                  (SELECT COUNT(DISTINCT account_id) FROM inserted) AS accounts,
                  (SELECT COUNT(*) FROM moved) AS moved,
-                 (SELECT COUNT(DISTINCT merchant_shard) FROM inserted) AS shards,
-                 (SELECT COUNT(*) FROM drawn) AS drawn,
                  (SELECT COUNT(*) FROM refunded
-                  WHERE refunded <> expected OR expected > amount) AS off_debits,
-                 (SELECT MIN(id) FROM moved WHERE balance <> expected) AS off_account,
-                 (SELECT MIN(shard) FROM drawn WHERE balance <> expected OR expected < 0)
-                     AS off_shard) AS c
+                  WHERE refunded <> expected OR expected > amount) AS off_debits) AS c
 )
 "#,
     ledger::answer_columns!(),

@@ -37,20 +37,23 @@ use crate::{
 ///   against.
 /// - `captured`: each captured hold `CAPTURED` by its debit's key, found by the debit's
 ///   `hold_key` (one probe of the key index each; the lock `holding` took keeps it `HELD`).
-/// - `moved`: each account charged its applied debit, and relieved of the hold it
-///   captured; only rows `locked` holds.
-/// - `credited`: the shard credited the sum of what `moved` took.
-/// - `tally`: every applied debit moved its account to exactly the locked balance (and
-///   held) less the debit, every capture captured its hold, and the shard moved, else
-///   the statement fails whole (see [`crate::error::BREACH_MARK`]); CHECK
+/// - `released`: each capturing account relieved of the hold it captured; only rows
+///   `locked` holds.
+/// - `tally`: every capture captured its hold and released it from its account, and
+///   each applied debit leaves its account's balance at no less than what stays held,
+///   else the statement fails whole (see [`crate::error::BREACH_MARK`]); CHECK
 ///   `accounts_available_nonnegative` stands behind it.
+///
+/// The balances move with the ledger rows: at the statement's end the ledger's trigger
+/// (migration `balances_follow_ledger`) takes each applied debit from its account and
+/// pays the sum into the shard: the accounts are rows this statement has locked, and the
+/// shard is locked there, last, as the lock order wants.
 ///
 /// PostgreSQL computes an update's new row first on the version the statement's
 /// snapshot sees, which can be older than the one `locked` holds, and, finding it
 /// superseded, computes it again on the newest before writing it. The first result
-/// must not fail (an older balance may not cover a debit the newest covers), so it is
-/// bounded (at 0, and the balance at no less than what stays held); what was written is
-/// checked by `tally`, against the balance the debit was decided on.
+/// must not fail, so `released` is bounded at 0; what was written is checked by
+/// `tally`, against the `held` the debit was decided on.
 ///
 /// Answers one row per debit, in order.
 const STATEMENT: &str = concat!(
@@ -112,37 +115,29 @@ captured AS (
     WHERE h.operation_key = i.hold_key AND i.status = 'APPLIED'
     RETURNING h.operation_key
 ),
-moved AS (
-    UPDATE accounts a
-    SET balance = GREATEST(a.balance - p.amount, GREATEST(a.held - p.released, 0)),
-        held = GREATEST(a.held - p.released, 0)
+released AS (
+    UPDATE accounts a SET held = GREATEST(a.held - p.released, 0)
     FROM applied p
-    WHERE a.id = p.account_id
-    RETURNING a.id, a.balance, a.held, p.expected, p.expected_held
-),
-credited AS (
-    UPDATE merchant_shards s SET balance = s.balance + m.total
-    FROM (SELECT SUM(amount)::BIGINT AS total FROM applied) AS m
-    WHERE s.shard = $5 AND m.total IS NOT NULL
-    RETURNING s.shard
+    WHERE a.id = p.account_id AND p.released > 0
+    RETURNING a.id, a.held, p.expected_held
 ),
 tally AS MATERIALIZED (
-    SELECT CASE WHEN c.moved = c.applied AND c.off IS NULL AND c.credited = LEAST(c.applied, 1)
-                     AND c.captured = c.capturing
+    SELECT CASE WHEN c.released = c.capturing AND c.captured = c.capturing AND c.off IS NULL
                 THEN 0
                 ELSE CAST('account invariant breach;debit;shard=' || $5 || ';applied=' || c.applied
-                          || ';moved=' || c.moved || ';credited=' || c.credited
                           || ';capturing=' || c.capturing || ';captured=' || c.captured
+                          || ';released=' || c.released
                           || ';account=' || COALESCE(c.off, 0) AS INTEGER)
            END AS breach
     FROM (SELECT (SELECT COUNT(*) FROM applied) AS applied,
-                 (SELECT COUNT(*) FROM moved) AS moved,
-                 (SELECT COUNT(*) FROM credited) AS credited,
                  (SELECT COUNT(*) FROM applied WHERE released > 0) AS capturing,
                  (SELECT COUNT(*) FROM captured) AS captured,
-                 (SELECT MIN(id) FROM moved
-                  WHERE balance <> expected OR held <> expected_held
-                     OR expected < 0 OR expected_held < 0) AS off) AS c
+                 (SELECT COUNT(*) FROM released) AS released,
+                 (SELECT MIN(id)
+                  FROM (SELECT account_id AS id FROM applied
+                        WHERE expected < expected_held OR expected_held < 0
+                        UNION ALL
+                        SELECT id FROM released WHERE held <> expected_held) AS x) AS off) AS c
 )
 "#,
     ledger::answered!()

@@ -386,16 +386,15 @@ macro_rules! insert_once {
 }
 pub(crate) use insert_once;
 
-/// `moved`: each locked account raised by the sum of its `inserted` rows.
+/// `moved`: each locked account and the balance its `inserted` rows move it to, from the
+/// balance it was locked at (the ledger's trigger writes it at the statement's end).
 macro_rules! raised {
     () => {
         r#"
 moved AS (
-    UPDATE accounts a SET balance = a.balance + t.total
+    SELECT l.id, l.balance + t.total AS expected
     FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
     JOIN locked l ON l.id = t.account_id
-    WHERE a.id = t.account_id
-    RETURNING a.id, a.balance, l.balance + t.total AS expected
 ),"#
     };
 }

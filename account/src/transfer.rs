@@ -106,12 +106,12 @@ const TRANSFER_COLUMNS: &str = transfer_columns!();
 /// - `inserted`: their `TRANSFER_OUT` rows, in key order; a key a concurrent statement
 ///   holds is waited for and skipped. `mirrored`: a `TRANSFER_IN` row for each out row
 ///   inserted, and only for those, so a skipped key writes neither side.
-/// - `moved`: each account moved by the sum of its rows (a sender less, a recipient
-///   more), only rows `locked` holds; bounded at what stays held on the first
-///   computation over an older version (see [`crate::debit`]).
-/// - `tally`: every out row mirrored, every account moved to exactly its locked balance
-///   plus its rows and no lower than what its holds hold, else the statement fails
-///   whole; CHECK `accounts_available_nonnegative` stands behind it.
+/// - `moved`: each account and the balance the sum of its rows moves it to (a sender
+///   less, a recipient more), from the balance it was locked at; the ledger's trigger
+///   writes it at the statement's end (migration `balances_follow_ledger`).
+/// - `tally`: every out row mirrored, every account locked and left no lower than what
+///   its holds hold, else the statement fails whole; CHECK
+///   `accounts_available_nonnegative` stands behind it.
 ///
 /// Answers one row per transfer, in order: the row its key holds or it wrote, else the
 /// parties and the sender's available balance, which say why nothing was written.
@@ -196,18 +196,16 @@ legs AS (
     SELECT m.account_id, m.amount FROM mirrored m
 ),
 moved AS (
-    UPDATE accounts a SET balance = GREATEST(a.balance + t.net, a.held)
+    SELECT l.id, l.balance + t.net AS expected, l.held AS locked_held
     FROM (SELECT account_id, SUM(delta)::BIGINT AS net FROM legs GROUP BY account_id) AS t
     JOIN locked l ON l.id = t.account_id
-    WHERE a.id = t.account_id
-    RETURNING a.id, a.balance, l.balance + t.net AS expected, l.held AS locked_held
 ),
 "#,
     ledger::paired_tally!(
         "transfer",
         "inserted" = "mirrored",
         "legs",
-        "balance <> expected OR expected < locked_held"
+        "expected < locked_held"
     ),
     ledger::answer_select!(
         "id",

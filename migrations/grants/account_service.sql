@@ -15,10 +15,10 @@ GRANT SELECT ON account_service._sqlx_migrations TO account_app;
 REVOKE UPDATE, DELETE ON account_service.transactions FROM account_app;
 GRANT UPDATE (status, merchant_shard, refunded) ON account_service.transactions TO account_app;
 
--- Balances move; accounts and shards are never deleted, and only a balance (and what
--- an account's holds hold) changes.
+-- Accounts and shards are never deleted, and their balances move only with the ledger
+-- rows (a trigger the migrator owns moves them): the service may change only what an
+-- account's holds hold.
 REVOKE UPDATE, DELETE ON account_service.accounts, account_service.merchant_shards FROM account_app;
-GRANT UPDATE (balance) ON account_service.accounts, account_service.merchant_shards TO account_app;
 GRANT UPDATE (held) ON account_service.accounts TO account_app;
 
 -- A hold is never deleted; only its state moves (once: holds_guard), with the debit

@@ -20,11 +20,11 @@ async fn a_members_recent_transactions_are_read_through_its_own_index() {
         r#"
         WITH opened AS (
             INSERT INTO account_service.accounts (member_id, kind, balance)
-            SELECT 'lookup-' || g, 'MEMBER', 1000 FROM generate_series(1, $1) AS g
-            RETURNING id, balance
+            SELECT 'lookup-' || g, 'MEMBER', 0 FROM generate_series(1, $1) AS g
+            RETURNING id
         ), funded AS (
             INSERT INTO account_service.transactions (id, kind, status, account_id, amount)
-            SELECT gen_random_uuid(), 'OPENING', 'APPLIED', id, balance FROM opened
+            SELECT gen_random_uuid(), 'OPENING', 'APPLIED', id, 1000 FROM opened
         )
         SELECT id FROM opened ORDER BY id
         "#,
