@@ -344,23 +344,34 @@ async fn finish_connection<E: std::fmt::Display>(
     }
 }
 
-/// The socket a service listens on: the one its supervisor handed over (systemd's
-/// socket-activation protocol: `LISTEN_FDS`, the socket on fd 3), else `addr` bound
-/// here. A handed-over socket was bound by the supervisor before the service started,
-/// so no other process can take the port in between.
-pub async fn listener(addr: &str) -> anyhow::Result<TcpListener> {
-    listener_at(0, addr).await
+/// The sockets a supervisor handed over (systemd's socket-activation protocol:
+/// `LISTEN_FDS`, the API's socket on fd 3, the metrics listener's on fd 4), read once:
+/// reading them clears the variables.
+pub fn handed_over() -> listenfd::ListenFd {
+    listenfd::ListenFd::from_env()
 }
 
-/// The metrics listener: the second socket handed over (fd 4, with `LISTEN_FDS=2`),
-/// else `addr` bound here.
-pub async fn metrics_listener(addr: &str) -> anyhow::Result<TcpListener> {
-    listener_at(1, addr).await
+/// The socket a service listens on: the one its supervisor handed over, else `addr`
+/// bound here. A handed-over socket was bound by the supervisor before the service
+/// started, so no other process can take the port in between.
+pub async fn listener(handed: &mut listenfd::ListenFd, addr: &str) -> anyhow::Result<TcpListener> {
+    listener_at(handed, 0, addr).await
+}
+
+/// The metrics listener: the second socket handed over, else `addr` bound here.
+pub async fn metrics_listener(
+    handed: &mut listenfd::ListenFd,
+    addr: &str,
+) -> anyhow::Result<TcpListener> {
+    listener_at(handed, 1, addr).await
 }
 
 /// The `index`th handed-over socket (fd 3 + `index`), else `addr` bound here.
-async fn listener_at(index: usize, addr: &str) -> anyhow::Result<TcpListener> {
-    let mut handed = listenfd::ListenFd::from_env();
+async fn listener_at(
+    handed: &mut listenfd::ListenFd,
+    index: usize,
+    addr: &str,
+) -> anyhow::Result<TcpListener> {
     let inherited = handed.take_tcp_listener(index).with_context(|| {
         format!(
             "the socket handed over on fd {} (LISTEN_FDS) is not a listening TCP socket",

@@ -190,12 +190,13 @@ where
     let settings = process(&config);
     telemetry::init_tracing_for(service, settings.log_format);
     settings.dev_fallbacks.warn(service);
-    let listener = server::listener(&settings.listen_addr).await?;
+    let mut handed = server::handed_over();
+    let listener = server::listener(&mut handed, &settings.listen_addr).await?;
     if let Some(tls) = &settings.tls {
         tracing::info!(cert = ?tls.cert_file(), "serving TLS");
     }
     if let Some(addr) = &settings.metrics_addr {
-        let metrics = server::metrics_listener(addr)
+        let metrics = server::metrics_listener(&mut handed, addr)
             .await
             .context("the METRICS_ADDR listener")?;
         tracing::info!(addr = %addr, "serving /metrics on its own listener");
