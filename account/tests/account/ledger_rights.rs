@@ -148,13 +148,12 @@ async fn the_database_refuses_a_balance_moved_without_its_ledger_row() {
     .await
     .expect("row");
     assert_eq!(svc.balance(b.id).await, 100 + 5);
-    let (balance, total): (i64, i64) = sqlx::query_as(
-        "SELECT balance, ledger_total FROM account_service.accounts WHERE id = $1",
-    )
-    .bind(b.id)
-    .fetch_one(&svc.admin)
-    .await
-    .expect("account");
+    let (balance, total): (i64, i64) =
+        sqlx::query_as("SELECT balance, ledger_total FROM account_service.accounts WHERE id = $1")
+            .bind(b.id)
+            .fetch_one(&svc.admin)
+            .await
+            .expect("account");
     assert_eq!((balance, total), (105, 105));
 }
 
