@@ -231,6 +231,27 @@ pub struct DepositRequest {
     pub authorization: Option<String>,
 }
 
+#[cfg(feature = "testkit")]
+impl DepositRequest {
+    /// For tests: a deposit of `minor` into `member`'s account `account_id` under `key`,
+    /// with the orchestrator's authorization under its development key (asked for by
+    /// `admin@example.com`), as the member service forwards a staff top-up.
+    pub fn approved_for_tests(key: &str, member: &str, account_id: i64, minor: i64) -> Self {
+        Self {
+            operation_key: OperationKey::parse(key).expect("a valid operation key"),
+            account_id,
+            amount: Amount::new(minor).expect("a valid amount"),
+            authorization: Some(paysaga_common::testkit::deposit_authorization(
+                member,
+                minor,
+                key,
+                "admin@example.com",
+                None,
+            )),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum AccountKind {

@@ -90,8 +90,7 @@ impl Svc {
     }
 
     /// A deposit of `minor` into `member`'s account `account_id` under `key`, with the
-    /// orchestrator's authorization (asked for by `admin@example.com`), as the member
-    /// service forwards it.
+    /// orchestrator's authorization, as the member service forwards it.
     pub fn deposit(
         &self,
         key: &str,
@@ -99,18 +98,9 @@ impl Svc {
         account_id: i64,
         minor: i64,
     ) -> paysaga_contracts::account::api::DepositRequest {
-        paysaga_contracts::account::api::DepositRequest {
-            operation_key: paysaga_contracts::account::api::OperationKey::parse(key).expect("key"),
-            account_id,
-            amount: paysaga_common::money::Amount::new(minor).expect("amount"),
-            authorization: Some(paysaga_common::testkit::deposit_authorization(
-                member,
-                minor,
-                key,
-                "admin@example.com",
-                None,
-            )),
-        }
+        paysaga_contracts::account::api::DepositRequest::approved_for_tests(
+            key, member, account_id, minor,
+        )
     }
 
     /// A fresh service with `member-1` opened with `opening`.

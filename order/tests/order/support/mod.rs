@@ -92,18 +92,9 @@ impl Harness {
     /// Deposits `minor` into `member`'s account `account_id` under `key`, as the member
     /// service forwards a staff top-up (with the orchestrator's authorization).
     pub async fn deposit(&self, key: &str, member: &str, account_id: i64, minor: i64) {
-        let req = paysaga_contracts::account::api::DepositRequest {
-            operation_key: paysaga_contracts::account::api::OperationKey::parse(key).expect("key"),
-            account_id,
-            amount: paysaga_common::money::Amount::new(minor).expect("amount"),
-            authorization: Some(paysaga_common::testkit::deposit_authorization(
-                member,
-                minor,
-                key,
-                "admin@example.com",
-                None,
-            )),
-        };
+        let req = paysaga_contracts::account::api::DepositRequest::approved_for_tests(
+            key, member, account_id, minor,
+        );
         self.account_as("member")
             .deposit(&req)
             .await
