@@ -37,23 +37,16 @@ use crate::{
 ///   against.
 /// - `captured`: each captured hold `CAPTURED` by its debit's key, found by the debit's
 ///   `hold_key` (one probe of the key index each; the lock `holding` took keeps it `HELD`).
-/// - `released`: each capturing account relieved of the hold it captured; only rows
-///   `locked` holds.
-/// - `tally`: every capture captured its hold and released it from its account, and
-///   each applied debit leaves its account's balance at no less than what stays held,
-///   else the statement fails whole (see [`crate::error::BREACH_MARK`]); CHECK
-///   `accounts_available_nonnegative` stands behind it.
+/// - `tally`: every capture captured its hold, and each applied debit leaves its
+///   account's balance at no less than what stays held, else the statement fails whole
+///   (see [`crate::error::BREACH_MARK`]); CHECK `accounts_available_nonnegative` stands
+///   behind it.
 ///
 /// The balances move with the ledger rows: at the statement's end the ledger's trigger
-/// (migration `balances_follow_ledger`) takes each applied debit from its account and
-/// pays the sum into the shard: the accounts are rows this statement has locked, and the
-/// shard is locked there, last, as the lock order wants.
-///
-/// PostgreSQL computes an update's new row first on the version the statement's
-/// snapshot sees, which can be older than the one `locked` holds, and, finding it
-/// superseded, computes it again on the newest before writing it. The first result
-/// must not fail, so `released` is bounded at 0; what was written is checked by
-/// `tally`, against the `held` the debit was decided on.
+/// (migrations `balances_follow_ledger`, `captures_release_holds_in_ledger`) takes each
+/// applied debit from its account, and a capture's amount from what the account holds,
+/// in one write per account, and pays the sum into the shard: the accounts are rows this
+/// statement has locked, and the shard is locked there, last, as the lock order wants.
 ///
 /// Answers one row per debit, in order.
 const STATEMENT: &str = concat!(
@@ -101,8 +94,7 @@ inserted AS (
     ledger::insert_once!("decided d", "d"),
     r#"
 applied AS (
-    SELECT i.account_id, i.amount,
-           CASE WHEN i.hold_key IS NULL THEN 0 ELSE i.amount END AS released,
+    SELECT i.account_id, i.hold_key,
            l.balance - i.amount AS expected,
            l.held - CASE WHEN i.hold_key IS NULL THEN 0 ELSE i.amount END AS expected_held
     FROM inserted i
@@ -115,29 +107,18 @@ captured AS (
     WHERE h.operation_key = i.hold_key AND i.status = 'APPLIED'
     RETURNING h.operation_key
 ),
-released AS (
-    UPDATE accounts a SET held = GREATEST(a.held - p.released, 0)
-    FROM applied p
-    WHERE a.id = p.account_id AND p.released > 0
-    RETURNING a.id, a.held, p.expected_held
-),
 tally AS MATERIALIZED (
-    SELECT CASE WHEN c.released = c.capturing AND c.captured = c.capturing AND c.off IS NULL
+    SELECT CASE WHEN c.captured = c.capturing AND c.off IS NULL
                 THEN 0
                 ELSE CAST('account invariant breach;debit;shard=' || $5 || ';applied=' || c.applied
                           || ';capturing=' || c.capturing || ';captured=' || c.captured
-                          || ';released=' || c.released
                           || ';account=' || COALESCE(c.off, 0) AS INTEGER)
            END AS breach
     FROM (SELECT (SELECT COUNT(*) FROM applied) AS applied,
-                 (SELECT COUNT(*) FROM applied WHERE released > 0) AS capturing,
+                 (SELECT COUNT(*) FROM applied WHERE hold_key IS NOT NULL) AS capturing,
                  (SELECT COUNT(*) FROM captured) AS captured,
-                 (SELECT COUNT(*) FROM released) AS released,
-                 (SELECT MIN(id)
-                  FROM (SELECT account_id AS id FROM applied
-                        WHERE expected < expected_held OR expected_held < 0
-                        UNION ALL
-                        SELECT id FROM released WHERE held <> expected_held) AS x) AS off) AS c
+                 (SELECT MIN(account_id) FROM applied
+                  WHERE expected < expected_held OR expected_held < 0) AS off) AS c
 )
 "#,
     ledger::answered!()
