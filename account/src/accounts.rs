@@ -45,7 +45,7 @@ pub async fn open(
     let mut tx = pool.begin().await?;
     // A second opening under the same key waits on the first's row lock, then finds it.
     // The account opens empty: its opening row below raises it (balances follow the
-    // ledger), and the answer says what that row makes it.
+    // ledger).
     let row: Option<AccountRow> = sqlx::query_as(
         r#"INSERT INTO accounts (member_id, kind, balance, open_key)
            VALUES ($1, 'MEMBER', 0, $2)
@@ -56,7 +56,7 @@ pub async fn open(
     .bind(open_key)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some(mut row) = row else {
+    let Some(row) = row else {
         tx.rollback().await?;
         let key = open_key.ok_or_else(|| Breach::UnkeyedOpeningConflicted {
             member: req.member_id.as_str().to_owned(),
@@ -66,8 +66,9 @@ pub async fn open(
             created: false,
         });
     };
-    // The deposit is on the ledger too, so every balance is explained by its rows.
-    if req.opening_balance > 0 {
+    // The deposit is on the ledger too, so every balance is explained by its rows; the
+    // account is answered as the ledger's trigger left it.
+    let row = if req.opening_balance > 0 {
         sqlx::query(
             r#"INSERT INTO transactions (id, operation_key, kind, status, account_id, amount)
                VALUES ($1, NULL, 'OPENING', 'APPLIED', $2, $3)"#,
@@ -77,8 +78,17 @@ pub async fn open(
         .bind(req.opening_balance)
         .execute(&mut *tx)
         .await?;
-        row.balance = req.opening_balance;
-    }
+        sqlx::query_as(
+            r#"SELECT id, member_id, kind, balance, held, created_at
+               FROM accounts
+               WHERE id = $1"#,
+        )
+        .bind(row.id)
+        .fetch_one(&mut *tx)
+        .await?
+    } else {
+        row
+    };
     tx.commit().await?;
     Ok(Recorded {
         value: row.into(),

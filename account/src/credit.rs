@@ -77,7 +77,7 @@ refunded AS (
     WHERE d.operation_key = i.refund_of AND d.operation_key IS NOT NULL AND d.kind = 'DEBIT'
     RETURNING d.refunded, x.refunded + i.amount AS expected, x.amount
 ),"#,
-    ledger::raised!(),
+    ledger::moved_locked!(),
     r#"
 tally AS MATERIALIZED (
     SELECT CASE WHEN c.refunded = c.inserted AND c.moved = c.accounts AND c.off_debits = 0

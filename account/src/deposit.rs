@@ -41,9 +41,9 @@ impl ApprovedDeposit {
 /// One statement, in the lock order of [`crate::ledger`]: `held` (keys that already
 /// hold a row), `locked` (the other deposits' member accounts, by id), `inserted` (in
 /// key order; a key a concurrent statement holds is waited for and skipped), `moved`
-/// (each account and the balance its inserted deposits raise it to, which the ledger's
-/// trigger writes at the statement's end), `tally` (every account with a deposit was
-/// locked, else the statement fails whole). Answers one row per deposit, in order.
+/// (each account with a deposit, among those locked: the ledger's trigger raises their
+/// balances at the statement's end), `tally` (every account with a deposit was locked,
+/// else the statement fails whole). Answers one row per deposit, in order.
 const STATEMENT: &str = concat!(
     ledger::fresh!(
         "$1::UUID[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[]",
@@ -57,8 +57,8 @@ inserted AS (
     SELECT f.id, f.operation_key, 'DEPOSIT', 'APPLIED', f.account_id, f.amount,
            f.requested_by, f.approved_by"#,
     ledger::insert_once!("fresh f", "f"),
-    ledger::raised!(),
-    ledger::accounts_tally!("deposit", "expected < 0"),
+    ledger::moved_locked!(),
+    ledger::accounts_tally!("deposit"),
     ledger::answered!()
 );
 

@@ -250,9 +250,13 @@ fresh AS (
 pub(crate) use fresh;
 
 /// `tally`: each account `inserted` names moved once (`moved`), and none of them off
-/// (`$off`, what an account moved wrongly shows), else the breach rule `$rule`'s
-/// statement fails with (see [`crate::error::BREACH_MARK`]).
+/// (`$off`, what an account moved wrongly shows, when the rule's own update can go
+/// wrong), else the breach rule `$rule`'s statement fails with (see
+/// [`crate::error::BREACH_MARK`]).
 macro_rules! accounts_tally {
+    ($rule:literal) => {
+        $crate::ledger::accounts_tally!($rule, "FALSE")
+    };
     ($rule:literal, $off:literal) => {
         concat!(
             r#"
@@ -386,19 +390,20 @@ macro_rules! insert_once {
 }
 pub(crate) use insert_once;
 
-/// `moved`: each locked account and the balance its `inserted` rows move it to, from the
-/// balance it was locked at (the ledger's trigger writes it at the statement's end).
-macro_rules! raised {
+/// `moved`: each account the `inserted` rows name, among those the statement `locked`
+/// (the ledger's trigger moves their balances at the statement's end, on rows it must
+/// already hold: the tally counts them against the accounts named).
+macro_rules! moved_locked {
     () => {
         r#"
 moved AS (
-    SELECT l.id, l.balance + t.total AS expected
-    FROM (SELECT account_id, SUM(amount)::BIGINT AS total FROM inserted GROUP BY account_id) AS t
+    SELECT l.id
+    FROM (SELECT DISTINCT account_id FROM inserted) AS t
     JOIN locked l ON l.id = t.account_id
 ),"#
     };
 }
-pub(crate) use raised;
+pub(crate) use moved_locked;
 
 /// How a rule's statement answers each request: its `ord`, whether its row was
 /// `created` now, and each of `$column` from `inserted` (`i`) or else `held` (`h`).
