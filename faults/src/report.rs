@@ -76,6 +76,15 @@ impl ScenarioReport {
             && self.evidence(KILLS_WITH_BATCH) == 0
     }
 
+    /// Whether the run proves nothing about its fault either way: it held every
+    /// invariant, flagged nothing, and yet its fault never met the work it is about (the
+    /// drop drained between the aim and the strike, or no kill caught a batch).
+    pub fn missed(&self) -> bool {
+        self.violations.is_empty()
+            && self.settled.flagged == 0
+            && (!self.exercised() || self.missed_every_batch())
+    }
+
     /// Panics with the whole report unless the run was clean and exercised its fault.
     #[track_caller]
     pub fn assert_clean(&self) {

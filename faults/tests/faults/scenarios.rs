@@ -12,19 +12,34 @@ use tokio::sync::Mutex;
 /// would mostly measure the contention, and PostgreSQL's connection limit is shared too.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
+/// Drops one scenario may play to meet its fault: a 150-buyer drop on a loaded 2-core
+/// machine can drain between the aim and the strike. A run that missed proves nothing
+/// either way, so a fresh drop (a new seed) is played; a violation fails at once.
+const TRIES: usize = 3;
+
 async fn clean(scenario: Scenario) -> anyhow::Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let plan = Plan::fast();
-    eprintln!("{scenario}: seed {}", plan.seed);
-    let report = paysaga_faults::run(scenario, &plan).await?;
-    eprint!("{}", report.summary());
-    eprint!(
-        "{}",
-        paysaga_faults::failover_table(std::slice::from_ref(&report))
-    );
-    eprintln!("logs:\n{}", report.logs);
-    report.assert_clean();
-    Ok(())
+    for attempt in 1..=TRIES {
+        let plan = Plan::fast();
+        eprintln!(
+            "{scenario}: seed {} (drop {attempt} of at most {TRIES})",
+            plan.seed
+        );
+        let report = paysaga_faults::run(scenario, &plan).await?;
+        eprint!("{}", report.summary());
+        eprint!(
+            "{}",
+            paysaga_faults::failover_table(std::slice::from_ref(&report))
+        );
+        eprintln!("logs:\n{}", report.logs);
+        if attempt < TRIES && report.missed() {
+            eprintln!("{scenario}: the fault met no work in flight; playing a fresh drop");
+            continue;
+        }
+        report.assert_clean();
+        return Ok(());
+    }
+    unreachable!("the last drop either asserts or returns")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
