@@ -3,10 +3,10 @@
 
 use paysaga_common::client::CallError;
 use paysaga_contracts::account::api::{
-    AccountBatch, AccountOp, HoldState, ListHolds, ReleaseRequest, TransactionStatus,
+    AccountBatch, AccountOp, CreditRequest, HoldState, ListHolds, ReleaseRequest, TransactionStatus,
 };
 
-use crate::support::{hold, key, Svc};
+use crate::support::{amount, hold, key, Svc};
 
 fn code(e: &CallError) -> &str {
     e.code().unwrap_or("")
@@ -178,6 +178,23 @@ async fn a_debit_captures_its_hold_once() {
         .await,
         1
     );
+    assert_eq!(svc.held_mismatches().await, 0);
+
+    // Only the capture's insert spends its hold: refunding part of it (an update of the
+    // capture's row) gives the money back and leaves what another hold holds alone.
+    svc.place("res:6:hold", "member-1", 100).await;
+    let refund = CreditRequest {
+        operation_key: key("pay:1:refund"),
+        account_id: acct.id,
+        amount: amount(50),
+        refund_of: key("pay:1:debit"),
+    };
+    assert_eq!(
+        svc.client.credit(&refund).await.expect("refund").status,
+        201
+    );
+    assert_eq!(svc.funds(acct.id).await, (350, 100));
+    assert_eq!(svc.merchant_balance().await, merchant_before + 150);
     assert_eq!(svc.held_mismatches().await, 0);
 }
 
