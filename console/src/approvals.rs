@@ -3,25 +3,17 @@
 //! first; an admin other than the one who asked approves (the refund or the top-up is
 //! carried out) or rejects one, with a reason.
 
-use axum::{
-    extract::{Path, Query, State},
-    http::HeaderMap,
-    response::{IntoResponse, Redirect, Response},
-    Form,
-};
-use maud::html;
-use paysaga_contracts::staff::api::{ApprovalKind, ApprovalState, ListApprovals};
-use paysaga_staff::{
-    allow::{ADMIN, ANY},
-    Acting, StaffRole,
-};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{html, Markup};
+use paysaga_contracts::staff::api::{codes, Approval, ApprovalKind, ApprovalState, ListApprovals};
+use paysaga_staff::{allow::ADMIN, Acting, StaffRole};
 use serde::Deserialize;
 
 use crate::{
-    auth::Person,
-    desk::Decision,
+    desk::{Decision, DeskError},
     layout::{self, Section},
-    payments::Reason,
+    lists::{self, ListPage, NoList},
+    payments::Confirmed,
     state::ConsoleState,
 };
 
@@ -34,99 +26,94 @@ pub struct Filter {
     done: Option<String>,
 }
 
-#[tracing::instrument(skip_all, fields(staff = %op.name()))]
-pub async fn page(
-    State(state): State<ConsoleState>,
-    op: Person<{ ANY }>,
-    Query(filter): Query<Filter>,
-) -> Response {
-    let chosen = filter.state.unwrap_or_else(|| "PENDING".to_owned());
-    let query = ListApprovals {
-        state: (!chosen.is_empty()).then(|| chosen.clone()),
-        kind: None,
-        before: None,
-        limit: Some(PAGE_SIZE),
-    };
-    let page = match state.payments.approvals(&query).await {
-        Ok(p) => p,
-        Err(e) => return layout::failed(e, Section::Approvals),
-    };
-    let admin = op.0.actor.role() == StaffRole::Admin;
-    let me = op.0.actor.staff_id();
-    let flash = match filter.done.as_deref() {
-        Some("approve") => {
-            Some("Approved: the refund was carried out through the saga, or the top-up deposited.")
+impl Filter {
+    /// What the desk is asked for: the newest approvals in the state shown.
+    fn to_query(&self) -> ListApprovals {
+        let chosen = self.chosen();
+        ListApprovals {
+            state: (!chosen.is_empty()).then(|| chosen.to_owned()),
+            kind: None,
+            before: None,
+            limit: Some(PAGE_SIZE),
         }
-        Some("reject") => Some("Rejected: nothing was refunded or deposited."),
-        _ => None,
-    };
-    let tab = |name: &str, label: &str| {
-        html! { a href=(format!("/console/approvals?state={name}")) class=[(chosen == name).then_some("here")] { (label) } " " }
-    };
-    let body = html! {
-        @if let Some(f) = flash { p.flash #flash { (f) } }
-        p {
-            "Refunds and top-ups above their four-eyes amounts wait here for an admin other than the one who asked. "
-            (tab("PENDING", "Pending")) (tab("APPROVED", "Approved")) (tab("REJECTED", "Rejected")) (tab("", "All"))
-        }
-        @if page.approvals.is_empty() {
-            p #no-approvals { "No approvals." }
-        } @else {
-            table #approvals {
-                tr {
-                    th { "id" } th { "kind" } th { "payment or member" } th { "amount" } th { "state" } th { "asked by" }
-                    th { "asked (UTC)" } th { "reason" } th { "decided by" } th { "decision" }
-                }
-                @for a in &page.approvals {
-                    tr.approval data-id=(a.id) data-state=(a.state.as_str()) data-kind=(a.kind.as_str()) {
-                        td { (a.id) }
-                        td { (a.kind.as_str()) }
-                        @match (a.kind, a.payment_id) {
-                            (ApprovalKind::Refund, Some(p)) => td.mono { a href=(format!("/console/payments/{p}")) { (p) } },
-                            _ => td.mono { (a.target()) },
-                        }
-                        td { (layout::money(a.amount)) }
-                        td { (a.state.as_str()) }
-                        td.mono { (a.requested_by_name) }
-                        td { (layout::at(a.requested_at)) }
-                        td { (a.reason.as_deref().unwrap_or("")) }
-                        td.mono { (a.decided_by_name.as_deref().unwrap_or("")) }
-                        td {
-                            @if a.state == ApprovalState::Pending && admin && a.requested_by != me {
-                                form method="post" action=(format!("/console/approvals/{}/approve", a.id)) {
-                                    textarea name="reason" rows="1" cols="30" required maxlength="500" placeholder="reason" {}
-                                    " "
-                                    button.danger type="submit" id=(format!("approve-{}", a.id)) { @if a.kind == ApprovalKind::TopUp { "Approve top-up" } @else { "Approve refund" } }
-                                    " "
-                                    button type="submit" id=(format!("reject-{}", a.id))
-                                        formaction=(format!("/console/approvals/{}/reject", a.id)) { "Reject" }
-                                }
-                            } @else {
-                                (a.decision_reason.as_deref().unwrap_or(""))
+    }
+
+    /// The state shown: PENDING when none is chosen, every state for the empty one.
+    fn chosen(&self) -> &str {
+        self.state.as_deref().unwrap_or("PENDING")
+    }
+}
+
+impl ListPage for Filter {
+    const SECTION: Section = Section::Approvals;
+    const TITLE: &'static str = "Approvals";
+
+    async fn body(self, state: ConsoleState, op: Acting) -> Result<Markup, NoList> {
+        let page = state.payments.approvals(&self.to_query()).await?;
+        let admin = op.actor.role() == StaffRole::Admin;
+        let me = op.actor.staff_id();
+        let chosen = self.chosen();
+        let flash = match self.done.as_deref() {
+            Some("approve") => Some(
+                "Approved: the refund was carried out through the saga, or the top-up deposited.",
+            ),
+            Some("reject") => Some("Rejected: nothing was refunded or deposited."),
+            _ => None,
+        };
+        let tab = |name: &str, label: &str| {
+            html! { a href=(format!("/console/approvals?state={name}")) class=[(chosen == name).then_some("here")] { (label) } " " }
+        };
+        let header = html! {
+            tr {
+                th { "id" } th { "kind" } th { "payment or member" } th { "amount" } th { "state" } th { "asked by" }
+                th { "asked (UTC)" } th { "reason" } th { "decided by" } th { "decision" }
+            }
+        };
+        let row = |a: &Approval| {
+            html! {
+                tr.approval data-id=(a.id) data-state=(a.state.as_str()) data-kind=(a.kind.as_str()) {
+                    td { (a.id) }
+                    td { (a.kind.as_str()) }
+                    @match (a.kind, a.payment_id) {
+                        (ApprovalKind::Refund, Some(p)) => td.mono { a href=(format!("/console/payments/{p}")) { (p) } },
+                        _ => td.mono { (a.target()) },
+                    }
+                    td { (layout::money(a.amount)) }
+                    td { (a.state.as_str()) }
+                    td.mono { (a.requested_by_name) }
+                    td { (layout::at(a.requested_at)) }
+                    td { (a.reason.as_deref().unwrap_or("")) }
+                    td.mono { (a.decided_by_name.as_deref().unwrap_or("")) }
+                    td {
+                        @if a.state == ApprovalState::Pending && admin && a.requested_by != me {
+                            form method="post" action=(format!("/console/approvals/{}/approve", a.id)) {
+                                textarea name="reason" rows="1" cols="30" required maxlength="500" placeholder="reason" {}
+                                " "
+                                button.danger type="submit" id=(format!("approve-{}", a.id)) { @if a.kind == ApprovalKind::TopUp { "Approve top-up" } @else { "Approve refund" } }
+                                " "
+                                button type="submit" id=(format!("reject-{}", a.id))
+                                    formaction=(format!("/console/approvals/{}/reject", a.id)) { "Reject" }
                             }
+                        } @else {
+                            (a.decision_reason.as_deref().unwrap_or(""))
                         }
                     }
                 }
             }
-        }
-    };
-    layout::page(Section::Approvals, "Approvals", body).into_response()
+        };
+        Ok(html! {
+            @if let Some(f) = flash { p.flash #flash { (f) } }
+            p {
+                "Refunds and top-ups above their four-eyes amounts wait here for an admin other than the one who asked. "
+                (tab("PENDING", "Pending")) (tab("APPROVED", "Approved")) (tab("REJECTED", "Rejected")) (tab("", "All"))
+            }
+            (lists::table_or(html! { p #no-approvals { "No approvals." } }, "approvals", header, &page.approvals, row))
+        })
+    }
 }
 
-async fn decide(
-    state: ConsoleState,
-    by: Acting,
-    headers: HeaderMap,
-    raw: String,
-    decision: Decision,
-    reason: Reason,
-) -> Response {
-    let not_found = || layout::failed(approval_not_found(), Section::Approvals);
-    let confirmed = reason.confirmed(&headers, &raw, Section::Approvals, not_found);
-    let (id, reason): (i64, _) = match confirmed {
-        Ok(confirmed) => confirmed,
-        Err(refused) => return *refused,
-    };
+async fn decide(state: ConsoleState, confirmed: Confirmed<i64>, decision: Decision) -> Response {
+    let Confirmed { by, id, reason } = confirmed;
     let done = match decision {
         Decision::Approve => "approve",
         Decision::Reject => "reject",
@@ -140,29 +127,14 @@ async fn decide(
     }
 }
 
-fn approval_not_found() -> crate::DeskError {
-    crate::DeskError::Refused(paysaga_common::ApiError::not_found(
-        paysaga_contracts::staff::api::codes::APPROVAL_NOT_FOUND,
-        "no such approval",
-    ))
+fn approval_not_found() -> DeskError {
+    DeskError::not_found(codes::APPROVAL_NOT_FOUND, "no such approval")
 }
 
-/// The POST of a decision: admins only (the desk refuses the one who asked).
-macro_rules! decision_handler {
-    ($decision:expr, $name:ident) => {
-        #[tracing::instrument(skip_all, fields(staff = %op.name(), approval = %raw))]
-        pub async fn $name(
-            State(state): State<ConsoleState>,
-            op: Person<{ ADMIN }>,
-            headers: HeaderMap,
-            Path(raw): Path<String>,
-            Form(reason): Form<Reason>,
-        ) -> Response {
-            let by = op.0.clone();
-            decide(state, by, headers, raw, $decision, reason).await
-        }
-    };
+// The POSTs of a decision: admins only (the desk refuses the one who asked).
+confirmed_post! {
+    approve, ADMIN, approval, Section::Approvals, approval_not_found, decide(Decision::Approve)
 }
-
-decision_handler!(Decision::Approve, approve);
-decision_handler!(Decision::Reject, reject);
+confirmed_post! {
+    reject, ADMIN, approval, Section::Approvals, approval_not_found, decide(Decision::Reject)
+}

@@ -117,6 +117,23 @@ pub fn cross_origin() -> Response {
     )
 }
 
+/// A request sent from the console's own pages ([`same_origin`]): a handler that takes
+/// one cannot forget the check. Any other request is answered [`cross_origin`] before
+/// the handler reads its form or does anything.
+pub struct SameOrigin;
+
+impl<S: Send + Sync> FromRequestParts<S> for SameOrigin {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Response> {
+        if same_origin(&parts.headers) {
+            Ok(SameOrigin)
+        } else {
+            Err(cross_origin())
+        }
+    }
+}
+
 pub async fn login_page() -> Response {
     sign_in_form(StatusCode::OK, None)
 }
@@ -191,12 +208,9 @@ pub struct SignIn {
 pub async fn login(
     State(state): State<ConsoleState>,
     ClientAddr(from): ClientAddr,
-    headers: HeaderMap,
+    _: SameOrigin,
     Form(form): Form<SignIn>,
 ) -> Response {
-    if !same_origin(&headers) {
-        return cross_origin();
-    }
     match state
         .staff
         .check_password(&form.email, form.password, from)
@@ -236,11 +250,9 @@ pub async fn verify_code(
     State(state): State<ConsoleState>,
     ClientAddr(from): ClientAddr,
     headers: HeaderMap,
+    _: SameOrigin,
     Form(form): Form<Code>,
 ) -> Response {
-    if !same_origin(&headers) {
-        return cross_origin();
-    }
     let Some(pending) = cookie(&headers, COOKIE) else {
         return Redirect::to("/console/login").into_response();
     };
@@ -266,10 +278,8 @@ pub async fn logout(
     State(state): State<ConsoleState>,
     ClientAddr(from): ClientAddr,
     headers: HeaderMap,
+    _: SameOrigin,
 ) -> Response {
-    if !same_origin(&headers) {
-        return cross_origin();
-    }
     if let Some(token) = cookie(&headers, COOKIE) {
         let ended = match state.staff.authenticate(&token).await {
             Ok(Some(who)) => {

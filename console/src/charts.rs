@@ -4,10 +4,23 @@ use maud::{html, Markup, PreEscaped};
 
 const WIDTH: f64 = 360.0;
 const HEIGHT: f64 = 170.0;
-const LEFT: f64 = 46.0;
-const RIGHT: f64 = 10.0;
-const TOP: f64 = 12.0;
-const BOTTOM: f64 = 30.0;
+
+/// The plot area's edges in the chart (y grows downwards), each named once rather than
+/// worked out from the margins wherever a line starts or ends there.
+struct Plot {
+    left: f64,
+    right: f64,
+    top: f64,
+    bottom: f64,
+}
+
+/// Margins: the y labels on the left, the x labels and the axis title below.
+const PLOT: Plot = Plot {
+    left: 46.0,
+    right: WIDTH - 10.0,
+    top: 12.0,
+    bottom: HEIGHT - 30.0,
+};
 
 /// One line of a chart: its legend and its points (x, y), x ascending.
 pub struct Line {
@@ -88,9 +101,9 @@ pub fn render(c: &Chart) -> Markup {
             .chain(c.limit.map(|l| l.1))
             .fold(0.0f64, f64::max),
     );
-    let (pw, ph) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
-    let sx = |x: f64| LEFT + x / x_max * pw;
-    let sy = |y: f64| TOP + ph - y / y_top * ph;
+    let (pw, ph) = (PLOT.right - PLOT.left, PLOT.bottom - PLOT.top);
+    let sx = |x: f64| PLOT.left + x / x_max * pw;
+    let sy = |y: f64| PLOT.bottom - y / y_top * ph;
     let path = |pts: &[(f64, f64)]| {
         pts.iter()
             .map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y)))
@@ -123,19 +136,19 @@ pub fn render(c: &Chart) -> Markup {
             desc id=(desc_id) { (c.summary) }
             // Grid and y labels: zero, half and the top.
             @for frac in [0.0, 0.5, 1.0] {
-                line.grid x1=(LEFT) x2=(WIDTH - RIGHT) y1=(sy(y_top * frac)) y2=(sy(y_top * frac)) {}
-                text.tick x=(LEFT - 4.0) y=(sy(y_top * frac) + 4.0) text-anchor="end" { (num(y_top * frac)) }
+                line.grid x1=(PLOT.left) x2=(PLOT.right) y1=(sy(y_top * frac)) y2=(sy(y_top * frac)) {}
+                text.tick x=(PLOT.left - 4.0) y=(sy(y_top * frac) + 4.0) text-anchor="end" { (num(y_top * frac)) }
             }
-            line.axis x1=(LEFT) x2=(LEFT) y1=(TOP) y2=(TOP + ph) {}
-            line.axis x1=(LEFT) x2=(WIDTH - RIGHT) y1=(TOP + ph) y2=(TOP + ph) {}
-            text.tick x=(LEFT) y=(HEIGHT - 16.0) text-anchor="start" { "0" }
-            text.tick x=(WIDTH - RIGHT) y=(HEIGHT - 16.0) text-anchor="end" { (num(x_max.round())) }
-            text.label x=(LEFT + pw / 2.0) y=(HEIGHT - 3.0) text-anchor="middle" { (c.x_label) }
-            text.label x="10" y=(TOP + ph / 2.0) text-anchor="middle"
-                transform=(format!("rotate(-90 10 {})", TOP + ph / 2.0)) { (c.y_label) }
+            line.axis x1=(PLOT.left) x2=(PLOT.left) y1=(PLOT.top) y2=(PLOT.bottom) {}
+            line.axis x1=(PLOT.left) x2=(PLOT.right) y1=(PLOT.bottom) y2=(PLOT.bottom) {}
+            text.tick x=(PLOT.left) y=(HEIGHT - 16.0) text-anchor="start" { "0" }
+            text.tick x=(PLOT.right) y=(HEIGHT - 16.0) text-anchor="end" { (num(x_max.round())) }
+            text.label x=(PLOT.left + pw / 2.0) y=(HEIGHT - 3.0) text-anchor="middle" { (c.x_label) }
+            text.label x="10" y=(PLOT.top + ph / 2.0) text-anchor="middle"
+                transform=(format!("rotate(-90 10 {})", PLOT.top + ph / 2.0)) { (c.y_label) }
             @if let Some((label, v)) = c.limit {
-                line.limit x1=(LEFT) x2=(WIDTH - RIGHT) y1=(sy(v)) y2=(sy(v)) {}
-                text.limit-label x=(WIDTH - RIGHT - 2.0) y=(sy(v) - 3.0) text-anchor="end" { (label) " " (num(v)) }
+                line.limit x1=(PLOT.left) x2=(PLOT.right) y1=(sy(v)) y2=(sy(v)) {}
+                text.limit-label x=(PLOT.right - 2.0) y=(sy(v) - 3.0) text-anchor="end" { (label) " " (num(v)) }
             }
             @if c.area && first.len() > 1 {
                 polygon.area points=(format!("{:.1},{:.1} {} {:.1},{:.1}", sx(first[0].0), sy(0.0), path(first), sx(first[first.len() - 1].0), sy(0.0))) {}
@@ -163,13 +176,13 @@ mod tests {
 
     #[test]
     fn numbers_and_series() {
-        assert_eq!(num(3.0), "3");
-        assert_eq!(num(0.5), "0.5");
-        assert_eq!(num(1.0 / 3.0), "0.333");
+        for (v, written) in [(3.0, "3"), (0.5, "0.5"), (1.0 / 3.0, "0.333")] {
+            assert_eq!(num(v), written, "{v}");
+        }
         assert_eq!(series_text(&[(0.0, 0.0), (2.0, 1.5)]), "0:0 2:1.5");
-        assert_eq!(nice_ceiling(7.0), 10.0);
-        assert_eq!(nice_ceiling(16.0), 20.0);
-        assert_eq!(nice_ceiling(0.0), 1.0);
+        for (v, ceiling) in [(7.0, 10.0), (16.0, 20.0), (0.0, 1.0)] {
+            assert_eq!(nice_ceiling(v), ceiling, "{v}");
+        }
     }
 
     #[test]

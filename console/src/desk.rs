@@ -126,6 +126,12 @@ pub enum DeskError {
 }
 
 impl DeskError {
+    /// What the API answers (404 `code`) for an id that names nothing: the console's
+    /// pages answer the same for an id in their path that names nothing or is no id.
+    pub fn not_found(code: &'static str, message: &str) -> Self {
+        DeskError::Refused(ApiError::not_found(code, message))
+    }
+
     /// `err` as the console shows it: `api`, its client-facing answer, if it has one.
     pub fn new(api: Option<ApiError>, err: impl std::error::Error + Send + Sync + 'static) -> Self {
         match api {

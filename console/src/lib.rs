@@ -9,6 +9,32 @@
 //! same-origin check of `Origin` (or `Sec-Fetch-Site`); see docs/console.md. The order
 //! service and the gate are read with the console's own read-only credential.
 
+/// The POST handler `$name` of an action behind a confirmation page, whose form sends
+/// the id in its path and a reason: `$allow` (bits of `paysaga_staff::allow`) may send
+/// it. Once the form passes [`payments::Reason::confirmed`] (an id that names nothing is
+/// `$not_found`, shown in `$section`), `$run(state, confirmed, $what)` does it. Its span
+/// names the person, and the id as `$id`.
+macro_rules! confirmed_post {
+    ($name:ident, $allow:expr, $id:ident, $section:expr, $not_found:path, $run:ident($($what:expr)?)) => {
+        #[tracing::instrument(skip_all, fields(staff = %op.name(), $id = %raw))]
+        pub async fn $name(
+            axum::extract::State(state): axum::extract::State<crate::state::ConsoleState>,
+            op: crate::auth::Person<{ $allow }>,
+            headers: axum::http::HeaderMap,
+            axum::extract::Path(raw): axum::extract::Path<String>,
+            axum::Form(form): axum::Form<crate::payments::Reason>,
+        ) -> axum::response::Response {
+            match form.confirmed(&headers, &raw, $section, $not_found) {
+                Ok((id, reason)) => {
+                    let by = op.0;
+                    $run(state, crate::payments::Confirmed { by, id, reason } $(, $what)?).await
+                }
+                Err(refused) => *refused,
+            }
+        }
+    };
+}
+
 mod approvals;
 mod audit;
 mod auth;
@@ -17,6 +43,7 @@ pub mod desk;
 mod drop_charts;
 mod history;
 mod layout;
+mod lists;
 mod live;
 mod payments;
 mod state;
@@ -52,7 +79,7 @@ pub fn routes(state: ConsoleState) -> Router {
         .route("/console/logout", post(auth::logout))
         .route("/console/drop", get(live::page))
         .route("/console/drop/live", get(live::fragment))
-        .route("/console/payments", get(payments::list))
+        .route("/console/payments", get(lists::page::<payments::Filter>))
         .route("/console/payments/{id}", get(payments::timeline))
         .route(
             "/console/payments/{id}/resume",
@@ -62,13 +89,13 @@ pub fn routes(state: ConsoleState) -> Router {
             "/console/payments/{id}/refund",
             get(payments::confirm_refund).post(payments::refund),
         )
-        .route("/console/webhooks", get(webhooks::dead))
+        .route("/console/webhooks", get(lists::page::<webhooks::Filter>))
         .route(
             "/console/webhooks/{id}/replay",
             get(webhooks::confirm_replay).post(webhooks::replay),
         )
-        .route("/console/audit", get(audit::page))
-        .route("/console/approvals", get(approvals::page))
+        .route("/console/audit", get(lists::page::<audit::Filter>))
+        .route("/console/approvals", get(lists::page::<approvals::Filter>))
         .route("/console/approvals/{id}/approve", post(approvals::approve))
         .route("/console/approvals/{id}/reject", post(approvals::reject))
         .route("/console/assets/console.css", get(css))

@@ -6,15 +6,15 @@ use axum::{
     extract::{Path, Query, State},
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Redirect, Response},
-    Form,
 };
 use maud::{html, Markup};
 use serde::Deserialize;
 use uuid::Uuid;
 use workflows::State as SagaState;
 
-use paysaga_common::ApiError;
-use paysaga_contracts::orchestrator::api::{codes, ListPayments, PaymentAdmin, PaymentTimeline};
+use paysaga_contracts::orchestrator::api::{
+    codes, ListPayments, PaymentAdmin, PaymentTimeline, Step,
+};
 use paysaga_contracts::staff::api::RefundAnswer;
 
 use paysaga_staff::{
@@ -26,6 +26,7 @@ use crate::{
     auth::{self, Person},
     desk::DeskError,
     layout::{self, Section},
+    lists::{self, ListPage, NoList},
     state::ConsoleState,
     trace,
 };
@@ -143,56 +144,39 @@ fn filter_form(f: &Filter) -> Markup {
     }
 }
 
-#[tracing::instrument(skip_all, fields(staff = %op.name()))]
-pub async fn list(
-    State(state): State<ConsoleState>,
-    op: Person<{ ANY }>,
-    Query(filter): Query<Filter>,
-) -> Response {
-    let form = filter_form(&filter);
-    let query = match filter.to_query() {
-        Ok(q) => q,
-        Err(e) => {
-            let body = html! { (form) p.error { (e) } };
-            return (
-                StatusCode::BAD_REQUEST,
-                layout::page(Section::Payments, "Payments", body),
-            )
-                .into_response();
-        }
-    };
-    let page = match state.payments.list(&query).await {
-        Ok(p) => p,
-        Err(e) => {
-            let (status, message) = match e {
-                DeskError::Refused(api) => (api.status, api.message),
-                e @ DeskError::Internal(_) => {
-                    tracing::error!(error = %e, "console: the payments list");
-                    (
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "the list could not be read".into(),
-                    )
-                }
-            };
+impl ListPage for Filter {
+    const SECTION: Section = Section::Payments;
+    const TITLE: &'static str = "Payments";
+
+    async fn body(self, state: ConsoleState, _op: Acting) -> Result<Markup, NoList> {
+        let form = filter_form(&self);
+        // Filters that are refused, or a list that could not be read: the form again,
+        // with why, under the status.
+        let refused = |status: StatusCode, message: &str| {
             let body = html! { (form) p.error { (message) } };
-            return (status, layout::page(Section::Payments, "Payments", body)).into_response();
-        }
-    };
-    let body = html! {
-        (form)
-        @if page.payments.is_empty() {
-            p #no-payments { "No payments match." }
-        } @else {
-            table #payments {
-                (header(Rows::List))
-                @for p in &page.payments { (row(p, Rows::List)) }
+            NoList::Answer((status, layout::page(Self::SECTION, Self::TITLE, body)).into_response())
+        };
+        let query = self
+            .to_query()
+            .map_err(|e| refused(StatusCode::BAD_REQUEST, &e))?;
+        let page = state.payments.list(&query).await.map_err(|e| match e {
+            DeskError::Refused(api) => refused(api.status, &api.message),
+            e @ DeskError::Internal(_) => {
+                tracing::error!(error = %e, "console: the payments list");
+                refused(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the list could not be read",
+                )
             }
-        }
-        @if let Some(c) = page.next_cursor {
-            p { a #next-page href=(format!("/console/payments?{}", filter.with_cursor(c))) { "Older →" } }
-        }
-    };
-    layout::page(Section::Payments, "Payments", body).into_response()
+        })?;
+        Ok(html! {
+            (form)
+            (lists::table_or(html! { p #no-payments { "No payments match." } }, "payments", header(Rows::List), &page.payments, |p| row(p, Rows::List)))
+            @if let Some(c) = page.next_cursor {
+                p { a #next-page href=(format!("/console/payments?{}", self.with_cursor(c))) { "Older →" } }
+            }
+        })
+    }
 }
 
 /// Which table a payment row is drawn for: the payments list shows every column; the
@@ -241,22 +225,14 @@ pub(super) fn row(p: &PaymentAdmin, rows: Rows) -> Markup {
     }
 }
 
-fn payment_not_found() -> Response {
-    layout::error_page(
-        StatusCode::NOT_FOUND,
-        "PAYMENT_NOT_FOUND",
-        "no such payment",
-        Some(Section::Payments),
-    )
+fn payment_not_found() -> DeskError {
+    DeskError::not_found(codes::PAYMENT_NOT_FOUND, "no such payment")
 }
 
 /// The payment a page is about, by the id in its path (one that is no id is no payment).
 async fn load(state: &ConsoleState, raw: &str) -> Result<PaymentTimeline, DeskError> {
     let Ok(id) = raw.parse::<Uuid>() else {
-        return Err(DeskError::Refused(ApiError::not_found(
-            codes::PAYMENT_NOT_FOUND,
-            "no such payment",
-        )));
+        return Err(payment_not_found());
     };
     state.payments.timeline(id).await
 }
@@ -333,6 +309,29 @@ pub async fn timeline(
     let acts = paysaga_staff::bit(op.0.actor.role()) & (OPERATOR | ADMIN) != 0;
     let resumable = acts && p.pending_action.is_some() && !p.payment.terminal;
     let refundable = acts && p.payment.state == SagaState::Completed.as_str();
+    let header = html! {
+        tr {
+            th.num { "seq" } th { "action" } th { "operation key" } th { "outcome" } th { "move" }
+            th.num { "status" } th.num { "latency ms" } th { "error" } th { "settled by query" } th { "driver" } th { "at (UTC)" }
+        }
+    };
+    let step = |s: &Step| {
+        html! {
+            tr.step {
+                td.num { (s.seq) }
+                td { (s.action) }
+                td.mono { (s.operation_key) }
+                td class=[(s.outcome != "SUCCEEDED").then_some("warn")] { (s.outcome) }
+                td { (s.from_state) " → " (s.to_state) }
+                td.num { (s.downstream_status.map(|v| v.to_string()).unwrap_or_default()) }
+                td.num { (s.latency_ms) }
+                td.mono { (s.error.as_deref().unwrap_or("")) }
+                td { @if s.settled_by_query { "yes" } }
+                td.mono title=(s.driver) { (s.driver.to_string().get(..8).unwrap_or("")) }
+                td { (layout::at(s.created_at)) }
+            }
+        }
+    };
     let body = html! {
         @if let Some(f) = flash { p.flash #flash { (f) } }
         p.mono { (id) }
@@ -342,31 +341,7 @@ pub async fn timeline(
             @if refundable { a #refund href=(format!("/console/payments/{id}/refund")) { button type="button" { "Refund…" } } }
         }
         h2 { "Steps" }
-        @if t.steps.is_empty() {
-            p.muted { "No step recorded yet." }
-        } @else {
-            table #steps {
-                tr {
-                    th.num { "seq" } th { "action" } th { "operation key" } th { "outcome" } th { "move" }
-                    th.num { "status" } th.num { "latency ms" } th { "error" } th { "settled by query" } th { "driver" } th { "at (UTC)" }
-                }
-                @for s in &t.steps {
-                    tr.step {
-                        td.num { (s.seq) }
-                        td { (s.action) }
-                        td.mono { (s.operation_key) }
-                        td class=[(s.outcome != "SUCCEEDED").then_some("warn")] { (s.outcome) }
-                        td { (s.from_state) " → " (s.to_state) }
-                        td.num { (s.downstream_status.map(|v| v.to_string()).unwrap_or_default()) }
-                        td.num { (s.latency_ms) }
-                        td.mono { (s.error.as_deref().unwrap_or("")) }
-                        td { @if s.settled_by_query { "yes" } }
-                        td.mono title=(s.driver) { (s.driver.to_string().get(..8).unwrap_or("")) }
-                        td { (layout::at(s.created_at)) }
-                    }
-                }
-            }
-        }
+        (lists::table_or(html! { p.muted { "No step recorded yet." } }, "steps", header, &t.steps, step))
     };
     layout::page(Section::Payments, "Payment", body).into_response()
 }
@@ -429,21 +404,31 @@ pub struct Reason {
     reason: Option<String>,
 }
 
+/// An action whose form passed [`Reason::confirmed`]: who sent it, the id it is on, and
+/// why.
+pub struct Confirmed<T> {
+    pub by: Acting,
+    pub id: T,
+    pub reason: String,
+}
+
 impl Reason {
     /// The confirmed form's checks before anything is done, in this order: it was sent
-    /// from the console's own pages, `raw` is an id (else `not_found`), and a reason was
-    /// given. The id and the reason, or the page that refuses the form.
+    /// from the console's own pages, `raw` is an id (else the page of `not_found`), and a
+    /// reason was given. The id and the reason, or the page that refuses the form.
     pub fn confirmed<T: FromStr>(
         &self,
         headers: &HeaderMap,
         raw: &str,
         section: Section,
-        not_found: impl FnOnce() -> Response,
+        not_found: impl FnOnce() -> DeskError,
     ) -> Result<(T, String), Box<Response>> {
         if !auth::same_origin(headers) {
             return Err(Box::new(auth::cross_origin()));
         }
-        let id = raw.parse::<T>().map_err(|_| Box::new(not_found()))?;
+        let id = raw
+            .parse::<T>()
+            .map_err(|_| Box::new(layout::failed(not_found(), section)))?;
         match paysaga_staff::accounts::reason(self.reason.as_deref()) {
             Ok(Some(reason)) => Ok((id, reason)),
             Ok(None) | Err(_) => Err(Box::new(layout::failed(
@@ -454,19 +439,8 @@ impl Reason {
     }
 }
 
-async fn act(
-    state: ConsoleState,
-    by: Acting,
-    headers: HeaderMap,
-    raw: String,
-    action: Action,
-    reason: Reason,
-) -> Response {
-    let confirmed = reason.confirmed(&headers, &raw, Section::Payments, payment_not_found);
-    let (id, reason): (Uuid, _) = match confirmed {
-        Ok(confirmed) => confirmed,
-        Err(refused) => return *refused,
-    };
+async fn act(state: ConsoleState, confirmed: Confirmed<Uuid>, action: Action) -> Response {
+    let Confirmed { by, id, reason } = confirmed;
     let result = match action {
         Action::Resume => state
             .payments
@@ -502,16 +476,8 @@ macro_rules! action_handlers {
             confirm(state, raw, $action).await
         }
 
-        #[tracing::instrument(skip_all, fields(staff = %op.name(), payment_id = %raw))]
-        pub async fn $act(
-            State(state): State<ConsoleState>,
-            op: Person<{ OPERATOR | ADMIN }>,
-            headers: HeaderMap,
-            Path(raw): Path<String>,
-            Form(reason): Form<Reason>,
-        ) -> Response {
-            let by = op.0.clone();
-            act(state, by, headers, raw, $action, reason).await
+        confirmed_post! {
+            $act, OPERATOR | ADMIN, payment_id, Section::Payments, payment_not_found, act($action)
         }
     };
 }
