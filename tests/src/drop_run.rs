@@ -13,6 +13,20 @@ use crate::{
     invariants, Admin, Attempt, Buyer, Driver, Endpoints, InvariantReport, Outcome, Stack,
 };
 
+/// Balances for `buyers` buyers: twice `price` each, but for every `every`-th one a cent
+/// short of it, so that some of a drop's buyers cannot pay.
+pub fn every_nth_short(buyers: usize, every: usize, price: i64) -> Vec<i64> {
+    (0..buyers)
+        .map(|i| {
+            if i % every == every - 1 {
+                price - 1
+            } else {
+                price * 2
+            }
+        })
+        .collect()
+}
+
 /// One drop's fixtures and what it started from.
 pub struct DropRun {
     pub admin: Admin,

@@ -6,6 +6,7 @@
 //! too; they are re-exported here so a test names everything from one place.
 
 pub mod binaries;
+pub mod db;
 pub mod drop_run;
 pub mod postgres_ha;
 pub mod proxy;

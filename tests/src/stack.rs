@@ -107,6 +107,15 @@ impl StackOptions {
             .env(ServiceKind::Orchestrator, "LEASE_MS", 6000)
     }
 
+    /// Passes live `pass_ttl_secs`, and every `every_ms` the gate recomputes its quota
+    /// and the order service sweeps out what expired, so a unit no one paid for is back
+    /// on sale within a test's patience.
+    pub fn units_come_back(self, pass_ttl_secs: u32, every_ms: u32) -> Self {
+        self.env(ServiceKind::Gate, "PASS_TTL_SECS", pass_ttl_secs)
+            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", every_ms)
+            .env(ServiceKind::Order, "SWEEP_INTERVAL_MS", every_ms)
+    }
+
     /// The gate recomputes its quota every 200 ms, so a product's units are on sale
     /// moments after it is created.
     pub fn quick_quota(self) -> Self {

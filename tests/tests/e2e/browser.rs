@@ -12,6 +12,8 @@ use std::{
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt;
+use paysaga_e2e::{ServiceKind, Stack};
+use sqlx::PgPool;
 
 /// A program on `PATH` (or at the path an environment variable names).
 fn program(var: &str, names: &[&str]) -> Option<PathBuf> {
@@ -96,24 +98,41 @@ impl Session {
     }
 }
 
+/// A browser on a stack's console, with what a browser test checks it against: every
+/// step of such a test works with these.
+pub struct Visit<'a> {
+    pub client: Client,
+    /// The console's address (`<orchestrator>/console`).
+    pub console: String,
+    /// The stack's PostgreSQL, where each effect is checked.
+    pub pool: &'a PgPool,
+    /// Where the screenshots go.
+    pub shots: &'a Path,
+}
+
 impl Installed {
-    /// Runs `browse` in a fresh browser session and closes it whatever happens: a failed
-    /// assertion inside is raised again after the clean-up, and a failure prints where
-    /// the stack's logs and the screenshots are.
-    pub async fn browse<F, Fut>(
+    /// Runs `browse` on `stack`'s console in a fresh browser session and closes it
+    /// whatever happens: a failed assertion inside is raised again after the clean-up, and
+    /// a failure prints where the stack's logs and the screenshots are.
+    pub async fn browse<'a, F, Fut>(
         &self,
-        stack: &paysaga_e2e::Stack,
-        shots: &Path,
+        stack: &Stack,
+        pool: &'a PgPool,
+        shots: &'a Path,
         browse: F,
     ) -> anyhow::Result<()>
     where
-        F: FnOnce(Client) -> Fut,
+        F: FnOnce(Visit<'a>) -> Fut,
         Fut: Future<Output = anyhow::Result<()>>,
     {
         let session = self.open(&[]).await?;
-        let outcome = AssertUnwindSafe(browse(session.client.clone()))
-            .catch_unwind()
-            .await;
+        let visit = Visit {
+            client: session.client.clone(),
+            console: format!("{}/console", stack.url(ServiceKind::Orchestrator)),
+            pool,
+            shots,
+        };
+        let outcome = AssertUnwindSafe(browse(visit)).catch_unwind().await;
         let closed = session.close().await;
         let failed = |what: &dyn std::fmt::Display| {
             eprintln!("logs:\n{}", stack.log_paths());
@@ -150,6 +169,14 @@ pub async fn click(client: &Client, css: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sends the confirmation form on the page (`#confirm`) and waits for the page it leads
+/// to, which says what was done (`#flash`).
+pub async fn confirm(client: &Client) -> anyhow::Result<()> {
+    click(client, "#confirm").await?;
+    client.wait().for_element(Locator::Css("#flash")).await?;
+    Ok(())
+}
+
 /// Signs a person in to the console at `console` through its two steps: the password,
 /// then a code; waits for the drop page.
 pub async fn sign_in(
@@ -168,6 +195,18 @@ pub async fn sign_in(
     click(client, "#verify").await?;
     client.wait().for_element(Locator::Css("#live")).await?;
     Ok(())
+}
+
+/// Where the console tests' screenshots go, made if need be: the directory
+/// `CONSOLE_SCREENSHOT_DIR` names (the documentation's are made there), else the
+/// harness's log directory `<label>-…`.
+pub fn screenshot_dir(label: &str) -> anyhow::Result<PathBuf> {
+    let dir = match std::env::var_os("CONSOLE_SCREENSHOT_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => paysaga_e2e::binaries::log_dir(label)?,
+    };
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 pub async fn screenshot(client: &Client, dir: &Path, name: &str) -> anyhow::Result<()> {

@@ -5,16 +5,14 @@
 
 use std::{
     collections::BTreeMap,
-    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
-use crate::{
-    browser::{self, screenshot},
-    console::{count_of, sign_in_with_code, wait_for},
-};
+use crate::browser::{self, screenshot, Visit};
+use crate::console::sign_in_with_code;
 use fantoccini::{Client, Locator};
-use paysaga_e2e::{invariants, Driver, Stack, StackOptions};
+use paysaga_e2e::db::{count_of, wait_for};
+use paysaga_e2e::{drop_run, invariants, Driver, DropRun, Stack, StackOptions};
 use sqlx::PgPool;
 
 const UNITS: i64 = 24;
@@ -244,45 +242,24 @@ async fn drop_charts_in_headless_chromium() -> anyhow::Result<()> {
         return Ok(());
     };
     let stack = Stack::start(StackOptions::new("charts").quick_loops()).await?;
-    let (endpoints, admin) = stack.operator();
-    let pool = stack.admin_pool().await;
-    let product = admin.create_product("charts-drop", PRICE, UNITS).await?;
     // Every fifth buyer cannot pay.
-    let balances: Vec<i64> = (0..BUYERS)
-        .map(|i| if i % 5 == 4 { PRICE - 1 } else { PRICE * 2 })
-        .collect();
-    let buyers = admin.open_buyers("charts-buyer", &balances, 8).await?;
-    admin
-        .wait_for_quota(product.id, UNITS, Duration::from_secs(30))
-        .await?;
-    let shots = match std::env::var_os("CONSOLE_SCREENSHOT_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => paysaga_e2e::binaries::log_dir("charts-screenshots")?,
-    };
-    std::fs::create_dir_all(&shots)?;
+    let balances = drop_run::every_nth_short(BUYERS, 5, PRICE);
+    let run = DropRun::open(&stack, "charts", PRICE, UNITS, &balances, 8).await?;
+    let shots = browser::screenshot_dir("charts-screenshots")?;
 
-    let orchestrator = endpoints.orchestrator.clone();
-    let driver = Driver::new(endpoints, Duration::from_secs(10));
+    let (product, buyers) = (run.product.id, run.buyers);
+    let driver = Driver::new(run.endpoints, Duration::from_secs(10));
     let drop = async move {
         let mut attempts = 0;
         for wave in buyers.chunks(WAVE) {
-            attempts += driver.run_drop(wave, product.id, 0, |_| {}).await.len();
+            attempts += driver.run_drop(wave, product, 0, |_| {}).await.len();
             tokio::time::sleep(PAUSE).await;
         }
         attempts
     };
-    let (pool_in, shots_in, orchestrator_in) = (&pool, &shots, &orchestrator);
     browser
-        .browse(&stack, &shots, |client| async move {
-            watch(
-                &client,
-                pool_in,
-                orchestrator_in,
-                shots_in,
-                product.id,
-                drop,
-            )
-            .await
+        .browse(&stack, &run.pool, &shots, |visit| {
+            watch(visit, product, drop)
         })
         .await?;
     eprintln!("screenshots: {}", shots.display());
@@ -292,14 +269,12 @@ async fn drop_charts_in_headless_chromium() -> anyhow::Result<()> {
 /// Signs in, starts `drop` and watches it: a screenshot once a third of the units are
 /// sold, then, the drop settled, the charts against PostgreSQL.
 async fn watch(
-    client: &Client,
-    pool: &PgPool,
-    orchestrator: &str,
-    shots: &Path,
+    visit: Visit<'_>,
     product: i64,
     drop: impl std::future::Future<Output = usize> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let page = format!("{orchestrator}/console/drop");
+    let (client, pool) = (&visit.client, visit.pool);
+    let page = format!("{}/drop", visit.console);
     client.goto(&page).await?;
     client.wait().for_element(Locator::Css("#email")).await?;
     sign_in_with_code(client).await?;
@@ -335,7 +310,7 @@ async fn watch(
         mid_sold > 0 && mid_sold < UNITS,
         "mid-drop: {mid_sold} sold"
     );
-    screenshot(client, shots, "drop").await?;
+    screenshot(client, visit.shots, "drop").await?;
 
     let attempts = drop.await?;
     assert_eq!(attempts, BUYERS);

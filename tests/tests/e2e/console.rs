@@ -6,18 +6,18 @@
 //! the harness's log directory (`target/e2e-logs/console-screenshots-…`).
 
 use std::{
-    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use crate::browser::{self, click, screenshot, type_into};
+use crate::browser::{self, click, screenshot, type_into, Visit};
 use fantoccini::{Client, Locator};
 use paysaga_contracts::{orchestrator::api::CreateWebhookEndpoint, OrchestratorClient};
-use paysaga_e2e::{invariants, Driver, Link, ServiceKind, Stack, StackOptions};
+use paysaga_e2e::db::{count_of, wait_for};
+use paysaga_e2e::{drop_run, invariants, Driver, DropRun, Link, ServiceKind, Stack, StackOptions};
 use paysaga_staff::dev;
 use sqlx::PgPool;
 use tokio::{
@@ -29,6 +29,8 @@ use uuid::Uuid;
 const UNITS: i64 = 8;
 const BUYERS: usize = 16;
 const PRICE: i64 = 4_900;
+/// Why the operator resumes the flagged payment.
+const RESUMED: &str = "account service back after the outage";
 
 /// A webhook receiver that answers 500 until told to accept, then 204.
 async fn receiver(accept: Arc<AtomicBool>) -> anyhow::Result<u16> {
@@ -81,32 +83,6 @@ async fn receiver(accept: Arc<AtomicBool>) -> anyhow::Result<u16> {
     Ok(port)
 }
 
-/// What `query` counts for the id `of` (its `$1`).
-pub(crate) async fn count_of<T>(pool: &PgPool, query: &str, of: T) -> anyhow::Result<i64>
-where
-    T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
-{
-    Ok(sqlx::query_scalar(query).bind(of).fetch_one(pool).await?)
-}
-
-/// Polls `query` (a COUNT or a boolean as 0/1) until it returns `want`.
-pub(crate) async fn wait_for(
-    pool: &PgPool,
-    what: &str,
-    query: &str,
-    want: i64,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let got: i64 = sqlx::query_scalar(query).fetch_one(pool).await?;
-        if got == want {
-            return Ok(());
-        }
-        anyhow::ensure!(Instant::now() < deadline, "{what}: {got}, expected {want}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The text of the element with `id`, read in one script call (the drop page replaces
 /// its figures every few seconds, so a held element reference could go stale).
 async fn text_of(client: &Client, id: &str) -> anyhow::Result<String> {
@@ -146,32 +122,30 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
         .proxy(Link::OrchestratorToAccount);
     stack_options = stack_options.env(ServiceKind::Orchestrator, "WEBHOOK_POLL_INTERVAL_MS", 200);
     let stack = Stack::start(stack_options).await?;
-    let (endpoints, admin) = stack.operator();
-    let orchestrator = endpoints.orchestrator.clone();
-    let pool = stack.admin_pool().await;
+    // A small drop: every fourth buyer cannot pay.
+    let balances = drop_run::every_nth_short(BUYERS, 4, PRICE);
+    let run = DropRun::open(&stack, "console", PRICE, UNITS, &balances, 8).await?;
+    let (admin, endpoints, pool) = (&run.admin, &run.endpoints, run.pool.clone());
 
     // A webhook endpoint that refuses at first: each payment event's delivery goes DEAD.
     let accept = Arc::new(AtomicBool::new(false));
     let hook_port = receiver(accept.clone()).await?;
-    OrchestratorClient::new(&orchestrator, &admin.token, Duration::from_secs(10))
-        .create_webhook_endpoint(&CreateWebhookEndpoint {
-            url: format!("http://127.0.0.1:{hook_port}/hook"),
-            event_types: vec!["payment.completed".into()],
-            description: Some("console test".into()),
-        })
-        .await?;
+    OrchestratorClient::new(
+        &endpoints.orchestrator,
+        &admin.token,
+        Duration::from_secs(10),
+    )
+    .create_webhook_endpoint(&CreateWebhookEndpoint {
+        url: format!("http://127.0.0.1:{hook_port}/hook"),
+        event_types: vec!["payment.completed".into()],
+        description: Some("console test".into()),
+    })
+    .await?;
 
-    // A small drop: every fourth buyer cannot pay.
-    let product = admin.create_product("console-drop", PRICE, UNITS).await?;
-    let balances: Vec<i64> = (0..BUYERS)
-        .map(|i| if i % 4 == 3 { PRICE - 1 } else { PRICE * 2 })
-        .collect();
-    let buyers = admin.open_buyers("console-buyer", &balances, 8).await?;
-    admin
-        .wait_for_quota(product.id, UNITS, Duration::from_secs(30))
-        .await?;
     let driver = Driver::new(endpoints.clone(), Duration::from_secs(10));
-    let attempts = driver.run_drop(&buyers, product.id, 0, |_| {}).await;
+    let attempts = driver
+        .run_drop(&run.buyers, run.product.id, 0, |_| {})
+        .await;
     assert_eq!(attempts.len(), BUYERS);
     let report = invariants::settled(&pool, Duration::from_secs(60)).await?;
     report.assert_holds();
@@ -234,29 +208,16 @@ async fn operator_console_in_headless_chromium() -> anyhow::Result<()> {
     let dead = report.payments_completed;
     eprintln!("stuck payment {stuck}; {dead} dead deliveries so far");
 
-    let shots = match std::env::var_os("CONSOLE_SCREENSHOT_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => paysaga_e2e::binaries::log_dir("console-screenshots")?,
+    let shots = browser::screenshot_dir("console-screenshots")?;
+    let figures = Figures {
+        product: run.product.id,
+        stuck_product: stuck_product.id,
+        stuck,
     };
-    std::fs::create_dir_all(&shots)?;
-
-    let (pool_in, shots_in, orchestrator_in) = (&pool, &shots, &orchestrator);
     browser
-        .browse(&stack, &shots, |client| async move {
-            browse(
-                &client,
-                pool_in,
-                orchestrator_in,
-                shots_in,
-                Figures {
-                    product: product.id,
-                    stuck_product: stuck_product.id,
-                    stuck,
-                },
-                || account.heal(),
-                || accept.store(true, Ordering::SeqCst),
-            )
-            .await
+        .browse(&stack, &pool, &shots, |visit| {
+            let accept_webhooks = || accept.store(true, Ordering::SeqCst);
+            browse(visit, figures, || account.heal(), accept_webhooks)
         })
         .await?;
     eprintln!("screenshots: {}", shots.display());
@@ -286,18 +247,61 @@ pub(crate) async fn sign_in_with_code(client: &Client) -> anyhow::Result<()> {
     click(client, "#verify").await
 }
 
-/// What the operator does in the browser, each effect checked in PostgreSQL.
-#[allow(clippy::too_many_arguments)]
-async fn browse(
-    client: &Client,
+/// The development admin's `action` on `payment`, for `reason`, is on the record: the
+/// payment's step log notes it as `<noted> by <admin>: <reason>`, and the audit trail's
+/// entry names the admin and the reason, DONE.
+pub(crate) async fn assert_on_record(
     pool: &PgPool,
-    orchestrator: &str,
-    shots: &Path,
+    payment: Uuid,
+    action: &str,
+    noted: &str,
+    reason: &str,
+) -> anyhow::Result<()> {
+    let notes: Vec<Option<String>> = sqlx::query_scalar(
+        r#"SELECT error FROM payment_service.payment_steps WHERE payment_id = $1 AND outcome = 'OPERATOR'"#,
+    )
+    .bind(payment)
+    .fetch_all(pool)
+    .await?;
+    assert_eq!(
+        notes,
+        vec![Some(format!("{noted} by {}: {reason}", dev::ADMIN_EMAIL))],
+        "{action} is on the payment's record, naming the person"
+    );
+    let audited: (String, Option<String>, String) = sqlx::query_as(
+        r#"SELECT actor, reason, outcome FROM payment_service.audit_log
+           WHERE action = $1 AND target = $2"#,
+    )
+    .bind(action)
+    .bind(payment.to_string())
+    .fetch_one(pool)
+    .await?;
+    assert_eq!(
+        audited,
+        (
+            dev::ADMIN_EMAIL.to_owned(),
+            Some(reason.to_owned()),
+            "DONE".to_owned()
+        ),
+        "{action} in the audit trail"
+    );
+    Ok(())
+}
+
+/// What the operator does in the browser, each effect checked in PostgreSQL.
+async fn browse(
+    visit: Visit<'_>,
     f: Figures,
     heal_account: impl FnOnce(),
     accept_webhooks: impl FnOnce(),
 ) -> anyhow::Result<()> {
-    let console = format!("{orchestrator}/console");
+    let Visit {
+        client,
+        console,
+        pool,
+        shots,
+    } = visit;
+    let client = &client;
 
     // Not signed in: the console sends the browser to the sign-in page.
     client.goto(&console).await?;
@@ -476,7 +480,7 @@ async fn browse(
     heal_account();
     click(client, "#resume").await?;
     client.wait().for_element(Locator::Css("#confirm")).await?;
-    type_into(client, "#reason", "account service back after the outage").await?;
+    type_into(client, "#reason", RESUMED).await?;
     screenshot(client, shots, "resume-confirm").await?;
     let still: (String, bool) = sqlx::query_as(
         r#"SELECT state, needs_attention FROM payment_service.payments WHERE id = $1"#,
@@ -489,47 +493,13 @@ async fn browse(
         ("PROCESSING".into(), true),
         "nothing moved before the confirmation"
     );
-    click(client, "#confirm").await?;
-    client.wait().for_element(Locator::Css("#flash")).await?;
-    wait_for(
-        pool,
-        "the resumed payment completed",
-        &format!(
-            "SELECT COUNT(*) FROM payment_service.payments WHERE id = '{}' AND state = 'COMPLETED' AND NOT needs_attention",
-            f.stuck
-        ),
-        1,
-    )
-    .await?;
-    let note: Vec<Option<String>> = sqlx::query_scalar(
-        r#"SELECT error FROM payment_service.payment_steps WHERE payment_id = $1 AND outcome = 'OPERATOR'"#,
-    )
-    .bind(f.stuck)
-    .fetch_all(pool)
-    .await?;
-    assert_eq!(
-        note,
-        vec![Some(format!(
-            "resumed by {}: account service back after the outage",
-            dev::ADMIN_EMAIL
-        ))],
-        "the resume is on the payment's record, naming the person"
+    browser::confirm(client).await?;
+    let completed = format!(
+        "SELECT COUNT(*) FROM payment_service.payments WHERE id = '{}' AND state = 'COMPLETED' AND NOT needs_attention",
+        f.stuck
     );
-    let audited: (String, Option<String>, String) = sqlx::query_as(
-        r#"SELECT actor, reason, outcome FROM payment_service.audit_log
-           WHERE action = 'PAYMENT_RESUMED' AND target = $1"#,
-    )
-    .bind(f.stuck.to_string())
-    .fetch_one(pool)
-    .await?;
-    assert_eq!(
-        audited,
-        (
-            dev::ADMIN_EMAIL.to_owned(),
-            Some("account service back after the outage".to_owned()),
-            "DONE".to_owned()
-        )
-    );
+    wait_for(pool, "the resumed payment completed", &completed, 1).await?;
+    assert_on_record(pool, f.stuck, "PAYMENT_RESUMED", "resumed", RESUMED).await?;
     client.refresh().await?;
     client.wait().for_element(Locator::Css("#facts")).await?;
     screenshot(client, shots, "timeline-resumed").await?;
@@ -551,16 +521,10 @@ async fn browse(
     .await?;
     client.wait().for_element(Locator::Css("#confirm")).await?;
     type_into(client, "#reason", "receiver fixed").await?;
-    click(client, "#confirm").await?;
-    client.wait().for_element(Locator::Css("#flash")).await?;
-    wait_for(
-        pool,
-        "the replayed delivery delivered",
-        &format!(
-            "SELECT COUNT(*) FROM payment_service.webhook_deliveries WHERE id = '{delivery}' AND state = 'DELIVERED'"
-        ),
-        1,
-    )
-    .await?;
+    browser::confirm(client).await?;
+    let delivered = format!(
+        "SELECT COUNT(*) FROM payment_service.webhook_deliveries WHERE id = '{delivery}' AND state = 'DELIVERED'"
+    );
+    wait_for(pool, "the replayed delivery delivered", &delivered, 1).await?;
     Ok(())
 }

@@ -7,18 +7,19 @@
 //! Skipped, with a message, where Chromium or chromedriver is not installed (see
 //! [`crate::browser`]).
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use crate::{
-    browser::{self, click, screenshot, sign_in, type_into},
-    console::count_of,
+    browser::{self, click, screenshot, sign_in, type_into, Visit},
+    console::assert_on_record,
 };
-use fantoccini::{Client, Locator};
+use fantoccini::Locator;
 use paysaga_common::money::Amount;
 use paysaga_contracts::staff::{
     api::{CreateStaff, SignIn, StaffRole, TopUp, TopUpAnswer},
     client::StaffClient,
 };
+use paysaga_e2e::db::{balance, count_of};
 use paysaga_e2e::{invariants, Driver, Stack, StackOptions};
 use paysaga_staff::{dev, totp};
 use sqlx::PgPool;
@@ -133,12 +134,11 @@ async fn a_viewer_is_refused_and_an_admin_refunds_with_a_reason_in_headless_chro
 
     let shots = paysaga_e2e::binaries::log_dir("console-staff-screenshots")?;
     std::fs::create_dir_all(&shots)?;
-    let (pool_in, shots_in) = (&pool, &shots);
-    let (orchestrator, secret) = (&endpoints.orchestrator, &viewer_secret);
+    let secret = &viewer_secret;
     browser
-        .browse(&stack, &shots, |client| async move {
-            browse(&client, pool_in, orchestrator, shots_in, payment, secret).await?;
-            approve_top_up(&client, orchestrator, shots_in, approval.id).await
+        .browse(&stack, &pool, &shots, |visit| async move {
+            browse(&visit, payment, secret).await?;
+            approve_top_up(&visit, approval.id).await
         })
         .await?;
 
@@ -192,15 +192,9 @@ async fn deposits(
 }
 
 /// The admin in the browser (not the one who asked) approves the pending top-up.
-async fn approve_top_up(
-    client: &Client,
-    orchestrator: &str,
-    shots: &Path,
-    approval: i64,
-) -> anyhow::Result<()> {
-    client
-        .goto(&format!("{orchestrator}/console/approvals"))
-        .await?;
+async fn approve_top_up(visit: &Visit<'_>, approval: i64) -> anyhow::Result<()> {
+    let (client, shots) = (&visit.client, visit.shots);
+    client.goto(&format!("{}/approvals", visit.console)).await?;
     let row = client
         .wait()
         .for_element(Locator::Css(&format!("tr.approval[data-id='{approval}']")))
@@ -223,15 +217,6 @@ async fn approve_top_up(
     Ok(())
 }
 
-async fn balance(pool: &PgPool, account: i64) -> anyhow::Result<i64> {
-    Ok(
-        sqlx::query_scalar(r#"SELECT balance FROM account_service.accounts WHERE id = $1"#)
-            .bind(account)
-            .fetch_one(pool)
-            .await?,
-    )
-}
-
 /// (payment state, PAYMENT_REFUNDED audit rows).
 async fn refund_state(pool: &PgPool, payment: Uuid) -> anyhow::Result<(String, i64)> {
     Ok(sqlx::query_as(
@@ -245,21 +230,15 @@ async fn refund_state(pool: &PgPool, payment: Uuid) -> anyhow::Result<(String, i
     .await?)
 }
 
-async fn browse(
-    client: &Client,
-    pool: &PgPool,
-    orchestrator: &str,
-    shots: &Path,
-    payment: Uuid,
-    viewer_secret: &[u8],
-) -> anyhow::Result<()> {
-    let console = format!("{orchestrator}/console");
+async fn browse(visit: &Visit<'_>, payment: Uuid, viewer_secret: &[u8]) -> anyhow::Result<()> {
+    let (client, console) = (&visit.client, &visit.console);
+    let (pool, shots) = (visit.pool, visit.shots);
     let refund_page = format!("{console}/payments/{payment}/refund");
 
     // The viewer signs in (password, then the code of their own secret) and may read
     // the payment but not refund it.
     let code = totp::code_at(viewer_secret, chrono::Utc::now().timestamp() as u64).expect("code");
-    sign_in(client, &console, VIEWER, VIEWER_PASSWORD, &code).await?;
+    sign_in(client, console, VIEWER, VIEWER_PASSWORD, &code).await?;
     client
         .goto(&format!("{console}/payments/{payment}"))
         .await?;
@@ -297,7 +276,7 @@ async fn browse(
     // The admin signs in and refunds it, with a reason.
     sign_in(
         client,
-        &console,
+        console,
         dev::ADMIN_EMAIL,
         dev::ADMIN_PASSWORD,
         &dev::admin_code_now(),
@@ -306,8 +285,7 @@ async fn browse(
     client.goto(&refund_page).await?;
     type_into(client, "#reason", REASON).await?;
     screenshot(client, shots, "admin-refund").await?;
-    click(client, "#confirm").await?;
-    client.wait().for_element(Locator::Css("#flash")).await?;
+    browser::confirm(client).await?;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while refund_state(pool, payment).await?.0 != "REFUNDED" {
         anyhow::ensure!(
@@ -319,35 +297,14 @@ async fn browse(
     screenshot(client, shots, "admin-refunded").await?;
 
     // The audit trail and the step log name the person and the reason.
-    let audited: (String, Option<String>, String) = sqlx::query_as(
-        r#"SELECT actor, reason, outcome FROM payment_service.audit_log
-           WHERE action = 'PAYMENT_REFUNDED' AND target = $1"#,
+    assert_on_record(
+        pool,
+        payment,
+        "PAYMENT_REFUNDED",
+        "refund requested",
+        REASON,
     )
-    .bind(payment.to_string())
-    .fetch_one(pool)
     .await?;
-    assert_eq!(
-        audited,
-        (
-            dev::ADMIN_EMAIL.to_owned(),
-            Some(REASON.to_owned()),
-            "DONE".to_owned()
-        )
-    );
-    let notes: Vec<Option<String>> = sqlx::query_scalar(
-        r#"SELECT error FROM payment_service.payment_steps
-           WHERE payment_id = $1 AND outcome = 'OPERATOR'"#,
-    )
-    .bind(payment)
-    .fetch_all(pool)
-    .await?;
-    assert_eq!(
-        notes,
-        vec![Some(format!(
-            "refund requested by {}: {REASON}",
-            dev::ADMIN_EMAIL
-        ))]
-    );
     let viewer_tried = count_of(
         pool,
         r#"SELECT COUNT(*) FROM payment_service.audit_log WHERE actor = $1 AND action <> 'SIGN_IN' AND action <> 'SIGN_OUT'"#,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use paysaga_common::client::CallError;
 use paysaga_e2e::{
     buyer::{payment_outcome, Buyer},
-    invariants, Driver, Link, Outcome, ServiceKind, Stack, StackOptions,
+    db, invariants, Driver, Link, Outcome, ServiceKind, Stack, StackOptions,
 };
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -14,21 +14,8 @@ use uuid::Uuid;
 const PRICE: i64 = 5_000;
 
 async fn reservation_state(pool: &PgPool, id: Uuid) -> anyhow::Result<String> {
-    Ok(
-        sqlx::query_scalar(r#"SELECT state FROM order_service.reservations WHERE id = $1"#)
-            .bind(id)
-            .fetch_one(pool)
-            .await?,
-    )
-}
-
-async fn balance(pool: &PgPool, buyer: &Buyer) -> anyhow::Result<i64> {
-    Ok(
-        sqlx::query_scalar(r#"SELECT balance FROM account_service.accounts WHERE id = $1"#)
-            .bind(buyer.account_id)
-            .fetch_one(pool)
-            .await?,
-    )
+    let query = r#"SELECT state FROM order_service.reservations WHERE id = $1"#;
+    db::value_of(pool, query, id).await
 }
 
 /// Reserves the product's unit for `buyer` (pass, then reservation).
@@ -47,9 +34,7 @@ async fn an_expired_reservation_gets_a_definite_answer_and_the_unit_sells_to_som
     let stack = Stack::start(
         StackOptions::new("expiry")
             .env(ServiceKind::Order, "RESERVATION_TTL_SECS", 1)
-            .env(ServiceKind::Order, "SWEEP_INTERVAL_MS", 1000)
-            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 1000)
-            .env(ServiceKind::Gate, "PASS_TTL_SECS", 2)
+            .units_come_back(2, 1000)
             .env(ServiceKind::Orchestrator, "RECOVERY_INTERVAL_MS", 1000)
             .proxy(Link::OrchestratorToAccount),
     )
@@ -85,7 +70,7 @@ async fn an_expired_reservation_gets_a_definite_answer_and_the_unit_sells_to_som
         }
     }
     assert_eq!(
-        balance(&pool, &late).await?,
+        db::balance(&pool, late.account_id).await?,
         PRICE * 3,
         "the late buyer keeps their money"
     );
@@ -132,7 +117,7 @@ async fn an_expired_reservation_gets_a_definite_answer_and_the_unit_sells_to_som
         "a payment whose reservation expired before confirmation is refunded, got {slow_outcome:?}"
     );
     assert_eq!(
-        balance(&pool, &slow).await?,
+        db::balance(&pool, slow.account_id).await?,
         PRICE * 3,
         "the slow buyer's money came back"
     );
@@ -154,7 +139,7 @@ async fn an_expired_reservation_gets_a_definite_answer_and_the_unit_sells_to_som
     .fetch_one(&pool)
     .await?;
     assert_eq!(owner, next.member, "the unit was sold to the next buyer");
-    assert_eq!(balance(&pool, &next).await?, PRICE * 2);
+    assert_eq!(db::balance(&pool, next.account_id).await?, PRICE * 2);
 
     let report = invariants::settled(&pool, Duration::from_secs(60)).await?;
     report.assert_holds();

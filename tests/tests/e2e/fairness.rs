@@ -13,7 +13,7 @@ use paysaga_contracts::order::{
     client::OrderClient,
 };
 use paysaga_e2e::{
-    buyer::Buyer, invariants, waitlist, Admin, Driver, Endpoints, ServiceKind, Stack, StackOptions,
+    buyer::Buyer, invariants, waitlist, Admin, Driver, Endpoints, Stack, StackOptions,
 };
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -105,13 +105,7 @@ async fn fair(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn units_that_come_back_go_to_the_waitlist_in_order_and_sold_out_buyers_can_join(
 ) -> anyhow::Result<()> {
-    let stack = Stack::start(
-        StackOptions::new("fairness")
-            .env(ServiceKind::Gate, "PASS_TTL_SECS", 4)
-            .env(ServiceKind::Gate, "RECOMPUTE_INTERVAL_MS", 300)
-            .env(ServiceKind::Order, "SWEEP_INTERVAL_MS", 300),
-    )
-    .await?;
+    let stack = Stack::start(StackOptions::new("fairness").units_come_back(4, 300)).await?;
     let endpoints = Endpoints::from_wiring(stack.wiring());
     let http = paysaga_common::client::http_client(Duration::from_secs(10));
     let admin = Admin::new(endpoints.clone(), http.clone());

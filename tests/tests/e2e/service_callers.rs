@@ -33,6 +33,10 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
+// The five services, one letter each (P: the orchestrator, which runs payments), so the
+// route tables below read one route a line.
+use ServiceKind::{Account as A, Gate as G, Member as M, Orchestrator as P, Order as O};
+
 const GATE: u8 = allow::GATE;
 const ORCH: u8 = allow::ORCHESTRATOR;
 const MEMBER: u8 = allow::MEMBER;
@@ -68,62 +72,42 @@ const MINTED: &[(ServiceRole, &[Audience])] = &[
 /// Routes that take no service credential at all (buyers, sign-in, keys, probes):
 /// `(service, method, OpenAPI path)`.
 const NOT_SERVICE_ROUTES: &[(ServiceKind, &str, &str)] = &[
-    (ServiceKind::Order, "post", "/v1/reservations"),
-    (ServiceKind::Order, "post", "/v1/products/{id}/waitlist"),
-    (ServiceKind::Order, "get", "/v1/products/{id}/waitlist/me"),
-    (
-        ServiceKind::Order,
-        "delete",
-        "/v1/products/{id}/waitlist/me",
-    ),
-    (
-        ServiceKind::Order,
-        "post",
-        "/v1/offers/{offer_id}/reservation",
-    ),
-    (ServiceKind::Orchestrator, "post", "/v1/payments"),
+    (O, "post", "/v1/reservations"),
+    (O, "post", "/v1/products/{id}/waitlist"),
+    (O, "get", "/v1/products/{id}/waitlist/me"),
+    (O, "delete", "/v1/products/{id}/waitlist/me"),
+    (O, "post", "/v1/offers/{offer_id}/reservation"),
+    (P, "post", "/v1/payments"),
     // Staff sessions: people sign in, out, and read the audit trail as themselves; no
     // service credential is admitted (the staff tests hold their role matrix).
-    (ServiceKind::Orchestrator, "post", "/v1/staff/sessions"),
-    (
-        ServiceKind::Orchestrator,
-        "post",
-        "/v1/staff/sessions/sign-out",
-    ),
-    (ServiceKind::Orchestrator, "get", "/v1/audit"),
+    (P, "post", "/v1/staff/sessions"),
+    (P, "post", "/v1/staff/sessions/sign-out"),
+    (P, "get", "/v1/audit"),
     // Top-ups: admins, people only (the operator tools' credential tops up nothing).
-    (ServiceKind::Orchestrator, "post", "/v1/top-ups"),
+    (P, "post", "/v1/top-ups"),
     // Approvals (four eyes) of refunds and top-ups: people only, two of them.
-    (ServiceKind::Orchestrator, "get", "/v1/approvals"),
-    (
-        ServiceKind::Orchestrator,
-        "post",
-        "/v1/approvals/{id}/approve",
-    ),
-    (
-        ServiceKind::Orchestrator,
-        "post",
-        "/v1/approvals/{id}/reject",
-    ),
-    (ServiceKind::Account, "post", "/v1/transfers"),
-    (ServiceKind::Gate, "post", "/v1/passes"),
-    (ServiceKind::Member, "post", "/v1/members"),
-    (ServiceKind::Member, "post", "/v1/members/verification"),
-    (ServiceKind::Member, "get", "/v1/members/me"),
-    (ServiceKind::Member, "post", "/v1/sessions"),
-    (ServiceKind::Member, "post", "/v1/sessions/refresh"),
-    (ServiceKind::Member, "post", "/v1/sessions/sign-out"),
-    (ServiceKind::Member, "get", "/.well-known/jwks.json"),
+    (P, "get", "/v1/approvals"),
+    (P, "post", "/v1/approvals/{id}/approve"),
+    (P, "post", "/v1/approvals/{id}/reject"),
+    (A, "post", "/v1/transfers"),
+    (G, "post", "/v1/passes"),
+    (M, "post", "/v1/members"),
+    (M, "post", "/v1/members/verification"),
+    (M, "get", "/v1/members/me"),
+    (M, "post", "/v1/sessions"),
+    (M, "post", "/v1/sessions/refresh"),
+    (M, "post", "/v1/sessions/sign-out"),
+    (M, "get", "/.well-known/jwks.json"),
 ];
 
 /// Matrix routes that also take a buyer token (a buyer sees or cancels only their own):
 /// `(service, method, OpenAPI path)`. On every other matrix route a buyer is refused.
-const BUYERS_TOO: &[(ServiceKind, &str, &str)] = &[
-    (ServiceKind::Account, "get", "/v1/accounts/{id}"),
-    (ServiceKind::Order, "get", "/v1/products/{id}"),
-    (ServiceKind::Order, "get", "/v1/reservations/{id}"),
-    (ServiceKind::Order, "post", "/v1/reservations/{id}/cancel"),
-    (ServiceKind::Orchestrator, "get", "/v1/payments/{id}"),
+const BUYERS_TOO: [(ServiceKind, &str, &str); 5] = [
+    (A, "get", "/v1/accounts/{id}"),
+    (O, "get", "/v1/products/{id}"),
+    (O, "get", "/v1/reservations/{id}"),
+    (O, "post", "/v1/reservations/{id}/cancel"),
+    (P, "get", "/v1/payments/{id}"),
 ];
 
 /// Who sends a request in the refusal window.
@@ -344,7 +328,6 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
     let hook_body =
         json!({"url": "http://127.0.0.1:9/callers-new", "event_types": ["waitlist.offer_expired"]});
 
-    use ServiceKind::{Account as A, Gate as G, Member as M, Orchestrator as P, Order as O};
     let mut matrix = vec![
         // account
         route(
@@ -772,7 +755,7 @@ async fn each_internal_route_admits_only_its_callers() -> anyhow::Result<()> {
         );
     }
 
-    for (kind, method, template) in BUYERS_TOO {
+    for (kind, method, template) in &BUYERS_TOO {
         assert!(
             matrix.iter().any(|r| r.service == *kind
                 && r.method.as_str().eq_ignore_ascii_case(method)

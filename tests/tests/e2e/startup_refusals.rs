@@ -173,6 +173,24 @@ fn own_service_keys() -> String {
     service_keys_with(ServiceRole::Gate, &fresh_key().verifying_key())
 }
 
+/// `env`, and the keys a service verifies with besides (`JWT_PUBLIC_KEY`,
+/// `SERVICE_KEYS`), all fresh ones of its own: only what `env` sets can be refused.
+fn with_own_verifying_keys(env: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let buyer_key = encode_verifying_key(&fresh_key().verifying_key());
+    let mut all = env.to_vec();
+    all.extend([
+        ("JWT_PUBLIC_KEY", buyer_key),
+        ("SERVICE_KEYS", own_service_keys()),
+    ]);
+    all
+}
+
+/// A `DATABASE_URL` naming `user` and `password` (on a port nothing listens on: a
+/// refusing service never connects).
+fn database_url(user: &str, password: &str) -> String {
+    format!("postgres://{user}:{password}@127.0.0.1:1/paysaga")
+}
+
 #[test]
 fn every_service_refuses_to_start_without_its_keys_and_names_them_all() -> anyhow::Result<()> {
     for (name, vars) in REQUIRED {
@@ -196,22 +214,16 @@ fn every_service_refuses_to_start_without_its_keys_and_names_them_all() -> anyho
 
 #[test]
 fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Result<()> {
-    let own = |k: &ed25519_dalek::SigningKey| encode_verifying_key(&k.verifying_key());
     // Everything order needs, all of its own, but the gate's development key.
     refuses_naming(
         "order",
-        &[
-            (
-                "DATABASE_URL",
-                "postgres://order_app:not-the-dev-one@127.0.0.1:1/paysaga".into(),
-            ),
-            ("JWT_PUBLIC_KEY", own(&fresh_key())),
-            ("SERVICE_KEYS", own_service_keys()),
+        &with_own_verifying_keys(&[
+            ("DATABASE_URL", database_url("order_app", "not-the-dev-one")),
             (
                 "PASS_PUBLIC_KEY",
                 encode_verifying_key(&DevKey::Passes.verifying_key()),
             ),
-        ],
+        ]),
         &["PASS_PUBLIC_KEY", "DEVELOPMENT"],
         "the development pass key by name",
     )?;
@@ -233,15 +245,13 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
     // A caller's own signing key that is its role's development key.
     refuses_naming(
         "gate",
-        &[
+        &with_own_verifying_keys(&[
             ("PASS_SIGNING_KEY", encode_signing_key(&fresh_key())),
-            ("JWT_PUBLIC_KEY", own(&fresh_key())),
-            ("SERVICE_KEYS", own_service_keys()),
             (
                 "SERVICE_SIGNING_KEY",
                 encode_signing_key(&DevKey::Service(ServiceRole::Gate).signing_key()),
             ),
-        ],
+        ]),
         &["SERVICE_SIGNING_KEY", "DEVELOPMENT"],
         "its development signing key by name",
     )?;
@@ -279,14 +289,7 @@ fn a_development_key_configured_explicitly_is_refused_by_name() -> anyhow::Resul
     // The development database password outside development mode.
     refuses_naming(
         "account",
-        &[
-            (
-                "DATABASE_URL",
-                "postgres://account_app:paysaga-dev@127.0.0.1:1/paysaga".into(),
-            ),
-            ("JWT_PUBLIC_KEY", own(&fresh_key())),
-            ("SERVICE_KEYS", own_service_keys()),
-        ],
+        &with_own_verifying_keys(&[("DATABASE_URL", database_url("account_app", "paysaga-dev"))]),
         &["DATABASE_URL", "development password"],
         "the development password by name",
     )?;
