@@ -1,7 +1,7 @@
 //! Who may call what: the schema wall between service roles, service-only endpoints,
 //! and members who see only their own accounts.
 
-use crate::support::{number, Svc};
+use crate::support::{number, sqlstate, Svc};
 use paysaga_common::testkit::buyer_token;
 use reqwest::Method;
 use sqlx::postgres::PgPoolOptions;
@@ -45,12 +45,8 @@ async fn account_app_cannot_read_another_services_schema() {
         .fetch_all(&as_account)
         .await
         .expect_err("the wall holds");
-    let code = err
-        .as_database_error()
-        .and_then(|d| d.code())
-        .map(|c| c.into_owned());
     assert_eq!(
-        code.as_deref(),
+        sqlstate(&err).as_deref(),
         Some("42501"),
         "permission denied, got {err}"
     );

@@ -6,7 +6,7 @@ use paysaga_contracts::account::api::{
     AccountBatch, AccountOp, CreditRequest, HoldState, ListHolds, ReleaseRequest, TransactionStatus,
 };
 
-use crate::support::{amount, hold, key, Svc};
+use crate::support::{amount, constraint, hold, key, Svc};
 
 fn code(e: &CallError) -> &str {
     e.code().unwrap_or("")
@@ -212,15 +212,11 @@ async fn a_plain_debit_takes_only_the_available_balance() {
 async fn a_release_happens_once_and_a_released_hold_is_never_captured() {
     let (svc, acct) = Svc::with_member(500).await;
     svc.place("res:1:hold", "member-1", 200).await;
-    let released = svc
-        .order
-        .release_hold("res:1:hold")
-        .await
-        .expect("released");
+    let released = svc.release("res:1:hold").await;
     assert_eq!(released.status, 200);
     assert_eq!(released.body.state, HoldState::Released);
     assert_eq!(svc.funds(acct.id).await, (500, 0));
-    let again = svc.order.release_hold("res:1:hold").await.expect("replay");
+    let again = svc.release("res:1:hold").await;
     assert_eq!((again.status, again.body), (200, released.body));
     assert_eq!(svc.funds(acct.id).await, (500, 0), "released once");
 
@@ -299,10 +295,7 @@ async fn live_holds_are_listed_oldest_first_in_pages() {
             .await
             .expect("placed");
     }
-    svc.order
-        .release_hold("res:2:hold")
-        .await
-        .expect("released");
+    svc.release("res:2:hold").await;
     let mut seen = Vec::new();
     let mut q = ListHolds {
         limit: Some(2),
@@ -389,8 +382,7 @@ async fn the_database_refuses_holding_more_than_the_balance() {
         .execute(&svc.admin)
         .await
         .expect_err("over the balance");
-    let constraint = err.as_database_error().and_then(|e| e.constraint());
-    assert_eq!(constraint, Some("accounts_available_nonnegative"));
+    assert_eq!(constraint(&err), Some("accounts_available_nonnegative"));
     svc.place("res:1:hold", "member-1", 50).await;
     let twice = sqlx::query(
         "UPDATE account_service.holds SET state = 'HELD', settled_at = NULL

@@ -3,15 +3,9 @@
 //! key, move `status`, `merchant_shard` or `refunded` backwards, or change the schema;
 //! and the table reads the same afterwards.
 
-use crate::support::{amount, debit, key, Svc};
+use crate::support::{amount, debit, key, sqlstate, Svc};
 use paysaga_contracts::account::api::{Account, CreditRequest};
 use sqlx::{postgres::PgPoolOptions, PgPool};
-
-fn sqlstate(e: &sqlx::Error) -> Option<String> {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .map(|c| c.into_owned())
-}
 
 /// Everything in the ledger and the balances, as one digest (read as administrator).
 async fn digest(svc: &Svc) -> String {

@@ -115,10 +115,7 @@ async fn held_money_cannot_be_transferred_and_a_refusal_writes_nothing() {
     assert_eq!(none.code(), Some("INSUFFICIENT_FUNDS"));
 
     // A refusal was not recorded: once the hold is released, the same key is judged afresh.
-    svc.order
-        .release_hold("res:1:hold")
-        .await
-        .expect("released");
+    svc.release("res:1:hold").await;
     svc.transferred("member-1", "t-1", to_member("member-2"), 300)
         .await;
     assert_eq!(svc.funds(a.id).await, (500, 0));

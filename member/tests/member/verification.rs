@@ -97,12 +97,7 @@ async fn sign_up_requests_verification_and_the_token_verifies_the_email_once() {
     // The claim follows at the next sign-in, and at the refresh of an older session.
     let fresh = s.sign_in(&address).await;
     assert!(claims(&s, &fresh.access_token).await.email_verified);
-    let refreshed = s
-        .client
-        .refresh(&session.refresh_token)
-        .await
-        .expect("refresh")
-        .body;
+    let refreshed = s.refreshed(&session.refresh_token).await;
     assert!(claims(&s, &refreshed.access_token).await.email_verified);
     let me = s.client.me(&fresh.access_token).await.expect("me").body;
     assert!(me.email_verified);

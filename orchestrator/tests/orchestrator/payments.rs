@@ -870,26 +870,23 @@ async fn stale_owners_cannot_write_and_expired_keys_are_purged() {
         keep_lease: true,
         failure_code: None,
     };
-    assert!(
-        store::record_step(&pool, &row_a, driver_a, long, &step, &mv)
+    // The same step, as `driver` holding `row`: the moved row, `None` when refused.
+    let record = async |row: &store::PaymentRow, driver: Uuid| {
+        store::record_step(&pool, row, driver, long, &step, &mv)
             .await
             .expect("cas")
-            .is_none(),
+    };
+    assert!(
+        record(&row_a, driver_a).await.is_none(),
         "stale driver refused"
     );
-    let moved = store::record_step(&pool, &row_b, driver_b, long, &step, &mv)
-        .await
-        .expect("cas")
-        .expect("owner moves it");
+    let moved = record(&row_b, driver_b).await.expect("owner moves it");
     assert_eq!(
         (moved.state.as_str(), moved.version),
         ("ACCOUNT_DEBITED", 1)
     );
     assert!(
-        store::record_step(&pool, &row_b, driver_b, long, &step, &mv)
-            .await
-            .expect("cas")
-            .is_none(),
+        record(&row_b, driver_b).await.is_none(),
         "same version twice refused"
     );
     let steps: i64 = sqlx::query_scalar(

@@ -66,8 +66,7 @@ async fn send(h: &Harness, p: Probe<'_>) -> (u16, Value) {
 
 #[tokio::test]
 async fn bad_requests_get_4xx_codes_and_change_nothing() {
-    let h = Harness::start().await;
-    let product = h.product(3).await;
+    let (h, product) = Harness::with_product(3).await;
     let svc = Some(SERVICE);
     let buyer_credential = buyer_token("alice");
     let buyer = Some(buyer_credential.as_str());

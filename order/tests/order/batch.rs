@@ -7,8 +7,8 @@ use std::{collections::HashMap, time::Duration};
 
 use crate::support::ops::{cancel, confirm, lookup};
 use crate::support::{
-    count_by, inconsistencies, refused, reservation_state, snapshot, state_rows, unit_states,
-    Harness,
+    count_by, inconsistencies, refused, reservation_state, rows_by, snapshot, state_rows,
+    unit_states, Harness,
 };
 use futures::future::join_all;
 use paysaga_common::{
@@ -83,22 +83,20 @@ fn id_of(op: &OrderOp) -> Uuid {
     }
 }
 
+/// The orders made from one reservation, `(id, state)`, oldest first.
 async fn order_rows(h: &Harness, reservation: Uuid) -> Vec<(Uuid, String)> {
-    sqlx::query_as(
+    rows_by(
+        &h.admin,
         r#"SELECT id, state FROM order_service.orders WHERE reservation_id = $1 ORDER BY id"#,
+        reservation,
     )
-    .bind(reservation)
-    .fetch_all(&h.admin)
     .await
-    .expect("orders")
 }
 
 #[tokio::test]
 async fn a_batch_of_confirms_applies_each_once() {
-    let h = Harness::start().await;
+    let (h, product, rs) = Harness::with_reserved(100, "m").await;
     let svc = h.service();
-    let product = h.product(100).await;
-    let rs = h.reserve_many(product.id, 100, "m").await;
 
     let ops: Vec<OrderOp> = rs.iter().map(|r| confirm(r.id)).collect();
     let first = batch(&svc, &ops).await;
@@ -476,10 +474,8 @@ async fn batches_single_calls_and_the_sweep_race_to_one_outcome_each() {
 
 #[tokio::test]
 async fn empty_and_oversized_batches_are_refused_whole() {
-    let h = Harness::start().await;
+    let (h, _, r) = Harness::with_reservation(1).await;
     let svc = h.service();
-    let product = h.product(1).await;
-    let r = &h.reserve_many(product.id, 1, "m").await[0];
     let before = snapshot(&h.admin).await;
 
     for n in [0, MAX_OPS + 1] {
@@ -506,11 +502,9 @@ async fn empty_and_oversized_batches_are_refused_whole() {
 
 #[tokio::test]
 async fn a_buyer_token_is_forbidden() {
-    let h = Harness::start().await;
-    let product = h.product(1).await;
-    let r = &h.reserve_many(product.id, 1, "alice").await[0];
+    let (h, product, r) = Harness::with_reservation(1).await;
     let e = h
-        .buyer("alice-0")
+        .buyer("alice")
         .batch(&OrderBatch::new(vec![confirm(r.id), cancel(r.id)]))
         .await
         .unwrap_err();
@@ -522,17 +516,11 @@ async fn a_buyer_token_is_forbidden() {
 
 #[tokio::test]
 async fn a_broken_invariant_fails_the_whole_batch_and_writes_nothing() {
-    let h = Harness::start().await;
+    let (h, _, rs) = Harness::with_reserved(2, "m").await;
     let svc = h.service();
-    let product = h.product(2).await;
-    let rs = h.reserve_many(product.id, 2, "m").await;
     // The second reservation's unit no longer agrees with it: its confirm cannot be
     // applied, and neither may the first one's, which is in the same transaction.
-    sqlx::query(r#"UPDATE order_service.product_stock SET state = 'AVAILABLE' WHERE id = $1"#)
-        .bind(rs[1].unit_id)
-        .execute(&h.admin)
-        .await
-        .unwrap();
+    h.break_unit(rs[1].unit_id, "AVAILABLE").await;
     let before = snapshot(&h.admin).await;
     let e = svc
         .batch(&OrderBatch::new(vec![confirm(rs[0].id), confirm(rs[1].id)]))

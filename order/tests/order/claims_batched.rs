@@ -6,7 +6,7 @@
 use std::{collections::HashMap, time::Duration};
 
 use crate::support::{
-    claims, inconsistencies, live_spread, metric, pass, signer, unit_states, Harness,
+    all_by, claims, inconsistencies, live_spread, metric, pass, signer, unit_states, Harness,
 };
 use futures::future::join_all;
 use paysaga_common::client::{Answer, CallError};
@@ -64,6 +64,16 @@ fn flush_moves(before: &str, after: &str) -> (f64, f64, f64) {
     )
 }
 
+/// The ids of the reservations stored for pass `pid`.
+async fn pass_reservations(h: &Harness, pid: Uuid) -> Vec<Uuid> {
+    all_by(
+        &h.admin,
+        r#"SELECT id FROM order_service.reservations WHERE pass_id = $1"#,
+        pid,
+    )
+    .await
+}
+
 /// The answers of fired claims, in the order they were fired.
 async fn replies(pending: Vec<tokio::task::JoinHandle<Reply>>) -> Vec<Reply> {
     join_all(pending)
@@ -71,6 +81,17 @@ async fn replies(pending: Vec<tokio::task::JoinHandle<Reply>>) -> Vec<Reply> {
         .into_iter()
         .map(|r| r.unwrap())
         .collect()
+}
+
+/// The answers of fired claims, then what the flushes did since the scrape `before`
+/// (see [`flush_moves`]).
+async fn replies_and_flushes(
+    h: &Harness,
+    pending: Vec<tokio::task::JoinHandle<Reply>>,
+    before: &str,
+) -> (Vec<Reply>, (f64, f64, f64)) {
+    let got = replies(pending).await;
+    (got, flush_moves(before, &h.metrics().await))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -99,13 +120,12 @@ async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
     assert_eq!(live_spread(&h.admin, product.id).await, (100, 100, 100));
     let mut answered: Vec<Uuid> = created.iter().map(|r| r.id).collect();
     answered.sort_unstable();
-    let stored: Vec<Uuid> = sqlx::query_scalar(
+    let stored: Vec<Uuid> = all_by(
+        &h.admin,
         r#"SELECT id FROM order_service.reservations WHERE product_id = $1 ORDER BY id"#,
+        product.id,
     )
-    .bind(product.id)
-    .fetch_all(&h.admin)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         answered, stored,
         "every 201 is a stored reservation and no other"
@@ -133,14 +153,11 @@ async fn three_hundred_buyers_for_one_hundred_units_share_flushes() {
         per_commit.len()
     );
     // And from the batcher: every buyer's claim went through it, in fewer flushes.
-    let (flushes, flushed) = (
-        moved(&before, &after, FLUSHES),
-        moved(&before, &after, FLUSHED),
-    );
+    let (flushes, flushed, failed) = flush_moves(&before, &after);
     println!("{flushed} claims in {flushes} flushes");
     assert!(flushed >= 300.0, "only {flushed} claims were flushed");
     assert!(flushes < flushed, "{flushed} claims took {flushes} flushes");
-    assert_eq!(moved(&before, &after, FLUSH_ERRORS), 0.0);
+    assert_eq!(failed, 0.0);
     h.stop().await;
 }
 
@@ -167,13 +184,7 @@ async fn concurrent_replays_of_a_pass_get_its_one_reservation() {
     assert_eq!(answers.iter().filter(|a| a.status == 201).count(), 1);
     assert!(answers.iter().all(|a| a.status == 201 || a.status == 200));
     assert!(answers.iter().all(|a| a.body == answers[0].body));
-    let rows = h
-        .count_by(
-            r#"SELECT COUNT(*) FROM order_service.reservations WHERE pass_id = $1"#,
-            c.pid,
-        )
-        .await;
-    assert_eq!(rows, 1);
+    assert_eq!(pass_reservations(&h, c.pid).await, vec![answers[0].body.id]);
     // No unit stays RESERVED for a claim that lost its pass.
     assert_eq!(unit_states(&h.admin, product.id).await, (9, 1, 0));
 
@@ -216,12 +227,7 @@ async fn concurrent_replays_of_a_pass_get_its_one_reservation() {
                 "pass {pid}: unexpected {r:?}"
             );
         }
-        let rows: Vec<Uuid> =
-            sqlx::query_scalar(r#"SELECT id FROM order_service.reservations WHERE pass_id = $1"#)
-                .bind(pid)
-                .fetch_all(&h.admin)
-                .await
-                .unwrap();
+        let rows = pass_reservations(&h, *pid).await;
         if ids.is_empty() {
             assert!(
                 rows.is_empty(),
@@ -331,29 +337,48 @@ async fn hold_flush(h: &Harness) -> Held {
     Held { tx, claim }
 }
 
-/// An uncommitted reservation of `member` with `pass_id`: a claim with that pass waits
-/// in PostgreSQL until the returned transaction ends.
-async fn hold_pass(h: &Harness, member: &str, pass_id: Uuid) -> Transaction<'static, Postgres> {
-    // On a unit of a product of its own: a row referencing a unit that claims look at
-    // would key-share lock it, and they would skip the unit instead of waiting.
+/// A reservation of `member` with `pass_id`, inserted by a transaction left open (the
+/// one returned): with `live_of`, a reservation of that product live for an hour, else
+/// a CANCELLED one. Either is on the unit of a spare product of its own: a row
+/// referencing a unit that claims look at would key-share lock it, and they would skip
+/// the unit instead of waiting.
+async fn uncommitted_reservation(
+    h: &Harness,
+    member: &str,
+    pass_id: Uuid,
+    live_of: Option<i64>,
+) -> Transaction<'static, Postgres> {
     let spare = h.product(1).await;
+    let (product_id, state, lasts_secs) = match live_of {
+        Some(product_id) => (product_id, "RESERVED", 3600),
+        None => (spare.id, "CANCELLED", 0),
+    };
     let mut tx = h.admin.begin().await.unwrap();
     sqlx::query(
         r#"
         INSERT INTO order_service.reservations (id, product_id, unit_id, member_id, pass_id, price, state, expires_at)
-        SELECT $1, s.product_id, s.id, $2, $3, 1, 'CANCELLED', now()
+        SELECT $1, $2, s.id, $3, $4, 1, $5, now() + $6 * INTERVAL '1 second'
         FROM order_service.product_stock s
-        WHERE s.product_id = $4
+        WHERE s.product_id = $7
         "#,
     )
     .bind(Uuid::now_v7())
+    .bind(product_id)
     .bind(member)
     .bind(pass_id)
+    .bind(state)
+    .bind(lasts_secs)
     .bind(spare.id)
     .execute(&mut *tx)
     .await
     .unwrap();
     tx
+}
+
+/// An uncommitted reservation of `member` with `pass_id`: a claim with that pass waits
+/// in PostgreSQL until the returned transaction ends.
+async fn hold_pass(h: &Harness, member: &str, pass_id: Uuid) -> Transaction<'static, Postgres> {
+    uncommitted_reservation(h, member, pass_id, None).await
 }
 
 /// Until one of the service's statements waits on another transaction.
@@ -406,11 +431,7 @@ async fn a_mixed_flush_answers_each_request_as_its_claim_alone() {
     })
     .await;
     let twin = mixed(&single).await;
-    let expected: Vec<Reply> = join_all(fire(&single, &twin.requests).await)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let expected = replies(fire(&single, &twin.requests).await).await;
 
     // Grouped, with every claim of the scenario in one flush: the only flush slot is
     // held while they queue behind it.
@@ -427,17 +448,12 @@ async fn a_mixed_flush_answers_each_request_as_its_claim_alone() {
         .unwrap()
         .expect("the held claim goes through");
     assert_eq!(holder.status, 201);
-    let got = replies(pending).await;
-    let after = h.metrics().await;
+    let (got, flushes) = replies_and_flushes(&h, pending, &before).await;
     assert_eq!(
-        (
-            moved(&before, &after, FLUSHES),
-            moved(&before, &after, FLUSHED)
-        ),
-        (2.0, 1.0 + world.claiming as f64),
-        "the held flush, then one flush with every claim"
+        flushes,
+        (2.0, 1.0 + world.claiming as f64, 0.0),
+        "the held flush, then one flush with every claim, neither failed"
     );
-    assert_eq!(moved(&before, &after, FLUSH_ERRORS), 0.0);
 
     // Each answer as the claim alone got it, and as the rules say.
     // Both worlds send the same requests in the same order.
@@ -558,11 +574,10 @@ async fn a_unit_found_held_fails_its_own_claim_and_no_other() {
     wait_for_waiting(&h, 1 + requests.len()).await;
     held.tx.rollback().await.unwrap();
     assert_eq!(held.claim.await.unwrap().unwrap().status, 201);
-    let got = replies(pending).await;
-    let after = h.metrics().await;
+    let (got, flushes) = replies_and_flushes(&h, pending, &before).await;
 
     assert_eq!(
-        flush_moves(&before, &after),
+        flushes,
         (2.0, 4.0, 0.0),
         "the three claims rode one flush, which did not fail"
     );
@@ -632,13 +647,8 @@ async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
     // The flush of three now waits on the held pass, every unit of the product locked.
     wait_blocked(&h).await;
     late_tx.commit().await.unwrap();
-    let got = replies(pending).await;
-    let after = h.metrics().await;
-    assert_eq!(
-        flush_moves(&before, &after),
-        (2.0, 4.0, 0.0),
-        "two flushes, neither failed"
-    );
+    let (got, flushes) = replies_and_flushes(&h, pending, &before).await;
+    assert_eq!(flushes, (2.0, 4.0, 0.0), "two flushes, neither failed");
 
     assert_eq!(seen(&got[0]), (201, None));
     assert_eq!(seen(&got[2]), (201, None));
@@ -666,27 +676,10 @@ async fn a_pass_conflict_fails_alone_and_leaves_its_unit_on_sale() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_racing_the_members_other_claim_is_over_the_limit_alone() {
     let (_serial, h) = alone(no_sweep).await;
-    let pool = h.service_pool().await;
     let product = h.product(2).await;
-    let spare = h.product(1).await;
     // The member's other claim, in flight: a live reservation of the product, on a unit
     // of a product of its own (claims of `product` must not find its unit locked).
-    let mut other = h.admin.begin().await.unwrap();
-    sqlx::query(
-        r#"
-        INSERT INTO order_service.reservations (id, product_id, unit_id, member_id, pass_id, price, state, expires_at)
-        SELECT $1, $2, s.id, 'racer', $3, 1, 'RESERVED', now() + INTERVAL '1 hour'
-        FROM order_service.product_stock s
-        WHERE s.product_id = $4
-        "#,
-    )
-    .bind(Uuid::now_v7())
-    .bind(product.id)
-    .bind(Uuid::new_v4())
-    .bind(spare.id)
-    .execute(&mut *other)
-    .await
-    .unwrap();
+    let other = uncommitted_reservation(&h, "racer", Uuid::new_v4(), Some(product.id)).await;
     let claim = |member: &str| {
         order::claim::NewClaim::unfunded(
             product.id,
@@ -696,9 +689,9 @@ async fn a_claim_racing_the_members_other_claim_is_over_the_limit_alone() {
             1,
         )
     };
+    let pool = h.service_pool().await;
     let flush = tokio::spawn({
         let claims = vec![claim("racer"), claim("bystander")];
-        let pool = pool.clone();
         async move { order::claim::claim(&pool, &claims).await }
     });
     wait_blocked(&h).await;

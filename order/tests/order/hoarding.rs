@@ -35,8 +35,7 @@ async fn refused_without_writing(h: &Harness, product_id: i64, member: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_pass_cannot_hold_a_second_unit_until_the_first_reservation_ends() {
-    let h = Harness::start().await;
-    let product = h.product(5).await;
+    let (h, product) = Harness::with_product(5).await;
     let first_pass = pass(product.id, "hoarder");
     let first = hoarder_sends(&h, product.id, &first_pass).await.body;
 

@@ -14,7 +14,7 @@ use paysaga_contracts::{
         api::{AccountBatch, AccountOp, HoldRequest, HoldTtl, OperationKey},
         client::AccountClient,
     },
-    order::api::{hold_key, CreateProduct, ReservationState},
+    order::api::{hold_key, CreateProduct, Reservation, ReservationState},
 };
 
 use crate::support::{claims, inconsistencies, pass, refused, signer, unit_states, Harness, FUNDS};
@@ -28,6 +28,29 @@ async fn until(what: &str, mut probe: impl AsyncFnMut() -> bool) {
         assert!(Instant::now() < deadline, "gave up waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `member` reserves a unit of `product_id` with pass `token`, paying from the account as
+/// it stands (nothing funded first): the reservation, which must be made.
+async fn reserve(h: &Harness, member: &str, product_id: i64, token: &str) -> Reservation {
+    h.buyer(member)
+        .reserve(product_id, token)
+        .await
+        .expect("reserved")
+        .body
+}
+
+/// The hold releases the order service owes, from the table: `(not yet marked done,
+/// marked done)`.
+async fn hold_releases(h: &Harness) -> (i64, i64) {
+    sqlx::query_as(
+        r#"SELECT COUNT(*) FILTER (WHERE released_at IS NULL),
+                  COUNT(*) FILTER (WHERE released_at IS NOT NULL)
+           FROM order_service.hold_releases"#,
+    )
+    .fetch_one(&h.admin)
+    .await
+    .expect("hold releases")
 }
 
 /// Holds on accounts, by state, from the table.
@@ -63,8 +86,7 @@ async fn place_first_hold(h: &Harness, pid: uuid::Uuid, member: &str) -> uuid::U
 
 #[tokio::test]
 async fn an_account_that_cannot_pay_takes_no_unit() {
-    let h = Harness::start().await;
-    let product = h.product(3).await;
+    let (h, product) = Harness::with_product(3).await;
     h.open_account("poor", PRICE - 1).await;
 
     let poor_pass = claims(product.id, "poor");
@@ -106,12 +128,7 @@ async fn an_account_that_cannot_pay_takes_no_unit() {
     // Topped up, the same pass reserves.
     let poor = h.open_account("poor", PRICE - 1).await;
     h.deposit("topup:poor", "poor", poor, 1).await;
-    let r = h
-        .buyer("poor")
-        .reserve(product.id, &pass(product.id, "poor"))
-        .await
-        .expect("reserved")
-        .body;
+    let r = reserve(&h, "poor", product.id, &pass(product.id, "poor")).await;
     assert_eq!(h.funds_of("poor").await, (PRICE, PRICE));
     assert_eq!(h.hold_state(r.id).await.as_deref(), Some("HELD"));
     h.stop_consistent().await;
@@ -148,8 +165,7 @@ async fn a_reservation_holds_its_price_until_its_own_deadline() {
 
 #[tokio::test]
 async fn two_reservations_never_count_the_same_money() {
-    let h = Harness::start().await;
-    let a = h.product(5).await;
+    let (h, a) = Harness::with_product(5).await;
     let b = h.product(5).await;
     h.open_account("once", PRICE).await;
     let buyer = h.buyer("once");
@@ -161,9 +177,7 @@ async fn two_reservations_never_count_the_same_money() {
     };
     assert_eq!(refused.code(), Some("INSUFFICIENT_FUNDS"));
     assert_eq!(h.funds_of("once").await, (PRICE, PRICE));
-    let taken = h
-        .count("SELECT COUNT(*) FROM order_service.product_stock WHERE state = 'RESERVED'")
-        .await;
+    let taken = unit_states(&h.admin, a.id).await.1 + unit_states(&h.admin, b.id).await.1;
     assert_eq!(taken, 1, "no unit stays taken for the refused one");
     h.stop_consistent().await;
 }
@@ -176,24 +190,21 @@ async fn a_cancel_gives_the_money_back_with_the_unit() {
     // The account service releases the hold, then the order service marks the release
     // it owed as done once it has the answer: wait for both.
     until("the hold's release, and its mark", async || {
-        h.hold_state(r.id).await.as_deref() == Some("RELEASED")
-            && h.count("SELECT COUNT(*) FROM order_service.hold_releases WHERE released_at IS NULL")
-                .await
-                == 0
+        h.hold_state(r.id).await.as_deref() == Some("RELEASED") && hold_releases(&h).await.0 == 0
     })
     .await;
     assert_eq!(h.funds_of("alice").await, (FUNDS, 0));
-    let released = h
-        .count("SELECT COUNT(*) FROM order_service.hold_releases WHERE released_at IS NOT NULL")
-        .await;
-    assert_eq!(released, 1, "owed by the cancel's own transaction, once");
+    assert_eq!(
+        hold_releases(&h).await,
+        (0, 1),
+        "owed by the cancel's own transaction, once, and marked done"
+    );
     h.stop_consistent().await;
 }
 
 #[tokio::test]
 async fn a_claim_that_gets_no_unit_gives_its_hold_back_and_the_pass_tries_again() {
-    let h = Harness::start_with(|c| c.sweep_interval = Duration::from_secs(3600)).await;
-    let product = h.product(1).await;
+    let (h, product) = Harness::with_product(1).await;
     let holder = h.reserve_as("holder", product.id).await;
     h.fund(&["late"]).await;
     let c = claims(product.id, "late");
@@ -214,12 +225,7 @@ async fn a_claim_that_gets_no_unit_gives_its_hold_back_and_the_pass_tries_again(
     // The unit comes back; the same pass now makes a reservation, funded by a hold of
     // its own (the first attempt's is spent).
     h.service().cancel(holder.id).await.expect("cancelled");
-    let r = h
-        .buyer("late")
-        .reserve(product.id, &token)
-        .await
-        .expect("reserved")
-        .body;
+    let r = reserve(&h, "late", product.id, &token).await;
     assert_eq!(r.member_id.as_str(), "late");
     assert_eq!(h.hold_state(r.id).await.as_deref(), Some("HELD"));
     assert_eq!(h.funds_of("late").await, (FUNDS, PRICE));
@@ -228,19 +234,13 @@ async fn a_claim_that_gets_no_unit_gives_its_hold_back_and_the_pass_tries_again(
 
 #[tokio::test]
 async fn a_retry_after_a_crash_between_hold_and_claim_uses_the_same_hold() {
-    let h = Harness::start().await;
-    let product = h.product(2).await;
+    let (h, product) = Harness::with_product(2).await;
     h.open_account("alice", PRICE).await;
     let c = claims(product.id, "alice");
     // The first attempt's hold, as the order service placed it before dying.
     let first = place_first_hold(&h, c.pid, "alice").await;
     // The retry: the balance covers one hold only, and it is this one.
-    let r = h
-        .buyer("alice")
-        .reserve(product.id, &signer().sign(&c))
-        .await
-        .expect("reserved")
-        .body;
+    let r = reserve(&h, "alice", product.id, &signer().sign(&c)).await;
     assert_eq!(r.id, first);
     assert_eq!(h.funds_of("alice").await, (PRICE, PRICE));
     h.stop_consistent().await;
@@ -261,12 +261,7 @@ async fn a_hold_no_reservation_was_made_of_is_released_after_the_grace() {
     .await;
     assert_eq!(h.funds_of("ghost").await, (PRICE, 0));
     // Past its window, the pass's first attempt is spent and it reserves with a new one.
-    let r = h
-        .buyer("ghost")
-        .reserve(product.id, &signer().sign(&c))
-        .await
-        .expect("reserved")
-        .body;
+    let r = reserve(&h, "ghost", product.id, &signer().sign(&c)).await;
     assert_ne!(r.id, first);
     assert_eq!(h.hold_state(kept.id).await.as_deref(), Some("HELD"));
     assert_eq!(h.hold_state(r.id).await.as_deref(), Some("HELD"));
@@ -328,8 +323,7 @@ async fn a_product_may_hold_for_a_time_of_its_own() {
 
 #[tokio::test]
 async fn taking_a_waitlist_offer_holds_the_price_like_a_claim() {
-    let h = Harness::start().await;
-    let product = h.product(1).await;
+    let (h, product) = Harness::with_product(1).await;
     let holder = h.reserve_as("holder", product.id).await;
     h.open_account("waiter", PRICE - 1).await;
     h.buyer("waiter")

@@ -100,8 +100,7 @@ async fn confirm_is_idempotent_and_operator_cancel_undoes_the_sale() {
 
 #[tokio::test]
 async fn buyers_see_and_cancel_only_their_own() {
-    let h = Harness::start().await;
-    let p = h.product(2).await;
+    let (h, p) = Harness::with_product(2).await;
     let alice = h.funded("alice").await;
     let r = alice
         .reserve(p.id, &pass(p.id, "alice"))

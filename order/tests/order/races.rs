@@ -114,8 +114,7 @@ async fn confirm_cancel_and_expiry_race_with_one_winner_each() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_cancel_racing_confirm_leaves_tables_consistent() {
-    let h = Harness::start().await;
-    let product = h.product(30).await;
+    let (h, product) = Harness::with_product(30).await;
     let mut ids = Vec::new();
     for i in 0..30 {
         let member = format!("m{i}");

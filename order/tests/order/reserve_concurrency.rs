@@ -8,8 +8,7 @@ use futures::future::join_all;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_buyers_for_one_hundred_units() {
-    let h = Harness::start().await;
-    let product = h.product(100).await;
+    let (h, product) = Harness::with_product(100).await;
     let members: Vec<String> = (0..200).map(|i| format!("member-{i}")).collect();
     h.fund(&members).await;
 
@@ -52,8 +51,7 @@ async fn members_firing_many_passes_at_once_hold_one_unit_each() {
     // theirs at once and replaying each pass twice: each member ends with one
     // reservation (replays of its pass get it back), every other pass is refused as
     // over the member's limit, and five units stay on sale.
-    let h = Harness::start().await;
-    let product = h.product(10).await;
+    let (h, product) = Harness::with_product(10).await;
     h.fund(&["m0", "m1", "m2", "m3", "m4"]).await;
     let mut calls = Vec::new();
     for i in 0..50 {

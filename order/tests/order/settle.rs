@@ -37,6 +37,22 @@ fn shape(reply: &Reply) -> (u16, String, bool) {
     }
 }
 
+/// The [`shape`] of each of `replies`, in order.
+fn shapes(replies: &[Reply]) -> Vec<(u16, String, bool)> {
+    replies.iter().map(shape).collect()
+}
+
+/// Asserts that `replies` have the shapes `expected`, in order: status, state or error
+/// code, and whether an order is named.
+#[track_caller]
+fn assert_shapes(replies: &[Reply], expected: &[(u16, &str, bool)]) {
+    let expected: Vec<(u16, String, bool)> = expected
+        .iter()
+        .map(|&(status, said, ordered)| (status, said.to_owned(), ordered))
+        .collect();
+    assert_eq!(shapes(replies), expected);
+}
+
 /// Each operation alone, one statement each, in order.
 async fn one_by_one(pool: &PgPool, ops: &[OrderOp]) -> Vec<Reply> {
     let mut replies = Vec::with_capacity(ops.len());
@@ -54,9 +70,20 @@ struct World {
     product: i64,
     named: Vec<Uuid>,
     ops: Vec<OrderOp>,
+    /// The [`shape`] of the answer each of `ops` gets, alone or in one batch.
+    answers: Vec<(u16, &'static str, bool)>,
 }
 
 impl World {
+    /// A fresh harness, a pool of the service's role, and two worlds built alike,
+    /// tagged `a` and `b`.
+    async fn twins(a: &str, b: &str) -> (Harness, PgPool, World, World) {
+        let h = Harness::start().await;
+        let pool = h.service_pool().await;
+        let (a, b) = (World::build(&h, a).await, World::build(&h, b).await);
+        (h, pool, a, b)
+    }
+
     async fn build(h: &Harness, tag: &str) -> World {
         let svc = h.service();
         let (product, rs) = h.product_reserved(11, tag).await;
@@ -68,25 +95,39 @@ impl World {
         let _ = svc.confirm(rs[6]).await;
         h.make_due(rs[7]).await;
         h.make_due(rs[8]).await;
-        let ops = vec![
-            confirm(rs[0]),
-            cancel(rs[1]),
-            confirm(rs[4]), // already confirmed: the same reservation
-            confirm(rs[5]), // cancelled: 409
-            confirm(rs[6]), // expired: 409
-            confirm(rs[7]), // due: expired here, 409
-            cancel(rs[8]),  // due: expired here, 200 EXPIRED
-            cancel(rs[10]), // cancelled: 200 unchanged
-            confirm(Uuid::now_v7()),
-            confirm(rs[2]),
-            cancel(Uuid::now_v7()),
-            confirm(rs[3]),
-            cancel(rs[9]),
-        ];
+        // Each operation beside the answer it gets.
+        let (ops, answers) = [
+            (confirm(rs[0]), (200, "CONFIRMED", true)),
+            (cancel(rs[1]), (200, "CANCELLED", false)),
+            // Already confirmed: the same reservation.
+            (confirm(rs[4]), (200, "CONFIRMED", true)),
+            // Cancelled, expired, and due (expired here).
+            (confirm(rs[5]), (409, "RESERVATION_CANCELLED", false)),
+            (confirm(rs[6]), (409, "RESERVATION_EXPIRED", false)),
+            (confirm(rs[7]), (409, "RESERVATION_EXPIRED", false)),
+            // Due: expired here.
+            (cancel(rs[8]), (200, "EXPIRED", false)),
+            // Cancelled: unchanged.
+            (cancel(rs[10]), (200, "CANCELLED", false)),
+            (
+                confirm(Uuid::now_v7()),
+                (404, "RESERVATION_NOT_FOUND", false),
+            ),
+            (confirm(rs[2]), (200, "CONFIRMED", true)),
+            (
+                cancel(Uuid::now_v7()),
+                (404, "RESERVATION_NOT_FOUND", false),
+            ),
+            (confirm(rs[3]), (200, "CONFIRMED", true)),
+            (cancel(rs[9]), (200, "CANCELLED", false)),
+        ]
+        .into_iter()
+        .unzip();
         World {
             product: product.id,
             named: rs,
             ops,
+            answers,
         }
     }
 
@@ -127,37 +168,14 @@ fn write_times(replies: &[Reply], before: chrono::DateTime<chrono::Utc>) -> Vec<
 
 #[tokio::test]
 async fn lone_operations_and_one_batch_agree() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let a = World::build(&h, "a").await;
-    let b = World::build(&h, "b").await;
+    let (h, pool, a, b) = World::twins("a", "b").await;
 
     let started = chrono::Utc::now();
     let batched = settle::batch(&pool, &a.ops).await.expect("one batch");
     let lone = one_by_one(&pool, &b.ops).await;
 
-    let shapes: Vec<_> = batched.iter().map(shape).collect();
-    assert_eq!(shapes, lone.iter().map(shape).collect::<Vec<_>>());
-    let expected: Vec<(u16, &str, bool)> = vec![
-        (200, "CONFIRMED", true),
-        (200, "CANCELLED", false),
-        (200, "CONFIRMED", true),
-        (409, "RESERVATION_CANCELLED", false),
-        (409, "RESERVATION_EXPIRED", false),
-        (409, "RESERVATION_EXPIRED", false),
-        (200, "EXPIRED", false),
-        (200, "CANCELLED", false),
-        (404, "RESERVATION_NOT_FOUND", false),
-        (200, "CONFIRMED", true),
-        (404, "RESERVATION_NOT_FOUND", false),
-        (200, "CONFIRMED", true),
-        (200, "CANCELLED", false),
-    ];
-    let expected: Vec<(u16, String, bool)> = expected
-        .into_iter()
-        .map(|(s, c, o)| (s, c.to_owned(), o))
-        .collect();
-    assert_eq!(shapes, expected);
+    assert_eq!(shapes(&batched), shapes(&lone));
+    assert_shapes(&batched, &a.answers);
     // Whole error bodies agree too (codes and messages).
     for (f, g) in batched.iter().zip(&lone) {
         if f.status != 200 {
@@ -204,10 +222,7 @@ async fn lone_operations_and_one_batch_agree() {
 /// as each operation alone in a twin world.
 #[tokio::test]
 async fn lookups_beside_writes_answer_as_lone_lookups() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let a = World::build(&h, "la").await;
-    let b = World::build(&h, "lb").await;
+    let (h, pool, a, b) = World::twins("la", "lb").await;
     let mixed = |w: &World| -> Vec<OrderOp> {
         let mut ops = w.ops.clone();
         // Lookups of reservations no write names: a confirmed one, a reserved one, a
@@ -239,10 +254,7 @@ async fn lookups_beside_writes_answer_as_lone_lookups() {
     let started = chrono::Utc::now();
     let batched = settle::batch(&pool, &a_ops).await.expect("mixed batch");
     let lone = one_by_one(&pool, &b_ops).await;
-    assert_eq!(
-        batched.iter().map(shape).collect::<Vec<_>>(),
-        lone.iter().map(shape).collect::<Vec<_>>()
-    );
+    assert_eq!(shapes(&batched), shapes(&lone));
     assert_eq!(
         batched[1].status, 200,
         "a lookup of a confirmed reservation"
@@ -279,14 +291,10 @@ async fn a_refund_in_a_batch_cancels_the_order_as_alone() {
         .await
         .unwrap();
     let lone = one_by_one(&pool, &[confirm(rs[2].id), cancel(rs[3].id)]).await;
-    let shapes: Vec<_> = batched.iter().map(shape).collect();
-    assert_eq!(shapes, lone.iter().map(shape).collect::<Vec<_>>());
-    assert_eq!(
-        shapes,
-        vec![
-            (200, "CONFIRMED".to_owned(), true),
-            (200, "CANCELLED".to_owned(), true)
-        ]
+    assert_eq!(shapes(&batched), shapes(&lone));
+    assert_shapes(
+        &batched,
+        &[(200, "CONFIRMED", true), (200, "CANCELLED", true)],
     );
     assert_eq!(unit_states(&h.admin, product.id).await, (2, 0, 2));
     for refunded in [rs[1].id, rs[3].id] {
@@ -301,10 +309,8 @@ async fn a_refund_in_a_batch_cancels_the_order_as_alone() {
 /// its snapshot): it writes nothing, runs again, and the refund is applied whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_whose_order_was_committed_meanwhile_is_run_again() {
-    let h = Harness::start().await;
-    let pool = h.service_pool().await;
-    let product = h.product(1).await;
-    let r = h.reserve_many(product.id, 1, "m").await.remove(0);
+    let (h, pool, product, mut rs) = Harness::all_reserved(1, "m").await;
+    let r = rs.remove(0);
 
     // The confirm, by hand in one transaction holding the reservation's lock, as the
     // statement writes it.
@@ -386,15 +392,14 @@ async fn a_reservation_named_twice_runs_in_rounds_each_committed() {
         confirm(rs[1].id),
     ];
     let replies = settle::batch(&pool, &ops).await.unwrap();
-    let shapes: Vec<_> = replies.iter().map(shape).collect();
-    assert_eq!(
-        shapes,
-        vec![
-            (200, "CONFIRMED".to_owned(), true),
-            (200, "CONFIRMED".to_owned(), true),
-            (200, "CANCELLED".to_owned(), true),
-            (200, "CONFIRMED".to_owned(), true),
-        ]
+    assert_shapes(
+        &replies,
+        &[
+            (200, "CONFIRMED", true),
+            (200, "CONFIRMED", true),
+            (200, "CANCELLED", true),
+            (200, "CONFIRMED", true),
+        ],
     );
     assert_eq!(
         replies[0], replies[1],
@@ -405,25 +410,20 @@ async fn a_reservation_named_twice_runs_in_rounds_each_committed() {
 
     // rs[2]'s unit broken by hand: its confirm, in the second round, fails that round.
     let fresh = h.reserve_many(product.id, 1, "late").await.remove(0);
-    sqlx::query(r#"UPDATE order_service.product_stock SET state = 'AVAILABLE' WHERE id = $1"#)
-        .bind(rs[2].unit_id)
-        .execute(&h.admin)
-        .await
-        .unwrap();
+    h.break_unit(rs[2].unit_id, "AVAILABLE").await;
     let replies = settle::batch(
         &pool,
         &[lookup(rs[2].id), confirm(fresh.id), confirm(rs[2].id)],
     )
     .await
     .expect("the first round committed");
-    let shapes: Vec<_> = replies.iter().map(shape).collect();
-    assert_eq!(
-        shapes,
-        vec![
-            (200, "RESERVED".to_owned(), false),
-            (200, "CONFIRMED".to_owned(), true),
-            (500, "INTERNAL".to_owned(), false),
-        ]
+    assert_shapes(
+        &replies,
+        &[
+            (200, "RESERVED", false),
+            (200, "CONFIRMED", true),
+            (500, "INTERNAL", false),
+        ],
     );
     assert_eq!(reservation_state(&h.admin, fresh.id).await, "CONFIRMED");
     assert_eq!(reservation_state(&h.admin, rs[2].id).await, "RESERVED");
@@ -433,11 +433,7 @@ async fn a_reservation_named_twice_runs_in_rounds_each_committed() {
 #[tokio::test]
 async fn the_statement_fails_whole_on_a_broken_unit() {
     let (h, pool, _, rs) = Harness::all_reserved(3, "m").await;
-    sqlx::query(r#"UPDATE order_service.product_stock SET state = 'SOLD' WHERE id = $1"#)
-        .bind(rs[2].unit_id)
-        .execute(&h.admin)
-        .await
-        .unwrap();
+    h.break_unit(rs[2].unit_id, "SOLD").await;
     let before = snapshot(&h.admin).await;
     let ops = vec![confirm(rs[0].id), cancel(rs[1].id), confirm(rs[2].id)];
     match settle::batch(&pool, &ops).await {
@@ -459,12 +455,9 @@ async fn the_statement_fails_whole_on_a_broken_unit() {
         .await
         .expect("no lock left behind")
         .unwrap();
-    assert_eq!(
-        replies.iter().map(shape).collect::<Vec<_>>(),
-        vec![
-            (200, "CONFIRMED".to_owned(), true),
-            (200, "CANCELLED".to_owned(), false)
-        ]
+    assert_shapes(
+        &replies,
+        &[(200, "CONFIRMED", true), (200, "CANCELLED", false)],
     );
     h.stop().await;
 }

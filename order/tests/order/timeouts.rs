@@ -4,7 +4,7 @@
 use paysaga_common::auth::Audience;
 use std::time::Duration;
 
-use crate::support::{reservation_state, unit_states, Harness};
+use crate::support::{orders_of, reservation_state, unit_states, Harness};
 use paysaga_common::testkit::service_token;
 use paysaga_contracts::order::{api::ReservationState, client::OrderClient};
 use sqlx::{Postgres, Transaction};
@@ -73,12 +73,10 @@ async fn a_confirm_whose_caller_gave_up_still_completes() {
     assert_eq!(reservation_state(&h.admin, r.id).await, "CONFIRMED");
     let retry = h.service().confirm(r.id).await.unwrap().body;
     assert_eq!(retry.state, ReservationState::Confirmed);
-    let orders = h
-        .count_by(
-            r#"SELECT COUNT(*) FROM order_service.orders WHERE reservation_id = $1"#,
-            r.id,
-        )
-        .await;
-    assert_eq!(orders, 1);
+    assert_eq!(
+        orders_of(&h.admin, r.id).await,
+        vec!["CONFIRMED"],
+        "one order"
+    );
     h.stop_consistent().await;
 }

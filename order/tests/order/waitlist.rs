@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::support::{offered_units, pass, unit_states, Harness};
+use crate::support::{offered_members, offered_units, pass, rows_by, unit_states, Harness};
 use paysaga_contracts::order::api::{
     events, OfferMade, OfferState, OrderOp, Reservation, ReservationState, WaitlistEntry,
     WaitlistState,
@@ -55,18 +55,6 @@ async fn offered_to(admin: &PgPool, unit_id: i64) -> Option<String> {
     .unwrap()
 }
 
-/// Members holding a live offer of the product.
-async fn offered_members(admin: &PgPool, product_id: i64) -> Vec<String> {
-    sqlx::query_scalar(
-        r#"SELECT member_id FROM order_service.waitlist_offers
-           WHERE product_id = $1 AND state = 'OFFERED' ORDER BY member_id"#,
-    )
-    .bind(product_id)
-    .fetch_all(admin)
-    .await
-    .unwrap()
-}
-
 async fn entry_state(admin: &PgPool, product_id: i64, member: &str) -> String {
     sqlx::query_scalar(
         r#"SELECT state FROM order_service.waitlist_entries
@@ -81,13 +69,12 @@ async fn entry_state(admin: &PgPool, product_id: i64, member: &str) -> String {
 
 /// Outbox events of a type, oldest first: (subject, data).
 async fn outbox(admin: &PgPool, kind: &str) -> Vec<(String, serde_json::Value)> {
-    sqlx::query_as(
+    rows_by(
+        admin,
         r#"SELECT subject, data FROM order_service.outbox_events WHERE type = $1 ORDER BY seq"#,
+        kind,
     )
-    .bind(kind)
-    .fetch_all(admin)
     .await
-    .unwrap()
 }
 
 /// Moves every live offer's deadline into the past.

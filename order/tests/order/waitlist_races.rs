@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use crate::support::{count_by, inconsistencies, offered_units, unit_states, Harness};
+use crate::support::{
+    count_by, inconsistencies, offered_members, offered_units, unit_states, Harness,
+};
 use futures::future::join_all;
 use paysaga_contracts::order::api::{OrderBatch, OrderOp, Reservation, WaitlistState};
-use sqlx::PgPool;
 use uuid::Uuid;
 
 fn names(prefix: &str, n: usize) -> Vec<String> {
@@ -35,19 +36,6 @@ async fn held_with_line(
     let line = names("w", waiters);
     join_in_order(h, product.id, &line).await;
     (product.id, held, line)
-}
-
-/// Members holding a live offer of the product, sorted.
-async fn offered_members(admin: &PgPool, product_id: i64) -> Vec<String> {
-    let mut m: Vec<String> = sqlx::query_scalar(
-        r#"SELECT member_id FROM order_service.waitlist_offers WHERE product_id = $1 AND state = 'OFFERED'"#,
-    )
-    .bind(product_id)
-    .fetch_all(admin)
-    .await
-    .unwrap();
-    m.sort();
-    m
 }
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {

@@ -27,7 +27,7 @@ use chrono::Utc;
 use paysaga_common::{
     limits::ServerLimits,
     server,
-    testkit::{TestDb, TestPki},
+    testkit::TestPki,
     tls::{ServerTls, Trust},
 };
 use paysaga_contracts::{
@@ -46,7 +46,7 @@ use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::support::payments_pool;
+use crate::support::payments_db;
 
 /// What a receiver got: the signature header and the raw body of each request.
 #[derive(Clone, Default)]
@@ -256,8 +256,7 @@ fn verify(secret: &str, header: &str, body: &[u8]) -> Result<i64, SignatureError
 
 #[tokio::test]
 async fn internal_targets_are_refused_at_registration_and_when_connecting() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 6).await;
+    let (_db, pool) = payments_db(6).await;
     let strict = Webhooks::new(pool.clone(), &config(false, 1));
 
     // Literal internal addresses: 422 with their own code, nothing written.
@@ -345,8 +344,7 @@ async fn internal_targets_are_refused_at_registration_and_when_connecting() {
 
 #[tokio::test]
 async fn failures_are_recorded_by_class_never_by_what_the_remote_said() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 6).await;
+    let (_db, pool) = payments_db(6).await;
     let webhooks = Webhooks::new(pool.clone(), &config(true, 1));
     let failing = Receiver::start().await;
     failing.status.store(500, Ordering::SeqCst);
@@ -405,8 +403,7 @@ async fn failures_are_recorded_by_class_never_by_what_the_remote_said() {
 
 #[tokio::test]
 async fn secrets_are_sealed_at_rest_and_plaintext_ones_sealed_at_start_up() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 6).await;
+    let (_db, pool) = payments_db(6).await;
     let key = SealingKey::generate();
     let config = WebhookConfig {
         secret_key: key.clone(),
@@ -485,8 +482,7 @@ async fn secrets_are_sealed_at_rest_and_plaintext_ones_sealed_at_start_up() {
 
 #[tokio::test]
 async fn a_rotated_secret_signs_beside_the_new_one_through_its_grace_and_not_after() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 6).await;
+    let (_db, pool) = payments_db(6).await;
     let receiver = Receiver::start().await;
     let long_grace = Webhooks::new(
         pool.clone(),
@@ -576,8 +572,7 @@ async fn a_rotated_secret_signs_beside_the_new_one_through_its_grace_and_not_aft
 
 #[tokio::test]
 async fn an_https_endpoint_is_delivered_to_through_a_verified_certificate_only() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 6).await;
+    let (_db, pool) = payments_db(6).await;
     // One receiver with a certificate for `localhost`, one whose certificate names
     // another host; each from a CA of its own.
     let pki = TestPki::for_names(&["localhost"]);

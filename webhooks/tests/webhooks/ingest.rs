@@ -8,7 +8,7 @@ use std::time::Duration;
 use member::config::Argon2Params;
 use paysaga_common::{
     auth::Audience,
-    testkit::{service_token, InProcess, TestDb},
+    testkit::{service_token, InProcess},
 };
 use paysaga_contracts::{
     events::{types, MemberVerificationRequested},
@@ -17,12 +17,11 @@ use paysaga_contracts::{
 use paysaga_webhooks::ingest::{pull_once, Puller, Source};
 use serde_json::Value;
 
-use crate::support::payments_pool;
+use crate::support::payments_db;
 
 #[tokio::test]
 async fn member_events_are_pulled_into_the_event_log_under_their_source() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 4).await;
+    let (db, pool) = payments_db(4).await;
     // The member service alone: with no account service its sign-up answers
     // ACCOUNT_PENDING, the member and its event stored all the same.
     let mut config = member::Config::local(

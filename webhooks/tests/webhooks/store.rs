@@ -6,9 +6,8 @@
 
 use std::time::Duration;
 
-use crate::support::payments_pool;
+use crate::support::payments_db;
 use chrono::Utc;
-use paysaga_common::testkit::TestDb;
 use paysaga_contracts::orchestrator::api::DeliveryFailure;
 use paysaga_webhooks::{
     ingest::Source,
@@ -66,8 +65,7 @@ async fn events_of(pool: &PgPool, subject: &str) -> Vec<(String, serde_json::Val
 
 #[tokio::test]
 async fn the_trigger_writes_one_event_per_terminal_move_and_none_for_a_rolled_back_one() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 4).await;
+    let (_db, pool) = payments_db(4).await;
 
     // PROCESSING -> ACCOUNT_DEBITED -> ORDER_CONFIRMED -> COMPLETED -> REFUND_PROCESSING
     // -> REFUNDED, with updates that change no state in between.
@@ -181,8 +179,7 @@ fn incoming(subject: &str, event_type: &str) -> Incoming {
 
 #[tokio::test]
 async fn one_subjects_deliveries_go_in_order_under_leases() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 4).await;
+    let (_db, pool) = payments_db(4).await;
     let all = endpoint(&pool, &[]).await;
     let offers_only = endpoint(&pool, &["waitlist.offer_made"]).await;
     let off = endpoint(&pool, &[]).await;
@@ -373,8 +370,7 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
 
 #[tokio::test]
 async fn old_settled_events_are_purged_and_pending_ones_kept() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 4).await;
+    let (_db, pool) = payments_db(4).await;
     endpoint(&pool, &[]).await;
     let (done, waiting) = (
         incoming("s-1", "reservation.expired"),
@@ -425,8 +421,7 @@ async fn old_settled_events_are_purged_and_pending_ones_kept() {
 /// the dispatch cursor: dispatch waits for every older transaction to end.
 #[tokio::test]
 async fn an_event_committed_late_is_never_skipped_by_the_cursor() {
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, 4).await;
+    let (_db, pool) = payments_db(4).await;
     let ep = endpoint(&pool, &[]).await;
 
     let early = new_payment(&pool).await;
@@ -493,8 +488,7 @@ async fn concurrent_commits_and_dispatchers_fan_each_event_out_exactly_once() {
     const BATCH: i64 = 5;
     const EVENTS: i64 = (WRITERS * ROUNDS * PER_TX) as i64;
 
-    let db = TestDb::new().await;
-    let pool = payments_pool(&db, (WRITERS + DISPATCHERS + 2) as u32).await;
+    let (_db, pool) = payments_db((WRITERS + DISPATCHERS + 2) as u32).await;
     let all = endpoint(&pool, &[]).await;
     let completions = endpoint(&pool, &["payment.completed"]).await;
     let mut ids = Vec::new();

@@ -298,6 +298,12 @@ impl Svc {
         self.order.place_hold(&hold(k, member, minor, 600)).await
     }
 
+    /// The order service releases hold `k`, which must be released (or was already):
+    /// the answer.
+    pub async fn release(&self, k: &str) -> Answer<Hold> {
+        self.order.release_hold(k).await.expect("released")
+    }
+
     /// A debit capturing `hold` that must be declined, with `code`.
     pub async fn declines(&self, k: &str, account_id: i64, minor: i64, hold: &str, code: &str) {
         let e = self
@@ -412,6 +418,18 @@ impl Svc {
         )
         .await
     }
+}
+
+/// The constraint a database error names, if any.
+pub fn constraint(e: &sqlx::Error) -> Option<&str> {
+    e.as_database_error().and_then(|d| d.constraint())
+}
+
+/// The SQLSTATE of a database error, if any.
+pub fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned())
 }
 
 /// One number (a count, a sum, an id) read through `pool`.

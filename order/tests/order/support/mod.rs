@@ -206,17 +206,22 @@ impl Harness {
             .body
     }
 
-    /// A pool as the service role, to drive the sweep directly.
-    /// A fresh harness, a pool of the service's role, and a product of `units` units
-    /// each reserved by its own member, `{prefix}-{i}`.
+    /// A fresh harness and a product of `units` units, each reserved by its own member,
+    /// `{prefix}-{i}`.
+    pub async fn with_reserved(units: usize, prefix: &str) -> (Self, Product, Vec<Reservation>) {
+        let (h, product) = Self::with_product(units as i64).await;
+        let rs = h.reserve_many(product.id, units, prefix).await;
+        (h, product, rs)
+    }
+
+    /// [`Harness::with_reserved`], with a pool of the service's role to drive the
+    /// statements (and the sweep) directly.
     pub async fn all_reserved(
         units: usize,
         prefix: &str,
     ) -> (Self, PgPool, Product, Vec<Reservation>) {
-        let h = Self::start().await;
+        let (h, product, rs) = Self::with_reserved(units, prefix).await;
         let pool = h.service_pool().await;
-        let product = h.product(units as i64).await;
-        let rs = h.reserve_many(product.id, units, prefix).await;
         (h, pool, product, rs)
     }
 
@@ -246,6 +251,18 @@ impl Harness {
         .execute(&self.admin)
         .await
         .expect("backdate the hold");
+    }
+
+    /// Sets unit `unit_id`'s state by hand, behind its reservation's back: the unit and
+    /// the reservation holding it no longer agree (a broken invariant).
+    pub async fn break_unit(&self, unit_id: i64, state: &str) {
+        let set = sqlx::query(r#"UPDATE order_service.product_stock SET state = $2 WHERE id = $1"#)
+            .bind(unit_id)
+            .bind(state)
+            .execute(&self.admin)
+            .await
+            .expect("unit state set by hand");
+        assert_eq!(set.rows_affected(), 1, "no unit {unit_id}");
     }
 
     /// Scatters the deadlines of a product's reservations around now in one statement:
@@ -422,6 +439,18 @@ pub async fn offered_units(admin: &PgPool, product_id: i64) -> i64 {
     .await
 }
 
+/// Members holding a live offer of a product, sorted.
+pub async fn offered_members(admin: &PgPool, product_id: i64) -> Vec<String> {
+    let mut members: Vec<String> = all_by(
+        admin,
+        r#"SELECT member_id FROM order_service.waitlist_offers WHERE product_id = $1 AND state = 'OFFERED'"#,
+        product_id,
+    )
+    .await;
+    members.sort();
+    members
+}
+
 /// Expected rows of (reservation state, its orders' states), owned as the tables read them.
 pub fn state_rows(rows: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
     rows.iter()
@@ -457,23 +486,61 @@ pub async fn count(admin: &PgPool, sql: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
-/// One number read through `admin`, the query taking one argument.
-pub async fn count_by<T>(admin: &PgPool, sql: &str, arg: T) -> i64
-where
-    T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+/// A value a query binds as its argument.
+pub trait Arg:
+    for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send
 {
+}
+
+impl<T> Arg for T where
+    T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send
+{
+}
+
+/// A value a query reads: one column of a row.
+pub trait Column:
+    Send + Unpin + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>
+{
+}
+
+impl<O> Column for O where
+    O: Send + Unpin + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>
+{
+}
+
+/// One number read through `admin`, the query taking one argument.
+pub async fn count_by(admin: &PgPool, sql: &str, arg: impl Arg) -> i64 {
     one_by(admin, sql, arg).await
 }
 
 /// The one value `sql` reads through `admin`, the query taking one argument.
-pub async fn one_by<T, O>(admin: &PgPool, sql: &str, arg: T) -> O
-where
-    T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
-    O: Send + Unpin + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
-{
+pub async fn one_by<O: Column>(admin: &PgPool, sql: &str, arg: impl Arg) -> O {
     sqlx::query_scalar(sql)
         .bind(arg)
         .fetch_one(admin)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Every value `sql` reads through `admin`, in the order it reads them, the query
+/// taking one argument.
+pub async fn all_by<O: Column>(admin: &PgPool, sql: &str, arg: impl Arg) -> Vec<O> {
+    sqlx::query_scalar(sql)
+        .bind(arg)
+        .fetch_all(admin)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Every row `sql` reads through `admin`, in the order it reads them, the query taking
+/// one argument.
+pub async fn rows_by<O>(admin: &PgPool, sql: &str, arg: impl Arg) -> Vec<O>
+where
+    O: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql)
+        .bind(arg)
+        .fetch_all(admin)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
@@ -490,11 +557,12 @@ pub async fn order_state(admin: &PgPool, id: Uuid) -> String {
 
 /// The states of the orders made from one reservation.
 pub async fn orders_of(admin: &PgPool, reservation: Uuid) -> Vec<String> {
-    sqlx::query_scalar(r#"SELECT state FROM order_service.orders WHERE reservation_id = $1"#)
-        .bind(reservation)
-        .fetch_all(admin)
-        .await
-        .expect("orders of a reservation")
+    all_by(
+        admin,
+        r#"SELECT state FROM order_service.orders WHERE reservation_id = $1"#,
+        reservation,
+    )
+    .await
 }
 
 /// Units of a product per state, from the table.
@@ -573,17 +641,20 @@ impl Harness {
     }
 
     /// One number read as the administrator, the query taking one argument.
-    pub async fn count_by<T>(&self, sql: &str, arg: T) -> i64
-    where
-        T: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
-    {
+    pub async fn count_by(&self, sql: &str, arg: impl Arg) -> i64 {
         count_by(&self.admin, sql, arg).await
+    }
+
+    /// A fresh harness (see [`Harness::start`]) with a product of `units` units.
+    pub async fn with_product(units: i64) -> (Harness, Product) {
+        let h = Harness::start().await;
+        let product = h.product(units).await;
+        (h, product)
     }
 
     /// A harness with a product of `units` units, one of them reserved by `alice`.
     pub async fn with_reservation(units: i64) -> (Harness, Product, Reservation) {
-        let h = Harness::start().await;
-        let product = h.product(units).await;
+        let (h, product) = Harness::with_product(units).await;
         let r = h.reserve_as("alice", product.id).await;
         (h, product, r)
     }

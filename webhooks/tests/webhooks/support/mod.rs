@@ -8,14 +8,17 @@ use sqlx::{migrate::Migrator, PgPool};
 const SCHEMA: &str = "payment_service";
 static MIGRATOR: Migrator = sqlx::migrate!("../migrations/payment_service");
 
-/// The payment schema brought up as the orchestrator would, and a pool of
-/// `connections` as the orchestrator's own role: the webhook tables, the payments whose
-/// trigger writes events, and nothing running.
-pub async fn payments_pool(db: &TestDb, connections: u32) -> PgPool {
+/// A test database of its own with the payment schema brought up as the orchestrator
+/// would, and a pool of `connections` on it as the orchestrator's own role: the webhook
+/// tables, the payments whose trigger writes events, and nothing running. The database
+/// goes with the returned [`TestDb`].
+pub async fn payments_db(connections: u32) -> (TestDb, PgPool) {
+    let db = TestDb::new().await;
     paysaga_common::db::migrate(&db.role_url("payment_migrator"), SCHEMA, &MIGRATOR)
         .await
         .expect("migrate");
-    paysaga_common::db::connect(&db.role_url("payment_app"), SCHEMA, connections)
+    let pool = paysaga_common::db::connect(&db.role_url("payment_app"), SCHEMA, connections)
         .await
-        .expect("connect")
+        .expect("connect");
+    (db, pool)
 }
