@@ -90,6 +90,44 @@ impl Rule {
     }
 }
 
+/// The OpenAPI schema of a password field, written from the rules above so a client's
+/// validation can never drift from the service's: 12 to 128 characters and none of the
+/// common passwords in any case (the name-part rule needs the email, so only the
+/// service checks it).
+pub fn schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(
+            "12 to 128 characters, none of the common passwords (any case); a new \
+             password also may not hold the email's name part.",
+        ))
+        .examples(["plum-orbit-canyon-47"])
+        .min_length(Some(MIN_LEN))
+        .max_length(Some(MAX_LEN))
+        .pattern(Some(not_common_pattern()))
+        .build()
+}
+
+/// `^(?!(?:one|two|...)$)`, each letter as `[xX]`, so the pattern refuses the common
+/// passwords in any case without a case-insensitive flag (JSON Schema has none).
+fn not_common_pattern() -> String {
+    let alternatives: Vec<String> = COMMON
+        .iter()
+        .map(|common| {
+            common
+                .chars()
+                .map(|c| match c {
+                    'a'..='z' => format!("[{c}{}]", c.to_ascii_uppercase()),
+                    c if "\\^$.|?*+()[]{}".contains(c) => format!("\\{c}"),
+                    c => c.to_string(),
+                })
+                .collect()
+        })
+        .collect();
+    format!("^(?!(?:{})$)", alternatives.join("|"))
+}
+
 /// Checks a new password: 12 to 128 characters, not a common password, and (when the
 /// email's `local_part` is given and has 4 characters or more) not containing it.
 pub fn check(password: &str, local_part: Option<&str>) -> Result<(), Rule> {
@@ -312,6 +350,26 @@ pub fn random_hex(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_pattern_names_every_common_password_in_any_case() {
+        let pattern = not_common_pattern();
+        let alternatives = pattern
+            .strip_prefix("^(?!(?:")
+            .and_then(|p| p.strip_suffix(")$)"))
+            .expect("a negative lookahead over the whole value");
+        let alternatives: Vec<&str> = alternatives.split('|').collect();
+        assert_eq!(alternatives.len(), COMMON.len());
+        for (alternative, common) in alternatives.into_iter().zip(COMMON) {
+            // Each letter stands as a class of its two cases, all else as it is.
+            let mut back = alternative.to_owned();
+            for c in 'a'..='z' {
+                back = back.replace(&format!("[{c}{}]", c.to_ascii_uppercase()), &c.to_string());
+            }
+            assert_eq!(&back, common, "{alternative}");
+            assert!(!back.contains('['), "{alternative}");
+        }
+    }
 
     #[test]
     fn each_rule_has_its_code() {

@@ -93,9 +93,9 @@ pub struct EventEnvelope {
     pub data: serde_json::Value,
 }
 
-/// `payment.completed`.
+/// Which payment a `payment.*` event is about: the fields each of them opens with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct PaymentCompleted {
+pub struct PaymentSubject {
     #[schema(format = Uuid)]
     pub payment_id: String,
     pub member_id: String,
@@ -105,6 +105,14 @@ pub struct PaymentCompleted {
     /// Absent only for payments accepted before products were recorded on payments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product_id: Option<String>,
+}
+
+/// `payment.completed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PaymentCompleted {
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub payment: PaymentSubject,
     /// Minor units.
     pub amount: i64,
 }
@@ -112,14 +120,9 @@ pub struct PaymentCompleted {
 /// `payment.failed`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PaymentFailed {
-    #[schema(format = Uuid)]
-    pub payment_id: String,
-    pub member_id: String,
-    pub account_id: String,
-    #[schema(format = Uuid)]
-    pub reservation_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub product_id: Option<String>,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub payment: PaymentSubject,
     /// Minor units; nothing was charged.
     pub amount: i64,
     /// Why, as the account service said (e.g. `INSUFFICIENT_FUNDS`).
@@ -130,14 +133,9 @@ pub struct PaymentFailed {
 /// `payment.refunded`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PaymentRefunded {
-    #[schema(format = Uuid)]
-    pub payment_id: String,
-    pub member_id: String,
-    pub account_id: String,
-    #[schema(format = Uuid)]
-    pub reservation_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub product_id: Option<String>,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub payment: PaymentSubject,
     /// Minor units paid back.
     pub amount: i64,
 }

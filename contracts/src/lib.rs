@@ -126,6 +126,7 @@ pub mod member;
 pub mod orchestrator;
 pub mod order;
 pub mod outbox;
+pub mod schemas;
 pub mod staff;
 
 pub use account::client::AccountClient;

@@ -1,7 +1,6 @@
 //! Email addresses: how they are normalised and what is accepted.
 
-/// The longest address accepted (RFC 5321's path limit less the brackets).
-pub const MAX_EMAIL_LEN: usize = 254;
+pub use paysaga_contracts::schemas::MAX_EMAIL_LEN;
 
 /// A normalised email address: trimmed, lower-cased, and shaped like an address.
 #[derive(Clone, PartialEq, Eq)]

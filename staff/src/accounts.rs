@@ -12,8 +12,7 @@ use crate::{
     totp, Acting, AuditAction, AuditOutcome, Staff, StaffRole,
 };
 
-/// The longest email a staff account may have.
-const MAX_EMAIL: usize = 254;
+use paysaga_contracts::schemas::MAX_EMAIL_LEN as MAX_EMAIL;
 /// The longest reason a person may type.
 pub const MAX_REASON: usize = 500;
 

@@ -164,20 +164,10 @@ pub struct StaffMember {
 pub struct CreateStaff {
     /// An email address as members' are checked, without `:` (it names the second
     /// factor in an authenticator app's `otpauth://` label).
-    #[schema(
-        example = "ada@example.com",
-        pattern = r"^[ \t\r\n]*[\x21-\x39\x3b-\x3f\x41-\x7e]+@[\x21-\x2d\x2f-\x39\x3b-\x3f\x41-\x7e]+(\.[\x21-\x2d\x2f-\x39\x3b-\x3f\x41-\x7e]+)+[ \t\r\n]*$",
-        max_length = 254
-    )]
+    #[schema(schema_with = crate::schemas::staff_email)]
     pub email: String,
-    /// The members' password rules: 12 to 128 characters, none of the common passwords,
-    /// not holding the email's name part.
-    #[schema(
-        example = "plum-orbit-canyon-47",
-        min_length = 12,
-        max_length = 128,
-        pattern = "^(?!(?:000000000000|111111111111|123123123123|123456789012|1234567890123|12345678901234|123456123456|1[qQ]2[wW]3[eE]4[rR]5[tT]6[yY]|1[qQ][aA][zZ]2[wW][sS][xX]3[eE][dD][cC]|[aA][bB][cC]123456789|[aA][bB][cC][dD][eE][fF][gG][hH][iI][jJ][kK][lL]|[aA][dD][mM][iI][nN][iI][sS][tT][rR][aA][tT][oO][rR]|[aA][sS][dD][fF][gG][hH][jJ][kK][lL]123|[bB][aA][sS][eE][bB][aA][lL][lL]1234|[cC][hH][aA][nN][gG][eE][mM][eE]1234|[cC][oO][rR][rR][eE][cC][tT][hH][oO][rR][sS][eE][bB][aA][tT][tT][eE][rR][yY][sS][tT][aA][pP][lL][eE]|[cC][oO][rR][rR][eE][cC][tT] [hH][oO][rR][sS][eE] [bB][aA][tT][tT][eE][rR][yY] [sS][tT][aA][pP][lL][eE]|[fF][oO][oO][tT][bB][aA][lL][lL]1234|[iI][lL][oO][vV][eE][yY][oO][uU]1234|[lL][eE][tT][mM][eE][iI][nN]12345|[mM][oO][nN][kK][eE][yY]123456|[pP]@[sS][sS][wW]0[rR][dD]1234|[pP][aA][sS][sS][wW]0[rR][dD]1234|[pP][aA][sS][sS][wW][oO][rR][dD]1234|[pP][aA][sS][sS][wW][oO][rR][dD]123\\!|[pP][aA][sS][sS][wW][oO][rR][dD]12345|[pP][aA][sS][sS][wW][oO][rR][dD][pP][aA][sS][sS][wW][oO][rR][dD]|[pP][rR][iI][nN][cC][eE][sS][sS]1234|[qQ][wW][eE][rR][tT][yY]123456|[qQ][wW][eE][rR][tT][yY][uU][iI][oO][pP]12|[qQ][wW][eE][rR][tT][yY][uU][iI][oO][pP]123|[qQ][wW][eE][rR][tT][yY][uU][iI][oO][pP][aA][sS][dD][fF]|[sS][uU][nN][sS][hH][iI][nN][eE]1234|[tT][rR][uU][sS][tT][nN][oO]1[tT][rR][uU][sS][tT][nN][oO]1|[wW][eE][lL][cC][oO][mM][eE]12345|[zZ][aA][qQ]12[wW][sS][xX][cC][dD][eE]3)$)"
-    )]
+    /// The password rules ([`paysaga_common::password::schema`]).
+    #[schema(schema_with = paysaga_common::password::schema)]
     pub password: String,
     pub role: StaffRole,
     /// Why the account is made (audit trail).

@@ -259,4 +259,16 @@ async fn the_openapi_document_lists_every_route() {
     ] {
         assert!(doc["paths"].get(path).is_some(), "{path} documented");
     }
+    // The password field states the service's own rules, so a client that follows the
+    // schema is not refused for length or a common password.
+    let password = &doc["components"]["schemas"]["Credentials"]["properties"]["password"];
+    assert_eq!(password["type"], "string", "{password}");
+    assert_eq!(password["minLength"], 12, "{password}");
+    assert_eq!(password["maxLength"], 128, "{password}");
+    let pattern = password["pattern"].as_str().expect("a pattern");
+    assert!(pattern.starts_with("^(?!(?:"), "{pattern}");
+    assert!(
+        pattern.contains("|[pP][aA][sS][sS][wW][oO][rR][dD]1234|"),
+        "{pattern}"
+    );
 }
