@@ -75,6 +75,24 @@ impl Scenario {
         Scenario::Seeds,
         Scenario::Limit,
     ];
+
+    /// The line that announces the part on the console as it starts.
+    pub fn title(self) -> &'static str {
+        match self {
+            Scenario::Ceilings => "scenario 5: the machine's limits",
+            Scenario::DropGate => "scenario 1: drops with the gate, three back to back",
+            Scenario::DropDirect => "scenario 2: the drop without the gate",
+            Scenario::Claims => "scenario 3: claim strategies (the order service's claim bench)",
+            Scenario::Saga => "scenario 4: checkout saga throughput",
+            Scenario::Checkout => "scenario 6: whole checkouts at each of --checkout-clients",
+            Scenario::SellThrough => {
+                "scenario 7: sell-through, every buyer told SOLD_OUT waiting in the waitlist"
+            }
+            Scenario::Bots => "scenario 8: a bot attack on a members' drop, and a sign-up flood",
+            Scenario::Seeds => "scenario 9: the seeds' tables, through the real services",
+            Scenario::Limit => "scenario 10: the database's own limit (the checkout as SQL alone)",
+        }
+    }
 }
 
 /// The peers are measured with 3,000 buyers; fewer would not compare (`--quick` excepted).

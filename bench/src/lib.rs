@@ -168,9 +168,17 @@ pub fn buyer_count(settings: &Settings) -> usize {
         .max(checkout_buyers) as usize
 }
 
+/// Whether this run measures `part`; if so, says on the console that it starts.
+fn starts(bench: &Bench, part: Scenario) -> bool {
+    let runs = bench.settings.runs(part);
+    if runs {
+        eprintln!("{}", part.title());
+    }
+    runs
+}
+
 async fn run_scenarios(bench: &mut Bench) -> Result<()> {
-    if bench.settings.runs(Scenario::Ceilings) {
-        eprintln!("scenario 5: the machine's limits");
+    if starts(bench, Scenario::Ceilings) {
         bench.ceilings = ceiling::measure::measure(bench).await?;
     }
     let needs_system = [
@@ -185,46 +193,42 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
         eprintln!("starting the five services (release binaries beside this one)");
         let sys = System::start("bench", client::http_client(bench.settings.concurrency)?).await?;
         let accounts = scenario::measure::seed_buyers(bench, &sys).await?;
-        if bench.settings.runs(Scenario::DropGate) {
-            eprintln!("scenario 1: drops with the gate, three back to back");
+        if starts(bench, Scenario::DropGate) {
             scenario::measure::drops_with_gate(bench, &sys, &accounts).await?;
             scenario::measure::gate_throughput(bench, &sys).await?;
             eprintln!("scenario 1c: the gate's own bench (in-process)");
             scenario::gate_bench::measure(bench).await?;
         }
-        if bench.settings.runs(Scenario::DropDirect) {
-            eprintln!("scenario 2: the drop without the gate");
+        if starts(bench, Scenario::DropDirect) {
             scenario::measure::drop_direct(bench, &sys, &accounts).await?;
         }
-        if bench.settings.runs(Scenario::Saga) {
-            eprintln!("scenario 4: checkout saga throughput");
+        if starts(bench, Scenario::Saga) {
             scenario::measure::saga_throughput(bench, &sys, &accounts).await?;
         }
-        if bench.settings.runs(Scenario::Checkout) {
-            eprintln!("scenario 6: whole checkouts at each of --checkout-clients");
+        if starts(bench, Scenario::Checkout) {
             scenario::checkout::measure(bench, &sys, &accounts).await?;
         }
     }
-    // After part 6, so its levels are reported against the limit.
-    if bench.settings.runs(Scenario::Limit) {
-        eprintln!("scenario 10: the database's own limit (the checkout as SQL alone)");
-        scenario::limit::measure(bench).await?;
-    }
-    if bench.settings.runs(Scenario::SellThrough) {
-        eprintln!("scenario 7: sell-through, every buyer told SOLD_OUT waiting in the waitlist");
-        scenario::sell_through::measure(bench).await?;
-    }
-    if bench.settings.runs(Scenario::Bots) {
-        eprintln!("scenario 8: a bot attack on a members' drop, and a sign-up flood");
-        scenario::bots::measure(bench).await?;
-    }
-    if bench.settings.runs(Scenario::Seeds) {
-        eprintln!("scenario 9: the seeds' tables, through the real services");
-        scenario::seeds::measure(bench).await?;
-    }
-    if bench.settings.runs(Scenario::Claims) {
-        eprintln!("scenario 3: claim strategies (the order service's claim bench)");
-        scenario::claims::measure(bench).await?;
+    // The parts that start what they measure themselves; the limit after part 6, so its
+    // levels are reported against it.
+    for part in [
+        Scenario::Limit,
+        Scenario::SellThrough,
+        Scenario::Bots,
+        Scenario::Seeds,
+        Scenario::Claims,
+    ] {
+        if !starts(bench, part) {
+            continue;
+        }
+        match part {
+            Scenario::Limit => scenario::limit::measure(bench).await?,
+            Scenario::SellThrough => scenario::sell_through::measure(bench).await?,
+            Scenario::Bots => scenario::bots::measure(bench).await?,
+            Scenario::Seeds => scenario::seeds::measure(bench).await?,
+            Scenario::Claims => scenario::claims::measure(bench).await?,
+            other => unreachable!("{other:?} is not in this list"),
+        }
     }
     targets::evaluate(&mut bench.report, &bench.ceilings, &bench.measured);
     Ok(())

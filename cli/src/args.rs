@@ -273,7 +273,14 @@ pub struct AuditArgs {
     /// Only entries about this target (a payment id, ...).
     #[arg(long)]
     pub target: Option<String>,
-    /// Entries older than this id (the previous page's last).
+    #[command(flatten)]
+    pub page: PageArgs,
+}
+
+/// Keyset paging of a newest-first list.
+#[derive(Debug, Args)]
+pub struct PageArgs {
+    /// Rows older than this id (the previous page's last).
     #[arg(long)]
     pub before: Option<i64>,
     #[arg(long, default_value_t = 50)]
@@ -291,11 +298,8 @@ pub struct ApprovalsArgs {
     /// Only approvals of this kind: REFUND, TOP_UP.
     #[arg(long)]
     pub kind: Option<String>,
-    /// Approvals older than this id (the previous page's last).
-    #[arg(long)]
-    pub before: Option<i64>,
-    #[arg(long, default_value_t = 50)]
-    pub limit: i64,
+    #[command(flatten)]
+    pub page: PageArgs,
 }
 
 #[derive(Debug, Subcommand)]

@@ -233,8 +233,8 @@ pub async fn audit(endpoints: &Endpoints, args: AuditArgs) -> anyhow::Result<Exi
             actor: args.actor,
             action: args.action,
             target: args.target,
-            before: args.before,
-            limit: Some(args.limit),
+            before: args.page.before,
+            limit: Some(args.page.limit),
         })
         .await
         .context("reading the audit trail")?
@@ -310,8 +310,8 @@ pub async fn approvals(endpoints: &Endpoints, args: ApprovalsArgs) -> anyhow::Re
                 .approvals(&ListApprovals {
                     state: args.state,
                     kind: args.kind,
-                    before: args.before,
-                    limit: Some(args.limit),
+                    before: args.page.before,
+                    limit: Some(args.page.limit),
                 })
                 .await
                 .context("listing approvals")?

@@ -367,21 +367,7 @@ async fn holds(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
         r.holds_captured,
         r.holds_released,
         r.money_held,
-    ] = counts(
-        pool,
-        sqlx::query(
-            r#"
-        SELECT
-            COUNT(*) FILTER (WHERE state = 'HELD' AND expires_at > now()) AS live,
-            COUNT(*) FILTER (WHERE state = 'CAPTURED') AS captured,
-            COUNT(*) FILTER (WHERE state = 'RELEASED') AS released,
-            COALESCE(SUM(amount) FILTER (WHERE state = 'HELD' AND expires_at > now()), 0)::BIGINT AS held
-        FROM account_service.holds
-        "#,
-        ),
-        "reading holds",
-    )
-    .await?;
+    ] = counts(pool, sqlx::query(HOLD_COUNTS), "reading holds").await?;
     r.accounts_below_available_zero = scalar(pool, ACCOUNTS_BELOW_AVAILABLE_ZERO).await?;
     r.held_mismatches = scalar(pool, HELD_MISMATCHES).await?;
     r.live_holds_without_live_reservation =
@@ -401,23 +387,7 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
         r.units_reserved,
         r.units_offered,
         r.units_sold,
-    ] = counts(
-        pool,
-        sqlx::query(
-            r#"
-        SELECT
-            (SELECT COUNT(*) FROM order_service.products) AS products,
-            COUNT(*) AS total,
-            COUNT(*) FILTER (WHERE state = 'AVAILABLE') AS available,
-            COUNT(*) FILTER (WHERE state = 'RESERVED') AS reserved,
-            COUNT(*) FILTER (WHERE state = 'OFFERED') AS offered,
-            COUNT(*) FILTER (WHERE state = 'SOLD') AS sold
-        FROM order_service.product_stock
-        "#,
-        ),
-        "reading product_stock",
-    )
-    .await?;
+    ] = counts(pool, sqlx::query(STOCK_COUNTS), "reading product_stock").await?;
 
     [
         r.reservations_live,
@@ -426,16 +396,7 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
         r.reservations_expired,
     ] = counts(
         pool,
-        sqlx::query(
-            r#"
-        SELECT
-            COUNT(*) FILTER (WHERE state = 'RESERVED') AS live,
-            COUNT(*) FILTER (WHERE state = 'CONFIRMED') AS confirmed,
-            COUNT(*) FILTER (WHERE state = 'CANCELLED') AS cancelled,
-            COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
-        FROM order_service.reservations
-        "#,
-        ),
+        sqlx::query(RESERVATION_COUNTS),
         "reading reservations",
     )
     .await?;
@@ -448,21 +409,12 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
 }
 
 async fn waitlist(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
-    [r.waitlist_waiting, r.offers_live, r.offers_taken, r.offers_expired] = counts(
-        pool,
-        sqlx::query(
-            r#"
-        SELECT
-            (SELECT COUNT(*) FROM order_service.waitlist_entries WHERE state = 'WAITING') AS waiting,
-            COUNT(*) FILTER (WHERE state = 'OFFERED') AS live,
-            COUNT(*) FILTER (WHERE state = 'TAKEN') AS taken,
-            COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
-        FROM order_service.waitlist_offers
-        "#,
-        ),
-        "reading the waitlist",
-    )
-    .await?;
+    [
+        r.waitlist_waiting,
+        r.offers_live,
+        r.offers_taken,
+        r.offers_expired,
+    ] = counts(pool, sqlx::query(WAITLIST_COUNTS), "reading the waitlist").await?;
 
     r.offered_units_without_one_live_offer =
         scalar(pool, OFFERED_UNITS_WITHOUT_ONE_LIVE_OFFER).await?;
@@ -494,11 +446,79 @@ async fn money(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
 }
 
 async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
-    // Money per payment, from the ledger: its debit (fixed key) and the credits refunding it.
-    [r.payments, r.payments_completed, r.payments_failed, r.payments_refunded, r.payments_not_terminal, r.payments_needing_attention, r.payments_settling, r.payments_bad_net, r.completed_not_debited_or_confirmed, r.closed_payments_keeping_money] = counts(
+    [
+        r.payments,
+        r.payments_completed,
+        r.payments_failed,
+        r.payments_refunded,
+        r.payments_not_terminal,
+        r.payments_needing_attention,
+        r.payments_settling,
+        r.payments_bad_net,
+        r.completed_not_debited_or_confirmed,
+        r.closed_payments_keeping_money,
+    ] = counts(
         pool,
-        sqlx::query(
-        r#"
+        sqlx::query(PAYMENT_COUNTS),
+        "reading payments against the ledger",
+    )
+    .await?;
+
+    // Money kept per reservation across every payment-shaped debit, including debits whose
+    // payment row does not exist (which would be money taken with nothing to show for it).
+    r.reservations_charged_twice = scalar(pool, RESERVATIONS_CHARGED_TWICE).await?;
+
+    r.orders_without_completed_payment = scalar(pool, ORDERS_WITHOUT_COMPLETED_PAYMENT).await?;
+    Ok(())
+}
+
+// One query per count; each must return a single BIGINT (NULL reads as 0).
+
+/// Holds by state, and the money live ones hold.
+const HOLD_COUNTS: &str = r#"
+        SELECT
+            COUNT(*) FILTER (WHERE state = 'HELD' AND expires_at > now()) AS live,
+            COUNT(*) FILTER (WHERE state = 'CAPTURED') AS captured,
+            COUNT(*) FILTER (WHERE state = 'RELEASED') AS released,
+            COALESCE(SUM(amount) FILTER (WHERE state = 'HELD' AND expires_at > now()), 0)::BIGINT AS held
+        FROM account_service.holds
+        "#;
+
+/// Products, and units by state.
+const STOCK_COUNTS: &str = r#"
+        SELECT
+            (SELECT COUNT(*) FROM order_service.products) AS products,
+            COUNT(*) AS total,
+            COUNT(*) FILTER (WHERE state = 'AVAILABLE') AS available,
+            COUNT(*) FILTER (WHERE state = 'RESERVED') AS reserved,
+            COUNT(*) FILTER (WHERE state = 'OFFERED') AS offered,
+            COUNT(*) FILTER (WHERE state = 'SOLD') AS sold
+        FROM order_service.product_stock
+        "#;
+
+/// Reservations by state.
+const RESERVATION_COUNTS: &str = r#"
+        SELECT
+            COUNT(*) FILTER (WHERE state = 'RESERVED') AS live,
+            COUNT(*) FILTER (WHERE state = 'CONFIRMED') AS confirmed,
+            COUNT(*) FILTER (WHERE state = 'CANCELLED') AS cancelled,
+            COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
+        FROM order_service.reservations
+        "#;
+
+/// Members waiting, and offers by state.
+const WAITLIST_COUNTS: &str = r#"
+        SELECT
+            (SELECT COUNT(*) FROM order_service.waitlist_entries WHERE state = 'WAITING') AS waiting,
+            COUNT(*) FILTER (WHERE state = 'OFFERED') AS live,
+            COUNT(*) FILTER (WHERE state = 'TAKEN') AS taken,
+            COUNT(*) FILTER (WHERE state = 'EXPIRED') AS expired
+        FROM order_service.waitlist_offers
+        "#;
+
+/// Payments by state, each against the money the ledger moved for it (its debit, fixed
+/// key, and the credits refunding it).
+const PAYMENT_COUNTS: &str = r#"
         WITH money AS (
             SELECT p.id, p.state, p.amount, p.reservation_id, p.needs_attention, p.pending_action,
                    COALESCE(d.amount, 0) AS debited,
@@ -532,21 +552,7 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
             ) AS completed_bad,
             COUNT(*) FILTER (WHERE state IN ('FAILED', 'REFUNDED') AND debited - refunded <> 0) AS closed_keeping
         FROM money
-        "#,
-    ),
-        "reading payments against the ledger",
-    )
-    .await?;
-
-    // Money kept per reservation across every payment-shaped debit, including debits whose
-    // payment row does not exist (which would be money taken with nothing to show for it).
-    r.reservations_charged_twice = scalar(pool, RESERVATIONS_CHARGED_TWICE).await?;
-
-    r.orders_without_completed_payment = scalar(pool, ORDERS_WITHOUT_COMPLETED_PAYMENT).await?;
-    Ok(())
-}
-
-// One query per count; each must return a single BIGINT (NULL reads as 0).
+        "#;
 
 /// Units held by live reservations beyond a product's stock.
 const OVERSOLD_BY_RESERVATIONS: &str = r#"
