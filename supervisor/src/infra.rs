@@ -15,10 +15,12 @@ use crate::private_postgres::PrivatePostgres;
 pub use crate::private_postgres::{postgres_bin_dirs, INITDB_ARGS};
 use crate::private_redis::{self, PrivateRedis};
 
-/// Port of the private PostgreSQL (not 5432, so it never collides with a system one).
-pub const PRIVATE_PG_PORT: u16 = 55432;
-/// Port of the private Redis.
-pub const PRIVATE_REDIS_PORT: u16 = 56379;
+/// Port of the private PostgreSQL: not 5432, so it never collides with a system one,
+/// and below the kernel's ephemeral range (32768 and up), where any process asking for
+/// port 0 may be handed it first.
+pub const PRIVATE_PG_PORT: u16 = 25432;
+/// Port of the private Redis, below the ephemeral range for the same reason.
+pub const PRIVATE_REDIS_PORT: u16 = 26379;
 const LOCAL_ADMIN_URL: &str = "postgres://postgres:postgres@127.0.0.1:5432/postgres";
 const LOCAL_REDIS_URL: &str = "redis://127.0.0.1:6379/";
 /// The database the system uses when `DATABASE_URL` names none.
