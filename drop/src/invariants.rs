@@ -776,14 +776,18 @@ const MONEY_MOVED: &str = r#"
         WHERE status = 'APPLIED' AND kind IN ('DEBIT', 'CREDIT')
         "#;
 
+// The refunds are summed once and joined, not looked up per debit: `refund_of` has no
+// index, and a lookup per debit read the whole ledger once per payment.
 const RESERVATIONS_CHARGED_TWICE: &str = r#"
-        WITH kept AS (
-            SELECT d.operation_key,
-                   d.amount - COALESCE((
-                       SELECT SUM(c.amount) FROM account_service.transactions AS c
-                       WHERE c.kind = 'CREDIT' AND c.status = 'APPLIED' AND c.refund_of = d.operation_key
-                   ), 0) AS net
+        WITH refunded AS (
+            SELECT c.refund_of, SUM(c.amount) AS total
+            FROM account_service.transactions AS c
+            WHERE c.kind = 'CREDIT' AND c.status = 'APPLIED' AND c.refund_of IS NOT NULL
+            GROUP BY c.refund_of
+        ), kept AS (
+            SELECT d.operation_key, d.amount - COALESCE(r.total, 0) AS net
             FROM account_service.transactions AS d
+            LEFT JOIN refunded AS r ON r.refund_of = d.operation_key
             WHERE d.kind = 'DEBIT' AND d.status = 'APPLIED' AND d.operation_key LIKE 'pay:%:debit'
         )
         SELECT COUNT(*) FROM (
