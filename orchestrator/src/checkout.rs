@@ -318,15 +318,11 @@ impl Checkout {
         Ok(row)
     }
 
-    /// The payment a request asks for, once its reservation and account are checked
-    /// with their owners: the buyer's own, payable, and a member account of theirs.
+    /// The payment a request asks for, once its reservation is checked with the order
+    /// service (the buyer's own, payable) and the account against the one its price is
+    /// held on (a member account of theirs).
     async fn check(&self, member: &MemberId, req: &CreatePayment) -> Result<NewPayment> {
-        let ds = &self.engine.downstream;
-        // Both lookups at once: they ride in different batches to different services.
-        let (reservation, account) = tokio::join!(
-            ds.reservation(req.reservation_id),
-            ds.account(req.account_id)
-        );
+        let reservation = self.engine.downstream.reservation(req.reservation_id).await;
         let reservation = match reservation {
             Ok(a) => a.body,
             Err(e) if e.is_not_found() => return Err(Error::ReservationNotFound),
@@ -348,18 +344,13 @@ impl Checkout {
             // Past its deadline, though the order service has not swept it yet.
             return Err(Error::ReservationNotPayable(ReservationState::Expired));
         }
-        let account = match account {
-            Ok(a) => a.body,
-            Err(CallError::Rejected { status: 404, .. }) => return Err(Error::AccountNotFound),
-            Err(source) => {
-                return Err(Error::Downstream {
-                    service: "account",
-                    source,
-                })
-            }
-        };
-        if account.member_id != member.as_str() || account.kind != AccountKind::Member {
-            return Err(Error::AccountNotFound);
+        match reservation.account_id {
+            // The price is held on the member's own member account, which the hold
+            // found: the payment must come from it, and nothing more need be asked.
+            Some(held_on) if held_on == req.account_id => {}
+            Some(_) => return Err(Error::AccountNotFound),
+            // A reservation made before holds: the account service says whose it is.
+            None => self.check_account(member, req.account_id).await?,
         }
         if reservation.price <= 0 {
             return Err(Breach::NonPositivePrice {
@@ -372,12 +363,30 @@ impl Checkout {
         Ok(NewPayment {
             id: Uuid::now_v7(),
             member_id: member.to_string(),
-            account_id: account.id,
+            account_id: req.account_id,
             reservation_id: reservation.id,
             amount: reservation.price,
             product_id: Some(reservation.product_id),
             // The request's span: recovery, should this process die, continues under it.
             traceparent: paysaga_common::telemetry::current_traceparent(),
         })
+    }
+
+    /// Whether `account_id` is a member account of `member`'s, asked of its owner.
+    async fn check_account(&self, member: &MemberId, account_id: i64) -> Result<()> {
+        let account = match self.engine.downstream.account(account_id).await {
+            Ok(a) => a.body,
+            Err(CallError::Rejected { status: 404, .. }) => return Err(Error::AccountNotFound),
+            Err(source) => {
+                return Err(Error::Downstream {
+                    service: "account",
+                    source,
+                })
+            }
+        };
+        if account.member_id != member.as_str() || account.kind != AccountKind::Member {
+            return Err(Error::AccountNotFound);
+        }
+        Ok(())
     }
 }

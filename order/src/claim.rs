@@ -57,6 +57,9 @@ pub struct NewClaim {
     /// How many units of the product a member may hold or have bought at once (their
     /// `RESERVED` and `CONFIRMED` reservations).
     pub cap: i64,
+    /// The account the hold is on, which the reservation names; `None` for a claim
+    /// made without a hold.
+    pub account_id: Option<i64>,
 }
 
 impl NewClaim {
@@ -79,6 +82,7 @@ impl NewClaim {
             expires_at: now + chrono::Duration::from_std(ttl).unwrap_or_default(),
             claim_by: now + chrono::Duration::days(1),
             cap,
+            account_id: None,
         }
     }
 }
@@ -287,18 +291,18 @@ pub(crate) async fn statement(
         r#"
         WITH req AS MATERIALIZED (
             SELECT r.id, r.product_id, r.member_id, r.pass_id, r.expires_at, r.cap, r.m,
-                   r.claim_by <= clock_timestamp() AS late, r.ord
+                   r.claim_by <= clock_timestamp() AS late, r.account_id, r.ord
             FROM UNNEST($1::UUID[], $2::BIGINT[], $3::TEXT[], $4::UUID[], $5::TIMESTAMPTZ[],
-                        $6::BIGINT[], $7::BIGINT[], $8::TIMESTAMPTZ[])
+                        $6::BIGINT[], $7::BIGINT[], $8::TIMESTAMPTZ[], $9::BIGINT[])
                  WITH ORDINALITY AS r (id, product_id, member_id, pass_id, expires_at, cap, m,
-                                       claim_by, ord)
+                                       claim_by, account_id, ord)
         ), classified AS MATERIALIZED (
             -- A LATERAL probe with a LIMIT, so that it stays one index probe per request
             -- on any plan: as a plain subquery, the generic plan made while the table
             -- was small intersected bitmaps of every live reservation, a cost growing
             -- with the drop. (A pass already used is found by the insert's conflict.)
             SELECT r.id, r.product_id, r.member_id, r.pass_id, r.expires_at, r.cap, r.ord,
-                   h.held, h.live, r.m, r.late
+                   h.held, h.live, r.m, r.late, r.account_id
             FROM req r
             -- Counted up to the cap only: that is all the comparison needs. Read along the
             -- member's own reservations, in the order of their index. The live states
@@ -317,7 +321,7 @@ pub(crate) async fn statement(
                 ) y
             ) h
         ), fresh AS MATERIALIZED (
-            SELECT c.id, c.product_id, c.member_id, c.pass_id, c.expires_at, c.ord,
+            SELECT c.id, c.product_id, c.member_id, c.pass_id, c.expires_at, c.account_id, c.ord,
                    row_number() OVER (PARTITION BY c.product_id ORDER BY c.ord) AS k
             FROM classified c
             -- One claim per member and product per flush, under the cap, none beside a
@@ -352,15 +356,17 @@ pub(crate) async fn statement(
             -- In (product, member, pass) order: the conflicts it can wait on (the same
             -- pass, the member's live reservation) are all within one member and
             -- product, so two flushes waiting on each other's inserts cannot deadlock.
-            INSERT INTO reservations (id, product_id, unit_id, member_id, pass_id, price, state, expires_at)
+            INSERT INTO reservations (id, product_id, unit_id, member_id, pass_id, price, state, expires_at,
+                                      account_id)
             SELECT f.id, f.product_id, u.id, f.member_id, f.pass_id, p.price, 'RESERVED',
-                   f.expires_at
+                   f.expires_at, f.account_id
             FROM fresh f
             JOIN units u ON u.product_id = f.product_id AND u.k = f.k
             JOIN products p ON p.id = f.product_id
             ORDER BY f.product_id, f.member_id, f.pass_id
             ON CONFLICT DO NOTHING
-            RETURNING id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at
+            RETURNING id, product_id, member_id, unit_id, price, state, expires_at, order_id, account_id,
+                      created_at, updated_at
         ), claimed AS (
             UPDATE product_stock s
             SET state = 'RESERVED', updated_at = now()
@@ -395,7 +401,7 @@ pub(crate) async fn statement(
                     ELSE 'CONFLICT' END AS outcome,
                u.id AS locked_unit,
                i.id, i.product_id, i.member_id, i.unit_id, i.price, i.state, i.expires_at,
-               i.order_id, i.created_at, i.updated_at
+               i.order_id, i.account_id, i.created_at, i.updated_at
         FROM classified r
         CROSS JOIN tally t
         LEFT JOIN fresh f ON f.ord = r.ord
@@ -414,6 +420,7 @@ pub(crate) async fn statement(
     .bind(claims.iter().map(|c| c.cap).collect::<Vec<_>>())
     .bind(places(claims))
     .bind(claims.iter().map(|c| c.claim_by).collect::<Vec<_>>())
+    .bind(claims.iter().map(|c| c.account_id).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
     .await
 }

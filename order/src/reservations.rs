@@ -25,6 +25,7 @@ pub(crate) struct ReservationRow {
     state: Text<ReservationState>,
     expires_at: DateTime<Utc>,
     order_id: Option<Uuid>,
+    account_id: Option<i64>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -40,6 +41,7 @@ impl From<ReservationRow> for Reservation {
             state: r.state.0,
             expires_at: r.expires_at,
             order_id: r.order_id,
+            account_id: r.account_id,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -51,7 +53,7 @@ macro_rules! select {
     ($filter:literal) => {
         concat!(
             "SELECT id, product_id, member_id, unit_id, price, state, expires_at, order_id, ",
-            "created_at, updated_at FROM reservations ",
+            "account_id, created_at, updated_at FROM reservations ",
             $filter
         )
     };

@@ -357,14 +357,14 @@ async fn statement(pool: &PgPool, ops: &[&Op], order_ids: &[Uuid], sweep: i64) -
                  WITH ORDINALITY AS q (id, op, buyer, new_order_id, ord)
         ), named AS MATERIALIZED (
             SELECT r.id, r.product_id, r.member_id, r.unit_id, r.price, r.state, r.expires_at,
-                   r.order_id, r.created_at, r.updated_at
+                   r.order_id, r.account_id, r.created_at, r.updated_at
             FROM reservations r
             WHERE r.id = ANY($5)
             ORDER BY r.id
             FOR UPDATE
         ), due AS MATERIALIZED (
             SELECT r.id, r.product_id, r.member_id, r.unit_id, r.price, r.state, r.expires_at,
-                   r.order_id, r.created_at, r.updated_at
+                   r.order_id, r.account_id, r.created_at, r.updated_at
             FROM reservations r
             WHERE r.state = 'RESERVED' AND r.expires_at <= now()
             ORDER BY r.expires_at
@@ -372,7 +372,7 @@ async fn statement(pool: &PgPool, ops: &[&Op], order_ids: &[Uuid], sweep: i64) -
             FOR UPDATE SKIP LOCKED
         ), looked AS MATERIALIZED (
             SELECT r.id, r.product_id, r.member_id, r.unit_id, r.price, r.state, r.expires_at,
-                   r.order_id, r.created_at, r.updated_at
+                   r.order_id, r.account_id, r.created_at, r.updated_at
             FROM reservations r
             WHERE r.id = ANY($6)
         ), clock AS MATERIALIZED (
@@ -479,7 +479,7 @@ async fn statement(pool: &PgPool, ops: &[&Op], order_ids: &[Uuid], sweep: i64) -
         SELECT q.ord, l.state AS initial, t.stale, t.offered, t.moved, t.breach,
                l.id, l.product_id, l.member_id, l.unit_id, l.price,
                COALESCE(m.state, l.state) AS state, l.expires_at,
-               COALESCE(m.order_id, l.order_id) AS order_id, l.created_at,
+               COALESCE(m.order_id, l.order_id) AS order_id, l.account_id, l.created_at,
                COALESCE(m.updated_at, l.updated_at) AS updated_at
         FROM tally t
         LEFT JOIN req q ON TRUE

@@ -482,11 +482,13 @@ async fn take_held(pool: &PgPool, req: &TakeRequest<'_>, held: Option<&Held>) ->
     // window its hold allows (by this database's clock, as a claim's).
     let row = sqlx::query_as::<_, ReservationRow>(
         r#"
-        INSERT INTO reservations (id, product_id, unit_id, member_id, offer_id, price, state, expires_at)
-        SELECT $1, p.id, $3, $4, $5, p.price, 'RESERVED', $6
+        INSERT INTO reservations (id, product_id, unit_id, member_id, offer_id, price, state, expires_at,
+                                  account_id)
+        SELECT $1, p.id, $3, $4, $5, p.price, 'RESERVED', $6, $8
         FROM products p
         WHERE p.id = $2 AND clock_timestamp() < $7
-        RETURNING id, product_id, member_id, unit_id, price, state, expires_at, order_id, created_at, updated_at
+        RETURNING id, product_id, member_id, unit_id, price, state, expires_at, order_id, account_id,
+                  created_at, updated_at
         "#,
     )
     .bind(held.reservation_id)
@@ -496,6 +498,7 @@ async fn take_held(pool: &PgPool, req: &TakeRequest<'_>, held: Option<&Held>) ->
     .bind(req.offer_id)
     .bind(held.hold.expires_at)
     .bind(held.claim_by)
+    .bind(held.hold.account_id)
     .fetch_optional(&mut *tx)
     .await;
     let row = match row {

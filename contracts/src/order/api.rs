@@ -136,6 +136,10 @@ pub struct Reservation {
     pub expires_at: DateTime<Utc>,
     /// Set once confirmed.
     pub order_id: Option<Uuid>,
+    /// The account the price is held on: the payment for this reservation must come
+    /// from it. Null for reservations made before funds holds.
+    #[serde(default)]
+    pub account_id: Option<i64>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

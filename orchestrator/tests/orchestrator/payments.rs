@@ -468,7 +468,27 @@ async fn bad_requests_get_codes_and_change_nothing() {
     );
     let wrong_account = serde_json::to_string(&pay_request(res, other_acct)).expect("json");
     assert_eq!(
-        code(post(Some("k3"), wrong_account).await.expect("send")).await,
+        code(post(Some("k3"), wrong_account.clone()).await.expect("send")).await,
+        (404, "ACCOUNT_NOT_FOUND".into())
+    );
+    // A reservation that names no held-on account (made before funds holds) has its
+    // account checked with the account service instead: refused the same, and paid
+    // from the right one below.
+    let unnamed = sqlx::query(
+        r#"UPDATE order_service.reservations SET account_id = NULL WHERE id = $1 AND account_id = $2"#,
+    )
+    .bind(res)
+    .bind(acct)
+    .execute(&s.admin)
+    .await
+    .expect("unname the held-on account");
+    assert_eq!(
+        unnamed.rows_affected(),
+        1,
+        "the reservation named its account"
+    );
+    assert_eq!(
+        code(post(Some("k6"), wrong_account).await.expect("send")).await,
         (404, "ACCOUNT_NOT_FOUND".into())
     );
     let missing = serde_json::to_string(&pay_request(Uuid::new_v4(), acct)).expect("json");

@@ -127,6 +127,7 @@ async fn reserve(
         expires_at: held.hold.expires_at,
         claim_by: held.claim_by,
         cap: state.purchase_cap,
+        account_id: Some(held.hold.account_id),
     };
     let claimed = claim_with(&state, &claim).await;
     // Whatever kept this claim from a unit, the hold it placed is given back, unless the

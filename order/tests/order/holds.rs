@@ -62,6 +62,15 @@ async fn holds_by_state(h: &Harness, state: &str) -> i64 {
     .await
 }
 
+/// The account reservation `id` names as the one its price is held on, from the table.
+async fn held_on(h: &Harness, id: uuid::Uuid) -> Option<i64> {
+    sqlx::query_scalar(r#"SELECT account_id FROM order_service.reservations WHERE id = $1"#)
+        .bind(id)
+        .fetch_one(&h.admin)
+        .await
+        .expect("the reservation")
+}
+
 fn as_order(h: &Harness) -> AccountClient {
     AccountClient::new(
         &h.account_url,
@@ -138,8 +147,8 @@ async fn an_account_that_cannot_pay_takes_no_unit() {
 async fn a_reservation_holds_its_price_until_its_own_deadline() {
     let (h, product, r) = Harness::with_reservation(2).await;
     assert_eq!(h.funds_of("alice").await, (FUNDS, PRICE));
-    let (amount, deadline): (i64, chrono::DateTime<chrono::Utc>) = sqlx::query_as(
-        r#"SELECT amount, expires_at FROM account_service.holds WHERE operation_key = $1 AND state = 'HELD'"#,
+    let (amount, deadline, account): (i64, chrono::DateTime<chrono::Utc>, i64) = sqlx::query_as(
+        r#"SELECT amount, expires_at, account_id FROM account_service.holds WHERE operation_key = $1 AND state = 'HELD'"#,
     )
     .bind(hold_key(r.id))
     .fetch_one(&h.admin)
@@ -150,6 +159,9 @@ async fn a_reservation_holds_its_price_until_its_own_deadline() {
         deadline, r.expires_at,
         "the hold lapses with the reservation"
     );
+    // The reservation names the account its price is held on, stored and answered.
+    assert_eq!(held_on(&h, r.id).await, Some(account));
+    assert_eq!(r.account_id, Some(account));
 
     // A second pass of a member with a live reservation is refused, and the hold it
     // placed given back.
@@ -362,6 +374,8 @@ async fn taking_a_waitlist_offer_holds_the_price_like_a_claim() {
     );
     assert_eq!(h.hold_state(taken.body.id).await.as_deref(), Some("HELD"));
     assert_eq!(h.funds_of("waiter").await, (PRICE, PRICE));
+    assert_eq!(held_on(&h, taken.body.id).await, Some(account));
+    assert_eq!(taken.body.account_id, Some(account));
     let again = h.buyer("waiter").take_offer(offer).await.expect("replay");
     assert_eq!((again.status, again.body.id), (200, taken.body.id));
     assert_eq!(h.funds_of("waiter").await, (PRICE, PRICE), "held once");
