@@ -419,6 +419,26 @@ pub async fn rows_as_text(pool: &PgPool, tables: &[&str]) -> Vec<String> {
         .unwrap_or_else(|e| panic!("rows of {tables:?}: {e}"))
 }
 
+/// The SQLSTATE of a database error, if any.
+pub fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned())
+}
+
+/// Runs each of `statements` through `pool` (logged in as a service's role) and asserts
+/// PostgreSQL refuses every one with SQLSTATE `code`.
+pub async fn refused_all<S: AsRef<str>>(pool: &PgPool, statements: &[S], code: &str) {
+    for sql in statements {
+        let sql = sql.as_ref();
+        let err = sqlx::query(sql)
+            .execute(pool)
+            .await
+            .expect_err(&format!("{sql} must be refused"));
+        assert_eq!(sqlstate(&err).as_deref(), Some(code), "{sql}: {err}");
+    }
+}
+
 /// Checks a service's answer to database errors (`answer`: its path from a
 /// `sqlx::Error` to a response): each outage [`db::unavailable`] recognises without a
 /// server (a lost connection, a pool timed out, a closed pool) is a 503, not a 500, and a

@@ -26,6 +26,10 @@ pub struct InvariantReport {
     /// reservation, SOLD without a confirmed one, or a live reservation on a unit in
     /// another state).
     pub unit_state_mismatches: i64,
+    /// Reservations and orders naming a product, unit or reservation that does not
+    /// exist, and payment steps and idempotency keys naming a payment that does not:
+    /// references their statements guarantee without a foreign key.
+    pub rows_without_parent: i64,
     /// Reservations by state.
     pub reservations_live: i64,
     pub reservations_confirmed: i64,
@@ -153,6 +157,10 @@ impl InvariantReport {
             (
                 self.unit_state_mismatches,
                 "unit states disagreeing with reservations",
+            ),
+            (
+                self.rows_without_parent,
+                "reservations, orders, steps or keys naming a row that does not exist",
             ),
             (
                 self.balance_drift,
@@ -405,6 +413,7 @@ async fn stock(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
         scalar(pool, OVERSOLD_BY_RESERVATIONS).await? + scalar(pool, OVERSOLD_BY_ORDERS).await?;
     r.units_in_two_live_reservations = scalar(pool, UNITS_IN_TWO_LIVE_RESERVATIONS).await?;
     r.unit_state_mismatches = scalar(pool, UNIT_STATE_MISMATCHES).await?;
+    r.rows_without_parent = scalar(pool, ROWS_WITHOUT_PARENT).await?;
     Ok(())
 }
 
@@ -473,6 +482,23 @@ async fn payments(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> 
 }
 
 // One query per count; each must return a single BIGINT (NULL reads as 0).
+
+/// Rows of the hot tables whose references have no foreign key (migrations
+/// `hot_references_by_construction`) naming a row that does not exist.
+const ROWS_WITHOUT_PARENT: &str = r#"
+SELECT (SELECT COUNT(*) FROM order_service.reservations r
+        WHERE NOT EXISTS (SELECT 1 FROM order_service.products p WHERE p.id = r.product_id)
+           OR NOT EXISTS (SELECT 1 FROM order_service.product_stock s WHERE s.id = r.unit_id))
+     + (SELECT COUNT(*) FROM order_service.orders o
+        WHERE NOT EXISTS (SELECT 1 FROM order_service.reservations r WHERE r.id = o.reservation_id)
+           OR NOT EXISTS (SELECT 1 FROM order_service.products p WHERE p.id = o.product_id)
+           OR NOT EXISTS (SELECT 1 FROM order_service.product_stock s WHERE s.id = o.unit_id))
+     + (SELECT COUNT(*) FROM payment_service.payment_steps t
+        WHERE NOT EXISTS (SELECT 1 FROM payment_service.payments p WHERE p.id = t.payment_id))
+     + (SELECT COUNT(*) FROM payment_service.idempotency_keys k
+        WHERE k.payment_id IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM payment_service.payments p WHERE p.id = k.payment_id))
+"#;
 
 /// Holds by state, and the money live ones hold.
 const HOLD_COUNTS: &str = r#"

@@ -11,3 +11,6 @@ REVOKE UPDATE, DELETE, TRUNCATE ON payment_service.audit_log FROM payment_app;
 -- An approval (a refund's or a top-up's) is decided, never removed: the trail of who
 -- asked and who approved.
 REVOKE DELETE, TRUNCATE ON payment_service.approvals FROM payment_app;
+-- A payment is never deleted: its steps and its idempotency key name it without a
+-- foreign key (migration `hot_references_by_construction`).
+REVOKE DELETE, TRUNCATE ON payment_service.payments FROM payment_app;

@@ -3,9 +3,10 @@
 //! key, move `status`, `merchant_shard` or `refunded` backwards, or change the schema;
 //! and the table reads the same afterwards.
 
-use crate::support::{amount, debit, key, sqlstate, Svc};
+use crate::support::{amount, debit, key, Svc};
+use paysaga_common::testkit::refused_all;
 use paysaga_contracts::account::api::{Account, CreditRequest};
-use sqlx::{postgres::PgPoolOptions, PgPool};
+use sqlx::postgres::PgPoolOptions;
 
 /// Everything in the ledger and the balances, as one digest (read as administrator).
 async fn digest(svc: &Svc) -> String {
@@ -84,18 +85,6 @@ async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
     // The service itself still works with exactly these rights.
     svc.pay("pay:3:debit", a.id, 100).await;
     assert_eq!(svc.balance(a.id).await, 1_000 - 400 + 150 - 100);
-}
-
-/// Runs each of `statements` as the service and asserts PostgreSQL refuses it with
-/// SQLSTATE `code`.
-async fn refused_all(app: &PgPool, statements: &[&str], code: &str) {
-    for sql in statements {
-        let err = sqlx::query(sql)
-            .execute(app)
-            .await
-            .expect_err(&format!("account_app: {sql} must be refused"));
-        assert_eq!(sqlstate(&err).as_deref(), Some(code), "{sql}: {err}");
-    }
 }
 
 #[tokio::test]

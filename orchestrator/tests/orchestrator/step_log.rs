@@ -56,3 +56,32 @@ async fn a_lost_debit_answer_settled_by_query_is_marked_in_the_step_log() {
     assert_eq!(s.applied_debits(id).await, 1, "exactly one debit");
     s.check_money().await;
 }
+
+/// A payment's steps and its idempotency key name it without a foreign key (the
+/// statement that moves or creates the payment writes them), so a payment must stay:
+/// logged in as `payment_app`, nothing can delete or truncate one, and its steps and
+/// key still find it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_role_cannot_delete_a_payment_its_steps_name() {
+    let (s, acct, res) = Stack::with_buyer("kept-1").await;
+    let o = s.orchestrator(s.config(), Hooks::default()).await;
+    let id = o.pay_k1("kept-1", res, acct).await;
+    assert_eq!(s.settled(id).await, "COMPLETED");
+    let named = format!(
+        "payment_service.payment_steps t JOIN payment_service.payments p ON p.id = t.payment_id \
+         WHERE p.id = '{id}'"
+    );
+    let steps = s.count_of(&named).await;
+    assert_eq!(steps, 3);
+    let keyed = format!("payment_service.idempotency_keys WHERE payment_id = '{id}'");
+    assert_eq!(s.count_of(&keyed).await, 1);
+
+    let app = crate::support::payments_pool(&s.db, 1).await;
+    let refused = [
+        format!("DELETE FROM payment_service.payments WHERE id = '{id}'"),
+        "TRUNCATE payment_service.payments CASCADE".to_owned(),
+    ];
+    paysaga_common::testkit::refused_all(&app, &refused, "42501").await;
+    assert_eq!(s.count_of(&named).await, steps);
+    assert_eq!(s.count_of(&keyed).await, 1);
+}

@@ -170,3 +170,41 @@ async fn outside_development_only_the_orchestrator_changes_stock() {
     // Reading stays open to the tools.
     assert_eq!(h.operator().list_products().await.unwrap().body.len(), 1);
 }
+
+/// Reservations and orders name their product, unit and reservation without foreign
+/// keys (their statements take them from rows they hold), so what they name must stay:
+/// logged in as `order_app`, nothing can delete or truncate a product, a unit or a
+/// reservation, and the order still finds all three afterwards.
+#[tokio::test]
+async fn the_service_role_cannot_delete_what_reservations_and_orders_name() {
+    let (h, pool, p, rs) = Harness::all_reserved(2, "named").await;
+    h.service().confirm(rs[0].id).await.unwrap();
+    let named = r#"
+        SELECT COUNT(*) FROM order_service.orders o
+        JOIN order_service.reservations r ON r.id = o.reservation_id
+        JOIN order_service.products p ON p.id = o.product_id
+        JOIN order_service.product_stock s ON s.id = o.unit_id"#;
+    assert_eq!(h.count(named).await, 1);
+    let refused = [
+        "DELETE FROM order_service.products".to_owned(),
+        format!(
+            "DELETE FROM order_service.product_stock WHERE product_id = {}",
+            p.id
+        ),
+        format!(
+            "DELETE FROM order_service.reservations WHERE id = '{}'",
+            rs[1].id
+        ),
+        "TRUNCATE order_service.products CASCADE".to_owned(),
+        "TRUNCATE order_service.product_stock CASCADE".to_owned(),
+        "TRUNCATE order_service.reservations CASCADE".to_owned(),
+    ];
+    paysaga_common::testkit::refused_all(&pool, &refused, "42501").await;
+    assert_eq!(h.count(named).await, 1);
+    assert_eq!(
+        h.count("SELECT COUNT(*) FROM order_service.reservations")
+            .await,
+        2
+    );
+    h.stop().await;
+}

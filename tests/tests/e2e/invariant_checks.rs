@@ -90,6 +90,31 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     let r = corrupted(&pool, &[sold], &[back]).await?;
     assert_eq!(r.unit_state_mismatches, 1, "{r:#?}");
 
+    // An order naming a unit that does not exist, and a step naming a payment that does
+    // not: references kept by their statements, not by foreign keys.
+    let order_unit = format!(
+        "UPDATE order_service.orders SET unit_id = -unit_id WHERE reservation_id = \
+         (SELECT reservation_id FROM payment_service.payments WHERE id = '{completed}')"
+    );
+    let stray = Uuid::new_v4();
+    let step_of = |from: &str, to: &str| {
+        format!("UPDATE payment_service.payment_steps SET payment_id = '{to}' WHERE payment_id = '{from}' AND seq = (SELECT MIN(seq) FROM payment_service.payment_steps WHERE payment_id = '{from}')")
+    };
+    let r = corrupted(
+        &pool,
+        &[
+            order_unit.clone(),
+            step_of(&completed.to_string(), &stray.to_string()),
+        ],
+        &[
+            order_unit,
+            step_of(&stray.to_string(), &completed.to_string()),
+        ],
+    )
+    .await?;
+    assert_eq!(r.rows_without_parent, 2, "{r:#?}");
+    assert!(!r.holds());
+
     // A payment left half-way.
     let payment =
         |set: &str| format!("UPDATE payment_service.payments SET {set} WHERE id = '{completed}'");

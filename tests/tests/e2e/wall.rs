@@ -4,15 +4,9 @@
 
 use paysaga_common::{
     db::{MIGRATORS, ROLES},
-    testkit::TestDb,
+    testkit::{sqlstate, TestDb},
 };
 use sqlx::{postgres::PgPoolOptions, PgPool};
-
-fn sqlstate(e: &sqlx::Error) -> Option<String> {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .map(|c| c.into_owned())
-}
 
 async fn pool_as(db: &TestDb, role: &str) -> PgPool {
     PgPoolOptions::new()

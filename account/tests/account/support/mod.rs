@@ -425,12 +425,7 @@ pub fn constraint(e: &sqlx::Error) -> Option<&str> {
     e.as_database_error().and_then(|d| d.constraint())
 }
 
-/// The SQLSTATE of a database error, if any.
-pub fn sqlstate(e: &sqlx::Error) -> Option<String> {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .map(|c| c.into_owned())
-}
+pub use paysaga_common::testkit::sqlstate;
 
 /// One number (a count, a sum, an id) read through `pool`.
 pub async fn number(pool: &PgPool, sql: &str) -> i64 {
