@@ -114,13 +114,12 @@ impl Webhooks {
 
     /// Replays a DEAD delivery: PENDING again, attempts counted afresh, due at once.
     pub async fn replay(&self, id: Uuid) -> Result<WebhookDelivery> {
-        let replayed = store::replay(&self.pool, id).await?;
-        let row = store::load_delivery(&self.pool, id)
-            .await?
-            .ok_or(Error::DeliveryNotFound)?;
-        if !replayed {
+        let Some(row) = store::replay(&self.pool, id).await? else {
+            let row = store::load_delivery(&self.pool, id)
+                .await?
+                .ok_or(Error::DeliveryNotFound)?;
             return Err(Error::DeliveryNotDead(row.state));
-        }
+        };
         tracing::info!(event_id = %row.event_id, endpoint_id = %row.endpoint_id, "webhook delivery replayed");
         Ok(row.to_api())
     }

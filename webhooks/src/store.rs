@@ -294,21 +294,29 @@ pub async fn load_delivery(pool: &PgPool, id: Uuid) -> Result<Option<DeliveryRow
         .await?)
 }
 
-/// A DEAD delivery made PENDING again, its attempts counted afresh, due at once.
-/// `false`: no such delivery, or it is not DEAD (the caller tells which).
-pub async fn replay(pool: &PgPool, id: Uuid) -> Result<bool> {
-    let replayed = sqlx::query(
+/// A DEAD delivery made PENDING again, its attempts counted afresh, due at once, as
+/// the update left it (the dispatcher may attempt it the moment this commits, so a
+/// second read could already show that attempt). `None`: no such delivery, or it is not
+/// DEAD (the caller tells which).
+pub async fn replay(pool: &PgPool, id: Uuid) -> Result<Option<DeliveryRow>> {
+    let sql = format!(
         r#"
-        UPDATE webhook_deliveries
-        SET state = 'PENDING', attempts = 0, next_attempt_at = now(),
-            lease_owner = NULL, lease_until = NULL, updated_at = now()
-        WHERE id = $1 AND state = 'DEAD'
-        "#,
-    )
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(replayed.rows_affected() == 1)
+        WITH replayed AS (
+            UPDATE webhook_deliveries
+            SET state = 'PENDING', attempts = 0, next_attempt_at = now(),
+                lease_owner = NULL, lease_until = NULL, updated_at = now()
+            WHERE id = $1 AND state = 'DEAD'
+            RETURNING *
+        )
+        SELECT {DELIVERY_COLUMNS}
+        FROM replayed d
+        JOIN events ev ON ev.id = d.event_id
+        "#
+    );
+    Ok(sqlx::query_as::<_, DeliveryRow>(&sql)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?)
 }
 
 /// What one dispatch did.

@@ -411,6 +411,13 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     let (sold_out_product, drop_product) = (2, 3);
     store.set_quota(sold_out_product, 0).await?;
     store.set_quota(drop_product, cfg.drop_units).await?;
+    let issue_product = |round: usize| 100 + round as i64;
+    let rounds = cfg.rounds.max(1);
+    // The gate admits only to products its catalogue lists (the recompute job learns it
+    // from the order service, which this bench does not start): listed here instead.
+    let mut listed = vec![(sold_out_product, 0), (drop_product, cfg.drop_units)];
+    listed.extend((0..rounds).map(|r| (issue_product(r), cfg.requests as i64)));
+    servers.state.gate.products.set_catalogue(&listed, 1);
 
     let http = http_client(cfg.connections.max(cfg.drop_connections));
     let tokens = Arc::new(mint_tokens(cfg.requests, "buyer"));
@@ -447,7 +454,7 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
         (vec![], vec![], vec![], vec![], vec![]);
     let mut bytes_per_pass = 0.0;
     let mut used_per_pass = 0.0;
-    for round in 0..cfg.rounds.max(1) {
+    for round in 0..rounds {
         if only == Only::All {
             bare.push(drive(&http, BARE, &bare_target, n, c, progress).await);
             let t = target(&servers.ceiling_uncached, body(1), tokens.clone());
@@ -458,7 +465,7 @@ pub async fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
             ceiling.push(drive(&http, CEILING, &t, n, c, progress).await);
         }
         if wants(Only::Issue) {
-            let product = 100 + round as i64;
+            let product = issue_product(round);
             store.set_quota(product, n as i64).await?;
             let used_before = redis_used_memory(&mut conn).await?;
             let t = target(&servers.gate, body(product), tokens.clone());

@@ -12,7 +12,7 @@ use paysaga_contracts::orchestrator::api::DeliveryFailure;
 use paysaga_webhooks::{
     ingest::Source,
     sealing::SealingKey,
-    store::{self, Incoming, Outcome},
+    store::{self, DeliveryState, Incoming, Outcome},
 };
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -313,10 +313,18 @@ async fn one_subjects_deliveries_go_in_order_under_leases() {
     .expect("record"));
 
     // Replay makes the DEAD one due again, its attempts counted afresh.
-    assert!(store::replay(&pool, a1_all).await.expect("replay"));
-    assert!(!store::replay(&pool, a1_all)
+    let row = store::replay(&pool, a1_all)
         .await
-        .expect("not DEAD any more"));
+        .expect("replay")
+        .expect("it was DEAD");
+    assert_eq!(
+        (row.id, row.state, row.attempts),
+        (a1_all, DeliveryState::Pending, 0)
+    );
+    assert!(store::replay(&pool, a1_all)
+        .await
+        .expect("not DEAD any more")
+        .is_none());
     let replayed = store::claim(&pool, me, lease, 100).await.expect("claim");
     assert_eq!(
         replayed
