@@ -20,9 +20,11 @@ use std::{
 use paysaga_common::limits::RateLimited;
 use tokio::sync::Semaphore;
 
-/// How often the expired refusals are forgotten, so memory stays bounded by the members
-/// refused within one pace, not by every member ever refused.
-const PRUNE_EVERY: Duration = Duration::from_secs(10);
+/// Expired refusals are forgotten once a pace (at least this often apart), so memory
+/// holds the members refused within about two paces: a drop's crowd of losers, told
+/// `SOLD_OUT` over seconds, never accumulates whole in the map, and the room it took is
+/// reused by the next drop's crowd instead of growing the process with every drop.
+const MIN_PRUNE_EVERY: Duration = Duration::from_millis(100);
 
 /// The standing refusals of one gate instance.
 #[derive(Debug)]
@@ -101,7 +103,7 @@ impl Pacer {
         }
         let now = Instant::now();
         let mut s = self.lock();
-        if now.duration_since(s.pruned_at) >= PRUNE_EVERY {
+        if now.duration_since(s.pruned_at) >= self.pace.max(MIN_PRUNE_EVERY) {
             s.by_product.retain(|_, members| {
                 members.retain(|_, until| *until > now);
                 // The room a crowd needed is given back once it has gone.
@@ -172,6 +174,20 @@ mod tests {
         let second = p.wait_turn(1, "b").await;
         assert!(matches!(second, Err(RateLimited { retry_after_secs }) if retry_after_secs >= 29));
         first.abort();
+    }
+
+    #[test]
+    fn a_crowd_is_forgotten_one_pace_after_its_refusals() {
+        let p = Pacer::new(Duration::from_millis(500), 8);
+        for i in 0..1_000 {
+            p.refused(1, &format!("loser-{i}"));
+        }
+        assert_eq!(p.recorded(), 1_000);
+        std::thread::sleep(Duration::from_millis(600));
+        // The next drop's first refusal finds the last crowd's refusals run out.
+        p.refused(2, "next");
+        assert_eq!(p.recorded(), 1);
+        assert!(p.lock().by_product.get(&1).is_none());
     }
 
     #[test]
