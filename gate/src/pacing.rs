@@ -187,7 +187,7 @@ mod tests {
         // The next drop's first refusal finds the last crowd's refusals run out.
         p.refused(2, "next");
         assert_eq!(p.recorded(), 1);
-        assert!(p.lock().by_product.get(&1).is_none());
+        assert!(!p.lock().by_product.contains_key(&1));
     }
 
     #[test]
