@@ -147,6 +147,17 @@ impl ProductLocal {
         self.mark_generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Drops a mark whose time has passed: it answers nothing more, and it would keep
+    /// the holders of a drop long over (a map of thousands) until the product's next
+    /// sold-out answer. No clear: a load in flight may still set a fresh mark, as it
+    /// would have replaced this one.
+    pub fn forget_expired_mark(&self, now: Instant) {
+        let mut guard = self.sold_out.write().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_some_and(|m| m.until <= now) {
+            *guard = None;
+        }
+    }
+
     pub fn mark_generation(&self) -> u64 {
         self.mark_generation.load(Ordering::Acquire)
     }
@@ -482,6 +493,25 @@ mod tests {
         );
         p.clear_sold_out();
         assert_eq!(p.mark_answer("bob", now, 100), None);
+    }
+
+    #[test]
+    fn an_expired_mark_is_forgotten_and_a_fresh_one_kept() {
+        let p = ProductLocal::default();
+        let now = Instant::now();
+        let crowd: Vec<(String, i64)> = (0..1_000).map(|i| (format!("m{i}"), 100)).collect();
+        p.set_sold_out(now + Duration::from_millis(250), crowd);
+        p.forget_expired_mark(now);
+        assert!(p.has_mark(), "a mark still answering is kept");
+        p.forget_expired_mark(now + Duration::from_millis(250));
+        assert!(
+            !p.has_mark(),
+            "a mark past its time is dropped, holders and all"
+        );
+        assert_eq!(p.mark_answer("m1", now, 50), None);
+        let generation = p.mark_generation();
+        p.forget_expired_mark(now + Duration::from_secs(1));
+        assert_eq!(p.mark_generation(), generation, "forgetting is not a clear");
     }
 
     #[test]

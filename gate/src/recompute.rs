@@ -247,6 +247,7 @@ impl Recompute {
             }
         }
         local.synced(&written, cutoff);
+        local.forget_expired_mark(Instant::now());
         self.apply(product_id, available, in_flight, local, r);
         Ok(())
     }

@@ -61,9 +61,15 @@ async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
         "UPDATE account_service.transactions SET kind = 'DEPOSIT'",
         "UPDATE account_service.transactions SET operation_key = 'x' || operation_key",
         "DELETE FROM account_service.accounts",
+        "TRUNCATE account_service.accounts CASCADE",
         "UPDATE account_service.accounts SET member_id = 'someone-else'",
         "UPDATE account_service.accounts SET kind = 'MERCHANT'",
         "DELETE FROM account_service.merchant_shards",
+        "TRUNCATE account_service.merchant_shards CASCADE",
+        "UPDATE account_service.merchant_shards SET shard = shard",
+        // A hold is never deleted nor moved to another account.
+        "DELETE FROM account_service.holds",
+        "UPDATE account_service.holds SET account_id = account_id",
         "DROP TRIGGER transactions_guard ON account_service.transactions",
         "ALTER TABLE account_service.transactions DISABLE TRIGGER transactions_guard",
         "ALTER TABLE account_service.transactions DROP CONSTRAINT transactions_refund_within_debit",
@@ -71,6 +77,13 @@ async fn the_service_role_cannot_rewrite_or_delete_the_ledger() {
         "DELETE FROM account_service._sqlx_migrations",
     ];
     refused_all(&app, &refused_by_grants, "42501").await;
+    // An account's id is an identity column: no role renumbers it.
+    refused_all(
+        &app,
+        &["UPDATE account_service.accounts SET id = -id"],
+        "428C9",
+    )
+    .await;
     // The three columns the service may update only move forward.
     let refused_by_guard = [
         "UPDATE account_service.transactions SET refunded = 0 WHERE refunded > 0",
