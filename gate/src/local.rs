@@ -508,7 +508,6 @@ mod tests {
             !p.has_mark(),
             "a mark past its time is dropped, holders and all"
         );
-        assert_eq!(p.mark_answer("m1", now, 50), None);
         let generation = p.mark_generation();
         p.forget_expired_mark(now + Duration::from_secs(1));
         assert_eq!(p.mark_generation(), generation, "forgetting is not a clear");

@@ -91,6 +91,13 @@ impl Recompute {
             .products
             .set_catalogue(&listed, self.gate.policy().fallback_instances);
 
+        // Every product this instance knows, listed or not, and whatever its recompute
+        // below comes to: a mark past its time answers nothing and only holds memory.
+        let now = Instant::now();
+        for (_, p) in self.gate.products.all() {
+            p.forget_expired_mark(now);
+        }
+
         let results = join_all(listed.iter().map(|&(id, _)| self.one(id, cutoff))).await;
         let mut report = RunReport::default();
         for r in results {
@@ -247,7 +254,6 @@ impl Recompute {
             }
         }
         local.synced(&written, cutoff);
-        local.forget_expired_mark(Instant::now());
         self.apply(product_id, available, in_flight, local, r);
         Ok(())
     }
