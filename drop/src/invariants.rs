@@ -331,6 +331,15 @@ pub async fn check(pool: &PgPool) -> anyhow::Result<InvariantReport> {
     Ok(r)
 }
 
+/// The units counted as going to a later arrival (`units_to_later_arrivals`), each
+/// described with the waiter who went without: for a failed run's report.
+pub async fn later_arrivals_explained(pool: &PgPool) -> anyhow::Result<Vec<String>> {
+    sqlx::query_scalar(LATER_ARRIVALS_EXPLAINED)
+        .fetch_all(pool)
+        .await
+        .context("explaining units to later arrivals")
+}
+
 /// Work the order service still owes holds: live holds without their live reservation
 /// (a release owed by a cancel, an orphan awaiting its grace) and releases not yet
 /// answered. 0 once holds have settled after a drop or a fault.
@@ -711,8 +720,11 @@ const UNITS_TO_LATER_ARRIVALS: &str = concat!(
              WHERE EXISTS (SELECT 1 FROM went_without AS x
                            WHERE x.product_id = o.product_id AND x.seq < e.seq
                              AND x.created_at < o.created_at AND x.waited_until > o.created_at))
-            -- A unit back from a reservation while a member was waiting, then reserved
-            -- with a pass.
+            -- A unit back from a reservation after a member joined, then reserved with a
+            -- pass while that member still waited. (Still waiting when it came back is
+            -- not enough: the return's time is its transaction's start, and a member
+            -- whose leave began after that may have left before the handoff reached
+            -- them.)
           + (SELECT COUNT(*)
              FROM order_service.reservations AS r
              WHERE r.pass_id IS NOT NULL AND r.state IN ('RESERVED', 'CONFIRMED')
@@ -721,7 +733,40 @@ const UNITS_TO_LATER_ARRIVALS: &str = concat!(
                            JOIN went_without AS x ON x.product_id = b.product_id
                            WHERE b.unit_id = r.unit_id AND b.state IN ('CANCELLED', 'EXPIRED')
                              AND b.updated_at < r.created_at
-                             AND x.created_at < b.updated_at AND x.waited_until > b.updated_at))
+                             AND x.created_at < b.updated_at AND x.waited_until > r.created_at))
+        "#
+);
+
+/// Each unit [`UNITS_TO_LATER_ARRIVALS`] counts, one line apiece: who got it, when, and
+/// the waiter who went without meanwhile (their entry's state and times), so a failed
+/// run says which handoff was out of line order.
+const LATER_ARRIVALS_EXPLAINED: &str = concat!(
+    went_without!(),
+    r#"
+        SELECT format('offer %s (unit %s) made %s to entry seq %s, while member %s (seq %s, joined %s, %s, waited until %s) went without',
+                      o.id, o.unit_id, o.created_at, e.seq, x.member_id, x.seq, x.created_at,
+                      w.state, x.waited_until)
+        FROM order_service.waitlist_offers AS o
+        JOIN order_service.waitlist_entries AS e ON e.id = o.entry_id
+        JOIN went_without AS x
+          ON x.product_id = o.product_id AND x.seq < e.seq
+         AND x.created_at < o.created_at AND x.waited_until > o.created_at
+        JOIN order_service.waitlist_entries AS w
+          ON w.product_id = x.product_id AND w.seq = x.seq
+        UNION ALL
+        SELECT format('reservation %s (pass %s, %s, made %s) took unit %s back from reservation %s (%s at %s), while member %s (seq %s, joined %s, %s, waited until %s) went without',
+                      r.id, r.pass_id, r.state, r.created_at, r.unit_id, b.id, b.state,
+                      b.updated_at, x.member_id, x.seq, x.created_at, w.state, x.waited_until)
+        FROM order_service.reservations AS r
+        JOIN order_service.reservations AS b
+          ON b.unit_id = r.unit_id AND b.state IN ('CANCELLED', 'EXPIRED')
+         AND b.updated_at < r.created_at
+        JOIN went_without AS x
+          ON x.product_id = b.product_id
+         AND x.created_at < b.updated_at AND x.waited_until > r.created_at
+        JOIN order_service.waitlist_entries AS w
+          ON w.product_id = x.product_id AND w.seq = x.seq
+        WHERE r.pass_id IS NOT NULL AND r.state IN ('RESERVED', 'CONFIRMED')
         "#
 );
 

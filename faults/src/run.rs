@@ -305,6 +305,9 @@ pub async fn run_on(
             // Judged below against the recovery bound, where flagged payments count as settled.
             .filter(|v| !v.starts_with("payments not terminal")),
     );
+    if report.units_to_later_arrivals > 0 {
+        violations.extend(invariants::later_arrivals_explained(&pool).await?);
+    }
     violations.extend(acknowledged.violations());
     for (name, what) in [
         (

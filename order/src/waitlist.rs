@@ -597,8 +597,8 @@ pub async fn expire_batch(pool: &PgPool, batch: i64) -> Result<u64> {
 
 /// Offers AVAILABLE units of products with someone waiting (the migration's
 /// `waitlist_catch_up`); returns the offers made. Normally none: the handoff happens
-/// as units come back. It repairs a waiter passed over while a transaction that then
-/// rolled back held their entry.
+/// as units come back; this is the net under any path that leaves a unit on sale while
+/// someone waits.
 pub async fn catch_up(pool: &PgPool) -> Result<u64> {
     let made: i32 = sqlx::query_scalar(r#"SELECT waitlist_catch_up()"#)
         .fetch_one(pool)

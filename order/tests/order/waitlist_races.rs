@@ -330,3 +330,50 @@ async fn takes_and_leaves_racing_the_offer_sweep_end_each_offer_once() {
     assert_eq!(offered_units(&h.admin, product_id).await, 20 - taken);
     Arc::into_inner(h).unwrap().stop_consistent().await;
 }
+
+/// A returned unit meets the head of the line locked by another transaction, which then
+/// rolls back (a handoff to that member cut off by a crash): the handoff waits for the
+/// lock instead of passing the head over, and the head gets the unit, not the member
+/// behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_returned_unit_waits_for_a_locked_head_of_the_line_and_goes_to_it() {
+    let h = Arc::new(Harness::start().await);
+    let (product_id, held, line) = held_with_line(&h, 2, 2).await;
+
+    let mut other = h.admin.begin().await.unwrap();
+    sqlx::query(
+        r#"SELECT id FROM order_service.waitlist_entries
+           WHERE product_id = $1 AND member_id = $2 FOR UPDATE"#,
+    )
+    .bind(product_id)
+    .bind(&line[0])
+    .fetch_one(&mut *other)
+    .await
+    .unwrap();
+    let cancel = tokio::spawn({
+        let h = h.clone();
+        let id = held[0].id;
+        async move { h.buyer("holder-0").cancel(id).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !cancel.is_finished(),
+        "the cancel went on while the head of the line was locked"
+    );
+    other.rollback().await.unwrap();
+    cancel.await.unwrap().unwrap();
+
+    assert_eq!(
+        offered_members(&h.admin, product_id).await,
+        vec![line[0].clone()]
+    );
+    let e = h
+        .buyer(&line[1])
+        .waitlist_entry(product_id)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!((e.state, e.position), (WaitlistState::Waiting, Some(1)));
+    assert_eq!(unit_states(&h.admin, product_id).await, (0, 1, 0));
+    Arc::into_inner(h).unwrap().stop_consistent().await;
+}
