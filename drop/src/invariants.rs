@@ -676,7 +676,7 @@ macro_rules! went_without {
             -- A member offered a unit waited until that offer (one per entry); one who
             -- then left holding it (refused it for funds) gave the unit up, so units
             -- after that were not taken from them and no unit unsold is owed to them.
-            SELECT w.product_id, w.member_id, w.seq, w.created_at,
+            SELECT w.product_id, w.member_id, w.seq, w.state, w.created_at,
                    COALESCE(o.created_at,
                             CASE WHEN w.state = 'WAITING' THEN 'infinity'::TIMESTAMPTZ
                                  ELSE w.updated_at END) AS waited_until,
@@ -709,64 +709,63 @@ const UNSOLD_WHILE_WAITERS_WENT_WITHOUT: &str = concat!(
         "#
 );
 
-const UNITS_TO_LATER_ARRIVALS: &str = concat!(
-    went_without!(),
-    r#"
-        SELECT
+/// The units that went to a later arrival, one row per (unit, member who went without):
+/// `id` names the offer or reservation that took the unit, `line` says what happened.
+/// Needs [`went_without!`] before it.
+macro_rules! later_arrivals {
+    () => {
+        r#"
+        later_arrivals AS (
             -- An offer made to an entry behind a member who was waiting then.
-            (SELECT COUNT(*)
-             FROM order_service.waitlist_offers AS o
-             JOIN order_service.waitlist_entries AS e ON e.id = o.entry_id
-             WHERE EXISTS (SELECT 1 FROM went_without AS x
-                           WHERE x.product_id = o.product_id AND x.seq < e.seq
-                             AND x.created_at < o.created_at AND x.waited_until > o.created_at))
+            SELECT o.id,
+                   format('offer %s (unit %s) made %s to entry seq %s, while member %s (seq %s, joined %s, %s, waited until %s) went without',
+                          o.id, o.unit_id, o.created_at, e.seq, x.member_id, x.seq,
+                          x.created_at, x.state, x.waited_until) AS line
+            FROM order_service.waitlist_offers AS o
+            JOIN order_service.waitlist_entries AS e ON e.id = o.entry_id
+            JOIN went_without AS x
+              ON x.product_id = o.product_id AND x.seq < e.seq
+             AND x.created_at < o.created_at AND x.waited_until > o.created_at
+            UNION ALL
             -- A unit back from a reservation after a member joined, then reserved with a
             -- pass while that member still waited. (Still waiting when it came back is
             -- not enough: the return's time is its transaction's start, and a member
             -- whose leave began after that may have left before the handoff reached
             -- them.)
-          + (SELECT COUNT(*)
-             FROM order_service.reservations AS r
-             WHERE r.pass_id IS NOT NULL AND r.state IN ('RESERVED', 'CONFIRMED')
-               AND EXISTS (SELECT 1
-                           FROM order_service.reservations AS b
-                           JOIN went_without AS x ON x.product_id = b.product_id
-                           WHERE b.unit_id = r.unit_id AND b.state IN ('CANCELLED', 'EXPIRED')
-                             AND b.updated_at < r.created_at
-                             AND x.created_at < b.updated_at AND x.waited_until > r.created_at))
+            SELECT r.id,
+                   format('reservation %s (pass %s, %s, made %s) took unit %s back from reservation %s (%s at %s), while member %s (seq %s, joined %s, %s, waited until %s) went without',
+                          r.id, r.pass_id, r.state, r.created_at, r.unit_id, b.id, b.state,
+                          b.updated_at, x.member_id, x.seq, x.created_at, x.state,
+                          x.waited_until)
+            FROM order_service.reservations AS r
+            JOIN order_service.reservations AS b
+              ON b.unit_id = r.unit_id AND b.state IN ('CANCELLED', 'EXPIRED')
+             AND b.updated_at < r.created_at
+            JOIN went_without AS x
+              ON x.product_id = b.product_id
+             AND x.created_at < b.updated_at AND x.waited_until > r.created_at
+            WHERE r.pass_id IS NOT NULL AND r.state IN ('RESERVED', 'CONFIRMED')
+        )"#
+    };
+}
+
+const UNITS_TO_LATER_ARRIVALS: &str = concat!(
+    went_without!(),
+    ",",
+    later_arrivals!(),
+    r#"
+        SELECT COUNT(DISTINCT id) FROM later_arrivals
         "#
 );
 
-/// Each unit [`UNITS_TO_LATER_ARRIVALS`] counts, one line apiece: who got it, when, and
-/// the waiter who went without meanwhile (their entry's state and times), so a failed
-/// run says which handoff was out of line order.
+/// Each unit [`UNITS_TO_LATER_ARRIVALS`] counts, with each member who went without
+/// meanwhile, one line apiece: for a failed run's report.
 const LATER_ARRIVALS_EXPLAINED: &str = concat!(
     went_without!(),
+    ",",
+    later_arrivals!(),
     r#"
-        SELECT format('offer %s (unit %s) made %s to entry seq %s, while member %s (seq %s, joined %s, %s, waited until %s) went without',
-                      o.id, o.unit_id, o.created_at, e.seq, x.member_id, x.seq, x.created_at,
-                      w.state, x.waited_until)
-        FROM order_service.waitlist_offers AS o
-        JOIN order_service.waitlist_entries AS e ON e.id = o.entry_id
-        JOIN went_without AS x
-          ON x.product_id = o.product_id AND x.seq < e.seq
-         AND x.created_at < o.created_at AND x.waited_until > o.created_at
-        JOIN order_service.waitlist_entries AS w
-          ON w.product_id = x.product_id AND w.seq = x.seq
-        UNION ALL
-        SELECT format('reservation %s (pass %s, %s, made %s) took unit %s back from reservation %s (%s at %s), while member %s (seq %s, joined %s, %s, waited until %s) went without',
-                      r.id, r.pass_id, r.state, r.created_at, r.unit_id, b.id, b.state,
-                      b.updated_at, x.member_id, x.seq, x.created_at, w.state, x.waited_until)
-        FROM order_service.reservations AS r
-        JOIN order_service.reservations AS b
-          ON b.unit_id = r.unit_id AND b.state IN ('CANCELLED', 'EXPIRED')
-         AND b.updated_at < r.created_at
-        JOIN went_without AS x
-          ON x.product_id = b.product_id
-         AND x.created_at < b.updated_at AND x.waited_until > r.created_at
-        JOIN order_service.waitlist_entries AS w
-          ON w.product_id = x.product_id AND w.seq = x.seq
-        WHERE r.pass_id IS NOT NULL AND r.state IN ('RESERVED', 'CONFIRMED')
+        SELECT line FROM later_arrivals ORDER BY line
         "#
 );
 

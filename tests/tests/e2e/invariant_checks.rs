@@ -211,6 +211,50 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     let r = corrupted(&pool, &[capture], &[drop_transaction(&claimed)]).await?;
     assert_eq!(r.holds_captured_wrongly, 1, "{r:#?}");
 
+    // A unit offered to a member behind one who had waited since before the offer and
+    // went without: counted once, and explained naming the member passed over.
+    let (ahead, behind) = (Uuid::new_v4(), Uuid::new_v4());
+    let entry = |id: Uuid, member: &str, state: &str, secs_ago: u32| {
+        format!(
+            "INSERT INTO order_service.waitlist_entries (id, product_id, member_id, state, purchase_cap, offer_ttl_secs, created_at) \
+             VALUES ('{id}', {}, '{member}', '{state}', 1, 60, now() - make_interval(secs => {secs_ago}))",
+            product.id
+        )
+    };
+    let served = format!(
+        "INSERT INTO order_service.waitlist_offers (id, entry_id, product_id, member_id, unit_id, state, expires_at, created_at) \
+         VALUES ('{}', '{behind}', {}, 'served-behind', {unit}, 'EXPIRED', now(), now() - make_interval(secs => 5))",
+        Uuid::new_v4(),
+        product.id
+    );
+    tamper(
+        &pool,
+        &[
+            entry(ahead, "passed-over", "WAITING", 20),
+            entry(behind, "served-behind", "OFFERED", 10),
+            served,
+        ],
+    )
+    .await?;
+    let r = invariants::check(&pool).await?;
+    let explained = invariants::later_arrivals_explained(&pool).await?;
+    tamper(
+        &pool,
+        &[
+            format!("DELETE FROM order_service.waitlist_offers WHERE entry_id = '{behind}'"),
+            format!(
+                "DELETE FROM order_service.waitlist_entries WHERE id IN ('{ahead}', '{behind}')"
+            ),
+        ],
+    )
+    .await?;
+    assert_eq!(r.units_to_later_arrivals, 1, "{r:#?}");
+    assert_eq!(explained.len(), 1, "{explained:?}");
+    assert!(
+        explained[0].contains("member passed-over") && explained[0].contains("WAITING"),
+        "{explained:?}"
+    );
+
     // Undone: clean again.
     assert_eq!(invariants::check(&pool).await?, clean);
     Ok(())
