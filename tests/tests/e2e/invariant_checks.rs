@@ -211,13 +211,15 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     let r = corrupted(&pool, &[capture], &[drop_transaction(&claimed)]).await?;
     assert_eq!(r.holds_captured_wrongly, 1, "{r:#?}");
 
-    // A unit offered to a member behind one who had waited since before the offer and
-    // went without: counted once, and explained naming the member passed over.
+    // A unit offered to a member behind one who had waited since before the offer, left
+    // after it and went without: counted once, and explained naming the member passed
+    // over. (A member left waiting here would be offered the product's free unit by the
+    // running service's offer sweep before the undo.)
     let (ahead, behind) = (Uuid::new_v4(), Uuid::new_v4());
-    let entry = |id: Uuid, member: &str, state: &str, secs_ago: u32| {
+    let entry = |id: Uuid, member: &str, state: &str, joined: u32, ended: u32| {
         format!(
-            "INSERT INTO order_service.waitlist_entries (id, product_id, member_id, state, purchase_cap, offer_ttl_secs, created_at) \
-             VALUES ('{id}', {}, '{member}', '{state}', 1, 60, now() - make_interval(secs => {secs_ago}))",
+            "INSERT INTO order_service.waitlist_entries (id, product_id, member_id, state, purchase_cap, offer_ttl_secs, created_at, updated_at) \
+             VALUES ('{id}', {}, '{member}', '{state}', 1, 60, now() - make_interval(secs => {joined}), now() - make_interval(secs => {ended}))",
             product.id
         )
     };
@@ -230,8 +232,8 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     tamper(
         &pool,
         &[
-            entry(ahead, "passed-over", "WAITING", 20),
-            entry(behind, "served-behind", "OFFERED", 10),
+            entry(ahead, "passed-over", "LEFT", 20, 1),
+            entry(behind, "served-behind", "EXPIRED", 10, 2),
             served,
         ],
     )
@@ -251,7 +253,7 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     assert_eq!(r.units_to_later_arrivals, 1, "{r:#?}");
     assert_eq!(explained.len(), 1, "{explained:?}");
     assert!(
-        explained[0].contains("member passed-over") && explained[0].contains("WAITING"),
+        explained[0].contains("member passed-over") && explained[0].contains("LEFT"),
         "{explained:?}"
     );
 
