@@ -102,7 +102,12 @@ pub fn warmup(load: &Load) -> Load {
 }
 
 /// Runs the selected scenarios and returns the report (written to disk by the caller).
-pub async fn run(settings: Settings) -> Result<Report> {
+pub async fn run(mut settings: Settings) -> Result<Report> {
+    // The benchmark's own links (the commit loop, the SQL limit) are carried as the
+    // services' are: plain unless `BENCH_TLS=1` or the URL names an `sslmode`.
+    if system::run_tls().is_none() {
+        settings.admin_database_url = system::plain_unless_named(&settings.admin_database_url)?;
+    }
     let mut machine = Machine::detect();
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     eprintln!(
@@ -192,6 +197,9 @@ async fn run_scenarios(bench: &mut Bench) -> Result<()> {
     if needs_system {
         eprintln!("starting the five services (release binaries beside this one)");
         let sys = System::start("bench", client::http_client(bench.settings.concurrency)?).await?;
+        let links = sys.database_links().await?;
+        eprintln!("the services' PostgreSQL links once started: {links}");
+        bench.report.machine.database_links = links;
         let accounts = scenario::measure::seed_buyers(bench, &sys).await?;
         if starts(bench, Scenario::DropGate) {
             scenario::measure::drops_with_gate(bench, &sys, &accounts).await?;

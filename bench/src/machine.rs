@@ -12,6 +12,9 @@ pub struct Machine {
     pub load_avg_end: String,
     pub postgres: String,
     pub redis: String,
+    /// How the services' PostgreSQL links were carried (see
+    /// [`crate::system::System::database_links`]); empty until a system starts.
+    pub database_links: String,
 }
 
 impl Machine {
@@ -37,6 +40,7 @@ impl Machine {
             load_avg_end: String::new(),
             postgres: String::new(),
             redis: String::new(),
+            database_links: String::new(),
         }
     }
 }

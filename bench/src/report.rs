@@ -237,6 +237,13 @@ impl Report {
             "\nMachine: {} cores ({}), {} MiB memory, Linux {}; load average {} at start, {} at end; {}; Redis {}.",
             m.cores, m.cpu, m.memory_mib, m.kernel, m.load_avg_start, m.load_avg_end, m.postgres, m.redis
         );
+        if !m.database_links.is_empty() {
+            let _ = writeln!(
+                md,
+                "The services' PostgreSQL links once started (read from `pg_stat_ssl`): {}.",
+                m.database_links
+            );
+        }
         let s = &self.settings;
         let _ = writeln!(
             md,

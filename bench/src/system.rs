@@ -104,7 +104,22 @@ const SERVICE_ENV: &str = "BENCH_SERVICE_ENV";
 
 /// `BENCH_TLS=1`: every service serves TLS and calls the others over `https`, with a
 /// certificate made for the run (PostgreSQL and Redis stay as they are configured).
+/// Without it every link is plain, the services' PostgreSQL links included (see
+/// [`plain_unless_named`]).
 const TLS_VAR: &str = "BENCH_TLS";
+
+/// `admin_url` with `sslmode=disable` when it names no `sslmode`. A URL without one means
+/// libpq's `prefer`, which encrypts every link to a server that offers TLS (Debian's
+/// PostgreSQL does, out of the box): a run without `BENCH_TLS` would then measure TLS on
+/// the busiest links while saying it measured none. An `sslmode` the URL names is kept.
+pub fn plain_unless_named(admin_url: &str) -> Result<String> {
+    let mut url = reqwest::Url::parse(admin_url)
+        .map_err(|e| setup("TEST_ADMIN_DATABASE_URL", format!("not a URL: {e}")))?;
+    if !url.query_pairs().any(|(k, _)| k == "sslmode") {
+        url.query_pairs_mut().append_pair("sslmode", "disable");
+    }
+    Ok(url.to_string())
+}
 
 /// The run's certificate when `BENCH_TLS=1`, made on the first call. Its CA goes into
 /// this process's `SSL_CERT_FILE`, so the benchmark's own clients trust it as clients
@@ -172,8 +187,13 @@ impl System {
         tweak: impl FnOnce(StackOptions) -> StackOptions,
     ) -> Result<Self> {
         let mut options = with_service_env(tweak(StackOptions::new(label).rust_log("warn")))?;
-        if let Some(files) = run_tls() {
-            options = options.tls(paysaga_e2e::tls_files(files));
+        match run_tls() {
+            Some(files) => options = options.tls(paysaga_e2e::tls_files(files)),
+            None if options.admin_database_url.is_none() => {
+                options =
+                    options.database(plain_unless_named(&paysaga_common::testkit::admin_url())?);
+            }
+            None => {}
         }
         let stack = Stack::start(options)
             .await
@@ -198,6 +218,25 @@ impl System {
 
     pub async fn admin_pool(&self) -> PgPool {
         self.stack.admin_pool().await
+    }
+
+    /// How the services' PostgreSQL links are carried, read from the server
+    /// (`pg_stat_ssl`), not assumed from their URLs: `"24 plain"`, `"24 TLS"`.
+    pub async fn database_links(&self) -> Result<String> {
+        let pool = self.admin_pool().await;
+        let rows: Vec<(bool, i64)> = sqlx::query_as(
+            r#"SELECT s.ssl, COUNT(*)
+               FROM pg_stat_ssl s
+               JOIN pg_stat_activity a ON a.pid = s.pid
+               WHERE a.datname = current_database() AND a.usename <> current_user
+               GROUP BY s.ssl
+               ORDER BY s.ssl"#,
+        )
+        .fetch_all(&pool)
+        .await
+        .map_err(|e| setup("reading the services' PostgreSQL links", e))?;
+        pool.close().await;
+        Ok(links_line(&rows))
     }
 
     pub fn redis_prefix(&self) -> &str {
@@ -392,9 +431,45 @@ pub fn stack_pids(stack: &Stack) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// `(encrypted, connections)` rows as `"12 plain, 12 TLS"`.
+fn links_line(rows: &[(bool, i64)]) -> String {
+    if rows.is_empty() {
+        return "none open".to_owned();
+    }
+    rows.iter()
+        .map(|(tls, n)| format!("{n} {}", if *tls { "TLS" } else { "plain" }))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{sum_counter, sum_series};
+    use super::{links_line, plain_unless_named, sum_counter, sum_series};
+
+    #[test]
+    fn a_database_url_without_sslmode_is_made_plain_and_a_named_one_kept() {
+        let plain = plain_unless_named("postgres://postgres:pw@127.0.0.1:5432/postgres").unwrap();
+        assert_eq!(
+            plain,
+            "postgres://postgres:pw@127.0.0.1:5432/postgres?sslmode=disable"
+        );
+        let named = "postgres://p@127.0.0.1/postgres?sslmode=require&application_name=x";
+        assert_eq!(plain_unless_named(named).unwrap(), named);
+        let other =
+            plain_unless_named("postgres://p@127.0.0.1/postgres?connect_timeout=5").unwrap();
+        assert!(
+            other.ends_with("?connect_timeout=5&sslmode=disable"),
+            "{other}"
+        );
+        assert!(plain_unless_named("not a url").is_err());
+    }
+
+    #[test]
+    fn links_are_counted_by_transport() {
+        assert_eq!(links_line(&[]), "none open");
+        assert_eq!(links_line(&[(false, 24)]), "24 plain");
+        assert_eq!(links_line(&[(false, 3), (true, 21)]), "3 plain, 21 TLS");
+    }
 
     #[test]
     fn sums_a_series_with_or_without_labels() {
