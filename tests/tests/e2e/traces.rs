@@ -447,10 +447,19 @@ async fn a_payment_recovered_after_a_crash_stays_in_the_buyers_trace() -> anyhow
     let stored_span = stored.split('-').nth(2).expect("span id part").to_owned();
     let payment_id = payment_id.to_string();
 
+    // Each service exports its spans in batches of its own, so the account service's
+    // (and the orchestrator's spans between them and the recovery) may come after the
+    // order's: wait for what the assertions below read, not for a part of it.
     let spans = collector
         .wait_for(&trace_id, "the recovery's spans", |spans| {
-            find(spans, "orchestrator", "recover payment").is_some()
-                && find(spans, "order", "order confirm").is_some()
+            let Some(recover) = find(spans, "orchestrator", "recover payment") else {
+                return false;
+            };
+            let under_recovery = |s: &Collected| ancestors(spans, s).contains(&recover.span_id);
+            find(spans, "order", "order confirm").is_some_and(under_recovery)
+                && spans
+                    .iter()
+                    .any(|s| s.service == "account" && under_recovery(s))
         })
         .await;
     let recover = find(&spans, "orchestrator", "recover payment").expect("collected");
