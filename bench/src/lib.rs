@@ -104,10 +104,8 @@ pub fn warmup(load: &Load) -> Load {
 /// Runs the selected scenarios and returns the report (written to disk by the caller).
 pub async fn run(mut settings: Settings) -> Result<Report> {
     // The benchmark's own links (the commit loop, the SQL limit) are carried as the
-    // services' are: plain unless `BENCH_TLS=1` or the URL names an `sslmode`.
-    if system::run_tls().is_none() {
-        settings.admin_database_url = system::plain_unless_named(&settings.admin_database_url)?;
-    }
+    // services' are.
+    settings.admin_database_url = system::run_database_url(&settings.admin_database_url)?;
     let mut machine = Machine::detect();
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     eprintln!(

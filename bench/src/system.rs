@@ -121,6 +121,17 @@ pub fn plain_unless_named(admin_url: &str) -> Result<String> {
     Ok(url.to_string())
 }
 
+/// The administrator's URL this run's databases are reached with: `admin_url` as it is
+/// under `BENCH_TLS=1`, else plain unless it names an `sslmode` (see
+/// [`plain_unless_named`]). The services' links and the benchmark's own are carried
+/// alike.
+pub fn run_database_url(admin_url: &str) -> Result<String> {
+    match run_tls() {
+        Some(_) => Ok(admin_url.to_owned()),
+        None => plain_unless_named(admin_url),
+    }
+}
+
 /// The run's certificate when `BENCH_TLS=1`, made on the first call. Its CA goes into
 /// this process's `SSL_CERT_FILE`, so the benchmark's own clients trust it as clients
 /// trust any root beyond the platform's: call this before the first client is made
@@ -187,13 +198,11 @@ impl System {
         tweak: impl FnOnce(StackOptions) -> StackOptions,
     ) -> Result<Self> {
         let mut options = with_service_env(tweak(StackOptions::new(label).rust_log("warn")))?;
-        match run_tls() {
-            Some(files) => options = options.tls(paysaga_e2e::tls_files(files)),
-            None if options.admin_database_url.is_none() => {
-                options =
-                    options.database(plain_unless_named(&paysaga_common::testkit::admin_url())?);
-            }
-            None => {}
+        if let Some(files) = run_tls() {
+            options = options.tls(paysaga_e2e::tls_files(files));
+        }
+        if options.admin_database_url.is_none() {
+            options = options.database(run_database_url(&paysaga_common::testkit::admin_url())?);
         }
         let stack = Stack::start(options)
             .await
