@@ -137,6 +137,11 @@ pub struct InvariantReport {
     /// Live reservations (within their deadline) whose price is not held or captured
     /// under their hold key: a unit taken by someone not holding its price.
     pub live_reservations_without_their_hold: i64,
+    /// Units sold (confirmed reservations) made since holds whose hold was not captured
+    /// at their price: a sale paid outside the hold placed for it, or made without one.
+    /// Confirmed reservations older than holds (made before the order service's
+    /// `hold_releases` migration was applied) had none and are not counted.
+    pub sales_without_their_captured_hold: i64,
     /// Holds captured by other than exactly one applied debit of their account and
     /// amount, and applied debits naming a hold that is not captured by them.
     pub holds_captured_wrongly: i64,
@@ -238,6 +243,10 @@ impl InvariantReport {
             (
                 self.live_reservations_without_their_hold,
                 "live reservations whose price is not held",
+            ),
+            (
+                self.sales_without_their_captured_hold,
+                "units sold whose hold was not captured",
             ),
             (
                 self.holds_captured_wrongly,
@@ -391,6 +400,7 @@ async fn holds(pool: &PgPool, r: &mut InvariantReport) -> anyhow::Result<()> {
         scalar(pool, LIVE_HOLDS_WITHOUT_LIVE_RESERVATION).await?;
     r.live_reservations_without_their_hold =
         scalar(pool, LIVE_RESERVATIONS_WITHOUT_THEIR_HOLD).await?;
+    r.sales_without_their_captured_hold = scalar(pool, SALES_WITHOUT_THEIR_CAPTURED_HOLD).await?;
     r.holds_captured_wrongly = scalar(pool, HOLDS_CAPTURED_WRONGLY).await?;
     r.hold_releases_owed = scalar(pool, HOLD_RELEASES_OWED).await?;
     Ok(())
@@ -932,6 +942,21 @@ const LIVE_RESERVATIONS_WITHOUT_THEIR_HOLD: &str = r#"
         WHERE res.state = 'RESERVED' AND res.expires_at > now()
           AND (h.id IS NULL OR h.state = 'RELEASED' OR h.amount <> res.price
                OR h.expires_at <> res.expires_at)
+        "#;
+
+/// Reservations count from the moment the order service's holds migration was applied
+/// (`-infinity` if its record is missing, so nothing escapes the check).
+const SALES_WITHOUT_THEIR_CAPTURED_HOLD: &str = r#"
+        SELECT COUNT(*)
+        FROM order_service.reservations AS res
+        LEFT JOIN account_service.holds AS h
+            ON h.operation_key = 'res:' || res.id::TEXT || ':hold'
+        WHERE res.state = 'CONFIRMED'
+          AND res.created_at >= COALESCE(
+                (SELECT m.installed_on FROM order_service._sqlx_migrations AS m
+                 WHERE m.version = 20261216090100),
+                '-infinity')
+          AND (h.id IS NULL OR h.state <> 'CAPTURED' OR h.amount <> res.price)
         "#;
 
 const HOLDS_CAPTURED_WRONGLY: &str = r#"

@@ -211,6 +211,28 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     let r = corrupted(&pool, &[capture], &[drop_transaction(&claimed)]).await?;
     assert_eq!(r.holds_captured_wrongly, 1, "{r:#?}");
 
+    // A unit sold whose price was never held: its hold is out of the reservation's sight.
+    let sold: Uuid = sqlx::query_scalar(
+        r#"SELECT id FROM order_service.reservations WHERE state = 'CONFIRMED' ORDER BY id LIMIT 1"#,
+    )
+    .fetch_one(&pool)
+    .await?;
+    let hold = format!("res:{sold}:hold");
+    let hidden = format!("{hold}:hidden");
+    let rename = |from: &str, to: &str| {
+        format!(
+            "UPDATE account_service.holds SET operation_key = '{to}' WHERE operation_key = '{from}'"
+        )
+    };
+    let r = corrupted(&pool, &[rename(&hold, &hidden)], &[rename(&hidden, &hold)]).await?;
+    assert_eq!(r.sales_without_their_captured_hold, 1, "{r:#?}");
+    assert_eq!(
+        invariants::check(&pool)
+            .await?
+            .sales_without_their_captured_hold,
+        0
+    );
+
     // A unit offered to a member behind one who had waited since before the offer, left
     // after it and went without: counted once, and explained naming the member passed
     // over. (A member left waiting here would be offered the product's free unit by the
