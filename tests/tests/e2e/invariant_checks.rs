@@ -226,6 +226,24 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     };
     let r = corrupted(&pool, &[rename(&hold, &hidden)], &[rename(&hidden, &hold)]).await?;
     assert_eq!(r.sales_without_their_captured_hold, 1, "{r:#?}");
+
+    // A live reservation whose price is not held: the sale put back to RESERVED, with a
+    // deadline its hold does not share.
+    let reopen = format!(
+        "UPDATE order_service.reservations SET state = 'RESERVED', expires_at = now() + interval '1 day' \
+         WHERE id = '{sold}'"
+    );
+    let deadline: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar(r#"SELECT expires_at FROM order_service.reservations WHERE id = $1"#)
+            .bind(sold)
+            .fetch_one(&pool)
+            .await?;
+    let close = format!(
+        "UPDATE order_service.reservations SET state = 'CONFIRMED', expires_at = '{}' WHERE id = '{sold}'",
+        deadline.to_rfc3339()
+    );
+    let r = corrupted(&pool, &[reopen], &[close]).await?;
+    assert_eq!(r.live_reservations_without_their_hold, 1, "{r:#?}");
     assert_eq!(
         invariants::check(&pool)
             .await?
