@@ -920,6 +920,14 @@ const HELD_MISMATCHES: &str = r#"
         WHERE a.held <> COALESCE(h.held, 0)
         "#;
 
+/// The key of a reservation's hold (`res:{id}:hold`), the reverse of
+/// [`hold_reservation`].
+macro_rules! reservation_hold_key {
+    ($res:literal) => {
+        concat!("'res:' || ", $res, ".id::TEXT || ':hold'")
+    };
+}
+
 const LIVE_HOLDS_WITHOUT_LIVE_RESERVATION: &str = concat!(
     r#"
         SELECT COUNT(*)
@@ -934,30 +942,36 @@ const LIVE_HOLDS_WITHOUT_LIVE_RESERVATION: &str = concat!(
         "#
 );
 
-const LIVE_RESERVATIONS_WITHOUT_THEIR_HOLD: &str = r#"
+const LIVE_RESERVATIONS_WITHOUT_THEIR_HOLD: &str = concat!(
+    r#"
         SELECT COUNT(*)
         FROM order_service.reservations AS res
-        LEFT JOIN account_service.holds AS h
-            ON h.operation_key = 'res:' || res.id::TEXT || ':hold'
+        LEFT JOIN account_service.holds AS h ON h.operation_key = "#,
+    reservation_hold_key!("res"),
+    r#"
         WHERE res.state = 'RESERVED' AND res.expires_at > now()
           AND (h.id IS NULL OR h.state = 'RELEASED' OR h.amount <> res.price
                OR h.expires_at <> res.expires_at)
-        "#;
+        "#
+);
 
 /// Reservations count from the moment the order service's holds migration was applied
 /// (`-infinity` if its record is missing, so nothing escapes the check).
-const SALES_WITHOUT_THEIR_CAPTURED_HOLD: &str = r#"
+const SALES_WITHOUT_THEIR_CAPTURED_HOLD: &str = concat!(
+    r#"
         SELECT COUNT(*)
         FROM order_service.reservations AS res
-        LEFT JOIN account_service.holds AS h
-            ON h.operation_key = 'res:' || res.id::TEXT || ':hold'
+        LEFT JOIN account_service.holds AS h ON h.operation_key = "#,
+    reservation_hold_key!("res"),
+    r#"
         WHERE res.state = 'CONFIRMED'
           AND res.created_at >= COALESCE(
                 (SELECT m.installed_on FROM order_service._sqlx_migrations AS m
                  WHERE m.version = 20261216090100),
                 '-infinity')
           AND (h.id IS NULL OR h.state <> 'CAPTURED' OR h.amount <> res.price)
-        "#;
+        "#
+);
 
 const HOLDS_CAPTURED_WRONGLY: &str = r#"
         SELECT

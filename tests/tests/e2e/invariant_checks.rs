@@ -217,7 +217,7 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     )
     .fetch_one(&pool)
     .await?;
-    let hold = format!("res:{sold}:hold");
+    let hold = paysaga_contracts::order::api::hold_key(sold);
     let hidden = format!("{hold}:hidden");
     let rename = |from: &str, to: &str| {
         format!(
@@ -244,12 +244,6 @@ async fn each_corruption_is_reported() -> anyhow::Result<()> {
     );
     let r = corrupted(&pool, &[reopen], &[close]).await?;
     assert_eq!(r.live_reservations_without_their_hold, 1, "{r:#?}");
-    assert_eq!(
-        invariants::check(&pool)
-            .await?
-            .sales_without_their_captured_hold,
-        0
-    );
 
     // A unit offered to a member behind one who had waited since before the offer, left
     // after it and went without: counted once, and explained naming the member passed
